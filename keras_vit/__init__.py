@@ -1,0 +1,34 @@
+"""keras_vit: the Vision Transformer (Dosovitskiy et al., ICLR 2021) for Keras 3 / TensorFlow."""
+
+from keras_vit import configs, layers
+from keras_vit.models import (
+    ViT,
+    ViT_B8,
+    ViT_B16,
+    ViT_B32,
+    ViT_H14,
+    ViT_L16,
+    ViT_L32,
+    ViT_S16,
+    ViT_S32,
+    ViT_Ti16,
+)
+from keras_vit.preprocessing import preprocess_inputs
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ViT",
+    "ViT_B8",
+    "ViT_B16",
+    "ViT_B32",
+    "ViT_H14",
+    "ViT_L16",
+    "ViT_L32",
+    "ViT_S16",
+    "ViT_S32",
+    "ViT_Ti16",
+    "configs",
+    "layers",
+    "preprocess_inputs",
+]

@@ -1,0 +1,52 @@
+"""Argument checks shared by layers and builders: each raises ValueError naming value and rule."""
+
+from __future__ import annotations
+
+import numbers
+
+
+def check_positive_int(name: str, value) -> int:
+    """Returns `value` if it is an integer > 0, else raises ValueError."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value <= 0:
+        raise ValueError(f"`{name}` must be a positive integer. Received: {name}={value!r}")
+    return int(value)
+
+
+def check_rate(name: str, value) -> float:
+    """Returns `value` if it is a number in [0, 1), else raises ValueError."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= value < 1:
+        raise ValueError(f"`{name}` must be a number in [0, 1). Received: {name}={value!r}")
+    return float(value)
+
+
+def check_choice(name: str, value, choices) -> str:
+    """Returns `value` if it is one of `choices`, else raises ValueError."""
+    if value not in choices:
+        raise ValueError(f"`{name}` must be one of {list(choices)}. Received: {name}={value!r}")
+    return value
+
+
+def to_pair(name: str, value) -> tuple[int, int]:
+    """Normalises an int or (height, width) pair to a tuple of two positive ints."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        pair = (value, value)
+    elif isinstance(value, (tuple, list)) and len(value) == 2:
+        pair = tuple(value)
+    else:
+        raise ValueError(
+            f"`{name}` must be an int or a (height, width) pair. Received: {name}={value!r}"
+        )
+    for v in pair:
+        check_positive_int(name, v)
+    return int(pair[0]), int(pair[1])
+
+
+def check_divisible(image_size: tuple[int, int], patch_size: tuple[int, int]) -> tuple[int, int]:
+    """Returns the (rows, cols) patch grid, or raises if a side is not a multiple of the patch."""
+    if image_size[0] % patch_size[0] or image_size[1] % patch_size[1]:
+        raise ValueError(
+            f"Image size {image_size} is not divisible by the patch size {patch_size}: "
+            "height and width must each be a multiple of the patch size "
+            "(the image is cut into non-overlapping patches, paper section 3.1)."
+        )
+    return image_size[0] // patch_size[0], image_size[1] // patch_size[1]

@@ -1,0 +1,19 @@
+"""Keras layers of the Vision Transformer, each usable on its own."""
+
+from keras_vit.layers.attention import MultiHeadSelfAttention
+from keras_vit.layers.class_token import ClassToken
+from keras_vit.layers.mlp import MlpBlock
+from keras_vit.layers.patch_embed import PatchEmbed
+from keras_vit.layers.pooling import TokenPooling
+from keras_vit.layers.position_embedding import AddPositionEmbs
+from keras_vit.layers.transformer_block import TransformerBlock
+
+__all__ = [
+    "AddPositionEmbs",
+    "ClassToken",
+    "MlpBlock",
+    "MultiHeadSelfAttention",
+    "PatchEmbed",
+    "TokenPooling",
+    "TransformerBlock",
+]

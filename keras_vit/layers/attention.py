@@ -1,0 +1,129 @@
+"""Multi-head self-attention with the official checkpoint's weight layout (paper eq. 2, appx. A)."""
+
+from __future__ import annotations
+
+import math
+
+import keras
+from keras import ops
+
+from keras_vit._validation import check_positive_int, check_rate
+
+
+def flattened_glorot_uniform(hidden_dim: int) -> keras.initializers.Initializer:
+    """Xavier-uniform over the flattened (D, D) matrix, as the release initialises q/k/v/out.
+
+    Keras' GlorotUniform would take the fans of the 3-D kernel (D, heads, head_dim) and give
+    a different range; for a square (D, D) map the limit is sqrt(6 / (D + D)) = sqrt(3 / D).
+    """
+    limit = math.sqrt(3.0 / hidden_dim)
+    return keras.initializers.RandomUniform(-limit, limit)
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class MultiHeadSelfAttention(keras.layers.Layer):
+    """Multi-head scaled dot-product self-attention, softmax(q k^T / sqrt(head_dim)) v.
+
+    Weights have the official layout (keys under `MultiHeadDotProductAttention_1/`):
+    `query`, `key`, `value` kernels `(hidden_dim, num_heads, head_dim)` with biases
+    `(num_heads, head_dim)`, and `out` kernel `(num_heads, head_dim, hidden_dim)` with bias
+    `(hidden_dim,)`. The same layout as `keras.layers.MultiHeadAttention`, so no transposes.
+
+    Numerics: under float16 the logits and softmax are computed in float32 (q k^T easily
+    exceeds float16's 65504), and under every policy the softmax runs in float32.
+
+    Args:
+        num_heads: number of heads; the input width must be divisible by it.
+        attention_dropout_rate: dropout on the attention weights, in [0, 1). Default 0.
+        **kwargs: `name`, `dtype`, `trainable`.
+
+    Call arguments:
+        tokens: `(batch, num_tokens, hidden_dim)`.
+        training: Python bool or None; enables attention dropout.
+
+    Returns:
+        `(batch, num_tokens, hidden_dim)`.
+
+    Raises:
+        ValueError: if `hidden_dim` is not divisible by `num_heads`, or a rate is outside
+            [0, 1).
+    """
+
+    def __init__(self, num_heads, attention_dropout_rate=0.0, **kwargs):
+        super().__init__(**kwargs)
+        self.num_heads = check_positive_int("num_heads", num_heads)
+        self.attention_dropout_rate = check_rate("attention_dropout_rate", attention_dropout_rate)
+
+    def build(self, input_shape):
+        hidden_dim = input_shape[-1]
+        if hidden_dim is None or hidden_dim % self.num_heads:
+            raise ValueError(
+                f"hidden_dim must be divisible by num_heads. Received: hidden_dim={hidden_dim}, "
+                f"num_heads={self.num_heads}"
+            )
+        self.head_dim = hidden_dim // self.num_heads
+        init = flattened_glorot_uniform(hidden_dim)
+        for name in ("query", "key", "value"):
+            layer = keras.layers.EinsumDense(
+                "btd,dnh->btnh",
+                output_shape=(None, self.num_heads, self.head_dim),
+                bias_axes="nh",
+                kernel_initializer=init,
+                bias_initializer="zeros",
+                dtype=self.dtype_policy,
+                name=name,
+            )
+            layer.build(input_shape)
+            setattr(self, name, layer)
+        self.out = keras.layers.EinsumDense(
+            "btnh,nhd->btd",
+            output_shape=(None, hidden_dim),
+            bias_axes="d",
+            kernel_initializer=init,
+            bias_initializer="zeros",
+            dtype=self.dtype_policy,
+            name="out",
+        )
+        self.out.build((None, input_shape[1], self.num_heads, self.head_dim))
+        self.attention_dropout = keras.layers.Dropout(
+            self.attention_dropout_rate, dtype=self.dtype_policy, name="attention_dropout"
+        )
+
+    def attention_probabilities(self, tokens):
+        """Attention weights `(batch, num_heads, num_tokens, num_tokens)`, rows summing to 1.
+
+        Computed from this layer's own weights; used by `keras_vit.attention_maps`.
+        """
+        probs = self._probabilities(self.query(tokens), self.key(tokens))
+        return ops.cast(probs, "float32")
+
+    def _probabilities(self, query, key):
+        query = query * ops.cast(1.0 / math.sqrt(self.head_dim), query.dtype)
+        if self.compute_dtype == "float16":
+            query, key = ops.cast(query, "float32"), ops.cast(key, "float32")
+        logits = ops.einsum("btnh,bsnh->bnts", query, key)
+        probs = ops.softmax(ops.cast(logits, "float32"), axis=-1)
+        return ops.cast(probs, self.compute_dtype)
+
+    def call(self, tokens, training=None):
+        query, key, value = self.query(tokens), self.key(tokens), self.value(tokens)
+        use_dropout = training and self.attention_dropout_rate > 0
+        if self.compute_dtype == "float16" or use_dropout:
+            probs = self._probabilities(query, key)
+            probs = self.attention_dropout(probs, training=training)
+            context = ops.einsum("bnts,bsnh->btnh", probs, value)
+        else:
+            context = ops.dot_product_attention(
+                query, key, value, scale=1.0 / math.sqrt(self.head_dim)
+            )
+        return self.out(context)
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "num_heads": self.num_heads,
+            "attention_dropout_rate": self.attention_dropout_rate,
+        }

@@ -1,0 +1,66 @@
+"""The Transformer MLP: Dense -> GELU -> Dropout -> Dense -> Dropout (paper eq. 3)."""
+
+from __future__ import annotations
+
+import keras
+
+from keras_vit._validation import check_positive_int, check_rate
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class MlpBlock(keras.layers.Layer):
+    """Two dense layers with a GELU between them, dropout after each (release placement).
+
+    Weights (checkpoint keys under `MlpBlock_3/`): `Dense_0` kernel `(hidden_dim, mlp_dim)`,
+    `Dense_1` kernel `(mlp_dim, hidden_dim)`; kernels xavier-uniform, biases normal(1e-6).
+
+    Args:
+        mlp_dim: inner width.
+        dropout_rate: dropout after the GELU and after the second dense, in [0, 1).
+        gelu_approximate: True (default) for the tanh approximation of the JAX release,
+            False for the exact erf form (timm); they differ by at most ~4.7e-4.
+        **kwargs: `name`, `dtype`, `trainable`.
+
+    Call arguments:
+        tokens: `(batch, num_tokens, hidden_dim)`; `training`: enables dropout.
+
+    Returns:
+        `(batch, num_tokens, hidden_dim)`.
+    """
+
+    def __init__(self, mlp_dim, dropout_rate=0.0, gelu_approximate=True, **kwargs):
+        super().__init__(**kwargs)
+        self.mlp_dim = check_positive_int("mlp_dim", mlp_dim)
+        self.dropout_rate = check_rate("dropout_rate", dropout_rate)
+        self.gelu_approximate = bool(gelu_approximate)
+
+    def build(self, input_shape):
+        hidden_dim = input_shape[-1]
+        common = dict(
+            kernel_initializer="glorot_uniform",
+            bias_initializer=keras.initializers.RandomNormal(stddev=1e-6),
+            dtype=self.dtype_policy,
+        )
+        self.dense_0 = keras.layers.Dense(self.mlp_dim, name="Dense_0", **common)
+        self.dense_0.build(input_shape)
+        self.dense_1 = keras.layers.Dense(hidden_dim, name="Dense_1", **common)
+        self.dense_1.build((*input_shape[:-1], self.mlp_dim))
+        self.dropout = keras.layers.Dropout(self.dropout_rate, dtype=self.dtype_policy)
+
+    def call(self, tokens, training=None):
+        x = self.dense_0(tokens)
+        x = keras.activations.gelu(x, approximate=self.gelu_approximate)
+        x = self.dropout(x, training=training)
+        x = self.dense_1(x)
+        return self.dropout(x, training=training)
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "mlp_dim": self.mlp_dim,
+            "dropout_rate": self.dropout_rate,
+            "gelu_approximate": self.gelu_approximate,
+        }

@@ -1,0 +1,116 @@
+"""Patch embedding: image -> sequence of patch tokens (paper section 3.1, eq. 1)."""
+
+from __future__ import annotations
+
+import keras
+from keras import ops
+
+from keras_vit._validation import check_divisible, check_positive_int, to_pair
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class PatchEmbed(keras.layers.Layer):
+    """Cuts an image into P x P patches and projects each to a `hidden_dim` token.
+
+    Implemented as a strided convolution (kernel = stride = patch), which equals the paper's
+    "flatten each patch, multiply by E" and compiles under XLA. The kernel has the official
+    checkpoint's layout `(P, P, channels, hidden_dim)` (key `embedding/kernel`).
+
+    Args:
+        patch_size: int or (height, width) of a patch in pixels.
+        hidden_dim: width D of the output tokens.
+        kernel_initializer: default "lecun_normal" as in the release.
+        bias_initializer: default "zeros".
+        **kwargs: `name`, `dtype`, `trainable`.
+
+    Call arguments:
+        images: `(batch, height, width, channels)`, any real or integer dtype; it is cast to the
+            layer's compute dtype. Height and width must be multiples of the patch size.
+
+    Returns:
+        `(batch, (height / P) * (width / P), hidden_dim)`, patches in row-major order.
+
+    Raises:
+        ValueError: non-positive sizes, an image side that is not a multiple of the patch,
+            or an image whose size or channel count differs from the one the layer was built
+            for.
+
+    Example:
+    >>> layer = PatchEmbed(patch_size=8, hidden_dim=32)
+    >>> tuple(layer(np.zeros((2, 32, 48, 3))).shape)
+    (2, 24, 32)
+    """
+
+    def __init__(
+        self,
+        patch_size,
+        hidden_dim,
+        kernel_initializer="lecun_normal",
+        bias_initializer="zeros",
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.patch_size = to_pair("patch_size", patch_size)
+        self.hidden_dim = check_positive_int("hidden_dim", hidden_dim)
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.bias_initializer = keras.initializers.get(bias_initializer)
+        self.grid_size = None
+
+    def build(self, input_shape):
+        if len(input_shape) != 4:
+            raise ValueError(
+                "PatchEmbed expects images of shape (batch, height, width, channels). "
+                f"Received: input_shape={input_shape}"
+            )
+        self.image_size = (input_shape[1], input_shape[2])
+        self.channels = input_shape[3]
+        if None not in self.image_size:
+            self.grid_size = check_divisible(self.image_size, self.patch_size)
+        self.conv = keras.layers.Conv2D(
+            self.hidden_dim,
+            kernel_size=self.patch_size,
+            strides=self.patch_size,
+            padding="valid",
+            kernel_initializer=self.kernel_initializer,
+            bias_initializer=self.bias_initializer,
+            dtype=self.dtype_policy,
+            name="conv",
+        )
+        self.conv.build(input_shape)
+
+    def call(self, images):
+        channels = images.shape[-1]
+        if self.channels is not None and channels is not None and channels != self.channels:
+            raise ValueError(
+                f"PatchEmbed was built for {self.channels} channels but received images with "
+                f"{channels} channels (shape {tuple(images.shape)})."
+            )
+        size = (images.shape[1], images.shape[2])
+        if None not in size:
+            grid = check_divisible(size, self.patch_size)
+            if self.grid_size is not None and grid != self.grid_size:
+                raise ValueError(
+                    f"PatchEmbed was built for images of size {self.image_size} "
+                    f"({self.grid_size} patches) but received size {size}. Build a model for "
+                    "the new size (e.g. keras_vit.finetune(model, ..., image_size=...))."
+                )
+        images = ops.cast(images, self.compute_dtype)
+        x = self.conv(images)
+        shape = ops.shape(x)
+        return ops.reshape(x, (shape[0], shape[1] * shape[2], self.hidden_dim))
+
+    def compute_output_shape(self, input_shape):
+        height, width = input_shape[1], input_shape[2]
+        if height is None or width is None:
+            return (input_shape[0], None, self.hidden_dim)
+        grid = check_divisible((height, width), self.patch_size)
+        return (input_shape[0], grid[0] * grid[1], self.hidden_dim)
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "patch_size": self.patch_size,
+            "hidden_dim": self.hidden_dim,
+            "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+            "bias_initializer": keras.initializers.serialize(self.bias_initializer),
+        }

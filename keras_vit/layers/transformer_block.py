@@ -1,0 +1,136 @@
+"""One pre-norm Transformer encoder block (paper section 3.1, eqs. 2-3)."""
+
+from __future__ import annotations
+
+import keras
+from keras import ops
+
+from keras_vit._validation import check_positive_int, check_rate
+from keras_vit.layers.attention import MultiHeadSelfAttention
+from keras_vit.layers.mlp import MlpBlock
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class TransformerBlock(keras.layers.Layer):
+    """x = x + DropPath(Dropout(MSA(LN(x)))); x = x + DropPath(MLP(LN(x))).
+
+    Sublayers carry the official checkpoint names (`Transformer/encoderblock_{i}/...`):
+    `LayerNorm_0`, `MultiHeadDotProductAttention_1` (q/k/v kernels `(D, heads, head_dim)`,
+    out kernel `(heads, head_dim, D)`), `LayerNorm_2`, `MlpBlock_3` (`Dense_0`, `Dense_1`).
+    16 weights in all, created in `build()`.
+
+    Args:
+        num_heads: attention heads; the token width D must be divisible by it.
+        mlp_dim: inner width of the MLP.
+        dropout_rate: dropout after the attention projection and inside the MLP. Default 0.
+        attention_dropout_rate: dropout on attention weights. Default 0.
+        drop_path_rate: stochastic depth, the probability of skipping each residual branch
+            per sample (Huang et al. 2016; not in the original release, used by AugReg).
+        layer_norm_epsilon: default 1e-6, as in the release (Keras' default is 1e-3).
+        gelu_approximate: True (release, tanh) or False (exact erf).
+        **kwargs: `name`, `dtype`, `trainable`.
+
+    Call arguments:
+        tokens: `(batch, num_tokens, hidden_dim)`.
+        training: Python bool or None (default None, i.e. inference).
+
+    Returns:
+        `(batch, num_tokens, hidden_dim)` in the compute dtype.
+
+    Raises:
+        ValueError: non-positive sizes, rates outside [0, 1), or a width not divisible by
+            `num_heads`.
+    """
+
+    def __init__(
+        self,
+        num_heads,
+        mlp_dim,
+        dropout_rate=0.0,
+        attention_dropout_rate=0.0,
+        drop_path_rate=0.0,
+        layer_norm_epsilon=1e-6,
+        gelu_approximate=True,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.num_heads = check_positive_int("num_heads", num_heads)
+        self.mlp_dim = check_positive_int("mlp_dim", mlp_dim)
+        self.dropout_rate = check_rate("dropout_rate", dropout_rate)
+        self.attention_dropout_rate = check_rate("attention_dropout_rate", attention_dropout_rate)
+        self.drop_path_rate = check_rate("drop_path_rate", drop_path_rate)
+        if not layer_norm_epsilon > 0:
+            raise ValueError(
+                "`layer_norm_epsilon` must be > 0. "
+                f"Received: layer_norm_epsilon={layer_norm_epsilon}"
+            )
+        self.layer_norm_epsilon = float(layer_norm_epsilon)
+        self.gelu_approximate = bool(gelu_approximate)
+        if self.drop_path_rate > 0:
+            self.seed_generator = keras.random.SeedGenerator()
+
+    def build(self, input_shape):
+        if len(input_shape) != 3 or input_shape[-1] is None:
+            raise ValueError(
+                "TransformerBlock expects (batch, num_tokens, hidden_dim). "
+                f"Received: input_shape={input_shape}"
+            )
+        if input_shape[-1] % self.num_heads:
+            raise ValueError(
+                "hidden_dim must be divisible by num_heads. "
+                f"Received: hidden_dim={input_shape[-1]}, num_heads={self.num_heads}"
+            )
+        policy = self.dtype_policy
+        eps = self.layer_norm_epsilon
+        self.norm_0 = keras.layers.LayerNormalization(epsilon=eps, dtype=policy, name="LayerNorm_0")
+        self.attention = MultiHeadSelfAttention(
+            self.num_heads,
+            self.attention_dropout_rate,
+            dtype=policy,
+            name="MultiHeadDotProductAttention_1",
+        )
+        self.norm_2 = keras.layers.LayerNormalization(epsilon=eps, dtype=policy, name="LayerNorm_2")
+        self.mlp = MlpBlock(
+            self.mlp_dim, self.dropout_rate, self.gelu_approximate, dtype=policy, name="MlpBlock_3"
+        )
+        for layer in (self.norm_0, self.attention, self.norm_2, self.mlp):
+            layer.build(input_shape)
+        self.dropout = keras.layers.Dropout(self.dropout_rate, dtype=policy)
+
+    def _drop_path(self, x, training):
+        if not training or self.drop_path_rate == 0:
+            return x
+        keep = 1.0 - self.drop_path_rate
+        noise = keras.random.uniform(
+            (ops.shape(x)[0], 1, 1), seed=self.seed_generator, dtype=x.dtype
+        )
+        return x * ops.floor(noise + keep) / keep
+
+    def attention_probabilities(self, tokens):
+        """Attention weights `(batch, num_heads, num_tokens, num_tokens)` of this block.
+
+        `tokens` is the block's input; used by `keras_vit.attention_maps`.
+        """
+        return self.attention.attention_probabilities(self.norm_0(tokens))
+
+    def call(self, tokens, training=None):
+        y = self.attention(self.norm_0(tokens), training=training)
+        y = self.dropout(y, training=training)
+        x = tokens + self._drop_path(y, training)
+        y = self.mlp(self.norm_2(x), training=training)
+        return x + self._drop_path(y, training)
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "num_heads": self.num_heads,
+            "mlp_dim": self.mlp_dim,
+            "dropout_rate": self.dropout_rate,
+            "attention_dropout_rate": self.attention_dropout_rate,
+            "drop_path_rate": self.drop_path_rate,
+            "layer_norm_epsilon": self.layer_norm_epsilon,
+            "gelu_approximate": self.gelu_approximate,
+        }
