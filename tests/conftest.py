@@ -1,0 +1,34 @@
+"""Shared fixtures: the tiny config of the user reports, and a clean dtype policy per test."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import keras  # noqa: E402
+import pytest  # noqa: E402
+
+TINY_VIT = dict(
+    image_size=32,
+    patch_size=8,
+    hidden_dim=32,
+    num_heads=4,
+    mlp_dim=64,
+    num_layers=2,
+    num_classes=10,
+)
+
+
+@pytest.fixture
+def tiny_vit_kwargs():
+    """The tiny config of ../shared/cases/user_reports.md (a fresh dict per test)."""
+    return dict(TINY_VIT)
+
+
+@pytest.fixture(autouse=True)
+def _restore_dtype_policy():
+    """Tests that switch to mixed precision must not leak the policy into other tests."""
+    policy = keras.config.dtype_policy()
+    yield
+    keras.config.set_dtype_policy(policy)
