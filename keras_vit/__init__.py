@@ -13,6 +13,7 @@ from keras_vit.models import (
     ViT_S32,
     ViT_Ti16,
 )
+from keras_vit.export import export_saved_model
 from keras_vit.preprocessing import preprocess_inputs
 
 __version__ = "0.1.0"
@@ -29,6 +30,7 @@ __all__ = [
     "ViT_S32",
     "ViT_Ti16",
     "configs",
+    "export_saved_model",
     "layers",
     "preprocess_inputs",
 ]

@@ -1,0 +1,303 @@
+"""SavedModel export for TF Serving, with resizing, scaling and decoding inside the graph.
+
+The export is a plain TensorFlow SavedModel: loading it needs TensorFlow only (no keras_vit,
+no Keras custom objects). It is written in the TF Serving layout `export_dir/<version>/`
+and carries three signatures (all with a dynamic batch dimension):
+
+- `serving_default`: input `images`, float32 `(batch, height, width, channels)`, pixel
+  values in [0, 255], any height and width.
+- `serving_bytes`: input `image_bytes`, string `(batch,)`, each an encoded JPEG or PNG
+  (also GIF (first frame), BMP, WebP: whatever `tf.io.decode_image` reads).
+- `features`: input `images` as in `serving_default`; output `features` `(batch, D)`, the
+  pooled representation (output of `pre_logits` when the model has one, else of `pool`).
+
+The two serving signatures return `logits` `(batch, num_classes)`, `probabilities`
+(softmax), `top_k_indices` (int32) and `top_k_scores` `(batch, k)`, and `top_k_classes`
+(strings) when class names are given. Every float output is float32, also for models
+built under a mixed-precision policy.
+
+Preprocessing is the evaluation path of `keras_vit.data`: bilinear `tf.image.resize` to
+the model's input size, then `(x - 127.5) / 127.5` (`keras_vit.preprocess_inputs`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+from collections.abc import Sequence
+
+import keras
+import tensorflow as tf
+
+from keras_vit._validation import check_positive_int
+
+logger = logging.getLogger(__name__)
+
+SERVING_SIGNATURE = "serving_default"
+BYTES_SIGNATURE = "serving_bytes"
+FEATURES_SIGNATURE = "features"
+IMAGES_KEY = "images"
+BYTES_KEY = "image_bytes"
+FEATURE_LAYER_NAMES = ("pre_logits", "pool")
+DECODABLE_CHANNELS = (1, 3, 4)
+TINY_PROBABILITY = 1e-37  # floor before log() for softmax heads
+
+
+def export_saved_model(
+    model: keras.Model,
+    export_dir: str | os.PathLike,
+    version: int | None = None,
+    class_names: Sequence[str] | None = None,
+    top_k: int = 5,
+    overwrite: bool = False,
+) -> str:
+    """Writes `model` as a TF Serving SavedModel to `export_dir/<version>/`.
+
+    The version folder is first written to a temporary folder inside `export_dir` (a name TF
+    Serving ignores, as it is not an integer) and then renamed into place, so a server
+    watching `export_dir` never sees a half-written version.
+
+    Args:
+        model: a keras_vit classifier (`ViT`, `HybridViT`, ...): one input
+            `(batch, height, width, channels)` scaled to [-1, 1], a `head` layer giving
+            logits (linear, or softmax: then `logits` are log-probabilities) and a `pool`
+            (or `pre_logits`) layer for the `features` signature.
+        export_dir: the model base path TF Serving watches; created if missing.
+        version: positive integer version; default (None) is one more than the highest
+            existing numeric version folder, or 1.
+        class_names: optional sequence of `num_classes` strings; adds the `top_k_classes`
+            output.
+        top_k: how many best classes the `top_k_*` outputs list (default 5; capped at
+            `num_classes`).
+        overwrite: if True, an existing `export_dir/<version>` is replaced (the new version
+            is renamed into place right after the old one is moved aside); if False
+            (default), an existing version raises `FileExistsError` before any work.
+
+    Returns:
+        The path of the written version folder, `export_dir/<version>`.
+
+    Raises:
+        ValueError: a model without a fixed-size 4-D image input, a `head`, or a `pool`
+            layer; a head activation other than linear/softmax; a bad `version`, `top_k` or
+            `class_names` (wrong count or not strings).
+        FileExistsError: `export_dir/<version>` exists and `overwrite` is False.
+
+    Example:
+
+    ```python
+    model = keras_vit.ViT_B16(num_classes=37, image_size=384)
+    keras_vit.export_saved_model(model, "serving/pets", class_names=names)
+    # -> serving/pets/1 ; serve with TF Serving, or in Python:
+    served = tf.saved_model.load("serving/pets/1")
+    out = served.signatures["serving_default"](images=tf.zeros((2, 500, 400, 3)))
+    ```
+    """
+    check_positive_int("top_k", top_k)
+    if version is not None:
+        check_positive_int("version", version)
+    height, width, channels = model_image_shape(model)
+    head = find_head(model)
+    feature_layer = find_feature_layer(model)
+    num_classes = int(head.output.shape[-1])
+    class_names = check_class_names(class_names, num_classes)
+
+    export_dir = os.fspath(export_dir)
+    os.makedirs(export_dir, exist_ok=True)
+    if version is None:
+        version = next_version(export_dir)
+    target = os.path.join(export_dir, str(version))
+    if os.path.exists(target) and not overwrite:
+        raise FileExistsError(
+            f"Export version {version} already exists at {target!r}; pass overwrite=True "
+            "(CLI: --overwrite) to replace it, or choose another version."
+        )
+
+    archive = build_export_archive(
+        model,
+        image_size=(height, width),
+        channels=channels,
+        feature_layer=feature_layer,
+        head_activation=head_activation_name(head),
+        class_names=class_names,
+        top_k=min(top_k, num_classes),
+    )
+    temp_dir = tempfile.mkdtemp(prefix=f".tmp-{version}-", dir=export_dir)
+    try:
+        archive.write_out(temp_dir, verbose=False)
+        move_into_place(temp_dir, target, overwrite=overwrite)
+    finally:
+        shutil.rmtree(temp_dir, ignore_errors=True)
+    logger.info("Exported SavedModel version %d to %s", version, target)
+    return target
+
+
+def model_image_shape(model: keras.Model) -> tuple[int, int, int]:
+    """The `(height, width, channels)` of the model's single 4-D image input."""
+    inputs = model.inputs
+    if len(inputs) != 1 or len(inputs[0].shape) != 4 or None in tuple(inputs[0].shape)[1:]:
+        raise ValueError(
+            "export_saved_model needs a model with one image input of fixed size "
+            "(batch, height, width, channels). Received inputs: "
+            f"{[tuple(x.shape) for x in inputs]}"
+        )
+    height, width, channels = (int(d) for d in inputs[0].shape[1:])
+    return height, width, channels
+
+
+def find_head(model: keras.Model) -> keras.layers.Layer:
+    """The classifier layer named `head`; raises ValueError for a headless model."""
+    try:
+        return model.get_layer("head")
+    except ValueError:
+        raise ValueError(
+            "export_saved_model needs a classifier with a `head` layer (include_top=True). "
+            f"Received model {model.name!r} with layers {[x.name for x in model.layers][-4:]}"
+        ) from None
+
+
+def find_feature_layer(model: keras.Model) -> keras.layers.Layer:
+    """The layer whose output is the pooled representation: `pre_logits`, else `pool`."""
+    names = {layer.name for layer in model.layers}
+    for name in FEATURE_LAYER_NAMES:
+        if name in names:
+            return model.get_layer(name)
+    raise ValueError(
+        f"export_saved_model needs a `pool` or `pre_logits` layer for the `features` "
+        f"signature. Received model {model.name!r} without either."
+    )
+
+
+def head_activation_name(head: keras.layers.Layer) -> str:
+    """ "linear" or "softmax"; any other head activation raises ValueError."""
+    activation = getattr(head, "activation", keras.activations.linear)
+    name = keras.activations.serialize(activation)
+    name = name if isinstance(name, str) else name.get("config", name)
+    if name not in ("linear", "softmax"):
+        raise ValueError(
+            "export_saved_model needs a head with activation None/'linear' (logits) or "
+            f"'softmax'. Received: head activation={name!r}"
+        )
+    return name
+
+
+def check_class_names(class_names, num_classes: int) -> list[str] | None:
+    """Returns `class_names` as a list of `num_classes` strings (or None); raises ValueError."""
+    if class_names is None:
+        return None
+    names = list(class_names)
+    if len(names) != num_classes or not all(isinstance(n, str) for n in names):
+        raise ValueError(
+            f"`class_names` must be {num_classes} strings, one per class of the head. "
+            f"Received {len(names)} names: {names[:5]}{'...' if len(names) > 5 else ''}"
+        )
+    return names
+
+
+def next_version(export_dir: str) -> int:
+    """One more than the highest integer-named folder in `export_dir`, or 1."""
+    versions = [
+        int(name)
+        for name in os.listdir(export_dir)
+        if name.isdigit() and os.path.isdir(os.path.join(export_dir, name))
+    ]
+    return max(versions, default=0) + 1
+
+
+def move_into_place(source: str, target: str, *, overwrite: bool) -> None:
+    """Renames the finished `source` folder to `target`, replacing it only if `overwrite`."""
+    if not os.path.exists(target):
+        os.rename(source, target)
+        return
+    if not overwrite:
+        raise FileExistsError(f"Export version folder appeared while exporting: {target!r}")
+    retired = tempfile.mkdtemp(prefix=".old-", dir=os.path.dirname(target))
+    retired_version = os.path.join(retired, os.path.basename(target))
+    os.rename(target, retired_version)
+    try:
+        os.rename(source, target)
+    except OSError:
+        os.rename(retired_version, target)
+        raise
+    finally:
+        shutil.rmtree(retired, ignore_errors=True)
+
+
+def resize_and_scale(images: tf.Tensor, image_size: tuple[int, int]) -> tf.Tensor:
+    """`(batch, h, w, c)` pixels in [0, 255] -> `(batch, *image_size, c)` float32 in [-1, 1].
+
+    Bilinear `tf.image.resize` (no antialiasing), then `(x - 127.5) / 127.5`, as the
+    evaluation pipeline of `keras_vit.data` does.
+    """
+    images = tf.image.resize(tf.cast(images, tf.float32), image_size, method="bilinear")
+    return (images - 127.5) / 127.5
+
+
+def decode_images(image_bytes: tf.Tensor, image_size: tuple[int, int], channels: int):
+    """Decodes a `(batch,)` string tensor of encoded images to `(batch, *image_size, c)`.
+
+    Each image is decoded with `tf.io.decode_image(channels=channels,
+    expand_animations=False)` and resized on its own (sizes may differ within a batch).
+    Undecodable bytes raise `tf.errors.InvalidArgumentError`.
+    """
+    if channels not in DECODABLE_CHANNELS:
+        raise ValueError(
+            f"serving_bytes decodes 1, 3 or 4 channels. Received: model channels={channels}"
+        )
+
+    def decode_one(data):
+        image = tf.io.decode_image(data, channels=channels, expand_animations=False)
+        return tf.image.resize(tf.cast(image, tf.float32), image_size, method="bilinear")
+
+    return tf.map_fn(
+        decode_one,
+        image_bytes,
+        fn_output_signature=tf.TensorSpec((*image_size, channels), tf.float32),
+    )
+
+
+def build_export_archive(
+    model, *, image_size, channels, feature_layer, head_activation, class_names, top_k
+):
+    """The `keras.export.ExportArchive` holding the three signatures (see module doc)."""
+    feature_model = keras.Model(model.inputs, feature_layer.output, name="features")
+
+    def classify(scaled_images):
+        outputs = tf.cast(model(scaled_images, training=False), tf.float32)
+        if head_activation == "softmax":
+            probabilities = outputs
+            logits = tf.math.log(tf.maximum(outputs, TINY_PROBABILITY))
+        else:
+            logits = outputs
+            probabilities = tf.nn.softmax(logits, axis=-1)
+        scores, indices = tf.math.top_k(probabilities, k=top_k)
+        result = {
+            "logits": logits,
+            "probabilities": probabilities,
+            "top_k_indices": indices,
+            "top_k_scores": scores,
+        }
+        if class_names is not None:
+            result["top_k_classes"] = tf.gather(tf.constant(class_names, tf.string), indices)
+        return result
+
+    def serving_default(images):
+        return classify(resize_and_scale(images, image_size))
+
+    def serving_bytes(image_bytes):
+        pixels = decode_images(image_bytes, image_size, channels)
+        return classify((pixels - 127.5) / 127.5)
+
+    def features(images):
+        pooled = feature_model(resize_and_scale(images, image_size), training=False)
+        return {"features": tf.cast(pooled, tf.float32)}
+
+    image_spec = tf.TensorSpec((None, None, None, channels), tf.float32, name=IMAGES_KEY)
+    bytes_spec = tf.TensorSpec((None,), tf.string, name=BYTES_KEY)
+    archive = keras.export.ExportArchive()
+    archive.track(model)
+    archive.add_endpoint(SERVING_SIGNATURE, serving_default, input_signature=[image_spec])
+    archive.add_endpoint(BYTES_SIGNATURE, serving_bytes, input_signature=[bytes_spec])
+    archive.add_endpoint(FEATURES_SIGNATURE, features, input_signature=[image_spec])
+    return archive
