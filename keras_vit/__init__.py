@@ -15,6 +15,12 @@ from keras_vit.models import (
 )
 from keras_vit.export import export_saved_model
 from keras_vit.preprocessing import preprocess_inputs
+from keras_vit.visualize import (
+    attention_maps,
+    attention_rollout,
+    feature_extractor,
+    mean_attention_distance,
+)
 
 __version__ = "0.1.0"
 
@@ -33,4 +39,8 @@ __all__ = [
     "export_saved_model",
     "layers",
     "preprocess_inputs",
+    "attention_maps",
+    "attention_rollout",
+    "feature_extractor",
+    "mean_attention_distance",
 ]

@@ -1,0 +1,140 @@
+"""Attention weights and intermediate token features of a keras_vit model (paper figs. 6-7).
+
+Both functions build a `keras.Model` view that shares the model's layers: the model itself,
+its weights, saved form and forward pass are left untouched and pay nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import numbers
+
+import keras
+import numpy as np
+
+from keras_vit._validation import check_positive_int
+from keras_vit.layers import TokenPooling
+from keras_vit.visualize.graph import find_encoder, sub_graph_model
+
+logger = logging.getLogger(__name__)
+
+
+def _block_input(block):
+    try:
+        return block.input
+    except (AttributeError, ValueError) as error:
+        raise ValueError(
+            f"Block {block.name!r} must be called exactly once in its model's graph to read its "
+            f"input ({error})."
+        ) from error
+
+
+def block_inputs_model(model: keras.Model) -> tuple[keras.Model, tuple]:
+    """A model mapping `model`'s input to the input of every `TransformerBlock`.
+
+    Returns:
+        `(view, blocks)`: `view(images)` returns a list with one `(batch, num_tokens,
+        hidden_dim)` tensor per block, in the order of `blocks`.
+    """
+    path = find_encoder(model)
+    view = sub_graph_model(path, [_block_input(block) for block in path.blocks])
+    return view, path.blocks
+
+
+def attention_maps(model: keras.Model, images, batch_size: int = 32) -> list[np.ndarray]:
+    """Attention weights of every Transformer block of a keras_vit model.
+
+    Each block's input is computed by a view of the model (outer input -> block inputs), and
+    the weights by `TransformerBlock.attention_probabilities` from the block's own LayerNorm
+    and query/key projections: softmax(q k^T / sqrt(head_dim)) (paper eq. 2, appendix A).
+    Works for ViTs and hybrids at any (also non-square) resolution, and for a ViT nested
+    inside another model (e.g. after fine-tuning with extra layers); inference mode
+    (no dropout).
+
+    Args:
+        model: a keras_vit model, or a model containing exactly one.
+        images: `(batch, height, width, channels)` array in the form the model's input takes
+            (for a bare keras_vit model: scaled to [-1, 1], see `keras_vit.preprocess_inputs`).
+        batch_size: images per forward pass (default 32).
+
+    Returns:
+        A list with one float32 NumPy array per block, `(batch, num_heads, T, T)`, rows
+        (last axis) summing to 1. T = 1 + grid_h * grid_w with a class token
+        (pooling="token"), grid_h * grid_w without (pooling="gap"); token 0 is the class token.
+
+    Raises:
+        ValueError: if the model holds no (or several) ViT encoders, or `batch_size` is not a
+            positive integer.
+
+    Example:
+    >>> maps = keras_vit.attention_maps(model, images)  # doctest: +SKIP
+    >>> rollout = keras_vit.attention_rollout(maps, model)  # doctest: +SKIP
+    """
+    check_positive_int("batch_size", batch_size)
+    view, blocks = block_inputs_model(model)
+    images = np.asarray(images)
+    chunks = [[] for _ in blocks]
+    for start in range(0, len(images), batch_size):
+        batch = images[start : start + batch_size]
+        inputs = view(batch, training=False)
+        for chunk, block, tokens in zip(chunks, blocks, inputs, strict=True):
+            probs = block.attention_probabilities(tokens)
+            chunk.append(keras.ops.convert_to_numpy(probs).astype(np.float32))
+    logger.debug("attention maps of %d blocks for %d images", len(blocks), len(images))
+    return [np.concatenate(chunk, axis=0) for chunk in chunks]
+
+
+def _select_blocks(blocks, layers) -> list:
+    if layers is None:
+        return list(blocks)
+    if isinstance(layers, (str, numbers.Integral)):
+        layers = [layers]
+    by_name = {block.name: block for block in blocks}
+    chosen = []
+    for item in layers:
+        if isinstance(item, str) and item in by_name:
+            chosen.append(by_name[item])
+        elif (
+            isinstance(item, numbers.Integral)
+            and not isinstance(item, bool)
+            and -len(blocks) <= item < len(blocks)
+        ):
+            chosen.append(blocks[item])
+        else:
+            raise ValueError(
+                "`layers` must hold block indices in "
+                f"[{-len(blocks)}, {len(blocks)}) or block names {sorted(by_name)}. "
+                f"Received: {item!r}"
+            )
+    return chosen
+
+
+def feature_extractor(model: keras.Model, layers=None, name: str | None = None) -> keras.Model:
+    """A `keras.Model` returning the token sequence after chosen blocks, and the pooled feature.
+
+    For linear probes (paper section 4, few-shot / linear evaluation) and dense tasks. The
+    returned model shares the layers (and so the weights) of `model`.
+
+    Args:
+        model: a keras_vit model (ViT or hybrid), or a model containing exactly one.
+        layers: None (default, every block), or an int / name / list of block indices
+            (negative counts from the end) and block names such as "encoderblock_3".
+        name: name of the returned model (default "<model name>_features").
+
+    Returns:
+        A `keras.Model` taking `model`'s input and returning a dict: for each chosen block its
+        name -> `(batch, num_tokens, hidden_dim)` output (before the final `encoder_norm`),
+        and "pooled" -> `(batch, hidden_dim)`, the output of the `pool` layer (the class token
+        or the token mean after `encoder_norm`), when the model has one.
+
+    Raises:
+        ValueError: unknown block names or indices out of range; a model without a ViT
+            encoder.
+    """
+    path = find_encoder(model)
+    chosen = _select_blocks(path.blocks, layers)
+    outputs = {block.name: block.output for block in chosen}
+    pools = [layer for layer in path.host.layers if isinstance(layer, TokenPooling)]
+    if len(pools) == 1:
+        outputs["pooled"] = pools[0].output
+    return sub_graph_model(path, outputs, name=name or f"{model.name}_features")
