@@ -1,6 +1,7 @@
 """keras_vit: the Vision Transformer (Dosovitskiy et al., ICLR 2021) for Keras 3 / TensorFlow."""
 
 from keras_vit import configs, layers
+from keras_vit.hybrid import R26_B32, R26_S32, R50_B16, R50_L32, HybridViT, R_Ti16
 from keras_vit.models import (
     ViT,
     ViT_B8,
@@ -25,6 +26,12 @@ from keras_vit.visualize import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "HybridViT",
+    "R26_B32",
+    "R26_S32",
+    "R50_B16",
+    "R50_L32",
+    "R_Ti16",
     "ViT",
     "ViT_B8",
     "ViT_B16",

@@ -1,0 +1,338 @@
+"""Hybrid ResNet + ViT builders: `HybridViT(...)` and the named hybrids (paper section 3.1).
+
+"As an alternative to raw image patches, the input sequence can be formed from feature maps
+of a CNN" (paper section 3.1, "Hybrid Architecture"). The CNN is the release's BiT-style
+ResNet (weight-standardised convs, GroupNorm; `keras_vit.layers.StdConv2D`,
+`keras_vit.layers.BottleneckUnit`) or any Keras model that returns a feature map. The
+Transformer part, pooling, head and arguments are those of `keras_vit.ViT`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import keras
+
+from keras_vit import configs
+from keras_vit._validation import check_positive_int, to_pair
+from keras_vit.layers import BottleneckUnit, PatchEmbed, StdConv2D
+from keras_vit.models import classification_head, encode_tokens, validate_common
+
+ROOT_WIDTH = 64
+GROUP_NORM_GROUPS = 32
+GROUP_NORM_EPSILON = 1e-6
+
+
+@dataclasses.dataclass(frozen=True)
+class HybridConfig:
+    """Architecture of one named hybrid (vit_facts.md section 1, hybrid table).
+
+    Attributes:
+        resnet_stages: units per ResNet stage; () keeps only the root (conv + max-pool).
+        patch_size: patch side on the ResNet feature map (1, or 8 for R+Ti/16).
+        transformer: key of `configs.VIT_CONFIGS` whose hidden_dim, mlp_dim, num_heads and
+            num_layers the Transformer part uses (sizes defined once).
+        dropout_rate: the release's dropout for this hybrid.
+    """
+
+    resnet_stages: tuple[int, ...]
+    patch_size: int
+    transformer: str
+    dropout_rate: float = 0.0
+
+    def as_kwargs(self) -> dict:
+        """Keyword arguments for `HybridViT`."""
+        vit = configs.get_config(self.transformer)
+        return {
+            "resnet_stages": self.resnet_stages,
+            "patch_size": self.patch_size,
+            "hidden_dim": vit.hidden_dim,
+            "mlp_dim": vit.mlp_dim,
+            "num_heads": vit.num_heads,
+            "num_layers": vit.num_layers,
+            "dropout_rate": self.dropout_rate,
+            "attention_dropout_rate": vit.attention_dropout_rate,
+        }
+
+
+HYBRID_CONFIGS: dict[str, HybridConfig] = {
+    "R+Ti/16": HybridConfig((), 8, "Ti/16"),
+    "R26+S/32": HybridConfig((2, 2, 2, 2), 1, "S/32"),
+    "R26+B/32": HybridConfig((2, 2, 2, 2), 1, "B/32"),
+    "R50+B/16": HybridConfig((3, 4, 9), 1, "B/16", dropout_rate=0.1),
+    "R50+L/32": HybridConfig((3, 4, 6, 3), 1, "L/32", dropout_rate=0.1),
+}
+
+
+def get_hybrid_config(variant: str) -> HybridConfig:
+    """Returns the config of a named hybrid such as ``"R50+B/16"``.
+
+    Raises:
+        ValueError: if `variant` is not a key of ``HYBRID_CONFIGS``.
+    """
+    try:
+        return HYBRID_CONFIGS[variant]
+    except KeyError:
+        raise ValueError(
+            f"Unknown hybrid variant {variant!r}; expected one of {sorted(HYBRID_CONFIGS)}."
+        ) from None
+
+
+def resnet_features(images, *, stages, width=ROOT_WIDTH, groups=GROUP_NORM_GROUPS):
+    """The release's BiT ResNet stem on a symbolic image tensor.
+
+    Root: `conv_root` (StdConv2D 7x7/2) -> `gn_root` -> relu -> 3x3/2 max-pool (stride 4 in
+    all, TF "SAME" padding), then stage s (1-based) of `stages[s - 1]` bottleneck units named
+    `block{s}_unit{u}`, width `width * 2**(s - 1)`, output 4x that; the first unit of stages
+    2+ has stride 2 (on conv2 and the projection).
+
+    Returns:
+        The symbolic feature map `(batch, height / 2**(s + 1), width / 2**(s + 1), channels)`
+        for s stages (Keras' "same" rounding up at each stride).
+    """
+    x = StdConv2D(width, 7, strides=2, name="conv_root")(images)
+    x = keras.layers.GroupNormalization(groups=groups, epsilon=GROUP_NORM_EPSILON, name="gn_root")(
+        x
+    )
+    x = keras.layers.ReLU(name="relu_root")(x)
+    x = keras.layers.MaxPooling2D(3, strides=2, padding="same", name="pool_root")(x)
+    for s, num_units in enumerate(stages, start=1):
+        for u in range(1, num_units + 1):
+            x = BottleneckUnit(
+                width * 2 ** (s - 1),
+                strides=2 if (s > 1 and u == 1) else 1,
+                groups=groups,
+                norm_epsilon=GROUP_NORM_EPSILON,
+                name=f"block{s}_unit{u}",
+            )(x)
+    return x
+
+
+def _check_stages(stages):
+    if not isinstance(stages, (tuple, list)):
+        raise ValueError(
+            "`resnet_stages` must be a tuple of units per stage, e.g. (3, 4, 9). "
+            f"Received: resnet_stages={stages!r}"
+        )
+    for depth in stages:
+        check_positive_int("resnet_stages", depth)
+    return tuple(int(d) for d in stages)
+
+
+def _backbone_features(images, backbone, size, channels):
+    if not isinstance(backbone, keras.Model):
+        raise ValueError(
+            "`backbone` must be a keras.Model that maps images to a feature map "
+            f"(batch, height, width, channels). Received: backbone={backbone!r}"
+        )
+    expected = backbone.inputs[0].shape if backbone.inputs else None
+    if expected is not None and len(expected) == 4:
+        for got, want, what in zip(
+            (*size, channels), expected[1:], ("height", "width", "channels"), strict=True
+        ):
+            if want is not None and got != want:
+                raise ValueError(
+                    f"The backbone expects inputs of shape {tuple(expected)} but the hybrid's "
+                    f"images are {(None, *size, channels)} ({what} {got} != {want}). Pass a "
+                    "matching `image_size`/`channels` or build the backbone with "
+                    "input_shape=(None, None, channels)."
+                )
+    features = backbone(images)
+    if len(features.shape) != 4:
+        raise ValueError(
+            "`backbone` must return a feature map (batch, height, width, channels). "
+            f"Received output shape {tuple(features.shape)}."
+        )
+    return features
+
+
+def _check_feature_grid(features, patch, size):
+    grid = features.shape[1:3]
+    if any(g is None or g % p for g, p in zip(grid, patch, strict=True)):
+        raise ValueError(
+            f"Image size {size} gives a CNN feature map of {tuple(grid)}, which is not "
+            f"divisible by the patch size {patch} on the feature map. Pick an image size whose "
+            "feature map is a multiple of the patch (for the release's ResNet the map is the "
+            "image size divided by its total stride, rounded up at each stride)."
+        )
+
+
+def HybridViT(
+    *,
+    resnet_stages=None,
+    resnet_width=ROOT_WIDTH,
+    resnet_groups=GROUP_NORM_GROUPS,
+    backbone=None,
+    patch_size=1,
+    hidden_dim=768,
+    num_heads=12,
+    mlp_dim=3072,
+    num_layers=12,
+    num_classes=1000,
+    image_size=224,
+    channels=3,
+    include_top=True,
+    pooling="token",
+    representation_size=None,
+    dropout_rate=0.0,
+    attention_dropout_rate=0.0,
+    drop_path_rate=0.0,
+    classifier_activation=None,
+    gelu_approximate=True,
+    layer_norm_epsilon=1e-6,
+    return_sequence=False,
+    weights=None,
+    name="hybrid_vit",
+):
+    """Builds a hybrid CNN + Vision Transformer as a functional `keras.Model`.
+
+    Paper: https://arxiv.org/abs/2010.11929, section 3.1 "Hybrid Architecture". The CNN is
+    either the release's BiT ResNet (`resnet_stages`; layer names `conv_root`, `gn_root`,
+    `block{s}_unit{u}` mirror the official checkpoint, so `keras_vit.checkpoints.load_npz`
+    maps them) or any `backbone` model returning a feature map. Its feature map is cut into
+    `patch_size` patches by `embedding` (a `PatchEmbed`), and the tokens go through the same
+    encoder, pooling and head as `keras_vit.ViT`. The token grid is read from the real
+    feature-map shape, so any image size (square or not) whose map divides by the patch works:
+    R50+B/16 gives 14x14 tokens at 224, 24x24 at 384, 20x14 at (320, 224).
+
+    Args:
+        resnet_stages: units per ResNet stage, e.g. (3, 4, 9) (R50+B/16); () keeps only the
+            root (conv 7x7/2, GroupNorm, relu, max-pool 3x3/2). None (default) means (3, 4, 9)
+            without a backbone. Not allowed together with `backbone`.
+        resnet_width: root and first-stage width (64 in the release; stage s has
+            `resnet_width * 2**(s - 1)` bottleneck channels, 4x that out).
+        resnet_groups: GroupNorm groups (32 in the release); must divide `resnet_width`.
+        backbone: a `keras.Model` mapping `(batch, H, W, channels)` images to a feature map
+            `(batch, h, w, c)`, used instead of the built-in ResNet (e.g. a
+            `keras.applications.ResNet50(include_top=False, weights=None)` cut at a named
+            layer). It receives the model's `images` input as they are (in [-1, 1]); put any
+            preprocessing it needs inside it. Its weights are not covered by `load_npz`.
+        patch_size: int or (height, width) patch on the feature map. Default 1.
+        hidden_dim, num_heads, mlp_dim, num_layers, gelu_approximate, layer_norm_epsilon:
+            the Transformer, as in `keras_vit.ViT`.
+        num_classes, image_size, channels, include_top, pooling, representation_size,
+        dropout_rate, attention_dropout_rate, drop_path_rate, classifier_activation,
+        return_sequence, weights, name: as in `keras_vit.ViT`.
+
+    Inputs:
+        `images`: `(batch, height, width, channels)` scaled to [-1, 1]
+        (see `keras_vit.preprocess_inputs`).
+
+    Returns:
+        A `keras.Model`. Logits `(batch, num_classes)` are float32 under every dtype policy.
+
+    Raises:
+        ValueError: a feature map not divisible by the patch, `backbone` with
+            `resnet_stages`, a backbone that is not a keras.Model or does not return a 4-D
+            map, hidden_dim not divisible by num_heads, unknown pooling, non-positive sizes,
+            rates outside [0, 1).
+    """
+    patch = to_pair("patch_size", patch_size)
+    size = to_pair("image_size", image_size)
+    for arg, value in (
+        ("hidden_dim", hidden_dim),
+        ("num_heads", num_heads),
+        ("mlp_dim", mlp_dim),
+        ("num_layers", num_layers),
+        ("channels", channels),
+        ("resnet_width", resnet_width),
+        ("resnet_groups", resnet_groups),
+    ):
+        check_positive_int(arg, value)
+    if hidden_dim % num_heads:
+        raise ValueError(
+            f"hidden_dim must be divisible by num_heads. Received: hidden_dim={hidden_dim}, "
+            f"num_heads={num_heads}"
+        )
+    if resnet_width % resnet_groups:
+        raise ValueError(
+            "`resnet_width` must be divisible by `resnet_groups` (GroupNorm). "
+            f"Received: resnet_width={resnet_width}, resnet_groups={resnet_groups}"
+        )
+    if backbone is not None and resnet_stages is not None:
+        raise ValueError(
+            "Pass either `backbone` (your own CNN) or `resnet_stages` (the built-in ResNet), "
+            f"not both. Received: resnet_stages={resnet_stages!r}, backbone={backbone!r}"
+        )
+    if backbone is None:
+        stages = _check_stages((3, 4, 9) if resnet_stages is None else resnet_stages)
+    validate_common(
+        num_classes,
+        pooling,
+        representation_size,
+        include_top,
+        return_sequence,
+        {
+            "dropout_rate": dropout_rate,
+            "attention_dropout_rate": attention_dropout_rate,
+            "drop_path_rate": drop_path_rate,
+        },
+    )
+
+    images = keras.Input((*size, channels), name="images")
+    if backbone is None:
+        features = resnet_features(images, stages=stages, width=resnet_width, groups=resnet_groups)
+    else:
+        features = _backbone_features(images, backbone, size, channels)
+    _check_feature_grid(features, patch, size)
+    tokens = PatchEmbed(patch, hidden_dim, name="embedding")(features)
+    sequence = encode_tokens(
+        tokens,
+        num_heads=num_heads,
+        mlp_dim=mlp_dim,
+        num_layers=num_layers,
+        pooling=pooling,
+        dropout_rate=dropout_rate,
+        attention_dropout_rate=attention_dropout_rate,
+        drop_path_rate=drop_path_rate,
+        layer_norm_epsilon=layer_norm_epsilon,
+        gelu_approximate=gelu_approximate,
+    )
+    outputs = classification_head(
+        sequence,
+        pooling=pooling,
+        include_top=include_top,
+        return_sequence=return_sequence,
+        num_classes=num_classes,
+        representation_size=representation_size,
+        classifier_activation=classifier_activation,
+    )
+    model = keras.Model(images, outputs, name=name)
+    if weights is not None:
+        from keras_vit.checkpoints import load_weights_argument
+
+        load_weights_argument(model, weights)
+    return model
+
+
+def _named_hybrid(variant: str, function_name: str):
+    """Makes the thin shortcut `R50_B16` etc. for one row of `HYBRID_CONFIGS`."""
+    config = get_hybrid_config(variant)
+    arch = config.as_kwargs()
+
+    def builder(num_classes=1000, image_size=224, **kwargs):
+        arguments = {**arch, "name": function_name.lower(), **kwargs}
+        return HybridViT(num_classes=num_classes, image_size=image_size, **arguments)
+
+    stages = arch["resnet_stages"] or "none (root only)"
+    builder.__name__ = builder.__qualname__ = function_name
+    builder.__doc__ = (
+        f"{variant} hybrid: ResNet stages {stages}, patch {config.patch_size} on the feature "
+        f"map, hidden_dim {arch['hidden_dim']}, mlp_dim {arch['mlp_dim']}, "
+        f"{arch['num_heads']} heads, {arch['num_layers']} layers (paper section 3.1, "
+        f"official release). Default dropout_rate {config.dropout_rate} (the release's).\n\n"
+        "Takes the arguments of `keras_vit.HybridViT` (`num_classes`, `image_size`, "
+        "`channels`, `include_top`, `pooling`, `representation_size`, `dropout_rate`, "
+        "`attention_dropout_rate`, `drop_path_rate`, `classifier_activation`, `weights`, "
+        "`name`, ...); any architecture field may be overridden too.\n\n"
+        "Returns:\n    A functional `keras.Model` with input `images` "
+        "`(batch, height, width, channels)` in [-1, 1].\n"
+    )
+    return builder
+
+
+R_Ti16 = _named_hybrid("R+Ti/16", "R_Ti16")
+R26_S32 = _named_hybrid("R26+S/32", "R26_S32")
+R26_B32 = _named_hybrid("R26+B/32", "R26_B32")
+R50_B16 = _named_hybrid("R50+B/16", "R50_B16")
+R50_L32 = _named_hybrid("R50+L/32", "R50_L32")
