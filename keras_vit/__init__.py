@@ -1,6 +1,8 @@
 """keras_vit: the Vision Transformer (Dosovitskiy et al., ICLR 2021) for Keras 3 / TensorFlow."""
 
-from keras_vit import configs, layers
+from keras_vit import checkpoints, configs, layers
+from keras_vit.checkpoints import load_npz, save_npz
+from keras_vit.finetune import finetune
 from keras_vit.hybrid import R26_B32, R26_S32, R50_B16, R50_L32, HybridViT, R_Ti16
 from keras_vit.models import (
     ViT,
@@ -15,6 +17,7 @@ from keras_vit.models import (
     ViT_Ti16,
 )
 from keras_vit.export import export_saved_model
+from keras_vit.position_embeddings import resize_position_embeddings
 from keras_vit.preprocessing import preprocess_inputs
 from keras_vit.visualize import (
     attention_maps,
@@ -42,7 +45,12 @@ __all__ = [
     "ViT_S16",
     "ViT_S32",
     "ViT_Ti16",
+    "checkpoints",
     "configs",
+    "finetune",
+    "load_npz",
+    "resize_position_embeddings",
+    "save_npz",
     "export_saved_model",
     "layers",
     "preprocess_inputs",

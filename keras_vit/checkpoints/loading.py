@@ -1,0 +1,330 @@
+"""`load_npz` / `save_npz`: official `.npz` checkpoints in and out of keras_vit models.
+
+Loading is a short pipeline of named steps, each logging what it did (as big_vision does):
+read the file safely -> normalise legacy layouts -> map model variables to official keys ->
+decide what to skip (head, pre_logits) -> resize the position table if the grid differs ->
+check missing / unexpected / mismatched keys (all reported in one error) -> assign.
+Nothing is assigned unless every check passes, so a failed load never leaves a partly
+loaded model.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+
+import keras
+import numpy as np
+
+from keras_vit._validation import check_choice
+from keras_vit.checkpoints import architecture, registry
+from keras_vit.checkpoints.layouts import PLAIN_POSITION_KEY, normalise_layout
+from keras_vit.checkpoints.naming import official_variables
+from keras_vit.checkpoints.npz_io import CheckpointError, read_npz, write_npz
+from keras_vit.position_embeddings import RESIZE_METHODS, resize_position_embeddings, square_grid
+
+logger = logging.getLogger(__name__)
+
+HEAD_MODES = ("load", "skip", "auto")
+_LIST_LIMIT = 12
+
+
+@dataclasses.dataclass
+class LoadReport:
+    """What `load_npz` did.
+
+    Attributes:
+        path: the file read.
+        loaded: official keys assigned to the model.
+        skipped: file keys deliberately not loaded (`skip`, the head, dropped pre_logits).
+        missing: model keys absent from the file (empty unless strict=False).
+        unexpected: file keys the model has no variable for (empty unless strict=False).
+        mismatched: "key: file shape vs model shape" lines (empty unless strict=False).
+        resized_grid: `(old_grid, new_grid)` when the position table was resized, else None.
+        layout_steps: the layout normalisations applied (e.g. "stripped the prefix ...").
+    """
+
+    path: str
+    loaded: list = dataclasses.field(default_factory=list)
+    skipped: list = dataclasses.field(default_factory=list)
+    missing: list = dataclasses.field(default_factory=list)
+    unexpected: list = dataclasses.field(default_factory=list)
+    mismatched: list = dataclasses.field(default_factory=list)
+    resized_grid: tuple | None = None
+    layout_steps: list = dataclasses.field(default_factory=list)
+
+
+def _under(key: str, prefixes) -> bool:
+    return any(key == p or key.startswith(p.rstrip("/") + "/") for p in prefixes)
+
+
+def _format_list(title: str, items) -> str:
+    items = list(items)
+    shown = ", ".join(items[:_LIST_LIMIT])
+    more = f", ... and {len(items) - _LIST_LIMIT} more" if len(items) > _LIST_LIMIT else ""
+    return f"\n  {title} ({len(items)}): {shown}{more}"
+
+
+def _skip_prefixes(arrays, variables, skip, head):
+    """Prefixes of keys not to load: `skip`, the head per `head`, pre_logits the model lacks."""
+    prefixes = list(skip)
+    file_has_pre_logits = any(k.startswith("pre_logits/") for k in arrays)
+    if file_has_pre_logits and "pre_logits/kernel" not in variables and "pre_logits" not in skip:
+        prefixes.append("pre_logits")
+        note = ""
+        if head != "skip" and "head/kernel" in variables and not _under("head", prefixes):
+            prefixes.append("head")
+            note = (
+                " Its head was trained on top of pre_logits, so it is not loaded either; the "
+                "model keeps its own (zero-initialised) head."
+            )
+        logger.warning(
+            "The checkpoint has a pre_logits (representation) layer but the model has none "
+            "(representation_size=None): pre_logits is dropped, as the release does for "
+            "fine-tuning.%s Build the model with representation_size=%d to use it.",
+            note,
+            arrays["pre_logits/kernel"].shape[-1] if "pre_logits/kernel" in arrays else -1,
+        )
+    if head == "skip":
+        prefixes.append("head")
+    elif head == "auto" and not _under("head", prefixes):
+        for key in ("head/kernel", "head/bias"):
+            if key in arrays and key in variables:
+                if tuple(arrays[key].shape) != tuple(variables[key].shape):
+                    logger.info(
+                        "Head not loaded: the checkpoint's %s is %s, the model's %s; the "
+                        "model keeps its own (zero-initialised) head.",
+                        key,
+                        tuple(arrays[key].shape),
+                        tuple(variables[key].shape),
+                    )
+                    prefixes.append("head")
+                    break
+    return prefixes
+
+
+def _fit_position_table(model, table, variable, method, source_grid):
+    """Resizes the file's position table to the model's grid when they differ.
+
+    Returns `(table, (old_grid, new_grid) or None)`; a table that cannot be matched is
+    returned unchanged and then reported as a shape mismatch.
+    """
+    target = tuple(variable.shape)
+    if table.ndim != 3 or len(target) != 3 or table.shape[-1] != target[-1]:
+        return table, None
+    if table.shape[1] == target[1] and source_grid is None:
+        return table, None
+    prefix = architecture.num_prefix_tokens(model)
+    new_grid = architecture.patch_grid(model)
+    if prefix + new_grid[0] * new_grid[1] != target[1]:
+        return table, None
+    if source_grid is None:
+        try:
+            old_grid = square_grid(table.shape[1] - prefix)
+        except ValueError as error:
+            raise CheckpointError(
+                f"The checkpoint's position table has {table.shape[1]} rows; with "
+                f"{prefix} class-token row(s) (from the model) the rest is not a square grid. "
+                f"Pass source_grid=(rows, cols). ({error})"
+            ) from None
+    else:
+        old_grid = tuple(source_grid)
+    if tuple(old_grid) == tuple(new_grid):
+        return table, None
+    resized = resize_position_embeddings(table, old_grid, new_grid, prefix, method)
+    return resized, (tuple(old_grid), tuple(new_grid))
+
+
+def load_npz(
+    model,
+    path,
+    *,
+    strict: bool = True,
+    skip=(),
+    head: str = "load",
+    resize_method: str = "bilinear",
+    source_grid=None,
+) -> LoadReport:
+    """Loads an official ViT `.npz` checkpoint (vit_facts.md section 3) into a keras_vit model.
+
+    Handles every layout real files have: plain keys, an `opt/target/` prefix, big_vision
+    `params/` files (top-level `pos_embedding`, sub-layers numbered from 0, "scanned" blocks
+    stacked on a leading axis), GroupNorm arrays stored as (1, 1, 1, C), optional
+    `pre_logits`, heads of any size. A position table for another grid is resized to the
+    model's (one INFO line "... grid a x b -> c x d ..."; nothing when grids match); the class
+    token row is taken from the model's config (its `cls` layer), never guessed.
+
+    If the file has `pre_logits` and the model has none, pre_logits and the head trained on it
+    are dropped with a warning (the release's fine-tuning behaviour). The opposite (the model
+    has `pre_logits`, the file not) is a missing-key error.
+
+    Args:
+        model: a keras_vit ViT or hybrid model, or a keras.Model that contains one.
+        path: local `.npz` path.
+        strict: if True (default), any missing, unexpected or shape-mismatched key raises one
+            `CheckpointError` listing them all, and nothing is loaded. If False, they are
+            logged as a warning and the matching keys are loaded.
+        skip: official key prefixes not to load (e.g. `("head",)`); they keep their values.
+        head: "load" (default; the head must match), "skip" (keep the model's head), or
+            "auto" (load it when its shape fits, else keep the model's head; what
+            `weights=` uses).
+        resize_method: "bilinear" (release, default) or "bicubic" (timm); see
+            `keras_vit.resize_position_embeddings`.
+        source_grid: (rows, cols) of the file's position table when it is not square.
+
+    Returns:
+        A `LoadReport`.
+
+    Raises:
+        FileNotFoundError: `path` does not exist.
+        CheckpointError (a ValueError): an unreadable, truncated or pickled file, object
+            arrays, or (strict) keys that do not fit; the message names every key.
+        ValueError: a bad `head` or `resize_method`.
+    """
+    check_choice("head", head, HEAD_MODES)
+    check_choice("resize_method", resize_method, RESIZE_METHODS)
+    path = os.fspath(path)
+    variables, unnamed = official_variables(model)
+    if unnamed:
+        logger.warning("Weights without an official checkpoint name keep their values: %s", unnamed)
+    arrays, steps = normalise_layout(read_npz(path))
+    skip = _skip_prefixes(arrays, variables, tuple(skip), head)
+    resized = None
+    if PLAIN_POSITION_KEY in arrays and PLAIN_POSITION_KEY in variables:
+        if not _under(PLAIN_POSITION_KEY, skip):
+            arrays[PLAIN_POSITION_KEY], resized = _fit_position_table(
+                model,
+                arrays[PLAIN_POSITION_KEY],
+                variables[PLAIN_POSITION_KEY],
+                resize_method,
+                source_grid,
+            )
+    report = LoadReport(path=path, resized_grid=resized, layout_steps=steps)
+    report.skipped = [k for k in arrays if _under(k, skip)]
+    expected = [k for k in variables if not _under(k, skip)]
+    provided = {k for k in arrays if not _under(k, skip)}
+    report.missing = [k for k in expected if k not in provided]
+    report.unexpected = sorted(provided.difference(variables))
+    fits = []
+    for key in expected:
+        if key not in provided:
+            continue
+        file_shape, model_shape = tuple(arrays[key].shape), tuple(variables[key].shape)
+        if file_shape == model_shape:
+            fits.append(key)
+        else:
+            report.mismatched.append(f"{key}: file {file_shape} vs model {model_shape}")
+    problems = ""
+    if report.missing:
+        problems += _format_list("missing in the file", report.missing)
+    if report.unexpected:
+        problems += _format_list("unexpected in the file", report.unexpected)
+    if report.mismatched:
+        problems += _format_list("shape mismatch", report.mismatched)
+    if problems and strict:
+        raise CheckpointError(
+            f"Checkpoint {path} does not fit the model {model.name!r}:{problems}\n"
+            "Nothing was loaded. Use skip=[...] or head='skip' to leave keys out, or "
+            "strict=False to load what fits."
+        )
+    if problems:
+        logger.warning("Checkpoint %s loaded partially:%s", path, problems)
+    for key in fits:
+        variable = variables[key]
+        variable.assign(np.asarray(arrays[key], dtype=variable.dtype))
+    report.loaded = fits
+    if resized is not None:
+        (old_rows, old_cols), (new_rows, new_cols) = resized
+        logger.info(
+            "Position embeddings resized from grid %dx%d to %dx%d (%s, %d -> %d rows).",
+            old_rows,
+            old_cols,
+            new_rows,
+            new_cols,
+            resize_method,
+            architecture.num_prefix_tokens(model) + old_rows * old_cols,
+            variables[PLAIN_POSITION_KEY].shape[1],
+        )
+    logger.debug("Loaded %d arrays from %s", len(fits), path)
+    return report
+
+
+def save_npz(model, path) -> dict[str, tuple]:
+    """Writes a keras_vit model's weights as an official `.npz` (vit_facts.md section 3).
+
+    The file has the release's flat keys and shapes (float32), so the JAX release and timm's
+    npz loader read it. It is written to a temporary file in the same folder and renamed
+    into place.
+
+    Args:
+        model: a keras_vit ViT or hybrid model, or a keras.Model that contains one.
+        path: destination path (used as given).
+
+    Returns:
+        `{official_key: shape}` of what was written.
+
+    Raises:
+        CheckpointError: if the model has weights no official key covers (e.g. extra layers).
+    """
+    variables, unnamed = official_variables(model)
+    if unnamed:
+        raise CheckpointError(
+            f"Cannot save {model.name!r} in the official layout: these weights have no "
+            f"official key: {unnamed}."
+        )
+    arrays = {
+        key: np.asarray(keras.ops.convert_to_numpy(variable), dtype=np.float32)
+        for key, variable in variables.items()
+    }
+    write_npz(path, arrays)
+    return {key: array.shape for key, array in arrays.items()}
+
+
+def load_weights_argument(model, weights, *, base_url=None, cache_dir=None) -> LoadReport:
+    """Applies a builder's `weights=` argument to a freshly built model.
+
+    Args:
+        model: the built keras_vit model.
+        weights: a local `.npz` path; a published name ("ViT-B_16", "imagenet21k/ViT-B_16",
+            "imagenet21k+imagenet2012/ViT-L_16-224", "augreg/<file>"); or "imagenet21k" /
+            "imagenet21k+imagenet2012", resolved to the file of the model's architecture.
+        base_url, cache_dir: see `keras_vit.checkpoints.resolve_checkpoint`.
+
+    Returns:
+        The `LoadReport` of `load_npz(..., head="auto")`: a head of another size stays
+        zero-initialised, the position table is resized to the model's image size.
+
+    Raises:
+        ValueError: neither an existing file nor a known name, or a published checkpoint of
+            another architecture.
+        OSError: a download that failed (the message says where to put the file by hand).
+    """
+    if isinstance(weights, os.PathLike):
+        weights = os.fspath(weights)
+    if not isinstance(weights, str):
+        raise ValueError(
+            "`weights` must be None, a path to an .npz checkpoint or a published checkpoint "
+            f"name. Received: weights={weights!r}"
+        )
+    if os.path.isfile(weights):
+        return load_npz(model, weights, head="auto")
+    model_name = architecture.release_model_name(model)
+    if registry.is_collection_name(weights):
+        entry = registry.collection_entry(weights, model_name)
+    else:
+        entry = registry.lookup(weights)
+        if entry is None:
+            raise ValueError(
+                f"weights={weights!r} is neither an existing file nor a published checkpoint "
+                f"name. Known names: {', '.join(sorted(registry.PUBLISHED_CHECKPOINTS))}, "
+                "'imagenet21k', 'imagenet21k+imagenet2012', 'augreg/<file>'."
+            )
+        known = {e.model for e in registry.PUBLISHED_CHECKPOINTS.values()}
+        if entry.model in known and model_name is not None and entry.model != model_name:
+            raise ValueError(
+                f"weights={weights!r} is a {entry.model} checkpoint but the model is a "
+                f"{model_name}."
+            )
+    local = registry.resolve_checkpoint(entry, base_url=base_url, cache_dir=cache_dir)
+    return load_npz(model, local, head="auto")

@@ -1,0 +1,111 @@
+"""Safe reading and atomic writing of `.npz` checkpoint files (flat keys joined by "/").
+
+Reading never unpickles (`allow_pickle=False`): object arrays, pickled payloads, files that
+are not zip archives and truncated archives all raise `CheckpointError` naming the file and
+the array. Writing goes to a temporary file in the destination folder, then `os.replace`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+import zipfile
+import zlib
+
+import numpy as np
+
+logger = logging.getLogger(__name__)
+
+
+class CheckpointError(ValueError):
+    """A checkpoint file that cannot be read, or that does not fit the model."""
+
+
+def _read_member(archive, path, key):
+    try:
+        array = archive[key]
+    except ValueError as error:  # object arrays / pickled members with allow_pickle=False
+        raise CheckpointError(
+            f"Array {key!r} in {path} holds Python objects (dtype=object), which would need "
+            f"unpickling; checkpoints must contain numeric arrays only. ({error})"
+        ) from None
+    except (zipfile.BadZipFile, EOFError, OSError, zlib.error, KeyError) as error:
+        raise CheckpointError(
+            f"Array {key!r} in {path} cannot be read; the file is truncated or corrupt "
+            f"({type(error).__name__}: {error})."
+        ) from None
+    if not isinstance(array, np.ndarray) or array.dtype.kind not in "fiub":
+        raise CheckpointError(
+            f"Array {key!r} in {path} has dtype {getattr(array, 'dtype', type(array))}; "
+            "expected a numeric (float) array."
+        )
+    return array
+
+
+def read_npz(path) -> dict[str, np.ndarray]:
+    """Reads every array of an `.npz` file into a dict, without unpickling anything.
+
+    Args:
+        path: a local file path (str or os.PathLike).
+
+    Returns:
+        `{key: array}` with the file's own keys and dtypes, in the file's order.
+
+    Raises:
+        FileNotFoundError: if `path` does not exist.
+        CheckpointError: not a zip-based npz (e.g. a pickle or a single `.npy`), a truncated
+            or corrupt archive, an object array, or a non-numeric array.
+    """
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"Checkpoint file not found: {path}")
+    try:
+        archive = np.load(path, allow_pickle=False)
+    except ValueError as error:  # numpy refuses pickled content
+        raise CheckpointError(
+            f"{path} is not an .npz archive of arrays (numpy refused to unpickle it: {error})."
+        ) from None
+    except (zipfile.BadZipFile, EOFError, OSError) as error:
+        raise CheckpointError(
+            f"{path} is not a readable .npz archive; it may be truncated or corrupt "
+            f"({type(error).__name__}: {error})."
+        ) from None
+    if not isinstance(archive, np.lib.npyio.NpzFile):
+        raise CheckpointError(
+            f"{path} holds a single .npy array, not an .npz archive of named arrays."
+        )
+    with archive:
+        arrays = {key: _read_member(archive, path, key) for key in archive.files}
+    logger.debug("Read %d arrays from %s", len(arrays), path)
+    return arrays
+
+
+def write_npz(path, arrays: dict[str, np.ndarray]) -> None:
+    """Writes `arrays` to `path` as an uncompressed `.npz`, atomically.
+
+    The data goes to a temporary file in the same folder, which is then renamed over `path`
+    (`os.replace`), so a crash never leaves a half-written checkpoint under the final name.
+    The name is used as given (no ".npz" is appended).
+
+    Raises:
+        ValueError: if a key is empty or an array is not numeric.
+    """
+    path = os.fspath(path)
+    for key, array in arrays.items():
+        if not key or np.asarray(array).dtype.kind not in "fiub":
+            raise ValueError(f"Cannot write array {key!r}: keys must be non-empty and numeric.")
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(
+        dir=folder, prefix="." + os.path.basename(path), suffix=".tmp"
+    )
+    try:
+        with os.fdopen(handle, "wb") as stream:
+            np.savez(stream, **arrays)
+        os.replace(temporary, path)
+    except BaseException:
+        if os.path.exists(temporary):
+            os.remove(temporary)
+        raise
+    logger.debug("Wrote %d arrays to %s", len(arrays), path)

@@ -1,0 +1,134 @@
+"""`finetune`: a pre-trained keras_vit model prepared for a new task (paper section 3.2).
+
+"When feeding images of higher resolution, we keep the patch size the same ... We therefore
+perform 2D interpolation of the pre-trained position embeddings" and "we remove the
+pre-trained prediction head and attach a zero-initialized D x K feedforward layer" (paper
+section 3.2; vit_facts.md section 4).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import keras
+
+from keras_vit._validation import check_positive_int, to_pair
+from keras_vit.checkpoints.architecture import num_prefix_tokens, patch_grid
+from keras_vit.position_embeddings import resize_position_embeddings
+
+logger = logging.getLogger(__name__)
+
+_POSITION_LAYER = "posembed_input"
+_REPLACED = ("pre_logits", "head")
+
+
+def _check_model(model):
+    names = {layer.name for layer in model.layers}
+    needed = {"embedding", _POSITION_LAYER, "pool"}
+    if not needed <= names:
+        raise ValueError(
+            "finetune needs a keras_vit classification model (ViT or hybrid) with the layers "
+            f"{sorted(needed)}; model {model.name!r} lacks {sorted(needed - names)}. "
+            "(Models built with return_sequence=True cannot be fine-tuned this way.)"
+        )
+
+
+def _rebuild(model, image_size):
+    """A fresh copy of the model's graph for `image_size` (new, untied variables)."""
+    input_shape = model.inputs[0].shape
+    if image_size is None:
+        size = (input_shape[1], input_shape[2])
+    else:
+        size = to_pair("image_size", image_size)
+    images = keras.Input((*size, input_shape[3]), name=model.inputs[0].name)
+    return keras.models.clone_model(model, input_tensors=images)
+
+
+def _copy_body(source, target, method):
+    """Copies every body weight; resizes the position table when the grid changed."""
+    for layer in target.layers:
+        if not layer.weights or layer.name in _REPLACED:
+            continue
+        values = source.get_layer(layer.name).get_weights()
+        if layer.name == _POSITION_LAYER:
+            old, new = patch_grid(source), patch_grid(target)
+            if old != new:
+                values = [
+                    resize_position_embeddings(
+                        values[0], old, new, num_prefix_tokens(source), method
+                    )
+                ]
+                logger.info(
+                    "Position embeddings resized from grid %dx%d to %dx%d (%s).",
+                    *old,
+                    *new,
+                    method,
+                )
+        layer.set_weights(values)
+
+
+def finetune(
+    model,
+    num_classes,
+    image_size=None,
+    representation_size=None,
+    *,
+    resize_method="bilinear",
+):
+    """Returns a new model with `model`'s pre-trained body and a zero-initialised head.
+
+    Works on every keras_vit ViT and hybrid classification model. The source model is not
+    changed and shares no variables with the result.
+
+    Args:
+        model: a keras_vit model with a `pool` layer (include_top True or False).
+        num_classes: classes K of the new head, a zero-initialised D x K (or R x K) dense.
+        image_size: int or (height, width) for the new model; None keeps the current size.
+            With another size (same patch) the position table is resized (class-token row
+            unchanged; see `keras_vit.resize_position_embeddings`).
+        representation_size: None (default) drops `pre_logits`, as the release does for
+            fine-tuning. The current `pre_logits` width keeps the pre-trained layer; another
+            width adds a freshly initialised `pre_logits` (dense + tanh).
+        resize_method: "bilinear" (release, default) or "bicubic".
+
+    Returns:
+        A functional `keras.Model` with input `images` `(batch, height, width, channels)`
+        and logits `(batch, num_classes)` in float32; the head keeps the source head's
+        activation (None when the source had no head).
+
+    Raises:
+        ValueError: bad `num_classes`, `image_size` or `representation_size`, an image size
+            not divisible by the patch, or a model that is not a keras_vit classifier.
+    """
+    check_positive_int("num_classes", num_classes)
+    if representation_size is not None:
+        check_positive_int("representation_size", representation_size)
+    _check_model(model)
+    clone = _rebuild(model, image_size)
+    _copy_body(model, clone, resize_method)
+
+    x = clone.get_layer("pool").output
+    names = {layer.name for layer in model.layers}
+    if representation_size is not None:
+        pre_logits = None
+        if "pre_logits" in names:
+            pre_logits = clone.get_layer("pre_logits")
+            if pre_logits.units == representation_size:
+                pre_logits.set_weights(model.get_layer("pre_logits").get_weights())
+            else:
+                pre_logits = None
+        if pre_logits is None:
+            pre_logits = keras.layers.Dense(
+                representation_size, activation="tanh", name="pre_logits"
+            )
+        x = pre_logits(x)
+    activation = model.get_layer("head").activation if "head" in names else None
+    logits = keras.layers.Dense(
+        num_classes,
+        activation=activation,
+        kernel_initializer="zeros",
+        bias_initializer="zeros",
+        dtype="float32",
+        name="head",
+    )(x)
+    return keras.Model(clone.inputs, logits, name=model.name)

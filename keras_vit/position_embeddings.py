@@ -1,0 +1,170 @@
+"""Resizing a learned position table to another patch grid (paper section 3.2, appendix B.1.1).
+
+"We perform 2D interpolation of the pre-trained position embeddings, according to their
+location in the original image" (paper section 3.2). The grid part of the table (every row
+after the prefix tokens) is reshaped row-major to `(rows, cols, D)`, resized, and flattened
+back; prefix rows (the class token) are kept bit for bit. Done once, in NumPy, outside any
+graph, so the resized model compiles under XLA and runs on TPU with static shapes.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import numpy as np
+
+from keras_vit._validation import check_choice, to_pair
+
+RESIZE_METHODS = ("bilinear", "bicubic")
+
+# Keys' cubic convolution parameter used by PIL, tf.image.resize and timm's antialiased
+# bicubic resize (Keys 1981).
+_KEYS_A = -0.5
+
+
+def _linear_weights_corner_aligned(old: int, new: int) -> np.ndarray:
+    """(new, old) matrix of linear interpolation with aligned corners.
+
+    Output sample i sits at input coordinate i * (old - 1) / (new - 1), as in
+    `scipy.ndimage.zoom(..., order=1)` (grid_mode=False) which the JAX release uses; a single
+    output sample sits at coordinate 0.
+    """
+    step = (old - 1) / (new - 1) if new > 1 else 0.0
+    coords = np.arange(new, dtype=np.float64) * step
+    low = np.clip(np.floor(coords).astype(np.int64), 0, old - 1)
+    high = np.minimum(low + 1, old - 1)
+    frac = coords - low
+    weights = np.zeros((new, old), np.float64)
+    rows = np.arange(new)
+    np.add.at(weights, (rows, low), 1.0 - frac)
+    np.add.at(weights, (rows, high), frac)
+    return weights
+
+
+def _keys_cubic(x: np.ndarray) -> np.ndarray:
+    """Keys' cubic convolution kernel with a = -0.5 (support [-2, 2])."""
+    a = _KEYS_A
+    x = np.abs(x)
+    near = ((a + 2) * x - (a + 3)) * x * x + 1
+    far = ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
+    return np.where(x <= 1, near, np.where(x < 2, far, 0.0))
+
+
+def _cubic_weights_half_pixel(old: int, new: int) -> np.ndarray:
+    """(new, old) matrix of antialiased bicubic resampling with half-pixel centres.
+
+    Output sample i sits at input coordinate (i + 0.5) * old / new - 0.5. When shrinking the
+    kernel is stretched by old / new (antialiasing). Taps outside the input are dropped and
+    the remaining weights renormalised, as PIL, `tf.image.resize(antialias=True)` and timm
+    (`F.interpolate(mode="bicubic", antialias=True)`) do.
+    """
+    scale = old / new
+    support = max(scale, 1.0)
+    centres = (np.arange(new, dtype=np.float64) + 0.5) * scale - 0.5
+    taps = np.arange(old, dtype=np.float64)
+    weights = _keys_cubic((taps[None, :] - centres[:, None]) / support)
+    return weights / weights.sum(axis=1, keepdims=True)
+
+
+def _axis_weights(old: int, new: int, method: str) -> np.ndarray:
+    if old == new:
+        return np.eye(new, dtype=np.float64)
+    if method == "bilinear":
+        return _linear_weights_corner_aligned(old, new)
+    return _cubic_weights_half_pixel(old, new)
+
+
+def resize_grid(grid: np.ndarray, new_grid, method: str = "bilinear") -> np.ndarray:
+    """Resizes a `(rows, cols, channels)` array to `(new_rows, new_cols, channels)`.
+
+    Separable: `W_rows @ grid @ W_cols^T` per channel, computed in float64.
+    """
+    rows = _axis_weights(grid.shape[0], new_grid[0], method)
+    cols = _axis_weights(grid.shape[1], new_grid[1], method)
+    return np.einsum("ir,rcd,jc->ijd", rows, grid.astype(np.float64), cols, optimize=True)
+
+
+def square_grid(num_grid_tokens: int) -> tuple[int, int]:
+    """The (g, g) grid of a table with `num_grid_tokens` = g * g rows.
+
+    Raises:
+        ValueError: if `num_grid_tokens` is not a perfect square.
+    """
+    side = math.isqrt(num_grid_tokens)
+    if side * side != num_grid_tokens:
+        raise ValueError(
+            f"A position table with {num_grid_tokens} grid rows is not a square grid; pass "
+            "its (rows, cols) grid explicitly."
+        )
+    return side, side
+
+
+def resize_position_embeddings(
+    table,
+    old_grid,
+    new_grid,
+    num_prefix_tokens: int,
+    method: Literal["bilinear", "bicubic"] = "bilinear",
+) -> np.ndarray:
+    """Resizes a ViT position table from one patch grid to another.
+
+    Source: the JAX release's `checkpoint.load_pretrained` (vit_facts.md section 4), and
+    timm's `resample_abs_pos_embed` for the bicubic option.
+
+    Args:
+        table: `(1, num_prefix_tokens + rows * cols, hidden_dim)` or
+            `(num_prefix_tokens + rows * cols, hidden_dim)`, any real dtype; grid rows in
+            row-major order.
+        old_grid: int or (rows, cols) of `table`.
+        new_grid: int or (rows, cols) wanted; non-square both ways.
+        num_prefix_tokens: rows before the grid (1 with a class token, 0 for "gap" models).
+            Take it from the model config, never from the row count.
+        method: "bilinear" (default): corner-aligned linear interpolation, identical to the
+            release's `scipy.ndimage.zoom(order=1)`; "bicubic": half-pixel Keys cubic
+            (a = -0.5) with antialiasing when shrinking, as timm.
+
+    Returns:
+        A float32 NumPy array of the input's rank with `num_prefix_tokens + new_rows *
+        new_cols` rows. Prefix rows are copied unchanged; an identity resize returns an exact
+        copy. Interpolation runs in float64 whatever the Keras dtype policy.
+
+    Raises:
+        ValueError: a table that is not rank 2 or 3 (with batch 1), a row count that does not
+            equal `num_prefix_tokens + rows * cols`, a bad grid, prefix count or method.
+    """
+    method = check_choice("method", method, RESIZE_METHODS)
+    old_grid = to_pair("old_grid", old_grid)
+    new_grid = to_pair("new_grid", new_grid)
+    if isinstance(num_prefix_tokens, bool) or not isinstance(num_prefix_tokens, int):
+        raise ValueError(
+            f"`num_prefix_tokens` must be an int >= 0. Received: {num_prefix_tokens!r}"
+        )
+    if num_prefix_tokens < 0:
+        raise ValueError(
+            f"`num_prefix_tokens` must be an int >= 0. Received: {num_prefix_tokens!r}"
+        )
+    array = np.asarray(table)
+    if array.ndim == 3 and array.shape[0] == 1:
+        rows = array[0]
+    elif array.ndim == 2:
+        rows = array
+    else:
+        raise ValueError(
+            "The position table must have shape (1, num_tokens, hidden_dim) or "
+            f"(num_tokens, hidden_dim). Received: shape={array.shape}"
+        )
+    expected = num_prefix_tokens + old_grid[0] * old_grid[1]
+    if rows.shape[0] != expected:
+        raise ValueError(
+            f"The position table has {rows.shape[0]} rows but old_grid={old_grid} with "
+            f"num_prefix_tokens={num_prefix_tokens} needs {expected}."
+        )
+    prefix = rows[:num_prefix_tokens].astype(np.float32)
+    grid = rows[num_prefix_tokens:].reshape(old_grid[0], old_grid[1], rows.shape[1])
+    if old_grid == new_grid:
+        resized = grid.astype(np.float32)
+    else:
+        resized = resize_grid(grid, new_grid, method).astype(np.float32)
+    out = np.concatenate([prefix, resized.reshape(-1, rows.shape[1])], axis=0)
+    return out[None] if array.ndim == 3 else out
