@@ -1,0 +1,100 @@
+"""Named TensorFlow Datasets (TFDS) as a data source; never downloads.
+
+The dataset must already be prepared in `data_dir` (or TFDS's default directory,
+~/tensorflow_datasets or $TFDS_DATA_DIR). Split strings are passed to TFDS as written
+("train", "train[:90%]", "test+validation", ...).
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from keras_vit.data.info import DatasetInfo
+
+TFDS_PREFIX = "tfds:"
+
+
+def _tfds():
+    import tensorflow_datasets as tfds
+
+    return tfds
+
+
+def strip_prefix(name: str) -> str:
+    """'tfds:mnist' -> 'mnist' (the prefix forces TFDS where an embedded set has the name)."""
+    return name[len(TFDS_PREFIX) :] if name.startswith(TFDS_PREFIX) else name
+
+
+def is_tfds_name(name: str) -> bool:
+    """True if `name` (optionally 'tfds:'-prefixed, with ':version' or '/config') is a
+    dataset registered in the installed tensorflow_datasets."""
+    if name.startswith(TFDS_PREFIX):
+        return True
+    base = name.split(":")[0].split("/")[0]
+    return base in _tfds().list_builders(with_community_datasets=False)
+
+
+def prepared_builder(name: str, data_dir=None):
+    """The TFDS builder of `name`, checked to be prepared locally.
+
+    Raises:
+        ValueError: `name` is not a registered TFDS dataset.
+        FileNotFoundError: the dataset is not prepared in `data_dir`; the message names the
+            dataset, the directory searched and how to prepare it elsewhere.
+    """
+    tfds = _tfds()
+    name = strip_prefix(name)
+    try:
+        builder = tfds.builder(name, data_dir=None if data_dir is None else str(data_dir))
+    except tfds.core.registered.DatasetNotFoundError as error:
+        raise ValueError(f"Unknown TFDS dataset. Received: source={name!r}") from error
+    if not builder.is_prepared():
+        raise FileNotFoundError(
+            f"The TFDS dataset {name!r} is not prepared in data_dir={data_dir!r} "
+            f"(looked for {builder.data_dir}). keras_vit never downloads: prepare it on a "
+            f"machine with network (`tfds build {name} --data_dir DIR`) and pass that DIR "
+            "as data_dir."
+        )
+    return builder
+
+
+def _label_feature(builder):
+    keys = builder.info.supervised_keys
+    if not keys or len(keys) != 2:
+        raise ValueError(
+            f"The TFDS dataset {builder.name!r} has no (image, label) supervised keys. "
+            f"Received: supervised_keys={keys!r}"
+        )
+    return builder.info.features[keys[0]], builder.info.features[keys[1]]
+
+
+def describe_tfds(name: str, data_dir=None) -> DatasetInfo:
+    """DatasetInfo from the prepared builder's metadata."""
+    builder = prepared_builder(name, data_dir)
+    image_feature, label_feature = _label_feature(builder)
+    height, width, channels = image_feature.shape
+    return DatasetInfo(
+        name=strip_prefix(name),
+        num_classes=int(label_feature.num_classes),
+        class_names=tuple(label_feature.names),
+        channels=1 if channels == 1 else 3,
+        num_examples={key: int(split.num_examples) for key, split in builder.info.splits.items()},
+        image_size=None if height is None or width is None else (int(height), int(width)),
+    )
+
+
+def tfds_examples(name: str, split: str, data_dir=None, shuffle_files=False, seed=0):
+    """Unbatched (image uint8 `(h, w, c)`, label int32) pairs of one TFDS split."""
+    tfds = _tfds()
+    builder = prepared_builder(name, data_dir)
+    _label_feature(builder)
+    dataset = builder.as_dataset(
+        split=split,
+        as_supervised=True,
+        shuffle_files=shuffle_files,
+        read_config=tfds.ReadConfig(shuffle_seed=seed),
+    )
+    return dataset.map(
+        lambda image, label: (image, tf.cast(label, tf.int32)),
+        num_parallel_calls=tf.data.AUTOTUNE,
+    )
