@@ -15,7 +15,7 @@ import os
 import sys
 
 # Subcommand modules, in the order `keras-vit --help` lists them.
-SUBCOMMAND_MODULES: list[str] = ["export"]
+SUBCOMMAND_MODULES: list[str] = ["export", "explain", "convert"]
 
 
 class UsageError(ValueError):
