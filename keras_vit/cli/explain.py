@@ -1,0 +1,155 @@
+"""`keras-vit explain IMAGE --model RUN_OR_MODEL --out map.png [--grid]`: what the model looks at.
+
+Reads one image, prepares it as evaluation does (bilinear resize to the model's size, then
+(x - 127.5) / 127.5), computes the attention rollout of the class token
+(`keras_vit.attention_rollout`, Abnar & Zuidema 2020) and writes a PNG of the original image
+with the map overlaid and the top-5 classes, at the image's aspect ratio. `--grid` also
+writes `<out>_layers.png`, one panel per Transformer block. See docs/visualize.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+import numpy as np
+
+from keras_vit.cli.export import class_names_from_run, resolve_model_path
+from keras_vit.cli.main import UsageError
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    """Registers `explain` on the `keras-vit` subparsers."""
+    parser = subparsers.add_parser(
+        "explain",
+        help="overlay the attention rollout of a model on an image, with its top-5 classes",
+        description=(
+            "Writes a PNG of IMAGE with the model's attention rollout (Abnar & Zuidema 2020) "
+            "overlaid and the top-k classes printed on it; --grid adds a per-block figure."
+        ),
+    )
+    parser.add_argument("image", metavar="IMAGE", help="a JPEG, PNG, GIF or BMP file")
+    parser.add_argument(
+        "--model",
+        required=True,
+        metavar="RUN_OR_MODEL",
+        help="a .keras file or a run directory holding best.keras",
+    )
+    parser.add_argument("--out", required=True, help="PNG file to write (e.g. map.png)")
+    parser.add_argument(
+        "--grid",
+        action="store_true",
+        help="also write <out>_layers.png with the class-token attention of every block",
+    )
+    parser.add_argument("--top-k", type=int, default=5, help="classes listed (default 5)")
+    parser.add_argument(
+        "--head-fusion",
+        choices=("mean", "max", "min"),
+        default="mean",
+        help="how heads are combined in the rollout (default mean, as in the paper)",
+    )
+    parser.add_argument(
+        "--discard-ratio",
+        type=float,
+        default=0.0,
+        help="fraction of the weakest attention weights dropped per block (default 0)",
+    )
+    parser.set_defaults(func=run)
+    return parser
+
+
+def check_arguments(args) -> None:
+    """Raises UsageError for bad arguments, before anything is loaded."""
+    if not os.path.isfile(args.image):
+        raise UsageError(f"image file not found: {args.image!r}")
+    if args.top_k <= 0:
+        raise UsageError(f"--top-k must be a positive integer. Received: {args.top_k}")
+    if not 0 <= args.discard_ratio < 1:
+        raise UsageError(f"--discard-ratio must be in [0, 1). Received: {args.discard_ratio}")
+    if not args.out.lower().endswith(".png"):
+        raise UsageError(f"--out must be a .png file. Received: {args.out!r}")
+
+
+def read_image(path: str) -> np.ndarray:
+    """Decodes an image file to a uint8 `(height, width, channels)` array."""
+    import tensorflow as tf
+
+    try:
+        image = tf.io.decode_image(tf.io.read_file(path), expand_animations=False)
+    except (tf.errors.InvalidArgumentError, tf.errors.NotFoundError) as error:
+        raise UsageError(f"cannot decode image {path!r}: {error.message}") from error
+    return image.numpy()
+
+
+def model_image_shape(model) -> tuple[int, int, int]:
+    """`(height, width, channels)` of the model's input; UsageError if not fixed."""
+    shape = tuple(model.inputs[0].shape[1:])
+    if len(shape) != 3 or None in shape:
+        raise UsageError(f"the model needs a fixed (height, width, channels) input; has {shape}")
+    return shape
+
+
+def prepare(image: np.ndarray, shape: tuple[int, int, int]) -> np.ndarray:
+    """The evaluation preprocessing (keras_vit.data): resize, channels, [-1, 1]; `(1, H, W, C)`."""
+    from keras_vit.data.preprocess import eval_preprocess
+
+    height, width, channels = shape
+    if channels not in (1, 3):
+        raise UsageError(f"explain supports models with 1 or 3 channels; this one has {channels}")
+    if image.shape[-1] == 4:
+        image = image[..., :3]
+    return eval_preprocess(image, (height, width), channels).numpy()[None]
+
+
+def top_classes(outputs, class_names, k: int) -> list[tuple[str, float]]:
+    """The k most probable `(name, probability)` pairs of one output row (logits or probs)."""
+    row = np.asarray(outputs, dtype=np.float64).reshape(-1)
+    if not (row.min() >= 0 and abs(row.sum() - 1) < 1e-3):
+        row = np.exp(row - row.max())
+        row /= row.sum()
+    names = class_names if class_names and len(class_names) == len(row) else None
+    order = np.argsort(-row)[:k]
+    return [(names[i] if names else f"class {i}", float(row[i])) for i in order]
+
+
+def layers_path(out: str) -> str:
+    """`map.png` -> `map_layers.png`."""
+    stem, ext = os.path.splitext(out)
+    return f"{stem}_layers{ext}"
+
+
+def run(args) -> int:
+    """Writes the overlay PNG (and the per-block grid); returns the exit code."""
+    check_arguments(args)
+    model_path, run_dir = resolve_model_path(args.model)
+    class_names = class_names_from_run(run_dir)
+    image = read_image(args.image)
+
+    import keras
+
+    import keras_vit
+    from keras_vit.visualize import layer_grid_figure, overlay_figure, save_png
+
+    model = keras.saving.load_model(model_path, compile=False)
+    batch = prepare(image, model_image_shape(model))
+    outputs = model(batch, training=False)
+    if len(outputs.shape) != 2:
+        raise UsageError(
+            f"the model must output class scores (batch, classes); has {outputs.shape}"
+        )
+    ranked = top_classes(keras.ops.convert_to_numpy(outputs)[0], class_names, args.top_k)
+    maps = keras_vit.attention_maps(model, batch)
+    rollout = keras_vit.attention_rollout(
+        maps, model, head_fusion=args.head_fusion, discard_ratio=args.discard_ratio
+    )[0]
+    title = "\n".join(f"{p:6.1%}  {name}" for name, p in ranked)
+    written = [save_png(overlay_figure(image, rollout, title), args.out)]
+    if args.grid:
+        per_block = [keras_vit.attention_rollout([m], model)[0] for m in maps]
+        titles = [f"block {i}" for i in range(len(maps))]
+        written.append(save_png(layer_grid_figure(image, per_block, titles), layers_path(args.out)))
+    for name, p in ranked:
+        print(f"{p:7.2%}  {name}")
+    for path in written:
+        print(f"Wrote {path}")
+    return 0
