@@ -1,0 +1,106 @@
+"""`keras-vit export`: a run directory or .keras file -> EXPORT_DIR/<version>/ for TF Serving.
+
+One export of a saved tiny ViT run is shared by the module; the written SavedModel is read
+back with `tf.saved_model.load` and compared with `model.predict` on images preprocessed by
+the NumPy reference of tests/test_export.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import keras_vit
+from keras_vit.cli.export import class_names_from_run, read_class_names_file, resolve_model_path
+from keras_vit.cli.main import main
+from tests.conftest import TINY_VIT
+from tests.test_export import preprocess_reference, randomize_weights, tree_listing
+
+CLASS_NAMES = [f"digit {i}" for i in range(TINY_VIT["num_classes"])]
+
+
+@pytest.fixture(scope="module")
+def run_export(tmp_path_factory):
+    """A run directory (best.keras + config.json with class names) exported by the CLI."""
+    run_dir = tmp_path_factory.mktemp("run")
+    model = randomize_weights(keras_vit.ViT(**TINY_VIT), seed=3)
+    model.save(run_dir / "best.keras")
+    (run_dir / "config.json").write_text(json.dumps({"class_names": CLASS_NAMES, "epochs": 1}))
+    export_dir = run_dir.parent / "serving"
+    code = main(["export", str(run_dir), str(export_dir), "--top-k", "2"])
+    return {"code": code, "model": model, "run_dir": run_dir, "export_dir": export_dir}
+
+
+def test_run_directory_exports_version_1_with_class_names(run_export):
+    assert run_export["code"] == 0
+    assert sorted(os.listdir(run_export["export_dir"])) == ["1"]
+    loaded = tf.saved_model.load(str(run_export["export_dir"] / "1"))
+    images = np.random.default_rng(0).integers(0, 256, (2, 40, 24, 3)).astype(np.float32)
+    out = loaded.signatures["serving_default"](images=tf.constant(images))
+    expected = run_export["model"].predict(preprocess_reference(images, (32, 32)), verbose=0)
+    np.testing.assert_allclose(out["logits"].numpy(), expected, atol=1e-4)
+    best = np.argsort(-expected, axis=1)[:, :2]
+    classes = [[c.decode() for c in row] for row in out["top_k_classes"].numpy().tolist()]
+    assert classes == [[CLASS_NAMES[i] for i in row] for row in best]
+
+
+def test_existing_version_is_a_usage_error_and_left_untouched(run_export, capsys):
+    before = tree_listing(run_export["export_dir"])
+    model_file = str(run_export["run_dir"] / "best.keras")
+    code = main(["export", model_file, str(run_export["export_dir"]), "--version", "1"])
+    assert code == 2
+    assert "version 1 already exists" in capsys.readouterr().err
+    assert tree_listing(run_export["export_dir"]) == before
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--version", "0"], "--version must be a positive integer"),
+        (["--top-k", "0"], "--top-k must be a positive integer"),
+        (["--class-names", "missing.txt"], "--class-names file not found"),
+    ],
+)
+def test_bad_options_are_usage_errors(run_export, capsys, extra, message):
+    model_file = str(run_export["run_dir"] / "best.keras")
+    code = main(["export", model_file, str(run_export["export_dir"]), *extra])
+    assert code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_model_argument_must_be_keras_file_or_run_directory(tmp_path, capsys):
+    (tmp_path / "weights.h5").write_text("x")
+    for path in (tmp_path / "nope.keras", tmp_path / "weights.h5", tmp_path):
+        assert main(["export", str(path), str(tmp_path / "serving")]) == 2
+    err = capsys.readouterr().err
+    assert "must be a .keras file or a run directory" in err
+    assert "has no best.keras" in err
+    assert not (tmp_path / "serving").exists()
+
+
+def test_resolve_model_path(tmp_path):
+    (tmp_path / "model.keras").write_text("x")
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "best.keras").write_text("x")
+    assert resolve_model_path(str(tmp_path / "model.keras")) == (
+        str(tmp_path / "model.keras"),
+        None,
+    )
+    assert resolve_model_path(str(tmp_path / "run")) == (
+        str(tmp_path / "run" / "best.keras"),
+        str(tmp_path / "run"),
+    )
+
+
+def test_class_names_files_and_run_config(tmp_path):
+    (tmp_path / "names.txt").write_text("cat\n\ndog \nbird\n")
+    (tmp_path / "names.json").write_text(json.dumps(["cat", "dog"]))
+    assert read_class_names_file(str(tmp_path / "names.txt")) == ["cat", "dog", "bird"]
+    assert read_class_names_file(str(tmp_path / "names.json")) == ["cat", "dog"]
+    assert class_names_from_run(str(tmp_path)) is None  # no config.json
+    (tmp_path / "config.json").write_text(json.dumps({"data": {"class_names": ["a", "b"]}}))
+    assert class_names_from_run(str(tmp_path)) == ["a", "b"]
