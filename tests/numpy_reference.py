@@ -80,7 +80,9 @@ def vit_forward(
         x = x + self_attention(y, params, p + "MultiHeadDotProductAttention_1/", num_heads)
         y = layer_norm(x, params[p + "LayerNorm_2/scale"], params[p + "LayerNorm_2/bias"], eps)
         mlp = p + "MlpBlock_3/"
-        h = gelu(y @ params[mlp + "Dense_0/kernel"] + params[mlp + "Dense_0/bias"], gelu_approximate)
+        h = gelu(
+            y @ params[mlp + "Dense_0/kernel"] + params[mlp + "Dense_0/bias"], gelu_approximate
+        )
         x = x + h @ params[mlp + "Dense_1/kernel"] + params[mlp + "Dense_1/bias"]
         i += 1
     x = layer_norm(
@@ -95,8 +97,19 @@ def vit_forward(
 
 
 def random_official_params(
-    rng, *, image_size, patch_size, channels, hidden_dim, num_heads, mlp_dim, num_layers,
-    num_classes, pooling="token", representation_size=None, scale=0.2,
+    rng,
+    *,
+    image_size,
+    patch_size,
+    channels,
+    hidden_dim,
+    num_heads,
+    mlp_dim,
+    num_layers,
+    num_classes,
+    pooling="token",
+    representation_size=None,
+    scale=0.2,
 ):
     """Random arrays under the official key names and shapes (vit_facts.md section 3)."""
     d, hd = hidden_dim, hidden_dim // num_heads

@@ -1,0 +1,65 @@
+import numpy as np
+import pytest
+
+from keras_vit.layers import PatchEmbed
+from tests.numpy_reference import patchify
+
+
+def test_output_shape_and_kernel_layout_non_square():
+    layer = PatchEmbed(patch_size=8, hidden_dim=32)
+    out = layer(np.zeros((2, 32, 48, 3), np.float32))
+    assert tuple(out.shape) == (2, 4 * 6, 32)
+    assert tuple(layer.conv.kernel.shape) == (8, 8, 3, 32)
+
+
+def test_equals_flattened_patches_times_kernel():
+    """Eq. 1: each patch flattened (row-major) and multiplied by E, plus bias."""
+    rng = np.random.default_rng(0)
+    images = rng.standard_normal((2, 16, 24, 3)).astype(np.float32)
+    layer = PatchEmbed(patch_size=8, hidden_dim=5)
+    out = np.asarray(layer(images))
+    kernel = np.asarray(layer.conv.kernel).reshape(-1, 5)
+    bias = rng.standard_normal(5).astype(np.float32)
+    layer.conv.bias.assign(bias)
+    out = np.asarray(layer(images))
+    expected = patchify(images, 8) @ kernel + bias
+    np.testing.assert_allclose(out, expected, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32", "uint8", "float16"])
+def test_accepts_common_input_dtypes(dtype):
+    layer = PatchEmbed(patch_size=4, hidden_dim=8)
+    out = layer(np.ones((1, 8, 8, 3), dtype=dtype))
+    assert out.dtype == "float32"
+
+
+def test_rejects_size_not_divisible_by_patch():
+    with pytest.raises(ValueError, match=r"not divisible by the patch size"):
+        PatchEmbed(patch_size=16, hidden_dim=8)(np.zeros((1, 220, 224, 3), np.float32))
+
+
+def test_rejects_call_with_other_size_than_built():
+    layer = PatchEmbed(patch_size=8, hidden_dim=8)
+    layer(np.zeros((1, 32, 32, 3), np.float32))
+    with pytest.raises(ValueError, match=r"built for images of size \(32, 32\)"):
+        layer(np.zeros((1, 40, 40, 3), np.float32))
+
+
+def test_rejects_other_channel_count_than_built():
+    layer = PatchEmbed(patch_size=8, hidden_dim=8)
+    layer(np.zeros((1, 32, 32, 3), np.float32))
+    with pytest.raises(ValueError, match=r"built for 3 channels"):
+        layer(np.zeros((1, 32, 32, 1), np.float32))
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(patch_size=0, hidden_dim=8), "patch_size"),
+        (dict(patch_size=8, hidden_dim=-1), "hidden_dim"),
+        (dict(patch_size=(8, 8, 8), hidden_dim=8), "patch_size"),
+    ],
+)
+def test_rejects_bad_arguments(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        PatchEmbed(**kwargs)

@@ -1,0 +1,203 @@
+import keras
+import numpy as np
+import pytest
+
+from keras_vit.layers import MlpBlock, MultiHeadSelfAttention, TransformerBlock
+from tests import numpy_reference as ref
+
+
+def _official_block_params(block, prefix="b/"):
+    """Reads a built block's weights into official-key arrays (explicit attributes)."""
+    params = {}
+    for norm, attr in (("LayerNorm_0", block.norm_0), ("LayerNorm_2", block.norm_2)):
+        params[f"{prefix}{norm}/scale"] = np.asarray(attr.gamma)
+        params[f"{prefix}{norm}/bias"] = np.asarray(attr.beta)
+    for name in ("query", "key", "value", "out"):
+        layer = getattr(block.attention, name)
+        params[f"{prefix}MultiHeadDotProductAttention_1/{name}/kernel"] = np.asarray(layer.kernel)
+        params[f"{prefix}MultiHeadDotProductAttention_1/{name}/bias"] = np.asarray(layer.bias)
+    for name, layer in (("Dense_0", block.mlp.dense_0), ("Dense_1", block.mlp.dense_1)):
+        params[f"{prefix}MlpBlock_3/{name}/kernel"] = np.asarray(layer.kernel)
+        params[f"{prefix}MlpBlock_3/{name}/bias"] = np.asarray(layer.bias)
+    return params
+
+
+def _numpy_block(params, x, num_heads, eps=1e-6, approximate=True, prefix="b/"):
+    y = ref.layer_norm(
+        x, params[prefix + "LayerNorm_0/scale"], params[prefix + "LayerNorm_0/bias"], eps
+    )
+    x = x + ref.self_attention(y, params, prefix + "MultiHeadDotProductAttention_1/", num_heads)
+    y = ref.layer_norm(
+        x, params[prefix + "LayerNorm_2/scale"], params[prefix + "LayerNorm_2/bias"], eps
+    )
+    h = ref.gelu(
+        y @ params[prefix + "MlpBlock_3/Dense_0/kernel"]
+        + params[prefix + "MlpBlock_3/Dense_0/bias"],
+        approximate,
+    )
+    return (
+        x
+        + h @ params[prefix + "MlpBlock_3/Dense_1/kernel"]
+        + params[prefix + "MlpBlock_3/Dense_1/bias"]
+    )
+
+
+def _randomise(layer, rng, scale=0.3):
+    for w in layer.weights:
+        w.assign(
+            rng.standard_normal(w.shape).astype(np.float32) * scale + (w.path.endswith("gamma"))
+        )
+
+
+@pytest.mark.parametrize("approximate", [True, False])
+def test_matches_numpy_equations(approximate):
+    rng = np.random.default_rng(1)
+    block = TransformerBlock(num_heads=4, mlp_dim=64, gelu_approximate=approximate)
+    block.build((None, 17, 32))
+    _randomise(block, rng)
+    x = rng.standard_normal((2, 17, 32)).astype(np.float32)
+    expected = _numpy_block(
+        _official_block_params(block), x.astype(np.float64), 4, approximate=approximate
+    )
+    np.testing.assert_allclose(np.asarray(block(x)), expected, atol=1e-4)
+
+
+def test_weight_shapes_follow_checkpoint_layout():
+    block = TransformerBlock(num_heads=12, mlp_dim=3072)
+    block.build((None, 197, 768))
+    attention = block.attention
+    assert tuple(attention.query.kernel.shape) == (768, 12, 64)
+    assert tuple(attention.query.bias.shape) == (12, 64)
+    assert tuple(attention.out.kernel.shape) == (12, 64, 768)
+    assert tuple(attention.out.bias.shape) == (768,)
+    assert tuple(block.mlp.dense_0.kernel.shape) == (768, 3072)
+
+
+def test_b05_build_alone_creates_all_16_weights():
+    """B05: sub-layers are built by build(), no call needed, and all weights are visible."""
+    block = TransformerBlock(num_heads=4, mlp_dim=64)
+    block.build((None, 17, 32))
+    assert len(block.weights) == 16
+    assert len(block.trainable_weights) == 16
+
+
+def test_b03_config_round_trip_keeps_every_argument():
+    """B03: every constructor argument is in get_config; the rebuilt block computes the same."""
+    block = TransformerBlock(
+        num_heads=4,
+        mlp_dim=64,
+        dropout_rate=0.1,
+        attention_dropout_rate=0.1,
+        drop_path_rate=0.2,
+        layer_norm_epsilon=1e-6,
+        gelu_approximate=False,
+        name="blk",
+    )
+    config = block.get_config()
+    for key in (
+        "num_heads",
+        "mlp_dim",
+        "dropout_rate",
+        "attention_dropout_rate",
+        "drop_path_rate",
+        "layer_norm_epsilon",
+        "gelu_approximate",
+    ):
+        assert key in config
+    clone = TransformerBlock.from_config(config)
+    assert clone.get_config() == config
+    x = np.random.default_rng(0).standard_normal((2, 17, 32)).astype(np.float32)
+    block.build(x.shape)
+    clone.build(x.shape)
+    assert [w.shape for w in clone.weights] == [w.shape for w in block.weights]
+    clone.set_weights(block.get_weights())
+    np.testing.assert_allclose(np.asarray(clone(x)), np.asarray(block(x)), atol=1e-6)
+
+
+def test_dropout_and_drop_path_only_in_training():
+    block = TransformerBlock(num_heads=4, mlp_dim=64, dropout_rate=0.5, drop_path_rate=0.5)
+    x = np.random.default_rng(0).standard_normal((4, 17, 32)).astype(np.float32)
+    inference = np.asarray(block(x))
+    np.testing.assert_array_equal(inference, np.asarray(block(x, training=False)))
+    assert not np.allclose(np.asarray(block(x, training=True)), inference)
+
+
+def test_b12_layer_norm_under_mixed_float16_stays_accurate():
+    """B12: inputs ~N(300, 50^2) width 768; float16 result within rtol 2e-2 of float32."""
+    rng = np.random.default_rng(2)
+    x = rng.normal(300, 50, (2, 17, 768)).astype(np.float32)
+    reference = TransformerBlock(num_heads=12, mlp_dim=256)
+    reference.build(x.shape)
+    half = TransformerBlock(num_heads=12, mlp_dim=256, dtype="mixed_float16")
+    half.build(x.shape)
+    half.set_weights(reference.get_weights())
+    expected = np.asarray(reference(x))
+    out = np.asarray(keras.ops.cast(half(keras.ops.cast(x, "float16")), "float32"))
+    assert np.isfinite(out).all()
+    np.testing.assert_allclose(out, expected, rtol=2e-2, atol=0.5)
+
+
+def test_b13_float16_softmax_with_huge_logits_is_finite_and_normalised():
+    """B13: q.k logits near +-6e4 would overflow float16; probabilities stay finite, sum 1."""
+    attention = MultiHeadSelfAttention(num_heads=2, dtype="mixed_float16")
+    attention.build((None, 5, 16))
+    for name in ("query", "key"):
+        getattr(attention, name).kernel.assign(np.full((16, 2, 8), 1.0, np.float32))
+    x = keras.ops.cast(
+        np.full((1, 5, 16), 20.0, np.float32) * np.linspace(-1, 1, 5)[None, :, None], "float16"
+    )
+    # q.k per head = 8 * (16*20)^2 * products of the linspace factors, i.e. up to ~8e5 before
+    # the 1/sqrt(hd) scale: far past float16's 65504.
+    probs = np.asarray(attention.attention_probabilities(x))
+    assert np.isfinite(probs).all()
+    np.testing.assert_allclose(probs.sum(-1), 1.0, atol=1e-3)
+    assert np.isfinite(np.asarray(keras.ops.cast(attention(x), "float32"))).all()
+
+
+def test_attention_probabilities_rows_sum_to_one():
+    block = TransformerBlock(num_heads=4, mlp_dim=64)
+    x = np.random.default_rng(3).standard_normal((2, 9, 32)).astype(np.float32)
+    block.build(x.shape)
+    probs = np.asarray(block.attention_probabilities(x))
+    assert probs.shape == (2, 4, 9, 9)
+    np.testing.assert_allclose(probs.sum(-1), 1.0, atol=1e-5)
+
+
+def test_mlp_block_matches_numpy():
+    rng = np.random.default_rng(4)
+    mlp = MlpBlock(mlp_dim=16)
+    x = rng.standard_normal((2, 3, 8)).astype(np.float32)
+    mlp.build(x.shape)
+    _randomise(mlp, rng)
+    h = ref.gelu(x @ np.asarray(mlp.dense_0.kernel) + np.asarray(mlp.dense_0.bias), True)
+    expected = h @ np.asarray(mlp.dense_1.kernel) + np.asarray(mlp.dense_1.bias)
+    np.testing.assert_allclose(np.asarray(mlp(x)), expected, atol=1e-5)
+
+
+def test_qkv_initialiser_is_glorot_over_flattened_matrix():
+    """The release: xavier_uniform over (D, D): limit sqrt(6 / (D + D))."""
+    attention = MultiHeadSelfAttention(num_heads=8)
+    attention.build((None, 4, 256))
+    kernel = np.asarray(attention.query.kernel)
+    limit = np.sqrt(6 / (256 + 256))
+    assert np.abs(kernel).max() <= limit
+    assert np.abs(kernel).max() > 0.95 * limit
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(num_heads=0, mlp_dim=8), "num_heads"),
+        (dict(num_heads=2, mlp_dim=8, dropout_rate=1.5), "dropout_rate"),
+        (dict(num_heads=2, mlp_dim=8, drop_path_rate=-0.1), "drop_path_rate"),
+        (dict(num_heads=2, mlp_dim=8, layer_norm_epsilon=0), "layer_norm_epsilon"),
+    ],
+)
+def test_rejects_bad_arguments(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        TransformerBlock(**kwargs)
+
+
+def test_rejects_width_not_divisible_by_heads():
+    with pytest.raises(ValueError, match="hidden_dim=30, num_heads=4"):
+        TransformerBlock(num_heads=4, mlp_dim=8).build((None, 5, 30))

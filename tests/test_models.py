@@ -1,0 +1,233 @@
+import keras
+import numpy as np
+import pytest
+
+import keras_vit
+from tests.model_helpers import assign_official_params, random_images
+from tests.numpy_reference import random_official_params, vit_forward
+
+# Parameter counts of the release (vit_facts.md section 1; 224x224, 1000 classes).
+RELEASE_PARAMS = {
+    "ViT_Ti16": 5_717_416,
+    "ViT_S16": 22_050_664,
+    "ViT_S32": 22_878_952,
+    "ViT_B8": 86_576_872,
+    "ViT_B16": 86_567_656,
+    "ViT_B32": 88_224_232,
+    "ViT_L16": 304_326_632,
+    "ViT_L32": 306_535_400,
+    "ViT_H14": 632_045_800,
+}
+RELEASE_GAP_PARAMS = {
+    "ViT_S16": 22_049_896,
+    "ViT_B16": 86_566_120,
+    "ViT_S32": 22_878_184,
+    "ViT_B32": 88_222_696,
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("builder, expected", RELEASE_PARAMS.items())
+def test_b20_parameter_count_equals_release(builder, expected):
+    """B20: exact counts for all nine variants (hidden size vs per-head size not confused)."""
+    assert getattr(keras_vit, builder)().count_params() == expected
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("builder, expected", RELEASE_GAP_PARAMS.items())
+def test_parameter_count_of_gap_variants(builder, expected):
+    assert getattr(keras_vit, builder)(pooling="gap").count_params() == expected
+
+
+def _tiny_with_random_params(tiny, pooling="token", representation_size=None, **kwargs):
+    rng = np.random.default_rng(7)
+    model = keras_vit.ViT(
+        **tiny, pooling=pooling, representation_size=representation_size, **kwargs
+    )
+    params = random_official_params(
+        rng, channels=3, pooling=pooling, representation_size=representation_size, **tiny
+    )
+    assign_official_params(model, params)
+    return model, params
+
+
+@pytest.mark.parametrize("pooling", ["token", "gap"])
+@pytest.mark.parametrize("representation_size", [None, 16])
+def test_logits_match_numpy_forward_pass(tiny_vit_kwargs, pooling, representation_size):
+    model, params = _tiny_with_random_params(tiny_vit_kwargs, pooling, representation_size)
+    images = random_images(np.random.default_rng(0), 3, 32, 32)
+    expected = vit_forward(params, images, num_heads=4, pooling=pooling)
+    np.testing.assert_allclose(model.predict(images, verbose=0), expected, atol=1e-4)
+
+
+def test_exact_gelu_option_matches_numpy(tiny_vit_kwargs):
+    model, params = _tiny_with_random_params(tiny_vit_kwargs, gelu_approximate=False)
+    images = random_images(np.random.default_rng(1), 2, 32, 32)
+    expected = vit_forward(params, images, num_heads=4, gelu_approximate=False)
+    np.testing.assert_allclose(model(images), expected, atol=1e-4)
+
+
+def test_b17_static_shapes_through_the_stages(tiny_vit_kwargs):
+    """B17: the sequence length stays static (not None) through every stage."""
+    model = keras_vit.ViT(**tiny_vit_kwargs)
+    assert model.get_layer("embedding").output.shape == (None, 16, 32)
+    assert model.get_layer("cls").output.shape == (None, 17, 32)
+    assert model.get_layer("encoder_norm").output.shape == (None, 17, 32)
+    assert model.output.shape == (None, 10)
+    assert model.inputs[0].name == "images"
+
+
+def test_b18_input_dtypes_float64_float32_uint8(tiny_vit_kwargs):
+    """B18: float64, float32 and uint8 images all run; float64 equals float32."""
+    model, _ = _tiny_with_random_params(tiny_vit_kwargs)
+    pixels = np.random.default_rng(2).integers(0, 256, (2, 32, 32, 3))
+    out32 = model.predict(pixels.astype(np.float32), verbose=0)
+    out64 = model.predict(pixels.astype(np.float64), verbose=0)
+    out8 = model.predict(pixels.astype(np.uint8), verbose=0)
+    np.testing.assert_allclose(out64, out32, atol=1e-5)
+    np.testing.assert_allclose(out8, out32, atol=1e-5)
+    assert np.isfinite(out32).all()
+
+
+def test_non_square_images_end_to_end(tiny_vit_kwargs):
+    tiny_vit_kwargs["image_size"] = (32, 48)
+    model = keras_vit.ViT(**tiny_vit_kwargs)
+    assert model.get_layer("posembed_input").pos_embedding.shape == (1, 1 + 4 * 6, 32)
+    model.compile(
+        optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    )
+    x = random_images(np.random.default_rng(3), 4, 32, 48)
+    model.fit(x, np.arange(4), epochs=1, verbose=0)
+    assert model.predict(x, verbose=0).shape == (4, 10)
+
+
+def test_dropout_active_only_in_training(tiny_vit_kwargs):
+    model, _ = _tiny_with_random_params(tiny_vit_kwargs, dropout_rate=0.5)
+    x = random_images(np.random.default_rng(4), 2, 32, 32)
+    np.testing.assert_array_equal(model(x), model(x))
+    np.testing.assert_allclose(model(x), model.predict(x, verbose=0), atol=1e-5)
+    assert not np.allclose(model(x, training=True), model(x))
+
+
+def test_include_top_false_returns_pooled_feature_and_sequence(tiny_vit_kwargs):
+    """B33: the pooled feature is the final-LayerNorm output at the class-token position."""
+    model, params = _tiny_with_random_params(tiny_vit_kwargs)
+    tiny = dict(tiny_vit_kwargs)
+    features = keras_vit.ViT(**tiny, include_top=False)
+    sequence = keras_vit.ViT(**tiny, include_top=False, return_sequence=True)
+    params.pop("head/kernel"), params.pop("head/bias")
+    assign_official_params(features, params)
+    assign_official_params(sequence, params)
+    x = random_images(np.random.default_rng(5), 2, 32, 32)
+    pooled, tokens = np.asarray(features(x)), np.asarray(sequence(x))
+    assert pooled.shape == (2, 32) and tokens.shape == (2, 17, 32)
+    np.testing.assert_allclose(pooled, tokens[:, 0], atol=1e-6)
+    np.testing.assert_allclose(pooled, vit_forward(params, x, num_heads=4), atol=1e-4)
+
+
+@pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
+def test_b10_mixed_precision_runs_and_fits_with_xla(tiny_vit_kwargs, policy):
+    """B10 + issue 2: variables float32, activations in the compute dtype, logits float32."""
+    keras.config.set_dtype_policy(policy)
+    model = keras_vit.ViT(**tiny_vit_kwargs)
+    assert all(w.dtype == "float32" for w in model.weights)
+    assert model.get_layer("encoderblock_0").output.dtype == policy.split("_")[1]
+    x = random_images(np.random.default_rng(6), 4, 32, 32)
+    logits = model(x)
+    assert logits.dtype == "float32"
+    assert np.isfinite(np.asarray(logits)).all()
+    model.compile(
+        optimizer="adam",
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        jit_compile=True,
+    )
+    history = model.fit(x, np.arange(4), epochs=1, batch_size=4, verbose=0)
+    assert np.isfinite(history.history["loss"][0])
+
+
+def test_b30_xla_fit_and_input_gradient(tiny_vit_kwargs):
+    """B30: patch embedding compiles under XLA in training, including the input gradient."""
+    import tensorflow as tf
+
+    model = keras_vit.ViT(**tiny_vit_kwargs)
+    model.compile(
+        optimizer="sgd",
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        jit_compile=True,
+    )
+    x = random_images(np.random.default_rng(7), 2, 32, 32)
+    model.fit(x, np.array([1, 2]), epochs=1, verbose=0)
+
+    @tf.function(jit_compile=True)
+    def input_gradient(images):
+        with tf.GradientTape() as tape:
+            tape.watch(images)
+            loss = tf.reduce_sum(model(images, training=True))
+        return tape.gradient(loss, images)
+
+    assert input_gradient(tf.constant(x)).shape == x.shape
+
+
+def test_b16_image_size_not_divisible_by_patch():
+    """B16: a clear ValueError at build time naming image size, patch size and the rule."""
+    with pytest.raises(
+        ValueError, match=r"\(220, 220\) is not divisible by the patch size \(16, 16\)"
+    ):
+        keras_vit.ViT_B16(image_size=(220, 220))
+
+
+def test_b16_model_called_on_other_size(tiny_vit_kwargs):
+    model = keras_vit.ViT(**tiny_vit_kwargs)
+    for size in (36, 40):
+        with pytest.raises(ValueError, match=r"expected shape=\(None, 32, 32, 3\)"):
+            model(np.zeros((1, size, size, 3), np.float32))
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        (dict(hidden_dim=30), r"hidden_dim=30, num_heads=4"),
+        (dict(pooling="max"), r"pooling.*'max'"),
+        (dict(num_classes=0), r"num_classes=0"),
+        (dict(image_size=-32), r"image_size=-32"),
+        (dict(num_layers=0), r"num_layers=0"),
+        (dict(channels=0), r"channels=0"),
+        (dict(dropout_rate=1.0), r"dropout_rate=1.0"),
+        (dict(include_top=True, return_sequence=True), "return_sequence"),
+    ],
+)
+def test_bad_arguments_raise_before_building(tiny_vit_kwargs, override, message):
+    with pytest.raises(ValueError, match=message):
+        keras_vit.ViT(**{**tiny_vit_kwargs, **override})
+
+
+def test_channels_mismatch_is_a_clear_error(tiny_vit_kwargs):
+    model = keras_vit.ViT(**tiny_vit_kwargs, channels=1)
+    with pytest.raises(ValueError, match="built for 1 channels"):
+        model(np.zeros((1, 32, 32, 3), np.float32))
+
+
+def test_named_builder_uses_table_and_accepts_overrides():
+    model = keras_vit.ViT_Ti16(num_classes=5, image_size=(32, 48), num_layers=1)
+    assert model.name == "vit_ti16"
+    assert model.output.shape == (None, 5)
+    block = model.get_layer("encoderblock_0")
+    assert (block.num_heads, block.mlp_dim) == (3, 768)
+    assert model.get_layer("embedding").hidden_dim == 192
+
+
+def test_release_initialisers(tiny_vit_kwargs):
+    model = keras_vit.ViT(**{**tiny_vit_kwargs, "hidden_dim": 64, "mlp_dim": 256})
+    np.testing.assert_array_equal(model.get_layer("cls").cls, 0)
+    np.testing.assert_array_equal(model.get_layer("head").kernel, 0)
+    np.testing.assert_array_equal(model.get_layer("head").bias, 0)
+    np.testing.assert_array_equal(model.get_layer("embedding").conv.bias, 0)
+    mlp_bias = np.asarray(model.get_layer("encoderblock_0").mlp.dense_0.bias)
+    assert 0 < np.abs(mlp_bias).max() < 1e-5
+
+
+def test_preprocess_inputs_maps_to_minus_one_one():
+    """B33: 0 -> -1, 127.5 -> 0, 255 -> 1 exactly."""
+    out = np.asarray(keras_vit.preprocess_inputs(np.array([0.0, 127.5, 255.0])))
+    np.testing.assert_array_equal(out, [-1.0, 0.0, 1.0])
+    assert np.asarray(keras_vit.preprocess_inputs(np.array([0, 255], np.uint8))).dtype == np.float32
