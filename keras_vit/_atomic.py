@@ -1,0 +1,71 @@
+"""Atomic file writes: write to a temporary path in the same folder, then `os.replace`.
+
+A process killed at any moment (even SIGKILL) leaves either the old file or the new one,
+never a half-written file under the final name: `os.replace` is atomic on POSIX and Windows
+when source and target are on the same file system, which a sibling temp path guarantees.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+
+
+@contextlib.contextmanager
+def atomic_path(path):
+    """Yields a temporary sibling of `path` (same suffix) that replaces `path` on success.
+
+    Keras and NumPy pick the format from the file name (`.keras`, `.weights.h5`, `.npz`,
+    `.png`), so the temp name keeps the full suffix of `path`. If the body raises, the temp
+    file is removed and `path` is left as it was.
+
+    Example:
+        with atomic_path("run/best.keras") as tmp:
+            model.save(tmp)
+    """
+    path = os.fspath(path)
+    folder, name = os.path.split(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    suffix = _full_suffix(name)
+    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=f".tmp{suffix}", dir=folder)
+    os.close(fd)
+    os.remove(tmp)  # writers such as h5py/zipfile create the file themselves
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(tmp)
+        raise
+
+
+def _full_suffix(name: str) -> str:
+    """`.weights.h5` for `latest.weights.h5`, `.keras` for `best.keras`, '' for no suffix."""
+    if name.endswith(".weights.h5"):
+        return ".weights.h5"
+    return os.path.splitext(name)[1]
+
+
+def write_text(path, text: str) -> None:
+    """Writes `text` (UTF-8) to `path` atomically, flushed to disk before the rename."""
+    with atomic_path(path) as tmp:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+
+
+def write_json(path, data) -> None:
+    """Writes `data` as indented JSON to `path` atomically."""
+    write_text(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+def read_json(path, default=None):
+    """Reads JSON from `path`, or returns `default` if the file does not exist."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except FileNotFoundError:
+        return default

@@ -1,0 +1,273 @@
+"""Keras callbacks of a run directory: resumable backup, CSV history, best/last snapshots, plot.
+
+Every file is written atomically (`keras_vit._atomic`): a run killed at any moment, even with
+SIGKILL, leaves the previous good file in place, never a half-written one. The callbacks
+survive a restart: on resume each one reloads its state from the run directory, and rows or
+snapshots of an epoch that did not reach its backup are redone.
+
+Callback order in `keras_vit.runs` matters and is: `HistoryCSV`, `ModelSnapshots`,
+`LearningCurvePlot`, TensorBoard, `AtomicBackupAndRestore` (last), so that a backup of epoch
+`e` implies that history and snapshots of epoch `e` are already on disk.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import glob
+import io
+import logging
+import math
+import os
+import shutil
+import tempfile
+
+import keras
+
+from keras_vit import _atomic
+
+logger = logging.getLogger(__name__)
+
+BACKUP_STATE = "state.json"
+
+
+class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
+    """`keras.callbacks.BackupAndRestore` whose backup is replaced in one atomic step.
+
+    Keras' callback writes `latest.weights.h5` in place and then `training_metadata.json`;
+    a SIGKILL during the first write leaves a corrupt file, and one between the two writes
+    leaves weights of epoch `e + 1` labelled epoch `e`, so a resumed run trains one epoch too
+    many. Here each epoch's weights (model and optimizer, so the step counter too) go to a new
+    file `epoch-NNNNN.weights.h5`, and only then `state.json`, which names the file and the
+    epoch, is replaced atomically; older weight files are removed afterwards. A restart sees
+    either the old state or the new one.
+
+    Only the epoch-end schedule (`save_freq="epoch"`) is supported: runs resume from their
+    last epoch boundary. Restoring sets `model._initial_epoch`, the hook Keras' own callback
+    uses to make `fit` start at the restored epoch.
+
+    Args:
+        backup_dir: folder of the backup; removed when training ends normally
+            (`delete_checkpoint=True`).
+        delete_checkpoint: remove the backup when `fit` ends (default True).
+    """
+
+    def __init__(self, backup_dir, delete_checkpoint=True):
+        super().__init__(backup_dir, save_freq="epoch", delete_checkpoint=delete_checkpoint)
+
+    @property
+    def state_path(self) -> str:
+        return os.path.join(self.backup_dir, BACKUP_STATE)
+
+    def on_train_begin(self, logs=None):
+        state = _atomic.read_json(self.state_path)
+        if state is None:
+            return
+        model = self.model
+        if not model.built:
+            raise ValueError(
+                "To resume from a backup the model must be built before `fit()`. "
+                f"Model {model.name!r} is not built."
+            )
+        if model.optimizer is not None and not model.optimizer.built:
+            with model.distribute_strategy.scope():
+                model.optimizer.build(model.trainable_variables)
+        model.load_weights(os.path.join(self.backup_dir, state["weights"]))
+        model._initial_epoch = int(state["epoch"])
+        logger.info("Resumed from the backup of epoch %d in %s", state["epoch"], self.backup_dir)
+
+    def on_epoch_end(self, epoch, logs=None):
+        os.makedirs(self.backup_dir, exist_ok=True)
+        name = f"epoch-{epoch + 1:05d}.weights.h5"
+        with _atomic.atomic_path(os.path.join(self.backup_dir, name)) as tmp:
+            self.model.save_weights(tmp)
+        _atomic.write_json(self.state_path, {"epoch": epoch + 1, "weights": name})
+        for old in glob.glob(os.path.join(self.backup_dir, "epoch-*.weights.h5")):
+            if os.path.basename(old) != name:
+                os.remove(old)
+
+    def on_train_batch_end(self, batch, logs=None):
+        pass
+
+    def on_train_end(self, logs=None):
+        if self.delete_checkpoint and os.path.exists(self.backup_dir):
+            shutil.rmtree(self.backup_dir, ignore_errors=True)
+
+
+class HistoryCSV(keras.callbacks.Callback):
+    """The per-epoch logs as a CSV file, rewritten atomically at each epoch end.
+
+    Columns: `epoch`, `steps` (optimizer iterations so far), `learning_rate`, then every key
+    of the logs (loss, accuracy, val_loss, ...). On resume, rows from epochs that are about to
+    be trained again are dropped, so the file has exactly one row per finished epoch.
+
+    Args:
+        path: the CSV file.
+        write: False on non-chief workers: rows are kept in memory only.
+    """
+
+    def __init__(self, path, write=True):
+        super().__init__()
+        self.path = os.fspath(path)
+        self.write = write
+        self.rows: list[dict] = []
+        self._first_epoch_seen = False
+
+    def on_train_begin(self, logs=None):
+        self.rows = read_history(self.path)
+        self._first_epoch_seen = False
+
+    def on_epoch_begin(self, epoch, logs=None):
+        if not self._first_epoch_seen:
+            self._first_epoch_seen = True
+            self.rows = [row for row in self.rows if int(row["epoch"]) < epoch]
+
+    def on_epoch_end(self, epoch, logs=None):
+        optimizer = self.model.optimizer
+        row = {"epoch": epoch, "steps": int(keras.ops.convert_to_numpy(optimizer.iterations))}
+        with contextlib.suppress(Exception):
+            row["learning_rate"] = float(keras.ops.convert_to_numpy(optimizer.learning_rate))
+        row.update({key: float(value) for key, value in (logs or {}).items()})
+        self.rows.append(row)
+        if self.write:
+            _atomic.write_text(self.path, format_history(self.rows))
+
+
+def format_history(rows: list[dict]) -> str:
+    """Rows as CSV text; the header is the union of keys in first-seen order."""
+    columns: list[str] = []
+    for row in rows:
+        columns += [key for key in row if key not in columns]
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    return buffer.getvalue()
+
+
+def read_history(path) -> list[dict]:
+    """Reads a history CSV written by `HistoryCSV` (numbers as int/float); [] if absent."""
+    try:
+        with open(path, encoding="utf-8", newline="") as f:
+            rows = list(csv.DictReader(f))
+    except FileNotFoundError:
+        return []
+    parsed = []
+    for row in rows:
+        values = {key: float(value) for key, value in row.items() if value not in ("", None)}
+        for key in ("epoch", "steps"):
+            if key in values:
+                values[key] = int(values[key])
+        parsed.append(values)
+    return parsed
+
+
+class ModelSnapshots(keras.callbacks.Callback):
+    """Saves the last model and the best one (by `monitor`) as `.keras` and official `.npz`.
+
+    Files in `run_dir`: `last.keras`, `last.npz`, `best.keras`, `best.npz`, and `best.json`
+    (`{"epoch", "monitor", "value"}`) written after the best files, so that a restart knows
+    the value to beat. The `.npz` files use `keras_vit.checkpoints.save_npz`; a model that
+    does not fit the official layout (e.g. extra layers) gets `.keras` files only.
+
+    Args:
+        run_dir: folder of the files.
+        monitor: the log to compare, e.g. "val_accuracy" (higher is better) or "val_loss"
+            (lower is better: any name containing "loss").
+        write: False on non-chief workers: the model is saved to a temporary folder that is
+            removed again (every worker takes part in saving, as Keras expects under a
+            multi-worker strategy), and nothing is written to `run_dir`.
+    """
+
+    def __init__(self, run_dir, monitor="val_accuracy", write=True):
+        super().__init__()
+        self.run_dir = os.fspath(run_dir)
+        self.monitor = monitor
+        self.write = write
+        self.lower_is_better = "loss" in monitor
+        self.best = None
+        self._npz_ok = True
+
+    def on_train_begin(self, logs=None):
+        state = _atomic.read_json(os.path.join(self.run_dir, "best.json"))
+        if state is not None and state.get("monitor") == self.monitor:
+            self.best = state["value"]
+
+    def _improved(self, value) -> bool:
+        if value is None or math.isnan(value):
+            return False
+        if self.best is None:
+            return True
+        return value < self.best if self.lower_is_better else value > self.best
+
+    def on_epoch_end(self, epoch, logs=None):
+        value = (logs or {}).get(self.monitor)
+        if value is None:
+            raise ValueError(
+                f"ModelSnapshots monitors {self.monitor!r}, which is not in the logs "
+                f"{sorted(logs or {})}; pass validation data or another monitor."
+            )
+        self._save("last")
+        if self._improved(float(value)):
+            self.best = float(value)
+            self._save("best")
+            if self.write:
+                _atomic.write_json(
+                    os.path.join(self.run_dir, "best.json"),
+                    {"epoch": epoch, "monitor": self.monitor, "value": self.best},
+                )
+
+    def _save(self, stem: str) -> None:
+        if not self.write:
+            folder = tempfile.mkdtemp(prefix="keras_vit_worker_")
+            try:
+                self.model.save(os.path.join(folder, f"{stem}.keras"))
+            finally:
+                shutil.rmtree(folder, ignore_errors=True)
+            return
+        save_model(self.model, os.path.join(self.run_dir, f"{stem}.keras"))
+        if self._npz_ok:
+            self._npz_ok = save_official_npz(self.model, os.path.join(self.run_dir, f"{stem}.npz"))
+
+
+def save_model(model, path) -> None:
+    """`model.save(path)` (native `.keras` format) through an atomic temp file."""
+    with _atomic.atomic_path(path) as tmp:
+        model.save(tmp)
+
+
+def save_official_npz(model, path) -> bool:
+    """Writes the official `.npz` if the model fits its layout; returns whether it did."""
+    try:
+        from keras_vit.checkpoints import CheckpointError, save_npz
+    except ImportError:  # the checkpoints package is optional for runs
+        logger.warning("keras_vit.checkpoints is not available: no .npz written")
+        return False
+    try:
+        save_npz(model, path)
+    except CheckpointError as error:
+        logger.warning("No official .npz for this model: %s", error)
+        return False
+    return True
+
+
+class LearningCurvePlot(keras.callbacks.Callback):
+    """Redraws the learning-curve PNG from a `HistoryCSV`'s rows at each epoch end.
+
+    Args:
+        history: the `HistoryCSV` callback of the same `fit`.
+        path: the PNG file (written atomically).
+        write: False on non-chief workers (nothing is drawn).
+    """
+
+    def __init__(self, history: HistoryCSV, path, write=True):
+        super().__init__()
+        self.history = history
+        self.path = os.fspath(path)
+        self.write = write
+
+    def on_epoch_end(self, epoch, logs=None):
+        if self.write:
+            from keras_vit.plots import plot_learning_curves
+
+            plot_learning_curves(self.history.rows, self.path)

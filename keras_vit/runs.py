@@ -1,0 +1,241 @@
+"""Run directories: `model.fit` under a strategy, with files that survive being killed.
+
+A run directory holds everything about one training run:
+
+    config.json            the resolved configuration (written before training starts)
+    history.csv            one row per finished epoch: epoch, steps, learning_rate, logs
+    learning_curves.png    loss and accuracy per epoch (redrawn every epoch)
+    logs/                  TensorBoard event files (`tensorboard --logdir RUN/logs`)
+    last.keras, last.npz   the model after the latest finished epoch (.npz: official layout)
+    best.keras, best.npz   the model of the best epoch by the monitored metric; best.json
+    backup/                resume state (removed when the run completes)
+    metrics.json           final held-out metrics; its presence marks a completed run
+
+Every file is replaced atomically, so a run killed at any moment (SIGKILL included) leaves
+valid files, and `resume=True` continues from the last finished epoch: the run ends with the
+same number of epochs and optimizer steps as an uninterrupted one. Under a multi-worker
+strategy every worker trains and saves, but only the chief writes into the run directory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+
+import keras
+
+from keras_vit import _atomic, callbacks, distribute
+
+logger = logging.getLogger(__name__)
+
+CONFIG_FILE = "config.json"
+METRICS_FILE = "metrics.json"
+HISTORY_FILE = "history.csv"
+PLOT_FILE = "learning_curves.png"
+BACKUP_DIR = "backup"
+LOG_DIR = "logs"
+
+
+class RunDirError(ValueError):
+    """The run directory does not fit the request (exists without resume, missing with it)."""
+
+
+@dataclasses.dataclass
+class RunResult:
+    """What `fit_run` and `train` return.
+
+    Attributes:
+        run_dir: the run directory.
+        model: the trained model (after the last epoch).
+        history: one dict per finished epoch (the rows of history.csv).
+        metrics: the contents of metrics.json.
+    """
+
+    run_dir: str
+    model: keras.Model
+    history: list[dict]
+    metrics: dict
+
+
+def is_complete(run_dir) -> bool:
+    """True if the run in `run_dir` finished (its metrics.json exists)."""
+    return os.path.isfile(os.path.join(run_dir, METRICS_FILE))
+
+
+def check_run_dir(run_dir, resume: bool) -> None:
+    """Checks `run_dir` before any work: fresh runs need a new or empty folder, resumed runs
+    an existing run.
+
+    Raises:
+        RunDirError: with `resume=False`, `run_dir` exists and is not empty; with
+            `resume=True`, `run_dir` has no config.json.
+    """
+    run_dir = os.fspath(run_dir)
+    if resume:
+        if not os.path.isfile(os.path.join(run_dir, CONFIG_FILE)):
+            raise RunDirError(
+                f"Cannot resume: {run_dir!r} is not a run directory (no {CONFIG_FILE})."
+            )
+    elif os.path.isdir(run_dir) and os.listdir(run_dir):
+        raise RunDirError(
+            f"Run directory {run_dir!r} already exists and is not empty; pass --resume to "
+            "continue it, or choose a new --run-dir."
+        )
+    elif os.path.exists(run_dir) and not os.path.isdir(run_dir):
+        raise RunDirError(f"Run directory {run_dir!r} exists and is not a folder.")
+
+
+def read_config(run_dir) -> dict:
+    """The config.json of a run directory."""
+    check_run_dir(run_dir, resume=True)
+    return _atomic.read_json(os.path.join(run_dir, CONFIG_FILE))
+
+
+def fit_run(
+    run_dir,
+    build_model: Callable[[], keras.Model],
+    train_data,
+    *,
+    epochs: int,
+    validation_data=None,
+    config: dict | None = None,
+    strategy=None,
+    resume: bool = False,
+    monitor: str | None = None,
+    steps_per_epoch: int | None = None,
+    batch_size: int | None = None,
+    verbose="auto",
+    extra_callbacks=(),
+) -> RunResult:
+    """Builds, compiles and fits a model in a run directory (see the module docstring).
+
+    Args:
+        run_dir: the run directory; created if needed.
+        build_model: returns a compiled model (`model.compile(..., metrics=["accuracy"])`).
+            Called inside `strategy.scope()`, so every variable is created by the strategy.
+        train_data: a `tf.data.Dataset` of (images, labels) batches with the global batch
+            size, or an (images, labels) tuple of arrays (then give `batch_size`).
+        epochs: total number of epochs of the run (also when resuming).
+        validation_data: held-out (images, labels) data, as for `fit`; evaluated after every
+            epoch and at the end (metrics.json). None: no held-out metrics.
+        config: the resolved configuration, written to config.json (JSON-serialisable).
+        strategy: a `tf.distribute.Strategy`; default: the current one.
+        resume: continue the run in `run_dir` from its last finished epoch.
+        monitor: log that picks the best model; default "val_accuracy" with validation data,
+            else "accuracy".
+        steps_per_epoch: for infinite datasets.
+        batch_size: global batch size when `train_data` is a tuple of arrays.
+        verbose: `fit` verbosity ("auto"/1: progress bar, 0: silent, 2: one line per epoch).
+        extra_callbacks: more Keras callbacks (run before the backup).
+
+    Returns:
+        A `RunResult`. If the run is already complete, its stored results (the model loaded
+        from last.keras).
+
+    Raises:
+        RunDirError: see `check_run_dir`.
+    """
+    import tensorflow as tf
+
+    run_dir = os.path.abspath(os.fspath(run_dir))
+    check_run_dir(run_dir, resume)
+    if resume and is_complete(run_dir):
+        logger.info("Run %s is already complete; nothing to resume", run_dir)
+        return load_result(run_dir)
+    strategy = strategy or tf.distribute.get_strategy()
+    chief = distribute.is_chief(strategy)
+    if chief:
+        os.makedirs(run_dir, exist_ok=True)
+        if not resume:
+            _atomic.write_json(os.path.join(run_dir, CONFIG_FILE), config or {})
+
+    with strategy.scope():
+        model = build_model()
+    if model.optimizer is None:
+        raise ValueError("`build_model` must return a compiled model (model.compile(...)).")
+    monitor = monitor or ("val_accuracy" if validation_data is not None else "accuracy")
+
+    scratch = None if chief else tempfile.mkdtemp(prefix="keras_vit_worker_")
+    try:
+        history = callbacks.HistoryCSV(os.path.join(run_dir, HISTORY_FILE), write=chief)
+        callback_list = [
+            history,
+            callbacks.ModelSnapshots(run_dir, monitor=monitor, write=chief),
+            callbacks.LearningCurvePlot(history, os.path.join(run_dir, PLOT_FILE), write=chief),
+            keras.callbacks.TensorBoard(os.path.join(scratch or run_dir, LOG_DIR)),
+            *extra_callbacks,
+            callbacks.AtomicBackupAndRestore(_backup_dir(run_dir, strategy, chief)),
+        ]
+        start = time.perf_counter()
+        x, y = train_data if isinstance(train_data, tuple) else (train_data, None)
+        model.fit(
+            x,
+            y,
+            batch_size=batch_size,
+            epochs=epochs,
+            validation_data=validation_data,
+            steps_per_epoch=steps_per_epoch,
+            callbacks=callback_list,
+            verbose=verbose,
+        )
+        metrics = {
+            "epochs": len(history.rows),
+            "steps": int(keras.ops.convert_to_numpy(model.optimizer.iterations)),
+            "monitor": monitor,
+            "best": _atomic.read_json(os.path.join(run_dir, "best.json")),
+            "fit_wall_time_s": round(time.perf_counter() - start, 3),
+            "num_replicas": strategy.num_replicas_in_sync,
+        }
+        if validation_data is not None:
+            metrics["held_out"] = evaluate(model, validation_data, batch_size=batch_size)
+        if chief:
+            _atomic.write_json(os.path.join(run_dir, METRICS_FILE), metrics)
+    finally:
+        if scratch:
+            shutil.rmtree(scratch, ignore_errors=True)
+    return RunResult(run_dir, model, history.rows, metrics)
+
+
+def _backup_dir(run_dir, strategy, chief) -> str:
+    """The chief's backup is run_dir/backup; other workers keep their own next to it."""
+    if chief:
+        return os.path.join(run_dir, BACKUP_DIR)
+    task_id = strategy.cluster_resolver.task_id
+    return os.path.join(run_dir, f".{BACKUP_DIR}-worker-{task_id}")
+
+
+def evaluate(model, data, *, batch_size: int | None = None, verbose=0) -> dict:
+    """`model.evaluate` on held-out data, as a dict of floats (loss, accuracy, ...).
+
+    Args:
+        model: a compiled model.
+        data: a `tf.data.Dataset` of (images, labels) batches, or an (images, labels) tuple.
+        batch_size: batch size for a tuple of arrays.
+        verbose: `evaluate` verbosity (default 0: silent).
+    """
+    x, y = data if isinstance(data, tuple) else (data, None)
+    results = model.evaluate(x, y, batch_size=batch_size, verbose=verbose, return_dict=True)
+    return {key: float(value) for key, value in results.items()}
+
+
+def load_result(run_dir) -> RunResult:
+    """The stored results of a completed run (model from last.keras, safe mode on)."""
+    model = load_model(os.path.join(run_dir, "last.keras"))
+    return RunResult(
+        os.fspath(run_dir),
+        model,
+        callbacks.read_history(os.path.join(run_dir, HISTORY_FILE)),
+        _atomic.read_json(os.path.join(run_dir, METRICS_FILE)),
+    )
+
+
+def load_model(path, *, compile: bool = True) -> keras.Model:
+    """Loads a `.keras` file with `safe_mode=True` (keras_vit layers are registered)."""
+    import keras_vit  # noqa: F401  (registers the custom layers)
+
+    return keras.saving.load_model(path, compile=compile, safe_mode=True)
