@@ -1,0 +1,128 @@
+"""`keras-vit explain`: a real photo (scikit-image's chelsea) and a tiny saved model."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import skimage.data
+from PIL import Image
+
+import keras_vit
+from keras_vit.cli.main import main
+
+NAMES = [f"name_{i}" for i in range(10)]
+
+
+@pytest.fixture(scope="module")
+def photo(tmp_path_factory):
+    """chelsea (300 x 451 RGB) saved as JPEG."""
+    path = tmp_path_factory.mktemp("photo") / "chelsea.jpg"
+    Image.fromarray(skimage.data.chelsea()).save(path, quality=90)
+    return path
+
+
+@pytest.fixture(scope="module")
+def model_file(tmp_path_factory):
+    """A tiny non-square ViT whose head bias ranks the classes 9, 8, 7, ... (logits 0..9)."""
+    model = keras_vit.ViT(
+        image_size=(32, 48),
+        patch_size=8,
+        hidden_dim=32,
+        num_heads=4,
+        mlp_dim=64,
+        num_layers=2,
+        num_classes=10,
+    )
+    model.get_layer("head").bias.assign(np.arange(10, dtype=np.float32))
+    path = tmp_path_factory.mktemp("model") / "tiny.keras"
+    model.save(path)
+    return path
+
+
+def png_size(path):
+    with Image.open(path) as image:
+        assert image.format == "PNG"
+        return image.size  # (width, height)
+
+
+def test_explain_writes_png_with_the_image_aspect_ratio(photo, model_file, tmp_path, capsys):
+    out = tmp_path / "maps" / "map.png"
+    code = main(["explain", str(photo), "--model", str(model_file), "--out", str(out)])
+    assert code == 0
+    width, height = png_size(out)
+    image_height, image_width = skimage.data.chelsea().shape[:2]
+    assert width >= image_width
+    assert abs(height - width * image_height / image_width) <= 1.0  # one pixel of rounding
+    assert not (tmp_path / "maps" / "map_layers.png").exists()
+    assert [p.name for p in out.parent.iterdir()] == ["map.png"]  # no temporary left
+    printed = capsys.readouterr().out.splitlines()
+    # Logits are 0..9 whatever the image (zero head kernel): softmax by hand.
+    probs = np.exp(np.arange(10.0)) / np.exp(np.arange(10.0)).sum()
+    assert printed[0].split() == [f"{probs[9]:.2%}", "class", "9"]
+    assert [line.split()[-1] for line in printed[:5]] == ["9", "8", "7", "6", "5"]
+
+
+def test_explain_run_directory_with_class_names_and_grid(photo, model_file, tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "best.keras").write_bytes(model_file.read_bytes())
+    (run_dir / "config.json").write_text(json.dumps({"data": {"class_names": NAMES}}))
+    out = tmp_path / "map.png"
+    code = main(["explain", str(photo), "--model", str(run_dir), "--out", str(out), "--grid"])
+    assert code == 0
+    assert out.is_file()
+    grid_width, grid_height = png_size(tmp_path / "map_layers.png")
+    assert grid_width > grid_height  # two blocks side by side
+    printed = capsys.readouterr().out
+    assert printed.splitlines()[0].endswith("name_9")
+
+
+def test_explain_run_directory_without_config(photo, model_file, tmp_path):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "best.keras").write_bytes(model_file.read_bytes())
+    assert (
+        main(["explain", str(photo), "--model", str(run_dir), "--out", str(tmp_path / "m.png")])
+        == 0
+    )
+
+
+def test_missing_image_exits_2_before_loading_the_model(tmp_path, capsys):
+    broken_model = tmp_path / "broken.keras"
+    broken_model.write_bytes(b"not a zip file")  # loading it would fail differently
+    missing = tmp_path / "nope.jpg"
+    code = main(["explain", str(missing), "--model", str(broken_model), "--out", "x.png"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "image file not found" in err and "nope.jpg" in err
+    assert not (tmp_path / "x.png").exists()
+
+
+def test_undecodable_image_and_missing_model_exit_2(photo, model_file, tmp_path, capsys):
+    text = tmp_path / "notes.jpg"
+    text.write_text("hello")
+    out = str(tmp_path / "m.png")
+    assert main(["explain", str(text), "--model", str(model_file), "--out", out]) == 2
+    assert "cannot decode image" in capsys.readouterr().err
+    assert main(["explain", str(photo), "--model", str(tmp_path / "none"), "--out", out]) == 2
+    assert "RUN_OR_MODEL" in capsys.readouterr().err
+
+
+def test_model_without_a_head_is_a_usage_error(photo, tmp_path, capsys):
+    model = keras_vit.ViT(
+        image_size=32,
+        patch_size=8,
+        hidden_dim=32,
+        num_heads=4,
+        mlp_dim=64,
+        num_layers=1,
+        include_top=False,
+        return_sequence=True,
+    )
+    path = tmp_path / "seq.keras"
+    model.save(path)
+    out = str(tmp_path / "m.png")
+    assert main(["explain", str(photo), "--model", str(path), "--out", out]) == 2
+    assert "class scores" in capsys.readouterr().err
