@@ -1,0 +1,167 @@
+"""Shared helpers of the benchmark scripts: timing, memory, worker processes, output.
+
+The analytic FLOP count, GEMM peak and model builders live in `keras_vit.cli.benchmark`
+(so the installed `keras-vit benchmark` command has them too) and are re-exported here.
+Run the scripts from the repository root: `python benchmarks/throughput.py --help`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+
+from keras_vit.cli.benchmark import (  # noqa: F401  (re-exported for the scripts)
+    FRAMEWORKS,
+    MODES,
+    add_derived,
+    analytic_macs,
+    build_model,
+    format_results,
+    gemm_gflops,
+    gemm_peak,
+    make_step,
+    model_gflops,
+    peak_rss_mb,
+    peer_available,
+    variant_arch,
+)
+
+
+def median(values):
+    """The median of a non-empty list (statistics.median)."""
+    return statistics.median(values)
+
+
+def time_call(fn: Callable[[], object], steps: int) -> float:
+    """Seconds for `steps` consecutive calls of `fn` (each call must block until done)."""
+    start = time.perf_counter()
+    for _ in range(steps):
+        fn()
+    return time.perf_counter() - start
+
+
+def set_threads(threads: int) -> None:
+    """Pins TensorFlow's intra- and inter-op thread pools (0 keeps TensorFlow's default)."""
+    if not threads:
+        return
+    import tensorflow as tf
+
+    tf.config.threading.set_intra_op_parallelism_threads(threads)
+    tf.config.threading.set_inter_op_parallelism_threads(threads)
+
+
+def result_record_from(framework: str, mode: str, rates: list[float], ready: dict) -> dict:
+    """A result record (as `keras_vit.cli.benchmark.measure` makes) from a worker's figures."""
+    return {
+        "framework": framework,
+        "mode": mode,
+        "images_per_s": median(rates),
+        "images_per_s_all": rates,
+        "params": ready.get("params"),
+        "warmup_s": ready.get("warmup_s"),
+    }
+
+
+def rss_mb() -> float:
+    """Current resident memory of this process in MiB (psutil when installed)."""
+    try:
+        import psutil
+    except ImportError:
+        return peak_rss_mb()
+    return psutil.Process().memory_info().rss / 2**20
+
+
+# ---- worker processes: one per (framework, mode), driven over stdin/stdout -------------
+
+
+class Worker:
+    """A benchmark subprocess that answers one JSON line per request line.
+
+    The child prints a line starting with `READY ` (JSON) once its model is built and warmed
+    up, then for each `run` line a `RESULT ` line (`rss`: its peak RSS); `quit` ends it.
+    Lines without either prefix (library logging) are ignored.
+    """
+
+    def __init__(self, argv: list[str]):
+        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
+        # stderr goes to a file: a full pipe would block a chatty child.
+        self.stderr = tempfile.TemporaryFile(mode="w+")
+        self.process = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.stderr,
+            text=True,
+            env=env,
+        )
+
+    def stderr_tail(self, chars: int = 2000) -> str:
+        """The end of the child's stderr."""
+        self.stderr.seek(0)
+        return self.stderr.read()[-chars:]
+
+    def read(self, prefix: str) -> dict:
+        """The JSON payload of the next stdout line with `prefix`; raises RuntimeError."""
+        while True:
+            line = self.process.stdout.readline()
+            if not line:
+                code = self.process.wait()
+                raise RuntimeError(f"worker exited ({code}): {self.stderr_tail()}")
+            if line.startswith(prefix + " "):
+                return json.loads(line[len(prefix) + 1 :])
+            if line.startswith("ERROR "):
+                raise RuntimeError(json.loads(line[6:])["error"])
+
+    def request(self, command: str) -> dict:
+        """Sends one command line and returns the worker's RESULT payload."""
+        self.process.stdin.write(command + "\n")
+        self.process.stdin.flush()
+        return self.read("RESULT")
+
+    def close(self) -> None:
+        """Asks the worker to quit; kills it after a timeout."""
+        if self.process.poll() is None:
+            try:
+                self.process.stdin.write("quit\n")
+                self.process.stdin.flush()
+                self.process.wait(timeout=30)
+            except (OSError, subprocess.TimeoutExpired):
+                self.process.kill()
+                self.process.wait()
+        self.stderr.close()
+
+
+def serve(handle_run: Callable[[], dict], ready: dict) -> None:
+    """The child side of `Worker`: prints READY, answers `run` lines until `quit`/EOF."""
+    print("READY " + json.dumps(ready), flush=True)
+    for line in sys.stdin:
+        command = line.strip()
+        if command == "run":
+            print("RESULT " + json.dumps(handle_run()), flush=True)
+        elif command == "rss":
+            print("RESULT " + json.dumps({"peak_rss_mb": peak_rss_mb()}), flush=True)
+        elif command == "quit" or not command:
+            break
+    sys.stdout.flush()
+
+
+def report_error(error: BaseException) -> None:
+    """Reports a worker failure to the parent as one ERROR line."""
+    print("ERROR " + json.dumps({"error": f"{type(error).__name__}: {error}"}), flush=True)
+
+
+def write_json(path: str, payload: dict) -> None:
+    """Writes `payload` as JSON atomically (temporary file in the same folder, then rename)."""
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    temp = os.path.join(folder, f".{os.path.basename(path)}.{os.getpid()}.tmp")
+    with open(temp, "w", encoding="utf-8") as handle:
+        json.dump(payload, handle, indent=2)
+        handle.write("\n")
+    os.replace(temp, path)
