@@ -15,7 +15,7 @@ import os
 import sys
 
 # Subcommand modules, in the order `keras-vit --help` lists them.
-SUBCOMMAND_MODULES: list[str] = ["export", "explain", "convert"]
+SUBCOMMAND_MODULES: list[str] = ["export", "explain", "convert", "benchmark"]
 
 
 class UsageError(ValueError):
