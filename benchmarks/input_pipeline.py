@@ -1,0 +1,146 @@
+"""Does the input pipeline keep up? keras_vit.data.load on its own vs the training step.
+
+Measures, interleaved in one process (median of the repeats):
+- the images/second `keras_vit.data.load(source, "train", training=True, ...)` delivers on
+  its own (iterating the prefetched `tf.data` pipeline; augmentation as the source's
+  default), and
+- the images/second a training step (forward + backward + AdamW, `train_on_batch`, XLA)
+  of the default `keras-vit train` model consumes, on a fixed batch of the same shape.
+The ratio is how many times faster data arrives than it is used (target >= 5x).
+
+The model and batch come from `keras_vit.training.TrainConfig` when it has them, else from
+the flags (`--image-size`, `--batch-size`, `--variant` or the small default architecture).
+
+    python benchmarks/input_pipeline.py --source mnist
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import common  # noqa: E402
+
+# The architecture used when TrainConfig does not name one (a small ViT for 32x32 digits).
+FALLBACK_ARCH = dict(patch_size=4, hidden_dim=64, mlp_dim=128, num_heads=4, num_layers=4)
+ARCH_FIELDS = ("patch_size", "hidden_dim", "mlp_dim", "num_heads", "num_layers")
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--source", default="mnist", help="data source for keras_vit.data.load")
+    parser.add_argument("--image-size", type=int, help="default: the train config's")
+    parser.add_argument("--batch-size", type=int, help="default: the train config's")
+    parser.add_argument("--variant", help="a named variant instead of the default model")
+    parser.add_argument("--batches", type=int, default=20, help="batches per pipeline repeat")
+    parser.add_argument("--steps", type=int, default=5, help="training steps per repeat")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--no-xla", action="store_true")
+    parser.add_argument("--json", dest="json_path")
+    args = parser.parse_args(argv)
+    if min(args.batches, args.steps, args.repeats) < 1:
+        parser.error("--batches, --steps and --repeats must be >= 1")
+    if args.variant:
+        common.variant_arch(args.variant)
+    return args
+
+
+def default_setup(args):
+    """(model kwargs, image size, batch size, num_classes) of the default `keras-vit train`."""
+    config = None
+    try:
+        from keras_vit import training
+
+        config = training.TrainConfig()
+    except (ImportError, AttributeError, TypeError):
+        pass
+    arch = {f: getattr(config, f) for f in ARCH_FIELDS if hasattr(config, f)}
+    variant = args.variant or getattr(config, "variant", None)
+    if variant and not args.variant and len(arch) < len(ARCH_FIELDS):
+        arch = common.variant_arch(variant)
+    elif args.variant:
+        arch = common.variant_arch(args.variant)
+    if len(arch) < len(ARCH_FIELDS):
+        arch = dict(FALLBACK_ARCH)
+    image_size = args.image_size or getattr(config, "image_size", None) or 32
+    if isinstance(image_size, (tuple, list)):
+        image_size = image_size[0]
+    batch_size = args.batch_size or getattr(config, "batch_size", None) or 64
+    for name in ("dropout_rate", "attention_dropout_rate", "drop_path_rate", "pooling"):
+        if hasattr(config, name):
+            arch[name] = getattr(config, name)
+    return arch, int(image_size), int(batch_size), 10
+
+
+def pipeline_rate(iterator, batches, batch_size):
+    """Images/second of pulling `batches` batches from a prefetched iterator."""
+    start = time.perf_counter()
+    for _ in range(batches):
+        next(iterator)
+    return batches * batch_size / (time.perf_counter() - start)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    import keras
+    import numpy as np
+
+    from keras_vit import ViT, data
+
+    arch, image_size, batch_size, num_classes = default_setup(args)
+    dataset = data.load(
+        args.source, "train", image_size=image_size, batch_size=batch_size, training=True
+    )
+    iterator = iter(dataset.repeat())
+    images, labels = next(iterator)
+    channels = int(images.shape[-1])
+    model = ViT(
+        **arch, image_size=image_size, channels=channels, num_classes=num_classes, name="default"
+    )
+    model.compile(
+        optimizer=keras.optimizers.AdamW(1e-3),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        jit_compile=not args.no_xla,
+    )
+    x = np.asarray(images)
+    y = np.asarray(labels) if labels.shape.rank == 1 else np.argmax(labels, -1)
+    for _ in range(2):
+        model.train_on_batch(x, y)
+    pipeline_rate(iterator, 2, batch_size)  # fill the prefetch buffer
+    data_rates, train_rates = [], []
+    for _ in range(args.repeats):
+        data_rates.append(pipeline_rate(iterator, args.batches, batch_size))
+        seconds = common.time_call(lambda: model.train_on_batch(x, y), args.steps)
+        train_rates.append(args.steps * batch_size / seconds)
+    data_rate, train_rate = common.median(data_rates), common.median(train_rates)
+    result = {
+        "source": args.source,
+        "image_size": image_size,
+        "batch_size": batch_size,
+        "arch": arch,
+        "params": int(model.count_params()),
+        "pipeline_images_per_s": data_rate,
+        "pipeline_images_per_s_all": data_rates,
+        "train_images_per_s": train_rate,
+        "train_images_per_s_all": train_rates,
+        "ratio": data_rate / train_rate,
+        "peak_rss_mb": common.peak_rss_mb(),
+    }
+    print(
+        f"{args.source} train pipeline, {image_size}px, batch {batch_size}: "
+        f"{data_rate:.0f} img/s; training step of the default model "
+        f"({result['params']:,} params): {train_rate:.0f} img/s; "
+        f"ratio {result['ratio']:.1f}x (target >= 5x)"
+    )
+    if args.json_path:
+        common.write_json(args.json_path, result)
+        print(f"wrote {args.json_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
