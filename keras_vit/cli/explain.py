@@ -128,7 +128,12 @@ def run(args) -> int:
     import keras
 
     import keras_vit
-    from keras_vit.visualize import layer_grid_figure, overlay_figure, save_png
+    from keras_vit.visualize import (
+        block_attention_map,
+        layer_grid_figure,
+        overlay_figure,
+        save_png,
+    )
 
     model = keras.saving.load_model(model_path, compile=False)
     batch = prepare(image, model_image_shape(model))
@@ -145,7 +150,7 @@ def run(args) -> int:
     title = "\n".join(f"{p:6.1%}  {name}" for name, p in ranked)
     written = [save_png(overlay_figure(image, rollout, title), args.out)]
     if args.grid:
-        per_block = [keras_vit.attention_rollout([m], model)[0] for m in maps]
+        per_block = [block_attention_map(m, model)[0] for m in maps]
         titles = [f"block {i}" for i in range(len(maps))]
         written.append(save_png(layer_grid_figure(image, per_block, titles), layers_path(args.out)))
     for name, p in ranked:

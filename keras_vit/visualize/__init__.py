@@ -7,12 +7,17 @@ rollout after Abnar & Zuidema 2020. See docs/visualize.md.
 from keras_vit.visualize.attention import attention_maps, feature_extractor
 from keras_vit.visualize.graph import TokenGrid, token_grid
 from keras_vit.visualize.plotting import layer_grid_figure, overlay_figure, save_png
-from keras_vit.visualize.rollout import attention_rollout, mean_attention_distance
+from keras_vit.visualize.rollout import (
+    attention_rollout,
+    block_attention_map,
+    mean_attention_distance,
+)
 
 __all__ = [
     "TokenGrid",
     "attention_maps",
     "attention_rollout",
+    "block_attention_map",
     "feature_extractor",
     "layer_grid_figure",
     "mean_attention_distance",

@@ -115,6 +115,27 @@ def attention_rollout(maps, grid, *, head_fusion: str = "mean", discard_ratio: f
     return flow.reshape(-1, grid_h, grid_w).astype(np.float32)
 
 
+def block_attention_map(layer_map, grid) -> np.ndarray:
+    """One block's attention on the patches, heads averaged (no rollout).
+
+    Args:
+        layer_map: `(batch, heads, T, T)` array, one element of `attention_maps(...)`.
+        grid: the model, a `TokenGrid` or `(grid_h, grid_w)`.
+
+    Returns:
+        float32 `(batch, grid_h, grid_w)`: the class token's attention to each patch, or for
+        gap models the mean over queries of the attention to each patch.
+
+    Raises:
+        ValueError: a map that is not `(batch, heads, T, T)` or a grid that does not match T.
+    """
+    stacked = _stack_maps([layer_map])[0]
+    (grid_h, grid_w), prefix = _resolve_grid(grid, stacked.shape[-1])
+    fused = stacked.mean(axis=1)
+    flow = fused[:, 0, prefix:] if prefix else fused.mean(axis=1)
+    return flow.reshape(-1, grid_h, grid_w).astype(np.float32)
+
+
 def _discard_lowest(fused: np.ndarray, ratio: float) -> np.ndarray:
     """Zeroes the `ratio` smallest off-diagonal weights of each `(T, T)` matrix."""
     num_tokens = fused.shape[-1]

@@ -11,7 +11,12 @@ import math
 import numpy as np
 import pytest
 
-from keras_vit.visualize import TokenGrid, attention_rollout, mean_attention_distance
+from keras_vit.visualize import (
+    TokenGrid,
+    attention_rollout,
+    block_attention_map,
+    mean_attention_distance,
+)
 
 
 def identity_maps(num_layers, tokens, batch=1, heads=2):
@@ -144,3 +149,15 @@ def test_mean_attention_distance_drops_the_class_token_and_renormalises():
 def test_mean_attention_distance_needs_a_patch_size_for_a_bare_grid():
     with pytest.raises(ValueError, match="patch_size"):
         mean_attention_distance(gap_maps_2x2(), (2, 2))
+
+
+def test_block_attention_map_by_hand():
+    # Class token, grid (1, 2): head 0 row 0 = [.2, .2, .6], head 1 row 0 = [.0, .6, .4]
+    # -> mean over heads, patches only: [.4, .5].
+    layer = np.broadcast_to(np.eye(3), (1, 2, 3, 3)).copy()
+    layer[0, 0, 0] = [0.2, 0.2, 0.6]
+    layer[0, 1, 0] = [0.0, 0.6, 0.4]
+    np.testing.assert_allclose(block_attention_map(layer, (1, 2)), [[[0.4, 0.5]]], atol=1e-7)
+    # gap, grid (1, 2), one head: queries [.9, .1] and [.3, .7] -> mean [.6, .4].
+    gap = np.array([[[[0.9, 0.1], [0.3, 0.7]]]])
+    np.testing.assert_allclose(block_attention_map(gap, (1, 2)), [[[0.6, 0.4]]], atol=1e-7)
