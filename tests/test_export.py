@@ -25,7 +25,7 @@ import tensorflow as tf
 from PIL import Image
 
 import keras_vit
-from keras_vit.export import export_saved_model, next_version
+from keras_vit.export import export_saved_model, next_version, resize_and_scale
 from tests.conftest import TINY_VIT
 
 CLASS_NAMES = [f"class_{i}" for i in range(TINY_VIT["num_classes"])]
@@ -404,23 +404,40 @@ def test_b43_serving_default_and_instances_payload(exported, images):
         np.testing.assert_allclose(signature(**inputs)["logits"].numpy(), expected, atol=1e-4)
 
 
-def test_hybrid_vit_exports(tmp_path, images):
-    """A tiny hybrid (ResNet root + Transformer) serves the logits of `model.predict`."""
+def test_grayscale_hybrid_vit_exports(tmp_path, images):
+    """A tiny one-channel hybrid (ResNet root + Transformer) serves the logits of predict."""
     model = randomize_weights(
         keras_vit.HybridViT(
             resnet_stages=(),
             resnet_width=8,
             resnet_groups=4,
             patch_size=2,
+            channels=1,
             **{k: v for k, v in TINY_VIT.items() if k != "patch_size"},
         ),
         seed=2,
     )
     path = export_saved_model(model, tmp_path, version=3)
+    assert path == os.path.join(str(tmp_path), "3")
+    gray = images[..., :1]
+    expected = model.predict(preprocess_reference(gray, (32, 32)), verbose=0)
+    assert np.abs(expected).max() > 0.1
     loaded = tf.saved_model.load(path)
-    out = loaded.signatures["serving_default"](images=tf.constant(images, tf.float32))
-    expected = model.predict(preprocess_reference(images, (32, 32)), verbose=0)
+    out = loaded.signatures["serving_default"](images=tf.constant(gray, tf.float32))
     np.testing.assert_allclose(out["logits"].numpy(), expected, atol=1e-4)
+    encoded = tf.constant(encode(gray[..., 0], "PNG"))
+    out = loaded.signatures["serving_bytes"](image_bytes=encoded)
+    np.testing.assert_allclose(out["logits"].numpy(), expected, atol=1e-4)
+
+
+def test_preprocessing_matches_the_data_evaluation_path(images):
+    """The graph's resize + scale equals keras_vit.data's eval_preprocess, image by image."""
+    from keras_vit.data.preprocess import eval_preprocess
+
+    served = resize_and_scale(tf.constant(images), (32, 24)).numpy()
+    for image, result in zip(images, served, strict=True):
+        np.testing.assert_allclose(result, eval_preprocess(image, (32, 24), 3).numpy(), atol=1e-6)
+    np.testing.assert_allclose(served, preprocess_reference(images, (32, 24)), atol=1e-5)
 
 
 @pytest.mark.parametrize(
