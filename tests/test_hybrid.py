@@ -13,6 +13,8 @@ import pytest
 
 import keras_vit
 from keras_vit import HybridViT
+from keras_vit.checkpoints import load_npz, save_npz
+from keras_vit.finetune import finetune
 from keras_vit.hybrid import HYBRID_CONFIGS
 
 TINY_HYBRID = dict(
@@ -102,9 +104,27 @@ def resnet_paths_as_official(model):
 
 
 @pytest.fixture(scope="module")
-def big_models():
-    """Each named hybrid at 224 / 1000 classes, built once for counts and key sets."""
-    return {name: getattr(keras_vit, name)() for name in PUBLISHED}
+def r50_b16():
+    """R50+B/16 at 224 / 1000 classes, built once: counts, key set, checkpoint tests."""
+    return keras_vit.R50_B16()
+
+
+@pytest.fixture(scope="module")
+def r50_b16_checkpoint(r50_b16, tmp_path_factory):
+    """`save_npz` of R50+B/16 with non-zero head and gn3 scales (so logits use every weight)."""
+    rng = np.random.default_rng(7)
+    for w in r50_b16.weights:
+        if w.path.startswith("head/") or w.path.endswith("gn3/gamma"):
+            w.assign(rng.normal(0.0, 0.05, w.shape))
+    path = tmp_path_factory.mktemp("r50_b16") / "R50+ViT-B_16.npz"
+    written = save_npz(r50_b16, path)
+    return path, written
+
+
+def named_model(name, r50_b16):
+    if name == "R50_B16":
+        return r50_b16
+    return getattr(keras_vit, name)()
 
 
 @pytest.fixture(scope="module")
@@ -116,9 +136,9 @@ def tiny_hybrid_images():
 
 
 @pytest.mark.parametrize("name", list(PUBLISHED))
-def test_parameter_counts_weight_counts_and_token_tables(big_models, name):
+def test_parameter_counts_weight_counts_and_token_tables(r50_b16, name):
     params, num_keys, pos_shape = PUBLISHED[name]
-    model = big_models[name]
+    model = named_model(name, r50_b16)
     assert model.count_params() == params
     assert len(model.weights) == num_keys
     assert tuple(model.get_layer("posembed_input").pos_embedding.shape) == pos_shape
@@ -126,9 +146,9 @@ def test_parameter_counts_weight_counts_and_token_tables(big_models, name):
     assert model.input.name == "images"
 
 
-def test_r50_b16_resnet_names_and_shapes_follow_the_release(big_models):
+def test_r50_b16_resnet_names_and_shapes_follow_the_release(r50_b16):
     """The ResNet weights map by the naming rule onto the official keys with official shapes."""
-    model = big_models["R50_B16"]
+    model = r50_b16
     official = r50_b16_official_shapes()
     resnet = resnet_paths_as_official(model)
     expected = {
@@ -140,8 +160,8 @@ def test_r50_b16_resnet_names_and_shapes_follow_the_release(big_models):
     assert tuple(embedding.kernel.shape) == official["embedding/kernel"] == (1, 1, 1024, 768)
 
 
-def test_r_ti16_uses_8x8_patches_on_the_root_feature_map(big_models):
-    model = big_models["R_Ti16"]
+def test_r_ti16_uses_8x8_patches_on_the_root_feature_map():
+    model = keras_vit.R_Ti16()
     assert tuple(model.get_layer("embedding").conv.kernel.shape) == (8, 8, 64, 192)
     assert not any(layer.name.startswith("block") for layer in model.layers)
     assert tuple(model.get_layer("pool_root").output.shape) == (None, 56, 56, 64)
@@ -157,13 +177,6 @@ def test_config_table_matches_the_release():
 
 
 # ------------------------------------------------------------------ any image size
-
-
-def test_r50_b16_at_384_has_a_24x24_grid():
-    model = keras_vit.R50_B16(image_size=384, num_layers=1)
-    assert tuple(model.get_layer("embedding").output.shape) == (None, 576, 768)
-    assert tuple(model.get_layer("posembed_input").pos_embedding.shape) == (1, 577, 768)
-    assert model.get_layer("embedding").grid_size == (24, 24)
 
 
 def test_non_square_320x224_input_runs():
@@ -298,3 +311,96 @@ def test_backbone_errors(resnet50_stem):
     flat = keras.Sequential([keras.Input((64, 64, 3)), keras.layers.GlobalAveragePooling2D()])
     with pytest.raises(ValueError, match="feature map"):
         HybridViT(backbone=flat, image_size=64, **args)
+
+
+# ------------------------------------------------------------------ official checkpoints
+
+
+def test_save_npz_writes_the_official_r50_b16_key_set(r50_b16_checkpoint):
+    path, written = r50_b16_checkpoint
+    expected = r50_b16_official_shapes()
+    assert len(expected) == 356
+    assert written == expected
+    with np.load(path, allow_pickle=False) as archive:
+        on_disk = {key: archive[key].shape for key in archive.files}
+        assert archive["block3/unit9/gn3/scale"].dtype == np.float32
+    assert on_disk == expected
+
+
+def test_npz_round_trip_gives_identical_logits(r50_b16, r50_b16_checkpoint):
+    path, _ = r50_b16_checkpoint
+    images = np.random.default_rng(8).uniform(-1, 1, (1, 224, 224, 3)).astype(np.float32)
+    expected = np.asarray(r50_b16(images))
+    assert np.abs(expected).max() > 0
+    fresh = keras_vit.R50_B16(weights=path)
+    np.testing.assert_array_equal(np.asarray(fresh(images)), expected)
+    conv = "block3_unit9/conv2/kernel"
+    np.testing.assert_array_equal(
+        *[next(w for w in m.weights if w.path == conv).numpy() for m in (fresh, r50_b16)]
+    )
+
+
+def corner_aligned_resize(grid, new):
+    """The release's scipy.ndimage.zoom(order=1) on a (g, g, D) grid."""
+    from scipy import ndimage
+
+    factor = (new / grid.shape[0], new / grid.shape[1], 1)
+    return ndimage.zoom(grid, factor, order=1)
+
+
+def test_r50_b16_at_384_has_a_24x24_grid_and_loads_a_224_checkpoint(r50_b16, r50_b16_checkpoint):
+    path, _ = r50_b16_checkpoint
+    model = keras_vit.R50_B16(image_size=384)
+    assert model.get_layer("embedding").grid_size == (24, 24)
+    assert tuple(model.get_layer("block3_unit9").output.shape) == (None, 24, 24, 1024)
+    assert tuple(model.get_layer("embedding").output.shape) == (None, 576, 768)
+    report = load_npz(model, path)
+    assert report.resized_grid == ((14, 14), (24, 24))
+    table = np.asarray(model.get_layer("posembed_input").pos_embedding)
+    source = np.asarray(r50_b16.get_layer("posembed_input").pos_embedding)
+    assert table.shape == (1, 577, 768)
+    np.testing.assert_array_equal(table[0, 0], source[0, 0])  # class-token row kept
+    expected = corner_aligned_resize(source[0, 1:].reshape(14, 14, 768), 24)
+    np.testing.assert_allclose(table[0, 1:].reshape(24, 24, 768), expected, atol=1e-5)
+    root = model.get_layer("conv_root").kernel.numpy()
+    np.testing.assert_array_equal(root, r50_b16.get_layer("conv_root").kernel.numpy())
+
+
+def test_tiny_hybrid_npz_round_trip(tmp_path, tiny_hybrid_images):
+    rng = np.random.default_rng(4)
+    model = HybridViT(**TINY_HYBRID)
+    for w in model.weights:
+        w.assign(rng.normal(0, 0.05, w.shape) + np.asarray(w))
+    path = tmp_path / "tiny.npz"
+    written = save_npz(model, path)
+    assert "block1/unit1/conv_proj/kernel" in written and "gn_root/scale" in written
+    other = HybridViT(**TINY_HYBRID)
+    load_npz(other, path)
+    np.testing.assert_array_equal(
+        np.asarray(other(tiny_hybrid_images)), np.asarray(model(tiny_hybrid_images))
+    )
+
+
+def test_finetune_a_hybrid_to_a_new_size_and_task(tiny_hybrid_images):
+    rng = np.random.default_rng(5)
+    model = HybridViT(**TINY_HYBRID)
+    for w in model.weights:
+        w.assign(rng.normal(0, 0.05, w.shape) + np.asarray(w))
+    tuned = finetune(model, num_classes=3, image_size=64)
+    assert tuned.get_layer("embedding").grid_size == (8, 8)
+    head = tuned.get_layer("head")
+    assert tuple(head.kernel.shape) == (32, 3)
+    np.testing.assert_array_equal(head.kernel.numpy(), 0.0)
+    for name in ("conv_root", "gn_root", "block1_unit1", "embedding", "encoderblock_1"):
+        for new, old in zip(
+            tuned.get_layer(name).weights, model.get_layer(name).weights, strict=True
+        ):
+            np.testing.assert_array_equal(new.numpy(), old.numpy())
+    table = tuned.get_layer("posembed_input").pos_embedding.numpy()
+    source = model.get_layer("posembed_input").pos_embedding.numpy()
+    assert table.shape == (1, 65, 32)
+    np.testing.assert_array_equal(table[0, 0], source[0, 0])
+    expected = corner_aligned_resize(source[0, 1:].reshape(4, 4, 32), 8)
+    np.testing.assert_allclose(table[0, 1:].reshape(8, 8, 32), expected, atol=1e-5)
+    images = np.random.default_rng(6).uniform(-1, 1, (2, 64, 64, 3)).astype(np.float32)
+    np.testing.assert_array_equal(np.asarray(tuned(images)), 0.0)  # zero head
