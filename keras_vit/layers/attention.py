@@ -90,26 +90,25 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         )
 
     def attention_probabilities(self, tokens):
-        """Attention weights `(batch, num_heads, num_tokens, num_tokens)`, rows summing to 1.
+        """Attention weights `(batch, num_heads, num_tokens, num_tokens)`, float32, rows sum to 1.
 
         Computed from this layer's own weights; used by `keras_vit.attention_maps`.
         """
-        probs = self._probabilities(self.query(tokens), self.key(tokens))
-        return ops.cast(probs, "float32")
+        return self._probabilities(self.query(tokens), self.key(tokens))
 
     def _probabilities(self, query, key):
+        """Softmax of the scaled logits, in float32 whatever the policy."""
         query = query * ops.cast(1.0 / math.sqrt(self.head_dim), query.dtype)
         if self.compute_dtype == "float16":
             query, key = ops.cast(query, "float32"), ops.cast(key, "float32")
         logits = ops.einsum("btnh,bsnh->bnts", query, key)
-        probs = ops.softmax(ops.cast(logits, "float32"), axis=-1)
-        return ops.cast(probs, self.compute_dtype)
+        return ops.softmax(ops.cast(logits, "float32"), axis=-1)
 
     def call(self, tokens, training=None):
         query, key, value = self.query(tokens), self.key(tokens), self.value(tokens)
         use_dropout = training and self.attention_dropout_rate > 0
         if self.compute_dtype == "float16" or use_dropout:
-            probs = self._probabilities(query, key)
+            probs = ops.cast(self._probabilities(query, key), self.compute_dtype)
             probs = self.attention_dropout(probs, training=training)
             context = ops.einsum("bnts,bsnh->btnh", probs, value)
         else:

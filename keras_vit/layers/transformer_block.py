@@ -116,9 +116,9 @@ class TransformerBlock(keras.layers.Layer):
     def call(self, tokens, training=None):
         y = self.attention(self.norm_0(tokens), training=training)
         y = self.dropout(y, training=training)
-        x = tokens + self._drop_path(y, training)
+        x = tokens + self._drop_path(y, training=training)
         y = self.mlp(self.norm_2(x), training=training)
-        return x + self._drop_path(y, training)
+        return x + self._drop_path(y, training=training)
 
     def compute_output_shape(self, input_shape):
         return input_shape

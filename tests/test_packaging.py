@@ -1,0 +1,66 @@
+"""Packaging checks (user reports B09, B37)."""
+
+import ast
+import pathlib
+import re
+import subprocess
+import sys
+
+import keras_vit
+
+PACKAGE = pathlib.Path(keras_vit.__file__).parent
+SOURCES = sorted(PACKAGE.rglob("*.py"))
+
+
+def test_b09_imports_cleanly_in_a_fresh_process():
+    result = subprocess.run(
+        [sys.executable, "-c", "import keras_vit, keras; print(keras.__version__)"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip().startswith("3.")
+
+
+def test_b09_no_private_or_legacy_keras_imports():
+    pattern = re.compile(r"keras\.src|tensorflow\.python\.keras|tf_keras|keras\.engine")
+    offenders = [
+        f"{path.relative_to(PACKAGE)}:{lineno}"
+        for path in SOURCES
+        for lineno, line in enumerate(path.read_text().splitlines(), 1)
+        if pattern.search(line) and not line.lstrip().startswith("#")
+    ]
+    assert offenders == []
+
+
+def test_b37_training_flag_is_passed_by_keyword():
+    """B37: no call passes `training` positionally, e.g. layer(x, True)."""
+    offenders = []
+    for path in SOURCES:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and len(node.args) >= 2:
+                last = node.args[-1]
+                if isinstance(last, ast.Constant) and isinstance(last.value, bool):
+                    offenders.append(f"{path.relative_to(PACKAGE)}:{node.lineno}")
+                if isinstance(last, ast.Name) and last.id == "training":
+                    offenders.append(f"{path.relative_to(PACKAGE)}:{node.lineno}")
+    assert offenders == []
+
+
+def test_layers_use_keras_ops_only():
+    """Layers and builders run on every Keras backend: no TensorFlow import there."""
+    model_code = sorted((PACKAGE / "layers").glob("*.py")) + [PACKAGE / "models.py"]
+    offenders = [
+        str(path.relative_to(PACKAGE))
+        for path in model_code
+        if re.search(r"^\s*(import tensorflow|from tensorflow)", path.read_text(), re.M)
+    ]
+    assert offenders == []
+
+
+def test_public_api_of_the_design():
+    for name in ("ViT", "ViT_Ti16", "ViT_B16", "ViT_H14", "preprocess_inputs", "layers"):
+        assert hasattr(keras_vit, name), name
+    for name in ("PatchEmbed", "ClassToken", "AddPositionEmbs", "TransformerBlock"):
+        assert hasattr(keras_vit.layers, name), name
