@@ -59,7 +59,7 @@ def _copy_body(source, target, method):
                     )
                 ]
                 logger.info(
-                    "Position embeddings resized from grid %dx%d to %dx%d (%s).",
+                    "Position embeddings resized: grid %dx%d -> %dx%d (%s).",
                     *old,
                     *new,
                     method,

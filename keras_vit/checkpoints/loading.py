@@ -107,33 +107,34 @@ def _skip_prefixes(arrays, variables, skip, head):
 def _fit_position_table(model, table, variable, method, source_grid):
     """Resizes the file's position table to the model's grid when they differ.
 
-    Returns `(table, (old_grid, new_grid) or None)`; a table that cannot be matched is
-    returned unchanged and then reported as a shape mismatch.
+    Returns `(table, (old_grid, new_grid) or None, hint or None)`; a table that cannot be
+    matched is returned unchanged (then reported as a shape mismatch, with `hint`).
     """
     target = tuple(variable.shape)
     if table.ndim != 3 or len(target) != 3 or table.shape[-1] != target[-1]:
-        return table, None
+        return table, None, None
     if table.shape[1] == target[1] and source_grid is None:
-        return table, None
+        return table, None, None
     prefix = architecture.num_prefix_tokens(model)
     new_grid = architecture.patch_grid(model)
     if prefix + new_grid[0] * new_grid[1] != target[1]:
-        return table, None
+        return table, None, None
     if source_grid is None:
         try:
             old_grid = square_grid(table.shape[1] - prefix)
-        except ValueError as error:
-            raise CheckpointError(
-                f"The checkpoint's position table has {table.shape[1]} rows; with "
-                f"{prefix} class-token row(s) (from the model) the rest is not a square grid. "
-                f"Pass source_grid=(rows, cols). ({error})"
-            ) from None
+        except ValueError:
+            hint = (
+                f"the file's {table.shape[1]} rows minus the model's {prefix} class-token "
+                "row(s) are not a square grid; pass source_grid=(rows, cols) if the file's "
+                "grid is not square"
+            )
+            return table, None, hint
     else:
         old_grid = tuple(source_grid)
     if tuple(old_grid) == tuple(new_grid):
-        return table, None
+        return table, None, None
     resized = resize_position_embeddings(table, old_grid, new_grid, prefix, method)
-    return resized, (tuple(old_grid), tuple(new_grid))
+    return resized, (tuple(old_grid), tuple(new_grid)), None
 
 
 def load_npz(
@@ -190,10 +191,10 @@ def load_npz(
         logger.warning("Weights without an official checkpoint name keep their values: %s", unnamed)
     arrays, steps = normalise_layout(read_npz(path))
     skip = _skip_prefixes(arrays, variables, tuple(skip), head)
-    resized = None
+    resized, hint = None, None
     if PLAIN_POSITION_KEY in arrays and PLAIN_POSITION_KEY in variables:
         if not _under(PLAIN_POSITION_KEY, skip):
-            arrays[PLAIN_POSITION_KEY], resized = _fit_position_table(
+            arrays[PLAIN_POSITION_KEY], resized, hint = _fit_position_table(
                 model,
                 arrays[PLAIN_POSITION_KEY],
                 variables[PLAIN_POSITION_KEY],
@@ -214,7 +215,8 @@ def load_npz(
         if file_shape == model_shape:
             fits.append(key)
         else:
-            report.mismatched.append(f"{key}: file {file_shape} vs model {model_shape}")
+            note = f" ({hint})" if key == PLAIN_POSITION_KEY and hint else ""
+            report.mismatched.append(f"{key}: file {file_shape} vs model {model_shape}{note}")
     problems = ""
     if report.missing:
         problems += _format_list("missing in the file", report.missing)
@@ -237,7 +239,7 @@ def load_npz(
     if resized is not None:
         (old_rows, old_cols), (new_rows, new_cols) = resized
         logger.info(
-            "Position embeddings resized from grid %dx%d to %dx%d (%s, %d -> %d rows).",
+            "Position embeddings resized: grid %dx%d -> %dx%d (%s; %d -> %d rows).",
             old_rows,
             old_cols,
             new_rows,

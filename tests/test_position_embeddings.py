@@ -1,0 +1,138 @@
+"""keras_vit.resize_position_embeddings against scipy.ndimage.zoom (the release) and PIL."""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+import pytest
+import scipy.ndimage
+from PIL import Image
+
+from keras_vit import resize_position_embeddings
+
+
+def _table(rng, grid, dim, prefix=1):
+    return rng.standard_normal((1, prefix + grid[0] * grid[1], dim)).astype(np.float32)
+
+
+def _zoom_reference(table, old, new, prefix):
+    """The release's `load_pretrained`: scipy.ndimage.zoom(order=1) on the grid part."""
+    grid = table[0, prefix:].reshape(old[0], old[1], -1)
+    zoomed = scipy.ndimage.zoom(grid, (new[0] / old[0], new[1] / old[1], 1), order=1)
+    return np.concatenate([table[0, :prefix], zoomed.reshape(-1, table.shape[-1])])[None]
+
+
+@pytest.mark.parametrize("old, new", [(14, 24), (7, 12), (2, 8), (24, 14)])
+def test_bilinear_matches_release_scipy_zoom(old, new):
+    rng = np.random.default_rng(old * 100 + new)
+    table = _table(rng, (old, old), 16)
+    out = resize_position_embeddings(table, old, new, num_prefix_tokens=1)
+    expected = _zoom_reference(table, (old, old), (new, new), 1)
+    assert out.shape == (1, 1 + new * new, 16)
+    np.testing.assert_allclose(out, expected, atol=1e-6, rtol=0)
+    np.testing.assert_array_equal(out[0, 0], table[0, 0])  # class-token row bit for bit
+
+
+def test_non_square_keeps_rows_as_rows():
+    """A table whose vectors encode (row, col): 14x14 -> 14x20 must keep every row's index."""
+    rows, cols = np.meshgrid(np.arange(14.0), np.arange(14.0), indexing="ij")
+    grid = np.stack([rows, cols], axis=-1).reshape(1, 196, 2).astype(np.float32)
+    table = np.concatenate([np.full((1, 1, 2), 7.0, np.float32), grid], axis=1)
+    out = resize_position_embeddings(table, (14, 14), (14, 20), num_prefix_tokens=1)
+    resized = out[0, 1:].reshape(14, 20, 2)
+    np.testing.assert_allclose(resized[..., 0], np.repeat(np.arange(14.0)[:, None], 20, 1))
+    # corner aligned: new column j sits at old column j * 13 / 19
+    expected_cols = np.arange(20.0) * 13 / 19
+    np.testing.assert_allclose(resized[..., 1], np.tile(expected_cols, (14, 1)), atol=1e-5)
+    # and the other way round: columns stay columns
+    back = resize_position_embeddings(table, (14, 14), (20, 14), num_prefix_tokens=1)
+    np.testing.assert_allclose(
+        back[0, 1:].reshape(20, 14, 2)[..., 1], np.tile(np.arange(14.0), (20, 1))
+    )
+
+
+def test_non_square_source_grid_matches_zoom():
+    rng = np.random.default_rng(3)
+    table = _table(rng, (6, 9), 5)
+    out = resize_position_embeddings(table, (6, 9), (10, 4), num_prefix_tokens=1)
+    np.testing.assert_allclose(out, _zoom_reference(table, (6, 9), (10, 4), 1), atol=1e-6)
+
+
+def test_b26_every_target_grid_gives_exact_row_count():
+    """B26: every target grid gives exactly 1 + h*w rows (no off-by-one from scale factors).
+
+    Patch 16 and grids 14..30 (the row's range), plus every grid 1..30 from the issue.
+    """
+    rng = np.random.default_rng(26)
+    table = _table(rng, (14, 14), 4)
+    for h in range(1, 31):
+        for w in range(1, 31):
+            out = resize_position_embeddings(table, 14, (h, w), num_prefix_tokens=1)
+            assert out.shape == (1, 1 + h * w, 4), (h, w)
+            assert out.dtype == np.float32
+
+
+def test_b26_interpolation_in_float32_under_mixed_bfloat16():
+    """B26: under mixed_bfloat16 (or from a bfloat16 table) the result is float32."""
+    keras.config.set_dtype_policy("mixed_bfloat16")
+    rng = np.random.default_rng(5)
+    table = _table(rng, (14, 14), 8)
+    out = resize_position_embeddings(table, 14, 17, num_prefix_tokens=1)
+    assert out.dtype == np.float32
+    np.testing.assert_allclose(out, _zoom_reference(table, (14, 14), (17, 17), 1), atol=1e-6)
+
+
+@pytest.mark.parametrize("method", ["bilinear", "bicubic"])
+def test_identity_resize_is_exact(method):
+    rng = np.random.default_rng(1)
+    table = _table(rng, (5, 7), 6)
+    out = resize_position_embeddings(table, (5, 7), (5, 7), 1, method=method)
+    np.testing.assert_array_equal(out, table)
+
+
+def test_gap_tables_have_no_prefix_row_and_rank_two_tables_work():
+    rng = np.random.default_rng(2)
+    table = _table(rng, (4, 4), 3, prefix=0)[0]  # (16, 3), no class token
+    out = resize_position_embeddings(table, 4, 6, num_prefix_tokens=0)
+    assert out.shape == (36, 3)
+    np.testing.assert_allclose(
+        out[None], _zoom_reference(table[None], (4, 4), (6, 6), 0), atol=1e-6
+    )
+
+
+@pytest.mark.parametrize("old, new", [(7, 12), (14, 10), (14, 24)])
+def test_bicubic_matches_pil_antialiased_bicubic(old, new):
+    """bicubic = half-pixel Keys cubic (a=-0.5), antialiased when shrinking: PIL's BICUBIC."""
+    rng = np.random.default_rng(old + new)
+    table = _table(rng, (old, old), 3)
+    out = resize_position_embeddings(table, old, new, 1, method="bicubic")
+    grid = table[0, 1:].reshape(old, old, 3)
+    pil = np.stack(
+        [
+            np.asarray(Image.fromarray(grid[..., c], mode="F").resize((new, new), Image.BICUBIC))
+            for c in range(3)
+        ],
+        axis=-1,
+    )
+    np.testing.assert_allclose(out[0, 1:].reshape(new, new, 3), pil, atol=1e-5)
+    np.testing.assert_array_equal(out[0, 0], table[0, 0])
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(old_grid=14, new_grid=16, num_prefix_tokens=0), "197 rows"),
+        (dict(old_grid=14, new_grid=16, num_prefix_tokens=1, method="nearest"), "method"),
+        (dict(old_grid=14, new_grid=0, num_prefix_tokens=1), "new_grid"),
+        (dict(old_grid=14, new_grid=16, num_prefix_tokens=-1), "num_prefix_tokens"),
+    ],
+)
+def test_bad_arguments_raise_value_error(kwargs, match):
+    table = np.zeros((1, 197, 4), np.float32)
+    with pytest.raises(ValueError, match=match):
+        resize_position_embeddings(table, **kwargs)
+
+
+def test_bad_table_rank_raises():
+    with pytest.raises(ValueError, match="shape"):
+        resize_position_embeddings(np.zeros((2, 5, 4)), 2, 3, 1)
