@@ -46,6 +46,14 @@ def time_call(fn: Callable[[], object], steps: int) -> float:
     return time.perf_counter() - start
 
 
+def checked_patch(parser, variant: str) -> int:
+    """The patch size of `variant`; an unknown or malformed variant is a `parser.error`."""
+    try:
+        return variant_arch(variant)["patch_size"]
+    except ValueError as error:
+        parser.error(f"--variant: {error}")
+
+
 def set_threads(threads: int) -> None:
     """Pins TensorFlow's intra- and inter-op thread pools (0 keeps TensorFlow's default)."""
     if not threads:

@@ -45,7 +45,7 @@ def parse_args(argv=None):
     if min(args.batches, args.steps, args.repeats) < 1:
         parser.error("--batches, --steps and --repeats must be >= 1")
     if args.variant:
-        common.variant_arch(args.variant)
+        common.checked_patch(parser, args.variant)
     return args
 
 

@@ -44,7 +44,7 @@ def parse_args(argv=None):
         args.batch_sizes = [int(s) for s in args.batch_sizes.split(",") if s]
     except ValueError:
         parser.error("--image-sizes and --batch-sizes take integers separated by commas")
-    patch = common.variant_arch(args.variant)["patch_size"]
+    patch = common.checked_patch(parser, args.variant)
     sizes = [*args.image_sizes, args.base_image_size]
     if any(s < patch or s % patch for s in sizes):
         parser.error(f"every image size must be a positive multiple of the patch ({patch})")

@@ -53,6 +53,11 @@ def parse_args(argv=None):
     parser.add_argument(
         "--python", default=sys.executable, help="interpreter of the workers (this one)"
     )
+    parser.add_argument(
+        "--one-at-a-time",
+        action="store_true",
+        help="run the frameworks one after another instead of side by side (memory runs)",
+    )
     parser.add_argument("--json", dest="json_path", help="write the results here")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -60,8 +65,7 @@ def parse_args(argv=None):
     unknown = set(args.frameworks) - set(common.FRAMEWORKS)
     if unknown:
         parser.error(f"unknown --frameworks {sorted(unknown)}; choose from {common.FRAMEWORKS}")
-    common.variant_arch(args.variant)  # raises on an unknown variant
-    if args.image_size % common.variant_arch(args.variant)["patch_size"]:
+    if args.image_size % common.checked_patch(parser, args.variant):
         parser.error(f"--image-size {args.image_size} is not a multiple of the patch size")
     if min(args.steps, args.repeats, args.warmup, args.batch_size) < 1:
         parser.error("--steps, --repeats, --warmup and --batch-size must be >= 1")
@@ -156,16 +160,32 @@ def finish_workers(workers):
         worker.close()
 
 
-def measure_mode(args, mode, with_gemm):
-    """Times every framework in `mode` (plus the GEMM worker); returns records, GEMM figures."""
-    names = [f"{f}:{mode}" for f in args.frameworks] + ([GEMM] if with_gemm else [])
-    print(f"{mode}: starting {', '.join(names)}", flush=True)
+def time_workers(args, names):
+    """Starts `names`, times them in rotation; returns (payloads, ready, peak RSS) by name."""
     workers, ready = start_workers(args, names)
     try:
         payloads = run_rounds(workers, args.repeats) if workers else {}
-        peaks = {name: workers[name].request("rss") for name in workers}
+        peaks = {name: workers[name].request("rss")["peak_rss_mb"] for name in workers}
     finally:
         finish_workers(workers)
+    return payloads, ready, peaks
+
+
+def measure_mode(args, mode, with_gemm):
+    """Times every framework in `mode` (plus the GEMM worker); returns records, GEMM figures.
+
+    With `--one-at-a-time` each framework runs alone (no interleaving; for the memory of
+    big models, where several resident at once would not fit).
+    """
+    names = [f"{f}:{mode}" for f in args.frameworks] + ([GEMM] if with_gemm else [])
+    print(f"{mode}: starting {', '.join(names)}", flush=True)
+    payloads, ready, peaks = {}, {}, {}
+    groups = [[name] for name in names] if args.one_at_a_time else [names]
+    for group in groups:
+        group_payloads, group_ready, group_peaks = time_workers(args, group)
+        payloads.update(group_payloads)
+        ready.update(group_ready)
+        peaks.update(group_peaks)
     records, gemm = [], None
     for name, results in payloads.items():
         if name == GEMM:
@@ -173,7 +193,7 @@ def measure_mode(args, mode, with_gemm):
             continue
         rates = [r["images_per_s"] for r in results]
         record = common.result_record_from(name.split(":")[0], mode, rates, ready[name])
-        record["peak_rss_mb"] = peaks[name]["peak_rss_mb"]
+        record["peak_rss_mb"] = peaks[name]
         records.append(record)
     return records, gemm
 

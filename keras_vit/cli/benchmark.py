@@ -23,26 +23,33 @@ logger = logging.getLogger(__name__)
 FRAMEWORKS = ("keras_vit", "keras_hub", "vit_keras")
 MODES = ("infer", "train")
 TRAINING_FLOPS_FACTOR = 3.0  # forward + backward (two matrix products per forward one)
+ARCH_FIELDS = ("patch_size", "hidden_dim", "mlp_dim", "num_heads", "num_layers")
 PEER_MODULES = {"keras_hub": "keras_hub", "vit_keras": "vit_keras.vit"}
 
 
 def variant_arch(variant):
-    """The architecture of a named variant (`patch_size`, `hidden_dim`, `mlp_dim`,
-    `num_heads`, `num_layers`) from `keras_vit.configs.VIT_CONFIGS`.
+    """The architecture (`patch_size`, `hidden_dim`, `mlp_dim`, `num_heads`, `num_layers`) of
+    a named variant from `keras_vit.configs.VIT_CONFIGS`, or of a custom spec
+    "patch,hidden,mlp,heads,layers" (e.g. "8,32,64,4,2").
 
     Raises:
-        ValueError: unknown variant name.
+        ValueError: unknown variant name or a malformed spec.
     """
     from keras_vit import configs
 
+    if "," in variant:
+        try:
+            values = [int(part) for part in variant.split(",")]
+        except ValueError:
+            values = []
+        if len(values) != len(ARCH_FIELDS) or min(values) < 1 or values[1] % values[3]:
+            raise ValueError(
+                "A custom variant is 5 positive integers 'patch,hidden,mlp,heads,layers' with "
+                f"hidden divisible by heads. Received: {variant!r}"
+            )
+        return dict(zip(ARCH_FIELDS, values, strict=True))
     config = configs.get_config(variant)
-    return dict(
-        patch_size=config.patch_size,
-        hidden_dim=config.hidden_dim,
-        mlp_dim=config.mlp_dim,
-        num_heads=config.num_heads,
-        num_layers=config.num_layers,
-    )
+    return {field: getattr(config, field) for field in ARCH_FIELDS}
 
 
 def analytic_macs(
@@ -303,7 +310,11 @@ def add_parser(subparsers):
         help="measure images/s for inference and training, and FLOP utilisation",
         description=__doc__.split("\n\n")[0],
     )
-    parser.add_argument("--variant", default="Ti/16", help="named variant (default Ti/16)")
+    parser.add_argument(
+        "--variant",
+        default="Ti/16",
+        help="named variant (default Ti/16) or 'patch,hidden,mlp,heads,layers'",
+    )
     parser.add_argument("--image-size", type=int, default=224, help="square side (224)")
     parser.add_argument("--batch-size", type=int, default=16, help="batch size (16)")
     parser.add_argument(
@@ -329,14 +340,10 @@ def add_parser(subparsers):
 
 def check_args(args):
     """Validates arguments before any work; raises UsageError naming the value and rule."""
-    from keras_vit import configs
-
-    if args.variant not in configs.VIT_CONFIGS:
-        raise UsageError(
-            f"--variant {args.variant!r} is not a named variant; expected one of "
-            f"{sorted(configs.VIT_CONFIGS)}"
-        )
-    patch = configs.VIT_CONFIGS[args.variant].patch_size
+    try:
+        patch = variant_arch(args.variant)["patch_size"]
+    except ValueError as error:
+        raise UsageError(f"--variant: {error}") from None
     if args.image_size <= 0 or args.image_size % patch:
         raise UsageError(
             f"--image-size {args.image_size} must be a positive multiple of the patch ({patch})"

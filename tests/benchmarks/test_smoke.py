@@ -1,0 +1,169 @@
+"""Smoke tests of the benchmark scripts and `keras-vit benchmark`: arguments, a tiny run.
+
+No timing assertions: the figures depend on the machine. What is checked is that each
+script parses its arguments, rejects bad ones, runs once end to end on a tiny model and
+writes well-formed JSON; and that the analytic FLOP count matches the published counts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BENCHMARKS = ROOT / "benchmarks"
+TINY = "8,32,64,4,2"  # patch, hidden, mlp, heads, layers (the tests' tiny ViT)
+ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
+
+
+def run_script(name, *args, timeout=120):
+    """Runs benchmarks/<name> in a fresh interpreter; returns the CompletedProcess."""
+    return subprocess.run(
+        [sys.executable, str(BENCHMARKS / name), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=ENV,
+        cwd=ROOT,
+    )
+
+
+@pytest.fixture(scope="module")
+def bench():
+    """The benchmark helpers of keras_vit (imports TensorFlow once for this module)."""
+    from keras_vit.cli import benchmark
+
+    return benchmark
+
+
+# Multiply-accumulates per image at 224 (vit_facts.md section 1, from the paper/releases).
+PUBLISHED_GMACS = {
+    "Ti/16": 1.26,
+    "S/16": 4.61,
+    "S/32": 1.15,
+    "B/16": 17.58,
+    "B/32": 4.41,
+    "B/8": 78.2,
+    "L/16": 61.6,
+    "L/32": 15.4,
+    "H/14": 167.4,
+}
+
+
+@pytest.mark.parametrize("variant", sorted(PUBLISHED_GMACS))
+def test_analytic_macs_match_published_counts(bench, variant):
+    macs = bench.analytic_macs(**bench.variant_arch(variant), image_size=224)
+    assert macs / 1e9 == pytest.approx(PUBLISHED_GMACS[variant], rel=0.01)
+
+
+def test_analytic_macs_at_384_and_hand_count(bench):
+    assert bench.analytic_macs(**bench.variant_arch("B/16"), image_size=384) / 1e9 == (
+        pytest.approx(55.5, rel=0.01)
+    )
+    # Tiny model by hand: 16 patches of 8x8x3 -> 32, 17 tokens, 2 blocks, 10 classes.
+    tokens, d, m = 17, 32, 64
+    by_hand = 16 * 192 * d + 2 * (4 * tokens * d * d + 2 * tokens * tokens * d + 2 * tokens * d * m)
+    by_hand += d * 10
+    assert bench.analytic_macs(**bench.variant_arch(TINY), image_size=32, num_classes=10) == by_hand
+    assert bench.model_gflops(TINY, 32, "train", 10) == pytest.approx(6 * by_hand / 1e9)
+
+
+@pytest.mark.parametrize(
+    "script, bad_args",
+    [
+        ("throughput.py", ["--variant", "X/99"]),
+        ("throughput.py", ["--variant", "Ti/16", "--image-size", "100"]),
+        ("throughput.py", ["--frameworks", "timm"]),
+        ("scaling.py", ["--image-sizes", "224,abc"]),
+        ("input_pipeline.py", ["--repeats", "0"]),
+    ],
+)
+def test_scripts_reject_bad_arguments(script, bad_args):
+    result = run_script(script, *bad_args, timeout=60)
+    assert result.returncode == 2
+    assert "error:" in result.stderr
+
+
+def test_throughput_tiny_run_writes_table_and_json(tmp_path):
+    out = tmp_path / "throughput.json"
+    result = run_script(
+        "throughput.py",
+        *("--variant", TINY, "--image-size", "16", "--batch-size", "2", "--mode", "train"),
+        *("--steps", "1", "--repeats", "1", "--warmup", "1", "--gemm-sizes", "64"),
+        *("--frameworks", "keras_vit", "--no-xla", "--json", str(out)),
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "| train | keras_vit" in result.stdout
+    payload = json.loads(out.read_text())
+    (record,) = payload["results"]
+    assert record["framework"] == "keras_vit" and record["mode"] == "train"
+    assert record["images_per_s"] > 0 and record["peak_rss_mb"] > 0
+    assert payload["gemm_peak_gflops"] > 0
+    assert record["utilisation"] == pytest.approx(
+        record["model_gflops_per_s"] / payload["gemm_peak_gflops"]
+    )
+    assert record["ours_over_this"] == pytest.approx(1.0)
+
+
+def test_scaling_tiny_run(tmp_path):
+    out = tmp_path / "scaling.json"
+    result = run_script(
+        "scaling.py",
+        *("--variant", TINY, "--image-sizes", "16", "--batch-sizes", "1"),
+        *("--base-image-size", "16", "--base-batch-size", "1", "--repeats", "1"),
+        *("--no-xla", "--json", str(out)),
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    (record,) = json.loads(out.read_text())["results"]
+    assert record["tokens"] == 5 and record["batch_size"] == 1
+    assert record["step_s"] > 0 and record["peak_rss_mb"] > 0
+
+
+def test_input_pipeline_tiny_run(tmp_path):
+    out = tmp_path / "pipeline.json"
+    result = run_script(
+        "input_pipeline.py",
+        *("--variant", TINY, "--image-size", "16", "--batch-size", "8", "--batches", "2"),
+        *("--steps", "1", "--repeats", "1", "--no-xla", "--json", str(out)),
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    payload = json.loads(out.read_text())
+    assert payload["batch_size"] == 8 and payload["image_size"] == 16
+    assert payload["ratio"] == pytest.approx(
+        payload["pipeline_images_per_s"] / payload["train_images_per_s"]
+    )
+
+
+def test_cli_benchmark_tiny_run(tmp_path, capsys):
+    from keras_vit.cli.main import main
+
+    out = tmp_path / "cli.json"
+    code = main(
+        [
+            "benchmark",
+            *("--variant", TINY, "--image-size", "16", "--batch-size", "2", "--no-xla"),
+            *("--steps", "1", "--repeats", "1", "--warmup", "1", "--gemm-sizes", "none"),
+            *("--json", str(out)),
+        ]
+    )
+    assert code == 0
+    text = capsys.readouterr().out
+    assert "| infer | keras_vit" in text and "| train | keras_vit" in text
+    modes = [r["mode"] for r in json.loads(out.read_text())["results"]]
+    assert modes == ["infer", "train"]
+
+
+@pytest.mark.parametrize(
+    "bad_args",
+    [["--variant", "X/99"], ["--image-size", "100"], ["--repeats", "0"], ["--gemm-sizes", "a"]],
+)
+def test_cli_benchmark_bad_arguments_exit_2(bad_args, capsys):
+    from keras_vit.cli.main import main
+
+    assert main(["benchmark", *bad_args]) == 2
+    assert "keras-vit benchmark: error:" in capsys.readouterr().err
