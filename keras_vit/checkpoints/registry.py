@@ -140,6 +140,19 @@ def default_cache_dir() -> str:
     )
 
 
+def _writable_cache_dir(cache_dir) -> str:
+    """The cache folder, created if needed; `/tmp/.keras` when it cannot be written, as
+    `keras.utils.get_file` itself falls back (so the path in messages is the real one)."""
+    cache_dir = os.path.expanduser(os.fspath(cache_dir)) if cache_dir else default_cache_dir()
+    try:
+        os.makedirs(os.path.join(cache_dir, CACHE_SUBDIR), exist_ok=True)
+    except OSError:
+        pass
+    if not os.access(cache_dir, os.W_OK):
+        cache_dir = os.path.join("/tmp", ".keras")
+    return cache_dir
+
+
 def resolve_checkpoint(name_or_entry, *, base_url=None, cache_dir=None) -> str:
     """Downloads (or finds in the cache) a published checkpoint and returns its local path.
 
@@ -168,7 +181,7 @@ def resolve_checkpoint(name_or_entry, *, base_url=None, cache_dir=None) -> str:
                 f"'imagenet21k+imagenet2012', or 'augreg/<file>'."
             )
     url = entry.url(base_url)
-    cache_dir = os.path.expanduser(cache_dir) if cache_dir else default_cache_dir()
+    cache_dir = _writable_cache_dir(cache_dir)
     target = os.path.join(cache_dir, CACHE_SUBDIR, entry.cache_name)
     logger.info("Checkpoint %s: %s (cache %s)", entry.name, url, target)
     try:
