@@ -79,7 +79,8 @@ def export_saved_model(
         The path of the written version folder, `export_dir/<version>`.
 
     Raises:
-        ValueError: a model without a fixed-size 4-D image input, a `head`, or a `pool`
+        ValueError: a Keras backend other than TensorFlow; a model without a fixed-size 4-D
+            image input, a `head`, or a `pool`
             layer; a head activation other than linear/softmax; a bad `version`, `top_k` or
             `class_names` (wrong count or not strings).
         FileExistsError: `export_dir/<version>` exists and `overwrite` is False.
@@ -94,6 +95,11 @@ def export_saved_model(
     out = served.signatures["serving_default"](images=tf.zeros((2, 500, 400, 3)))
     ```
     """
+    if keras.backend.backend() != "tensorflow":
+        raise ValueError(
+            "export_saved_model traces the model into a TensorFlow graph and needs the "
+            f"TensorFlow backend (KERAS_BACKEND=tensorflow). Received: {keras.backend.backend()!r}"
+        )
     check_positive_int("top_k", top_k)
     if version is not None:
         check_positive_int("version", version)

@@ -25,7 +25,12 @@ import tensorflow as tf
 from PIL import Image
 
 import keras_vit
-from keras_vit.export import export_saved_model, next_version, resize_and_scale
+from keras_vit.export import (
+    export_saved_model,
+    head_activation_name,
+    next_version,
+    resize_and_scale,
+)
 from tests.conftest import TINY_VIT
 
 CLASS_NAMES = [f"class_{i}" for i in range(TINY_VIT["num_classes"])]
@@ -459,3 +464,10 @@ def test_headless_model_is_rejected(tmp_path):
     model = keras_vit.ViT(**TINY_VIT, include_top=False)
     with pytest.raises(ValueError, match="`head` layer"):
         export_saved_model(model, tmp_path / "serving")
+
+
+def test_head_activation_must_be_linear_or_softmax():
+    assert head_activation_name(keras.layers.Dense(3)) == "linear"
+    assert head_activation_name(keras.layers.Dense(3, activation="softmax")) == "softmax"
+    with pytest.raises(ValueError, match="activation='sigmoid'"):
+        head_activation_name(keras.layers.Dense(3, activation="sigmoid"))
