@@ -206,6 +206,36 @@ def is_chief(strategy: tf.distribute.Strategy | None = None) -> bool:
     return task_type == "worker" and task_id == 0 and not has_chief
 
 
+def check_variables_in_scope(model, strategy: tf.distribute.Strategy) -> None:
+    """Raises a clear error if some of `model`'s variables were not created by `strategy`.
+
+    A model built outside `strategy.scope()` and then trained inside it fails deep in Keras'
+    distributed optimizer update with a bare `AssertionError` (Keras 3.15; user report B39).
+    Call this before `fit` to get a message that says what to do instead.
+
+    Args:
+        model: a built Keras model.
+        strategy: the strategy `fit` will run under.
+
+    Raises:
+        ValueError: naming the variables created outside the scope.
+    """
+    outside = [
+        variable.path
+        for variable in model.variables
+        if not strategy.extended.variable_created_in_scope(getattr(variable, "value", variable))
+    ]
+    if outside:
+        shown = ", ".join(outside[:5]) + (
+            f" and {len(outside) - 5} more" if len(outside) > 5 else ""
+        )
+        raise ValueError(
+            f"{len(outside)} variables of model {model.name!r} were not created in the "
+            f"distribution strategy scope of {type(strategy).__name__} ({shown}). Build and "
+            "compile the model inside `with strategy.scope():`, then call fit."
+        )
+
+
 def per_replica_batch_size(global_batch_size: int, strategy: tf.distribute.Strategy) -> int:
     """Splits a global batch evenly across the strategy's replicas.
 

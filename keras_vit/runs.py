@@ -14,7 +14,10 @@ A run directory holds everything about one training run:
 Every file is replaced atomically, so a run killed at any moment (SIGKILL included) leaves
 valid files, and `resume=True` continues from the last finished epoch: the run ends with the
 same number of epochs and optimizer steps as an uninterrupted one. Under a multi-worker
-strategy every worker trains and saves, but only the chief writes into the run directory.
+strategy every worker trains and saves, but only the chief writes the run's files; the other
+workers save to temporary folders and keep their resume state in `.backup-worker-<index>`
+(removed at the end). Resuming a multi-worker run expects the run directory on a file system
+every worker sees, and every worker restarted with `resume=True`.
 """
 
 from __future__ import annotations
@@ -143,12 +146,13 @@ def fit_run(
     import tensorflow as tf
 
     run_dir = os.path.abspath(os.fspath(run_dir))
-    check_run_dir(run_dir, resume)
+    strategy = strategy or tf.distribute.get_strategy()
+    chief = distribute.is_chief(strategy)
+    if chief:  # other workers may already be writing their backups next to it
+        check_run_dir(run_dir, resume)
     if resume and is_complete(run_dir):
         logger.info("Run %s is already complete; nothing to resume", run_dir)
         return load_result(run_dir)
-    strategy = strategy or tf.distribute.get_strategy()
-    chief = distribute.is_chief(strategy)
     if chief:
         os.makedirs(run_dir, exist_ok=True)
         if not resume:
@@ -158,6 +162,7 @@ def fit_run(
         model = build_model()
     if model.optimizer is None:
         raise ValueError("`build_model` must return a compiled model (model.compile(...)).")
+    distribute.check_variables_in_scope(model, strategy)
     monitor = monitor or ("val_accuracy" if validation_data is not None else "accuracy")
 
     scratch = None if chief else tempfile.mkdtemp(prefix="keras_vit_worker_")
