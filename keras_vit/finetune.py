@@ -131,4 +131,4 @@ def finetune(
         dtype="float32",
         name="head",
     )(x)
-    return keras.Model(clone.inputs, logits, name=model.name)
+    return keras.Model(clone.input, logits, name=model.name)

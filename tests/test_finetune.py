@@ -1,0 +1,136 @@
+"""keras_vit.finetune: zero head, carried-over body, resized position table (paper 3.2)."""
+
+from __future__ import annotations
+
+import logging
+
+import keras
+import numpy as np
+import pytest
+import scipy.ndimage
+
+import keras_vit
+
+ARCH = dict(patch_size=8, hidden_dim=32, num_heads=4, mlp_dim=64, num_layers=2)
+
+
+def _randomised(model, seed=0):
+    rng = np.random.default_rng(seed)
+    for variable in model.weights:
+        variable.assign(rng.standard_normal(variable.shape).astype("float32") * 0.1)
+    return model
+
+
+def _weights_by_path(model, exclude=("head", "pre_logits")):
+    return {w.path: w.numpy() for w in model.weights if w.path.split("/")[0] not in exclude}
+
+
+def _sgd_step(model, seed=1):
+    model.compile(
+        optimizer=keras.optimizers.SGD(0.1, momentum=0.9),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    )
+    size = model.inputs[0].shape[1:3]
+    x = np.random.default_rng(seed).uniform(-1, 1, (4, *size, 3)).astype("float32")
+    model.fit(x, np.array([0, 1, 2, 0]), batch_size=4, epochs=1, verbose=0)
+
+
+def test_zero_head_body_carried_over_and_one_step_moves_the_head():
+    source = _randomised(
+        keras_vit.ViT(image_size=32, num_classes=21, representation_size=16, **ARCH)
+    )
+    model = keras_vit.finetune(source, num_classes=3)
+    head = model.get_layer("head")
+    assert tuple(head.kernel.shape) == (32, 3)  # D x K: pre_logits dropped
+    assert not head.kernel.numpy().any() and not head.bias.numpy().any()
+    assert "pre_logits" not in [layer.name for layer in model.layers]
+    source_body = _weights_by_path(source)
+    new_body = _weights_by_path(model)
+    assert source_body.keys() == new_body.keys()
+    for path, value in source_body.items():
+        np.testing.assert_array_equal(new_body[path], value, err_msg=path)
+    _sgd_step(model)
+    assert head.kernel.numpy().any() and head.bias.numpy().any()
+    # the source shares no variables with the fine-tuned model
+    for path, value in _weights_by_path(source).items():
+        np.testing.assert_array_equal(value, source_body[path])
+
+
+def test_new_resolution_resizes_the_table_like_the_release(caplog):
+    source = _randomised(keras_vit.ViT(image_size=32, num_classes=10, **ARCH))
+    with caplog.at_level(logging.INFO, logger="keras_vit"):
+        model = keras_vit.finetune(source, num_classes=5, image_size=(48, 64))
+    table = source.get_layer("posembed_input").pos_embedding.numpy()
+    new = model.get_layer("posembed_input").pos_embedding.numpy()
+    assert new.shape == (1, 1 + 6 * 8, 32)
+    np.testing.assert_array_equal(new[0, 0], table[0, 0])
+    grid = table[0, 1:].reshape(4, 4, 32)
+    zoomed = scipy.ndimage.zoom(grid, (6 / 4, 8 / 4, 1), order=1)
+    np.testing.assert_allclose(new[0, 1:], zoomed.reshape(-1, 32), atol=1e-6)
+    messages = [r.getMessage() for r in caplog.records if r.name.startswith("keras_vit")]
+    assert messages == ["Position embeddings resized: grid 4x4 -> 6x8 (bilinear)."]
+    assert model(np.zeros((2, 48, 64, 3), "float32")).shape == (2, 5)
+
+
+def test_representation_size_kept_or_new():
+    source = _randomised(
+        keras_vit.ViT(image_size=32, num_classes=10, representation_size=16, **ARCH)
+    )
+    kept = keras_vit.finetune(source, num_classes=4, representation_size=16)
+    np.testing.assert_array_equal(
+        kept.get_layer("pre_logits").kernel.numpy(), source.get_layer("pre_logits").kernel.numpy()
+    )
+    assert tuple(kept.get_layer("head").kernel.shape) == (16, 4)
+    fresh = keras_vit.finetune(source, num_classes=4, representation_size=8)
+    assert tuple(fresh.get_layer("pre_logits").kernel.shape) == (32, 8)
+    assert tuple(fresh.get_layer("head").kernel.shape) == (8, 4)
+
+
+def test_gap_model_and_feature_model():
+    source = _randomised(
+        keras_vit.ViT(image_size=32, pooling="gap", include_top=False, **ARCH), seed=3
+    )
+    model = keras_vit.finetune(source, num_classes=2, image_size=40)
+    table = source.get_layer("posembed_input").pos_embedding.numpy()
+    new = model.get_layer("posembed_input").pos_embedding.numpy()
+    assert new.shape == (1, 25, 32)  # no class-token row for gap
+    zoomed = scipy.ndimage.zoom(table[0].reshape(4, 4, 32), (5 / 4, 5 / 4, 1), order=1)
+    np.testing.assert_allclose(new[0], zoomed.reshape(-1, 32), atol=1e-6)
+    assert model(np.zeros((1, 40, 40, 3), "float32")).shape == (1, 2)
+
+
+def test_hybrid_model():
+    source = _randomised(
+        keras_vit.HybridViT(
+            image_size=32, resnet_stages=(1,), num_classes=10, **{**ARCH, "patch_size": 1}
+        ),
+        seed=4,
+    )
+    model = keras_vit.finetune(source, num_classes=3, image_size=64)
+    for name in ("conv_root", "gn_root", "block1_unit1", "embedding", "encoderblock_1"):
+        for old, new in zip(
+            source.get_layer(name).get_weights(), model.get_layer(name).get_weights(), strict=True
+        ):
+            np.testing.assert_array_equal(old, new)
+    assert model.get_layer("posembed_input").pos_embedding.shape == (1, 1 + 16 * 16, 32)  # stride 4
+    assert not model.get_layer("head").kernel.numpy().any()
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(num_classes=0), "num_classes"),
+        (dict(num_classes=3, representation_size=-1), "representation_size"),
+        (dict(num_classes=3, image_size=30), "divisible"),
+    ],
+)
+def test_bad_arguments(kwargs, match):
+    source = keras_vit.ViT(image_size=32, num_classes=10, **ARCH)
+    with pytest.raises(ValueError, match=match):
+        keras_vit.finetune(source, **kwargs)
+
+
+def test_sequence_model_is_refused():
+    source = keras_vit.ViT(image_size=32, include_top=False, return_sequence=True, **ARCH)
+    with pytest.raises(ValueError, match="pool"):
+        keras_vit.finetune(source, num_classes=3)
