@@ -1,0 +1,95 @@
+"""`keras-vit convert`: official .npz <-> .keras, run in-process through the CLI's main()."""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+import pytest
+
+from keras_vit.cli import convert
+from keras_vit.cli.main import UsageError, main
+from tests.numpy_reference import random_official_params, vit_forward
+
+ARCH = dict(patch_size=8, hidden_dim=32, num_heads=4, mlp_dim=64, num_layers=2)
+
+
+@pytest.fixture
+def official_file(tmp_path):
+    rng = np.random.default_rng(0)
+    params = random_official_params(
+        rng, image_size=32, channels=3, num_classes=7, representation_size=16, **ARCH
+    )
+    path = tmp_path / "tiny.npz"
+    np.savez(path, **params)
+    return path, params
+
+
+def test_help_lists_the_options(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["convert", "--help"])
+    assert info.value.code == 0
+    text = capsys.readouterr().out
+    for option in ("SRC", "DST", "--model", "--image-size", "--num-classes", "--overwrite"):
+        assert option in text
+
+
+def test_npz_to_keras_and_back(official_file, tmp_path, capsys):
+    path, params = official_file
+    keras_file = tmp_path / "tiny.keras"
+    assert main(["convert", str(path), str(keras_file), "--model", "auto"]) == 0
+    assert "Wrote" in capsys.readouterr().out
+    model = keras.models.load_model(keras_file)
+    x = np.random.default_rng(1).uniform(-1, 1, (2, 32, 32, 3)).astype("float32")
+    expected = vit_forward(params, x, num_heads=4)
+    np.testing.assert_allclose(np.asarray(model(x)), expected, atol=1e-4)
+    back = tmp_path / "back.npz"
+    assert main(["convert", str(keras_file), str(back)]) == 0
+    with np.load(back, allow_pickle=False) as saved:
+        assert set(saved.files) == set(params)
+        for key in params:
+            np.testing.assert_array_equal(saved[key], params[key])
+
+
+def test_npz_to_keras_at_another_resolution(official_file, tmp_path):
+    path, _ = official_file
+    keras_file = tmp_path / "big.keras"
+    argv = ["convert", str(path), str(keras_file), "--model", "auto", "--image-size", "48", "64"]
+    assert main(argv) == 0
+    model = keras.models.load_model(keras_file)
+    assert tuple(model.get_layer("posembed_input").pos_embedding.shape) == (1, 1 + 6 * 8, 32)
+
+
+def test_variant_names_map_to_builders():
+    import keras_vit
+
+    assert convert.builder_for("B/16") == (keras_vit.ViT_B16, 16)
+    assert convert.builder_for("ViT-L_32") == (keras_vit.ViT_L32, 32)
+    assert convert.builder_for("ViT_Ti16") == (keras_vit.ViT_Ti16, None)
+    assert convert.builder_for("R50+ViT-B_16") == (keras_vit.R50_B16, 16)
+    assert convert.builder_for("R+Ti/16") == (keras_vit.R_Ti16, 32)
+    assert convert.builder_for("R26+S/32") == (keras_vit.R26_S32, 32)
+    with pytest.raises(UsageError, match="unknown --model"):
+        convert.builder_for("X/99")
+
+
+def test_usage_errors_exit_2(official_file, tmp_path, capsys):
+    path, _ = official_file
+    cases = [
+        ["convert", str(path), str(tmp_path / "out.h5")],  # direction
+        ["convert", str(path), str(tmp_path / "out.keras")],  # no --model
+        ["convert", str(tmp_path / "absent.npz"), str(tmp_path / "o.keras"), "--model", "auto"],
+        ["convert", str(path), str(path).replace(".npz", ".keras"), "--model", "nonsense"],
+    ]
+    for argv in cases:
+        assert main(argv) == 2, argv
+    errors = capsys.readouterr().err.splitlines()
+    assert len(errors) == 4 and all(e.startswith("keras-vit convert: error:") for e in errors)
+    assert "--model is required" in errors[1]
+
+
+def test_existing_destination_needs_overwrite(official_file, tmp_path):
+    path, _ = official_file
+    target = tmp_path / "t.keras"
+    target.write_bytes(b"old")
+    assert main(["convert", str(path), str(target), "--model", "auto"]) == 2
+    assert target.read_bytes() == b"old"
