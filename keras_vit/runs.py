@@ -33,6 +33,22 @@ from collections.abc import Callable
 import keras
 
 from keras_vit import _atomic, callbacks, distribute
+from keras_vit.run_plan import ConfigError, RunConfig, RunPlan, load_model, plan_run
+
+__all__ = [
+    "ConfigError",
+    "RunConfig",
+    "RunDirError",
+    "RunResult",
+    "check_run_dir",
+    "evaluate",
+    "fit_run",
+    "is_complete",
+    "load_model",
+    "load_result",
+    "read_config",
+    "train",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -182,6 +198,7 @@ def fit_run(
             x,
             y,
             batch_size=batch_size,
+            shuffle=y is not None,  # datasets come shuffled by their pipeline
             epochs=epochs,
             validation_data=validation_data,
             steps_per_epoch=steps_per_epoch,
@@ -239,8 +256,115 @@ def load_result(run_dir) -> RunResult:
     )
 
 
-def load_model(path, *, compile: bool = True) -> keras.Model:
-    """Loads a `.keras` file with `safe_mode=True` (keras_vit layers are registered)."""
-    import keras_vit  # noqa: F401  (registers the custom layers)
+def train(
+    config: RunConfig | None = None,
+    run_dir="runs/train",
+    *,
+    strategy=None,
+    resume: bool = False,
+    verbose="auto",
+) -> RunResult:
+    """Trains (or fine-tunes) a ViT as `config` says, into the run directory `run_dir`.
 
-    return keras.saving.load_model(path, compile=compile, safe_mode=True)
+    The pieces: `run_plan.plan_run` checks everything first; the datasets come from
+    `keras_vit.data.load` (train split with augmentation, `config.validation_split` held out),
+    the model from `keras_vit.ViT` (task "train") or `keras_vit.finetune` on the pre-trained
+    model (task "finetune"), built and compiled with the recipe inside `strategy.scope()`;
+    `fit_run` does the rest.
+
+    Args:
+        config: a `RunConfig`; default: `RunConfig()` (the default small ViT on the embedded
+            MNIST with `training.TrainConfig`). Ignored with `resume=True`: the run's own
+            config.json is used.
+        run_dir: the run directory.
+        strategy: a `tf.distribute.Strategy`; default: `resolve_strategy(config.strategy)`.
+        resume: continue the run in `run_dir` from its last finished epoch.
+        verbose: `fit` verbosity ("auto"/1: progress bar).
+
+    Returns:
+        A `RunResult`; `result.metrics["held_out"]["accuracy"]` is the held-out accuracy.
+
+    Raises:
+        RunDirError: `run_dir` exists without `resume`, or is not a run with it.
+        ConfigError: a bad configuration (see `run_plan.plan_run`).
+        keras_vit.distribute.StrategyUnavailableError: the strategy cannot run here.
+    """
+    if resume:
+        config = RunConfig.from_dict(read_config(run_dir)["run"])
+    config = config or RunConfig()
+    if strategy is None:
+        strategy = distribute.resolve_strategy(config.strategy)
+    plan = plan_run(config, strategy)
+    if distribute.is_chief(strategy):
+        check_run_dir(run_dir, resume)
+    policy = keras.config.dtype_policy()
+    try:
+        distribute.set_mixed_precision(config.mixed_precision)
+        keras.utils.set_random_seed(config.recipe.seed)
+        train_data, held_out = _datasets(plan)
+        return fit_run(
+            run_dir,
+            lambda: _build_model(plan),
+            train_data,
+            epochs=plan.epochs,
+            validation_data=held_out,
+            config=_config_record(plan, strategy),
+            strategy=strategy,
+            resume=resume,
+            verbose=verbose,
+        )
+    finally:
+        keras.config.set_dtype_policy(policy)
+
+
+def _datasets(plan: RunPlan):
+    from keras_vit import data
+
+    config = plan.config
+    common = dict(
+        image_size=plan.image_size,
+        batch_size=plan.global_batch_size,
+        channels=plan.channels,
+        data_dir=config.data_dir,
+        shuffle_seed=config.recipe.seed,
+        shots_per_class=config.shots_per_class,
+    )
+    train_data = data.load(config.recipe.dataset, "train", training=True, **common)
+    held_out = data.load(config.recipe.dataset, config.validation_split, training=False, **common)
+    return train_data, held_out
+
+
+def _build_model(plan: RunPlan) -> keras.Model:
+    """Builds and compiles the model (called inside the strategy scope)."""
+    import keras_vit
+
+    if plan.source_model is not None:
+        model = keras_vit.finetune(
+            plan.source_model, plan.info.num_classes, image_size=plan.image_size
+        )
+    else:
+        model = keras_vit.ViT(**plan.model_kwargs)
+    compile_kwargs = plan.config.recipe.compile_kwargs(plan.num_train_examples)
+    compile_kwargs["jit_compile"] = plan.jit_compile
+    model.compile(**compile_kwargs)
+    return model
+
+
+def _config_record(plan: RunPlan, strategy) -> dict:
+    import tensorflow as tf
+
+    import keras_vit
+
+    return {
+        "run": plan.config.to_dict(),
+        "resolved": {
+            **plan.resolved(),
+            "strategy": type(strategy).__name__,
+            "num_replicas": strategy.num_replicas_in_sync,
+        },
+        "versions": {
+            "keras_vit": keras_vit.__version__,
+            "keras": keras.__version__,
+            "tensorflow": tf.__version__,
+        },
+    }

@@ -1,0 +1,373 @@
+"""What a training run will do, resolved and checked before any work starts.
+
+`RunConfig` is what a user chooses (the `keras-vit train` / `finetune` flags, or Python);
+`plan_run(config, strategy)` resolves it against the dataset, the model table, the strategy
+and the pre-trained weights, and raises `ConfigError` (a `ValueError`) for anything that would
+fail later: unknown dataset or model, image size not divisible by the patch, global batch not
+divisible by the replicas, missing or unreadable weights. `keras_vit.runs.train` executes the
+returned `RunPlan`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import re
+from typing import Any
+
+import keras
+
+from keras_vit import configs, distribute, training
+from keras_vit._validation import check_divisible, to_pair
+
+logger = logging.getLogger(__name__)
+
+TASKS = ("train", "finetune")
+DEFAULT_MODEL = "default"
+
+
+class ConfigError(ValueError):
+    """A run configuration that cannot work, found before training starts."""
+
+
+@dataclasses.dataclass
+class RunConfig:
+    """The choices of one run; stored in the run's config.json (`to_dict`/`from_dict`).
+
+    Attributes:
+        task: "train" (from scratch, `training.TrainConfig` recipe) or "finetune" (the
+            paper's transfer step, `training.FinetuneConfig` recipe).
+        recipe: the recipe dataclass; its `dataset`, `image_size`, `batch_size`, epochs or
+            steps, `learning_rate`, `seed` and `jit_compile` are used as they are.
+        model: "default" (the recipe's small ViT) or a named variant of
+            `keras_vit.configs.VIT_CONFIGS` such as "Ti/16" (train only).
+        patch_size: overrides the patch size of the model (train only).
+        data_dir: TFDS data directory.
+        weights: finetune only: the pre-trained model, a run directory (its best.keras), a
+            `.keras` file or an official `.npz` (architecture from the config.json next to it,
+            else read from the array shapes).
+        strategy: a name of `keras_vit.distribute.STRATEGY_NAMES`.
+        mixed_precision: None/"float32", "mixed_float16" or "mixed_bfloat16".
+        validation_split: held-out split evaluated each epoch and at the end.
+        shots_per_class: embedded datasets only: train on N images per class, hold out the
+            rest (see `keras_vit.data.load`).
+    """
+
+    task: str = "train"
+    recipe: Any = None
+    model: str = DEFAULT_MODEL
+    patch_size: int | None = None
+    data_dir: str | None = None
+    weights: str | None = None
+    strategy: str = "auto"
+    mixed_precision: str | None = None
+    validation_split: str = "test"
+    shots_per_class: int | None = None
+
+    def __post_init__(self):
+        if self.task not in TASKS:
+            raise ConfigError(f"Unknown task {self.task!r}; expected one of {list(TASKS)}.")
+        if self.recipe is None:
+            self.recipe = recipe_class(self.task)()
+
+    def to_dict(self) -> dict:
+        return {**dataclasses.asdict(self), "recipe": dataclasses.asdict(self.recipe)}
+
+    @classmethod
+    def from_dict(cls, values: dict) -> RunConfig:
+        values = dict(values)
+        task = values.get("task", "train")
+        values["recipe"] = recipe_class(task)(**values.get("recipe", {}))
+        return cls(**values)
+
+
+def recipe_class(task: str):
+    return training.FinetuneConfig if task == "finetune" else training.TrainConfig
+
+
+@dataclasses.dataclass
+class RunPlan:
+    """A resolved run: everything `keras_vit.runs.train` needs.
+
+    Attributes:
+        config: the `RunConfig`.
+        info: `keras_vit.data.DatasetInfo` of the dataset.
+        image_size: (height, width) of the model input.
+        channels: image channels fed to the model.
+        global_batch_size: batch over all replicas; `per_replica_batch_size` each.
+        num_train_examples, steps_per_epoch, epochs: the schedule.
+        model_kwargs: `keras_vit.ViT` arguments of the model to train (for finetune: of the
+            model `keras_vit.finetune` returns).
+        source_model: finetune only: the loaded pre-trained model.
+        jit_compile: what `model.compile(jit_compile=...)` gets.
+    """
+
+    config: RunConfig
+    info: Any
+    image_size: tuple[int, int]
+    channels: int
+    global_batch_size: int
+    per_replica_batch_size: int
+    num_train_examples: int
+    steps_per_epoch: int
+    epochs: int
+    model_kwargs: dict
+    source_model: Any = None
+    jit_compile: Any = "auto"
+
+    def resolved(self) -> dict:
+        """JSON-friendly facts for config.json."""
+        return {
+            "dataset": self.info.name,
+            "num_classes": self.info.num_classes,
+            "class_names": list(self.info.class_names),
+            "channels": self.channels,
+            "image_size": list(self.image_size),
+            "global_batch_size": self.global_batch_size,
+            "per_replica_batch_size": self.per_replica_batch_size,
+            "num_train_examples": self.num_train_examples,
+            "steps_per_epoch": self.steps_per_epoch,
+            "epochs": self.epochs,
+            "total_steps": self.steps_per_epoch * self.epochs,
+            "model_kwargs": self.model_kwargs,
+            "jit_compile": self.jit_compile,
+        }
+
+
+def plan_run(config: RunConfig, strategy) -> RunPlan:
+    """Resolves and checks `config` for `strategy` (see the module docstring).
+
+    Raises:
+        ConfigError: with one line that says what is wrong and what would work.
+    """
+    from keras_vit import data
+
+    recipe = config.recipe
+    if config.mixed_precision not in (None, *distribute.PRECISION_POLICIES):
+        raise ConfigError(
+            f"Unknown mixed precision policy {config.mixed_precision!r}; expected one of "
+            f"{list(distribute.PRECISION_POLICIES)}."
+        )
+    try:
+        info = data.describe(
+            recipe.dataset, data_dir=config.data_dir, shots_per_class=config.shots_per_class
+        )
+    except (ValueError, FileNotFoundError) as error:
+        raise ConfigError(_one_line(error)) from None
+    try:
+        global_batch = distribute.per_replica_batch_size(recipe.batch_size, strategy)
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
+    image_size = _image_size(recipe.image_size)
+    if config.task == "finetune":
+        source = load_source_model(config.weights)
+        source_kwargs = source_model_kwargs(source)
+        channels = source_kwargs["channels"]
+        model_kwargs = {
+            **source_kwargs,
+            "num_classes": info.num_classes,
+            "image_size": list(image_size),
+            "representation_size": None,
+        }
+        patch = to_pair("patch_size", source_kwargs["patch_size"])
+    else:
+        source = None
+        if config.weights is not None:
+            raise ConfigError("--weights belongs to `finetune`; `train` starts from scratch.")
+        channels = info.channels
+        model_kwargs = train_model_kwargs(config, info.num_classes, channels, image_size)
+        patch = to_pair("patch_size", model_kwargs["patch_size"])
+    try:
+        check_divisible(image_size, patch)
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
+    held_out = config.validation_split.split("[")[0]
+    if held_out not in info.num_examples:
+        raise ConfigError(
+            f"Dataset {info.name!r} has no split {held_out!r} to evaluate on; it has "
+            f"{sorted(info.num_examples)}."
+        )
+    num_train = info.num_examples.get("train")
+    if not num_train:
+        raise ConfigError(f"Dataset {info.name!r} has no 'train' split to train on.")
+    if num_train < recipe.batch_size:
+        raise ConfigError(
+            f"The batch size {recipe.batch_size} is larger than the {num_train} training "
+            f"images of {info.name!r}; choose a smaller --batch-size."
+        )
+    return RunPlan(
+        config=config,
+        info=info,
+        image_size=image_size,
+        channels=channels,
+        global_batch_size=recipe.batch_size,
+        per_replica_batch_size=global_batch,
+        num_train_examples=num_train,
+        steps_per_epoch=recipe.steps_per_epoch(num_train),
+        epochs=recipe.num_epochs(num_train),
+        model_kwargs=model_kwargs,
+        source_model=source,
+        jit_compile=distribute.resolve_jit_compile(recipe.jit_compile, strategy),
+    )
+
+
+def _one_line(error) -> str:
+    return " ".join(str(error).split())
+
+
+def _image_size(value) -> tuple[int, int]:
+    try:
+        return to_pair("image_size", value)
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
+
+
+def model_names() -> list[str]:
+    """Accepted `--model` values: "default" and the named variants."""
+    return [DEFAULT_MODEL, *configs.VIT_CONFIGS]
+
+
+def train_model_kwargs(config: RunConfig, num_classes, channels, image_size) -> dict:
+    """`keras_vit.ViT` arguments of a from-scratch run."""
+    recipe = config.recipe
+    if config.model in (DEFAULT_MODEL, None):
+        kwargs = recipe.model_kwargs(num_classes, channels)
+    else:
+        variant = _variant(config.model)
+        kwargs = {
+            **variant.as_kwargs(),
+            "num_classes": num_classes,
+            "channels": channels,
+            "pooling": getattr(recipe, "pooling", "token"),
+        }
+    kwargs["image_size"] = list(image_size)
+    if config.patch_size is not None:
+        kwargs["patch_size"] = config.patch_size
+    return kwargs
+
+
+def _variant(name: str):
+    """A named variant by its table name ("Ti/16") or builder name ("ViT_Ti16", "ti16")."""
+    if name in configs.VIT_CONFIGS:
+        return configs.VIT_CONFIGS[name]
+    key = re.sub(r"^vit[-_]?", "", name.lower()).replace("/", "").replace("_", "")
+    for variant, config in configs.VIT_CONFIGS.items():
+        if variant.lower().replace("/", "") == key:
+            return config
+    raise ConfigError(f"Unknown model {name!r}; expected one of {model_names()}.")
+
+
+# --- pre-trained models for fine-tuning ----------------------------------------------------
+
+
+def load_source_model(weights) -> keras.Model:
+    """Loads the pre-trained model named by `--weights` (see `RunConfig.weights`).
+
+    Raises:
+        ConfigError: no weights given, the path does not exist, or the file cannot be read.
+    """
+    if not weights:
+        raise ConfigError("finetune needs --weights: a run directory, a .keras or an .npz file.")
+    path = os.fspath(weights)
+    if os.path.isdir(path):
+        path = os.path.join(path, "best.keras")
+    if not os.path.isfile(path):
+        raise ConfigError(f"Weights file not found: {path}")
+    try:
+        if path.endswith(".keras"):
+            return load_model(path, compile=False)
+        if path.endswith(".npz"):
+            return _model_from_npz(path)
+    except (ValueError, OSError) as error:
+        raise ConfigError(f"Cannot load weights {path}: {_one_line(error)}") from None
+    raise ConfigError(f"Weights must be a .keras or .npz file or a run directory: {path}")
+
+
+def load_model(path, *, compile: bool = True) -> keras.Model:
+    """Loads a `.keras` file with `safe_mode=True` (keras_vit's layers are registered)."""
+    import keras_vit  # noqa: F401  (registers the custom layers)
+
+    return keras.saving.load_model(path, compile=compile, safe_mode=True)
+
+
+def _model_from_npz(path) -> keras.Model:
+    import keras_vit
+    from keras_vit import checkpoints
+
+    kwargs = _kwargs_from_run_config(path) or vit_kwargs_from_npz(checkpoints.read_npz(path))
+    model = keras_vit.ViT(**kwargs)
+    checkpoints.load_npz(model, path)
+    return model
+
+
+def _kwargs_from_run_config(npz_path) -> dict | None:
+    """The model arguments stored in the config.json of the run the `.npz` belongs to."""
+    config_path = os.path.join(os.path.dirname(os.path.abspath(npz_path)), "config.json")
+    try:
+        with open(config_path, encoding="utf-8") as f:
+            return json.load(f)["resolved"]["model_kwargs"]
+    except (OSError, KeyError, ValueError, TypeError):
+        return None
+
+
+def vit_kwargs_from_npz(arrays: dict) -> dict:
+    """`keras_vit.ViT` arguments read from an official checkpoint's array shapes.
+
+    Patch size and channels from `embedding/kernel` (P, P, C, D), heads from a query kernel
+    (D, H, hd), MLP width from `Dense_0`, depth from the block count, the pooling from the
+    presence of `cls`, the image size from the position table (square grid), classes from
+    `head/kernel`, `representation_size` from `pre_logits/kernel`.
+
+    Raises:
+        ConfigError: the arrays are not an official ViT checkpoint.
+    """
+    from keras_vit.checkpoints.layouts import normalise_layout
+
+    arrays, _ = normalise_layout(arrays)
+    try:
+        kernel = arrays["embedding/kernel"]
+        block = "Transformer/encoderblock_0/"
+        query = arrays[block + "MultiHeadDotProductAttention_1/query/kernel"]
+        mlp = arrays[block + "MlpBlock_3/Dense_0/kernel"]
+        table = arrays["Transformer/posembed_input/pos_embedding"]
+        head = arrays["head/kernel"]
+    except KeyError as error:
+        raise ConfigError(f"Not an official ViT checkpoint: missing key {error}.") from None
+    prefix = 1 if "cls" in arrays else 0
+    grid = int(round((table.shape[1] - prefix) ** 0.5))
+    layers = {key.split("/")[1] for key in arrays if key.startswith("Transformer/encoderblock_")}
+    return {
+        "patch_size": int(kernel.shape[0]),
+        "channels": int(kernel.shape[2]),
+        "hidden_dim": int(kernel.shape[3]),
+        "num_heads": int(query.shape[1]),
+        "mlp_dim": int(mlp.shape[1]),
+        "num_layers": len(layers),
+        "pooling": "token" if prefix else "gap",
+        "image_size": grid * int(kernel.shape[0]),
+        "num_classes": int(head.shape[1]),
+        "representation_size": (
+            int(arrays["pre_logits/kernel"].shape[1]) if "pre_logits/kernel" in arrays else None
+        ),
+    }
+
+
+def source_model_kwargs(model) -> dict:
+    """`keras_vit.ViT` arguments of a built keras_vit model, read from its layers."""
+    embed = model.get_layer("embedding")
+    blocks = [layer for layer in model.layers if re.fullmatch(r"encoderblock_\d+", layer.name)]
+    if not blocks:
+        raise ConfigError(f"The weights are not a keras_vit ViT model ({model.name!r}).")
+    names = {layer.name for layer in model.layers}
+    return {
+        "patch_size": list(to_pair("patch_size", tuple(embed.patch_size))),
+        "channels": int(model.input_shape[-1]),
+        "hidden_dim": int(embed.hidden_dim),
+        "num_heads": int(blocks[0].num_heads),
+        "mlp_dim": int(blocks[0].mlp_dim),
+        "num_layers": len(blocks),
+        "pooling": "token" if "cls" in names else "gap",
+        "image_size": [int(s) for s in model.input_shape[1:3]],
+    }
