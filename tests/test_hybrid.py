@@ -13,7 +13,7 @@ import pytest
 
 import keras_vit
 from keras_vit import HybridViT
-from keras_vit.checkpoints import load_npz, save_npz
+from keras_vit.checkpoints import CheckpointError, load_npz, save_npz
 from keras_vit.finetune import finetune
 from keras_vit.hybrid import HYBRID_CONFIGS
 
@@ -301,7 +301,7 @@ def test_backbone_hybrid_trains_and_round_trips(tmp_path, resnet50_stem):
     np.testing.assert_allclose(loaded.predict(x, verbose=0), expected, atol=1e-5)
 
 
-def test_backbone_errors(resnet50_stem):
+def test_backbone_errors(resnet50_stem, tmp_path):
     stem = resnet50_stem
     args = dict(hidden_dim=32, num_heads=4, mlp_dim=64, num_layers=1, num_classes=5)
     with pytest.raises(ValueError, match="either `backbone`"):
@@ -311,6 +311,9 @@ def test_backbone_errors(resnet50_stem):
     flat = keras.Sequential([keras.Input((64, 64, 3)), keras.layers.GlobalAveragePooling2D()])
     with pytest.raises(ValueError, match="feature map"):
         HybridViT(backbone=flat, image_size=64, **args)
+    hybrid = HybridViT(backbone=stem, image_size=64, patch_size=4, **args)
+    with pytest.raises(CheckpointError, match="no official key"):
+        save_npz(hybrid, tmp_path / "unused.npz")  # the CNN's own weights have no release names
 
 
 # ------------------------------------------------------------------ official checkpoints
