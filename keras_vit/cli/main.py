@@ -15,7 +15,16 @@ import os
 import sys
 
 # Subcommand modules, in the order `keras-vit --help` lists them.
-SUBCOMMAND_MODULES: list[str] = ["export", "explain", "convert", "benchmark"]
+SUBCOMMAND_MODULES: list[str] = [
+    "train",
+    "finetune",
+    "evaluate",
+    "predict",
+    "export",
+    "explain",
+    "convert",
+    "benchmark",
+]
 
 
 class UsageError(ValueError):

@@ -1,0 +1,186 @@
+"""Argument helpers shared by `keras-vit train`, `finetune`, `evaluate` and `predict`."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import os
+
+from keras_vit.cli.main import UsageError
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer > 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """argparse type: a number > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+    return value
+
+
+def add_data_arguments(parser, *, default_dataset_help: str) -> None:
+    parser.add_argument(
+        "--dataset",
+        help=(
+            "data source: 'mnist' or 'digits' (embedded), a TFDS name such as 'cifar100', "
+            f"or a folder with one sub-folder per class ({default_dataset_help})"
+        ),
+    )
+    parser.add_argument("--data-dir", help="TFDS data directory (never downloads)")
+
+
+def add_run_arguments(parser, *, task: str) -> None:
+    """Image size, schedule, distribution and run-directory flags of train/finetune."""
+    parser.add_argument("--image-size", type=positive_int, help="input side in pixels")
+    parser.add_argument("--batch-size", type=positive_int, help="global batch size")
+    parser.add_argument("--learning-rate", type=positive_float, help="base learning rate")
+    parser.add_argument("--seed", type=int, help="random seed (weights, shuffling, augmentation)")
+    parser.add_argument(
+        "--shots-per-class",
+        type=positive_int,
+        help="embedded datasets: train on N images per class, evaluate on all the others",
+    )
+    parser.add_argument(
+        "--strategy",
+        default="auto",
+        help="tf.distribute strategy: auto, one_device, mirrored, multi_worker (TF_CONFIG), "
+        "tpu (default: auto)",
+    )
+    parser.add_argument(
+        "--mixed-precision",
+        choices=["float32", "mixed_float16", "mixed_bfloat16"],
+        help="dtype policy (default float32)",
+    )
+    parser.add_argument(
+        "--jit-compile",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="compile train steps with XLA (default: the recipe's choice)",
+    )
+    parser.add_argument(
+        "--run-dir",
+        help=f"run directory (default: runs/{task}-<date>-<time>); must be new unless --resume",
+    )
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the run in --run-dir from its last finished epoch, with its stored "
+        "configuration",
+    )
+
+
+def recipe_overrides(args, fields: dict[str, str]) -> dict:
+    """{recipe field: value} for the flags the user gave (`fields`: arg name -> field)."""
+    return {
+        field: getattr(args, arg)
+        for arg, field in fields.items()
+        if getattr(args, arg, None) is not None
+    }
+
+
+def default_run_dir(task: str) -> str:
+    return os.path.join("runs", f"{task}-{datetime.datetime.now():%Y%m%d-%H%M%S}")
+
+
+def resolve_strategy(name: str):
+    """The strategy, or UsageError for an unknown name or one that cannot run here."""
+    from keras_vit import distribute
+
+    try:
+        return distribute.resolve_strategy(name)
+    except (ValueError, distribute.StrategyUnavailableError) as error:
+        raise UsageError(str(error)) from None
+
+
+@contextlib.contextmanager
+def usage_errors():
+    """Turns the configuration errors found before any work into `UsageError`."""
+    from keras_vit import distribute, run_plan, runs
+
+    try:
+        yield
+    except (run_plan.ConfigError, runs.RunDirError, distribute.StrategyUnavailableError) as e:
+        raise UsageError(" ".join(str(e).split())) from None
+
+
+def run_training(config, args, task: str) -> int:
+    """Shared body of `train` and `finetune`: resolve, train, print the summary."""
+    from keras_vit import runs
+
+    if args.resume and not args.run_dir:
+        raise UsageError("--resume needs the --run-dir of the run to continue.")
+    run_dir = args.run_dir or default_run_dir(task)
+    if args.resume:
+        with usage_errors():
+            config = runs.RunConfig.from_dict(runs.read_config(run_dir)["run"])
+        print(f"Resuming {run_dir} with its stored configuration.")
+    strategy = resolve_strategy(args.strategy if not args.resume else config.strategy)
+    with usage_errors():
+        result = runs.train(config, run_dir, strategy=strategy, resume=args.resume, verbose=1)
+    print_summary(result)
+    return 0
+
+
+def print_summary(result) -> None:
+    """The few lines `train`/`finetune` end with."""
+    metrics = result.metrics
+    held_out = metrics.get("held_out", {})
+    run_dir = result.run_dir
+    if "accuracy" in held_out:
+        accuracy, loss = 100 * held_out["accuracy"], held_out["loss"]
+        print(f"Held-out accuracy: {accuracy:.2f}%  (loss {loss:.4f})")
+    best = metrics.get("best") or {}
+    if best:
+        print(f"Best epoch: {best['epoch'] + 1} ({best['monitor']} {best['value']:.4f})")
+    print(
+        f"Trained {metrics['epochs']} epochs, {metrics['steps']} steps on "
+        f"{metrics['num_replicas']} replica(s); run directory: {run_dir}"
+    )
+    print(f"Models: {os.path.join(run_dir, 'best.keras')} (best), last.keras, best.npz")
+
+
+def resolve_model_path(path: str) -> tuple[str, str | None]:
+    """(model file, run directory or None) for a RUN_OR_MODEL argument.
+
+    A run directory gives its best.keras; a `.keras`/`.npz` file inside a run directory also
+    reports that run (for its dataset and class names).
+
+    Raises:
+        UsageError: the path does not exist or is not a model file or run directory.
+    """
+    if os.path.isdir(path):
+        model_file = os.path.join(path, "best.keras")
+        if not os.path.isfile(model_file):
+            raise UsageError(f"{path} is not a run directory with a best.keras.")
+        return model_file, path
+    if not os.path.isfile(path):
+        raise UsageError(f"Model or run directory not found: {path}")
+    if not path.endswith((".keras", ".npz")):
+        raise UsageError(f"Expected a run directory, a .keras or an .npz file: {path}")
+    folder = os.path.dirname(os.path.abspath(path))
+    return path, folder if os.path.isfile(os.path.join(folder, "config.json")) else None
+
+
+def load_model(path: str):
+    """Loads RUN_OR_MODEL (safe mode for .keras); returns (model, run config dict or None)."""
+    from keras_vit import run_plan, runs
+
+    model_file, run_dir = resolve_model_path(path)
+    with usage_errors():
+        model = run_plan.load_source_model(model_file)
+    config = runs.read_config(run_dir) if run_dir else None
+    return model, config

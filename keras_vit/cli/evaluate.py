@@ -1,0 +1,107 @@
+"""`keras-vit evaluate`: accuracy and loss of a trained model on a held-out split."""
+
+from __future__ import annotations
+
+import argparse
+
+from keras_vit.cli import common
+from keras_vit.cli.main import UsageError
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "evaluate",
+        help="accuracy of a trained model (run directory, .keras or .npz) on a dataset split",
+        description=(
+            "Evaluate a trained model on a dataset split with the deterministic evaluation "
+            "preprocessing (resize to the model's input size, scale to [-1, 1]). RUN_OR_MODEL "
+            "is a run directory (its best.keras), a .keras file (loaded in safe mode) or an "
+            "official .npz. The dataset defaults to the run's own."
+        ),
+    )
+    parser.add_argument("model", metavar="RUN_OR_MODEL", help="run directory, .keras or .npz")
+    common.add_data_arguments(parser, default_dataset_help="default: the run's dataset")
+    parser.add_argument("--split", default="test", help="split to evaluate (default: test)")
+    parser.add_argument(
+        "--batch-size", type=common.positive_int, default=256, help="batch size (default 256)"
+    )
+    parser.add_argument(
+        "--top-k", type=common.positive_int, default=5, help="also report top-k accuracy"
+    )
+    parser.set_defaults(func=run)
+    return parser
+
+
+def resolve_dataset(args, config):
+    """(dataset name, shots_per_class, DatasetInfo) or UsageError."""
+    from keras_vit import data
+
+    run = (config or {}).get("run", {})
+    run_dataset = run.get("recipe", {}).get("dataset")
+    dataset = args.dataset or run_dataset
+    if dataset is None:
+        raise UsageError("--dataset is required for a model outside a run directory.")
+    shots = run.get("shots_per_class") if dataset == run_dataset else None
+    try:
+        info = data.describe(dataset, data_dir=args.data_dir, shots_per_class=shots)
+    except (ValueError, FileNotFoundError) as error:
+        raise UsageError(" ".join(str(error).split())) from None
+    if args.split.split("[")[0] not in info.num_examples:
+        raise UsageError(
+            f"Dataset {info.name!r} has no split {args.split!r}; "
+            f"it has {sorted(info.num_examples)}."
+        )
+    return dataset, shots, info
+
+
+def check_classes(model, info) -> int:
+    num_classes = int(model.output_shape[-1])
+    if num_classes != info.num_classes:
+        raise UsageError(
+            f"The model predicts {num_classes} classes but {info.name!r} has "
+            f"{info.num_classes}; fine-tune it first (keras-vit finetune)."
+        )
+    return num_classes
+
+
+def outputs_logits(model) -> bool:
+    """False if the model's head ends in a softmax (probabilities), else True."""
+    names = {layer.name for layer in model.layers}
+    activation = model.get_layer("head").activation if "head" in names else None
+    return getattr(activation, "__name__", "linear") != "softmax"
+
+
+def run(args) -> int:
+    import keras
+
+    from keras_vit import data
+
+    model, config = common.load_model(args.model)
+    dataset, shots, info = resolve_dataset(args, config)
+    num_classes = check_classes(model, info)
+    top_k = min(args.top_k, num_classes)
+    dataset_split = data.load(
+        dataset,
+        args.split,
+        image_size=tuple(model.input_shape[1:3]),
+        batch_size=args.batch_size,
+        training=False,
+        channels=int(model.input_shape[-1]),
+        data_dir=args.data_dir,
+        shots_per_class=shots,
+    )
+    model.compile(
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=outputs_logits(model)),
+        metrics=[
+            "accuracy",
+            keras.metrics.SparseTopKCategoricalAccuracy(k=top_k, name="top_k_accuracy"),
+        ],
+    )
+    results = model.evaluate(dataset_split, verbose=1, return_dict=True)
+    count = info.num_examples.get(args.split)
+    images = f"{count} images" if count else "all images"
+    print(
+        f"{info.name} '{args.split}' ({images}): accuracy {100 * results['accuracy']:.2f}%, "
+        f"top-{top_k} {100 * results['top_k_accuracy']:.2f}%, loss {results['loss']:.4f}"
+    )
+    return 0

@@ -1,0 +1,69 @@
+"""`keras-vit finetune`: the paper's transfer step (zero-initialised head, resized position
+table, SGD fine-tuning recipe) from a pre-trained model into a new run directory."""
+
+from __future__ import annotations
+
+import argparse
+
+from keras_vit.cli import common
+
+# flag (argparse dest) -> field of keras_vit.training.FinetuneConfig
+RECIPE_FLAGS = {
+    "dataset": "dataset",
+    "image_size": "image_size",
+    "steps": "steps",
+    "batch_size": "batch_size",
+    "learning_rate": "learning_rate",
+    "jit_compile": "jit_compile",
+    "seed": "seed",
+}
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "finetune",
+        help="fine-tune a pre-trained ViT on another dataset (default: embedded digits at 40px)",
+        description=(
+            "Fine-tune a pre-trained ViT as in the paper (section 3.2): the head is replaced "
+            "by a zero-initialised one for the new classes, the position table is resized to "
+            "the new image size, and the model is trained with SGD + momentum, warmup and "
+            "cosine decay. Example: keras-vit finetune --weights RUN/best.npz --dataset digits "
+            "--image-size 40"
+        ),
+    )
+    parser.add_argument(
+        "--weights",
+        help="the pre-trained model: a run directory, its best.keras, or an official .npz "
+        "(required unless --resume)",
+    )
+    common.add_data_arguments(parser, default_dataset_help="default: digits")
+    parser.add_argument(
+        "--steps", type=common.positive_int, help="optimizer steps (rounded up to whole epochs)"
+    )
+    common.add_run_arguments(parser, task="finetune")
+    parser.set_defaults(func=run)
+    return parser
+
+
+def build_config(args):
+    from keras_vit import runs, training
+
+    overrides = common.recipe_overrides(args, RECIPE_FLAGS)
+    with common.usage_errors():
+        return runs.RunConfig(
+            task="finetune",
+            recipe=training.FinetuneConfig(**overrides),
+            weights=args.weights,
+            data_dir=args.data_dir,
+            strategy=args.strategy,
+            mixed_precision=args.mixed_precision,
+            shots_per_class=args.shots_per_class,
+        )
+
+
+def run(args) -> int:
+    if not args.resume and not args.weights:
+        from keras_vit.cli.main import UsageError
+
+        raise UsageError("--weights is required: a run directory, a .keras or an .npz file.")
+    return common.run_training(build_config(args), args, "finetune")

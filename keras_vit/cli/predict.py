@@ -1,0 +1,107 @@
+"""`keras-vit predict`: top-k classes of image files or folders of images."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from keras_vit.cli import common
+from keras_vit.cli.main import UsageError
+
+IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".gif")
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "predict",
+        help="top-k classes of images (files or folders) with a trained model",
+        description=(
+            "Predict the top-k classes of image files (PNG, JPEG, BMP, GIF) or of every image "
+            "in the given folders (recursively), with the evaluation preprocessing (resize to "
+            "the model's input size, channels converted, scaled to [-1, 1]). Class names come "
+            "from the run's config.json when the model belongs to a run."
+        ),
+    )
+    parser.add_argument("model", metavar="RUN_OR_MODEL", help="run directory, .keras or .npz")
+    parser.add_argument(
+        "inputs", metavar="IMAGES_OR_FOLDER", nargs="+", help="image files and/or folders"
+    )
+    parser.add_argument(
+        "--top-k", type=common.positive_int, default=5, help="classes per image (default 5)"
+    )
+    parser.add_argument(
+        "--batch-size", type=common.positive_int, default=64, help="batch size (default 64)"
+    )
+    parser.set_defaults(func=run)
+    return parser
+
+
+def find_images(inputs) -> list[str]:
+    """The image files named by `inputs` (folders searched recursively, sorted)."""
+    files = []
+    for item in inputs:
+        if os.path.isdir(item):
+            found = sorted(
+                os.path.join(folder, name)
+                for folder, _, names in os.walk(item)
+                for name in names
+                if name.lower().endswith(IMAGE_EXTENSIONS)
+            )
+            if not found:
+                raise UsageError(f"No images ({', '.join(IMAGE_EXTENSIONS)}) in folder {item}")
+            files += found
+        elif os.path.isfile(item):
+            files.append(item)
+        else:
+            raise UsageError(f"Image file or folder not found: {item}")
+    return files
+
+
+def read_images(files, image_size, channels):
+    """(n, height, width, channels) float32 in [-1, 1]; UsageError for an unreadable file."""
+    import numpy as np
+    import tensorflow as tf
+
+    from keras_vit.data.preprocess import eval_preprocess
+
+    images = []
+    for path in files:
+        try:
+            raw = tf.io.decode_image(
+                tf.io.read_file(path), channels=channels, expand_animations=False
+            )
+        except (tf.errors.InvalidArgumentError, tf.errors.NotFoundError):
+            raise UsageError(f"Cannot read {path} as an image.") from None
+        images.append(eval_preprocess(tf.cast(raw, tf.float32), image_size, channels))
+    return np.stack([image.numpy() for image in images])
+
+
+def class_names(config, num_classes) -> list[str]:
+    names = ((config or {}).get("resolved") or {}).get("class_names")
+    if names and len(names) == num_classes:
+        return [str(name) for name in names]
+    return [str(index) for index in range(num_classes)]
+
+
+def run(args) -> int:
+    import numpy as np
+
+    from keras_vit.cli.evaluate import outputs_logits
+
+    model, config = common.load_model(args.model)
+    files = find_images(args.inputs)
+    images = read_images(files, tuple(model.input_shape[1:3]), int(model.input_shape[-1]))
+    outputs = model.predict(
+        images, batch_size=args.batch_size, verbose=1 if len(files) > 1000 else 0
+    )
+    if outputs_logits(model):
+        outputs = np.exp(outputs - outputs.max(axis=-1, keepdims=True))
+        outputs /= outputs.sum(axis=-1, keepdims=True)
+    names = class_names(config, outputs.shape[-1])
+    top_k = min(args.top_k, outputs.shape[-1])
+    for path, probabilities in zip(files, outputs, strict=True):
+        best = np.argsort(-probabilities, kind="stable")[:top_k]
+        ranked = ", ".join(f"{names[i]} ({100 * probabilities[i]:.1f}%)" for i in best)
+        print(f"{path}: {ranked}")
+    print(f"Predicted {len(files)} images with {args.model} (top-{top_k}).")
+    return 0
