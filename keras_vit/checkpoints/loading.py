@@ -89,19 +89,30 @@ def _skip_prefixes(arrays, variables, skip, head):
     if head == "skip":
         prefixes.append("head")
     elif head == "auto" and not _under("head", prefixes):
-        for key in ("head/kernel", "head/bias"):
-            if key in arrays and key in variables:
-                if tuple(arrays[key].shape) != tuple(variables[key].shape):
-                    logger.info(
-                        "Head not loaded: the checkpoint's %s is %s, the model's %s; the "
-                        "model keeps its own (zero-initialised) head.",
-                        key,
-                        tuple(arrays[key].shape),
-                        tuple(variables[key].shape),
-                    )
-                    prefixes.append("head")
-                    break
+        reason = _head_mismatch(arrays, variables)
+        if reason:
+            logger.info("Head not loaded: %s.", reason)
+            prefixes.append("head")
     return prefixes
+
+
+def _head_mismatch(arrays, variables) -> str | None:
+    """Why the file's head cannot go into the model (for head="auto"), or None if it fits."""
+    in_file = any(k.startswith("head/") for k in arrays)
+    in_model = any(k.startswith("head/") for k in variables)
+    if in_file and not in_model:
+        return "the model has no head (include_top=False)"
+    if in_model and not in_file:
+        return "the checkpoint has none; the model keeps its own (zero-initialised) head"
+    for key in ("head/kernel", "head/bias"):
+        if key in arrays and key in variables:
+            file_shape, model_shape = tuple(arrays[key].shape), tuple(variables[key].shape)
+            if file_shape != model_shape:
+                return (
+                    f"the checkpoint's {key} is {file_shape}, the model's {model_shape}; the "
+                    "model keeps its own (zero-initialised) head"
+                )
+    return None
 
 
 def _fit_position_table(model, table, variable, method, source_grid):

@@ -237,6 +237,12 @@ def test_head_options(tmp_path):
     np.testing.assert_array_equal(same.get_layer("head").kernel.numpy(), params["head/kernel"])
     with pytest.raises(ValueError, match="head"):
         load_npz(same, path, head="maybe")
+    # weights= uses head="auto": a headless model, and a headless file, both load the body
+    features = keras_vit.ViT(image_size=32, include_top=False, **TINY_ARCH)
+    assert "head/kernel" in load_npz(features, path, head="auto").skipped
+    headless = _write(tmp_path, {k: v for k, v in params.items() if "head" not in k}, "body.npz")
+    report = load_npz(model, headless, head="auto")
+    assert report.missing == [] and "cls" in report.loaded
 
 
 def test_gap_model_refuses_a_class_token_file(tmp_path):
