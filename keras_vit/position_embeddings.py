@@ -10,6 +10,7 @@ graph, so the resized model compiles under XLA and runs on TPU with static shape
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Literal
 
 import numpy as np
@@ -136,11 +137,11 @@ def resize_position_embeddings(
     method = check_choice("method", method, RESIZE_METHODS)
     old_grid = to_pair("old_grid", old_grid)
     new_grid = to_pair("new_grid", new_grid)
-    if isinstance(num_prefix_tokens, bool) or not isinstance(num_prefix_tokens, int):
-        raise ValueError(
-            f"`num_prefix_tokens` must be an int >= 0. Received: {num_prefix_tokens!r}"
-        )
-    if num_prefix_tokens < 0:
+    if (
+        isinstance(num_prefix_tokens, bool)
+        or not isinstance(num_prefix_tokens, numbers.Integral)
+        or num_prefix_tokens < 0
+    ):
         raise ValueError(
             f"`num_prefix_tokens` must be an int >= 0. Received: {num_prefix_tokens!r}"
         )
@@ -160,6 +161,7 @@ def resize_position_embeddings(
             f"The position table has {rows.shape[0]} rows but old_grid={old_grid} with "
             f"num_prefix_tokens={num_prefix_tokens} needs {expected}."
         )
+    num_prefix_tokens = int(num_prefix_tokens)
     prefix = rows[:num_prefix_tokens].astype(np.float32)
     grid = rows[num_prefix_tokens:].reshape(old_grid[0], old_grid[1], rows.shape[1])
     if old_grid == new_grid:
