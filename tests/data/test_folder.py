@@ -1,0 +1,96 @@
+"""A folder of real PNG files (written from the embedded MNIST set), one sub-folder per class."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_vit import data
+from keras_vit.data import embedded
+
+PER_CLASS = 4
+CLASSES = (3, 5, 7)
+
+
+def _write_pngs(root, images, labels):
+    """Writes images as root/<class>/<index>.png; returns {path: (pixels, label)} in file order."""
+    written = {}
+    for index, (image, label) in enumerate(zip(images, labels, strict=False)):
+        folder = root / f"digit_{label}"
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"{index:04d}.png"
+        path.write_bytes(tf.io.encode_png(image).numpy())
+        written[path] = (image, label)
+    return dict(sorted(written.items()))
+
+
+def _pick(split):
+    raw = embedded.read_embedded("mnist")
+    x, y = raw[f"x_{split}"], raw[f"y_{split}"]
+    index = np.concatenate([np.flatnonzero(y == c)[:PER_CLASS] for c in CLASSES])
+    return x[index][..., None], y[index]
+
+
+@pytest.fixture
+def flat_folder(tmp_path):
+    return tmp_path, _write_pngs(tmp_path, *_pick("test"))
+
+
+def test_folder_eval_pipeline_is_the_scaled_png_pixels(flat_folder):
+    root, written = flat_folder
+    images, labels = zip(
+        *data.load(root, image_size=28, batch_size=None, training=False), strict=False
+    )
+    expected = np.stack([(pixels - 127.5) / 127.5 for pixels, _ in written.values()])
+    class_of = {c: i for i, c in enumerate(CLASSES)}
+    np.testing.assert_allclose(np.stack(images), expected, atol=1e-6)
+    assert [int(k) for k in labels] == [class_of[label] for _, label in written.values()]
+    batch = next(iter(data.load(str(root), image_size=28, batch_size=5, training=False)))[0]
+    assert batch.shape == (5, 28, 28, 1)
+    assert batch.numpy().min() == expected[:5].min() and batch.numpy().max() == expected[:5].max()
+
+
+def test_folder_describe_and_training_batches(flat_folder):
+    root, _ = flat_folder
+    info = data.describe(root)
+    assert info.class_names == tuple(f"digit_{c}" for c in CLASSES)
+    assert (info.num_classes, info.channels) == (3, 1)
+    assert info.num_examples == {"train": PER_CLASS * len(CLASSES)}
+    dataset = data.load(root, image_size=32, batch_size=5, training=True, channels=3)
+    batches = list(dataset)
+    assert [b[0].shape for b in batches] == [(5, 32, 32, 3)] * 2  # 12 images, remainder dropped
+    assert all(
+        -1.0 <= float(tf.reduce_min(x)) and float(tf.reduce_max(x)) <= 1.0 for x, _ in batches
+    )
+
+
+def test_folder_slices_hold_out_part_of_each_class(flat_folder):
+    root, _ = flat_folder
+    kwargs = dict(image_size=28, batch_size=None, training=False)
+    head = [int(y) for _, y in data.load(root, "train[:75%]", **kwargs)]
+    tail = [int(y) for _, y in data.load(root, "train[75%:]", **kwargs)]
+    assert np.bincount(head).tolist() == [3, 3, 3] and np.bincount(tail).tolist() == [1, 1, 1]
+    with pytest.raises(ValueError, match=r"train\[90%:\]"):
+        data.load(root, "test", **kwargs)
+
+
+def test_folder_with_split_subfolders(tmp_path):
+    _write_pngs(tmp_path / "train", *_pick("train"))
+    _write_pngs(tmp_path / "test", *_pick("test"))
+    info = data.describe(tmp_path)
+    assert info.num_examples == {"test": 12, "train": 12}
+    images = [
+        x for x, _ in data.load(tmp_path, "test", image_size=14, batch_size=None, training=False)
+    ]
+    assert len(images) == 12 and images[0].shape == (14, 14, 1)
+
+
+def test_rgb_pngs_give_three_channels(tmp_path):
+    rgb = np.random.default_rng(0).integers(0, 256, (4, 10, 10, 3), dtype=np.uint8)
+    _write_pngs(tmp_path, rgb, np.array([0, 0, 1, 1]))
+    assert data.describe(tmp_path).channels == 3
+    images = np.stack(
+        [x for x, _ in data.load(tmp_path, image_size=10, batch_size=None, training=False)]
+    )
+    np.testing.assert_allclose(images, (rgb - 127.5) / 127.5, atol=1e-6)

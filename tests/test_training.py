@@ -1,0 +1,164 @@
+"""Recipes: the warmup schedule (closed form), AdamW and SGD settings, losses, defaults."""
+
+from __future__ import annotations
+
+import math
+
+import keras
+import numpy as np
+import pytest
+
+from keras_vit import training
+
+
+def _closed_form(step, base, total, warmup, decay, end=0.0):
+    """The release's create_learning_rate_schedule, written out in NumPy."""
+    progress = np.clip((step - warmup) / (total - warmup), 0.0, 1.0)
+    if decay == "linear":
+        lr = end + (base - end) * (1.0 - progress)
+    else:
+        lr = end + (base - end) * 0.5 * (1.0 + np.cos(np.pi * progress))
+    if warmup:
+        lr = lr * np.minimum(1.0, step / warmup)
+    return lr
+
+
+STEPS = np.array([0, 1, 50, 99, 100, 101, 250, 500, 999, 1000, 1500])
+
+
+@pytest.mark.parametrize("decay", ["linear", "cosine"])
+@pytest.mark.parametrize("warmup", [0, 100])
+def test_schedule_matches_the_closed_form(decay, warmup):
+    schedule = training.warmup_schedule(3e-3, 1000, warmup, decay, end_lr=1e-5)
+    got = np.array([float(schedule(s)) for s in STEPS])
+    np.testing.assert_allclose(got, _closed_form(STEPS, 3e-3, 1000, warmup, decay, 1e-5), rtol=1e-5)
+
+
+def test_schedule_landmarks():
+    """Peak at the end of warmup, half the peak midway through the cosine, 0 at the end."""
+    schedule = training.warmup_schedule(0.01, 1100, 100, "cosine")
+    assert float(schedule(0)) == 0.0
+    assert float(schedule(50)) == pytest.approx(0.005)
+    assert float(schedule(100)) == pytest.approx(0.01)
+    assert float(schedule(600)) == pytest.approx(0.005, rel=1e-5)
+    assert float(schedule(1100)) == pytest.approx(0.0, abs=1e-9)
+
+
+def test_schedule_config_round_trip():
+    schedule = training.warmup_schedule(1e-3, 300, 30, "linear", 1e-6)
+    restored = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(schedule))
+    assert isinstance(restored, training.WarmupSchedule)
+    assert restored.get_config() == schedule.get_config()
+    assert float(restored(77)) == pytest.approx(float(schedule(77)))
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(base_lr=0.0), "base_lr"),
+        (dict(total_steps=0), "total_steps"),
+        (dict(warmup_steps=100), "warmup_steps"),
+        (dict(warmup_steps=-1), "warmup_steps"),
+        (dict(decay="step"), "decay"),
+    ],
+)
+def test_bad_schedule_arguments_are_refused(kwargs, match):
+    arguments = {**dict(base_lr=1e-3, total_steps=100, warmup_steps=10), **kwargs}
+    with pytest.raises(ValueError, match=match):
+        training.warmup_schedule(**arguments)
+
+
+def test_finetune_optimizer_is_the_release_recipe():
+    """SGD momentum 0.9, global-norm clip 1.0, no weight decay, 500 warmup steps, cosine to 0."""
+    optimizer = training.finetune_optimizer(0.03, 10_000)
+    assert isinstance(optimizer, keras.optimizers.SGD)
+    assert optimizer.momentum == 0.9 and not optimizer.nesterov
+    assert optimizer.global_clipnorm == 1.0 and optimizer.clipnorm is None
+    assert optimizer.weight_decay is None
+    schedule = optimizer._learning_rate
+    assert schedule.get_config() == {
+        "base_lr": 0.03,
+        "total_steps": 10_000,
+        "warmup_steps": 500,
+        "decay": "cosine",
+        "end_lr": 0.0,
+    }
+    # Short runs cap the warmup at a tenth of the run.
+    assert training.finetune_optimizer(0.01, 200)._learning_rate.warmup_steps == 20
+
+
+def test_finetune_optimizer_clips_the_global_norm():
+    """One SGD step with a huge gradient moves the weights by lr * 1.0 in global norm."""
+    optimizer = training.finetune_optimizer(0.1, 100, warmup_steps=0)
+    weights = [keras.Variable(np.zeros(3, "float32")), keras.Variable(np.zeros(4, "float32"))]
+    gradients = [np.full(3, 100.0, "float32"), np.full(4, -50.0, "float32")]
+    optimizer.apply_gradients(zip(gradients, weights, strict=True))
+    moved = np.concatenate([w.numpy() for w in weights])
+    norm = np.sqrt(np.sum(np.concatenate(gradients) ** 2))
+    np.testing.assert_allclose(moved, -0.1 * np.concatenate(gradients) / norm, rtol=1e-5)
+
+
+def test_pretrain_optimizer_is_adamw_and_decays_only_kernels(tiny_vit_kwargs):
+    """A zero-gradient AdamW step changes only decayed variables: w <- w * (1 - lr * wd)."""
+    import keras_vit
+
+    model = keras_vit.ViT(**tiny_vit_kwargs)
+    for variable in model.trainable_variables:
+        variable.assign(np.ones(variable.shape, "float32"))
+    optimizer = training.pretrain_optimizer(0.01, 100, 0, weight_decay=0.5, decay="cosine")
+    assert isinstance(optimizer, keras.optimizers.AdamW)
+    assert (optimizer.beta_1, optimizer.beta_2, optimizer.weight_decay) == (0.9, 0.999, 0.5)
+    assert optimizer.global_clipnorm == 1.0
+    zeros = [np.zeros(v.shape, "float32") for v in model.trainable_variables]
+    optimizer.apply_gradients(zip(zeros, model.trainable_variables, strict=True))
+    for variable in model.trainable_variables:
+        expected = 1.0 - 0.01 * 0.5 if variable.name == "kernel" else 1.0
+        np.testing.assert_allclose(variable.numpy(), expected, rtol=1e-6, err_msg=variable.path)
+
+
+def test_smoothed_sparse_loss_matches_numpy():
+    logits = np.array([[2.0, 0.5, -1.0], [0.1, 0.2, 3.0]], "float32")
+    labels = np.array([0, 2])
+    smoothing = 0.2
+    targets = np.eye(3)[labels] * (1 - smoothing) + smoothing / 3
+    log_probs = logits - np.log(np.exp(logits).sum(1, keepdims=True))
+    expected = -(targets * log_probs).sum(1).mean()
+    assert float(training.loss(smoothing)(labels, logits)) == pytest.approx(expected, rel=1e-5)
+    plain = -log_probs[[0, 1], labels].mean()
+    assert float(training.loss()(labels, logits)) == pytest.approx(plain, rel=1e-5)
+    one_hot = training.loss(smoothing, one_hot=True)(np.eye(3)[labels], logits)
+    assert float(one_hot) == pytest.approx(expected, rel=1e-5)
+
+
+def test_smoothed_loss_config_round_trip():
+    loss = training.loss(0.1)
+    restored = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(loss))
+    assert restored.label_smoothing == pytest.approx(0.1)
+
+
+def test_train_config_defaults_build_and_compile():
+    """The `keras-vit train` defaults: a valid model for 28x28 gray MNIST and its optimizer."""
+    import keras_vit
+
+    config = training.TrainConfig()
+    assert config.dataset == "mnist"
+    assert config.image_size % config.patch_size == 0
+    model = keras_vit.ViT(**config.model_kwargs(num_classes=10, channels=1))
+    assert model.input_shape == (None, config.image_size, config.image_size, 1)
+    steps = config.steps_per_epoch(4000)
+    assert steps == 4000 // config.batch_size
+    assert config.total_steps(4000) == steps * config.epochs
+    compiled = config.compile_kwargs(4000)
+    schedule = compiled["optimizer"]._learning_rate
+    assert schedule.total_steps == config.total_steps(4000)
+    assert schedule.base_lr == config.learning_rate
+    assert compiled["optimizer"].weight_decay == config.weight_decay
+
+
+def test_finetune_config_defaults():
+    config = training.FinetuneConfig()
+    assert config.dataset == "digits"
+    optimizer = config.optimizer(num_train_examples=100)
+    assert isinstance(optimizer, keras.optimizers.SGD) and optimizer.global_clipnorm == 1.0
+    assert optimizer._learning_rate.total_steps == config.total_steps(100)
+    assert math.isclose(optimizer._learning_rate.base_lr, config.learning_rate)
