@@ -1,0 +1,122 @@
+"""Benchmark: the default `keras-vit train` recipe on the embedded MNIST, with plain model.fit.
+
+Trains `keras_vit.training.TrainConfig()` (a small patch-4 ViT) on the 4,000 embedded MNIST
+training images and evaluates on the 1,000 held-out ones. Prints the held-out accuracy, the
+wall time of `fit` + `evaluate`, the training images per second, and the process CPU time
+(on a machine shared with other jobs, CPU seconds / cores is an estimate of the quiet-machine
+wall time). Target (issue 4): >= 97.5% in under 3 minutes on 2 CPU cores.
+
+Usage:
+    python benchmarks/train_mnist.py                     # the defaults
+    python benchmarks/train_mnist.py --epochs 5 --save /tmp/mnist_vit.npz
+    python benchmarks/train_mnist.py --set hidden_dim=96 --set num_layers=4
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+def parse_overrides(pairs, config_class):
+    """["field=value", ...] -> {field: value} typed like the dataclass defaults."""
+    fields = {f.name: f for f in dataclasses.fields(config_class)}
+    defaults = config_class()
+    overrides = {}
+    for pair in pairs:
+        name, _, text = pair.partition("=")
+        if name not in fields:
+            raise SystemExit(f"unknown recipe field {name!r}; known: {sorted(fields)}")
+        default = getattr(defaults, name)
+        if isinstance(default, bool):
+            overrides[name] = text.lower() in ("1", "true", "yes")
+        elif default is None or isinstance(default, (int, float)):
+            overrides[name] = type(default)(text) if default is not None else float(text)
+        else:
+            overrides[name] = text
+    return overrides
+
+
+def train_default(config, verbose=2):
+    """Trains `config` on the embedded MNIST; returns (model, results dict)."""
+    import keras
+
+    import keras_vit
+    from keras_vit import data
+
+    keras.utils.set_random_seed(config.seed)
+    info = data.describe(config.dataset)
+    num_train = info.num_examples["train"]
+    common = dict(image_size=config.image_size, shuffle_seed=config.seed)
+    train = data.load(
+        config.dataset, "train", batch_size=config.batch_size, training=True, **common
+    )
+    test = data.load(config.dataset, "test", batch_size=500, training=False, **common)
+    model = keras_vit.ViT(**config.model_kwargs(info.num_classes, info.channels))
+    model.compile(**config.compile_kwargs(num_train))
+    start_wall, start_cpu = time.time(), time.process_time()
+    history = model.fit(
+        train, epochs=config.num_epochs(num_train), validation_data=test, verbose=verbose
+    )
+    fit_wall = time.time() - start_wall
+    loss, accuracy = model.evaluate(test, verbose=0)
+    wall, cpu = time.time() - start_wall, time.process_time() - start_cpu
+    seen = config.steps_per_epoch(num_train) * config.batch_size * config.num_epochs(num_train)
+    results = {
+        "recipe": dataclasses.asdict(config),
+        "params": model.count_params(),
+        "test_accuracy": round(float(accuracy), 4),
+        "test_loss": round(float(loss), 4),
+        "wall_s": round(wall, 1),
+        "cpu_s": round(cpu, 1),
+        "cores": os.cpu_count(),
+        "train_images_per_s": round(seen / fit_wall, 1),
+        "val_accuracy_per_epoch": [round(v, 4) for v in history.history["val_accuracy"]],
+    }
+    return model, results
+
+
+def main(argv=None) -> int:
+    from keras_vit import training
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--epochs", type=int, help="override TrainConfig.epochs")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="override any TrainConfig field (repeatable)",
+    )
+    parser.add_argument("--save", help="write the trained model as an official .npz here")
+    parser.add_argument("--json", help="append the results as one JSON line to this file")
+    args = parser.parse_args(argv)
+    overrides = parse_overrides(args.set, training.TrainConfig)
+    if args.epochs is not None:
+        overrides["epochs"] = args.epochs
+    config = training.TrainConfig(**overrides)
+    model, results = train_default(config)
+    if args.save:
+        from keras_vit import checkpoints
+
+        checkpoints.save_npz(model, args.save)
+        results["saved"] = args.save
+    print(json.dumps(results))
+    if args.json:
+        with open(args.json, "a") as handle:
+            handle.write(json.dumps(results) + "\n")
+    print(
+        f"held-out accuracy {results['test_accuracy']:.2%} on 1,000 MNIST images; "
+        f"wall {results['wall_s']} s (fit + evaluate), {results['train_images_per_s']} train "
+        f"images/s, CPU {results['cpu_s']} s on {results['cores']} cores"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
