@@ -1,0 +1,267 @@
+"""Tests of keras_vit.runs (run directories, resume after SIGKILL) and keras_vit.run_plan."""
+
+import csv
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import types
+
+import numpy as np
+import pytest
+
+import keras_vit
+from keras_vit import _atomic, run_plan, runs, training
+from keras_vit.checkpoints import load_npz, save_npz
+
+HELPERS = os.path.join(os.path.dirname(__file__), "helpers")
+
+
+def load_helper(name):
+    spec = importlib.util.spec_from_file_location(name, os.path.join(HELPERS, f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+killable = load_helper("killable_run")
+
+
+def read_csv(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+# --- a complete run ------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("runs") / "complete"
+    return run_dir, killable.run(run_dir, slow=False)
+
+
+def test_run_directory_layout(finished_run):
+    run_dir, result = finished_run
+    names = set(os.listdir(run_dir))
+    expected = {"config.json", "history.csv", "learning_curves.png", "logs", "metrics.json"}
+    expected |= {"best.keras", "best.npz", "best.json", "last.keras", "last.npz"}
+    assert expected <= names
+    assert "backup" not in names  # removed when the run completes
+    assert not [name for name in names if name.startswith(".")], names  # no temp files
+    assert json.loads((run_dir / "config.json").read_text()) == {"helper": "killable_run"}
+    with open(run_dir / "learning_curves.png", "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+    events = [name for _, _, files in os.walk(run_dir / "logs") for name in files]
+    assert any(name.startswith("events.out.tfevents") for name in events)
+    assert result.model is not None
+
+
+def test_history_and_metrics_match_the_schedule(finished_run):
+    run_dir, result = finished_run
+    rows = read_csv(run_dir / "history.csv")
+    assert [int(row["epoch"]) for row in rows] == list(range(killable.EPOCHS))
+    steps = [int(row["steps"]) for row in rows]
+    assert steps == [killable.STEPS_PER_EPOCH * (e + 1) for e in range(killable.EPOCHS)]
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert metrics["epochs"] == killable.EPOCHS
+    assert metrics["steps"] == killable.EPOCHS * killable.STEPS_PER_EPOCH
+    # The held-out metrics are those of the last epoch's model on the validation data.
+    assert metrics["held_out"]["accuracy"] == pytest.approx(float(rows[-1]["val_accuracy"]))
+    assert metrics["held_out"]["loss"] == pytest.approx(float(rows[-1]["val_loss"]), rel=1e-5)
+    # The best epoch is the first one with the highest val_accuracy in the CSV.
+    accuracies = [float(row["val_accuracy"]) for row in rows]
+    assert metrics["best"]["epoch"] == int(np.argmax(accuracies))
+    assert metrics["best"]["value"] == pytest.approx(max(accuracies))
+
+
+def test_last_model_files_hold_the_trained_weights(finished_run):
+    run_dir, result = finished_run
+    x, _ = killable.data()
+    expected = result.model.predict(x[:8], verbose=0)
+    from_keras = runs.load_model(run_dir / "last.keras")
+    np.testing.assert_allclose(from_keras.predict(x[:8], verbose=0), expected, atol=1e-6)
+    fresh = killable.build()
+    load_npz(fresh, run_dir / "last.npz")
+    np.testing.assert_allclose(fresh.predict(x[:8], verbose=0), expected, atol=1e-6)
+    best = runs.load_model(run_dir / "best.keras")
+    assert best.count_params() == result.model.count_params()
+
+
+def test_resume_of_a_complete_run_returns_stored_results(finished_run):
+    run_dir, result = finished_run
+    before = (run_dir / "history.csv").read_text()
+    again = killable.run(run_dir, resume=True, slow=False)
+    assert (run_dir / "history.csv").read_text() == before
+    assert again.metrics == json.loads((run_dir / "metrics.json").read_text())
+    assert len(again.history) == killable.EPOCHS
+
+
+def test_existing_run_directory_needs_resume(finished_run, tmp_path):
+    run_dir, _ = finished_run
+    with pytest.raises(runs.RunDirError, match="pass --resume"):
+        runs.check_run_dir(run_dir, resume=False)
+    with pytest.raises(runs.RunDirError, match="not a run directory"):
+        runs.check_run_dir(tmp_path / "missing", resume=True)
+    runs.check_run_dir(tmp_path / "new", resume=False)  # a new folder is fine
+
+
+# --- SIGKILL mid-epoch, then resume --------------------------------------------------------
+
+
+def test_run_killed_mid_epoch_resumes_to_the_same_steps(tmp_path):
+    run_dir = tmp_path / "killed"
+    process = subprocess.Popen(
+        [sys.executable, os.path.join(HELPERS, "killable_run.py"), str(run_dir)],
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        deadline = time.monotonic() + 240
+        while not (run_dir / "backup" / "state.json").exists():  # epoch 0 done, 1 started
+            assert process.poll() is None, process.stdout.read().decode()[-3000:]
+            assert time.monotonic() < deadline, "the run never finished its first epoch"
+            time.sleep(0.05)
+        time.sleep(2 * killable.SLEEP_S)  # a couple of batches into the next epoch
+        process.send_signal(signal.SIGKILL)
+        assert process.wait(timeout=30) == -signal.SIGKILL
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    state = json.loads((run_dir / "backup" / "state.json").read_text())
+    assert 1 <= state["epoch"] < killable.EPOCHS, "killed too late to test resuming"
+    assert not (run_dir / "metrics.json").exists()
+    killed_rows = read_csv(run_dir / "history.csv")
+    runs.load_model(run_dir / "last.keras")  # the files left behind are valid
+
+    result = killable.run(run_dir, resume=True, slow=False)
+
+    rows = read_csv(run_dir / "history.csv")
+    assert [int(row["epoch"]) for row in rows] == list(range(killable.EPOCHS))
+    assert rows[: state["epoch"]] == killed_rows[: state["epoch"]]  # kept as they were
+    assert [int(row["steps"]) for row in rows] == [
+        killable.STEPS_PER_EPOCH * (e + 1) for e in range(killable.EPOCHS)
+    ]
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert metrics["steps"] == killable.EPOCHS * killable.STEPS_PER_EPOCH
+    assert not (run_dir / "backup").exists()
+    x, _ = killable.data()
+    reloaded = runs.load_model(run_dir / "last.keras")
+    np.testing.assert_allclose(
+        reloaded.predict(x[:8], verbose=0), result.model.predict(x[:8], verbose=0), atol=1e-6
+    )
+
+
+# --- atomic writes -------------------------------------------------------------------------
+
+
+def test_failed_write_keeps_the_previous_file(tmp_path):
+    path = tmp_path / "metrics.json"
+    _atomic.write_json(path, {"accuracy": 0.5})
+    with pytest.raises(RuntimeError):
+        with _atomic.atomic_path(path) as tmp:
+            with open(tmp, "w") as f:
+                f.write('{"accura')  # a half-written file...
+            raise RuntimeError("killed")  # ...then the writer dies
+    assert json.loads(path.read_text()) == {"accuracy": 0.5}
+    assert os.listdir(tmp_path) == ["metrics.json"]
+
+
+def test_temp_path_keeps_the_suffix_keras_needs(tmp_path):
+    with _atomic.atomic_path(tmp_path / "best.keras") as tmp:
+        assert tmp.endswith(".keras") and os.path.dirname(tmp) == str(tmp_path)
+        open(tmp, "w").close()
+    with _atomic.atomic_path(tmp_path / "epoch-00001.weights.h5") as tmp:
+        assert tmp.endswith(".weights.h5")
+        open(tmp, "w").close()
+    assert sorted(os.listdir(tmp_path)) == ["best.keras", "epoch-00001.weights.h5"]
+
+
+# --- run plans: everything checked before work ---------------------------------------------
+
+
+def tiny_recipe(**overrides):
+    values = dict(hidden_dim=16, num_heads=2, mlp_dim=32, num_layers=1, image_size=16)
+    return training.TrainConfig(**{**values, **overrides})
+
+
+ONE_REPLICA = types.SimpleNamespace(num_replicas_in_sync=1)
+
+
+def test_plan_resolves_the_default_run():
+    plan = run_plan.plan_run(run_plan.RunConfig(), ONE_REPLICA)
+    recipe = training.TrainConfig()
+    assert plan.info.name == "mnist" and plan.info.num_classes == 10
+    assert plan.channels == 1
+    assert plan.image_size == (recipe.image_size, recipe.image_size)
+    assert plan.steps_per_epoch == plan.num_train_examples // recipe.batch_size
+    assert plan.model_kwargs["patch_size"] == recipe.patch_size
+
+
+def test_plan_named_variant():
+    config = run_plan.RunConfig(model="Ti/16", recipe=tiny_recipe(image_size=32))
+    kwargs = run_plan.plan_run(config, ONE_REPLICA).model_kwargs
+    assert (kwargs["hidden_dim"], kwargs["num_heads"], kwargs["num_layers"]) == (192, 3, 12)
+    assert run_plan.named_variant("vit_ti16") == run_plan.named_variant("Ti/16")
+
+
+@pytest.mark.parametrize(
+    "config, strategy, message",
+    [
+        (run_plan.RunConfig(recipe=tiny_recipe(dataset="mnits")), ONE_REPLICA, "mnits"),
+        (run_plan.RunConfig(model="Q/7"), ONE_REPLICA, "Unknown model 'Q/7'"),
+        (
+            run_plan.RunConfig(recipe=tiny_recipe(image_size=30), patch_size=4),
+            ONE_REPLICA,
+            "not divisible by the patch size",
+        ),
+        (
+            run_plan.RunConfig(recipe=tiny_recipe(batch_size=30)),
+            types.SimpleNamespace(num_replicas_in_sync=4),
+            "multiple of the number of replicas (4",
+        ),
+        (
+            run_plan.RunConfig(task="finetune", weights="/nonexistent/best.npz"),
+            ONE_REPLICA,
+            "Weights file not found: /nonexistent/best.npz",
+        ),
+        (
+            run_plan.RunConfig(recipe=tiny_recipe(), validation_split="validation"),
+            ONE_REPLICA,
+            "no split 'validation'",
+        ),
+    ],
+)
+def test_plan_rejects_bad_configs(config, strategy, message):
+    with pytest.raises(run_plan.ConfigError) as info:
+        run_plan.plan_run(config, strategy)
+    assert message in str(info.value)
+
+
+def test_run_config_round_trips_through_json():
+    config = run_plan.RunConfig(
+        task="finetune",
+        recipe=training.FinetuneConfig(steps=7),
+        weights="run/best.npz",
+        shots_per_class=10,
+    )
+    again = run_plan.RunConfig.from_dict(json.loads(json.dumps(config.to_dict())))
+    assert again == config
+
+
+def test_architecture_read_from_an_official_npz(tmp_path, tiny_vit_kwargs):
+    model = keras_vit.ViT(**tiny_vit_kwargs)
+    save_npz(model, tmp_path / "model.npz")
+    from keras_vit.checkpoints import read_npz
+
+    kwargs = run_plan.vit_kwargs_from_npz(read_npz(tmp_path / "model.npz"))
+    expected = {**tiny_vit_kwargs, "channels": 3, "pooling": "token", "representation_size": None}
+    assert kwargs == expected
+    loaded = run_plan.load_source_model(tmp_path / "model.npz")
+    images = np.random.default_rng(0).uniform(-1, 1, (2, 32, 32, 3)).astype("float32")
+    np.testing.assert_allclose(loaded.predict(images, verbose=0), model.predict(images, verbose=0))
