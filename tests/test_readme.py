@@ -1,0 +1,257 @@
+"""The shell commands of README.md (and docs/examples.md) match the real command-line tools.
+
+Convention: a fenced ```bash block directly preceded by the line `<!-- runnable -->` holds
+commands a reader can paste. Each `keras-vit <subcommand> [flags]` must name a registered
+subcommand and only flags its parser knows; each `python examples/<name>.py [flags]` must
+name an existing example whose parser accepts those flags. Nothing is run: the parsers are
+only inspected, so the README cannot drift from the CLI (issue 9).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+RUNNABLE_MARK = "<!-- runnable -->"
+ENV_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+
+
+# --- extraction ---------------------------------------------------------------------------------
+
+
+def runnable_blocks(markdown: str) -> list[str]:
+    """The bodies of the ```bash blocks directly preceded by a `<!-- runnable -->` line."""
+    lines = markdown.splitlines()
+    blocks = []
+    for index, line in enumerate(lines[:-1]):
+        if line.strip() != RUNNABLE_MARK or lines[index + 1].strip() not in ("```bash", "```sh"):
+            continue
+        body = []
+        for inner in lines[index + 2 :]:
+            if inner.strip().startswith("```"):
+                break
+            body.append(inner)
+        else:
+            raise ValueError(f"runnable block after line {index + 1} is never closed")
+        blocks.append("\n".join(body))
+    return blocks
+
+
+def block_commands(block: str) -> list[list[str]]:
+    """Simple commands of a shell block as token lists: continuation lines joined, comments
+    dropped, split at `&&`, `||`, `;` and `|`, leading VAR=value assignments removed."""
+    joined = re.sub(r"\\\n", " ", block)
+    commands = []
+    for line in joined.splitlines():
+        lexer = shlex.shlex(line, posix=True, punctuation_chars=";&|")
+        lexer.whitespace_split = True
+        lexer.commenters = "#"
+        current: list[str] = []
+        for token in lexer:
+            if token in (";", "&&", "||", "|", "&"):
+                commands.append(current)
+                current = []
+            else:
+                current.append(token)
+        commands.append(current)
+    cleaned = []
+    for tokens in commands:
+        while tokens and ENV_ASSIGNMENT.match(tokens[0]):
+            tokens = tokens[1:]
+        if tokens:
+            cleaned.append(tokens)
+    return cleaned
+
+
+def runnable_commands(markdown: str) -> list[list[str]]:
+    return [command for block in runnable_blocks(markdown) for command in block_commands(block)]
+
+
+# --- checking -----------------------------------------------------------------------------------
+
+
+def _option_names(tokens: list[str]) -> list[str]:
+    """The option names used in `tokens` (`--flag=value` -> `--flag`); `--` ends options."""
+    names = []
+    for token in tokens:
+        if token == "--":
+            break
+        if token.startswith("-") and len(token) > 1 and not re.fullmatch(r"-[\d.]+", token):
+            names.append(token.split("=", 1)[0])
+    return names
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
+
+
+def check_keras_vit(tokens: list[str], parser: argparse.ArgumentParser) -> list[str]:
+    """Problems with one `keras-vit ...` command: unknown subcommand or flags."""
+    args = tokens[1:]
+    top_options = set(parser._option_string_actions)
+    while args and args[0] in top_options:  # global flags such as -v
+        args = args[1:]
+    if not args or args[0] in ("-h", "--help"):
+        return []
+    subcommands = _subparsers(parser)
+    if args[0] not in subcommands:
+        return [f"`keras-vit {args[0]}`: no such subcommand (known: {sorted(subcommands)})"]
+    known = set(subcommands[args[0]]._option_string_actions)
+    return [
+        f"`keras-vit {args[0]}`: unknown flag {name}"
+        for name in _option_names(args[1:])
+        if name not in known
+    ]
+
+
+def load_example(path: Path):
+    """Imports an example module (cheap: the examples import TensorFlow only inside main)."""
+    spec = importlib.util.spec_from_file_location(f"example_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def check_example(tokens: list[str], root: Path) -> list[str]:
+    """Problems with one `python examples/<name>.py ...` command: missing file, bad flags."""
+    script = next((t for t in tokens[1:] if t.endswith(".py")), None)
+    if script is None:
+        return []  # `python -m pytest`, `python -c ...`: not an example
+    path = root / script
+    if not path.is_file():
+        return [f"`{script}` does not exist"]
+    parser = load_example(path).build_parser()
+    args = tokens[tokens.index(script) + 1 :]
+    known = set(parser._option_string_actions)
+    problems = [f"`{script}`: unknown flag {n}" for n in _option_names(args) if n not in known]
+    if not problems:
+        try:
+            parser.parse_args(args)
+        except SystemExit:
+            problems.append(f"`{script}`: arguments {args} do not parse")
+    return problems
+
+
+def check_commands(commands, root: Path) -> list[str]:
+    from keras_vit.cli.main import build_parser
+
+    parser = build_parser()
+    problems = []
+    for tokens in commands:
+        if tokens[0] == "keras-vit":
+            problems += check_keras_vit(tokens, parser)
+        elif Path(tokens[0]).name.startswith("python") and len(tokens) > 1:
+            problems += check_example(tokens, root)
+    return problems
+
+
+# --- the extraction itself, on a fixture README -------------------------------------------------
+
+FIXTURE = """\
+# A project
+
+```bash
+keras-vit not-runnable --whatever
+```
+
+<!-- runnable -->
+```bash
+pip install -e ".[dev]" && keras-vit export runs/mnist serving/vit --top-k 3
+# a comment line
+TF_CPP_MIN_LOG_LEVEL=2 python examples/train_from_scratch.py --quick \\
+    --out /tmp/x  # trailing comment
+keras-vit -v explain cat.jpg --model runs/pets --out=map.png | tee log.txt
+```
+
+<!-- runnable -->
+
+```bash
+keras-vit also-not-runnable
+```
+
+<!-- runnable -->
+```python
+print("not a shell block")
+```
+"""
+
+
+def test_runnable_blocks_only_marked_bash_fences():
+    blocks = runnable_blocks(FIXTURE)
+    assert len(blocks) == 1  # unmarked, separated-by-a-blank-line and python blocks excluded
+    assert "not-runnable" not in blocks[0]
+
+
+def test_block_commands_split_join_and_strip():
+    commands = runnable_commands(FIXTURE)
+    assert commands == [
+        ["pip", "install", "-e", ".[dev]"],
+        ["keras-vit", "export", "runs/mnist", "serving/vit", "--top-k", "3"],
+        ["python", "examples/train_from_scratch.py", "--quick", "--out", "/tmp/x"],
+        ["keras-vit", "-v", "explain", "cat.jpg", "--model", "runs/pets", "--out=map.png"],
+        ["tee", "log.txt"],
+    ]
+
+
+def test_fixture_commands_pass_the_check():
+    assert check_commands(runnable_commands(FIXTURE), ROOT) == []
+
+
+def test_check_reports_unknown_subcommand_flag_and_example():
+    bad = runnable_commands(
+        "<!-- runnable -->\n```bash\n"
+        "keras-vit frobnicate --x\n"
+        "keras-vit export a b --no-such-flag 1\n"
+        "python examples/no_such_example.py --quick\n"
+        "python examples/train_from_scratch.py --quick --no-such-flag\n"
+        "python examples/distributed_training.py --strategy bogus\n"
+        "```\n"
+    )
+    problems = check_commands(bad, ROOT)
+    assert len(problems) == 5, problems
+    assert "frobnicate" in problems[0]
+    assert "--no-such-flag" in problems[1]
+    assert "does not exist" in problems[2]
+    assert "--no-such-flag" in problems[3]
+    assert "do not parse" in problems[4]
+
+
+def test_unclosed_runnable_block_is_an_error():
+    with pytest.raises(ValueError, match="never closed"):
+        runnable_blocks("<!-- runnable -->\n```bash\nkeras-vit train\n")
+
+
+# --- the real documents -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("document", ["README.md", "docs/examples.md"])
+def test_document_commands_exist(document):
+    """Every runnable command of the document names a real subcommand/example and real flags."""
+    path = ROOT / document
+    if not path.is_file():
+        pytest.skip(f"{document} not written yet")
+    commands = runnable_commands(path.read_text())
+    if not commands:
+        pytest.skip(f"{document} marks no block `{RUNNABLE_MARK}` yet")
+    assert check_commands(commands, ROOT) == []
+
+
+def test_examples_document_names_every_example():
+    """docs/examples.md (the README's Examples table) runs each example in its runnable block."""
+    scripts = {p.name for p in (ROOT / "examples").glob("*.py")}
+    named = {
+        Path(token).name
+        for command in runnable_commands((ROOT / "docs" / "examples.md").read_text())
+        for token in command
+        if token.startswith("examples/")
+    }
+    assert scripts and scripts <= named
