@@ -214,13 +214,21 @@ def fit_run(
             "num_replicas": strategy.num_replicas_in_sync,
         }
         if validation_data is not None:
-            metrics["held_out"] = evaluate(model, validation_data, batch_size=batch_size)
+            metrics["held_out"] = _held_out_metrics(history.rows, model, validation_data, batch_size)
         if chief:
             _atomic.write_json(os.path.join(run_dir, METRICS_FILE), metrics)
     finally:
         if scratch:
             shutil.rmtree(scratch, ignore_errors=True)
     return RunResult(run_dir, model, history.rows, metrics)
+
+
+def _held_out_metrics(rows, model, validation_data, batch_size) -> dict:
+    """The last epoch's validation logs (the final model on the held-out data), or a fresh
+    evaluation when there are none."""
+    last = rows[-1] if rows else {}
+    logged = {key[len("val_") :]: value for key, value in last.items() if key.startswith("val_")}
+    return logged or evaluate(model, validation_data, batch_size=batch_size)
 
 
 def _backup_dir(run_dir, strategy, chief) -> str:

@@ -1,0 +1,1 @@
+"""Subprocess worker scripts and shared set-ups of the distribute, runs and CLI tests."""

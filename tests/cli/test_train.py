@@ -1,0 +1,121 @@
+"""Tests of `keras-vit train`: a real tiny run, and every bad argument -> exit 2 before work."""
+
+import json
+import os
+import subprocess
+import sys
+import types
+
+import pytest
+
+from keras_vit import distribute, training
+from keras_vit.cli.main import main
+from tests.helpers.cli_runs import pretrained_run
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    return pretrained_run(tmp_path_factory)
+
+
+def test_train_writes_a_run_and_prints_held_out_accuracy(trained):
+    run_dir = trained  # made by `keras-vit train` + TRAIN_ARGS + --seed 3
+    out = run_dir.with_suffix(".stdout.txt").read_text()
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    accuracy = 100 * metrics["held_out"]["accuracy"]
+    assert f"Held-out accuracy: {accuracy:.2f}%" in out
+    assert "Trained 1 epochs, 2 steps on 1 replica(s)" in out
+    config = json.loads((run_dir / "config.json").read_text())
+    recipe = training.TrainConfig()
+    assert config["run"]["recipe"]["seed"] == 3
+    assert config["run"]["recipe"]["hidden_dim"] == recipe.hidden_dim  # the default recipe
+    assert config["resolved"]["dataset"] == "mnist"
+    assert config["resolved"]["image_size"] == [8, 8]
+    assert config["resolved"]["steps_per_epoch"] == 50 // 25
+    for name in ("best.keras", "best.npz", "last.keras", "history.csv", "learning_curves.png"):
+        assert (run_dir / name).is_file(), name
+
+
+def test_resume_a_complete_run_uses_stored_config(trained, capsys):
+    before = (trained / "metrics.json").read_text()
+    assert main(["train", "--run-dir", str(trained), "--resume"]) == 0
+    out = capsys.readouterr().out
+    assert "Resuming" in out and "Held-out accuracy" in out
+    assert (trained / "metrics.json").read_text() == before
+
+
+def expect_usage_error(capsys, argv, message):
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert err.startswith(f"keras-vit {argv[0]}: error: ")
+    assert message in err, err
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--dataset", "mnits"], "Unknown data source"),
+        (["--model", "Q/7"], "Unknown model 'Q/7'"),
+        (["--image-size", "30", "--patch-size", "4"], "not divisible by the patch size"),
+        (["--strategy", "warp"], "Unknown distribution strategy 'warp'"),
+        (["--strategy", "tpu"], "No TPU found"),
+        (["--resume"], "--resume needs the --run-dir"),
+        (["--batch-size", "100000"], "larger than the 4000 training images"),
+    ],
+)
+def test_bad_arguments_exit_2_before_training(capsys, tmp_path, monkeypatch, argv, message):
+    monkeypatch.delenv("TPU_NAME", raising=False)
+    run_dir = tmp_path / "run"
+    extra = [] if "--resume" in argv else ["--run-dir", str(run_dir)]
+    expect_usage_error(capsys, ["train", *argv, *extra], message)
+    assert not run_dir.exists()  # nothing was written: the check came first
+
+
+def test_batch_not_divisible_by_replicas_exits_2(capsys, tmp_path, monkeypatch):
+    # A machine with four replicas (e.g. four GPUs): only the replica count matters here.
+    four_replicas = types.SimpleNamespace(num_replicas_in_sync=4)
+    monkeypatch.setattr(distribute, "resolve_strategy", lambda name: four_replicas)
+    run_dir = tmp_path / "run"
+    argv = ["train", "--batch-size", "30", "--run-dir", str(run_dir)]
+    expect_usage_error(capsys, argv, "multiple of the number of replicas (4")
+    assert not run_dir.exists()
+
+
+def test_existing_or_missing_run_dir_exits_2(trained, capsys, tmp_path):
+    expect_usage_error(capsys, ["train", "--run-dir", str(trained)], "pass --resume")
+    missing = tmp_path / "missing"
+    argv = ["train", "--run-dir", str(missing), "--resume"]
+    expect_usage_error(capsys, argv, "not a run directory")
+
+
+def test_invalid_number_is_an_argparse_error(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["train", "--epochs", "0"])
+    assert info.value.code == 2
+    assert "expected a positive integer, got '0'" in capsys.readouterr().err
+
+
+def test_keras_vit_help_in_a_real_process():
+    command = os.path.join(os.path.dirname(sys.executable), "keras-vit")
+    process = subprocess.run(
+        [command, "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+    )
+    assert process.returncode == 0, process.stderr[-2000:]
+    for word in ("train", "finetune", "evaluate", "predict"):
+        assert word in process.stdout
+
+
+@pytest.mark.parametrize("command", ["train", "finetune", "evaluate", "predict"])
+def test_subcommand_help(capsys, command):
+    with pytest.raises(SystemExit) as info:
+        main([command, "--help"])
+    assert info.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"usage: keras-vit {command}")
+    expected = {"train": "--resume", "finetune": "--weights", "evaluate": "--split"}
+    assert expected.get(command, "--top-k") in out
