@@ -214,7 +214,8 @@ def fit_run(
             "num_replicas": strategy.num_replicas_in_sync,
         }
         if validation_data is not None:
-            metrics["held_out"] = _held_out_metrics(history.rows, model, validation_data, batch_size)
+            rows = history.rows
+            metrics["held_out"] = _held_out_metrics(rows, model, validation_data, batch_size)
         if chief:
             _atomic.write_json(os.path.join(run_dir, METRICS_FILE), metrics)
     finally:
