@@ -139,7 +139,11 @@ def main(argv=None) -> int:
     import keras_vit.training as training
 
     keras.utils.set_random_seed(args.seed)
-    strategy = distribute.resolve_strategy(args.strategy, tpu=args.tpu)
+    try:
+        strategy = distribute.resolve_strategy(args.strategy, tpu=args.tpu)
+    except distribute.StrategyUnavailableError as error:  # no TPU, no/bad TF_CONFIG
+        print(f"distributed_training.py: {error}", file=sys.stderr)
+        return 2
     policy = distribute.set_mixed_precision(choose_policy(args.mixed_precision))
     per_replica = distribute.per_replica_batch_size(args.batch_size, strategy)
     print(

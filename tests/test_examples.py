@@ -38,8 +38,8 @@ EXAMPLE_NAMES = [
 ]
 
 
-def run_example(name: str, out: Path, *args: str) -> str:
-    """Runs `python examples/<name>.py --quick --out <out> *args`; returns its stdout."""
+def run_example(name: str, out: Path, *args: str, returncode: int = 0) -> str:
+    """Runs `python examples/<name>.py --quick --out <out> *args`; returns stdout + stderr."""
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
     env.pop("TF_CONFIG", None)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -55,9 +55,9 @@ def run_example(name: str, out: Path, *args: str) -> str:
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     print(f"{name}: {time.perf_counter() - start:.1f} s wall, {cpu:.1f} s CPU")
-    assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
+    assert completed.returncode == returncode, completed.stdout[-3000:] + completed.stderr[-3000:]
     assert cpu < CPU_LIMIT_S, f"{name} --quick used {cpu:.0f} s of CPU"
-    return completed.stdout
+    return completed.stdout if returncode == 0 else completed.stderr
 
 
 def last_value(pattern: str, stdout: str) -> str:
@@ -139,6 +139,16 @@ def test_distributed_training_mirrored_mixed_precision(tmp_path):
     for name in ("config.json", "history.csv", "best.keras", "last.npz"):
         assert (run_dir / name).is_file(), name
     assert not (run_dir / "backup").exists()  # a completed run removes its resume state
+
+
+def test_distributed_training_tpu_without_tpu_fails_clearly(tmp_path):
+    """`--strategy tpu` on a machine without a TPU: one line naming the problem, exit 2."""
+    stderr = run_example(
+        "distributed_training", tmp_path / "run", "--strategy", "tpu", returncode=2
+    )
+    assert "No TPU found for strategy 'tpu'" in stderr
+    assert "Traceback" not in stderr
+    assert not (tmp_path / "run").exists()  # nothing written before the strategy exists
 
 
 @pytest.mark.slow
