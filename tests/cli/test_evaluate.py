@@ -1,0 +1,47 @@
+"""Tests of `keras-vit evaluate` on a `keras-vit train` run."""
+
+import json
+import re
+
+import pytest
+
+from keras_vit.cli.main import main
+from tests.helpers.cli_runs import pretrained_run
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    return pretrained_run(tmp_path_factory)
+
+
+def reported_accuracy(out):
+    match = re.search(r"accuracy (\d+\.\d+)%, top-(\d+) (\d+\.\d+)%, loss (\d+\.\d+)", out)
+    assert match, out
+    return float(match[1]), int(match[2]), float(match[3]), float(match[4])
+
+
+@pytest.mark.parametrize("target", ["run", "best.keras", "best.npz"])
+def test_evaluate_matches_the_runs_held_out_metrics(trained, capsys, target):
+    """The run trained 1 epoch, so best == last and its held-out metrics are the model's."""
+    path = trained if target == "run" else trained / target
+    assert main(["evaluate", str(path), "--dataset", "mnist"]) == 0
+    accuracy, k, top_k, loss = reported_accuracy(capsys.readouterr().out)
+    held_out = json.loads((trained / "metrics.json").read_text())["held_out"]
+    assert accuracy == pytest.approx(100 * held_out["accuracy"], abs=0.006)
+    assert loss == pytest.approx(held_out["loss"], abs=1e-3)
+    assert k == 5 and accuracy <= top_k <= 100
+
+
+def expect_usage_error(capsys, argv, message):
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and message in err, err
+
+
+def test_evaluate_bad_arguments_exit_2(trained, capsys, tmp_path):
+    expect_usage_error(capsys, ["evaluate", str(tmp_path / "x")], "not found")
+    expect_usage_error(capsys, ["evaluate", str(tmp_path)], "not a run directory")
+    expect_usage_error(
+        capsys, ["evaluate", str(trained), "--dataset", "mnits"], "Unknown data source"
+    )
+    expect_usage_error(capsys, ["evaluate", str(trained), "--split", "dev"], "no split 'dev'")

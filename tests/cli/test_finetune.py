@@ -1,0 +1,87 @@
+"""Tests of `keras-vit finetune`: the paper's transfer step from a `keras-vit train` run."""
+
+import json
+
+import numpy as np
+import pytest
+import scipy.ndimage
+
+from keras_vit import runs
+from keras_vit.cli.main import main
+from tests.helpers.cli_runs import pretrained_run
+
+
+@pytest.fixture(scope="module")
+def finetuned(tmp_path_factory):
+    source_dir = pretrained_run(tmp_path_factory)
+    run_dir = tmp_path_factory.mktemp("finetune") / "digits"
+    argv = [
+        "finetune",
+        "--weights", str(source_dir / "best.npz"),
+        "--dataset", "digits",
+        "--image-size", "12",
+        "--shots-per-class", "5",
+        "--batch-size", "25",
+        "--steps", "2",
+        "--learning-rate", "1e-9",  # weights stay where the transfer step put them
+        "--no-jit-compile",
+        "--run-dir", str(run_dir),
+    ]  # fmt: skip
+    assert main(argv) == 0
+    return source_dir, run_dir
+
+
+def test_finetune_run_records_the_transfer(finetuned):
+    source_dir, run_dir = finetuned
+    config = json.loads((run_dir / "config.json").read_text())
+    assert config["run"]["task"] == "finetune"
+    assert config["run"]["recipe"]["steps"] == 2
+    resolved = config["resolved"]
+    assert resolved["dataset"] == "digits"
+    assert resolved["image_size"] == [12, 12]
+    assert resolved["num_classes"] == 10
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert metrics["steps"] == 2  # 50 images / batch 25 = 2 steps = 1 epoch
+
+
+def test_finetuned_model_has_zero_head_and_resized_position_table(finetuned):
+    """Transfer as in the paper (vit_facts.md section 4): body carried over, zero head,
+    position table grid resized 2x2 -> 3x3 (8 -> 12 pixels, patch 4) with order-1 zoom."""
+    source_dir, run_dir = finetuned
+    source = runs.load_model(source_dir / "best.keras")
+    target = runs.load_model(run_dir / "last.keras")
+    weights = {w.path: np.asarray(w) for w in target.weights}
+    original = {w.path: np.asarray(w) for w in source.weights}
+    np.testing.assert_allclose(weights["head/kernel"], 0.0, atol=1e-6)
+    np.testing.assert_allclose(weights["head/bias"], 0.0, atol=1e-6)
+    for path in ("embedding/conv/kernel", "encoderblock_0/MlpBlock_3/Dense_0/kernel"):
+        np.testing.assert_allclose(weights[path], original[path], atol=1e-6)
+    table = original["posembed_input/pos_embedding"]  # (1, 4, D): "gap" pooling, no class token
+    hidden = table.shape[-1]
+    expected = scipy.ndimage.zoom(table.reshape(2, 2, hidden), (1.5, 1.5, 1), order=1)
+    np.testing.assert_allclose(
+        weights["posembed_input/pos_embedding"], expected.reshape(1, 9, hidden), atol=1e-5
+    )
+
+
+def expect_usage_error(capsys, argv, message):
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and message in err, err
+
+
+def test_missing_weights_exit_2(capsys, tmp_path):
+    run_dir = tmp_path / "run"
+    expect_usage_error(capsys, ["finetune", "--run-dir", str(run_dir)], "--weights is required")
+    missing = tmp_path / "nowhere" / "best.npz"
+    argv = ["finetune", "--weights", str(missing), "--run-dir", str(run_dir)]
+    expect_usage_error(capsys, argv, f"Weights file not found: {missing}")
+    assert not run_dir.exists()
+
+
+def test_finetune_bad_image_size_exits_2(finetuned, capsys, tmp_path):
+    source_dir, _ = finetuned
+    run_dir = tmp_path / "run"
+    argv = ["finetune", "--weights", str(source_dir), "--image-size", "10"]
+    expect_usage_error(capsys, [*argv, "--run-dir", str(run_dir)], "not divisible by the patch")
+    assert not run_dir.exists()

@@ -1,0 +1,103 @@
+"""Tests of `keras-vit predict` on real MNIST digits written as PNG files."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import keras_vit
+from keras_vit import data, runs
+from keras_vit.cli.main import main
+from tests.helpers.cli_runs import pretrained_run
+
+MNIST = os.path.join(os.path.dirname(keras_vit.__file__), "data_files", "mnist_5k.npz")
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    return pretrained_run(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def digits_folder(tmp_path_factory):
+    """Six held-out MNIST digits as PNG files: 4 in the folder, 2 in a sub-folder."""
+    folder = tmp_path_factory.mktemp("pngs")
+    with np.load(MNIST, allow_pickle=False) as archive:
+        images = archive["x_test"][:6]
+    (folder / "more").mkdir()
+    paths = []
+    for index, image in enumerate(images):
+        path = folder / ("more" if index >= 4 else "") / f"digit_{index}.png"
+        tf.io.write_file(str(path), tf.io.encode_png(image[..., None].astype(np.uint8)))
+        paths.append(str(path))
+    (folder / "notes.txt").write_text("not an image")
+    return folder, paths, images
+
+
+def parse(out):
+    """{path: [(class, percent), ...]} from predict's output lines."""
+    result = {}
+    for line in out.splitlines():
+        if ": " in line and line.endswith("%)"):
+            path, ranked = line.rsplit(": ", 1)
+            pairs = [item.rstrip(")").split(" (") for item in ranked.split(", ")]
+            result[path] = [(name, float(p.rstrip("%"))) for name, p in pairs]
+    return result
+
+
+def test_predict_folder_top_k(trained, digits_folder, capsys):
+    folder, paths, images = digits_folder
+    assert main(["predict", str(trained), str(folder), "--top-k", "3"]) == 0
+    predictions = parse(capsys.readouterr().out)
+    assert sorted(predictions) == sorted(paths)  # recursive, non-images skipped
+    # Reference: the same digits through the data pipeline's evaluation path.
+    pipeline = data.load(
+        (images, np.zeros(len(images), "int32")),
+        image_size=8,
+        batch_size=len(images),
+        training=False,
+        channels=1,
+    )
+    batch, _ = next(iter(pipeline))
+    logits = runs.load_model(trained / "best.keras").predict(batch, verbose=0)
+    probabilities = tf.nn.softmax(logits).numpy()
+    names = json.loads((trained / "config.json").read_text())["resolved"]["class_names"]
+    for index, path in enumerate(paths):
+        ranked = predictions[path]
+        assert len(ranked) == 3
+        percents = [p for _, p in ranked]
+        assert percents == sorted(percents, reverse=True)
+        expected = np.sort(probabilities[index])[::-1][:3] * 100
+        np.testing.assert_allclose(percents, expected, atol=0.051)
+        assert ranked[0][0] == names[int(np.argmax(probabilities[index]))] or (
+            np.sort(probabilities[index])[-2] * 100 > percents[0] - 0.1  # a near tie
+        )
+
+
+def test_predict_single_file_with_keras_model(trained, digits_folder, capsys):
+    _, paths, _ = digits_folder
+    assert main(["predict", str(trained / "last.keras"), paths[0]]) == 0
+    predictions = parse(capsys.readouterr().out)
+    assert list(predictions) == [paths[0]]
+    assert len(predictions[paths[0]]) == 5
+    assert sum(p for _, p in predictions[paths[0]]) <= 100.5
+
+
+def expect_usage_error(capsys, argv, message):
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and message in err, err
+
+
+def test_predict_bad_arguments_exit_2(trained, capsys, tmp_path):
+    expect_usage_error(capsys, ["predict", str(tmp_path / "none"), "x.png"], "not found")
+    missing = tmp_path / "missing.png"
+    expect_usage_error(capsys, ["predict", str(trained), str(missing)], "not found")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    expect_usage_error(capsys, ["predict", str(trained), str(empty)], "No images")
+    broken = tmp_path / "broken.png"
+    broken.write_bytes(b"not a png")
+    expect_usage_error(capsys, ["predict", str(trained), str(broken)], "Cannot read")
