@@ -1,6 +1,6 @@
 """keras_vit: the Vision Transformer (Dosovitskiy et al., ICLR 2021) for Keras 3 / TensorFlow."""
 
-from keras_vit import checkpoints, configs, layers
+from keras_vit import checkpoints, configs, distribute, layers, runs
 from keras_vit.checkpoints import load_npz, save_npz
 from keras_vit.finetune import finetune
 from keras_vit.hybrid import R26_B32, R26_S32, R50_B16, R50_L32, HybridViT, R_Ti16
@@ -47,6 +47,7 @@ __all__ = [
     "ViT_Ti16",
     "checkpoints",
     "configs",
+    "distribute",
     "finetune",
     "load_npz",
     "resize_position_embeddings",
@@ -54,6 +55,7 @@ __all__ = [
     "export_saved_model",
     "layers",
     "preprocess_inputs",
+    "runs",
     "attention_maps",
     "attention_rollout",
     "feature_extractor",
