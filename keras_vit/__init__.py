@@ -1,6 +1,6 @@
 """keras_vit: the Vision Transformer (Dosovitskiy et al., ICLR 2021) for Keras 3 / TensorFlow."""
 
-from keras_vit import checkpoints, configs, distribute, layers, runs
+from keras_vit import checkpoints, configs, data, distribute, layers, runs, training
 from keras_vit.checkpoints import load_npz, save_npz
 from keras_vit.finetune import finetune
 from keras_vit.hybrid import R26_B32, R26_S32, R50_B16, R50_L32, HybridViT, R_Ti16
@@ -47,6 +47,7 @@ __all__ = [
     "ViT_Ti16",
     "checkpoints",
     "configs",
+    "data",
     "distribute",
     "finetune",
     "load_npz",
@@ -54,6 +55,7 @@ __all__ = [
     "save_npz",
     "export_saved_model",
     "layers",
+    "training",
     "preprocess_inputs",
     "runs",
     "attention_maps",
