@@ -13,6 +13,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 
@@ -143,6 +144,19 @@ class Worker:
                 self.process.kill()
                 self.process.wait()
         self.stderr.close()
+
+
+def exit_with_parent(poll_s: float = 2.0) -> None:
+    """Ends this worker when its parent goes away (killed harness, interrupted test run)."""
+    parent = os.getppid()
+
+    def watch():
+        while True:
+            time.sleep(poll_s)
+            if os.getppid() != parent:
+                os._exit(3)
+
+    threading.Thread(target=watch, daemon=True, name="exit-with-parent").start()
 
 
 def serve(handle_run: Callable[[], dict], ready: dict) -> None:

@@ -8,8 +8,8 @@ Measures, interleaved in one process (median of the repeats):
   of the default `keras-vit train` model consumes, on a fixed batch of the same shape.
 The ratio is how many times faster data arrives than it is used (target >= 5x).
 
-The model and batch come from `keras_vit.training.TrainConfig` when it has them, else from
-the flags (`--image-size`, `--batch-size`, `--variant` or the small default architecture).
+The model, optimizer, loss, jit setting and batch come from `keras_vit.training.TrainConfig`
+(what `keras-vit train` uses); `--image-size`, `--batch-size` and `--variant` override them.
 
     python benchmarks/input_pipeline.py --source mnist
 """
@@ -24,10 +24,6 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import common  # noqa: E402
-
-# The architecture used when TrainConfig does not name one (a small ViT for 32x32 digits).
-FALLBACK_ARCH = dict(patch_size=4, hidden_dim=64, mlp_dim=128, num_heads=4, num_layers=4)
-ARCH_FIELDS = ("patch_size", "hidden_dim", "mlp_dim", "num_heads", "num_layers")
 
 
 def parse_args(argv=None):
@@ -49,31 +45,28 @@ def parse_args(argv=None):
     return args
 
 
-def default_setup(args):
-    """(model kwargs, image size, batch size, num_classes) of the default `keras-vit train`."""
-    config = None
-    try:
-        from keras_vit import training
+def default_setup(args, info):
+    """(ViT kwargs, compile kwargs, image size, batch size) of the default `keras-vit train`.
 
-        config = training.TrainConfig()
-    except (ImportError, AttributeError, TypeError):
-        pass
-    arch = {f: getattr(config, f) for f in ARCH_FIELDS if hasattr(config, f)}
-    variant = args.variant or getattr(config, "variant", None)
-    if variant and not args.variant and len(arch) < len(ARCH_FIELDS):
-        arch = common.variant_arch(variant)
-    elif args.variant:
-        arch = common.variant_arch(args.variant)
-    if len(arch) < len(ARCH_FIELDS):
-        arch = dict(FALLBACK_ARCH)
-    image_size = args.image_size or getattr(config, "image_size", None) or 32
-    if isinstance(image_size, (tuple, list)):
-        image_size = image_size[0]
-    batch_size = args.batch_size or getattr(config, "batch_size", None) or 64
-    for name in ("dropout_rate", "attention_dropout_rate", "drop_path_rate", "pooling"):
-        if hasattr(config, name):
-            arch[name] = getattr(config, name)
-    return arch, int(image_size), int(batch_size), 10
+    From `keras_vit.training.TrainConfig` (its `model_kwargs` and `compile_kwargs`: the
+    same optimizer, loss and jit setting as `keras-vit train`), with the flags overriding
+    the image size, batch size or architecture (`--variant`).
+    """
+    from keras_vit.training import TrainConfig
+
+    config = TrainConfig()
+    if args.image_size:
+        config.image_size = args.image_size
+    if args.batch_size:
+        config.batch_size = args.batch_size
+    if args.variant:
+        for field, value in common.variant_arch(args.variant).items():
+            setattr(config, field, value)
+    model_kwargs = config.model_kwargs(info.num_classes, info.channels)
+    compile_kwargs = config.compile_kwargs(info.num_examples["train"])
+    if args.no_xla:
+        compile_kwargs["jit_compile"] = False
+    return model_kwargs, compile_kwargs, config.image_size, config.batch_size
 
 
 def pipeline_rate(iterator, batches, batch_size):
@@ -86,26 +79,19 @@ def pipeline_rate(iterator, batches, batch_size):
 
 def main(argv=None):
     args = parse_args(argv)
-    import keras
     import numpy as np
 
     from keras_vit import ViT, data
 
-    arch, image_size, batch_size, num_classes = default_setup(args)
+    info = data.describe(args.source)
+    model_kwargs, compile_kwargs, image_size, batch_size = default_setup(args, info)
     dataset = data.load(
         args.source, "train", image_size=image_size, batch_size=batch_size, training=True
     )
     iterator = iter(dataset.repeat())
     images, labels = next(iterator)
-    channels = int(images.shape[-1])
-    model = ViT(
-        **arch, image_size=image_size, channels=channels, num_classes=num_classes, name="default"
-    )
-    model.compile(
-        optimizer=keras.optimizers.AdamW(1e-3),
-        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-        jit_compile=not args.no_xla,
-    )
+    model = ViT(**model_kwargs, name="default")
+    model.compile(**compile_kwargs)
     x = np.asarray(images)
     y = np.asarray(labels) if labels.shape.rank == 1 else np.argmax(labels, -1)
     for _ in range(2):
@@ -121,7 +107,8 @@ def main(argv=None):
         "source": args.source,
         "image_size": image_size,
         "batch_size": batch_size,
-        "arch": arch,
+        "model": model_kwargs,
+        "jit_compile": bool(compile_kwargs.get("jit_compile")),
         "params": int(model.count_params()),
         "pipeline_images_per_s": data_rate,
         "pipeline_images_per_s_all": data_rates,

@@ -78,6 +78,7 @@ def parse_args(argv=None):
 
 def worker_main(args):
     """One framework and mode (`--worker FRAMEWORK:MODE`) or the GEMM peak (`--worker gemm`)."""
+    common.exit_with_parent()
     try:
         common.set_threads(args.threads)
         if args.worker == GEMM:
