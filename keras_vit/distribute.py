@@ -196,14 +196,15 @@ def is_chief(strategy: tf.distribute.Strategy | None = None) -> bool:
     With a multi-worker strategy the chief is task `chief`, or `worker` 0 when the cluster
     has no `chief` job (the convention of Keras and `tf.distribute`).
     """
-    resolver = getattr(strategy, "cluster_resolver", None) if strategy is not None else None
-    if resolver is None or not getattr(strategy.extended, "_in_multi_worker_mode", bool)():
+    if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
         return True
-    task_type, task_id = resolver.task_type, resolver.task_id
-    if task_type == "chief":
+    resolver = strategy.cluster_resolver
+    cluster = resolver.cluster_spec().as_dict() if resolver is not None else {}
+    if not cluster or resolver.task_type is None:
+        return True  # local mode: no TF_CONFIG
+    if resolver.task_type == "chief":
         return True
-    has_chief = "chief" in resolver.cluster_spec().as_dict()
-    return task_type == "worker" and task_id == 0 and not has_chief
+    return resolver.task_type == "worker" and resolver.task_id == 0 and "chief" not in cluster
 
 
 def check_variables_in_scope(model, strategy: tf.distribute.Strategy) -> None:

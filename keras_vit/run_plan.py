@@ -26,6 +26,7 @@ logger = logging.getLogger(__name__)
 
 TASKS = ("train", "finetune")
 DEFAULT_MODEL = "default"
+DEFAULT_MODEL_ALIASES = (DEFAULT_MODEL, "tiny", None)
 
 
 class ConfigError(ValueError):
@@ -41,7 +42,7 @@ class RunConfig:
             paper's transfer step, `training.FinetuneConfig` recipe).
         recipe: the recipe dataclass; its `dataset`, `image_size`, `batch_size`, epochs or
             steps, `learning_rate`, `seed` and `jit_compile` are used as they are.
-        model: "default" (the recipe's small ViT) or a named variant of
+        model: "default" or "tiny" (the recipe's small ViT) or a named variant of
             `keras_vit.configs.VIT_CONFIGS` such as "Ti/16" (train only).
         patch_size: overrides the patch size of the model (train only).
         data_dir: TFDS data directory.
@@ -225,17 +226,17 @@ def _image_size(value) -> tuple[int, int]:
 
 
 def model_names() -> list[str]:
-    """Accepted `--model` values: "default" and the named variants."""
-    return [DEFAULT_MODEL, *configs.VIT_CONFIGS]
+    """Accepted `--model` values: "default" (alias "tiny") and the named variants."""
+    return [DEFAULT_MODEL, "tiny", *configs.VIT_CONFIGS]
 
 
 def train_model_kwargs(config: RunConfig, num_classes, channels, image_size) -> dict:
     """`keras_vit.ViT` arguments of a from-scratch run."""
     recipe = config.recipe
-    if config.model in (DEFAULT_MODEL, None):
+    if config.model in DEFAULT_MODEL_ALIASES:
         kwargs = recipe.model_kwargs(num_classes, channels)
     else:
-        variant = _variant(config.model)
+        variant = named_variant(config.model)
         kwargs = {
             **variant.as_kwargs(),
             "num_classes": num_classes,
@@ -248,7 +249,7 @@ def train_model_kwargs(config: RunConfig, num_classes, channels, image_size) -> 
     return kwargs
 
 
-def _variant(name: str):
+def named_variant(name: str):
     """A named variant by its table name ("Ti/16") or builder name ("ViT_Ti16", "ti16")."""
     if name in configs.VIT_CONFIGS:
         return configs.VIT_CONFIGS[name]

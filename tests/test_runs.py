@@ -208,6 +208,8 @@ def test_plan_named_variant():
     kwargs = run_plan.plan_run(config, ONE_REPLICA).model_kwargs
     assert (kwargs["hidden_dim"], kwargs["num_heads"], kwargs["num_layers"]) == (192, 3, 12)
     assert run_plan.named_variant("vit_ti16") == run_plan.named_variant("Ti/16")
+    tiny = run_plan.plan_run(run_plan.RunConfig(model="tiny"), ONE_REPLICA).model_kwargs
+    assert tiny == run_plan.plan_run(run_plan.RunConfig(), ONE_REPLICA).model_kwargs
 
 
 @pytest.mark.parametrize(

@@ -37,8 +37,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument(
         "--model",
         default="default",
-        help="'default' (the recipe's small ViT) or a named variant: Ti/16, S/16, S/32, B/8, "
-        "B/16, B/32, L/16, L/32, H/14",
+        help="'default' or 'tiny' (the recipe's small ViT) or a named variant: Ti/16, S/16, "
+        "S/32, B/8, B/16, B/32, L/16, L/32, H/14",
     )
     parser.add_argument(
         "--patch-size", type=common.positive_int, help="patch side (overrides the model's)"
