@@ -67,11 +67,11 @@ def read_images(files, image_size, channels):
     images = []
     for path in files:
         try:
-            raw = tf.io.decode_image(
-                tf.io.read_file(path), channels=channels, expand_animations=False
-            )
+            raw = tf.io.decode_image(tf.io.read_file(path), expand_animations=False)
         except (tf.errors.InvalidArgumentError, tf.errors.NotFoundError):
             raise UsageError(f"Cannot read {path} as an image.") from None
+        if raw.shape[-1] == 2:  # gray + alpha
+            raw = raw[..., :1]
         images.append(eval_preprocess(tf.cast(raw, tf.float32), image_size, channels))
     return np.stack([image.numpy() for image in images])
 

@@ -101,3 +101,26 @@ def test_predict_bad_arguments_exit_2(trained, capsys, tmp_path):
     broken = tmp_path / "broken.png"
     broken.write_bytes(b"not a png")
     expect_usage_error(capsys, ["predict", str(trained), str(broken)], "Cannot read")
+
+
+def test_predict_reads_rgb_rgba_and_gif_like_gray(trained, digits_folder, capsys, tmp_path):
+    from PIL import Image
+
+    _, paths, images = digits_folder
+    gray = Image.fromarray(images[0].astype(np.uint8), mode="L")
+    variants = {
+        "rgb.png": gray.convert("RGB"),
+        "rgba.png": gray.convert("RGBA"),
+        "gray.gif": gray,
+        "rgb.bmp": gray.convert("RGB"),
+    }
+    for name, image in variants.items():
+        image.save(tmp_path / name)
+    assert main(["predict", str(trained), paths[0], str(tmp_path)]) == 0
+    predictions = parse(capsys.readouterr().out)
+    reference = predictions[paths[0]]
+    for name in variants:
+        ranked = predictions[str(tmp_path / name)]
+        np.testing.assert_allclose([p for _, p in ranked], [p for _, p in reference], atol=0.11)
+        if reference[0][1] - reference[1][1] > 0.2:  # a clear winner cannot change
+            assert ranked[0][0] == reference[0][0], name
