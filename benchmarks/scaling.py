@@ -81,7 +81,10 @@ def measure(args):
     names = {f"{size}px/b{batch}": (size, batch) for size, batch in points(args)}
     workers, ready = {}, {}
     for name, (size, batch) in names.items():
-        argv = throughput.worker_argv(worker_args(args, size, batch), f"keras_vit:{args.mode}")
+        argv = throughput.worker_argv(
+            worker_args(args, size, batch),
+            f"keras_vit:{args.mode}:{'noxla' if args.no_xla else 'xla'}",
+        )
         workers[name] = common.Worker(argv)
     try:
         for name, worker in workers.items():

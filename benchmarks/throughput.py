@@ -39,6 +39,11 @@ def parse_args(argv=None):
     parser.add_argument("--dtype-policy", default="float32", help="Keras dtype policy")
     parser.add_argument("--no-xla", action="store_true", help="compile without XLA")
     parser.add_argument(
+        "--xla-both",
+        action="store_true",
+        help="time every framework with and without XLA, interleaved in the same run",
+    )
+    parser.add_argument(
         "--frameworks",
         default=",".join(common.FRAMEWORKS),
         help="comma-separated subset of keras_vit,keras_hub,vit_keras (all)",
@@ -77,7 +82,8 @@ def parse_args(argv=None):
 
 
 def worker_main(args):
-    """One framework and mode (`--worker FRAMEWORK:MODE`) or the GEMM peak (`--worker gemm`)."""
+    """One framework, mode and compiler (`--worker keras_vit:train:xla`, `...:noxla`) or the
+    GEMM peak (`--worker gemm`)."""
     common.exit_with_parent()
     try:
         common.set_threads(args.threads)
@@ -90,14 +96,16 @@ def worker_main(args):
 
             common.serve(handle, {"framework": GEMM})
             return 0
-        framework, mode = args.worker.split(":")
+        framework, mode, compiler = args.worker.split(":")
         if not common.peer_available(framework):
             raise ImportError(f"{framework} is not installed for {sys.executable}")
         import keras
 
         keras.config.set_dtype_policy(args.dtype_policy)
         model = common.build_model(framework, args.variant, args.image_size)
-        step = common.make_step(model, mode, args.batch_size, args.image_size, xla=not args.no_xla)
+        step = common.make_step(
+            model, mode, args.batch_size, args.image_size, xla=compiler == "xla"
+        )
         start = time.perf_counter()
         for _ in range(args.warmup):
             step()
@@ -178,7 +186,9 @@ def measure_mode(args, mode, with_gemm):
     With `--one-at-a-time` each framework runs alone (no interleaving; for the memory of
     big models, where several resident at once would not fit).
     """
-    names = [f"{f}:{mode}" for f in args.frameworks] + ([GEMM] if with_gemm else [])
+    compilers = ("xla", "noxla") if args.xla_both else ("noxla" if args.no_xla else "xla",)
+    names = [f"{f}:{mode}:{c}" for f in args.frameworks for c in compilers]
+    names += [GEMM] if with_gemm else []
     print(f"{mode}: starting {', '.join(names)}", flush=True)
     payloads, ready, peaks = {}, {}, {}
     groups = [[name] for name in names] if args.one_at_a_time else [names]
@@ -193,7 +203,9 @@ def measure_mode(args, mode, with_gemm):
             gemm = results
             continue
         rates = [r["images_per_s"] for r in results]
-        record = common.result_record_from(name.split(":")[0], mode, rates, ready[name])
+        framework, _, compiler = name.split(":")
+        record = common.result_record_from(framework, mode, rates, ready[name])
+        record["xla"] = compiler == "xla"
         record["peak_rss_mb"] = peaks[name]
         records.append(record)
     return records, gemm
@@ -213,7 +225,8 @@ def main(argv=None):
     common.add_derived(results, args.variant, args.image_size, peak)
     note = (
         f"ViT-{args.variant} @{args.image_size}, batch {args.batch_size}, {args.dtype_policy}, "
-        f"XLA {'off' if args.no_xla else 'on'}, {args.repeats} repeats x {args.steps} steps; "
+        f"XLA {'on and off' if args.xla_both else 'off' if args.no_xla else 'on'}, "
+        f"{args.repeats} repeats x {args.steps} steps; "
         f"float32 GEMM peak {f'{peak:.1f} GFLOP/s' if peak else 'not measured'}"
     )
     print(common.format_results(results, note))
