@@ -107,7 +107,7 @@ def gemm_gflops(size, repeats=3, xla=True):
     b = tf.random.normal((size, size))
     matmul = tf.function(lambda x, y: tf.matmul(x, y)[:1, :1], jit_compile=xla)
     matmul(a, b).numpy()  # compile, warm up
-    steps = max(1, int(2e10 // (2 * size**3)))
+    steps = min(20, max(1, int(2e10 // (2 * size**3))))  # ~10 GFLOP per repeat, <= 20 calls
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
