@@ -252,12 +252,12 @@ class TrainConfig:
     hidden_dim: int = 64
     num_heads: int = 4
     mlp_dim: int = 128
-    num_layers: int = 6
+    num_layers: int = 4
     pooling: str = "gap"
     dropout_rate: float = 0.0
-    epochs: int = 10
-    batch_size: int = 128
-    learning_rate: float = 1e-3
+    epochs: int = 20
+    batch_size: int = 32
+    learning_rate: float = 2e-3
     weight_decay: float = 0.05
     warmup_epochs: float = 1.0
     decay: str = "cosine"
