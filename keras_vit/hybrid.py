@@ -16,7 +16,7 @@ import keras
 from keras_vit import configs
 from keras_vit._validation import check_positive_int, to_pair
 from keras_vit.layers import BottleneckUnit, PatchEmbed, StdConv2D
-from keras_vit.models import classification_head, encode_tokens, validate_common
+from keras_vit.models import transformer_model, validate_common
 
 ROOT_WIDTH = 64
 GROUP_NORM_GROUPS = 32
@@ -276,8 +276,11 @@ def HybridViT(
         features = _backbone_features(images, backbone, size, channels)
     _check_feature_grid(features, patch, size)
     tokens = PatchEmbed(patch, hidden_dim, name="embedding")(features)
-    sequence = encode_tokens(
+    return transformer_model(
+        images,
         tokens,
+        name=name,
+        weights=weights,
         num_heads=num_heads,
         mlp_dim=mlp_dim,
         num_layers=num_layers,
@@ -287,22 +290,12 @@ def HybridViT(
         drop_path_rate=drop_path_rate,
         layer_norm_epsilon=layer_norm_epsilon,
         gelu_approximate=gelu_approximate,
-    )
-    outputs = classification_head(
-        sequence,
-        pooling=pooling,
         include_top=include_top,
         return_sequence=return_sequence,
         num_classes=num_classes,
         representation_size=representation_size,
         classifier_activation=classifier_activation,
     )
-    model = keras.Model(images, outputs, name=name)
-    if weights is not None:
-        from keras_vit.checkpoints import load_weights_argument
-
-        load_weights_argument(model, weights)
-    return model
 
 
 def _named_hybrid(variant: str, function_name: str):

@@ -94,6 +94,43 @@ def classification_head(
     )(x)
 
 
+def transformer_model(
+    images,
+    tokens,
+    *,
+    name,
+    weights,
+    pooling,
+    include_top,
+    return_sequence,
+    num_classes,
+    representation_size,
+    classifier_activation,
+    **encoder_kwargs,
+):
+    """Encoder + head on symbolic patch tokens, as a `keras.Model` (shared by ViT and hybrids).
+
+    `encoder_kwargs` go to `encode_tokens`; `weights` (None, a path or a published name) is
+    loaded with `keras_vit.checkpoints.load_weights_argument`.
+    """
+    sequence = encode_tokens(tokens, pooling=pooling, **encoder_kwargs)
+    outputs = classification_head(
+        sequence,
+        pooling=pooling,
+        include_top=include_top,
+        return_sequence=return_sequence,
+        num_classes=num_classes,
+        representation_size=representation_size,
+        classifier_activation=classifier_activation,
+    )
+    model = keras.Model(images, outputs, name=name)
+    if weights is not None:
+        from keras_vit.checkpoints import load_weights_argument
+
+        load_weights_argument(model, weights)
+    return model
+
+
 def validate_common(num_classes, pooling, representation_size, include_top, return_sequence, rates):
     """Checks the arguments shared by ViT and hybrid builders; raises ValueError."""
     check_positive_int("num_classes", num_classes)
@@ -204,8 +241,11 @@ def ViT(
 
     images = keras.Input((*size, channels), name="images")
     tokens = PatchEmbed(patch, hidden_dim, name="embedding")(images)
-    sequence = encode_tokens(
+    return transformer_model(
+        images,
         tokens,
+        name=name,
+        weights=weights,
         num_heads=num_heads,
         mlp_dim=mlp_dim,
         num_layers=num_layers,
@@ -215,22 +255,12 @@ def ViT(
         drop_path_rate=drop_path_rate,
         layer_norm_epsilon=layer_norm_epsilon,
         gelu_approximate=gelu_approximate,
-    )
-    outputs = classification_head(
-        sequence,
-        pooling=pooling,
         include_top=include_top,
         return_sequence=return_sequence,
         num_classes=num_classes,
         representation_size=representation_size,
         classifier_activation=classifier_activation,
     )
-    model = keras.Model(images, outputs, name=name)
-    if weights is not None:
-        from keras_vit.checkpoints import load_weights_argument
-
-        load_weights_argument(model, weights)
-    return model
 
 
 def _named_builder(variant: str, function_name: str):
