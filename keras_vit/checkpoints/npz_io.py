@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import logging
 import os
-import tempfile
 import zipfile
 import zlib
 
 import numpy as np
+
+from keras_vit._atomic import atomic_path
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +44,18 @@ def _read_member(archive, path, key):
     return array
 
 
+def _not_npz_message(path, error) -> str:
+    """Says whether a refused file is a pickle or simply not an array file at all."""
+    with open(path, "rb") as stream:
+        is_pickle = stream.read(1) == b"\x80"
+    if is_pickle:
+        return f"{path} is a pickle, not an .npz archive of arrays; it was not unpickled ({error})."
+    return (
+        f"{path} is not an .npz archive (a zip of .npy arrays) nor a .npy file; "
+        "check that it is an official checkpoint and was fully downloaded."
+    )
+
+
 def read_npz(path) -> dict[str, np.ndarray]:
     """Reads every array of an `.npz` file into a dict, without unpickling anything.
 
@@ -62,10 +75,8 @@ def read_npz(path) -> dict[str, np.ndarray]:
         raise FileNotFoundError(f"Checkpoint file not found: {path}")
     try:
         archive = np.load(path, allow_pickle=False)
-    except ValueError as error:  # numpy refuses pickled content
-        raise CheckpointError(
-            f"{path} is not an .npz archive of arrays (numpy refused to unpickle it: {error})."
-        ) from None
+    except ValueError as error:  # neither zip nor .npy: numpy would have to unpickle it
+        raise CheckpointError(_not_npz_message(path, error)) from None
     except (zipfile.BadZipFile, EOFError, OSError) as error:
         raise CheckpointError(
             f"{path} is not a readable .npz archive; it may be truncated or corrupt "
@@ -95,17 +106,6 @@ def write_npz(path, arrays: dict[str, np.ndarray]) -> None:
     for key, array in arrays.items():
         if not key or np.asarray(array).dtype.kind not in "fiub":
             raise ValueError(f"Cannot write array {key!r}: keys must be non-empty and numeric.")
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(
-        dir=folder, prefix="." + os.path.basename(path), suffix=".tmp"
-    )
-    try:
-        with os.fdopen(handle, "wb") as stream:
-            np.savez(stream, **arrays)
-        os.replace(temporary, path)
-    except BaseException:
-        if os.path.exists(temporary):
-            os.remove(temporary)
-        raise
+    with atomic_path(path) as temporary, open(temporary, "wb") as stream:
+        np.savez(stream, **arrays)
     logger.debug("Wrote %d arrays to %s", len(arrays), path)

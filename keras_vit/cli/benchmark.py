@@ -16,6 +16,7 @@ import resource
 import statistics
 import time
 
+from keras_vit._atomic import write_json
 from keras_vit.cli.main import UsageError
 
 logger = logging.getLogger(__name__)
@@ -383,8 +384,6 @@ def parse_sizes(text):
 
 def run(args):
     """Runs the benchmark in this process and prints the table; returns 0."""
-    import json
-    import os
 
     sizes = check_args(args)
     import keras
@@ -422,11 +421,7 @@ def run(args):
     print(format_results(results, note))
     if args.json_path:
         payload = {"config": vars_for_json(args), "gemm_gflops": per_size, "results": results}
-        folder = os.path.dirname(os.path.abspath(args.json_path))
-        temp = os.path.join(folder, f".{os.path.basename(args.json_path)}.tmp")
-        with open(temp, "w", encoding="utf-8") as handle:
-            json.dump(payload, handle, indent=2)
-        os.replace(temp, args.json_path)
+        write_json(args.json_path, payload)
     return 0
 
 

@@ -16,8 +16,8 @@ import argparse
 import math
 import os
 import re
-import tempfile
 
+from keras_vit._atomic import atomic_path
 from keras_vit.cli.main import UsageError
 
 POSITION_KEY = "Transformer/posembed_input/pos_embedding"
@@ -163,16 +163,18 @@ def _file_defaults(arrays, args, pixels_per_token):
     return kwargs
 
 
-def _atomic_target(dst: str, suffix: str) -> str:
-    folder = os.path.dirname(os.path.abspath(dst))
-    os.makedirs(folder, exist_ok=True)
-    handle, path = tempfile.mkstemp(dir=folder, prefix=".convert-", suffix=suffix)
-    os.close(handle)
-    return path
+def _model_for_file(arrays, args, builder, pixels):
+    """Builds the model the .npz will be loaded into (named variant, or read from the file)."""
+    from keras_vit import ViT
+
+    if builder is None:
+        arch = _auto_architecture(arrays)
+        pixels = arch["patch_size"][0] if arch["patch_size"][0] == arch["patch_size"][1] else None
+        return ViT(**arch, **_file_defaults(arrays, args, pixels))
+    return builder(**_file_defaults(arrays, args, pixels))
 
 
 def _npz_to_keras(args) -> int:
-    from keras_vit import ViT
     from keras_vit.checkpoints import CheckpointError, load_npz, read_npz
     from keras_vit.checkpoints.layouts import normalise_layout
 
@@ -186,22 +188,14 @@ def _npz_to_keras(args) -> int:
         arrays, _ = normalise_layout(read_npz(args.src))
     except CheckpointError as error:
         raise UsageError(str(error)) from None
-    if builder is None:
-        arch = _auto_architecture(arrays)
-        pixels = arch["patch_size"][0] if arch["patch_size"][0] == arch["patch_size"][1] else None
-        kwargs = _file_defaults(arrays, args, pixels)
-        model = ViT(**arch, **kwargs)
-    else:
-        kwargs = _file_defaults(arrays, args, pixels)
-        model = builder(**kwargs)
-    report = load_npz(model, args.src, resize_method=args.resize_method)
-    temporary = _atomic_target(args.dst, ".keras")
     try:
+        model = _model_for_file(arrays, args, builder, pixels)
+        report = load_npz(model, args.src, resize_method=args.resize_method)
+    except (CheckpointError, ValueError) as error:
+        # A file of another architecture or an impossible size: the user's arguments.
+        raise UsageError(" ".join(str(error).split())) from None
+    with atomic_path(args.dst) as temporary:
         model.save(temporary)
-        os.replace(temporary, args.dst)
-    finally:
-        if os.path.exists(temporary):
-            os.remove(temporary)
     print(
         f"Wrote {args.dst}: {model.name}, {model.count_params():,} parameters, "
         f"{len(report.loaded)} arrays loaded from {args.src}"

@@ -79,7 +79,11 @@ def read_class_names_file(path: str) -> list[str]:
 
 
 def class_names_from_run(run_dir: str | None) -> list[str] | None:
-    """The `class_names` recorded in a run's config.json (top level or under "data")."""
+    """The `class_names` recorded in a run's config.json.
+
+    `keras-vit train`/`finetune` write them under "resolved"; hand-written configs may hold
+    them at the top level or under "data"/"dataset".
+    """
     if run_dir is None:
         return None
     config_path = os.path.join(run_dir, RUN_CONFIG_FILE)
@@ -87,7 +91,8 @@ def class_names_from_run(run_dir: str | None) -> list[str] | None:
         return None
     with open(config_path, encoding="utf-8") as handle:
         config = json.load(handle)
-    for section in (config, config.get("data") or {}, config.get("dataset") or {}):
+    sections = (config.get("resolved"), config, config.get("data"), config.get("dataset"))
+    for section in sections:
         names = section.get("class_names") if isinstance(section, dict) else None
         if names:
             return [str(name) for name in names]

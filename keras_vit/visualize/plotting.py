@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import math
 import os
-import tempfile
 
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+
+from keras_vit._atomic import atomic_path
 
 OVERLAY_CMAP = "jet"
 
@@ -144,15 +145,6 @@ def save_png(fig: Figure, path: str | os.PathLike) -> str:
         The path written, as a string.
     """
     path = os.fspath(path)
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    handle, tmp = tempfile.mkstemp(suffix=".png.tmp", dir=folder)
-    try:
-        with os.fdopen(handle, "wb") as stream:
-            fig.savefig(stream, format="png", dpi=fig.dpi)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
+    with atomic_path(path) as tmp, open(tmp, "wb") as stream:
+        fig.savefig(stream, format="png", dpi=fig.dpi)
     return path

@@ -93,3 +93,21 @@ def test_write_is_atomic_on_failure(tmp_path, monkeypatch):
 def test_write_refuses_object_arrays(tmp_path):
     with pytest.raises(ValueError, match="numeric"):
         write_npz(tmp_path / "x.npz", {"a": np.array([object()], dtype=object)})
+
+
+def test_text_file_is_named_as_not_an_npz_rather_than_a_pickle(tmp_path):
+    path = tmp_path / "fake.npz"
+    path.write_text("this is not a checkpoint\n")
+    with pytest.raises(CheckpointError, match="is not an .npz archive") as info:
+        read_npz(path)
+    assert "pickle" not in str(info.value)
+
+
+def test_written_file_has_the_usual_permissions(tmp_path):
+    """Atomic writes must not leave the 0600 mode of a temporary file on the result."""
+    umask = os.umask(0o022)
+    try:
+        write_npz(tmp_path / "a.npz", {"x": np.zeros(2, np.float32)})
+    finally:
+        os.umask(umask)
+    assert oct((tmp_path / "a.npz").stat().st_mode & 0o777) == oct(0o644)

@@ -93,3 +93,22 @@ def test_existing_destination_needs_overwrite(official_file, tmp_path):
     target.write_bytes(b"old")
     assert main(["convert", str(path), str(target), "--model", "auto"]) == 2
     assert target.read_bytes() == b"old"
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--model", "B/16"], "embedding/kernel"),
+        (["--model", "auto", "--image-size", "30"], "not divisible by the patch size"),
+    ],
+)
+def test_wrong_architecture_or_size_is_a_usage_error(
+    official_file, tmp_path, capsys, extra, message
+):
+    """A file of another variant or an impossible size: one line, exit 2, no file written."""
+    path, _ = official_file
+    target = tmp_path / "out.keras"
+    assert main(["convert", str(path), str(target), *extra]) == 2
+    error = capsys.readouterr().err.strip()
+    assert message in error and "Traceback" not in error
+    assert not target.exists()

@@ -64,11 +64,14 @@ def test_explain_writes_png_with_the_image_aspect_ratio(photo, model_file, tmp_p
     assert [line.split()[-1] for line in printed[:5]] == ["9", "8", "7", "6", "5"]
 
 
-def test_explain_run_directory_with_class_names_and_grid(photo, model_file, tmp_path, capsys):
+@pytest.mark.parametrize("section", ["resolved", "data"])  # "resolved": what `train` writes
+def test_explain_run_directory_with_class_names_and_grid(
+    photo, model_file, tmp_path, capsys, section
+):
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     (run_dir / "best.keras").write_bytes(model_file.read_bytes())
-    (run_dir / "config.json").write_text(json.dumps({"data": {"class_names": NAMES}}))
+    (run_dir / "config.json").write_text(json.dumps({section: {"class_names": NAMES}}))
     out = tmp_path / "map.png"
     code = main(["explain", str(photo), "--model", str(run_dir), "--out", str(out), "--grid"])
     assert code == 0
