@@ -327,7 +327,7 @@ class FinetuneConfig:
     image_size: int = 40
     batch_size: int = 32
     steps: int = 300
-    learning_rate: float = 0.01
+    learning_rate: float = 0.03
     warmup_steps: int | None = None
     label_smoothing: float = 0.0
     jit_compile: bool = True
