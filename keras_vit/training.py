@@ -255,7 +255,7 @@ class TrainConfig:
     num_layers: int = 4
     pooling: str = "gap"
     dropout_rate: float = 0.0
-    epochs: int = 20
+    epochs: int = 15
     batch_size: int = 32
     learning_rate: float = 2e-3
     weight_decay: float = 0.05
