@@ -55,7 +55,11 @@ def pretrained_mnist_model(weights, train_config):
 
 
 def run_finetune(model, config, train, test, num_train):
+    import keras
+
     import keras_vit
+
+    keras.utils.set_random_seed(config.seed)
 
     transferred = keras_vit.finetune(model, 10, image_size=config.image_size)
     transferred.compile(**config.compile_kwargs(num_train))
@@ -69,6 +73,7 @@ def run_scratch(train_config, finetune_config, train, test, num_train, steps, le
     import keras_vit
     from keras_vit import training
 
+    keras.utils.set_random_seed(finetune_config.seed)  # same init whatever ran before
     kwargs = train_config.model_kwargs(num_classes=10, channels=1)
     kwargs["image_size"] = finetune_config.image_size
     model = keras_vit.ViT(**kwargs)
@@ -88,7 +93,6 @@ def run_scratch(train_config, finetune_config, train, test, num_train, steps, le
         metrics=["accuracy"],
         jit_compile=True,
     )
-    keras.utils.set_random_seed(0)
     model.fit(train, epochs=epochs, verbose=0)
     return float(model.evaluate(test, verbose=0)[1]), total
 
