@@ -34,16 +34,24 @@ def encode_tokens(
     drop_path_rate=0.0,
     layer_norm_epsilon=1e-6,
     gelu_approximate=True,
+    class_token_only=False,
 ):
     """The Transformer encoder on a symbolic patch-token sequence (shared by ViT and hybrids).
 
     Adds the class token (for "token" pooling), the position table, dropout, `num_layers`
     blocks and the final LayerNorm. Stochastic depth grows linearly from 0 at the first block
-    to `drop_path_rate` at the last.
+    to `drop_path_rate` at the last. With `class_token_only=True` (token pooling only) the
+    last block computes just the class token (`TransformerBlock(num_output_tokens=1)`): the
+    same pooled feature for ~7% fewer FLOPs in a 12-block model.
 
     Returns:
-        The symbolic `(batch, num_tokens, hidden_dim)` output of `encoder_norm`.
+        The symbolic `(batch, num_tokens, hidden_dim)` output of `encoder_norm`, or
+        `(batch, 1, hidden_dim)` with `class_token_only=True`.
     """
+    if class_token_only and pooling != "token":
+        raise ValueError(
+            f"class_token_only=True needs pooling='token'. Received: pooling={pooling!r}"
+        )
     if pooling == "token":
         tokens = ClassToken(name="cls")(tokens)
     x = AddPositionEmbs(name="posembed_input")(tokens)
@@ -58,6 +66,7 @@ def encode_tokens(
             drop_path_rate=rate,
             layer_norm_epsilon=layer_norm_epsilon,
             gelu_approximate=gelu_approximate,
+            num_output_tokens=1 if class_token_only and i == num_layers - 1 else None,
             name=f"encoderblock_{i}",
         )(x)
     return keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, name="encoder_norm")(x)
@@ -113,7 +122,10 @@ def transformer_model(
     `encoder_kwargs` go to `encode_tokens`; `weights` (None, a path or a published name) is
     loaded with `keras_vit.checkpoints.load_weights_argument`.
     """
-    sequence = encode_tokens(tokens, pooling=pooling, **encoder_kwargs)
+    class_token_only = pooling == "token" and not return_sequence
+    sequence = encode_tokens(
+        tokens, pooling=pooling, class_token_only=class_token_only, **encoder_kwargs
+    )
     outputs = classification_head(
         sequence,
         pooling=pooling,
@@ -198,6 +210,12 @@ def ViT(
         weights: None, a path to an official `.npz` checkpoint, or a published checkpoint name
             (see `keras_vit.checkpoints`).
         name: model name.
+
+    With `pooling="token"` and `return_sequence=False` only the class token of the last
+    block's output is read, so that block computes only it (`num_output_tokens=1`: one
+    query, keys and values from all tokens). The pooled feature and logits are unchanged;
+    a 12-block model costs ~7% fewer FLOPs. The last block's output is then
+    `(batch, 1, D)`; `return_sequence=True` or `keras_vit.feature_extractor` give every token.
 
     Inputs:
         `images`: `(batch, height, width, channels)` scaled to [-1, 1]

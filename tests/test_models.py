@@ -72,8 +72,13 @@ def test_b17_static_shapes_through_the_stages(tiny_vit_kwargs):
     model = keras_vit.ViT(**tiny_vit_kwargs)
     assert model.get_layer("embedding").output.shape == (None, 16, 32)
     assert model.get_layer("cls").output.shape == (None, 17, 32)
-    assert model.get_layer("encoder_norm").output.shape == (None, 17, 32)
+    assert model.get_layer("encoderblock_0").output.shape == (None, 17, 32)
+    # The last block of a class-token classifier computes only the class token.
+    assert model.get_layer("encoderblock_1").output.shape == (None, 1, 32)
+    assert model.get_layer("encoder_norm").output.shape == (None, 1, 32)
     assert model.output.shape == (None, 10)
+    sequence = keras_vit.ViT(**tiny_vit_kwargs, include_top=False, return_sequence=True)
+    assert sequence.get_layer("encoder_norm").output.shape == (None, 17, 32)
     assert model.inputs[0].name == "images"
 
 
@@ -123,6 +128,38 @@ def test_include_top_false_returns_pooled_feature_and_sequence(tiny_vit_kwargs):
     assert pooled.shape == (2, 32) and tokens.shape == (2, 17, 32)
     np.testing.assert_allclose(pooled, tokens[:, 0], atol=1e-6)
     np.testing.assert_allclose(pooled, vit_forward(params, x, num_heads=4), atol=1e-4)
+
+
+def test_class_token_only_last_block_gives_the_full_models_gradients(tiny_vit_kwargs):
+    """The classifier (last block: class token only) has the same loss gradients as the
+    full sequence model with the same head applied to token 0."""
+    import tensorflow as tf
+
+    model, params = _tiny_with_random_params(tiny_vit_kwargs)
+    assert model.get_layer("encoderblock_1").num_output_tokens == 1
+    sequence = keras_vit.ViT(**tiny_vit_kwargs, include_top=False, return_sequence=True)
+    head = params.pop("head/kernel"), params.pop("head/bias")
+    assign_official_params(sequence, params)
+    kernel, bias = (tf.constant(a, tf.float32) for a in head)
+    images = random_images(np.random.default_rng(8), 3, 32, 32)
+    labels = tf.constant([1, 4, 7])
+
+    def loss_and_grads(net, logits_of):
+        with tf.GradientTape() as tape:
+            logits = logits_of(net(images, training=True))
+            loss = tf.reduce_mean(
+                tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
+            )
+        body = [w for w in net.trainable_weights if not w.path.startswith("head/")]
+        grads = tape.gradient(loss, [w.value for w in body])
+        return float(loss), {w.path: g.numpy() for w, g in zip(body, grads, strict=True)}
+
+    loss_a, grads_a = loss_and_grads(model, lambda out: out)
+    loss_b, grads_b = loss_and_grads(sequence, lambda seq: seq[:, 0] @ kernel + bias)
+    assert loss_a == pytest.approx(loss_b, abs=1e-5)
+    assert sorted(grads_a) == sorted(grads_b) and len(grads_a) == 2 * 16 + 6
+    for path, grad in grads_a.items():
+        np.testing.assert_allclose(grad, grads_b[path], atol=1e-5, err_msg=path)
 
 
 @pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])

@@ -40,9 +40,12 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     Call arguments:
         tokens: `(batch, num_tokens, hidden_dim)`.
         training: Python bool or None; enables attention dropout.
+        num_queries: None (default: every token attends) or an int k >= 1: only the first k
+            tokens are queries, keys and values still come from all tokens, so the k outputs
+            equal the first k rows of the full result at a fraction of the cost.
 
     Returns:
-        `(batch, num_tokens, hidden_dim)`.
+        `(batch, num_tokens, hidden_dim)`, or `(batch, k, hidden_dim)` with `num_queries=k`.
 
     Raises:
         ValueError: if `hidden_dim` is not divisible by `num_heads`, or a rate is outside
@@ -104,8 +107,9 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         logits = ops.einsum("btnh,bsnh->bnts", query, key)
         return ops.softmax(ops.cast(logits, "float32"), axis=-1)
 
-    def call(self, tokens, training=None):
-        query, key, value = self.query(tokens), self.key(tokens), self.value(tokens)
+    def call(self, tokens, training=None, num_queries=None):
+        queries = tokens if num_queries is None else tokens[:, :num_queries]
+        query, key, value = self.query(queries), self.key(tokens), self.value(tokens)
         use_dropout = training and self.attention_dropout_rate > 0
         if self.compute_dtype == "float16" or use_dropout:
             probs = ops.cast(self._probabilities(query, key), self.compute_dtype)
@@ -117,8 +121,10 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             )
         return self.out(context)
 
-    def compute_output_shape(self, input_shape):
-        return input_shape
+    def compute_output_shape(self, input_shape, num_queries=None):
+        if num_queries is None:
+            return input_shape
+        return (input_shape[0], num_queries, input_shape[2])
 
     def get_config(self):
         return {

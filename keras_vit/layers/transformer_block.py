@@ -28,6 +28,11 @@ class TransformerBlock(keras.layers.Layer):
             per sample (Huang et al. 2016; not in the original release, used by AugReg).
         layer_norm_epsilon: default 1e-6, as in the release (Keras' default is 1e-3).
         gelu_approximate: True (release, tanh) or False (exact erf).
+        num_output_tokens: None (default: every token) or an int k >= 1: the block computes
+            only its first k output tokens (k queries; keys and values still come from all
+            tokens), which equal the first k rows of the full block's output. The ViT
+            builders set k = 1 on the last block of a class-token classifier, whose other
+            outputs nothing reads; this saves ~7% of a 12-block model's FLOPs.
         **kwargs: `name`, `dtype`, `trainable`.
 
     Call arguments:
@@ -35,7 +40,8 @@ class TransformerBlock(keras.layers.Layer):
         training: Python bool or None (default None, i.e. inference).
 
     Returns:
-        `(batch, num_tokens, hidden_dim)` in the compute dtype.
+        `(batch, num_tokens, hidden_dim)` in the compute dtype; `(batch, k, hidden_dim)` with
+        `num_output_tokens=k`.
 
     Raises:
         ValueError: non-positive sizes, rates outside [0, 1), or a width not divisible by
@@ -51,6 +57,7 @@ class TransformerBlock(keras.layers.Layer):
         drop_path_rate=0.0,
         layer_norm_epsilon=1e-6,
         gelu_approximate=True,
+        num_output_tokens=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -66,6 +73,11 @@ class TransformerBlock(keras.layers.Layer):
             )
         self.layer_norm_epsilon = float(layer_norm_epsilon)
         self.gelu_approximate = bool(gelu_approximate)
+        self.num_output_tokens = (
+            None
+            if num_output_tokens is None
+            else check_positive_int("num_output_tokens", num_output_tokens)
+        )
         if self.drop_path_rate > 0:
             self.seed_generator = keras.random.SeedGenerator()
 
@@ -114,14 +126,28 @@ class TransformerBlock(keras.layers.Layer):
         return self.attention.attention_probabilities(self.norm_0(tokens))
 
     def call(self, tokens, training=None):
-        y = self.attention(self.norm_0(tokens), training=training)
+        return self.forward(tokens, training=training, num_output_tokens=self.num_output_tokens)
+
+    def forward(self, tokens, training=None, num_output_tokens=None):
+        """The block on `tokens`, returning the first `num_output_tokens` outputs (None: all).
+
+        `call` uses the layer's own `num_output_tokens`; `keras_vit.feature_extractor` calls
+        this with None to read a class-token-only last block's full output sequence.
+        """
+        y = self.attention(self.norm_0(tokens), training=training, num_queries=num_output_tokens)
         y = self.dropout(y, training=training)
-        x = tokens + self._drop_path(y, training=training)
+        residual = tokens if num_output_tokens is None else tokens[:, :num_output_tokens]
+        x = residual + self._drop_path(y, training=training)
         y = self.mlp(self.norm_2(x), training=training)
         return x + self._drop_path(y, training=training)
 
     def compute_output_shape(self, input_shape):
-        return input_shape
+        if self.num_output_tokens is None:
+            return input_shape
+        num_tokens = self.num_output_tokens
+        if input_shape[1] is not None:
+            num_tokens = min(num_tokens, input_shape[1])
+        return (input_shape[0], num_tokens, input_shape[2])
 
     def get_config(self):
         return {
@@ -133,4 +159,5 @@ class TransformerBlock(keras.layers.Layer):
             "drop_path_rate": self.drop_path_rate,
             "layer_norm_epsilon": self.layer_norm_epsilon,
             "gelu_approximate": self.gelu_approximate,
+            "num_output_tokens": self.num_output_tokens,
         }

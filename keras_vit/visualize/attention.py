@@ -29,6 +29,33 @@ def _block_input(block):
         ) from error
 
 
+class AllTokensView(keras.layers.Layer):
+    """Runs a `TransformerBlock` on every token, whatever its `num_output_tokens`.
+
+    The last block of a class-token classifier computes only the class token; this view
+    shares that block's weights (no copies) and returns its full `(batch, num_tokens,
+    hidden_dim)` output, for `feature_extractor`. Not registered for saving: it exists only in
+    the in-memory views built here.
+    """
+
+    def __init__(self, block, **kwargs):
+        super().__init__(name=f"{block.name}_all_tokens", dtype=block.dtype_policy, **kwargs)
+        self.block = block
+
+    def call(self, tokens):
+        return self.block.forward(tokens, training=False, num_output_tokens=None)
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+
+def _block_output(block):
+    """The block's output in the model's graph, with every token (see `AllTokensView`)."""
+    if block.num_output_tokens is None:
+        return block.output
+    return AllTokensView(block)(_block_input(block))
+
+
 def block_inputs_model(model: keras.Model) -> tuple[keras.Model, tuple]:
     """A model mapping `model`'s input to the input of every `TransformerBlock`.
 
@@ -133,7 +160,7 @@ def feature_extractor(model: keras.Model, layers=None, name: str | None = None) 
     """
     path = find_encoder(model)
     chosen = _select_blocks(path.blocks, layers)
-    outputs = {block.name: block.output for block in chosen}
+    outputs = {block.name: _block_output(block) for block in chosen}
     pools = [layer for layer in path.host.layers if isinstance(layer, TokenPooling)]
     if len(pools) == 1:
         outputs["pooled"] = pools[0].output

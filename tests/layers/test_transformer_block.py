@@ -62,6 +62,37 @@ def test_matches_numpy_equations(approximate):
     np.testing.assert_allclose(np.asarray(block(x)), expected, atol=1e-4)
 
 
+@pytest.mark.parametrize("num_output_tokens", [1, 3])
+def test_num_output_tokens_gives_the_first_rows_of_the_full_block(num_output_tokens):
+    """Queries from the first k tokens only, keys/values from all: rows 0..k-1 of eq. 2-3."""
+    rng = np.random.default_rng(2)
+    block = TransformerBlock(num_heads=4, mlp_dim=64, num_output_tokens=num_output_tokens)
+    block.build((None, 17, 32))
+    _randomise(block, rng)
+    x = rng.standard_normal((2, 17, 32)).astype(np.float32)
+    expected = _numpy_block(_official_block_params(block), x.astype(np.float64), 4)
+    out = np.asarray(block(x))
+    assert out.shape == (2, num_output_tokens, 32)
+    assert block.compute_output_shape((None, 17, 32)) == (None, num_output_tokens, 32)
+    np.testing.assert_allclose(out, expected[:, :num_output_tokens], atol=1e-4)
+    full = np.asarray(block.forward(x, num_output_tokens=None))
+    np.testing.assert_allclose(full, expected, atol=1e-4)
+    clone = TransformerBlock.from_config(block.get_config())
+    assert clone.num_output_tokens == num_output_tokens
+
+
+def test_attention_num_queries_under_float16_matches_full_rows():
+    """The float16 path (float32 logits) also honours num_queries."""
+    rng = np.random.default_rng(3)
+    layer = MultiHeadSelfAttention(num_heads=4, dtype="mixed_float16")
+    layer.build((None, 9, 32))
+    x = rng.standard_normal((2, 9, 32)).astype(np.float32)
+    full = np.asarray(layer(x), np.float32)
+    first = np.asarray(layer(x, num_queries=2), np.float32)
+    assert first.shape == (2, 2, 32)
+    np.testing.assert_allclose(first, full[:, :2], atol=1e-2)
+
+
 def test_weight_shapes_follow_checkpoint_layout():
     block = TransformerBlock(num_heads=12, mlp_dim=3072)
     block.build((None, 197, 768))
@@ -191,6 +222,8 @@ def test_qkv_initialiser_is_glorot_over_flattened_matrix():
         (dict(num_heads=2, mlp_dim=8, dropout_rate=1.5), "dropout_rate"),
         (dict(num_heads=2, mlp_dim=8, drop_path_rate=-0.1), "drop_path_rate"),
         (dict(num_heads=2, mlp_dim=8, layer_norm_epsilon=0), "layer_norm_epsilon"),
+        (dict(num_heads=2, mlp_dim=8, num_output_tokens=0), "num_output_tokens"),
+        (dict(num_heads=2, mlp_dim=8, num_output_tokens=1.5), "num_output_tokens"),
     ],
 )
 def test_rejects_bad_arguments(kwargs, message):
