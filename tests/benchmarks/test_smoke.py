@@ -84,7 +84,7 @@ def scripts():
         sys.path.remove(str(BENCHMARKS))
 
 
-SCRIPT_MODULES = ("throughput", "scaling", "input_pipeline")
+SCRIPT_MODULES = ("throughput", "scaling", "input_pipeline", "ablation", "profile_step")
 
 
 @pytest.mark.parametrize(
@@ -97,6 +97,10 @@ SCRIPT_MODULES = ("throughput", "scaling", "input_pipeline")
         ("scaling", ["--image-sizes", "224,abc"]),
         ("scaling", ["--variant", "8,32,64,5,2"]),
         ("input_pipeline", ["--repeats", "0"]),
+        ("ablation", ["--variant", "Ti/16", "--image-size", "100"]),
+        ("ablation", ["--steps", "0"]),
+        ("profile_step", ["--variant", "X/99"]),
+        ("profile_step", ["--top", "0"]),
     ],
 )
 def test_scripts_reject_bad_arguments(scripts, script, bad_args, capsys):
@@ -137,6 +141,34 @@ def test_throughput_tiny_run_writes_table_and_json(tmp_path):
         record["model_gflops_per_s"] / payload["gemm_peak_gflops"]
     )
     assert record["ours_over_this"] == pytest.approx(1.0)
+
+
+def test_ablation_tiny_run_checks_logits_then_times_both_models():
+    result = run_script(
+        "ablation.py",
+        *("--variant", TINY, "--image-size", "16", "--batch-size", "2", "--mode", "both"),
+        *("--steps", "1", "--repeats", "1", "--warmup", "1", "--no-xla"),
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    difference = float(result.stdout.split("max logit difference ")[1].split()[0])
+    assert difference < 1e-4
+    for mode in ("infer", "train"):
+        assert f"{mode} class_token_only / full_last_block = " in result.stdout
+
+
+def test_profile_step_tiny_run_breaks_the_step_down():
+    result = run_script(
+        "profile_step.py",
+        *("--variant", TINY, "--image-size", "16", "--batch-size", "2", "--steps", "1"),
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "| matrix products |" in result.stdout
+    shares = [
+        float(line.split("|")[3].strip().rstrip("%"))
+        for line in result.stdout.splitlines()
+        if line.startswith("| ") and line.count("|") == 4 and line.endswith("% |")
+    ]
+    assert shares and sum(shares) == pytest.approx(100.0, abs=0.5)
 
 
 def test_scaling_tiny_run(tmp_path):

@@ -1,0 +1,119 @@
+"""Where the time of one keras_vit step goes under XLA on CPU, by kind of compiled operation.
+
+Runs a few training (or inference) steps of a variant under the TensorFlow profiler with
+XLA's per-operation trace events on (`--xla_cpu_enable_xprof_traceme`), then sums the
+events of the compiled program by operation kind: matrix products (`dot`, `MatMul`),
+layout copies (`transpose`, `copy`), and the fused elementwise / reduction kernels
+(LayerNorm, GELU, softmax, residual adds, optimizer update). Shares are of the summed event
+time; on a multi-core machine independent operations can overlap, so the sum can exceed
+the wall time.
+
+Reads the profile with TensorFlow's bundled `xplane_pb2` (an internal module: this is a
+developer tool, not part of the package).
+
+    python benchmarks/profile_step.py --variant Ti/16 --batch-size 16 --mode train
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import glob
+import os
+import re
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# XLA reads its flags once, at its first use: set ours before anything imports TensorFlow.
+os.environ["XLA_FLAGS"] = (
+    os.environ.get("XLA_FLAGS", "") + " --xla_cpu_enable_xprof_traceme=true"
+).strip()
+
+import common  # noqa: E402
+
+KINDS = (
+    ("matrix products", re.compile(r"^(dot|MatMul|convolution)")),
+    ("layout copies", re.compile(r"^(transpose|copy)")),
+)
+RUNTIME_EVENTS = ("ThunkExecutor", "SlinkyThreadPool", "end: ")
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--variant", default="Ti/16", help="named variant (Ti/16)")
+    parser.add_argument("--image-size", type=int, default=224, help="square side (224)")
+    parser.add_argument("--batch-size", type=int, default=16, help="batch size (16)")
+    parser.add_argument("--mode", choices=("infer", "train"), default="train")
+    parser.add_argument("--steps", type=int, default=2, help="profiled steps (2)")
+    parser.add_argument("--top", type=int, default=12, help="operation kinds listed (12)")
+    args = parser.parse_args(argv)
+    patch = common.checked_patch(parser, args.variant)
+    if args.image_size < patch or args.image_size % patch:
+        parser.error(f"--image-size must be a positive multiple of the patch ({patch})")
+    if min(args.batch_size, args.steps, args.top) < 1:
+        parser.error("--batch-size, --steps and --top must be >= 1")
+    return args
+
+
+def kind_of(name):
+    """The operation kind of a trace event name such as `dot.12` or `add_add_fusion.3`."""
+    for kind, pattern in KINDS:
+        if pattern.match(name):
+            return kind
+    return "elementwise / reductions"
+
+
+def compiled_op_times(logdir):
+    """{event name without its numeric suffix: summed seconds} of the XLA program's events."""
+    from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
+    path = sorted(glob.glob(os.path.join(logdir, "**", "*.xplane.pb"), recursive=True))[-1]
+    space = xplane_pb2.XSpace()
+    with open(path, "rb") as handle:
+        space.ParseFromString(handle.read())
+    times = collections.Counter()
+    for plane in space.planes:
+        for line in plane.lines:
+            if "Eigen" not in line.name:  # XLA's worker threads
+                continue
+            for event in line.events:
+                name = plane.event_metadata[event.metadata_id].name
+                if not name.startswith(RUNTIME_EVENTS):
+                    times[re.sub(r"[._]\d+$", "", name)] += event.duration_ps / 1e12
+    return times
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    import tensorflow as tf
+
+    model = common.build_model("keras_vit", args.variant, args.image_size)
+    step = common.make_step(model, args.mode, args.batch_size, args.image_size, xla=True)
+    for _ in range(2):
+        step()
+    logdir = tempfile.mkdtemp(prefix="keras_vit_profile_")
+    tf.profiler.experimental.start(logdir)
+    seconds = common.time_call(step, args.steps) / args.steps
+    tf.profiler.experimental.stop()
+    times = compiled_op_times(logdir)
+    total = sum(times.values()) / args.steps
+    print(
+        f"{args.variant} @{args.image_size}, batch {args.batch_size}, {args.mode}: "
+        f"{seconds * 1000:.0f} ms per step (wall, profiler on), "
+        f"{total * 1000:.0f} ms of compiled-operation events per step"
+    )
+    by_kind = collections.Counter()
+    for name, value in times.items():
+        by_kind[kind_of(name)] += value / args.steps
+    print("| kind | ms per step | share |\n|---|---|---|")
+    for kind, value in by_kind.most_common():
+        print(f"| {kind} | {value * 1000:.0f} | {100 * value / total:.1f}% |")
+    print("| operation | kind | ms per step | share |\n|---|---|---|---|")
+    for name, value in times.most_common(args.top):
+        value /= args.steps
+        print(f"| {name} | {kind_of(name)} | {value * 1000:.1f} | {100 * value / total:.1f}% |")
+
+
+if __name__ == "__main__":
+    main()
