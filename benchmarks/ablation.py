@@ -22,20 +22,14 @@ import common  # noqa: E402
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--variant", default="Ti/16", help="named variant (Ti/16)")
-    parser.add_argument("--image-size", type=int, default=224, help="square side (224)")
-    parser.add_argument("--batch-size", type=int, default=16, help="batch size (16)")
-    parser.add_argument("--mode", choices=("infer", "train", "both"), default="both")
+    common.add_model_arguments(parser)
     parser.add_argument("--no-xla", action="store_true", help="compile without XLA")
     parser.add_argument("--steps", type=int, default=3, help="steps per timed repeat (3)")
     parser.add_argument("--repeats", type=int, default=5, help="timed repeats (5)")
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps (2)")
     args = parser.parse_args(argv)
-    patch = common.checked_patch(parser, args.variant)
-    if args.image_size < patch or args.image_size % patch:
-        parser.error(f"--image-size must be a positive multiple of the patch ({patch})")
-    if min(args.batch_size, args.steps, args.repeats, args.warmup) < 1:
-        parser.error("--batch-size, --steps, --repeats and --warmup must be >= 1")
+    counts = {"--steps": args.steps, "--repeats": args.repeats, "--warmup": args.warmup}
+    common.check_model_arguments(parser, args, counts)
     return args
 
 

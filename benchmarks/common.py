@@ -55,6 +55,25 @@ def checked_patch(parser, variant: str) -> int:
         parser.error(f"--variant: {error}")
 
 
+def add_model_arguments(parser, modes=("infer", "train", "both"), default_mode="both"):
+    """Adds --variant, --image-size, --batch-size and --mode (shared by the scripts)."""
+    parser.add_argument("--variant", default="Ti/16", help="named variant (Ti/16)")
+    parser.add_argument("--image-size", type=int, default=224, help="square side (224)")
+    parser.add_argument("--batch-size", type=int, default=16, help="batch size (16)")
+    parser.add_argument("--mode", choices=modes, default=default_mode)
+
+
+def check_model_arguments(parser, args, counts) -> None:
+    """`parser.error` unless the variant is known, the image size a positive multiple of its
+    patch, and the batch size and every value in `counts` ({flag: value}) at least 1."""
+    patch = checked_patch(parser, args.variant)
+    if args.image_size < patch or args.image_size % patch:
+        parser.error(f"--image-size {args.image_size} is not a positive multiple of the patch")
+    counts = {"--batch-size": args.batch_size, **counts}
+    if min(counts.values()) < 1:
+        parser.error(f"{', '.join(counts)} must be >= 1")
+
+
 def set_threads(threads: int) -> None:
     """Pins TensorFlow's intra- and inter-op thread pools (0 keeps TensorFlow's default)."""
     if not threads:

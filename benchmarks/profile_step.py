@@ -41,18 +41,11 @@ RUNTIME_EVENTS = ("ThunkExecutor", "SlinkyThreadPool", "end: ")
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--variant", default="Ti/16", help="named variant (Ti/16)")
-    parser.add_argument("--image-size", type=int, default=224, help="square side (224)")
-    parser.add_argument("--batch-size", type=int, default=16, help="batch size (16)")
-    parser.add_argument("--mode", choices=("infer", "train"), default="train")
+    common.add_model_arguments(parser, modes=("infer", "train"), default_mode="train")
     parser.add_argument("--steps", type=int, default=2, help="profiled steps (2)")
     parser.add_argument("--top", type=int, default=12, help="operation kinds listed (12)")
     args = parser.parse_args(argv)
-    patch = common.checked_patch(parser, args.variant)
-    if args.image_size < patch or args.image_size % patch:
-        parser.error(f"--image-size must be a positive multiple of the patch ({patch})")
-    if min(args.batch_size, args.steps, args.top) < 1:
-        parser.error("--batch-size, --steps and --top must be >= 1")
+    common.check_model_arguments(parser, args, {"--steps": args.steps, "--top": args.top})
     return args
 
 

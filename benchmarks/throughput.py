@@ -32,10 +32,7 @@ GEMM = "gemm"
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--variant", default="Ti/16", help="named variant (Ti/16)")
-    parser.add_argument("--image-size", type=int, default=224, help="square side (224)")
-    parser.add_argument("--batch-size", type=int, default=16, help="batch size (16)")
-    parser.add_argument("--mode", choices=("infer", "train", "both"), default="both")
+    common.add_model_arguments(parser)
     parser.add_argument("--dtype-policy", default="float32", help="Keras dtype policy")
     parser.add_argument("--no-xla", action="store_true", help="compile without XLA")
     parser.add_argument(
@@ -70,10 +67,8 @@ def parse_args(argv=None):
     unknown = set(args.frameworks) - set(common.FRAMEWORKS)
     if unknown:
         parser.error(f"unknown --frameworks {sorted(unknown)}; choose from {common.FRAMEWORKS}")
-    if args.image_size % common.checked_patch(parser, args.variant):
-        parser.error(f"--image-size {args.image_size} is not a multiple of the patch size")
-    if min(args.steps, args.repeats, args.warmup, args.batch_size) < 1:
-        parser.error("--steps, --repeats, --warmup and --batch-size must be >= 1")
+    counts = {"--steps": args.steps, "--repeats": args.repeats, "--warmup": args.warmup}
+    common.check_model_arguments(parser, args, counts)
     args.sizes = () if args.gemm_sizes == "none" else tuple(map(int, args.gemm_sizes.split(",")))
     return args
 

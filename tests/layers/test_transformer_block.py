@@ -49,28 +49,27 @@ def _randomise(layer, rng, scale=0.3):
         )
 
 
-@pytest.mark.parametrize("approximate", [True, False])
-def test_matches_numpy_equations(approximate):
-    rng = np.random.default_rng(1)
-    block = TransformerBlock(num_heads=4, mlp_dim=64, gelu_approximate=approximate)
+def _random_block_and_reference(seed, approximate=True, **kwargs):
+    """A built block with random weights, an input x and the NumPy output on x (float64)."""
+    rng = np.random.default_rng(seed)
+    block = TransformerBlock(num_heads=4, mlp_dim=64, gelu_approximate=approximate, **kwargs)
     block.build((None, 17, 32))
     _randomise(block, rng)
     x = rng.standard_normal((2, 17, 32)).astype(np.float32)
-    expected = _numpy_block(
-        _official_block_params(block), x.astype(np.float64), 4, approximate=approximate
-    )
+    params = _official_block_params(block)
+    return block, x, _numpy_block(params, x.astype(np.float64), 4, approximate=approximate)
+
+
+@pytest.mark.parametrize("approximate", [True, False])
+def test_matches_numpy_equations(approximate):
+    block, x, expected = _random_block_and_reference(1, approximate)
     np.testing.assert_allclose(np.asarray(block(x)), expected, atol=1e-4)
 
 
 @pytest.mark.parametrize("num_output_tokens", [1, 3])
 def test_num_output_tokens_gives_the_first_rows_of_the_full_block(num_output_tokens):
     """Queries from the first k tokens only, keys/values from all: rows 0..k-1 of eq. 2-3."""
-    rng = np.random.default_rng(2)
-    block = TransformerBlock(num_heads=4, mlp_dim=64, num_output_tokens=num_output_tokens)
-    block.build((None, 17, 32))
-    _randomise(block, rng)
-    x = rng.standard_normal((2, 17, 32)).astype(np.float32)
-    expected = _numpy_block(_official_block_params(block), x.astype(np.float64), 4)
+    block, x, expected = _random_block_and_reference(2, num_output_tokens=num_output_tokens)
     out = np.asarray(block(x))
     assert out.shape == (2, num_output_tokens, 32)
     assert block.compute_output_shape((None, 17, 32)) == (None, num_output_tokens, 32)
