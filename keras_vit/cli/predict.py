@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 
 from keras_vit.cli import common
 from keras_vit.cli.main import UsageError
 
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".gif")
+DEFAULT_TOP_K = 5
+
+logger = logging.getLogger(__name__)
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -27,7 +31,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "inputs", metavar="IMAGES_OR_FOLDER", nargs="+", help="image files and/or folders"
     )
     parser.add_argument(
-        "--top-k", type=common.positive_int, default=5, help="classes per image (default 5)"
+        "--top-k",
+        type=common.positive_int,
+        help=f"classes per image (default {DEFAULT_TOP_K}, at most the model's class count)",
     )
     parser.add_argument(
         "--batch-size", type=common.positive_int, default=64, help="batch size (default 64)"
@@ -98,7 +104,14 @@ def run(args) -> int:
         outputs = np.exp(outputs - outputs.max(axis=-1, keepdims=True))
         outputs /= outputs.sum(axis=-1, keepdims=True)
     names = class_names(config, outputs.shape[-1])
-    top_k = min(args.top_k, outputs.shape[-1])
+    top_k = min(args.top_k or DEFAULT_TOP_K, outputs.shape[-1])
+    if args.top_k is not None and args.top_k > top_k:
+        logger.warning(
+            "--top-k %d is more than the model's %d classes; showing all %d.",
+            args.top_k,
+            top_k,
+            top_k,
+        )
     for path, probabilities in zip(files, outputs, strict=True):
         best = np.argsort(-probabilities, kind="stable")[:top_k]
         ranked = ", ".join(f"{names[i]} ({100 * probabilities[i]:.1f}%)" for i in best)

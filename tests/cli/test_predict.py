@@ -47,6 +47,17 @@ def parse(out):
     return result
 
 
+def test_predict_top_k_above_class_count_warns_and_shows_all(
+    trained, digits_folder, capsys, caplog
+):
+    folder, paths, _ = digits_folder
+    assert main(["predict", str(trained), str(paths[0]), "--top-k", "99"]) == 0
+    (ranked,) = parse(capsys.readouterr().out).values()
+    num_classes = len(ranked)
+    assert num_classes < 99
+    assert f"--top-k 99 is more than the model's {num_classes} classes" in caplog.text
+
+
 def test_predict_folder_top_k(trained, digits_folder, capsys):
     folder, paths, images = digits_folder
     assert main(["predict", str(trained), str(folder), "--top-k", "3"]) == 0
