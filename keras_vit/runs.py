@@ -11,6 +11,10 @@ A run directory holds everything about one training run:
     backup/                resume state (removed when the run completes)
     metrics.json           final held-out metrics; its presence marks a completed run
 
+The `epoch` fields of history.csv and best.json count from 0, as Keras' `CSVLogger` and
+`History` do; the console and the learning-curve plot count from 1, as Keras' progress bar
+("Epoch 1/15") does.
+
 Every file is replaced atomically, so a run killed at any moment (SIGKILL included) leaves
 valid files, and `resume=True` continues from the last finished epoch: the run ends with the
 same number of epochs and optimizer steps as an uninterrupted one. Under a multi-worker
