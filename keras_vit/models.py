@@ -48,6 +48,11 @@ def encode_tokens(
         The symbolic `(batch, num_tokens, hidden_dim)` output of `encoder_norm`, or
         `(batch, 1, hidden_dim)` with `class_token_only=True`.
     """
+    check_positive_int("num_layers", num_layers)
+    if not isinstance(class_token_only, bool):
+        raise ValueError(
+            f"`class_token_only` must be True or False. Received: {class_token_only!r}"
+        )
     if class_token_only and pooling != "token":
         raise ValueError(
             f"class_token_only=True needs pooling='token'. Received: pooling={pooling!r}"

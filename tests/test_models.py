@@ -162,6 +162,22 @@ def test_class_token_only_last_block_gives_the_full_models_gradients(tiny_vit_kw
         np.testing.assert_allclose(grad, grads_b[path], atol=1e-5, err_msg=path)
 
 
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(class_token_only="yes"), "class_token_only"),
+        (dict(class_token_only=True, pooling="gap"), "pooling='gap'"),
+        (dict(num_layers=0), "num_layers"),
+    ],
+)
+def test_encode_tokens_rejects_bad_arguments(kwargs, message):
+    from keras_vit.models import encode_tokens
+
+    arguments = {**dict(num_heads=4, mlp_dim=64, num_layers=1), **kwargs}
+    with pytest.raises(ValueError, match=message):
+        encode_tokens(keras.Input((4, 32)), **arguments)
+
+
 @pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
 def test_b10_mixed_precision_runs_and_fits_with_xla(tiny_vit_kwargs, policy):
     """B10 + issue 2: variables float32, activations in the compute dtype, logits float32."""

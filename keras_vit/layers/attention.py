@@ -20,6 +20,18 @@ def flattened_glorot_uniform(hidden_dim: int) -> keras.initializers.Initializer:
     return keras.initializers.RandomUniform(-limit, limit)
 
 
+def check_num_queries(num_queries, num_tokens, name="num_queries") -> int:
+    """`num_queries` if it is an int in [1, num_tokens] (num_tokens None: unknown), else a
+    ValueError naming the argument `name`."""
+    num_queries = check_positive_int(name, num_queries)
+    if num_tokens is not None and num_queries > num_tokens:
+        raise ValueError(
+            f"`{name}` must be at most the number of tokens. "
+            f"Received: {name}={num_queries}, num_tokens={num_tokens}"
+        )
+    return num_queries
+
+
 @keras.saving.register_keras_serializable(package="keras_vit")
 class MultiHeadSelfAttention(keras.layers.Layer):
     """Multi-head scaled dot-product self-attention, softmax(q k^T / sqrt(head_dim)) v.
@@ -48,8 +60,8 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         `(batch, num_tokens, hidden_dim)`, or `(batch, k, hidden_dim)` with `num_queries=k`.
 
     Raises:
-        ValueError: if `hidden_dim` is not divisible by `num_heads`, or a rate is outside
-            [0, 1).
+        ValueError: if `hidden_dim` is not divisible by `num_heads`, a rate is outside
+            [0, 1), or `num_queries` is not an int in [1, num_tokens].
     """
 
     def __init__(self, num_heads, attention_dropout_rate=0.0, **kwargs):
@@ -108,7 +120,10 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         return ops.softmax(ops.cast(logits, "float32"), axis=-1)
 
     def call(self, tokens, training=None, num_queries=None):
-        queries = tokens if num_queries is None else tokens[:, :num_queries]
+        queries = tokens
+        if num_queries is not None:
+            num_queries = check_num_queries(num_queries, tokens.shape[1])
+            queries = tokens[:, :num_queries]
         query, key, value = self.query(queries), self.key(tokens), self.value(tokens)
         use_dropout = training and self.attention_dropout_rate > 0
         if self.compute_dtype == "float16" or use_dropout:
@@ -120,11 +135,6 @@ class MultiHeadSelfAttention(keras.layers.Layer):
                 query, key, value, scale=1.0 / math.sqrt(self.head_dim)
             )
         return self.out(context)
-
-    def compute_output_shape(self, input_shape, num_queries=None):
-        if num_queries is None:
-            return input_shape
-        return (input_shape[0], num_queries, input_shape[2])
 
     def get_config(self):
         return {

@@ -6,7 +6,7 @@ import keras
 from keras import ops
 
 from keras_vit._validation import check_positive_int, check_rate
-from keras_vit.layers.attention import MultiHeadSelfAttention
+from keras_vit.layers.attention import MultiHeadSelfAttention, check_num_queries
 from keras_vit.layers.mlp import MlpBlock
 
 
@@ -44,8 +44,8 @@ class TransformerBlock(keras.layers.Layer):
         `num_output_tokens=k`.
 
     Raises:
-        ValueError: non-positive sizes, rates outside [0, 1), or a width not divisible by
-            `num_heads`.
+        ValueError: non-positive sizes, rates outside [0, 1), a width not divisible by
+            `num_heads`, or `num_output_tokens` above the number of tokens (at build).
     """
 
     def __init__(
@@ -92,6 +92,8 @@ class TransformerBlock(keras.layers.Layer):
                 "hidden_dim must be divisible by num_heads. "
                 f"Received: hidden_dim={input_shape[-1]}, num_heads={self.num_heads}"
             )
+        if self.num_output_tokens is not None:
+            check_num_queries(self.num_output_tokens, input_shape[1], "num_output_tokens")
         policy = self.dtype_policy
         eps = self.layer_norm_epsilon
         self.norm_0 = keras.layers.LayerNormalization(epsilon=eps, dtype=policy, name="LayerNorm_0")
@@ -144,9 +146,8 @@ class TransformerBlock(keras.layers.Layer):
     def compute_output_shape(self, input_shape):
         if self.num_output_tokens is None:
             return input_shape
-        num_tokens = self.num_output_tokens
-        if input_shape[1] is not None:
-            num_tokens = min(num_tokens, input_shape[1])
+        # With an unknown sequence length the output length is unknown too (k or fewer).
+        num_tokens = None if input_shape[1] is None else self.num_output_tokens
         return (input_shape[0], num_tokens, input_shape[2])
 
     def get_config(self):

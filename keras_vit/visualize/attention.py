@@ -29,24 +29,40 @@ def _block_input(block):
         ) from error
 
 
+@keras.saving.register_keras_serializable(package="keras_vit")
 class AllTokensView(keras.layers.Layer):
     """Runs a `TransformerBlock` on every token, whatever its `num_output_tokens`.
 
     The last block of a class-token classifier computes only the class token; this view
     shares that block's weights (no copies) and returns its full `(batch, num_tokens,
-    hidden_dim)` output, for `feature_extractor`. Not registered for saving: it exists only in
-    the in-memory views built here.
+    hidden_dim)` output, for `feature_extractor`. Saved with the extractor, it stores its
+    own copy of the block (config and weights).
+
+    Args:
+        block: the `TransformerBlock` (or its serialized config, when loading).
+        **kwargs: `name` (default "<block name>_all_tokens"), `dtype`, `trainable`.
     """
 
     def __init__(self, block, **kwargs):
-        super().__init__(name=f"{block.name}_all_tokens", dtype=block.dtype_policy, **kwargs)
+        if isinstance(block, dict):
+            block = keras.saving.deserialize_keras_object(block)
+        kwargs.setdefault("name", f"{block.name}_all_tokens")
+        kwargs.setdefault("dtype", block.dtype_policy)
+        super().__init__(**kwargs)
         self.block = block
 
-    def call(self, tokens):
-        return self.block.forward(tokens, training=False, num_output_tokens=None)
+    def build(self, input_shape):
+        if not self.block.built:
+            self.block.build(input_shape)
+
+    def call(self, tokens, training=None):
+        return self.block.forward(tokens, training=training, num_output_tokens=None)
 
     def compute_output_shape(self, input_shape):
         return input_shape
+
+    def get_config(self):
+        return {**super().get_config(), "block": keras.saving.serialize_keras_object(self.block)}
 
 
 def _block_output(block):
@@ -104,6 +120,8 @@ def attention_maps(model: keras.Model, images, batch_size: int = 32) -> list[np.
     for start in range(0, len(images), batch_size):
         batch = images[start : start + batch_size]
         inputs = view(batch, training=False)
+        if not isinstance(inputs, (list, tuple)):  # a one-output view returns the tensor
+            inputs = [inputs]
         for chunk, block, tokens in zip(chunks, blocks, inputs, strict=True):
             probs = block.attention_probabilities(tokens)
             chunk.append(keras.ops.convert_to_numpy(probs).astype(np.float32))

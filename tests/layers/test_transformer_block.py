@@ -80,6 +80,27 @@ def test_num_output_tokens_gives_the_first_rows_of_the_full_block(num_output_tok
     assert clone.num_output_tokens == num_output_tokens
 
 
+def test_attention_builds_in_a_functional_model():
+    tokens = keras.Input((5, 32))
+    assert MultiHeadSelfAttention(4)(tokens).shape == (None, 5, 32)
+    assert MultiHeadSelfAttention(4)(tokens, num_queries=2).shape == (None, 2, 32)
+
+
+@pytest.mark.parametrize("num_queries", [0, -1, True, 2.5, 6])
+def test_attention_rejects_bad_num_queries(num_queries):
+    layer = MultiHeadSelfAttention(4)
+    x = np.zeros((2, 5, 32), np.float32)
+    with pytest.raises(ValueError, match="num_queries"):
+        layer(x, num_queries=num_queries)
+
+
+def test_num_output_tokens_above_the_token_count_is_rejected_at_build():
+    with pytest.raises(ValueError, match="num_output_tokens=8, num_tokens=5"):
+        TransformerBlock(num_heads=4, mlp_dim=64, num_output_tokens=8).build((None, 5, 32))
+    unknown = TransformerBlock(num_heads=4, mlp_dim=64, num_output_tokens=2)
+    assert unknown(keras.Input((None, 32))).shape == (None, None, 32)
+
+
 def test_attention_num_queries_under_float16_matches_full_rows():
     """The float16 path (float32 logits) also honours num_queries."""
     rng = np.random.default_rng(3)

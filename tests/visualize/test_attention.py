@@ -238,3 +238,38 @@ def test_model_without_transformer_blocks_raises():
     cnn = keras.Model(inputs, keras.layers.Conv2D(2, 3)(inputs))
     with pytest.raises(ValueError, match="TransformerBlock"):
         keras_vit.attention_maps(cnn, np.zeros((1, 8, 8, 3), np.float32))
+
+
+def test_one_block_model_maps_and_features_match_numpy():
+    """A one-block model: its only block is the class-token-only last block."""
+    tiny = {**TINY, "num_layers": 1}
+    params = random_official_params(
+        np.random.default_rng(9), image_size=32, channels=3, pooling="token", scale=0.3, **tiny
+    )
+    model = keras_vit.ViT(image_size=32, pooling="token", **tiny)
+    assign_official_params(model, params)
+    images = random_images(np.random.default_rng(10), 2, 32, 32)
+    expected, outputs, pooled = numpy_encoder(params, images, 4, "token")
+    maps = keras_vit.attention_maps(model, images)
+    assert len(maps) == 1
+    np.testing.assert_allclose(maps[0], expected[0], atol=1e-5)
+    features = feature_extractor(model)(images)
+    features = {k: keras.ops.convert_to_numpy(v) for k, v in features.items()}
+    np.testing.assert_allclose(features["encoderblock_0"], outputs[0], atol=1e-4)
+    np.testing.assert_allclose(features["pooled"], pooled, atol=1e-4)
+
+
+def test_feature_extractor_of_a_classifier_saves_loads_and_clones(tmp_path):
+    vit, _ = tiny_model_and_params((32, 32), "token")
+    extractor = feature_extractor(vit)
+    path = str(tmp_path / "extractor.keras")
+    extractor.save(path)
+    loaded = keras.models.load_model(path)  # safe mode
+    images = random_images(np.random.default_rng(11), 2, 32, 32)
+    expected = extractor(images)
+    for name, values in loaded(images).items():
+        np.testing.assert_allclose(values, expected[name], atol=1e-6, err_msg=name)
+    clone = keras.models.clone_model(extractor)
+    shapes = {name: tuple(values.shape) for name, values in clone(images).items()}
+    tokens = (2, 17, 32)
+    assert shapes == {"encoderblock_0": tokens, "encoderblock_1": tokens, "pooled": (2, 32)}
