@@ -76,11 +76,11 @@ def block_inputs_model(model: keras.Model) -> tuple[keras.Model, tuple]:
     """A model mapping `model`'s input to the input of every `TransformerBlock`.
 
     Returns:
-        `(view, blocks)`: `view(images)` returns a list with one `(batch, num_tokens,
-        hidden_dim)` tensor per block, in the order of `blocks`.
+        `(view, blocks)`: `view(images)` returns a dict, block name -> that block's
+        `(batch, num_tokens, hidden_dim)` input (a dict, so that one block is not unwrapped).
     """
     path = find_encoder(model)
-    view = sub_graph_model(path, [_block_input(block) for block in path.blocks])
+    view = sub_graph_model(path, {block.name: _block_input(block) for block in path.blocks})
     return view, path.blocks
 
 
@@ -120,10 +120,8 @@ def attention_maps(model: keras.Model, images, batch_size: int = 32) -> list[np.
     for start in range(0, len(images), batch_size):
         batch = images[start : start + batch_size]
         inputs = view(batch, training=False)
-        if not isinstance(inputs, (list, tuple)):  # a one-output view returns the tensor
-            inputs = [inputs]
-        for chunk, block, tokens in zip(chunks, blocks, inputs, strict=True):
-            probs = block.attention_probabilities(tokens)
+        for chunk, block in zip(chunks, blocks, strict=True):
+            probs = block.attention_probabilities(inputs[block.name])
             chunk.append(keras.ops.convert_to_numpy(probs).astype(np.float32))
     logger.debug("attention maps of %d blocks for %d images", len(blocks), len(images))
     return [np.concatenate(chunk, axis=0) for chunk in chunks]
