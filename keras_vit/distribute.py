@@ -295,13 +295,73 @@ def resolve_jit_compile(jit_compile: bool | str | None, strategy: tf.distribute.
     Args:
         jit_compile: True (compile steps with XLA), False, or None/"auto" to let Keras decide
             (XLA on GPUs/TPUs, off on CPU-only machines and under a distribution strategy).
-        strategy: the strategy the model will train under. XLA is always on with TPUStrategy.
+        strategy: the strategy the model will train under. XLA is always on with TPUStrategy,
+            and off (True and "auto" become False, logged) where `xla_unsupported_reason`
+            gives a reason: several replicas on CPUs.
 
     Returns:
         True, False or "auto", for `model.compile(jit_compile=...)`.
     """
     if isinstance(strategy, tf.distribute.TPUStrategy):
         return True
+    reason = xla_unsupported_reason(strategy)
+    if reason and (jit_compile is True or jit_compile == "auto" or jit_compile is None):
+        logger.info("XLA off (jit_compile=False): %s", reason)
+        return False
     if jit_compile is None or jit_compile == "auto":
         return "auto"
     return bool(jit_compile)
+
+
+def xla_unsupported_reason(strategy: tf.distribute.Strategy) -> str | None:
+    """Why `strategy` cannot train XLA-compiled steps here, or None if it can.
+
+    TensorFlow 2.21's XLA has no CPU collectives: a multi-worker strategy on CPUs fails in
+    the first step ("Collectives are not yet implemented for CPU devices when compiling with
+    XLA", then the process aborts), and `MirroredStrategy` over several (logical) CPUs fails
+    with "Trying to access resource ... located in device CPU:1 from device CPU:0". Both work
+    without XLA.
+    """
+    multi_worker = isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
+    if not (multi_worker or isinstance(strategy, tf.distribute.MirroredStrategy)):
+        return None
+    devices = strategy.extended.worker_devices
+    on_cpu = all((tf.DeviceSpec.from_string(d).device_type or "").upper() == "CPU" for d in devices)
+    if not on_cpu or not (multi_worker or len(devices) > 1):
+        return None
+    return (
+        f"{type(strategy).__name__} on CPU devices needs jit_compile=False: TensorFlow's XLA "
+        "has no collectives for CPUs"
+    )
+
+
+def clip_after_all_reduce(optimizer) -> None:
+    """Makes `optimizer`'s `global_clipnorm` clip the gradient summed over replicas.
+
+    Keras 3 (checked with 3.15.1, `BaseOptimizer.apply` then the TensorFlow optimizer's
+    `_backend_update_step`) clips each replica's gradient *before* the all-reduce, so with
+    `global_clipnorm` and several replicas the update differs from the one-device update of
+    the same global batch (the paper clips the global norm of the batch's gradient, section
+    4.1 / appendix B.1). This replaces the instance's `_clip_gradients` by one that reduces
+    the gradients first (one more all-reduce per step), measures their global norm, and
+    scales the local gradients by `min(1, clipnorm / norm)`; Keras' own all-reduce then sums
+    the scaled gradients, which is the clipped global gradient. Outside a multi-replica
+    context, or without `global_clipnorm`, Keras' clipping runs unchanged. The optimizer's
+    config (and so a saved `.keras`) is unchanged.
+
+    Args:
+        optimizer: a Keras optimizer (e.g. `model.optimizer` after `compile`).
+    """
+    keras_clip = optimizer._clip_gradients
+
+    def clip_gradients(grads):
+        context = tf.distribute.get_replica_context()
+        clipnorm = optimizer.global_clipnorm
+        if not clipnorm or context is None or context.num_replicas_in_sync == 1:
+            return keras_clip(grads)
+        present = [g for g in grads if g is not None]
+        norm = tf.linalg.global_norm(context.all_reduce("SUM", present))
+        scale = clipnorm / tf.maximum(norm, clipnorm)
+        return [None if g is None else g * tf.cast(scale, g.dtype) for g in grads]
+
+    optimizer._clip_gradients = clip_gradients

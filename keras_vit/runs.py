@@ -360,6 +360,7 @@ def _build_model(plan: RunPlan) -> keras.Model:
     compile_kwargs = plan.config.recipe.compile_kwargs(plan.num_train_examples)
     compile_kwargs["jit_compile"] = plan.jit_compile
     model.compile(**compile_kwargs)
+    distribute.clip_after_all_reduce(model.optimizer)
     return model
 
 

@@ -15,7 +15,7 @@ import pytest
 import tensorflow as tf
 
 import keras_vit
-from keras_vit import distribute, runs
+from keras_vit import callbacks, distribute, runs
 
 HELPERS = os.path.join(os.path.dirname(__file__), "helpers")
 
@@ -270,3 +270,100 @@ def test_multi_worker_shim_still_needed(two_workers):
             "keras_vit's reduce shim: remove keras_vit.distribute.MultiWorkerMirroredStrategy."
         )
         assert any(text in error for text in known), error
+
+
+# --- the CLI's own recipe under MirroredStrategy and two workers ---------------------------
+
+KERAS_VIT = [
+    sys.executable,
+    "-c",
+    "import sys; from keras_vit.cli.main import main; sys.exit(main())",
+]
+CLI_FLAGS = ["--image-size", "8", "--shots-per-class", "5", "--batch-size", "10", "--epochs", "1"]
+
+
+def cli_worker(run_dir, cluster, index, *extra):
+    """A `keras-vit train --strategy multi_worker` process, worker `index` of `cluster`."""
+    tf_config = {"cluster": cluster, "task": {"type": "worker", "index": index}}
+    return subprocess.Popen(
+        [*KERAS_VIT, "train", *CLI_FLAGS, *extra]
+        + ["--strategy", "multi_worker", "--run-dir", str(run_dir)],
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "TF_CONFIG": json.dumps(tf_config)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def finish(processes, timeout=300):
+    """Waits for every process (killing all on timeout); returns [(code, stdout, stderr)]."""
+    try:
+        outputs = [process.communicate(timeout=timeout) for process in processes]
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    return [(p.returncode, out, err) for p, (out, err) in zip(processes, outputs, strict=True)]
+
+
+@pytest.fixture(scope="module")
+def cli_recipe_runs(tmp_path_factory):
+    """Run directories of the same `keras-vit train` flags (the recipe's defaults, XLA
+    included) under MirroredStrategy(2 CPUs), OneDeviceStrategy, and two CLI workers."""
+    root = tmp_path_factory.mktemp("cli_recipe")
+    run_helper("cli_recipe_mirrored.py", root, timeout=400)
+    cluster = {"worker": [f"127.0.0.1:{port}" for port in free_ports(2)]}
+    results = finish([cli_worker(root / "two_workers", cluster, i) for i in range(2)])
+    for code, out, err in results:
+        assert code == 0, out[-3000:] + err[-3000:]
+    return root, results
+
+
+@pytest.mark.slow
+def test_cli_recipe_trains_under_two_workers_on_cpu(cli_recipe_runs):
+    """The recipe's XLA default crashed two CPU workers ("Collectives are not yet implemented
+    for CPU devices when compiling with XLA", then an abort); the CLI now turns XLA off."""
+    root, results = cli_recipe_runs
+    config = json.loads((root / "two_workers" / "config.json").read_text())
+    assert config["resolved"]["jit_compile"] is False
+    assert config["resolved"]["num_replicas"] == 2
+    assert (
+        json.loads((root / "mirrored" / "config.json").read_text())["resolved"]["jit_compile"]
+        is False
+    )
+    # One device keeps the recipe's XLA.
+    assert (
+        json.loads((root / "one_device" / "config.json").read_text())["resolved"]["jit_compile"]
+        is True
+    )
+    for _, out, _ in results:
+        assert "Trained 1 epochs, 5 steps on 2 replica(s)" in out
+
+
+@pytest.mark.slow
+def test_two_workers_and_two_replicas_match_one_device(cli_recipe_runs):
+    """Same global batch, seed and recipe (AdamW, global_clipnorm 1.0): the per-epoch logs of
+    two workers, of MirroredStrategy(2 CPUs) and of one device agree."""
+    root, _ = cli_recipe_runs
+    rows = {
+        name: callbacks.read_history(root / name / "history.csv")
+        for name in ("one_device", "mirrored", "two_workers")
+    }
+    one = rows["one_device"]
+    for name in ("mirrored", "two_workers"):
+        assert [row["steps"] for row in rows[name]] == [row["steps"] for row in one]
+        for key in ("loss", "accuracy", "val_loss", "val_accuracy"):
+            np.testing.assert_allclose(
+                [row[key] for row in rows[name]], [row[key] for row in one], rtol=1e-6
+            )
+    assert one[-1]["loss"] != pytest.approx(np.log(10), abs=1e-6)  # it trained
+
+
+def test_explicit_jit_compile_with_cpu_workers_is_refused_in_one_line(tmp_path):
+    cluster = {"worker": [f"127.0.0.1:{free_ports(1)[0]}"]}
+    ((code, out, err),) = finish([cli_worker(tmp_path / "run", cluster, 0, "--jit-compile")])
+    assert code == 2, out[-2000:] + err[-2000:]
+    lines = [line for line in err.splitlines() if line.startswith("keras-vit train: error:")]
+    assert len(lines) == 1 and "XLA has no collectives for CPUs" in lines[0], err[-2000:]
+    assert not (tmp_path / "run").exists()

@@ -129,10 +129,21 @@ def run_training(config, args, task: str) -> int:
             config = runs.RunConfig.from_dict(runs.read_config(run_dir)["run"])
         print(f"Resuming {run_dir} with its stored configuration.")
     strategy = resolve_strategy(args.strategy if not args.resume else config.strategy)
+    check_jit_compile(args, strategy)
     with usage_errors():
         result = runs.train(config, run_dir, strategy=strategy, resume=args.resume, verbose=1)
     print_summary(result)
     return 0
+
+
+def check_jit_compile(args, strategy) -> None:
+    """UsageError for an explicit --jit-compile that the strategy cannot run on this device
+    (without the flag, the recipe's XLA default is turned off there instead)."""
+    from keras_vit import distribute
+
+    reason = distribute.xla_unsupported_reason(strategy)
+    if getattr(args, "jit_compile", None) and reason:
+        raise UsageError(f"--jit-compile cannot run here: {reason}; drop the flag.")
 
 
 def print_summary(result) -> None:
