@@ -212,12 +212,24 @@ def next_version(export_dir: str) -> int:
 
 
 def move_into_place(source: str, target: str, *, overwrite: bool) -> None:
-    """Renames the finished `source` folder to `target`, replacing it only if `overwrite`."""
+    """Renames the finished `source` folder to `target`, replacing it only if `overwrite`.
+
+    The folder gets the permissions of a folder made with `os.makedirs` under the current
+    umask (`tempfile.mkdtemp` makes it 0o700, unreadable to a server running as another
+    user). An existing `target` is swapped with `source` in one `renameat2(RENAME_EXCHANGE)`
+    call (Linux 3.15+), so `target` always names a complete version, and a reader that opened
+    the old files keeps reading them; the old version is then deleted. Where that call is
+    missing, the old version is moved aside first (two renames).
+    """
+    _set_default_permissions(source)
     if not os.path.exists(target):
         os.rename(source, target)
         return
     if not overwrite:
         raise FileExistsError(f"Export version folder appeared while exporting: {target!r}")
+    if _exchange(source, target):
+        shutil.rmtree(source, ignore_errors=True)  # now the old version
+        return
     retired = tempfile.mkdtemp(prefix=".old-", dir=os.path.dirname(target))
     retired_version = os.path.join(retired, os.path.basename(target))
     os.rename(target, retired_version)
@@ -228,6 +240,41 @@ def move_into_place(source: str, target: str, *, overwrite: bool) -> None:
         raise
     finally:
         shutil.rmtree(retired, ignore_errors=True)
+
+
+RENAME_EXCHANGE = 2  # linux/fs.h
+AT_FDCWD = -100
+
+
+def _exchange(first: str, second: str) -> bool:
+    """Atomically swaps two paths with Linux's renameat2; False where it is unavailable."""
+    import ctypes
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return False
+    libc = ctypes.CDLL(None, use_errno=True)
+    renameat2 = getattr(libc, "renameat2", None)
+    if renameat2 is None:
+        return False
+    result = renameat2(AT_FDCWD, os.fsencode(first), AT_FDCWD, os.fsencode(second), RENAME_EXCHANGE)
+    if result == 0:
+        return True
+    errno = ctypes.get_errno()
+    if errno in (38, 22, 95):  # ENOSYS, EINVAL (file system without it), EOPNOTSUPP
+        return False
+    raise OSError(errno, os.strerror(errno), second)
+
+
+def _set_default_permissions(folder: str) -> None:
+    """chmod `folder` and its sub-folders to 0o777 & ~umask (files: 0o666 & ~umask)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    for root, _, files in os.walk(folder):
+        os.chmod(root, 0o777 & ~umask)
+        for name in files:
+            path = os.path.join(root, name)
+            os.chmod(path, os.stat(path).st_mode & 0o777 | (0o666 & ~umask))
 
 
 def resize_and_scale(images: tf.Tensor, image_size: tuple[int, int]) -> tf.Tensor:

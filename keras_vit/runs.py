@@ -10,6 +10,7 @@ A run directory holds everything about one training run:
     best.keras, best.npz   the model of the best epoch by the monitored metric; best.json
     backup/                resume state (removed when the run completes)
     metrics.json           final held-out metrics; its presence marks a completed run
+    .lock                  the training process's id while it runs (`keras_vit.run_lock`)
 
 The `epoch` fields of history.csv and best.json count from 0, as Keras' `CSVLogger` and
 `History` do; the console and the learning-curve plot count from 1, as Keras' progress bar
@@ -36,7 +37,7 @@ from collections.abc import Callable
 
 import keras
 
-from keras_vit import _atomic, callbacks, distribute
+from keras_vit import _atomic, callbacks, distribute, run_lock
 from keras_vit.run_plan import ConfigError, RunConfig, RunPlan, load_model, plan_run
 
 __all__ = [
@@ -65,7 +66,8 @@ LOG_DIR = "logs"
 
 
 class RunDirError(ValueError):
-    """The run directory does not fit the request (exists without resume, missing with it)."""
+    """The run directory does not fit the request (exists without resume, missing with it,
+    or in use by another live process)."""
 
 
 @dataclasses.dataclass
@@ -96,7 +98,8 @@ def check_run_dir(run_dir, resume: bool) -> None:
 
     Raises:
         RunDirError: with `resume=False`, `run_dir` exists and is not empty; with
-            `resume=True`, `run_dir` has no config.json.
+            `resume=True`, `run_dir` has no config.json or another live process holds its
+            lock (`keras_vit.run_lock`).
     """
     run_dir = os.fspath(run_dir)
     if resume:
@@ -104,6 +107,10 @@ def check_run_dir(run_dir, resume: bool) -> None:
             raise RunDirError(
                 f"Cannot resume: {run_dir!r} is not a run directory (no {CONFIG_FILE})."
             )
+        try:
+            run_lock.check_free(run_dir)
+        except run_lock.RunDirLockedError as error:
+            raise RunDirError(str(error)) from None
     elif os.path.isdir(run_dir) and os.listdir(run_dir):
         raise RunDirError(
             f"Run directory {run_dir!r} already exists and is not empty; pass --resume to "
@@ -173,20 +180,18 @@ def fit_run(
     if resume and is_complete(run_dir):
         logger.info("Run %s is already complete; nothing to resume", run_dir)
         return load_result(run_dir)
-    if chief:
-        os.makedirs(run_dir, exist_ok=True)
-        if not resume:
-            _atomic.write_json(os.path.join(run_dir, CONFIG_FILE), config or {})
-
-    with strategy.scope():
-        model = build_model()
-    if model.optimizer is None:
-        raise ValueError("`build_model` must return a compiled model (model.compile(...)).")
-    distribute.check_variables_in_scope(model, strategy)
-    monitor = monitor or ("val_accuracy" if validation_data is not None else "accuracy")
-
-    scratch = None if chief else tempfile.mkdtemp(prefix="keras_vit_worker_")
+    lock = _lock(run_dir) if chief else None
+    scratch = None
     try:
+        if chief and not resume:
+            _atomic.write_json(os.path.join(run_dir, CONFIG_FILE), config or {})
+        with strategy.scope():
+            model = build_model()
+        if model.optimizer is None:
+            raise ValueError("`build_model` must return a compiled model (model.compile(...)).")
+        distribute.check_variables_in_scope(model, strategy)
+        monitor = monitor or ("val_accuracy" if validation_data is not None else "accuracy")
+        scratch = None if chief else tempfile.mkdtemp(prefix="keras_vit_worker_")
         history = callbacks.HistoryCSV(os.path.join(run_dir, HISTORY_FILE), write=chief)
         callback_list = [
             history,
@@ -225,7 +230,18 @@ def fit_run(
     finally:
         if scratch:
             shutil.rmtree(scratch, ignore_errors=True)
+        if lock:
+            run_lock.release(lock)
     return RunResult(run_dir, model, history.rows, metrics)
+
+
+def _lock(run_dir) -> str:
+    """Creates `run_dir` and takes its lock (see `keras_vit.run_lock`)."""
+    os.makedirs(run_dir, exist_ok=True)
+    try:
+        return run_lock.acquire(run_dir)
+    except run_lock.RunDirLockedError as error:
+        raise RunDirError(str(error)) from None
 
 
 def _held_out_metrics(rows, model, validation_data, batch_size) -> dict:

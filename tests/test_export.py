@@ -14,9 +14,12 @@ import io
 import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import textwrap
+import threading
+import unittest.mock
 
 import keras
 import numpy as np
@@ -471,3 +474,65 @@ def test_head_activation_must_be_linear_or_softmax():
     assert head_activation_name(keras.layers.Dense(3, activation="softmax")) == "softmax"
     with pytest.raises(ValueError, match="activation='sigmoid'"):
         head_activation_name(keras.layers.Dense(3, activation="sigmoid"))
+
+
+def test_overwrite_swaps_in_one_rename_while_a_reader_keeps_working(exported, tmp_path, images):
+    """`--overwrite` while a server reads version 1: the version folder always holds a
+    complete SavedModel (the old version is never moved away first), a model loaded before
+    the swap keeps answering, and the new version is the new model."""
+    root = tmp_path / "serving"
+    shutil.copytree(exported["root"], root)
+    version = root / "1"
+    served = tf.saved_model.load(str(version))
+    before = served.signatures["serving_default"](images=tf.constant(images, tf.float32))[
+        "logits"
+    ].numpy()
+    renames, real_rename = [], os.rename
+    stop, reads, failures = threading.Event(), [], []
+
+    def read_forever():
+        while not stop.is_set():
+            try:
+                with open(version / "saved_model.pb", "rb") as handle:
+                    assert len(handle.read()) > 0
+                assert os.listdir(version / "variables")
+                reads.append(1)
+            except (OSError, AssertionError) as error:
+                failures.append(repr(error))
+
+    def spy_rename(source, target, *args, **kwargs):
+        renames.append((os.fspath(source), os.fspath(target)))
+        return real_rename(source, target, *args, **kwargs)
+
+    reader = threading.Thread(target=read_forever)
+    reader.start()
+    try:
+        with unittest.mock.patch.object(os, "rename", spy_rename):
+            export_saved_model(tiny_vit(seed=5), root, version=1, overwrite=True)
+    finally:
+        stop.set()
+        reader.join(timeout=30)
+    assert failures == [] and reads, failures[:3]
+    assert str(version) not in [source for source, _ in renames]  # never moved aside
+    assert sorted(os.listdir(root)) == ["1"]  # no temporary or retired folder left
+    after = served.signatures["serving_default"](images=tf.constant(images, tf.float32))[
+        "logits"
+    ].numpy()
+    np.testing.assert_array_equal(after, before)  # the loaded old version keeps working
+    new = tf.saved_model.load(str(version)).signatures["serving_default"]
+    assert not np.allclose(new(images=tf.constant(images, tf.float32))["logits"].numpy(), before)
+
+
+def test_version_folder_is_readable_by_other_users_under_umask_022(tmp_path):
+    """A serving process running as another user must read the export (mkdtemp's 0o700
+    used to survive the rename)."""
+    old = os.umask(0o022)
+    try:
+        path = export_saved_model(tiny_vit(seed=2), tmp_path / "serving", version=1)
+    finally:
+        os.umask(old)
+    for folder, _, files in os.walk(path):
+        assert stat.S_IMODE(os.stat(folder).st_mode) == 0o755, folder
+        for name in files:
+            mode = stat.S_IMODE(os.stat(os.path.join(folder, name)).st_mode)
+            assert mode & 0o044 == 0o044, (name, oct(mode))

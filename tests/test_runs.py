@@ -126,6 +126,9 @@ def test_run_killed_mid_epoch_resumes_to_the_same_steps(tmp_path):
             assert process.poll() is None, process.stdout.read().decode()[-3000:]
             assert time.monotonic() < deadline, "the run never finished its first epoch"
             time.sleep(0.05)
+        # A second writer on the live run is refused at once (the run's lock file).
+        with pytest.raises(runs.RunDirError, match=f"in use by process {process.pid}"):
+            killable.run(run_dir, resume=True, slow=False)
         time.sleep(2 * killable.SLEEP_S)  # a couple of batches into the next epoch
         process.send_signal(signal.SIGKILL)
         assert process.wait(timeout=30) == -signal.SIGKILL
@@ -139,8 +142,10 @@ def test_run_killed_mid_epoch_resumes_to_the_same_steps(tmp_path):
     killed_rows = read_csv(run_dir / "history.csv")
     runs.load_model(run_dir / "last.keras")  # the files left behind are valid
 
-    result = killable.run(run_dir, resume=True, slow=False)
+    assert json.loads((run_dir / ".lock").read_text())["pid"] == process.pid  # now stale
+    result = killable.run(run_dir, resume=True, slow=False)  # takes the stale lock over
 
+    assert not (run_dir / ".lock").exists()
     rows = read_csv(run_dir / "history.csv")
     assert [int(row["epoch"]) for row in rows] == list(range(killable.EPOCHS))
     assert rows[: state["epoch"]] == killed_rows[: state["epoch"]]  # kept as they were
