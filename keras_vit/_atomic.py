@@ -13,13 +13,28 @@ import os
 import tempfile
 
 
+class WriteError(OSError):
+    """A file could not be written (disk full, I/O error, ...); the previous file is intact.
+
+    `filename` is the final path (not the temporary one), `errno`/`strerror` the cause.
+    """
+
+    def __init__(self, path, cause: OSError):
+        errno = cause.errno if cause.errno is not None else 0
+        super().__init__(errno, cause.strerror or str(cause), os.fspath(path))
+
+    def __str__(self) -> str:
+        return f"cannot write {self.filename}: {self.strerror}"
+
+
 @contextlib.contextmanager
 def atomic_path(path):
     """Yields a temporary sibling of `path` (same suffix) that replaces `path` on success.
 
     Keras and NumPy pick the format from the file name (`.keras`, `.weights.h5`, `.npz`,
     `.png`), so the temp name keeps the full suffix of `path`. If the body raises, the temp
-    file is removed and `path` is left as it was.
+    file is removed and `path` is left as it was; an `OSError` (disk full, I/O error) is
+    raised again as `WriteError` naming `path`.
 
     Example:
         with atomic_path("run/best.keras") as tmp:
@@ -35,9 +50,11 @@ def atomic_path(path):
     try:
         yield tmp
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as error:
         with contextlib.suppress(FileNotFoundError):
             os.remove(tmp)
+        if isinstance(error, OSError) and not isinstance(error, WriteError):
+            raise WriteError(path, error) from error
         raise
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Sequence
@@ -31,6 +32,7 @@ from collections.abc import Sequence
 import keras
 import tensorflow as tf
 
+from keras_vit import _atomic
 from keras_vit._validation import check_positive_int
 
 logger = logging.getLogger(__name__)
@@ -84,6 +86,8 @@ def export_saved_model(
             layer; a head activation other than linear/softmax; a bad `version`, `top_k` or
             `class_names` (wrong count or not strings).
         FileExistsError: `export_dir/<version>` exists and `overwrite` is False.
+        keras_vit._atomic.WriteError: (an `OSError`) the version could not be written (disk
+            full, I/O error): no temporary folder is left and an existing version is intact.
 
     Example:
 
@@ -131,12 +135,26 @@ def export_saved_model(
     )
     temp_dir = tempfile.mkdtemp(prefix=f".tmp-{version}-", dir=export_dir)
     try:
-        archive.write_out(temp_dir, verbose=False)
+        try:
+            archive.write_out(temp_dir, verbose=False)
+        except (OSError, tf.errors.OpError) as error:  # disk full, I/O error
+            raise write_error(target, error) from error
         move_into_place(temp_dir, target, overwrite=overwrite)
     finally:
         shutil.rmtree(temp_dir, ignore_errors=True)
     logger.info("Exported SavedModel version %d to %s", version, target)
     return target
+
+
+def write_error(target: str, error: Exception) -> _atomic.WriteError:
+    """`WriteError` naming the version folder, with the cause from an OSError or from a
+    TensorFlow error such as "...index.tempstate123; No space left on device [Op:SaveV2]"."""
+    if isinstance(error, OSError):
+        return _atomic.WriteError(target, error)
+    text = " ".join(str(getattr(error, "message", error)).split())
+    text = re.sub(r"\s*\[Op:[^\]]*\]\s*$", "", text)
+    cause = text.rsplit("; ", 1)[-1] if "; " in text else text
+    return _atomic.WriteError(target, OSError(None, cause))
 
 
 def model_image_shape(model: keras.Model) -> tuple[int, int, int]:

@@ -536,3 +536,25 @@ def test_version_folder_is_readable_by_other_users_under_umask_022(tmp_path):
         for name in files:
             mode = stat.S_IMODE(os.stat(os.path.join(folder, name)).st_mode)
             assert mode & 0o044 == 0o044, (name, oct(mode))
+
+
+def test_disk_full_export_leaves_the_old_version_and_no_temporary_folder(exported, tmp_path):
+    """A full disk during `--overwrite` of version 1: WriteError naming the version folder
+    and the cause; version 1 is the old export, unchanged; no temporary folder is left."""
+    from tests.helpers.small_disk import small_disk
+
+    version_size = sum(
+        os.path.getsize(os.path.join(folder, name))
+        for folder, _, names in os.walk(exported["path"])
+        for name in names
+    )
+    # Room for the old version and a little more, not for a second copy of it.
+    with small_disk(tmp_path / "disk", version_size // 1024 + 64) as disk:
+        root = disk / "serving"
+        shutil.copytree(exported["root"], root)
+        before = tree_listing(root)
+        with pytest.raises(OSError) as info:
+            export_saved_model(tiny_vit(seed=7), root, version=1, overwrite=True)
+        assert str(info.value) == f"cannot write {root / '1'}: No space left on device"
+        assert tree_listing(root) == before
+        assert sorted(os.listdir(root)) == ["1"]

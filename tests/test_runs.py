@@ -4,6 +4,7 @@ import csv
 import importlib.util
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -28,6 +29,7 @@ def load_helper(name):
 
 
 killable = load_helper("killable_run")
+small_disk = load_helper("small_disk").small_disk
 
 
 def read_csv(path):
@@ -272,3 +274,36 @@ def test_architecture_read_from_an_official_npz(tmp_path, tiny_vit_kwargs):
     loaded = run_plan.load_source_model(tmp_path / "model.npz")
     images = np.random.default_rng(0).uniform(-1, 1, (2, 32, 32, 3)).astype("float32")
     np.testing.assert_allclose(loaded.predict(images, verbose=0), model.predict(images, verbose=0))
+
+
+# --- disk full -----------------------------------------------------------------------------
+
+
+def test_disk_full_mid_run_keeps_the_last_finished_epoch(tmp_path):
+    """600 KiB hold epoch 1's files but not epoch 2's extra temporary last.keras: the run
+    stops with WriteError naming last.keras; epoch 1's files are intact and agree."""
+    with small_disk(tmp_path / "disk", 600) as disk:
+        run_dir = disk / "run"
+        with pytest.raises(_atomic.WriteError) as info:
+            killable.run(run_dir, slow=False)
+        assert info.value.filename.endswith(".keras") or info.value.filename.endswith(".npz")
+        assert "No space left on device" in str(info.value)
+        names = [name for _, _, files in os.walk(run_dir) for name in files]
+        assert not [name for name in names if ".tmp" in name], names  # no temporary file left
+        assert not (run_dir / "metrics.json").exists()
+        rows = read_csv(run_dir / "history.csv")
+        assert len(rows) >= 1
+        x, _ = killable.data()
+        from_keras = runs.load_model(run_dir / "last.keras").predict(x[:8], verbose=0)
+        fresh = killable.build()
+        load_npz(fresh, run_dir / "last.npz")
+        np.testing.assert_allclose(fresh.predict(x[:8], verbose=0), from_keras, atol=1e-6)
+        runs.load_model(run_dir / "best.keras")
+        state = json.loads((run_dir / "backup" / "state.json").read_text())
+        # history.csv may hold the failed epoch's row; resuming drops it.
+        assert state["epoch"] in (len(rows), len(rows) - 1)
+        shutil.copytree(run_dir, tmp_path / "moved")  # more space: the run continues
+    result = killable.run(tmp_path / "moved", resume=True, slow=False)
+    assert result.metrics["steps"] == killable.EPOCHS * killable.STEPS_PER_EPOCH
+    rows = read_csv(tmp_path / "moved" / "history.csv")
+    assert [int(row["epoch"]) for row in rows] == list(range(killable.EPOCHS))

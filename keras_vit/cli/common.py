@@ -123,7 +123,7 @@ def run_training(config, args, task: str) -> int:
 
     if args.resume and not args.run_dir:
         raise UsageError("--resume needs the --run-dir of the run to continue.")
-    run_dir = args.run_dir or default_run_dir(task)
+    run_dir = args.run_dir = args.run_dir or default_run_dir(task)  # main's --resume hint
     if args.resume:
         with usage_errors():
             config = runs.RunConfig.from_dict(runs.read_config(run_dir)["run"])

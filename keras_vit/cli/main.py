@@ -3,7 +3,9 @@
 Each subcommand lives in its own module under `keras_vit.cli` and exposes
 `add_parser(subparsers) -> argparse.ArgumentParser`; the parser it returns must call
 `set_defaults(func=run)` where `run(args) -> int` does the work. Bad arguments found before
-any work starts raise `UsageError`, which `main` turns into one line on stderr and exit code 2.
+any work starts raise `UsageError`, which `main` turns into one line on stderr and exit code 2;
+a file that cannot be written (`OSError`: disk full, I/O error) gives one line naming the path
+and the cause and exit code 1; Ctrl-C gives one line saying how to continue and exit code 130.
 """
 
 from __future__ import annotations
@@ -51,7 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Runs `keras-vit`; returns the process exit code (0 ok, 2 bad arguments)."""
+    """Runs `keras-vit`; returns the process exit code (0 ok, 1 write error, 2 bad
+    arguments, 130 interrupted)."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -64,6 +67,33 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as error:
         print(f"keras-vit {args.command}: error: {error}", file=sys.stderr)
         return 2
+    except OSError as error:  # disk full, I/O error: the previous files are intact
+        print(f"keras-vit {args.command}: error: {describe_os_error(error)}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"keras-vit {args.command}: interrupted. {resume_hint(args)}", file=sys.stderr)
+        return 130
+
+
+def describe_os_error(error: OSError) -> str:
+    """One line naming the path and the cause of a failed file operation."""
+    from keras_vit._atomic import WriteError
+
+    if isinstance(error, WriteError):
+        return str(error)
+    cause = error.strerror or " ".join(str(error).split()) or type(error).__name__
+    return cause if error.filename is None else f"{error.filename}: {cause}"
+
+
+def resume_hint(args) -> str:
+    """How to continue an interrupted command (train/finetune: --resume)."""
+    run_dir = getattr(args, "run_dir", None)
+    if args.command in ("train", "finetune") and run_dir:
+        return (
+            f"The run keeps its last finished epoch; continue with: keras-vit {args.command} "
+            f"--resume --run-dir {run_dir}"
+        )
+    return "Stopped before finishing; files already in place are unchanged."
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ import pytest
 
 from keras_vit import distribute, training
 from keras_vit.cli.main import main
-from tests.helpers.cli_runs import pretrained_run
+from tests.helpers.cli_runs import TRAIN_ARGS, pretrained_run
 
 
 @pytest.fixture(scope="module")
@@ -119,3 +119,27 @@ def test_subcommand_help(capsys, command):
     assert out.startswith(f"usage: keras-vit {command}")
     expected = {"train": "--resume", "finetune": "--weights", "evaluate": "--split"}
     assert expected.get(command, "--top-k") in out
+
+
+def test_disk_full_exits_1_with_one_line_naming_the_file(tmp_path, capsys, monkeypatch):
+    """ENOSPC injected at the write call (Keras' `Model.save` writes half a file, then fails):
+    exit 1, one line with the final path and the cause, no temporary file, no traceback."""
+    import errno
+
+    import keras
+
+    def save_half_then_fail(self, filepath, *args, **kwargs):
+        with open(filepath, "wb") as handle:
+            handle.write(b"PK\x03\x04 half a zip")
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(keras.Model, "save", save_half_then_fail)
+    run_dir = tmp_path / "run"
+    argv = [*TRAIN_ARGS, "--run-dir", str(run_dir)]
+    assert main(argv) == 1
+    err = capsys.readouterr().err.strip()
+    assert err == f"keras-vit train: error: cannot write {run_dir / 'last.keras'}: " + (
+        "No space left on device"
+    )
+    assert not [name for name in os.listdir(run_dir) if ".tmp" in name]
+    assert not (run_dir / "last.keras").exists() and not (run_dir / ".lock").exists()
