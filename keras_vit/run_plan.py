@@ -52,6 +52,8 @@ class RunConfig:
         strategy: a name of `keras_vit.distribute.STRATEGY_NAMES`.
         mixed_precision: None/"float32", "mixed_float16" or "mixed_bfloat16".
         validation_split: held-out split evaluated each epoch and at the end.
+        bad_images: folder datasets: "skip" (default) or "fail" on image files that cannot be
+            decoded (`keras_vit.data.image_check`).
         shots_per_class: embedded datasets only: train on N images per class, hold out the
             rest (see `keras_vit.data.load`).
     """
@@ -66,6 +68,7 @@ class RunConfig:
     mixed_precision: str | None = None
     validation_split: str = "test"
     shots_per_class: int | None = None
+    bad_images: str = "skip"
 
     def __post_init__(self):
         if self.task not in TASKS:

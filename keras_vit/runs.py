@@ -357,6 +357,7 @@ def _datasets(plan: RunPlan):
         data_dir=config.data_dir,
         shuffle_seed=config.recipe.seed,
         shots_per_class=config.shots_per_class,
+        bad_images=config.bad_images,
     )
     train_data = data.load(config.recipe.dataset, "train", training=True, **common)
     held_out = data.load(config.recipe.dataset, config.validation_split, training=False, **common)

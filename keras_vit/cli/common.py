@@ -32,7 +32,18 @@ def positive_float(text: str) -> float:
     return value
 
 
-def add_data_arguments(parser, *, default_dataset_help: str) -> None:
+def add_bad_images_argument(parser, *, default: str) -> None:
+    """--bad-images: what to do with image files that cannot be decoded."""
+    parser.add_argument(
+        "--bad-images",
+        choices=["skip", "fail"],
+        default=default,
+        help="image files that cannot be decoded (corrupt, empty, too large, unknown format): "
+        f"skip them and log their names, or stop at the first one (default: {default})",
+    )
+
+
+def add_data_arguments(parser, *, default_dataset_help: str, bad_images: str = "skip") -> None:
     parser.add_argument(
         "--dataset",
         help=(
@@ -41,6 +52,7 @@ def add_data_arguments(parser, *, default_dataset_help: str) -> None:
         ),
     )
     parser.add_argument("--data-dir", help="TFDS data directory (never downloads)")
+    add_bad_images_argument(parser, default=bad_images)
 
 
 def add_run_arguments(parser, *, task: str) -> None:
@@ -110,10 +122,16 @@ def resolve_strategy(name: str):
 def usage_errors():
     """Turns the configuration errors found before any work into `UsageError`."""
     from keras_vit import distribute, run_plan, runs
+    from keras_vit.data.image_check import BadImageError
 
     try:
         yield
-    except (run_plan.ConfigError, runs.RunDirError, distribute.StrategyUnavailableError) as e:
+    except (
+        run_plan.ConfigError,
+        runs.RunDirError,
+        distribute.StrategyUnavailableError,
+        BadImageError,
+    ) as e:
         raise UsageError(" ".join(str(e).split())) from None
 
 

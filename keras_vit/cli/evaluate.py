@@ -20,7 +20,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         ),
     )
     parser.add_argument("model", metavar="RUN_OR_MODEL", help="run directory, .keras or .npz")
-    common.add_data_arguments(parser, default_dataset_help="default: the run's dataset")
+    common.add_data_arguments(
+        parser, default_dataset_help="default: the run's dataset", bad_images="fail"
+    )
     parser.add_argument("--split", default="test", help="split to evaluate (default: test)")
     parser.add_argument(
         "--batch-size", type=common.positive_int, default=256, help="batch size (default 256)"
@@ -80,16 +82,18 @@ def run(args) -> int:
     dataset, shots, info = resolve_dataset(args, config)
     num_classes = check_classes(model, info)
     top_k = min(args.top_k, num_classes)
-    dataset_split = data.load(
-        dataset,
-        args.split,
-        image_size=tuple(model.input_shape[1:3]),
-        batch_size=args.batch_size,
-        training=False,
-        channels=int(model.input_shape[-1]),
-        data_dir=args.data_dir,
-        shots_per_class=shots,
-    )
+    with common.usage_errors():
+        dataset_split = data.load(
+            dataset,
+            args.split,
+            image_size=tuple(model.input_shape[1:3]),
+            batch_size=args.batch_size,
+            training=False,
+            channels=int(model.input_shape[-1]),
+            data_dir=args.data_dir,
+            shots_per_class=shots,
+            bad_images=args.bad_images,
+        )
     model.compile(
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=outputs_logits(model)),
         metrics=[

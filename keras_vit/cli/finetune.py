@@ -58,6 +58,7 @@ def build_config(args):
             strategy=args.strategy,
             mixed_precision=args.mixed_precision,
             shots_per_class=args.shots_per_class,
+            bad_images=args.bad_images,
         )
 
 

@@ -38,6 +38,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument(
         "--batch-size", type=common.positive_int, default=64, help="batch size (default 64)"
     )
+    common.add_bad_images_argument(parser, default="skip")
     parser.set_defaults(func=run)
     return parser
 
@@ -61,6 +62,25 @@ def find_images(inputs) -> list[str]:
         else:
             raise UsageError(f"Image file or folder not found: {item}")
     return files
+
+
+def usable_images(files, bad_images: str) -> list[str]:
+    """The files that decode (`keras_vit.data.image_check`); each bad one is reported on
+    stderr ("skip"), or the first one stops the command ("fail"); UsageError if none is left."""
+    import sys
+
+    from keras_vit.data import image_check
+
+    usable, bad = image_check.check_images(files, "skip")
+    if bad and bad_images == "fail":
+        path, reason = next(iter(bad.items()))
+        raise UsageError(f"Bad image {path}: {reason} (--bad-images skip predicts the others).")
+    for path, reason in bad.items():
+        print(f"Skipped {path}: {reason}", file=sys.stderr)
+    good = [path for path, ok in zip(files, usable, strict=True) if ok]
+    if not good:
+        raise UsageError(f"None of the {len(files)} image files can be decoded.")
+    return good
 
 
 def read_images(files, image_size, channels):
@@ -95,7 +115,8 @@ def run(args) -> int:
     from keras_vit.cli.evaluate import outputs_logits
 
     model, config = common.load_model(args.model)
-    files = find_images(args.inputs)
+    found = find_images(args.inputs)
+    files = usable_images(found, args.bad_images)
     images = read_images(files, tuple(model.input_shape[1:3]), int(model.input_shape[-1]))
     outputs = model.predict(
         images, batch_size=args.batch_size, verbose=1 if len(files) > 1000 else 0
@@ -116,5 +137,6 @@ def run(args) -> int:
         best = np.argsort(-probabilities, kind="stable")[:top_k]
         ranked = ", ".join(f"{names[i]} ({100 * probabilities[i]:.1f}%)" for i in best)
         print(f"{path}: {ranked}")
-    print(f"Predicted {len(files)} images with {args.model} (top-{top_k}).")
+    skipped = f"; skipped {len(found) - len(files)} bad file(s)" if len(found) > len(files) else ""
+    print(f"Predicted {len(files)} images with {args.model} (top-{top_k}){skipped}.")
     return 0

@@ -2,9 +2,10 @@
 
 Layouts: `root/<class>/<image>` (the only split is "train"; hold out with slices such as
 "train[:90%]" / "train[90%:]"), or `root/<split>/<class>/<image>` (splits are the sub-folder
-names, e.g. "train", "test"). Images are indexed, decoded and resized by
-`keras.utils.image_dataset_from_directory` (formats: bmp, gif, jpeg, jpg, png); class names
-are the sorted sub-folder names, labels their indices.
+names, e.g. "train", "test"). Images are indexed by `keras.utils.image_dataset_from_directory`
+(formats: bmp, gif, jpeg, jpg, png), checked by `keras_vit.data.image_check` (bad files
+skipped or refused), then decoded and resized as Keras does; class names are the sorted
+sub-folder names, labels their indices.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from keras_vit.data import image_check
 from keras_vit.data.info import DatasetInfo
 from keras_vit.data.splits import SplitSpec, slice_indices
 
@@ -61,9 +63,13 @@ def class_root(root, split_name: str) -> Path:
     return roots[split_name]
 
 
-def _channels_of(path: Path) -> int:
-    image = tf.io.decode_image(tf.io.read_file(str(path)), expand_animations=False)
-    return 1 if image.shape[-1] in (1, 2) else 3
+def _channels_of(paths) -> int:
+    """1 or 3: the channels of the first image that decodes (3 if none does)."""
+    for path in paths:
+        if image_check.image_problem(path) is None:
+            image = tf.io.decode_image(tf.io.read_file(str(path)), expand_animations=False)
+            return 1 if image.shape[-1] in (1, 2) else 3
+    return 3
 
 
 def describe_folder(root) -> DatasetInfo:
@@ -82,40 +88,71 @@ def describe_folder(root) -> DatasetInfo:
         name=str(root),
         num_classes=len(class_names),
         class_names=class_names,
-        channels=_channels_of(images[0]),
+        channels=_channels_of(images),
         num_examples={name: len(_images(path)) for name, path in roots.items()},
         image_size=None,
     )
 
 
-def folder_examples(root, spec: SplitSpec, image_size, channels: int):
+def folder_examples(root, spec: SplitSpec, image_size, channels: int, bad_images="skip"):
     """Unbatched (image float32 `(h, w, c)` in [0, 255] resized to `image_size`, label int32)
-    pairs of one split, in file order, sliced per class by `spec`."""
+    pairs of one split, in file order, sliced per class by `spec`.
+
+    Every file is checked first (`keras_vit.data.image_check`): with `bad_images="skip"`
+    the bad ones are left out (logged), with "fail" the first one raises `BadImageError`.
+    Slices are taken before bad files are left out, so a bad file never moves another file
+    between "train[:90%]" and "train[90%:]".
+    """
     directory = class_root(root, spec.name)
     info = describe_folder(root)
-    color_mode = "grayscale" if channels == 1 else "rgb"
-    dataset = keras.utils.image_dataset_from_directory(
+    indexed = keras.utils.image_dataset_from_directory(  # indexes only; nothing is decoded
         str(directory),
         labels="inferred",
         label_mode="int",
         class_names=list(info.class_names),
-        color_mode=color_mode,
         batch_size=None,
         image_size=tuple(image_size),
         shuffle=False,
-        interpolation="bilinear",
         verbose=False,
     )
+    paths = list(indexed.file_paths)
     labels = np.array(
-        [
-            info.class_names.index(Path(p).relative_to(directory).parts[0])
-            for p in dataset.file_paths
-        ]
+        [info.class_names.index(Path(p).relative_to(directory).parts[0]) for p in paths]
     )
-    dataset = dataset.map(lambda image, label: (image, tf.cast(label, tf.int32)))
-    if spec.is_sliced:
-        keep = np.zeros(len(labels), bool)
-        keep[slice_indices(labels, spec)] = True
-        keep = tf.constant(keep)
-        dataset = dataset.enumerate().filter(lambda i, _: keep[i]).map(lambda _, example: example)
-    return dataset, int(np.sum(slice_indices(labels, spec) >= 0))
+    keep = np.zeros(len(labels), bool)
+    keep[slice_indices(labels, spec)] = True
+    candidates = [path for path, kept in zip(paths, keep, strict=True) if kept]
+    usable, _ = image_check.check_images(
+        candidates, bad_images, channels=channels, where=str(directory)
+    )
+    keep[np.flatnonzero(keep)[~np.array(usable, bool)]] = False
+    kept_paths = np.array(paths)[keep]
+    cmyk = [channels == 1 and image_check.is_cmyk(path) for path in kept_paths]
+    dataset = tf.data.Dataset.from_tensor_slices(
+        (kept_paths, labels[keep].astype("int32"), np.array(cmyk, bool))
+    )
+    size = tuple(int(d) for d in image_size)
+    dataset = dataset.map(
+        lambda path, label, rgb: (_load_image(path, size, channels, rgb), label),
+        num_parallel_calls=tf.data.AUTOTUNE,
+    )
+    return dataset, int(keep.sum())
+
+
+def _load_image(path, image_size, channels, cmyk):
+    """What `keras.utils.image_dataset_from_directory` does per file: decode (format from
+    the content), bilinear resize, float32. A CMYK JPEG (`cmyk`) wanted in gray is decoded
+    to RGB, then converted (`tf.image.rgb_to_grayscale`)."""
+    data = tf.io.read_file(path)
+
+    def as_decoded():
+        return tf.io.decode_image(data, channels=channels, expand_animations=False)
+
+    def via_rgb():
+        rgb = tf.io.decode_image(data, channels=3, expand_animations=False)
+        return tf.cast(tf.round(tf.image.rgb_to_grayscale(tf.cast(rgb, tf.float32))), tf.uint8)
+
+    image = tf.cond(cmyk, via_rgb, as_decoded) if channels == 1 else as_decoded()
+    image = tf.image.resize(image, image_size, method="bilinear")
+    image.set_shape((*image_size, channels))
+    return image

@@ -129,7 +129,9 @@ def raw_examples(source, split, *, image_size, channels, data_dir, shuffle_seed,
         keep = slice_indices(y, parse_split(split))
         return tf.data.Dataset.from_tensor_slices((x[keep], y[keep])), len(keep), True
     if kind == "folder":
-        dataset, count = folder.folder_examples(source, parse_split(split), image_size, channels)
+        dataset, count = folder.folder_examples(
+            source, parse_split(split), image_size, channels, kw.get("bad_images", "skip")
+        )
         return dataset, count, False
     dataset = tfds_source.tfds_examples(
         source, split, data_dir, shuffle_files=training, seed=shuffle_seed
@@ -152,6 +154,7 @@ def load(
     shot_seed=0,
     one_hot=False,
     cache=None,
+    bad_images="skip",
 ) -> tf.data.Dataset:
     """A `tf.data` pipeline of `(images, labels)` batches from any supported source.
 
@@ -184,6 +187,9 @@ def load(
         cache: True caches the decoded examples (before augmentation) in memory: worth it for
             small folder/TFDS sources read for several epochs. Default None (no cache; the
             embedded and array sources are in memory anyway).
+        bad_images: folder sources: "skip" (default; bad files left out, count and names
+            logged) or "fail" (`keras_vit.data.image_check.BadImageError` naming the file);
+            see `keras_vit.data.image_check`.
 
     Returns:
         A `tf.data.Dataset` of (float32 `(batch, height, width, channels)` in [-1, 1],
@@ -215,6 +221,7 @@ def load(
         training=training,
         shots_per_class=shots_per_class,
         shot_seed=shot_seed,
+        bad_images=bad_images,
     )
     logger.debug("data %s split %s: %s examples", info.name, split, count)
     if cache and not in_memory:

@@ -1,0 +1,156 @@
+"""Checks image files before a pipeline decodes them: empty, unreadable, corrupt, or too big.
+
+A folder dataset may hold files that `tf.io.decode_image` cannot decode (a truncated JPEG,
+a zero-byte file, text or TIFF data under an image extension) or should not decode (a
+decompression bomb: a small PNG whose header claims 100,000 x 100,000 pixels, 30 GB once
+decoded). Inside a `tf.data` iterator such a file stops training with an error that names
+no file. `check_images` finds them first, in three steps per file, cheapest first:
+
+1. size and readability (`os.stat`, `open`);
+2. the header, read by Pillow without decoding the pixels (`PIL.Image.open` is lazy):
+   the format must be one TensorFlow decodes (`DECODABLE_FORMATS`) and width x height at
+   most `max_pixels`, so a bomb is refused before any decoding;
+3. a full `tf.io.decode_image`, which finds corrupt and truncated data.
+
+What TensorFlow decodes is kept: a CMYK JPEG (decoded to RGB), a 16-bit PNG (scaled to
+8 bits), a PNG saved with a `.jpg` extension (the format is read from the content).
+
+`policy` says what happens to bad files: "skip" (leave them out; their count and names are
+logged) or "fail" (`BadImageError` naming the first bad file).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import os
+import re
+import warnings
+
+logger = logging.getLogger(__name__)
+
+BAD_IMAGE_POLICIES = ("skip", "fail")
+DECODABLE_FORMATS = ("JPEG", "PNG", "GIF", "BMP")
+MAX_PIXELS = 40_000_000  # width x height; ~120 MB as decoded RGB uint8
+LOGGED_NAMES = 20
+REFUSED = "decompression bomb refused before decoding"
+
+
+class BadImageError(ValueError):
+    """An image file cannot (or must not) be decoded; the message names the file."""
+
+
+def check_policy(policy: str) -> str:
+    if policy not in BAD_IMAGE_POLICIES:
+        raise ValueError(
+            f"bad_images must be one of {list(BAD_IMAGE_POLICIES)}. Received: {policy!r}"
+        )
+    return policy
+
+
+def image_problem(path, max_pixels: int = MAX_PIXELS, channels: int = 3) -> str | None:
+    """Why the image file at `path` cannot be used, or None if it decodes.
+
+    Args:
+        path: the image file.
+        max_pixels: largest width x height accepted (checked from the header, before any
+            decoding).
+        channels: the channels the pipeline decodes to (1 or 3). A CMYK JPEG is checked
+            with 3 (libjpeg decodes it to RGB but not to gray; see `is_cmyk`).
+
+    Returns:
+        None, or a short reason such as "empty file (0 bytes)" or "header claims
+        100000 x 100000 pixels, more than the limit of 40000000".
+    """
+    from PIL import Image, UnidentifiedImageError
+
+    path = os.fspath(path)
+    try:
+        if os.path.getsize(path) == 0:
+            return "empty file (0 bytes)"
+        with open(path, "rb") as handle, warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            with Image.open(handle) as image:
+                image_format, (width, height), mode = image.format, image.size, image.mode
+    except Image.DecompressionBombError as error:  # Pillow's own, higher limit
+        pixels = re.search(r"\((\d+) pixels\)", str(error))
+        claimed = f"{pixels.group(1)} pixels" if pixels else "too many pixels"
+        return f"header claims {claimed}, more than the limit of {max_pixels}; {REFUSED}"
+    except UnidentifiedImageError:
+        return "not image data TensorFlow can decode (unrecognised content)"
+    except OSError as error:
+        return f"cannot be read ({error.strerror or error})"
+    if image_format not in DECODABLE_FORMATS:
+        return f"{image_format} data; TensorFlow decodes {', '.join(DECODABLE_FORMATS)}"
+    if width * height > max_pixels:
+        return (
+            f"header claims {width} x {height} pixels, more than the limit of {max_pixels}; "
+            f"{REFUSED}"
+        )
+    return _decode_problem(path, 3 if mode == "CMYK" else channels)
+
+
+def is_cmyk(path) -> bool:
+    """True for a CMYK (or YCCK) JPEG, which libjpeg decodes to RGB but not to gray."""
+    from PIL import Image
+
+    try:
+        with Image.open(path) as image:
+            return image.mode == "CMYK"
+    except (OSError, Image.DecompressionBombError):
+        return False
+
+
+def _decode_problem(path: str, channels: int = 3) -> str | None:
+    import tensorflow as tf
+
+    try:
+        tf.io.decode_image(tf.io.read_file(path), channels=channels, expand_animations=False)
+    except (tf.errors.InvalidArgumentError, tf.errors.OpError) as error:
+        message = " ".join(str(error.message).split())
+        message = message.split("}} ", 1)[-1].split(" [Op:")[0][:120]  # TF's framing off
+        return f"corrupt or truncated data ({message})"
+    return None
+
+
+def check_images(
+    paths, policy: str = "skip", *, max_pixels: int = MAX_PIXELS, channels: int = 3, where=""
+):
+    """Which of `paths` are usable images (see the module docstring).
+
+    Args:
+        paths: image file paths.
+        policy: "skip" (default) or "fail".
+        max_pixels, channels: see `image_problem`.
+        where: the folder or source named in the log line.
+
+    Returns:
+        (list of booleans, True for each usable file; {path: reason} of the bad ones).
+
+    Raises:
+        BadImageError: with policy "fail", naming the first bad file and the reason.
+        ValueError: an unknown policy.
+    """
+    check_policy(policy)
+    paths = [os.fspath(p) for p in paths]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=8) as pool:
+        problems = list(pool.map(lambda p: image_problem(p, max_pixels, channels), paths))
+    bad = {path: reason for path, reason in zip(paths, problems, strict=True) if reason}
+    if bad and policy == "fail":
+        path, reason = next(iter(bad.items()))
+        raise BadImageError(
+            f"Bad image {path}: {reason}. {len(bad)} bad file(s) in all; pass "
+            "--bad-images skip (bad_images='skip') to leave them out."
+        )
+    if bad:
+        shown = "; ".join(f"{path} ({reason})" for path, reason in list(bad.items())[:LOGGED_NAMES])
+        more = f"; and {len(bad) - LOGGED_NAMES} more" if len(bad) > LOGGED_NAMES else ""
+        logger.warning(
+            "Skipped %d bad image file(s) of %d%s: %s%s",
+            len(bad),
+            len(paths),
+            f" in {where}" if where else "",
+            shown,
+            more,
+        )
+    return [problem is None for problem in problems], bad
