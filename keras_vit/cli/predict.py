@@ -75,11 +75,13 @@ def usable_images(files, bad_images: str) -> list[str]:
     if bad and bad_images == "fail":
         path, reason = next(iter(bad.items()))
         raise UsageError(f"Bad image {path}: {reason} (--bad-images skip predicts the others).")
-    for path, reason in bad.items():
-        print(f"Skipped {path}: {reason}", file=sys.stderr)
     good = [path for path, ok in zip(files, usable, strict=True) if ok]
     if not good:
-        raise UsageError(f"None of the {len(files)} image files can be decoded.")
+        path, reason = next(iter(bad.items()))
+        count = "" if len(files) == 1 else f" (none of the {len(files)} files decodes)"
+        raise UsageError(f"Cannot read {path} as an image: {reason}{count}.")
+    for path, reason in bad.items():
+        print(f"Skipped {path}: {reason}", file=sys.stderr)
     return good
 
 
