@@ -160,7 +160,7 @@ def check_jit_compile(args, strategy) -> None:
     from keras_vit import distribute
 
     reason = distribute.xla_unsupported_reason(strategy)
-    if getattr(args, "jit_compile", None) and reason:
+    if getattr(args, "jit_compile", None) is True and reason:
         raise UsageError(f"--jit-compile cannot run here: {reason}; drop the flag.")
 
 
