@@ -143,3 +143,41 @@ def test_disk_full_exits_1_with_one_line_naming_the_file(tmp_path, capsys, monke
     )
     assert not [name for name in os.listdir(run_dir) if ".tmp" in name]
     assert not (run_dir / "last.keras").exists() and not (run_dir / ".lock").exists()
+
+
+def test_ctrl_c_stops_at_once_with_one_line_about_resume(tmp_path):
+    import signal
+    import time
+
+    run_dir = tmp_path / "run"
+    code = "import sys; from keras_vit.cli.main import main; sys.exit(main())"
+    argv = [*TRAIN_ARGS[:-3], "--epochs", "200", "--no-jit-compile", "--run-dir", str(run_dir)]
+    process = subprocess.Popen(
+        [sys.executable, "-c", code, *argv],
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 240
+        while not (run_dir / "backup" / "state.json").exists():  # epoch 1 is saved
+            assert process.poll() is None and time.monotonic() < deadline
+            time.sleep(0.1)
+        process.send_signal(signal.SIGINT)
+        sent = time.monotonic()
+        _, err = process.communicate(timeout=60)
+        stopped_after = time.monotonic() - sent
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 130, err[-3000:]
+    assert "Traceback" not in err, err[-3000:]
+    last = err.strip().splitlines()[-1]
+    assert last == (
+        "keras-vit train: interrupted. The run keeps its last finished epoch; continue with: "
+        f"keras-vit train --resume --run-dir {run_dir}"
+    )
+    assert stopped_after < 30  # at once: not after the remaining ~200 epochs
+    assert not (run_dir / ".lock").exists() and (run_dir / "last.keras").is_file()
