@@ -94,6 +94,8 @@ class PatchEmbed(keras.layers.Layer):
                     f"({self.grid_size} patches) but received size {size}. Build a model for "
                     "the new size (e.g. keras_vit.finetune(model, ..., image_size=...))."
                 )
+        elif self.grid_size is not None:
+            images = _assert_size_at_run_time(images, self.image_size, self.channels)
         images = ops.cast(images, self.compute_dtype)
         x = self.conv(images)
         shape = ops.shape(x)
@@ -114,3 +116,32 @@ class PatchEmbed(keras.layers.Layer):
             "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
             "bias_initializer": keras.initializers.serialize(self.bias_initializer),
         }
+
+
+def _assert_size_at_run_time(images, image_size, channels):
+    """`images`, after Keras' clear input-shape error for sizes unknown at trace time.
+
+    TensorFlow's `predict` traces again with relaxed shapes `(batch, None, None, c)` once it
+    has seen a second input size, so Keras' own check ("expected shape=(None, 32, 32, 3),
+    found shape=(1, 40, 40, 3)") passes and the wrong size used to fail later, inside the
+    position-embedding add. This asserts the size at run time, naming both shapes, before
+    anything uses the images. JAX traces with concrete shapes, where the static check in
+    `call` already applies.
+    """
+    if keras.backend.backend() != "tensorflow":
+        return images
+    import tensorflow as tf
+
+    height, width = image_size
+    shape = tf.shape(images)
+    check = tf.debugging.Assert(
+        tf.reduce_all(tf.equal(shape[1:3], [height, width])),
+        [
+            f"Input images are incompatible with the model: expected shape=(None, {height}, "
+            f"{width}, {channels}), found shape=",
+            shape,
+        ],
+        summarize=4,
+    )
+    with tf.control_dependencies([check]):
+        return tf.identity(images)

@@ -63,3 +63,33 @@ def test_rejects_other_channel_count_than_built():
 def test_rejects_bad_arguments(kwargs, message):
     with pytest.raises(ValueError, match=message):
         PatchEmbed(**kwargs)
+
+
+WRONG_SIZE_CALLS = {
+    "predict": lambda model, x: model.predict(x, verbose=0),
+    "call": lambda model, x: model(x),
+    "predict_on_batch": lambda model, x: model.predict_on_batch(x),
+}
+
+
+@pytest.mark.parametrize(
+    "first, second", [(a, b) for a in WRONG_SIZE_CALLS for b in WRONG_SIZE_CALLS]
+)
+def test_wrong_image_size_after_a_good_call_gets_the_clear_shape_error(first, second):
+    """B: `predict` on 32x32 then on 40x40 used to fail inside TensorFlow at the
+    position-embedding add; every order of calls now names the expected and found shapes."""
+    import keras_vit
+    from tests.conftest import TINY_VIT
+
+    model = keras_vit.ViT(**TINY_VIT)
+    good = np.zeros((2, 32, 32, 3), "float32")
+    wrong = np.zeros((1, 40, 40, 3), "float32")
+    WRONG_SIZE_CALLS[first](model, good)
+    for _ in range(2):  # the second wrong call runs the relaxed trace again
+        with pytest.raises(Exception) as info:
+            WRONG_SIZE_CALLS[second](model, wrong)
+        message = str(info.value)
+        assert "expected shape=(None, 32, 32, 3)" in message, message[-2000:]
+        assert "40, 40, 3)" in message or "[1 40 40 3]" in message, message[-2000:]
+        assert "posembed" not in message.split("expected shape")[0][-300:]
+    assert np.asarray(WRONG_SIZE_CALLS[first](model, good)).shape == (2, 10)  # still works
