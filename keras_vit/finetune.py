@@ -8,15 +8,12 @@ section 3.2; vit_facts.md section 4).
 
 from __future__ import annotations
 
-import logging
-
 import keras
 
 from keras_vit._validation import check_positive_int, to_pair
+from keras_vit._warnings import warn_weights
 from keras_vit.checkpoints.architecture import num_prefix_tokens, patch_grid
 from keras_vit.position_embeddings import resize_position_embeddings
-
-logger = logging.getLogger(__name__)
 
 _POSITION_LAYER = "posembed_input"
 _REPLACED = ("pre_logits", "head")
@@ -58,11 +55,9 @@ def _copy_body(source, target, method):
                         values[0], old, new, num_prefix_tokens(source), method
                     )
                 ]
-                logger.info(
-                    "Position embeddings resized: grid %dx%d -> %dx%d (%s).",
-                    *old,
-                    *new,
-                    method,
+                warn_weights(
+                    f"Position embeddings resized: grid {old[0]}x{old[1]} -> "
+                    f"{new[0]}x{new[1]} ({method})."
                 )
         layer.set_weights(values)
 
