@@ -191,7 +191,13 @@ def fit_run(
         callback_list = [
             history,
             callbacks.ModelSnapshots(run_dir, monitor=monitor, write=chief),
-            callbacks.LearningCurvePlot(history, os.path.join(run_dir, PLOT_FILE), write=chief),
+            callbacks.LearningCurvePlot(
+                history,
+                os.path.join(run_dir, PLOT_FILE),
+                write=chief,
+                title=f"{os.path.basename(run_dir)}: learning curves",
+                monitor=monitor,
+            ),
             keras.callbacks.TensorBoard(os.path.join(scratch or run_dir, LOG_DIR)),
             *extra_callbacks,
             callbacks.AtomicBackupAndRestore(_backup_dir(run_dir, strategy, chief)),
