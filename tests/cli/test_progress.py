@@ -1,0 +1,49 @@
+"""Output modes of the long commands: a bar on a terminal, lines in a file, --quiet."""
+
+from __future__ import annotations
+
+import argparse
+import io
+
+import pytest
+
+from keras_vit.cli import progress
+
+
+class _Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def _args(argv):
+    parser = argparse.ArgumentParser()
+    progress.add_output_arguments(parser)
+    return parser.parse_args(argv)
+
+
+@pytest.mark.parametrize(
+    "argv, stream, mode",
+    [
+        ([], _Terminal(), "batch"),
+        ([], io.StringIO(), "epoch"),  # a file or a pipe
+        (["--log-every", "epoch"], _Terminal(), "epoch"),
+        (["--log-every", "batch"], io.StringIO(), "batch"),
+        (["--quiet"], _Terminal(), "quiet"),
+        (["--quiet", "--log-every", "batch"], _Terminal(), "quiet"),
+    ],
+)
+def test_output_mode(argv, stream, mode):
+    assert progress.output_mode(_args(argv), stream) == mode
+    assert progress.keras_verbose(mode) == (1 if mode == "batch" else 0)
+
+
+def test_epoch_line_has_number_time_and_every_log():
+    out = io.StringIO()
+    callback = progress.epoch_lines(out)
+    callback.set_params({"epochs": 15, "steps": 3, "verbose": 0})
+    callback.on_epoch_begin(2)
+    callback.on_epoch_end(2, {"loss": 0.81234, "accuracy": 0.741})
+    line = out.getvalue()
+    assert line.endswith("\n") and line.count("\n") == 1
+    assert line.startswith("epoch 3/15  ")
+    assert line.rstrip().endswith(" s  loss 0.8123  accuracy 0.7410")
