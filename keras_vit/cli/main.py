@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.DEBUG
         if verbose
-        else (logging.WARNING if getattr(args, "quiet", False) else logging.INFO),
+        else (logging.WARNING if vars(args).get("quiet") else logging.INFO),
         format="%(levelname)s %(name)s: %(message)s",
     )
     previous_showwarning, warnings.showwarning = warnings.showwarning, _show_warning

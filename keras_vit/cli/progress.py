@@ -27,7 +27,7 @@ def add_output_arguments(parser, *, log_every: bool = True) -> None:
 
 def output_mode(args, stream=None) -> str:
     """'quiet', 'batch' or 'epoch' for the parsed `args` (a TTY test decides the default)."""
-    if getattr(args, "quiet", False):
+    if vars(args).get("quiet"):
         return "quiet"
     chosen = getattr(args, "log_every", None)
     if chosen:
