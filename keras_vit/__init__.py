@@ -10,7 +10,7 @@ import importlib
 import sys
 import types
 
-__version__ = "0.1.0"
+from keras_vit._version import __version__ as __version__
 
 # public name -> the module that defines it ("" for a sub-module of the same name)
 _EXPORTS = {
