@@ -42,18 +42,26 @@ def build_parser() -> argparse.ArgumentParser:
             "export, convert, benchmark and explain."
         ),
     )
+    _add_verbose(parser, default=False)
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    subparsers.required = True
+    for module_name in SUBCOMMAND_MODULES:
+        subparser = importlib.import_module(f"keras_vit.cli.{module_name}").add_parser(subparsers)
+        # also after the subcommand (`keras-vit train -v`); SUPPRESS keeps a `-v` given
+        # before it from being reset by the subcommand's default
+        _add_verbose(subparser, default=argparse.SUPPRESS)
+    return parser
+
+
+def _add_verbose(parser, default) -> None:
     parser.add_argument(
         "-v",
         "--verbose",
         action="store_true",
+        default=default,
         help="log debug messages from keras_vit and show TensorFlow's start-up logs "
         "(also KERAS_VIT_VERBOSE=1)",
     )
-    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    subparsers.required = True
-    for module_name in SUBCOMMAND_MODULES:
-        importlib.import_module(f"keras_vit.cli.{module_name}").add_parser(subparsers)
-    return parser
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,7 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from keras_vit.cli.main import SUBCOMMAND_MODULES
+import pytest
+
+from keras_vit.cli.main import SUBCOMMAND_MODULES, build_parser
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -78,3 +80,16 @@ def test_start_up_is_quiet_unless_verbose(tmp_path):
     assert verbose.returncode == 2
     assert len(verbose.stderr.splitlines()) > 1
     assert verbose.stderr.splitlines()[-1] == quiet.stderr.strip()
+
+
+@pytest.mark.parametrize(
+    "argv, verbose",
+    [
+        (["train"], False),
+        (["-v", "train"], True),
+        (["train", "--verbose"], True),
+        (["--verbose", "evaluate", "RUN"], True),
+    ],
+)
+def test_verbose_before_or_after_the_subcommand(argv, verbose):
+    assert build_parser().parse_args(argv).verbose is verbose
