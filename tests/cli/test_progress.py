@@ -47,3 +47,25 @@ def test_epoch_line_has_number_time_and_every_log():
     assert line.endswith("\n") and line.count("\n") == 1
     assert line.startswith("epoch 3/15  ")
     assert line.rstrip().endswith(" s  loss 0.8123  accuracy 0.7410")
+
+
+def test_start_line_of_a_finetune_run_names_the_source_and_the_chosen_precision():
+    record = {
+        "run": {"task": "finetune", "weights": "runs/mnist/best.npz", "model": "default"},
+        "resolved": {
+            "dataset": "digits",
+            "num_train_examples": 100,
+            "num_classes": 10,
+            "image_size": [40, 40],
+            "model_kwargs": {"patch_size": 4, "hidden_dim": 64, "num_layers": 4},
+            "jit_compile": True,
+            "strategy": "MirroredStrategy",
+            "num_replicas": 2,
+        },
+    }
+    line = progress.start_line("runs/digits", record, "mixed_bfloat16")
+    assert line == (
+        "Run runs/digits: model fine-tuned from runs/mnist/best.npz (ViT patch 4, hidden_dim 64, "
+        "layers 4); data digits (100 training images, 10 classes, 40x40); precision "
+        "mixed_bfloat16, jit_compile True; MirroredStrategy, 2 replica(s)"
+    )
