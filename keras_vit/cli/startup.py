@@ -29,7 +29,11 @@ def verbose_from_env() -> bool:
 def stderr_fd_silenced():
     """Sends OS-level stderr (fd 2, where C++ logs go) to /dev/null inside the block."""
     sys.stderr.flush()
-    saved = os.dup(2)
+    try:
+        saved = os.dup(2)
+    except OSError:  # no file descriptor 2 (a detached process): nothing to silence
+        yield
+        return
     try:
         with open(os.devnull, "w") as devnull:
             os.dup2(devnull.fileno(), 2)
