@@ -228,3 +228,24 @@ def test_cli_benchmark_bad_arguments_exit_2(bad_args, capsys):
 
     assert main(["benchmark", *bad_args]) == 2
     assert "keras-vit benchmark: error:" in capsys.readouterr().err
+
+
+def test_serving_load_smoke(tmp_path):
+    """benchmarks/serving_load.py on 40 requests: the TF-only server answers the good ones
+    as it does serially, rejects the bad ones naming the problem, and reports percentiles."""
+    out = tmp_path / "serving.json"
+    done = run_script(
+        "serving_load.py",
+        *("--requests", "40", "--threads", "2", "--pool", "8", "--bad-fraction", "0.3"),
+        *("--json", str(out)),
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert result["requests"] == 40 and result["bad_requests"] > 0
+    assert all(result["checks"].values()), result
+    assert result["latency_ms"]["p50"] <= result["latency_ms"]["p99"]
+    assert all(
+        "Invalid JPEG data" in m or "Unknown image file format" in m or "Input is empty" in m
+        for m in result["bad_messages"]
+    )
+    assert run_script("serving_load.py", "--requests", "0").returncode == 2

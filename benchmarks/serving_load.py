@@ -1,0 +1,236 @@
+"""Serving under load: a TensorFlow-only process answers concurrent `serving_bytes` requests.
+
+1. Exports a ViT (tiny by default, random non-zero weights) with
+   `keras_vit.export_saved_model`, in this process.
+2. Starts a second process with `PYTHONPATH` cleared that imports TensorFlow only (no
+   keras_vit, no Keras model code), loads the SavedModel and serves `--requests` requests
+   from `--threads` threads. Each request is a batch of 1-16 encoded images (JPEG or PNG,
+   sides 16-64 px) drawn from a pool of prepared payloads; `--bad-fraction` of them hold one
+   bad image (truncated JPEG, text, an empty string) and must be rejected.
+3. Checks: every good request's logits equal the answer computed serially for the same
+   payload before the load (max abs difference); every bad request fails with
+   `InvalidArgumentError` whose message names the problem; resident memory (RSS) after the
+   load is within `--memory-bound-mb` of the RSS after a warm-up of one request per
+   payload. Prints a JSON summary: latency percentiles (ms), requests/s, RSS figures, checks.
+
+Usage:
+    python benchmarks/serving_load.py                     # 2,000 requests, 8 threads
+    python benchmarks/serving_load.py --requests 40 --threads 2 --pool 8   # smoke test
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+SERVER = r"""
+import io, json, os, random, sys, threading, time
+import numpy as np
+import tensorflow as tf
+
+args = json.loads(sys.argv[1])
+assert "keras_vit" not in sys.modules
+model = tf.saved_model.load(args["export"])
+serve = model.signatures["serving_bytes"]
+with np.load(args["payloads"], allow_pickle=False) as stored:
+    pool = [
+        [stored[f"p{i}_{j}"].tobytes() for j in range(int(stored[f"n{i}"]))]
+        for i in range(int(stored["count"]))
+    ]
+    bad = [bool(b) for b in stored["bad"]]
+
+
+def rss_mb():
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def call(index):
+    try:
+        return serve(image_bytes=tf.constant(pool[index]))["logits"].numpy(), None
+    except tf.errors.InvalidArgumentError as error:
+        return None, " ".join(str(error.message).split())
+
+
+reference = [call(i) for i in range(len(pool))]  # serial answers, and the warm-up
+rss_warm = rss_mb()
+rng = random.Random(0)
+order = [rng.randrange(len(pool)) for _ in range(args["requests"])]
+latencies, mismatches, bad_messages, wrong = [], [], [], []
+lock = threading.Lock()
+cursor = iter(range(len(order)))
+
+
+def worker():
+    while True:
+        with lock:
+            position = next(cursor, None)
+        if position is None:
+            return
+        index = order[position]
+        start = time.perf_counter()
+        logits, error = call(index)
+        elapsed = time.perf_counter() - start
+        with lock:
+            latencies.append(elapsed)
+            if bad[index]:
+                if error is None:
+                    wrong.append(f"bad payload {index} answered")
+                else:
+                    bad_messages.append(error)
+            elif error is not None:
+                wrong.append(f"good payload {index} failed: {error[:200]}")
+            else:
+                mismatches.append(float(np.max(np.abs(logits - reference[index][0]))))
+
+
+threads = [threading.Thread(target=worker) for _ in range(args["threads"])]
+start = time.perf_counter()
+for thread in threads:
+    thread.start()
+for thread in threads:
+    thread.join()
+wall = time.perf_counter() - start
+rss_end = rss_mb()
+ms = np.array(latencies) * 1000
+print("RESULT " + json.dumps({
+    "requests": len(latencies),
+    "threads": args["threads"],
+    "bad_requests": sum(bad[i] for i in order),
+    "requests_per_s": round(len(latencies) / wall, 1),
+    "latency_ms": {p: round(float(np.percentile(ms, q)), 2)
+                   for p, q in (("p50", 50), ("p90", 90), ("p99", 99), ("max", 100))},
+    "max_abs_logit_diff": max(mismatches, default=0.0),
+    "wrong": wrong[:10],
+    "bad_messages": sorted(set(
+        m.split("unavailable> ")[-1].split(" [[")[0][:160] for m in bad_messages
+    )),
+    "rss_warm_mb": round(rss_warm, 1),
+    "rss_end_mb": round(rss_end, 1),
+    "rss_growth_mb": round(rss_end - rss_warm, 1),
+}))
+"""
+
+# What the rejection of each kind of bad payload must say (TensorFlow's decoder messages).
+BAD_MESSAGE_WORDS = ("Invalid JPEG data", "Unknown image file format", "Input is empty", "Empty")
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--requests", type=int, default=2000)
+    parser.add_argument("--threads", type=int, default=8)
+    parser.add_argument("--pool", type=int, default=64, help="distinct request payloads")
+    parser.add_argument("--bad-fraction", type=float, default=0.05)
+    parser.add_argument("--memory-bound-mb", type=float, default=64.0)
+    parser.add_argument("--image-size", type=int, default=32, help="model input side")
+    parser.add_argument("--json", help="also write the summary to this file")
+    args = parser.parse_args(argv)
+    if args.requests <= 0 or args.threads <= 0 or args.pool <= 0:
+        parser.error("--requests, --threads and --pool must be positive")
+    if not 0 <= args.bad_fraction < 1:
+        parser.error("--bad-fraction must be in [0, 1)")
+    return args
+
+
+def export_model(folder, image_size):
+    import numpy as np
+
+    import keras_vit
+
+    model = keras_vit.ViT(
+        image_size=image_size,
+        patch_size=8,
+        hidden_dim=32,
+        num_heads=4,
+        mlp_dim=64,
+        num_layers=2,
+        num_classes=10,
+    )
+    rng = np.random.default_rng(0)
+    model.set_weights([w + 0.05 * rng.standard_normal(w.shape) for w in model.get_weights()])
+    return keras_vit.export_saved_model(model, os.path.join(folder, "export"), version=1)
+
+
+def make_payloads(path, count, bad_fraction):
+    """`count` batches of encoded images; a `bad_fraction` share holds one bad image."""
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(1)
+    arrays, bad = {}, []
+    for i in range(count):
+        images = []
+        for _ in range(int(rng.integers(1, 17))):
+            height, width = (int(v) for v in rng.integers(16, 65, 2))
+            pixels = rng.integers(0, 256, (height, width, 3), dtype=np.uint8)
+            buffer = io.BytesIO()
+            kind = "JPEG" if rng.random() < 0.5 else "PNG"
+            options = {"quality": 90} if kind == "JPEG" else {}
+            Image.fromarray(pixels).save(buffer, format=kind, **options)
+            images.append(buffer.getvalue())
+        is_bad = rng.random() < bad_fraction or (i == count - 1 and not any(bad) and bad_fraction)
+        if is_bad:
+            jpeg = next((b for b in images if b[:2] == b"\xff\xd8"), None)
+            choice = int(rng.integers(3))
+            broken = (
+                jpeg[: len(jpeg) // 2]
+                if choice == 0 and jpeg
+                else b"not an image"
+                if choice < 2
+                else b""
+            )
+            images[int(rng.integers(len(images)))] = broken
+        bad.append(bool(is_bad))
+        arrays[f"n{i}"] = np.array(len(images))
+        for j, data in enumerate(images):
+            arrays[f"p{i}_{j}"] = np.frombuffer(data, np.uint8)
+    np.savez(path, count=np.array(count), bad=np.array(bad), **arrays)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="serving_load_") as folder:
+        export = export_model(folder, args.image_size)
+        payloads = os.path.join(folder, "payloads.npz")
+        make_payloads(payloads, args.pool, args.bad_fraction)
+        config = {"export": export, "payloads": payloads, **vars(args)}
+        env = {**os.environ, "PYTHONPATH": "", "TF_CPP_MIN_LOG_LEVEL": "2"}
+        done = subprocess.run(
+            [sys.executable, "-c", SERVER, json.dumps(config)],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=folder,
+            timeout=3600,
+        )
+    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    if done.returncode or not lines:
+        print(done.stdout[-3000:] + done.stderr[-3000:], file=sys.stderr)
+        return 1
+    result = json.loads(lines[-1][len("RESULT ") :])
+    result["checks"] = {
+        "good_answers_equal_serial": result["max_abs_logit_diff"] <= 1e-5 and not result["wrong"],
+        "bad_rejected_naming_problem": all(
+            any(word in message for word in BAD_MESSAGE_WORDS) for message in result["bad_messages"]
+        ),
+        "memory_within_bound": result["rss_growth_mb"] <= args.memory_bound_mb,
+    }
+    result["memory_bound_mb"] = args.memory_bound_mb
+    print(json.dumps(result, indent=2))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=2)
+    return 0 if all(result["checks"].values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
