@@ -126,7 +126,7 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--requests", type=int, default=2000)
     parser.add_argument("--threads", type=int, default=8)
-    parser.add_argument("--pool", type=int, default=64, help="distinct request payloads")
+    parser.add_argument("--pool", type=int, default=100, help="distinct request payloads")
     parser.add_argument("--bad-fraction", type=float, default=0.05)
     parser.add_argument("--memory-bound-mb", type=float, default=64.0)
     parser.add_argument("--image-size", type=int, default=32, help="model input side")
@@ -158,8 +158,15 @@ def export_model(folder, image_size):
     return keras_vit.export_saved_model(model, os.path.join(folder, "export"), version=1)
 
 
+def _encode(image_module, io, pixels, kind="JPEG"):
+    buffer = io.BytesIO()
+    image_module.fromarray(pixels).save(buffer, format=kind, quality=90)
+    return buffer.getvalue()
+
+
 def make_payloads(path, count, bad_fraction):
-    """`count` batches of encoded images; a `bad_fraction` share holds one bad image."""
+    """`count` batches of encoded images; `round(count * bad_fraction)` of them, spread
+    evenly, hold one bad image each: a truncated JPEG, text, or an empty string in turn."""
     import io
 
     import numpy as np
@@ -167,6 +174,8 @@ def make_payloads(path, count, bad_fraction):
 
     rng = np.random.default_rng(1)
     arrays, bad = {}, []
+    num_bad = round(count * bad_fraction)
+    bad_indices = [int(i) for i in np.linspace(0, count - 1, num_bad)] if num_bad else []
     for i in range(count):
         images = []
         for _ in range(int(rng.integers(1, 17))):
@@ -177,17 +186,13 @@ def make_payloads(path, count, bad_fraction):
             options = {"quality": 90} if kind == "JPEG" else {}
             Image.fromarray(pixels).save(buffer, format=kind, **options)
             images.append(buffer.getvalue())
-        is_bad = rng.random() < bad_fraction or (i == count - 1 and not any(bad) and bad_fraction)
+        is_bad = i in bad_indices
         if is_bad:
+            kind = bad_indices.index(i) % 3
             jpeg = next((b for b in images if b[:2] == b"\xff\xd8"), None)
-            choice = int(rng.integers(3))
-            broken = (
-                jpeg[: len(jpeg) // 2]
-                if choice == 0 and jpeg
-                else b"not an image"
-                if choice < 2
-                else b""
-            )
+            if kind == 0 and jpeg is None:
+                jpeg = _encode(Image, io, rng.integers(0, 256, (32, 32, 3), dtype=np.uint8))
+            broken = (jpeg[: len(jpeg) // 2], b"not an image", b"")[kind]
             images[int(rng.integers(len(images)))] = broken
         bad.append(bool(is_bad))
         arrays[f"n{i}"] = np.array(len(images))
