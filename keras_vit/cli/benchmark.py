@@ -1,7 +1,9 @@
 """`keras-vit benchmark`: images/second of a ViT for inference and a training step.
 
-Measures keras_vit in this process (after warm-up, median of several repeats), the float32
-matrix-multiply peak of the machine and the model FLOP utilisation from the analytic FLOP
+Measures keras_vit in this process (after warm-up, median of several repeats) under the
+precision and compiler of `--mixed-precision`/`--jit-compile` (default auto:
+`keras_vit.distribute.choose_precision`), the matrix-multiply roof of the machine (float32 and
+bfloat16, with and without XLA) and the model FLOP utilisation from the analytic FLOP
 count (paper section 3.1; FLOPs = 2 x MACs, a training step ~3x the forward pass). The peers
 (keras-hub's `ViTBackbone` + a dense head, vit-keras' `build_model`) are measured too when
 they are installed and asked for with `--peers`. The side-by-side harness with one process
@@ -17,6 +19,7 @@ import statistics
 import time
 
 from keras_vit._atomic import write_json
+from keras_vit.cli import common
 from keras_vit.cli.main import UsageError
 
 logger = logging.getLogger(__name__)
@@ -100,12 +103,13 @@ def peak_rss_mb():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
-def gemm_gflops(size, repeats=3, xla=True):
-    """Median GFLOP/s of a float32 `size x size` matrix product in TensorFlow (2 n^3 FLOPs)."""
+def gemm_gflops(size, repeats=3, xla=True, dtype="float32"):
+    """Median GFLOP/s of a `size x size` matrix product in TensorFlow (2 n^3 FLOPs), in
+    `dtype` ("float32" or "bfloat16"), with or without XLA."""
     import tensorflow as tf
 
-    a = tf.random.normal((size, size))
-    b = tf.random.normal((size, size))
+    a = tf.cast(tf.random.normal((size, size)), dtype)
+    b = tf.cast(tf.random.normal((size, size)), dtype)
     matmul = tf.function(lambda x, y: tf.matmul(x, y)[:1, :1], jit_compile=xla)
     matmul(a, b).numpy()  # compile, warm up
     steps = min(20, max(1, int(2e10 // (2 * size**3))))  # ~10 GFLOP per repeat, <= 20 calls
@@ -118,10 +122,24 @@ def gemm_gflops(size, repeats=3, xla=True):
     return 2.0 * size**3 / statistics.median(times) / 1e9
 
 
-def gemm_peak(sizes=(1024, 2048, 4096), repeats=3, xla=True):
+def gemm_peak(sizes=(1024, 2048, 4096), repeats=3, xla=True, dtype="float32"):
     """The best GEMM GFLOP/s over `sizes` and the figure of each size."""
-    per_size = {str(n): gemm_gflops(n, repeats, xla) for n in sizes}
+    per_size = {str(n): gemm_gflops(n, repeats, xla, dtype) for n in sizes}
     return max(per_size.values()), per_size
+
+
+GEMM_SETTINGS = (("float32", True), ("float32", False), ("bfloat16", True), ("bfloat16", False))
+
+
+def gemm_roof(sizes=(1024, 2048, 4096), repeats=3):
+    """The machine's roof: the best GEMM GFLOP/s over `sizes` in float32 and bfloat16, each
+    with and without XLA. Returns (best, {"bfloat16 noxla": {size: GFLOP/s}, ...})."""
+    figures = {
+        f"{dtype} {'xla' if xla else 'noxla'}": gemm_peak(sizes, repeats, xla, dtype)[1]
+        for dtype, xla in GEMM_SETTINGS
+    }
+    best = max(value for per_size in figures.values() for value in per_size.values())
+    return best, figures
 
 
 def peer_available(framework):
@@ -280,7 +298,7 @@ def format_results(results, header_note=""):
         "range",
         "peak RSS MiB",
         "model GFLOP/s",
-        "util. of GEMM peak",
+        "util. of GEMM roof",
         "ours/this (same XLA)",
         "best ours/this",
     ]
@@ -331,8 +349,8 @@ def add_parser(subparsers):
     parser.add_argument(
         "--mode", choices=(*MODES, "both"), default="both", help="what to time (both)"
     )
-    parser.add_argument("--dtype-policy", default="float32", help="Keras dtype policy")
-    parser.add_argument("--no-xla", action="store_true", help="compile without XLA")
+    common.add_precision_arguments(parser)
+    common.add_deprecated_precision_aliases(parser)
     parser.add_argument("--steps", type=int, default=3, help="steps per repeat (3)")
     parser.add_argument("--repeats", type=int, default=5, help="timed repeats, median (5)")
     parser.add_argument("--warmup", type=int, default=2, help="untimed warm-up steps (2)")
@@ -342,7 +360,8 @@ def add_parser(subparsers):
     parser.add_argument(
         "--gemm-sizes",
         default="1024,2048,4096",
-        help="square GEMM sizes for the machine's peak, comma-separated; 'none' to skip",
+        help="square GEMM sizes for the machine's roof (float32 and bfloat16, with and "
+        "without XLA), comma-separated; 'none' to skip",
     )
     parser.add_argument("--json", dest="json_path", help="also write the results here")
     parser.set_defaults(func=run)
@@ -388,7 +407,15 @@ def run(args):
     sizes = check_args(args)
     import keras
 
-    keras.config.set_dtype_policy(args.dtype_policy)
+    from keras_vit import distribute
+
+    choice = distribute.choose_precision(
+        variant_arch(args.variant)["hidden_dim"],
+        mixed_precision=args.mixed_precision,
+        jit_compile=args.jit_compile,
+    )
+    print(f"Precision: {choice.describe()}", flush=True)
+    keras.config.set_dtype_policy(choice.policy)
     modes = MODES if args.mode == "both" else (args.mode,)
     frameworks = ["keras_vit"]
     if args.peers:
@@ -404,23 +431,29 @@ def run(args):
                     args.image_size,
                     args.batch_size,
                     mode,
-                    xla=not args.no_xla,
+                    xla=choice.jit_compile,
                     steps=args.steps,
                     repeats=args.repeats,
                     warmup=args.warmup,
                 )
             )
-    peak, per_size = gemm_peak(sizes) if sizes else (None, {})
+    peak, per_size = gemm_roof(sizes) if sizes else (None, {})
     add_derived(results, args.variant, args.image_size, peak)
     note = (
-        f"ViT-{args.variant} @{args.image_size}, batch {args.batch_size}, {args.dtype_policy}, "
-        f"XLA {'off' if args.no_xla else 'on'}; float32 GEMM peak "
+        f"ViT-{args.variant} @{args.image_size}, batch {args.batch_size}, {choice.policy}, "
+        f"XLA {'on' if choice.jit_compile else 'off'}; GEMM roof (best of float32/bfloat16, "
+        "XLA on/off) "
         + (f"{peak:.1f} GFLOP/s" if peak else "not measured")
         + " (peak RSS is cumulative within this one process)"
     )
     print(format_results(results, note))
     if args.json_path:
-        payload = {"config": vars_for_json(args), "gemm_gflops": per_size, "results": results}
+        payload = {
+            "config": vars_for_json(args),
+            "precision": choice.as_dict(),
+            "gemm_gflops": per_size,
+            "results": results,
+        }
         write_json(args.json_path, payload)
     return 0
 

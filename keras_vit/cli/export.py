@@ -12,6 +12,7 @@ import argparse
 import json
 import os
 
+from keras_vit.cli import common
 from keras_vit.cli.main import UsageError
 
 RUN_MODEL_FILE = "best.keras"
@@ -45,6 +46,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument(
         "--overwrite", action="store_true", help="replace an existing version folder"
     )
+    common.add_precision_arguments(parser)
     parser.set_defaults(func=run)
     return parser
 
@@ -123,6 +125,7 @@ def run(args) -> int:
     import keras_vit
 
     model = keras.saving.load_model(model_path, compile=False)
+    model, precision = common.model_with_precision(args, model)
     try:
         target = keras_vit.export_saved_model(
             model,
@@ -131,9 +134,10 @@ def run(args) -> int:
             class_names=class_names,
             top_k=args.top_k,
             overwrite=args.overwrite,
+            jit_compile=precision.jit_compile,
         )
     except ValueError as error:
         raise UsageError(str(error)) from error
-    print(f"Exported {model_path} to {target}")
+    print(f"Exported {model_path} to {target} ({precision.describe()})")
     print("Signatures: serving_default (images), serving_bytes (image_bytes), features (images)")
     return 0

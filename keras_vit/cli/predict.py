@@ -38,6 +38,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument(
         "--batch-size", type=common.positive_int, default=64, help="batch size (default 64)"
     )
+    common.add_precision_arguments(parser)
     parser.set_defaults(func=run)
     return parser
 
@@ -97,6 +98,7 @@ def run(args) -> int:
     model, config = common.load_model(args.model)
     files = find_images(args.inputs)
     images = read_images(files, tuple(model.input_shape[1:3]), int(model.input_shape[-1]))
+    model, _ = common.model_with_precision(args, model)
     outputs = model.predict(
         images, batch_size=args.batch_size, verbose=1 if len(files) > 1000 else 0
     )
