@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import keras
+from keras import ops
 
 from keras_vit._validation import check_positive_int, check_rate
 
@@ -48,10 +49,16 @@ class MlpBlock(keras.layers.Layer):
         self.dropout = keras.layers.Dropout(self.dropout_rate, dtype=self.dtype_policy)
 
     def call(self, tokens, training=None):
-        x = self.dense_0(tokens)
+        # Tokens flattened to (batch * num_tokens, hidden_dim): on TensorFlow without XLA the
+        # 2-D product, bias and GELU become one fused oneDNN kernel (a 3-D input runs as a
+        # batched product with separate bias and GELU kernels: B/16 inference 1.46x faster
+        # in bfloat16 on CPU, docs/performance.md). XLA compiles both forms alike.
+        x = ops.reshape(tokens, (-1, ops.shape(tokens)[-1]))
+        x = self.dense_0(x)
         x = keras.activations.gelu(x, approximate=self.gelu_approximate)
         x = self.dropout(x, training=training)
         x = self.dense_1(x)
+        x = ops.reshape(x, ops.shape(tokens))
         return self.dropout(x, training=training)
 
     def compute_output_shape(self, input_shape):
