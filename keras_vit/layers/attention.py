@@ -124,8 +124,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         if num_queries is not None:
             num_queries = check_num_queries(num_queries, tokens.shape[1])
             queries = tokens[:, :num_queries]
-        query = self._project_heads(self.query, queries)
-        key, value = self._project_heads(self.key, tokens), self._project_heads(self.value, tokens)
+        query, key, value = self.query(queries), self.key(tokens), self.value(tokens)
         use_dropout = training and self.attention_dropout_rate > 0
         if self.compute_dtype == "float16" or use_dropout:
             probs = ops.cast(self._probabilities(query, key), self.compute_dtype)
@@ -135,28 +134,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             context = ops.dot_product_attention(
                 query, key, value, scale=1.0 / math.sqrt(self.head_dim)
             )
-        return self._project_out(context)
-
-    def _project_heads(self, layer, tokens):
-        """`layer(tokens)` (an `EinsumDense` "btd,dnh->btnh") as one 2-D product.
-
-        Same weights and result; on TensorFlow without XLA a 2-D `MatMul` + bias is one
-        fused oneDNN kernel, while the einsum runs as a batched product and a separate add.
-        """
-        hidden_dim = ops.shape(tokens)[-1]
-        kernel = ops.reshape(layer.kernel, (hidden_dim, -1))
-        x = ops.matmul(ops.reshape(tokens, (-1, hidden_dim)), kernel)
-        x = x + ops.reshape(layer.bias, (-1,))
-        shape = ops.shape(tokens)
-        return ops.reshape(x, (shape[0], shape[1], self.num_heads, self.head_dim))
-
-    def _project_out(self, context):
-        """`self.out(context)` ("btnh,nhd->btd") as one 2-D product (see `_project_heads`)."""
-        shape = ops.shape(context)
-        width = self.num_heads * self.head_dim
-        kernel = ops.reshape(self.out.kernel, (width, -1))
-        x = ops.matmul(ops.reshape(context, (-1, width)), kernel) + self.out.bias
-        return ops.reshape(x, (shape[0], shape[1], ops.shape(kernel)[-1]))
+        return self.out(context)
 
     def get_config(self):
         return {
