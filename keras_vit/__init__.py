@@ -3,9 +3,11 @@
 from keras_vit import checkpoints, configs, data, distribute, layers, runs, training
 from keras_vit._version import __version__ as __version__
 from keras_vit.checkpoints import load_npz, save_npz
+from keras_vit.data.preprocess import preprocess_inputs
 from keras_vit.export import export_saved_model
 from keras_vit.finetune import finetune
 from keras_vit.hybrid import R26_B32, R26_S32, R50_B16, R50_L32, HybridViT, R_Ti16
+from keras_vit.layers.position_resize import resize_position_embeddings
 from keras_vit.models import (
     ViT,
     ViT_B8,
@@ -18,8 +20,6 @@ from keras_vit.models import (
     ViT_S32,
     ViT_Ti16,
 )
-from keras_vit.position_embeddings import resize_position_embeddings
-from keras_vit.preprocessing import preprocess_inputs
 from keras_vit.visualize import (
     attention_maps,
     attention_rollout,

@@ -268,6 +268,6 @@ class LearningCurvePlot(keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         if self.write:
-            from keras_vit.plots import plot_learning_curves
+            from keras_vit.visualize.plotting import plot_learning_curves
 
             plot_learning_curves(self.history.rows, self.path)
