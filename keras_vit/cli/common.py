@@ -8,6 +8,8 @@ import datetime
 import json
 import os
 
+from keras_vit.cli import progress
+
 RUN_MODEL_FILE = "best.keras"
 RUN_CONFIG_FILE = "config.json"
 MODEL_SUFFIXES = (".keras", ".npz")
@@ -88,6 +90,7 @@ def add_run_arguments(parser, *, task: str) -> None:
         help="continue the run in --run-dir from its last finished epoch, with its stored "
         "configuration",
     )
+    progress.add_output_arguments(parser)
 
 
 def recipe_overrides(args, fields: dict[str, str]) -> dict:
@@ -131,13 +134,29 @@ def run_training(config, args, task: str) -> int:
     if args.resume and not args.run_dir:
         raise UsageError("--resume needs the --run-dir of the run to continue.")
     run_dir = args.run_dir or default_run_dir(task)
+    mode = progress.output_mode(args)
     if args.resume:
         with usage_errors():
             config = runs.RunConfig.from_dict(runs.read_config(run_dir)["run"])
-        print(f"Resuming {run_dir} with its stored configuration.")
     strategy = resolve_strategy(args.strategy if not args.resume else config.strategy)
+
+    def announce(record):
+        if mode != "quiet":
+            precision = record["resolved"]["dtype_policy"]
+            print(progress.start_line(run_dir, record, precision), flush=True)
+            if args.resume:
+                print(f"Resuming {run_dir} with its stored configuration.", flush=True)
+
     with usage_errors():
-        result = runs.train(config, run_dir, strategy=strategy, resume=args.resume, verbose=1)
+        result = runs.train(
+            config,
+            run_dir,
+            strategy=strategy,
+            resume=args.resume,
+            verbose=progress.keras_verbose(mode),
+            extra_callbacks=[progress.epoch_lines()] if mode == "epoch" else [],
+            on_start=announce,
+        )
     print_summary(result)
     return 0
 
