@@ -61,7 +61,9 @@ def test_one_training_step_matches_the_float32_step(policy):
         )
         losses.append(model.train_on_batch(x, y))
         updates.append(
-            np.concatenate([(w - w0).ravel() for w, w0 in zip(model.get_weights(), start)])
+            np.concatenate(
+                [(w - w0).ravel() for w, w0 in zip(model.get_weights(), start, strict=True)]
+            )
         )
     np.testing.assert_allclose(losses[0], losses[1], rtol=MIXED_TOLERANCE[policy] / 3)
     assert_close_to_float32(updates[0], updates[1], policy, "weight update")
