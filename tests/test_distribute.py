@@ -16,6 +16,8 @@ import tensorflow as tf
 
 import keras_vit
 from keras_vit import distribute, runs
+from tests.model_helpers import random_images
+from tests.output_checks import assert_close_to_float32, randomize_weights
 
 HELPERS = os.path.join(os.path.dirname(__file__), "helpers")
 
@@ -121,11 +123,16 @@ def test_per_replica_batch_size_rejects_uneven_batches(batch_size):
 def test_mixed_precision_switch(tiny_vit_kwargs):
     try:
         assert distribute.set_mixed_precision("mixed_bfloat16") == "mixed_bfloat16"
-        model = keras_vit.ViT(**tiny_vit_kwargs)
+        model = randomize_weights(keras_vit.ViT(**tiny_vit_kwargs), seed=2)
         assert model.get_layer("encoderblock_0").compute_dtype == "bfloat16"
         assert model.get_layer("encoderblock_0").variable_dtype == "float32"
-        logits = model(np.zeros((1, 32, 32, 3), "float32"))
+        x = random_images(np.random.default_rng(1), 2, 32, 32)
+        logits = model(x)
         assert logits.dtype == "float32"
+        keras.config.set_dtype_policy("float32")
+        reference = keras_vit.ViT(**tiny_vit_kwargs)
+        reference.set_weights(model.get_weights())
+        assert_close_to_float32(logits, reference(x), "mixed_bfloat16")
         assert distribute.set_mixed_precision("mixed_float16") == "mixed_float16"
         assert keras.config.dtype_policy().compute_dtype == "float16"
     finally:
