@@ -191,7 +191,13 @@ def fit_run(
         callback_list = [
             history,
             callbacks.ModelSnapshots(run_dir, monitor=monitor, write=chief),
-            callbacks.LearningCurvePlot(history, os.path.join(run_dir, PLOT_FILE), write=chief),
+            callbacks.LearningCurvePlot(
+                history,
+                os.path.join(run_dir, PLOT_FILE),
+                write=chief,
+                title=f"{os.path.basename(run_dir)}: learning curves",
+                monitor=monitor,
+            ),
             keras.callbacks.TensorBoard(os.path.join(scratch or run_dir, LOG_DIR)),
             *extra_callbacks,
             callbacks.AtomicBackupAndRestore(_backup_dir(run_dir, strategy, chief)),
@@ -276,6 +282,8 @@ def train(
     strategy=None,
     resume: bool = False,
     verbose="auto",
+    extra_callbacks=(),
+    on_start: Callable[[dict], None] | None = None,
 ) -> RunResult:
     """Trains (or fine-tunes) a ViT as `config` says, into the run directory `run_dir`.
 
@@ -293,6 +301,10 @@ def train(
         strategy: a `tf.distribute.Strategy`; default: `resolve_strategy(config.strategy)`.
         resume: continue the run in `run_dir` from its last finished epoch.
         verbose: `fit` verbosity ("auto"/1: progress bar).
+        extra_callbacks: more Keras callbacks for `fit` (see `fit_run`).
+        on_start: called once with the run's config record (what config.json holds:
+            "run", "resolved", "versions") and the dtype policy in effect added as
+            `resolved["dtype_policy"]`, after every check and before training starts.
 
     Returns:
         A `RunResult`; `result.metrics["held_out"]["accuracy"]` is the held-out accuracy.
@@ -315,16 +327,28 @@ def train(
         distribute.set_mixed_precision(config.mixed_precision)
         keras.utils.set_random_seed(config.recipe.seed)
         train_data, held_out = _datasets(plan)
+        record = _config_record(plan, strategy)
+        if on_start is not None:
+            on_start(
+                {
+                    **record,
+                    "resolved": {
+                        **record["resolved"],
+                        "dtype_policy": keras.config.dtype_policy().name,
+                    },
+                }
+            )
         return fit_run(
             run_dir,
             lambda: _build_model(plan),
             train_data,
             epochs=plan.epochs,
             validation_data=held_out,
-            config=_config_record(plan, strategy),
+            config=record,
             strategy=strategy,
             resume=resume,
             verbose=verbose,
+            extra_callbacks=extra_callbacks,
         )
     finally:
         keras.config.set_dtype_policy(policy)
@@ -349,14 +373,13 @@ def _datasets(plan: RunPlan):
 
 def _build_model(plan: RunPlan) -> keras.Model:
     """Builds and compiles the model (called inside the strategy scope)."""
-    import keras_vit
+    from keras_vit.finetune import finetune
+    from keras_vit.models import ViT
 
     if plan.source_model is not None:
-        model = keras_vit.finetune(
-            plan.source_model, plan.info.num_classes, image_size=plan.image_size
-        )
+        model = finetune(plan.source_model, plan.info.num_classes, image_size=plan.image_size)
     else:
-        model = keras_vit.ViT(**plan.model_kwargs)
+        model = ViT(**plan.model_kwargs)
     compile_kwargs = plan.config.recipe.compile_kwargs(plan.num_train_examples)
     compile_kwargs["jit_compile"] = plan.jit_compile
     model.compile(**compile_kwargs)
@@ -366,7 +389,7 @@ def _build_model(plan: RunPlan) -> keras.Model:
 def _config_record(plan: RunPlan, strategy) -> dict:
     import tensorflow as tf
 
-    import keras_vit
+    from keras_vit._version import __version__
 
     return {
         "run": plan.config.to_dict(),
@@ -376,7 +399,7 @@ def _config_record(plan: RunPlan, strategy) -> dict:
             "num_replicas": strategy.num_replicas_in_sync,
         },
         "versions": {
-            "keras_vit": keras_vit.__version__,
+            "keras_vit": __version__,
             "keras": keras.__version__,
             "tensorflow": tf.__version__,
         },

@@ -1,20 +1,46 @@
-"""keras_vit.callbacks.ModelSnapshots: best.* hold the best epoch's weights, last.* the last's.
+"""keras_vit.callbacks: LearningCurvePlot's figure options; ModelSnapshots' best/last files.
 
-The callback is driven directly with scripted logs, so the best epoch (1) is neither the first
-nor the last; the reference is the logits of the weights set before each epoch end.
+ModelSnapshots is driven directly with scripted logs, so the best epoch (1) is neither the
+first nor the last; the reference is the logits of the weights set before each epoch end.
 """
+
+from __future__ import annotations
 
 import json
 
 import numpy as np
 
 import keras_vit
-from keras_vit import runs
+from keras_vit import callbacks, plots, runs, training
 from keras_vit.callbacks import ModelSnapshots
 from keras_vit.checkpoints import load_npz
 from tests.conftest import TINY_VIT
 from tests.model_helpers import random_images
 from tests.output_checks import assert_outputs_close, randomize_weights
+
+
+def test_learning_curve_plot_reads_smoothing_and_classes_from_the_model(
+    tmp_path, monkeypatch, tiny_vit_kwargs
+):
+    drawn = []
+    monkeypatch.setattr(plots, "plot_learning_curves", lambda rows, path, **o: drawn.append(o))
+    model = keras_vit.ViT(**tiny_vit_kwargs)
+    model.compile(optimizer="sgd", loss=training.loss(label_smoothing=0.1))
+    history = callbacks.HistoryCSV(tmp_path / "history.csv")
+    plot = callbacks.LearningCurvePlot(
+        history, tmp_path / "curves.png", title="run-7: learning curves", monitor="loss"
+    )
+    x = np.zeros((4, 32, 32, 3), "float32")
+    model.fit(x, np.arange(4), epochs=1, batch_size=4, callbacks=[history, plot], verbose=0)
+    assert drawn == [
+        {
+            "title": "run-7: learning curves",
+            "monitor": "loss",
+            "label_smoothing": 0.1,
+            "num_classes": 10,
+        }
+    ]
+
 
 SCRIPTED_ACCURACY = [0.5, 0.9, 0.3]  # best: epoch 1
 
