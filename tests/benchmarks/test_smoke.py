@@ -22,14 +22,14 @@ TINY = "8,32,64,4,2"  # patch, hidden, mlp, heads, layers (the tests' tiny ViT)
 ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
 
 
-def run_script(name, *args, timeout=900):
+def run_script(name, *args, timeout=900, env=None):
     """Runs benchmarks/<name> in a fresh interpreter; returns the CompletedProcess."""
     return subprocess.run(
         [sys.executable, str(BENCHMARKS / name), *args],
         capture_output=True,
         text=True,
         timeout=timeout,
-        env=ENV,
+        env={**ENV, **(env or {})},
         cwd=ROOT,
     )
 
@@ -231,12 +231,14 @@ def test_ablation_tiny_run_checks_logits_then_times_both_models():
         assert f"{mode} class_token_only / full_last_block = " in result.stdout
 
 
-def test_profile_step_tiny_run_breaks_the_step_down():
+def test_profile_step_tiny_run_breaks_the_step_down(tmp_path):
     result = run_script(
         "profile_step.py",
         *("--variant", TINY, "--image-size", "16", "--batch-size", "2", "--steps", "1"),
+        env={"TMPDIR": str(tmp_path)},  # the profiler's trace folder goes here...
     )
     assert result.returncode == 0, result.stderr[-3000:]
+    assert list(tmp_path.glob("keras_vit_profile_*")) == []  # ...and is removed again
     assert "| matrix products |" in result.stdout
     shares = [
         float(line.split("|")[3].strip().rstrip("%"))

@@ -18,7 +18,8 @@ import keras_vit
 from keras_vit.cli.export import class_names_from_run, read_class_names_file, resolve_model_path
 from keras_vit.cli.main import main
 from tests.conftest import TINY_VIT
-from tests.test_export import preprocess_reference, randomize_weights, tree_listing
+from tests.output_checks import randomize_weights
+from tests.test_export import preprocess_reference, tree_listing
 
 CLASS_NAMES = [f"digit {i}" for i in range(TINY_VIT["num_classes"])]
 
