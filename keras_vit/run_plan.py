@@ -20,7 +20,8 @@ from typing import Any
 import keras
 
 from keras_vit import configs, distribute, training
-from keras_vit._validation import check_divisible, to_pair
+from keras_vit._validation import check_choice, check_divisible, to_pair
+from keras_vit.layers.position_embedding import POSITION_EMBEDDINGS
 
 logger = logging.getLogger(__name__)
 
@@ -50,7 +51,9 @@ class RunConfig:
             `.keras` file or an official `.npz` (architecture from the config.json next to it,
             else read from the array shapes).
         strategy: a name of `keras_vit.distribute.STRATEGY_NAMES`.
-        mixed_precision: None/"float32", "mixed_float16" or "mixed_bfloat16".
+        mixed_precision: "auto" (default: `keras_vit.distribute.choose_precision` picks for
+            the device and the model width), "float32" (or None), "mixed_float16" or
+            "mixed_bfloat16".
         validation_split: held-out split evaluated each epoch and at the end.
         bad_images: folder datasets: "skip" (default) or "fail" on image files that cannot be
             decoded (`keras_vit.data.image_check`).
@@ -65,7 +68,7 @@ class RunConfig:
     data_dir: str | None = None
     weights: str | None = None
     strategy: str = "auto"
-    mixed_precision: str | None = None
+    mixed_precision: str | None = distribute.AUTO
     validation_split: str = "test"
     shots_per_class: int | None = None
     bad_images: str = "skip"
@@ -106,6 +109,7 @@ class RunPlan:
             model `keras_vit.finetune` returns).
         source_model: finetune only: the loaded pre-trained model.
         jit_compile: what `model.compile(jit_compile=...)` gets.
+        precision: the `keras_vit.distribute.PrecisionChoice` (policy, XLA and why).
     """
 
     config: RunConfig
@@ -120,6 +124,7 @@ class RunPlan:
     model_kwargs: dict
     source_model: Any = None
     jit_compile: Any = "auto"
+    precision: Any = None
 
     def resolved(self) -> dict:
         """JSON-friendly facts for config.json."""
@@ -137,6 +142,8 @@ class RunPlan:
             "total_steps": self.steps_per_epoch * self.epochs,
             "model_kwargs": self.model_kwargs,
             "jit_compile": self.jit_compile,
+            "mixed_precision": self.precision.policy if self.precision else None,
+            "precision_reason": self.precision.reason if self.precision else None,
         }
 
 
@@ -149,10 +156,10 @@ def plan_run(config: RunConfig, strategy) -> RunPlan:
     from keras_vit import data
 
     recipe = config.recipe
-    if config.mixed_precision not in (None, *distribute.PRECISION_POLICIES):
+    if config.mixed_precision not in (None, distribute.AUTO, *distribute.PRECISION_POLICIES):
         raise ConfigError(
-            f"Unknown mixed precision policy {config.mixed_precision!r}; expected one of "
-            f"{list(distribute.PRECISION_POLICIES)}."
+            f"Unknown mixed precision policy {config.mixed_precision!r}; expected 'auto' or "
+            f"one of {list(distribute.PRECISION_POLICIES)}."
         )
     try:
         info = data.describe(
@@ -185,6 +192,9 @@ def plan_run(config: RunConfig, strategy) -> RunPlan:
         patch = to_pair("patch_size", model_kwargs["patch_size"])
     try:
         check_divisible(image_size, patch)
+        check_choice(
+            "position_embedding", model_kwargs.get("position_embedding"), POSITION_EMBEDDINGS
+        )
     except ValueError as error:
         raise ConfigError(str(error)) from None
     held_out = config.validation_split.split("[")[0]
@@ -201,6 +211,7 @@ def plan_run(config: RunConfig, strategy) -> RunPlan:
             f"The batch size {recipe.batch_size} is larger than the {num_train} training "
             f"images of {info.name!r}; choose a smaller --batch-size."
         )
+    precision = choose_run_precision(config, model_kwargs["hidden_dim"], strategy)
     return RunPlan(
         config=config,
         info=info,
@@ -213,8 +224,23 @@ def plan_run(config: RunConfig, strategy) -> RunPlan:
         epochs=recipe.num_epochs(num_train),
         model_kwargs=model_kwargs,
         source_model=source,
-        jit_compile=distribute.resolve_jit_compile(recipe.jit_compile, strategy),
+        jit_compile=precision.jit_compile,
+        precision=precision,
     )
+
+
+def choose_run_precision(config: RunConfig, hidden_dim, strategy):
+    """The run's `PrecisionChoice`: its `mixed_precision` and recipe `jit_compile`, "auto"
+    resolved by `keras_vit.distribute.choose_precision` for the device and the width."""
+    try:
+        return distribute.choose_precision(
+            hidden_dim,
+            strategy=strategy,
+            mixed_precision=config.mixed_precision,
+            jit_compile=config.recipe.jit_compile,
+        )
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
 
 
 def _one_line(error) -> str:
@@ -245,6 +271,7 @@ def train_model_kwargs(config: RunConfig, num_classes, channels, image_size) -> 
             "num_classes": num_classes,
             "channels": channels,
             "pooling": getattr(recipe, "pooling", "token"),
+            "position_embedding": getattr(recipe, "position_embedding", "learned"),
         }
     kwargs["image_size"] = list(image_size)
     if config.patch_size is not None:
@@ -340,11 +367,7 @@ def vit_kwargs_from_npz(arrays: dict) -> dict:
     side = int(round(arch.num_patch_tokens**0.5))
     return {
         "patch_size": arch.patch_size[0],
-        "channels": arch.channels,
-        "hidden_dim": arch.hidden_dim,
-        "num_heads": arch.num_heads,
-        "mlp_dim": arch.mlp_dim,
-        "num_layers": arch.num_layers,
+        **arch.transformer_kwargs(),
         "pooling": arch.pooling,
         "image_size": side * arch.patch_size[0],
         "num_classes": arch.num_classes,
@@ -364,11 +387,8 @@ def source_model_kwargs(model) -> dict:
         raise ConfigError(f"The weights are not a keras_vit ViT model ({model.name!r}).")
     return {
         "patch_size": list(arch.patch_size),
-        "channels": arch.channels,
-        "hidden_dim": arch.hidden_dim,
-        "num_heads": arch.num_heads,
-        "mlp_dim": arch.mlp_dim,
-        "num_layers": arch.num_layers,
+        **arch.transformer_kwargs(),
         "pooling": arch.pooling,
         "image_size": [int(s) for s in model.input_shape[1:3]],
+        "position_embedding": arch.position_embedding,
     }

@@ -5,9 +5,9 @@ All are plain Keras objects usable with `model.fit`:
 - `warmup_schedule` / `WarmupSchedule`: linear warmup then linear or cosine decay, as the
   release's `create_learning_rate_schedule` (vit_jax/utils.py).
 - `pretrain_optimizer`: AdamW (beta1 0.9, beta2 0.999, decoupled weight decay on kernels),
-  the paper's pre-training recipe (section 4.1, reference/vit_facts.md section 5).
+  the paper's pre-training recipe (section 4.1 and appendix B.1).
 - `finetune_optimizer`: SGD momentum 0.9, global-norm clipping 1.0, no weight decay, linear
-  warmup then cosine decay to 0 (paper appendix B.1.1, vit_facts.md section 4).
+  warmup then cosine decay to 0 (paper appendix B.1.1; the release's vit_jax/train.py).
 - `loss`: cross-entropy from logits, with optional label smoothing for integer labels.
 - `TrainConfig` / `FinetuneConfig`: the defaults of `keras-vit train` and `keras-vit finetune`.
 """
@@ -146,7 +146,7 @@ def default_finetune_warmup(total_steps: int) -> int:
 
 
 def finetune_optimizer(base_lr, total_steps, warmup_steps=None):
-    """The release's fine-tuning optimizer (paper appendix B.1.1, vit_facts.md section 4).
+    """The release's fine-tuning optimizer (paper appendix B.1.1; vit_jax/train.py).
 
     SGD with momentum 0.9, gradients clipped at global norm 1.0, no weight decay; linear
     warmup then cosine decay to 0.
@@ -227,8 +227,22 @@ def _compile_kwargs(config, num_train_examples):
         "optimizer": config.optimizer(num_train_examples),
         "loss": loss(config.label_smoothing),
         "metrics": ["accuracy"],
-        "jit_compile": config.jit_compile,
+        "jit_compile": _resolved_jit_compile(config),
     }
+
+
+def _resolved_jit_compile(config) -> bool:
+    """The recipe's `jit_compile`, "auto" chosen for this device, the global dtype policy
+    and the recipe's width (`keras_vit.distribute.choose_precision`)."""
+    if config.jit_compile not in ("auto", None):
+        return bool(config.jit_compile)
+    from keras_vit import distribute
+
+    return distribute.choose_precision(
+        getattr(config, "hidden_dim", None),
+        mixed_precision=keras.config.dtype_policy().name,
+        jit_compile="auto",
+    ).jit_compile
 
 
 @dataclasses.dataclass
@@ -256,6 +270,7 @@ class TrainConfig:
     mlp_dim: int = RECIPE_VIT.mlp_dim
     num_layers: int = RECIPE_VIT.num_layers
     pooling: str = "gap"
+    position_embedding: str = "learned"
     dropout_rate: float = RECIPE_VIT.dropout_rate
     epochs: int = 15
     batch_size: int = 32
@@ -265,7 +280,7 @@ class TrainConfig:
     decay: str = "cosine"
     label_smoothing: float = 0.1
     global_clipnorm: float | None = 1.0
-    jit_compile: bool = True
+    jit_compile: bool | str = "auto"
     seed: int = 0
 
     def model_kwargs(self, num_classes: int, channels: int) -> dict:
@@ -280,6 +295,7 @@ class TrainConfig:
             "image_size": self.image_size,
             "channels": channels,
             "pooling": self.pooling,
+            "position_embedding": self.position_embedding,
             "dropout_rate": self.dropout_rate,
         }
 
@@ -332,7 +348,7 @@ class FinetuneConfig:
     learning_rate: float = 0.03
     warmup_steps: int | None = None
     label_smoothing: float = 0.0
-    jit_compile: bool = True
+    jit_compile: bool | str = "auto"
     seed: int = 0
 
     def steps_per_epoch(self, num_train_examples: int) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from keras_vit.cli import common, progress
-from keras_vit.cli.main import UsageError
+from keras_vit.cli.common import UsageError, outputs_logits
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -30,6 +30,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument(
         "--top-k", type=common.positive_int, default=5, help="also report top-k accuracy"
     )
+    common.add_precision_arguments(parser)
     progress.add_output_arguments(parser, log_every=False)
     parser.set_defaults(func=run)
     return parser
@@ -67,15 +68,6 @@ def check_classes(model, info) -> int:
     return num_classes
 
 
-def outputs_logits(model) -> bool:
-    """False if the model's head ends in a softmax (probabilities), else True."""
-    from keras_vit.layer_names import HEAD
-
-    present = {layer.name for layer in model.layers}
-    activation = model.get_layer(HEAD).activation if HEAD in present else None
-    return getattr(activation, "__name__", "linear") != "softmax"
-
-
 def run(args) -> int:
     import keras
 
@@ -83,6 +75,7 @@ def run(args) -> int:
 
     model, config = common.load_model(args.model)
     dataset, shots, info = resolve_dataset(args, config)
+    model, precision = common.model_with_precision(args, model)
     num_classes = check_classes(model, info)
     top_k = min(args.top_k, num_classes)
     with common.usage_errors():
@@ -103,6 +96,7 @@ def run(args) -> int:
             "accuracy",
             keras.metrics.SparseTopKCategoricalAccuracy(k=top_k, name="top_k_accuracy"),
         ],
+        jit_compile=precision.jit_compile,
     )
     verbose = progress.keras_verbose(progress.output_mode(args))  # a bar only on a terminal
     results = model.evaluate(dataset_split, verbose=verbose, return_dict=True)

@@ -12,10 +12,12 @@ import argparse
 import json
 import os
 
-from keras_vit.cli.main import UsageError
-
-RUN_MODEL_FILE = "best.keras"
-RUN_CONFIG_FILE = "config.json"
+from keras_vit.cli import common
+from keras_vit.cli.common import (  # noqa: F401  (re-exported)
+    UsageError,
+    class_names_from_run,
+    resolve_model_path,
+)
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -45,23 +47,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument(
         "--overwrite", action="store_true", help="replace an existing version folder"
     )
+    common.add_precision_arguments(parser)
     parser.set_defaults(func=run)
     return parser
-
-
-def resolve_model_path(path: str) -> tuple[str, str | None]:
-    """Returns (model file, run directory or None) for a `.keras` file or a run directory."""
-    if os.path.isdir(path):
-        model_path = os.path.join(path, RUN_MODEL_FILE)
-        if not os.path.isfile(model_path):
-            raise UsageError(f"run directory {path!r} has no {RUN_MODEL_FILE}")
-        return model_path, path
-    if os.path.isfile(path) and path.endswith(".keras"):
-        return path, None
-    raise UsageError(
-        f"RUN_OR_MODEL must be a .keras file or a run directory with {RUN_MODEL_FILE}. "
-        f"Received: {path!r}"
-    )
 
 
 def read_class_names_file(path: str) -> list[str]:
@@ -78,34 +66,13 @@ def read_class_names_file(path: str) -> list[str]:
     return [line.strip() for line in text.splitlines() if line.strip()]
 
 
-def class_names_from_run(run_dir: str | None) -> list[str] | None:
-    """The `class_names` recorded in a run's config.json.
-
-    `keras-vit train`/`finetune` write them under "resolved"; hand-written configs may hold
-    them at the top level or under "data"/"dataset".
-    """
-    if run_dir is None:
-        return None
-    config_path = os.path.join(run_dir, RUN_CONFIG_FILE)
-    if not os.path.isfile(config_path):
-        return None
-    with open(config_path, encoding="utf-8") as handle:
-        config = json.load(handle)
-    sections = (config.get("resolved"), config, config.get("data"), config.get("dataset"))
-    for section in sections:
-        names = section.get("class_names") if isinstance(section, dict) else None
-        if names:
-            return [str(name) for name in names]
-    return None
-
-
 def run(args) -> int:
     """Loads the model, exports it, prints the version folder; returns the exit code."""
     if args.version is not None and args.version <= 0:
         raise UsageError(f"--version must be a positive integer. Received: {args.version}")
     if args.top_k <= 0:
         raise UsageError(f"--top-k must be a positive integer. Received: {args.top_k}")
-    model_path, run_dir = resolve_model_path(args.model)
+    model_path, run_dir = resolve_model_path(args.model, suffixes=(".keras",))
     if args.class_names is not None:
         class_names = read_class_names_file(args.class_names)
     else:
@@ -123,6 +90,7 @@ def run(args) -> int:
     import keras_vit
 
     model = keras.saving.load_model(model_path, compile=False)
+    model, precision = common.model_with_precision(args, model)
     try:
         target = keras_vit.export_saved_model(
             model,
@@ -131,9 +99,10 @@ def run(args) -> int:
             class_names=class_names,
             top_k=args.top_k,
             overwrite=args.overwrite,
+            jit_compile=precision.jit_compile,
         )
     except ValueError as error:
         raise UsageError(str(error)) from error
-    print(f"Exported {model_path} to {target}")
+    print(f"Exported {model_path} to {target} ({precision.describe()})")
     print("Signatures: serving_default (images), serving_bytes (image_bytes), features (images)")
     return 0

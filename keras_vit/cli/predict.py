@@ -7,7 +7,7 @@ import logging
 import os
 
 from keras_vit.cli import common, progress
-from keras_vit.cli.main import UsageError
+from keras_vit.cli.common import UsageError, outputs_logits
 
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".gif")
 DEFAULT_TOP_K = 5
@@ -39,6 +39,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "--batch-size", type=common.positive_int, default=64, help="batch size (default 64)"
     )
     common.add_bad_images_argument(parser, default="skip")
+    common.add_precision_arguments(parser)
     progress.add_output_arguments(parser, log_every=False)
     parser.set_defaults(func=run)
     return parser
@@ -115,12 +116,11 @@ def class_names(config, num_classes) -> list[str]:
 def run(args) -> int:
     import numpy as np
 
-    from keras_vit.cli.evaluate import outputs_logits
-
     model, config = common.load_model(args.model)
     found = find_images(args.inputs)
     files = usable_images(found, args.bad_images)
     images = read_images(files, tuple(model.input_shape[1:3]), int(model.input_shape[-1]))
+    model, _ = common.model_with_precision(args, model)
     bar = len(files) > 1000 and progress.output_mode(args) == "batch"  # a terminal only
     outputs = model.predict(images, batch_size=args.batch_size, verbose=1 if bar else 0)
     if outputs_logits(model):
