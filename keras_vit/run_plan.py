@@ -51,7 +51,17 @@ class RunConfig:
             else read from the array shapes).
         strategy: a name of `keras_vit.distribute.STRATEGY_NAMES`.
         mixed_precision: None/"float32", "mixed_float16" or "mixed_bfloat16".
-        validation_split: held-out split evaluated each epoch and at the end.
+        validation_split: the split evaluated after every epoch that picks the best model.
+            Default "train[90%:]": a tenth of the training images, stratified (per class) and
+            drawn with `split_seed`, carved out of "train" - the release holds out 2% of
+            ImageNet's train as "minival" the same way. A one-sided slice of "train" is
+            removed from the training data (the model trains on its complement,
+            "train[:90%]"); another split name (e.g. TFDS "validation") leaves "train" whole.
+        split_seed: seed of the carve (embedded, array and folder sources; TFDS slices in its
+            own stored order).
+        test_split: the split never used for selection, evaluated once at the end with the
+            best model (the one saved as best.keras and exported); None, or a dataset without
+            it, reports the validation figures only.
         shots_per_class: embedded datasets only: train on N images per class, hold out the
             rest (see `keras_vit.data.load`).
     """
@@ -64,7 +74,9 @@ class RunConfig:
     weights: str | None = None
     strategy: str = "auto"
     mixed_precision: str | None = None
-    validation_split: str = "test"
+    validation_split: str = "train[90%:]"
+    split_seed: int = 0
+    test_split: str | None = "test"
     shots_per_class: int | None = None
 
     def __post_init__(self):
@@ -98,6 +110,9 @@ class RunPlan:
         image_size: (height, width) of the model input.
         channels: image channels fed to the model.
         global_batch_size: batch over all replicas; `per_replica_batch_size` each.
+        train_split: the split trained on ("train", or the complement of a validation slice
+            carved from it); num_validation_examples: the size of `config.validation_split`.
+        test_split: the split evaluated at the end (None: the dataset has no test split).
         num_train_examples, steps_per_epoch, epochs: the schedule.
         model_kwargs: `keras_vit.ViT` arguments of the model to train (for finetune: of the
             model `keras_vit.finetune` returns).
@@ -117,6 +132,9 @@ class RunPlan:
     model_kwargs: dict
     source_model: Any = None
     jit_compile: Any = "auto"
+    train_split: str = "train"
+    test_split: str | None = "test"
+    num_validation_examples: int | None = None
 
     def resolved(self) -> dict:
         """JSON-friendly facts for config.json."""
@@ -128,7 +146,12 @@ class RunPlan:
             "image_size": list(self.image_size),
             "global_batch_size": self.global_batch_size,
             "per_replica_batch_size": self.per_replica_batch_size,
+            "train_split": self.train_split,
+            "validation_split": self.config.validation_split,
+            "split_seed": self.config.split_seed,
+            "test_split": self.test_split,
             "num_train_examples": self.num_train_examples,
+            "num_validation_examples": self.num_validation_examples,
             "steps_per_epoch": self.steps_per_epoch,
             "epochs": self.epochs,
             "total_steps": self.steps_per_epoch * self.epochs,
@@ -184,19 +207,20 @@ def plan_run(config: RunConfig, strategy) -> RunPlan:
         check_divisible(image_size, patch)
     except ValueError as error:
         raise ConfigError(str(error)) from None
-    held_out = config.validation_split.split("[")[0]
-    if held_out not in info.num_examples:
-        raise ConfigError(
-            f"Dataset {info.name!r} has no split {held_out!r} to evaluate on; it has "
-            f"{sorted(info.num_examples)}."
-        )
-    num_train = info.num_examples.get("train")
+    train_split, test_split = resolve_splits(config, info)
+    count = _split_counter(config)
+    num_train = None
+    if "train" in info.num_examples:  # a TFDS slice of unrecorded size: the whole split's
+        num_train = count(train_split) or info.num_examples["train"]
     if not num_train:
-        raise ConfigError(f"Dataset {info.name!r} has no 'train' split to train on.")
+        raise ConfigError(
+            f"Dataset {info.name!r} has no training images in {train_split!r}; it has "
+            f"{info.num_examples}."
+        )
     if num_train < recipe.batch_size:
         raise ConfigError(
             f"The batch size {recipe.batch_size} is larger than the {num_train} training "
-            f"images of {info.name!r}; choose a smaller --batch-size."
+            f"images of {info.name!r} ({train_split}); choose a smaller --batch-size."
         )
     return RunPlan(
         config=config,
@@ -211,7 +235,67 @@ def plan_run(config: RunConfig, strategy) -> RunPlan:
         model_kwargs=model_kwargs,
         source_model=source,
         jit_compile=distribute.resolve_jit_compile(recipe.jit_compile, strategy),
+        train_split=train_split,
+        test_split=test_split,
+        num_validation_examples=count(config.validation_split),
     )
+
+
+def resolve_splits(config: RunConfig, info) -> tuple[str, str | None]:
+    """(split to train on, test split or None) for `config` on a dataset described by `info`.
+
+    Raises:
+        ConfigError: an invalid split string, a split the dataset lacks, or a validation
+            split that would overlap the training data (all of "train", or a slice of it
+            with both bounds).
+    """
+    from keras_vit.data import splits
+
+    validation = config.validation_split
+    try:
+        spec = splits.parse_split(validation)
+    except ValueError as error:
+        raise ConfigError(_one_line(error)) from None
+    if spec.name not in info.num_examples:
+        raise ConfigError(
+            f"Dataset {info.name!r} has no split {spec.name!r} to validate on; it has "
+            f"{sorted(info.num_examples)}."
+        )
+    train_split = "train"
+    if spec.name == "train":
+        train_split = splits.complement(validation)
+        if train_split is None:
+            raise ConfigError(
+                f"--validation-split {validation!r} would select on images the model trains "
+                "on; carve it as a one-sided slice of train, e.g. 'train[90%:]' (the model then "
+                "trains on 'train[:90%]'), or name another split."
+            )
+    test_split = config.test_split
+    if test_split is not None and test_split.split("[")[0] not in info.num_examples:
+        logger.info(
+            "Dataset %s has no split %r: the validation split is the only held-out figure.",
+            info.name,
+            test_split,
+        )
+        test_split = None
+    return train_split, test_split
+
+
+def _split_counter(config: RunConfig):
+    from keras_vit import data
+
+    def count(split):
+        try:
+            return data.split_size(
+                config.recipe.dataset,
+                split,
+                data_dir=config.data_dir,
+                shots_per_class=config.shots_per_class,
+            )
+        except ValueError as error:
+            raise ConfigError(_one_line(error)) from None
+
+    return count
 
 
 def _one_line(error) -> str:

@@ -155,6 +155,18 @@ def test_train_config_defaults_build_and_compile():
     assert compiled["optimizer"].weight_decay == config.weight_decay
 
 
+def test_finetune_config_counts_steps_and_validates_a_few_times():
+    """Fine-tuning is `steps` optimizer steps (paper appendix B.1.1) whatever the data size,
+    with `validations` validation passes: 100 shots no longer mean 100 validations."""
+    config = training.FinetuneConfig(steps=300, validations=5)
+    for num_train in (100, 1297, 50_000):
+        assert config.num_epochs(num_train) == 5
+        assert config.steps_per_epoch(num_train) == 60
+        assert config.total_steps(num_train) == 300
+    assert training.FinetuneConfig(steps=7, validations=5).total_steps(100) == 10  # 5 x 2
+    assert training.FinetuneConfig(steps=2, validations=5).num_epochs(100) == 2
+
+
 def test_finetune_config_defaults():
     config = training.FinetuneConfig()
     assert config.dataset == "digits"

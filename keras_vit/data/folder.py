@@ -61,6 +61,11 @@ def class_root(root, split_name: str) -> Path:
     return roots[split_name]
 
 
+def class_counts(root, split_name: str) -> list[int]:
+    """Images per class of `split_name`, classes in sorted order."""
+    return [len(_images(d)) for d in _subdirs(class_root(root, split_name))]
+
+
 def _channels_of(path: Path) -> int:
     image = tf.io.decode_image(tf.io.read_file(str(path)), expand_animations=False)
     return 1 if image.shape[-1] in (1, 2) else 3
@@ -88,9 +93,10 @@ def describe_folder(root) -> DatasetInfo:
     )
 
 
-def folder_examples(root, spec: SplitSpec, image_size, channels: int):
+def folder_examples(root, spec: SplitSpec, image_size, channels: int, split_seed=None):
     """Unbatched (image float32 `(h, w, c)` in [0, 255] resized to `image_size`, label int32)
-    pairs of one split, in file order, sliced per class by `spec`."""
+    pairs of one split, in file order, sliced per class by `spec` (in a random order per class
+    drawn from `split_seed`, if given)."""
     directory = class_root(root, spec.name)
     info = describe_folder(root)
     color_mode = "grayscale" if channels == 1 else "rgb"
@@ -113,9 +119,12 @@ def folder_examples(root, spec: SplitSpec, image_size, channels: int):
         ]
     )
     dataset = dataset.map(lambda image, label: (image, tf.cast(label, tf.int32)))
+    indices = slice_indices(labels, spec, split_seed)
     if spec.is_sliced:
         keep = np.zeros(len(labels), bool)
-        keep[slice_indices(labels, spec)] = True
+        keep[indices] = True
         keep = tf.constant(keep)
         dataset = dataset.enumerate().filter(lambda i, _: keep[i]).map(lambda _, example: example)
-    return dataset, int(np.sum(slice_indices(labels, spec) >= 0))
+        # the filter hides the size; Keras warns "ran out of data" on a finite unknown one
+        dataset = dataset.apply(tf.data.experimental.assert_cardinality(len(indices)))
+    return dataset, len(indices)

@@ -25,7 +25,7 @@ from keras_vit.data.preprocess import (
     eval_preprocess,
     train_preprocess,
 )
-from keras_vit.data.splits import parse_split, slice_indices
+from keras_vit.data.splits import parse_split, slice_indices, slice_size
 
 logger = logging.getLogger(__name__)
 
@@ -91,6 +91,31 @@ def describe(source=DEFAULT_SOURCE, *, data_dir=None, shots_per_class=None, shot
     return tfds_source.describe_tfds(source, data_dir)
 
 
+def split_size(source, split, *, data_dir=None, shots_per_class=None, shot_seed=0) -> int | None:
+    """Examples in `split` of `source` (a slice such as "train[:90%]" counted exactly as
+    `load` takes it); None for a TFDS split whose size TFDS does not record.
+
+    Raises:
+        ValueError: unknown source or split.
+    """
+    kind = source_kind(source)
+    _check_shots(kind, shots_per_class)
+    if kind == "tfds":
+        builder = tfds_source.prepared_builder(source, data_dir)
+        try:
+            return int(builder.info.splits[split].num_examples)
+        except (KeyError, ValueError, TypeError):
+            return None
+    spec = parse_split(split)
+    if kind == "folder":
+        return slice_size(folder.class_counts(source, spec.name), spec)
+    if kind == "embedded":
+        labels = embedded.embedded_arrays(source, spec.name, shots_per_class, shot_seed)[1]
+    else:
+        labels = arrays_source.check_arrays(source)[1]
+    return len(slice_indices(labels, spec))
+
+
 def _check_shots(kind, shots_per_class):
     if shots_per_class is not None and kind != "embedded":
         raise ValueError(
@@ -122,14 +147,16 @@ def raw_examples(source, split, *, image_size, channels, data_dir, shuffle_seed,
     if kind == "embedded":
         spec = parse_split(split)
         x, y = embedded.embedded_arrays(source, spec.name, kw["shots_per_class"], kw["shot_seed"])
-        keep = slice_indices(y, spec)
+        keep = slice_indices(y, spec, kw.get("split_seed"))
         return tf.data.Dataset.from_tensor_slices((x[keep], y[keep])), len(keep), True
     if kind == "arrays":
         x, y = arrays_source.check_arrays(source)
-        keep = slice_indices(y, parse_split(split))
+        keep = slice_indices(y, parse_split(split), kw.get("split_seed"))
         return tf.data.Dataset.from_tensor_slices((x[keep], y[keep])), len(keep), True
     if kind == "folder":
-        dataset, count = folder.folder_examples(source, parse_split(split), image_size, channels)
+        dataset, count = folder.folder_examples(
+            source, parse_split(split), image_size, channels, kw.get("split_seed")
+        )
         return dataset, count, False
     dataset = tfds_source.tfds_examples(
         source, split, data_dir, shuffle_files=training, seed=shuffle_seed
@@ -152,6 +179,7 @@ def load(
     shot_seed=0,
     one_hot=False,
     cache=None,
+    split_seed=None,
 ) -> tf.data.Dataset:
     """A `tf.data` pipeline of `(images, labels)` batches from any supported source.
 
@@ -184,6 +212,10 @@ def load(
         cache: True caches the decoded examples (before augmentation) in memory: worth it for
             small folder/TFDS sources read for several epochs. Default None (no cache; the
             embedded and array sources are in memory anyway).
+        split_seed: None slices each class in stored order; an int takes the slices of
+            `split` from a seeded random order per class (embedded, array and folder sources;
+            see `keras_vit.data.splits`), so "train[:90%]" and "train[90%:]" with the same
+            seed are a stratified random split. TFDS slices its own way and ignores it.
 
     Returns:
         A `tf.data.Dataset` of (float32 `(batch, height, width, channels)` in [-1, 1],
@@ -215,6 +247,7 @@ def load(
         training=training,
         shots_per_class=shots_per_class,
         shot_seed=shot_seed,
+        split_seed=split_seed,
     )
     logger.debug("data %s split %s: %s examples", info.name, split, count)
     if cache and not in_memory:
