@@ -55,6 +55,16 @@ def add_run_arguments(parser, *, task: str) -> None:
         help="embedded datasets: train on N images per class, evaluate on all the others",
     )
     parser.add_argument(
+        "--validation-split",
+        default="train[90%:]",
+        help="split that picks the best epoch (default 'train[90%%:]': a stratified tenth of "
+        "train drawn with --split-seed, which is then not trained on); the 'test' split is "
+        "only evaluated at the end, with the best model",
+    )
+    parser.add_argument(
+        "--split-seed", type=int, default=0, help="seed of the validation carve (default 0)"
+    )
+    parser.add_argument(
         "--strategy",
         default="auto",
         help="tf.distribute strategy: auto, one_device, mirrored, multi_worker (TF_CONFIG), "

@@ -89,6 +89,7 @@ def run(args) -> int:
         channels=int(model.input_shape[-1]),
         data_dir=args.data_dir,
         shots_per_class=shots,
+        split_seed=(config or {}).get("run", {}).get("split_seed"),
     )
     model.compile(
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=outputs_logits(model)),

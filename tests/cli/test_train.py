@@ -69,6 +69,8 @@ def expect_usage_error(capsys, argv, message):
         (["--strategy", "tpu"], "No TPU found"),
         (["--resume"], "--resume needs the --run-dir"),
         (["--batch-size", "100000"], "larger than the 3600 training images"),
+        (["--validation-split", "train"], "would select on images the model trains on"),
+        (["--validation-split", "dev"], "has no split 'dev' to validate on"),
     ],
 )
 def test_bad_arguments_exit_2_before_training(capsys, tmp_path, monkeypatch, argv, message):
