@@ -3,6 +3,7 @@
 from keras_vit import checkpoints, configs, data, distribute, layers, runs, training
 from keras_vit.checkpoints import load_npz, save_npz
 from keras_vit.export import export_saved_model
+from keras_vit.fewshot import fewshot_evaluate
 from keras_vit.finetune import finetune
 from keras_vit.hybrid import R26_B32, R26_S32, R50_B16, R50_L32, HybridViT, R_Ti16
 from keras_vit.models import (
@@ -49,6 +50,7 @@ __all__ = [
     "configs",
     "data",
     "distribute",
+    "fewshot_evaluate",
     "finetune",
     "load_npz",
     "resize_position_embeddings",

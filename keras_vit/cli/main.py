@@ -19,6 +19,7 @@ SUBCOMMAND_MODULES: list[str] = [
     "train",
     "finetune",
     "evaluate",
+    "fewshot",
     "predict",
     "export",
     "explain",
@@ -36,7 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="keras-vit",
         description=(
-            "Vision Transformer (ViT) for Keras/TensorFlow: train, fine-tune, evaluate, predict, "
+            "Vision Transformer (ViT) for Keras/TensorFlow: train, fine-tune, evaluate, few-shot "
+            "evaluate, predict, "
             "export, convert, benchmark and explain."
         ),
     )
