@@ -155,7 +155,7 @@ def raw_examples(source, split, *, image_size, channels, data_dir, shuffle_seed,
         return tf.data.Dataset.from_tensor_slices((x[keep], y[keep])), len(keep), True
     if kind == "folder":
         dataset, count = folder.folder_examples(
-            source, parse_split(split), image_size, channels, kw.get("split_seed")
+            source, parse_split(split), channels, kw.get("split_seed")
         )
         return dataset, count, False
     dataset = tfds_source.tfds_examples(
