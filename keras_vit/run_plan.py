@@ -42,7 +42,8 @@ class RunConfig:
             paper's transfer step, `training.FinetuneConfig` recipe).
         recipe: the recipe dataclass; its `dataset`, `image_size`, `batch_size`, epochs or
             steps, `learning_rate`, `seed` and `jit_compile` are used as they are.
-        model: "default" or "tiny" (the recipe's small ViT) or a named variant of
+        model: "default" or "tiny" (the recipe's small model: a hybrid, or with
+            `recipe.stem="patch"` a pure ViT) or a named variant of
             `keras_vit.configs.VIT_CONFIGS` such as "Ti/16" (train only).
         patch_size: overrides the patch size of the model (train only).
         data_dir: TFDS data directory.
@@ -378,11 +379,10 @@ def load_model(path, *, compile: bool = True) -> keras.Model:
 
 
 def _model_from_npz(path) -> keras.Model:
-    import keras_vit
     from keras_vit import checkpoints
 
     kwargs = _kwargs_from_run_config(path) or vit_kwargs_from_npz(checkpoints.read_npz(path))
-    model = keras_vit.ViT(**kwargs)
+    model = training.build_model(kwargs)
     checkpoints.load_npz(model, path)
     return model
 
@@ -440,13 +440,24 @@ def vit_kwargs_from_npz(arrays: dict) -> dict:
 
 
 def source_model_kwargs(model) -> dict:
-    """`keras_vit.ViT` arguments of a built keras_vit model, read from its layers."""
+    """`keras_vit.ViT` arguments of a built keras_vit model, read from its layers; for a
+    hybrid with the built-in ResNet, `keras_vit.HybridViT` arguments (with `resnet_stages`)."""
     embed = model.get_layer("embedding")
     blocks = [layer for layer in model.layers if re.fullmatch(r"encoderblock_\d+", layer.name)]
     if not blocks:
         raise ConfigError(f"The weights are not a keras_vit ViT model ({model.name!r}).")
     names = {layer.name for layer in model.layers}
+    resnet = {}
+    if "conv_root" in names:
+        units = [re.fullmatch(r"block(\d+)_unit\d+", name) for name in names]
+        stages = [int(m[1]) for m in units if m]
+        resnet = {
+            "resnet_stages": [stages.count(s) for s in range(1, max(stages, default=0) + 1)],
+            "resnet_width": int(model.get_layer("conv_root").filters),
+            "resnet_groups": int(model.get_layer("gn_root").groups),
+        }
     return {
+        **resnet,
         "patch_size": list(to_pair("patch_size", tuple(embed.patch_size))),
         "channels": int(model.input_shape[-1]),
         "hidden_dim": int(embed.hidden_dim),

@@ -43,7 +43,7 @@ from collections.abc import Callable
 
 import keras
 
-from keras_vit import _atomic, callbacks, distribute
+from keras_vit import _atomic, callbacks, distribute, training
 from keras_vit.run_plan import ConfigError, RunConfig, RunPlan, load_model, plan_run
 
 __all__ = [
@@ -403,7 +403,7 @@ def _build_model(plan: RunPlan) -> keras.Model:
             plan.source_model, plan.info.num_classes, image_size=plan.image_size
         )
     else:
-        model = keras_vit.ViT(**plan.model_kwargs)
+        model = training.build_model(plan.model_kwargs)
     compile_kwargs = plan.config.recipe.compile_kwargs(plan.num_train_examples)
     compile_kwargs["jit_compile"] = plan.jit_compile
     model.compile(**compile_kwargs)

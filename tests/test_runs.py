@@ -224,7 +224,8 @@ def test_plan_resolves_the_default_run():
     assert plan.channels == 1
     assert plan.image_size == (recipe.image_size, recipe.image_size)
     assert plan.steps_per_epoch == plan.num_train_examples // recipe.batch_size
-    assert plan.model_kwargs["patch_size"] == recipe.patch_size
+    # The hybrid: BiT ResNet root (stride 4) and 1x1 patches of its 7x7 map = 49 tokens.
+    assert plan.model_kwargs["patch_size"] == 1 and plan.model_kwargs["resnet_stages"] == []
     # Selection on a tenth of train (never trained on); the 1,000 test images stay unseen.
     assert (plan.train_split, plan.config.validation_split) == ("train[:90%]", "train[90%:]")
     assert (plan.num_train_examples, plan.num_validation_examples) == (3600, 400)

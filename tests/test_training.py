@@ -143,8 +143,16 @@ def test_train_config_defaults_build_and_compile():
     config = training.TrainConfig()
     assert config.dataset == "mnist"
     assert config.image_size % config.patch_size == 0
-    model = keras_vit.ViT(**config.model_kwargs(num_classes=10, channels=1))
+    model = config.build(num_classes=10, channels=1)
     assert model.input_shape == (None, config.image_size, config.image_size, 1)
+    # the default is the hybrid (ResNet root, stride 4: 7x7 tokens); stem "patch" the ViT
+    assert model.get_layer("conv_root").filters == config.resnet_width
+    assert model.get_layer("posembed_input").weights[0].shape == (1, 49, config.hidden_dim)
+    vit = training.TrainConfig(stem="patch").build(num_classes=10, channels=1)
+    assert "conv_root" not in {layer.name for layer in vit.layers}
+    assert vit.get_layer("posembed_input").weights[0].shape == (1, 49, config.hidden_dim)
+    with pytest.raises(ValueError, match="stem"):
+        training.TrainConfig(stem="conv")
     steps = config.steps_per_epoch(4000)
     assert steps == 4000 // config.batch_size
     assert config.total_steps(4000) == steps * config.epochs

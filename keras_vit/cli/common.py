@@ -152,7 +152,8 @@ def print_summary(result) -> None:
 
     metrics = result.metrics
     run_dir = result.run_dir
-    resolved = (runs.read_config(run_dir) or {}).get("resolved", {})
+    record = runs.read_config(run_dir) or {}
+    resolved = record.get("resolved", {})
     best = metrics.get("best") or {}
     test = metrics.get("test")
     if test:
@@ -174,11 +175,40 @@ def print_summary(result) -> None:
             f"{best['value']:.4f} on '{resolved.get('validation_split')}' "
             f"({images} images, not trained on)"
         )
+    if resolved.get("model_kwargs"):
+        precision = resolved.get("mixed_precision") or record.get("run", {}).get("mixed_precision")
+        print(f"Model: {describe_model(resolved, precision)}")
     print(
         f"Trained {metrics['epochs']} epochs, {metrics['steps']} steps on "
         f"{metrics['num_replicas']} replica(s); run directory: {run_dir}"
     )
     print(f"Models: {os.path.join(run_dir, 'best.keras')} (best), last.keras, best.npz")
+
+
+def describe_model(resolved: dict, precision: str | None = None) -> str:
+    """One line naming a run's architecture, precision and compiler (from config.json)."""
+    kwargs = resolved["model_kwargs"]
+    body = (
+        f"{kwargs['num_layers']} blocks, width {kwargs['hidden_dim']}, {kwargs['num_heads']} "
+        f"heads, MLP {kwargs['mlp_dim']}"
+    )
+    patch = "x".join(str(p) for p in _pair(kwargs["patch_size"]))
+    if "resnet_stages" in kwargs:
+        stem = (
+            f"hybrid: BiT ResNet root ({kwargs['resnet_width']} channels, stride 4"
+            f"{', stages ' + str(kwargs['resnet_stages']) if kwargs['resnet_stages'] else ''}) "
+            f"+ {patch} patches of its feature map"
+        )
+    else:
+        stem = f"pure ViT: {patch} pixel patches"
+    precision = precision or "float32"
+    jit = resolved.get("jit_compile")
+    compiler = {True: "XLA", False: "no XLA"}.get(jit, f"jit_compile={jit}")
+    return f"{stem}, Transformer {body}; {precision}, {compiler}"
+
+
+def _pair(value) -> list:
+    return list(value) if isinstance(value, (list, tuple)) else [value, value]
 
 
 def resolve_model_path(path: str) -> tuple[str, str | None]:
