@@ -63,6 +63,9 @@ class RunConfig:
         test_split: the split never used for selection, evaluated once at the end with the
             best model (the one saved as best.keras and exported); None, or a dataset without
             it, reports the validation figures only.
+        train_split: None (default): "train", or the complement of a validation slice of
+            it; a split string trains on exactly that split instead (the caller keeps it apart
+            from `validation_split`, as the VTAB-1k split "train[:800]" / "train[800:1000]").
         shots_per_class: embedded datasets only: train on N images per class, hold out the
             rest (see `keras_vit.data.load`).
     """
@@ -78,6 +81,7 @@ class RunConfig:
     validation_split: str = "train[90%:]"
     split_seed: int = 0
     test_split: str | None = "test"
+    train_split: str | None = None
     shots_per_class: int | None = None
 
     def __post_init__(self):
@@ -263,7 +267,14 @@ def resolve_splits(config: RunConfig, info) -> tuple[str, str | None]:
             f"{sorted(info.num_examples)}."
         )
     train_split = "train"
-    if spec.name == "train":
+    if config.train_split is not None:
+        train_split = config.train_split
+        if train_split.split("[")[0] not in info.num_examples:
+            raise ConfigError(
+                f"Dataset {info.name!r} has no split {train_split!r} to train on; it has "
+                f"{sorted(info.num_examples)}."
+            )
+    elif spec.name == "train":
         train_split = splits.complement(validation)
         if train_split is None:
             raise ConfigError(

@@ -20,6 +20,7 @@ SUBCOMMAND_MODULES: list[str] = [
     "finetune",
     "evaluate",
     "fewshot",
+    "transfer_suite",
     "predict",
     "export",
     "explain",
