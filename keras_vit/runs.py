@@ -201,7 +201,13 @@ def fit_run(
         callback_list = [
             history,
             callbacks.ModelSnapshots(run_dir, monitor=monitor, write=chief),
-            callbacks.LearningCurvePlot(history, os.path.join(run_dir, PLOT_FILE), write=chief),
+            callbacks.LearningCurvePlot(
+                history,
+                os.path.join(run_dir, PLOT_FILE),
+                write=chief,
+                title=f"{os.path.basename(run_dir)}: learning curves",
+                monitor=monitor,
+            ),
             keras.callbacks.TensorBoard(os.path.join(scratch or run_dir, LOG_DIR)),
             *extra_callbacks,
             callbacks.AtomicBackupAndRestore(_backup_dir(run_dir, strategy, chief)),
@@ -311,6 +317,8 @@ def train(
     strategy=None,
     resume: bool = False,
     verbose="auto",
+    extra_callbacks=(),
+    on_start: Callable[[dict], None] | None = None,
 ) -> RunResult:
     """Trains (or fine-tunes) a ViT as `config` says, into the run directory `run_dir`.
 
@@ -329,6 +337,10 @@ def train(
         strategy: a `tf.distribute.Strategy`; default: `resolve_strategy(config.strategy)`.
         resume: continue the run in `run_dir` from its last finished epoch.
         verbose: `fit` verbosity ("auto"/1: progress bar).
+        extra_callbacks: more Keras callbacks for `fit` (see `fit_run`).
+        on_start: called once with the run's config record (what config.json holds:
+            "run", "resolved", "versions") and the dtype policy in effect added as
+            `resolved["dtype_policy"]`, after every check and before training starts.
 
     Returns:
         A `RunResult`; `result.metrics["test"]["accuracy"]` is the test accuracy of best.keras
@@ -352,6 +364,17 @@ def train(
         distribute.set_mixed_precision(config.mixed_precision)
         keras.utils.set_random_seed(config.recipe.seed)
         train_data, validation, test = _datasets(plan)
+        record = _config_record(plan, strategy)
+        if on_start is not None:
+            on_start(
+                {
+                    **record,
+                    "resolved": {
+                        **record["resolved"],
+                        "dtype_policy": keras.config.dtype_policy().name,
+                    },
+                }
+            )
         return fit_run(
             run_dir,
             lambda: _build_model(plan),
@@ -360,10 +383,11 @@ def train(
             steps_per_epoch=plan.steps_per_epoch,
             validation_data=validation,
             test_data=test,
-            config=_config_record(plan, strategy),
+            config=record,
             strategy=strategy,
             resume=resume,
             verbose=verbose,
+            extra_callbacks=extra_callbacks,
         )
     finally:
         keras.config.set_dtype_policy(policy)
@@ -396,12 +420,10 @@ def _datasets(plan: RunPlan):
 
 def _build_model(plan: RunPlan) -> keras.Model:
     """Builds and compiles the model (called inside the strategy scope)."""
-    import keras_vit
+    from keras_vit.finetune import finetune
 
     if plan.source_model is not None:
-        model = keras_vit.finetune(
-            plan.source_model, plan.info.num_classes, image_size=plan.image_size
-        )
+        model = finetune(plan.source_model, plan.info.num_classes, image_size=plan.image_size)
     else:
         model = training.build_model(plan.model_kwargs)
     compile_kwargs = plan.config.recipe.compile_kwargs(plan.num_train_examples)
@@ -413,7 +435,7 @@ def _build_model(plan: RunPlan) -> keras.Model:
 def _config_record(plan: RunPlan, strategy) -> dict:
     import tensorflow as tf
 
-    import keras_vit
+    from keras_vit._version import __version__
 
     return {
         "run": plan.config.to_dict(),
@@ -423,7 +445,7 @@ def _config_record(plan: RunPlan, strategy) -> dict:
             "num_replicas": strategy.num_replicas_in_sync,
         },
         "versions": {
-            "keras_vit": keras_vit.__version__,
+            "keras_vit": __version__,
             "keras": keras.__version__,
             "tensorflow": tf.__version__,
         },

@@ -22,6 +22,7 @@ import keras
 from keras import ops
 
 from keras_vit._validation import check_choice, check_positive_int
+from keras_vit.configs import RECIPE_VIT
 
 DECAYS = ("linear", "cosine")
 STEMS = ("resnet", "patch")
@@ -226,13 +227,14 @@ def loss(label_smoothing=0.0, one_hot=False):
 def build_model(model_kwargs: dict):
     """`keras_vit.HybridViT(**model_kwargs)` when they name `resnet_stages`, else
     `keras_vit.ViT(**model_kwargs)` (the form config.json records a run's model in)."""
-    import keras_vit
+    from keras_vit.hybrid import HybridViT
+    from keras_vit.models import ViT
 
     kwargs = dict(model_kwargs)
     if "resnet_stages" in kwargs:
         kwargs["resnet_stages"] = tuple(kwargs["resnet_stages"])
-        return keras_vit.HybridViT(**kwargs)
-    return keras_vit.ViT(**kwargs)
+        return HybridViT(**kwargs)
+    return ViT(**kwargs)
 
 
 def _compile_kwargs(config, num_train_examples):
@@ -272,13 +274,14 @@ class TrainConfig:
     stem: str = "resnet"
     resnet_width: int = 32
     resnet_groups: int = 8
-    patch_size: int = 4
-    hidden_dim: int = 64
-    num_heads: int = 4
-    mlp_dim: int = 128
-    num_layers: int = 4
+    # The Transformer fields default to `keras_vit.configs.RECIPE_VIT` (sizes live there).
+    patch_size: int = RECIPE_VIT.patch_size
+    hidden_dim: int = RECIPE_VIT.hidden_dim
+    num_heads: int = RECIPE_VIT.num_heads
+    mlp_dim: int = RECIPE_VIT.mlp_dim
+    num_layers: int = RECIPE_VIT.num_layers
     pooling: str = "gap"
-    dropout_rate: float = 0.0
+    dropout_rate: float = RECIPE_VIT.dropout_rate
     epochs: int = 30
     batch_size: int = 32
     learning_rate: float = 2e-3

@@ -138,7 +138,6 @@ def test_smoothed_loss_config_round_trip():
 
 def test_train_config_defaults_build_and_compile():
     """The `keras-vit train` defaults: a valid model for 28x28 gray MNIST and its optimizer."""
-    import keras_vit
 
     config = training.TrainConfig()
     assert config.dataset == "mnist"

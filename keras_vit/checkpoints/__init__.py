@@ -6,7 +6,13 @@
   `vit_models` bucket, fetched with `keras.utils.get_file` into the Keras cache.
 """
 
-from keras_vit.checkpoints.loading import LoadReport, load_npz, load_weights_argument, save_npz
+from keras_vit.checkpoints.loading import (
+    LoadReport,
+    SaveReport,
+    load_npz,
+    load_weights_argument,
+    save_npz,
+)
 from keras_vit.checkpoints.naming import NAMING_RULES, NamingRule, official_variables
 from keras_vit.checkpoints.npz_io import CheckpointError, read_npz
 from keras_vit.checkpoints.registry import (
@@ -22,6 +28,7 @@ __all__ = [
     "LoadReport",
     "NamingRule",
     "PublishedCheckpoint",
+    "SaveReport",
     "load_npz",
     "load_weights_argument",
     "official_variables",

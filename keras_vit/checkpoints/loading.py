@@ -18,6 +18,7 @@ import keras
 import numpy as np
 
 from keras_vit._validation import check_choice
+from keras_vit._warnings import warn_weights
 from keras_vit.checkpoints import architecture, registry
 from keras_vit.checkpoints.layouts import PLAIN_POSITION_KEY, normalise_layout
 from keras_vit.checkpoints.naming import official_variables
@@ -30,7 +31,7 @@ HEAD_MODES = ("load", "skip", "auto")
 _LIST_LIMIT = 12
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(repr=False)
 class LoadReport:
     """What `load_npz` did.
 
@@ -53,6 +54,44 @@ class LoadReport:
     mismatched: list = dataclasses.field(default_factory=list)
     resized_grid: tuple | None = None
     layout_steps: list = dataclasses.field(default_factory=list)
+
+    def __repr__(self) -> str:  # counts, not the ~200 keys
+        counts = ", ".join(
+            f"{name}={len(getattr(self, name))}"
+            for name in ("loaded", "skipped", "missing", "unexpected", "mismatched")
+        )
+        return f"LoadReport(path={self.path!r}, {counts}, resized_grid={self.resized_grid})"
+
+
+@dataclasses.dataclass(repr=False)
+class SaveReport:
+    """What `save_npz` wrote, with a one-line repr (a notebook cell shows one line).
+
+    Attributes:
+        path: the file written.
+        shapes: `{official_key: shape}` of every array written (float32).
+
+    `len(report)` is the number of arrays, `key in report` tests a key.
+    """
+
+    path: str
+    shapes: dict
+
+    @property
+    def num_parameters(self) -> int:
+        return int(sum(np.prod(shape, dtype=np.int64) for shape in self.shapes.values()))
+
+    def __len__(self) -> int:
+        return len(self.shapes)
+
+    def __contains__(self, key) -> bool:
+        return key in self.shapes
+
+    def __repr__(self) -> str:
+        return (
+            f"SaveReport(path={self.path!r}, arrays={len(self)}, "
+            f"parameters={self.num_parameters:,})"
+        )
 
 
 def _under(key: str, prefixes) -> bool:
@@ -79,19 +118,21 @@ def _skip_prefixes(arrays, variables, skip, head):
                 " Its head was trained on top of pre_logits, so it is not loaded either; the "
                 "model keeps its own (zero-initialised) head."
             )
-        logger.warning(
+        width = arrays["pre_logits/kernel"].shape[-1] if "pre_logits/kernel" in arrays else -1
+        warn_weights(
             "The checkpoint has a pre_logits (representation) layer but the model has none "
             "(representation_size=None): pre_logits is dropped, as the release does for "
-            "fine-tuning.%s Build the model with representation_size=%d to use it.",
-            note,
-            arrays["pre_logits/kernel"].shape[-1] if "pre_logits/kernel" in arrays else -1,
+            f"fine-tuning.{note} Build the model with representation_size={width} to use it."
         )
     if head == "skip":
         prefixes.append("head")
     elif head == "auto" and not _under("head", prefixes):
         reason = _head_mismatch(arrays, variables)
         if reason:
-            logger.info("Head not loaded: %s.", reason)
+            if any(k.startswith("head/") for k in variables):
+                warn_weights(f"Head not loaded: {reason}; its logits are 0 until trained.")
+            else:
+                logger.info("Head not loaded: %s.", reason)  # include_top=False: expected
             prefixes.append("head")
     return prefixes
 
@@ -199,7 +240,7 @@ def load_npz(
     path = os.fspath(path)
     variables, unnamed = official_variables(model)
     if unnamed:
-        logger.warning("Weights without an official checkpoint name keep their values: %s", unnamed)
+        warn_weights(f"Weights without an official checkpoint name keep their values: {unnamed}")
     arrays, steps = normalise_layout(read_npz(path))
     skip = _skip_prefixes(arrays, variables, tuple(skip), head)
     resized, hint = None, None
@@ -242,28 +283,34 @@ def load_npz(
             "strict=False to load what fits."
         )
     if problems:
-        logger.warning("Checkpoint %s loaded partially:%s", path, problems)
+        warn_weights(f"Checkpoint {path} loaded partially (the rest is ignored):{problems}")
     for key in fits:
         variable = variables[key]
         variable.assign(np.asarray(arrays[key], dtype=variable.dtype))
     report.loaded = fits
     if resized is not None:
         (old_rows, old_cols), (new_rows, new_cols) = resized
-        logger.info(
-            "Position embeddings resized: grid %dx%d -> %dx%d (%s; %d -> %d rows).",
-            old_rows,
-            old_cols,
-            new_rows,
-            new_cols,
-            resize_method,
-            architecture.num_prefix_tokens(model) + old_rows * old_cols,
-            variables[PLAIN_POSITION_KEY].shape[1],
+        old_length = architecture.num_prefix_tokens(model) + old_rows * old_cols
+        warn_weights(
+            f"Position embeddings resized: grid {old_rows}x{old_cols} -> {new_rows}x{new_cols} "
+            f"({resize_method}; {old_length} -> {variables[PLAIN_POSITION_KEY].shape[1]} rows)."
         )
+    _warn_if_zero_head(arrays, fits, path)
     logger.debug("Loaded %d arrays from %s", len(fits), path)
     return report
 
 
-def save_npz(model, path) -> dict[str, tuple]:
+def _warn_if_zero_head(arrays, loaded, path) -> None:
+    """A loaded head kernel that is all zero (a checkpoint saved before its head was
+    trained) makes every logit 0."""
+    if "head/kernel" in loaded and not np.any(arrays["head/kernel"]):
+        warn_weights(
+            f"The head loaded from {path} is all zero: every logit is 0 (an untrained head; "
+            "fine-tune it or load a trained checkpoint)."
+        )
+
+
+def save_npz(model, path) -> SaveReport:
     """Writes a keras_vit model's weights as an official `.npz` (vit_facts.md section 3).
 
     The file has the release's flat keys and shapes (float32), so the JAX release and timm's
@@ -275,7 +322,9 @@ def save_npz(model, path) -> dict[str, tuple]:
         path: destination path (used as given).
 
     Returns:
-        `{official_key: shape}` of what was written.
+        A `SaveReport`: the path, `shapes` (`{official_key: shape}` of what was written),
+        a one-line repr such as `SaveReport(path='mine.npz', arrays=200,
+        parameters=86,567,656)`.
 
     Raises:
         CheckpointError: if the model has weights no official key covers (e.g. extra layers).
@@ -291,7 +340,7 @@ def save_npz(model, path) -> dict[str, tuple]:
         for key, variable in variables.items()
     }
     write_npz(path, arrays)
-    return {key: array.shape for key, array in arrays.items()}
+    return SaveReport(os.fspath(path), {key: array.shape for key, array in arrays.items()})
 
 
 def load_weights_argument(model, weights, *, base_url=None, cache_dir=None) -> LoadReport:

@@ -7,6 +7,7 @@ import contextlib
 import datetime
 import os
 
+from keras_vit.cli import progress
 from keras_vit.cli.main import UsageError
 
 
@@ -91,6 +92,7 @@ def add_run_arguments(parser, *, task: str) -> None:
         help="continue the run in --run-dir from its last finished epoch, with its stored "
         "configuration",
     )
+    progress.add_output_arguments(parser)
 
 
 def recipe_overrides(args, fields: dict[str, str]) -> dict:
@@ -134,13 +136,29 @@ def run_training(config, args, task: str) -> int:
     if args.resume and not args.run_dir:
         raise UsageError("--resume needs the --run-dir of the run to continue.")
     run_dir = args.run_dir or default_run_dir(task)
+    mode = progress.output_mode(args)
     if args.resume:
         with usage_errors():
             config = runs.RunConfig.from_dict(runs.read_config(run_dir)["run"])
-        print(f"Resuming {run_dir} with its stored configuration.")
     strategy = resolve_strategy(args.strategy if not args.resume else config.strategy)
+
+    def announce(record):
+        if mode != "quiet":
+            precision = record["resolved"]["dtype_policy"]
+            print(progress.start_line(run_dir, record, precision), flush=True)
+            if args.resume:
+                print(f"Resuming {run_dir} with its stored configuration.", flush=True)
+
     with usage_errors():
-        result = runs.train(config, run_dir, strategy=strategy, resume=args.resume, verbose=1)
+        result = runs.train(
+            config,
+            run_dir,
+            strategy=strategy,
+            resume=args.resume,
+            verbose=progress.keras_verbose(mode),
+            extra_callbacks=[progress.epoch_lines()] if mode == "epoch" else [],
+            on_start=announce,
+        )
     print_summary(result)
     return 0
 
@@ -152,8 +170,7 @@ def print_summary(result) -> None:
 
     metrics = result.metrics
     run_dir = result.run_dir
-    record = runs.read_config(run_dir) or {}
-    resolved = record.get("resolved", {})
+    resolved = (runs.read_config(run_dir) or {}).get("resolved", {})
     best = metrics.get("best") or {}
     test = metrics.get("test")
     if test:
@@ -175,40 +192,11 @@ def print_summary(result) -> None:
             f"{best['value']:.4f} on '{resolved.get('validation_split')}' "
             f"({images} images, not trained on)"
         )
-    if resolved.get("model_kwargs"):
-        precision = resolved.get("mixed_precision") or record.get("run", {}).get("mixed_precision")
-        print(f"Model: {describe_model(resolved, precision)}")
     print(
         f"Trained {metrics['epochs']} epochs, {metrics['steps']} steps on "
         f"{metrics['num_replicas']} replica(s); run directory: {run_dir}"
     )
     print(f"Models: {os.path.join(run_dir, 'best.keras')} (best), last.keras, best.npz")
-
-
-def describe_model(resolved: dict, precision: str | None = None) -> str:
-    """One line naming a run's architecture, precision and compiler (from config.json)."""
-    kwargs = resolved["model_kwargs"]
-    body = (
-        f"{kwargs['num_layers']} blocks, width {kwargs['hidden_dim']}, {kwargs['num_heads']} "
-        f"heads, MLP {kwargs['mlp_dim']}"
-    )
-    patch = "x".join(str(p) for p in _pair(kwargs["patch_size"]))
-    if "resnet_stages" in kwargs:
-        stem = (
-            f"hybrid: BiT ResNet root ({kwargs['resnet_width']} channels, stride 4"
-            f"{', stages ' + str(kwargs['resnet_stages']) if kwargs['resnet_stages'] else ''}) "
-            f"+ {patch} patches of its feature map"
-        )
-    else:
-        stem = f"pure ViT: {patch} pixel patches"
-    precision = precision or "float32"
-    jit = resolved.get("jit_compile")
-    compiler = {True: "XLA", False: "no XLA"}.get(jit, f"jit_compile={jit}")
-    return f"{stem}, Transformer {body}; {precision}, {compiler}"
-
-
-def _pair(value) -> list:
-    return list(value) if isinstance(value, (list, tuple)) else [value, value]
 
 
 def resolve_model_path(path: str) -> tuple[str, str | None]:

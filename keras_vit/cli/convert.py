@@ -13,14 +13,11 @@ Both outputs are written to a temporary file in the destination folder and renam
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import re
 
 from keras_vit._atomic import atomic_path
 from keras_vit.cli.main import UsageError
-
-POSITION_KEY = "Transformer/posembed_input/pos_embedding"
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -95,83 +92,79 @@ def builder_for(name: str):
         UsageError: an unknown name.
     """
     import keras_vit
-    from keras_vit import configs, hybrid
+    from keras_vit import configs
 
-    variant = re.sub(r"ViT-(\w+)_(\d+)", r"\1/\2", name)
+    variant = configs.table_name(name)
     if variant in configs.VIT_CONFIGS:
-        return getattr(keras_vit, "ViT_" + variant.replace("/", "")), configs.get_config(
+        return getattr(keras_vit, configs.builder_name(variant)), configs.get_config(
             variant
         ).patch_size
-    if variant in hybrid.HYBRID_CONFIGS:
-        config = hybrid.HYBRID_CONFIGS[variant]
-        builder = getattr(keras_vit, variant.replace("+", "_").replace("/", ""))
-        stride = 4 * 2 ** max(len(config.resnet_stages) - 1, 0)
-        return builder, config.patch_size * stride
+    if variant in configs.HYBRID_CONFIGS:
+        config = configs.HYBRID_CONFIGS[variant]
+        builder = getattr(keras_vit, configs.builder_name(variant))
+        return builder, config.patch_size * config.total_stride
     builder = getattr(keras_vit, name, None)
     if callable(builder) and re.fullmatch(r"(ViT|R\w*)_\w+", name):
         return builder, None
-    known = sorted(configs.VIT_CONFIGS) + sorted(hybrid.HYBRID_CONFIGS)
+    known = sorted(configs.VIT_CONFIGS) + sorted(configs.HYBRID_CONFIGS)
     raise UsageError(f"unknown --model {name!r}; expected 'auto' or one of {known}")
 
 
-def _auto_architecture(arrays) -> dict:
+def _auto_architecture(arch) -> dict:
     """A plain ViT's architecture read from the official arrays' shapes."""
-    try:
-        kernel = arrays["embedding/kernel"]
-        query = arrays["Transformer/encoderblock_0/MultiHeadDotProductAttention_1/query/kernel"]
-        mlp = arrays["Transformer/encoderblock_0/MlpBlock_3/Dense_0/kernel"]
-    except KeyError as error:
-        raise UsageError(
-            f"--model auto needs a plain ViT checkpoint; the file has no {error}"
-        ) from None
-    layers = {int(m[1]) for k in arrays if (m := re.match(r"Transformer/encoderblock_(\d+)/", k))}
+    missing = arch.missing_key("patch_size", "num_heads", "mlp_dim")
+    if missing:
+        raise UsageError(f"--model auto needs a plain ViT checkpoint; the file has no {missing!r}")
     return dict(
-        patch_size=(int(kernel.shape[0]), int(kernel.shape[1])),
-        hidden_dim=int(kernel.shape[-1]),
-        num_heads=int(query.shape[1]),
-        mlp_dim=int(mlp.shape[-1]),
-        num_layers=len(layers),
-        channels=int(kernel.shape[2]),
+        patch_size=arch.patch_size,
+        hidden_dim=arch.hidden_dim,
+        num_heads=arch.num_heads,
+        mlp_dim=arch.mlp_dim,
+        num_layers=arch.num_layers,
+        channels=arch.channels,
     )
 
 
-def _file_defaults(arrays, args, pixels_per_token):
+def _file_defaults(arch, args, pixels_per_token):
     """Builder arguments taken from the file unless given on the command line."""
-    kwargs = {"pooling": "token" if "cls" in arrays else "gap"}
+    kwargs = {"pooling": arch.pooling}
     if args.num_classes is not None:
         kwargs["num_classes"] = args.num_classes
-    elif "head/bias" in arrays:
-        kwargs["num_classes"] = int(arrays["head/bias"].shape[0])
+    elif arch.num_classes is not None:
+        kwargs["num_classes"] = arch.num_classes
     else:
         kwargs["include_top"] = False
     if args.representation_size is not None:
         kwargs["representation_size"] = args.representation_size
-    elif "pre_logits/bias" in arrays:
-        kwargs["representation_size"] = int(arrays["pre_logits/bias"].shape[0])
+    elif arch.representation_size is not None:
+        kwargs["representation_size"] = arch.representation_size
     if args.image_size is not None:
         if len(args.image_size) not in (1, 2):
             raise UsageError(f"--image-size takes 1 or 2 ints. Received: {args.image_size}")
         kwargs["image_size"] = tuple(args.image_size) * (3 - len(args.image_size))
-    elif POSITION_KEY in arrays and pixels_per_token is not None:
-        rows = arrays[POSITION_KEY].shape[1] - (kwargs["pooling"] == "token")
-        side = math.isqrt(rows)
-        if side * side != rows:
+    elif arch.num_patch_tokens is not None and pixels_per_token is not None:
+        if arch.grid is None:
             raise UsageError(
-                f"the file's position table ({rows} grid rows) is not square; give --image-size"
+                f"the file's position table ({arch.num_patch_tokens} grid rows) is not square; "
+                "give --image-size"
             )
-        kwargs["image_size"] = side * pixels_per_token
+        kwargs["image_size"] = arch.grid[0] * pixels_per_token
     return kwargs
 
 
 def _model_for_file(arrays, args, builder, pixels):
     """Builds the model the .npz will be loaded into (named variant, or read from the file)."""
     from keras_vit import ViT
+    from keras_vit.checkpoints.architecture import Architecture
 
+    arch = Architecture.from_arrays(arrays)
     if builder is None:
-        arch = _auto_architecture(arrays)
-        pixels = arch["patch_size"][0] if arch["patch_size"][0] == arch["patch_size"][1] else None
-        return ViT(**arch, **_file_defaults(arrays, args, pixels))
-    return builder(**_file_defaults(arrays, args, pixels))
+        sizes = _auto_architecture(arch)
+        pixels = (
+            sizes["patch_size"][0] if sizes["patch_size"][0] == sizes["patch_size"][1] else None
+        )
+        return ViT(**sizes, **_file_defaults(arch, args, pixels))
+    return builder(**_file_defaults(arch, args, pixels))
 
 
 def _npz_to_keras(args) -> int:
