@@ -11,6 +11,8 @@ on the task's test split.
 The 1,000 examples: for a TFDS task, VTAB's own "train[:800]" and "train[800:1000]"; for an
 embedded set or an image folder, 1000 // K examples per class drawn with `split_seed` (80% of
 them train, 20% validation), a stratified version of the same.
+
+Importing this module does not start TensorFlow (the CLI's `--help` reads its defaults).
 """
 
 from __future__ import annotations
@@ -19,9 +21,6 @@ import dataclasses
 import logging
 import os
 from collections.abc import Sequence
-
-from keras_vit import data, runs, training
-from keras_vit.run_plan import ConfigError, RunConfig
 
 logger = logging.getLogger(__name__)
 
@@ -56,6 +55,9 @@ def vtab_splits(task: str, num_classes: int, *, data_dir=None) -> tuple[str, str
     Raises:
         ConfigError: more than 1,000 classes (fewer than one example per class).
     """
+    from keras_vit import data
+    from keras_vit.run_plan import ConfigError
+
     if data.pipeline.source_kind(task) == "tfds":
         return f"train[:{VTAB_TRAIN}]", f"train[{VTAB_TRAIN}:{VTAB_TRAIN + VTAB_VAL}]"
     per_class = (VTAB_TRAIN + VTAB_VAL) // num_classes
@@ -81,12 +83,15 @@ def task_config(
     split_seed: int = 0,
     jit_compile=True,
     mixed_precision=None,
-) -> RunConfig:
-    """The fine-tuning `RunConfig` of one task (see the module docstring).
+):
+    """The fine-tuning `keras_vit.runs.RunConfig` of one task (see the module docstring).
 
     Raises:
         ConfigError: an unknown task or one without a train or test split.
     """
+    from keras_vit import data, training
+    from keras_vit.run_plan import ConfigError, RunConfig
+
     try:
         info = data.describe(task, data_dir=data_dir)
     except (ValueError, FileNotFoundError) as error:
@@ -141,6 +146,8 @@ def run_suite(
     Raises:
         ConfigError: a bad task, checked for every task before any training.
     """
+    from keras_vit import data, runs
+
     if not task_kwargs.get("image_size") and source_image_size:
         task_kwargs["image_size"] = source_image_size
     configs = {task: task_config(task, weights, **task_kwargs) for task in tasks}
