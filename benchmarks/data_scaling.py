@@ -36,7 +36,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 MODELS = ("ViT", "ResNet", "hybrid")
 SIZES = (250, 500, 1000, 2000, 4000)
 RESNET_STAGES = (1, 1)
-RESNET_WIDTH = 16
+RESNET_WIDTH = 32
 
 
 def parse_args(argv=None):
