@@ -102,6 +102,7 @@ def run(args) -> int:
         )
     except ValueError as error:
         raise UsageError(" ".join(str(error).split())) from None
+    print()  # end the progress bar's line
     width = int(model.get_layer(layer).output.shape[-1])
     size = "x".join(str(s) for s in model.input_shape[1:3])
     first = next(iter(results.values()))
