@@ -33,6 +33,7 @@ import tensorflow as tf
 
 from keras_vit import layer_names
 from keras_vit._validation import check_positive_int
+from keras_vit.data.preprocess import preprocess_inputs
 
 logger = logging.getLogger(__name__)
 
@@ -238,7 +239,7 @@ def resize_and_scale(images: tf.Tensor, image_size: tuple[int, int]) -> tf.Tenso
     evaluation pipeline of `keras_vit.data` does.
     """
     images = tf.image.resize(tf.cast(images, tf.float32), image_size, method="bilinear")
-    return (images - 127.5) / 127.5
+    return preprocess_inputs(images)
 
 
 def decode_images(image_bytes: tf.Tensor, image_size: tuple[int, int], channels: int):
@@ -294,7 +295,7 @@ def build_export_archive(
 
     def serving_bytes(image_bytes):
         pixels = decode_images(image_bytes, image_size, channels)
-        return classify((pixels - 127.5) / 127.5)
+        return classify(preprocess_inputs(pixels))
 
     def features(images):
         pooled = feature_model(resize_and_scale(images, image_size), training=False)

@@ -1,4 +1,4 @@
-"""Official ViT checkpoints (`.npz`, vit_facts.md section 3): load, save, published names.
+"""Official ViT checkpoints (`.npz`, the release's vit_jax/checkpoint.py): load, save, names.
 
 - `load_npz(model, path, ...)` / `save_npz(model, path)`: the release's flat-key layout.
 - `load_weights_argument(model, weights)`: what the builders' `weights=` does.

@@ -23,7 +23,7 @@ from keras_vit.checkpoints import architecture, registry
 from keras_vit.checkpoints.layouts import PLAIN_POSITION_KEY, normalise_layout
 from keras_vit.checkpoints.naming import official_variables
 from keras_vit.checkpoints.npz_io import CheckpointError, read_npz, write_npz
-from keras_vit.position_embeddings import RESIZE_METHODS, resize_position_embeddings, square_grid
+from keras_vit.layers.position_resize import RESIZE_METHODS, resize_position_embeddings, square_grid
 
 logger = logging.getLogger(__name__)
 
@@ -199,7 +199,7 @@ def load_npz(
     resize_method: str = "bilinear",
     source_grid=None,
 ) -> LoadReport:
-    """Loads an official ViT `.npz` checkpoint (vit_facts.md section 3) into a keras_vit model.
+    """Loads an official ViT `.npz` checkpoint (vit_jax/checkpoint.py) into a keras_vit model.
 
     Handles every layout real files have: plain keys, an `opt/target/` prefix, big_vision
     `params/` files (top-level `pos_embedding`, sub-layers numbered from 0, "scanned" blocks
@@ -311,7 +311,7 @@ def _warn_if_zero_head(arrays, loaded, path) -> None:
 
 
 def save_npz(model, path) -> SaveReport:
-    """Writes a keras_vit model's weights as an official `.npz` (vit_facts.md section 3).
+    """Writes a keras_vit model's weights as an official `.npz` (vit_jax/checkpoint.py layout).
 
     The file has the release's flat keys and shapes (float32), so the JAX release and timm's
     npz loader read it. It is written to a temporary file in the same folder and renamed

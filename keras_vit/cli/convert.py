@@ -17,7 +17,7 @@ import os
 import re
 
 from keras_vit._atomic import atomic_path
-from keras_vit.cli.main import UsageError
+from keras_vit.cli.common import UsageError
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -115,14 +115,7 @@ def _auto_architecture(arch) -> dict:
     missing = arch.missing_key("patch_size", "num_heads", "mlp_dim")
     if missing:
         raise UsageError(f"--model auto needs a plain ViT checkpoint; the file has no {missing!r}")
-    return dict(
-        patch_size=arch.patch_size,
-        hidden_dim=arch.hidden_dim,
-        num_heads=arch.num_heads,
-        mlp_dim=arch.mlp_dim,
-        num_layers=arch.num_layers,
-        channels=arch.channels,
-    )
+    return {"patch_size": arch.patch_size, **arch.transformer_kwargs()}
 
 
 def _file_defaults(arch, args, pixels_per_token):

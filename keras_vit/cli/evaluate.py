@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from keras_vit.cli import common, progress
-from keras_vit.cli.main import UsageError
+from keras_vit.cli.common import UsageError, outputs_logits
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -63,15 +63,6 @@ def check_classes(model, info) -> int:
             f"{info.num_classes}; fine-tune it first (keras-vit finetune)."
         )
     return num_classes
-
-
-def outputs_logits(model) -> bool:
-    """False if the model's head ends in a softmax (probabilities), else True."""
-    from keras_vit.layer_names import HEAD
-
-    present = {layer.name for layer in model.layers}
-    activation = model.get_layer(HEAD).activation if HEAD in present else None
-    return getattr(activation, "__name__", "linear") != "softmax"
 
 
 def run(args) -> int:

@@ -65,7 +65,7 @@ def build_config(args):
 
 def run(args) -> int:
     if not args.resume and not args.weights:
-        from keras_vit.cli.main import UsageError
+        from keras_vit.cli.common import UsageError
 
         raise UsageError("--weights is required: a run directory, a .keras or an .npz file.")
     return common.run_training(build_config(args), args, "finetune")

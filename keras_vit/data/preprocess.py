@@ -1,7 +1,7 @@
 """Per-image preprocessing of the release: resize, scale to [-1, 1]; Inception crop and flip.
 
-Source: the official JAX release's input pipeline (vit_jax/input_pipeline.py) and
-reference/vit_facts.md section 4. Training: Inception crop
+Source: the official JAX release's input pipeline (vit_jax/input_pipeline.py) and the
+paper's appendix B.1.1. Training: Inception crop
 (`tf.image.sample_distorted_bounding_box`, area 0.05-1, aspect 3/4-4/3) -> resize -> random
 horizontal flip; evaluation: plain resize. Both scale pixel values [0, 255] to [-1, 1] as
 (x - 127.5) / 127.5. The random ops are stateless and take an explicit seed pair, so a pipeline
@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 
 import tensorflow as tf
+from keras import ops
 
 from keras_vit._validation import to_pair
 
@@ -69,9 +70,26 @@ DIGIT_AUGMENTATION = Augmentation(
 NO_AUGMENTATION = Augmentation(crop_area_range=None, flip=False)
 
 
-def scale_to_unit_range(image):
-    """[0, 255] -> [-1, 1] as float32: (x - 127.5) / 127.5 (the release's input scaling)."""
-    return (tf.cast(image, tf.float32) - 127.5) / 127.5
+def preprocess_inputs(images):
+    """Maps pixel values in [0, 255] to [-1, 1] as the release does: (x - 127.5) / 127.5.
+
+    keras_vit models expect inputs already scaled this way (they do not rescale inside);
+    the data pipelines in `keras_vit.data` and the SavedModel export apply it for you.
+    Public as `keras_vit.preprocess_inputs`.
+
+    Args:
+        images: array or tensor `(..., height, width, channels)` of any real or integer dtype,
+            values in [0, 255].
+
+    Returns:
+        A float32 tensor of the same shape: 0 -> -1, 127.5 -> 0, 255 -> 1.
+    """
+    images = ops.cast(images, "float32")
+    return (images - 127.5) / 127.5
+
+
+scale_to_unit_range = preprocess_inputs
+"""The pipeline's older name of `preprocess_inputs` (kept for existing imports)."""
 
 
 def convert_channels(image, channels: int):
