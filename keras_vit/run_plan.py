@@ -52,7 +52,9 @@ class RunConfig:
             `.keras` file or an official `.npz` (architecture from the config.json next to it,
             else read from the array shapes).
         strategy: a name of `keras_vit.distribute.STRATEGY_NAMES`.
-        mixed_precision: None/"float32", "mixed_float16" or "mixed_bfloat16".
+        mixed_precision: "auto" (default: `keras_vit.distribute.choose_precision` picks for
+            the device and the model width), "float32" (or None), "mixed_float16" or
+            "mixed_bfloat16".
         validation_split: the split evaluated after every epoch that picks the best model.
             Default "train[90%:]": a tenth of the training images, stratified (per class) and
             drawn with `split_seed`, carved out of "train" - the release holds out 2% of
@@ -78,7 +80,7 @@ class RunConfig:
     data_dir: str | None = None
     weights: str | None = None
     strategy: str = "auto"
-    mixed_precision: str | None = None
+    mixed_precision: str | None = distribute.AUTO
     validation_split: str = "train[90%:]"
     split_seed: int = 0
     test_split: str | None = "test"
@@ -124,6 +126,7 @@ class RunPlan:
             model `keras_vit.finetune` returns).
         source_model: finetune only: the loaded pre-trained model.
         jit_compile: what `model.compile(jit_compile=...)` gets.
+        precision: the `keras_vit.distribute.PrecisionChoice` (policy, XLA and why).
     """
 
     config: RunConfig
@@ -141,6 +144,7 @@ class RunPlan:
     train_split: str = "train"
     test_split: str | None = "test"
     num_validation_examples: int | None = None
+    precision: Any = None
 
     def resolved(self) -> dict:
         """JSON-friendly facts for config.json."""
@@ -163,6 +167,8 @@ class RunPlan:
             "total_steps": self.steps_per_epoch * self.epochs,
             "model_kwargs": self.model_kwargs,
             "jit_compile": self.jit_compile,
+            "mixed_precision": self.precision.policy if self.precision else None,
+            "precision_reason": self.precision.reason if self.precision else None,
         }
 
 
@@ -175,10 +181,10 @@ def plan_run(config: RunConfig, strategy) -> RunPlan:
     from keras_vit import data
 
     recipe = config.recipe
-    if config.mixed_precision not in (None, *distribute.PRECISION_POLICIES):
+    if config.mixed_precision not in (None, distribute.AUTO, *distribute.PRECISION_POLICIES):
         raise ConfigError(
-            f"Unknown mixed precision policy {config.mixed_precision!r}; expected one of "
-            f"{list(distribute.PRECISION_POLICIES)}."
+            f"Unknown mixed precision policy {config.mixed_precision!r}; expected 'auto' or "
+            f"one of {list(distribute.PRECISION_POLICIES)}."
         )
     try:
         info = data.describe(
@@ -231,6 +237,7 @@ def plan_run(config: RunConfig, strategy) -> RunPlan:
             f"The batch size {recipe.batch_size} is larger than the {num_train} training "
             f"images of {info.name!r} ({train_split}); choose a smaller --batch-size."
         )
+    precision = choose_run_precision(config, model_kwargs["hidden_dim"], strategy)
     return RunPlan(
         config=config,
         info=info,
@@ -243,7 +250,8 @@ def plan_run(config: RunConfig, strategy) -> RunPlan:
         epochs=recipe.num_epochs(num_train),
         model_kwargs=model_kwargs,
         source_model=source,
-        jit_compile=distribute.resolve_jit_compile(recipe.jit_compile, strategy),
+        jit_compile=precision.jit_compile,
+        precision=precision,
         train_split=train_split,
         test_split=test_split,
         num_validation_examples=count(config.validation_split),
@@ -312,6 +320,20 @@ def _split_counter(config: RunConfig):
             raise ConfigError(_one_line(error)) from None
 
     return count
+
+
+def choose_run_precision(config: RunConfig, hidden_dim, strategy):
+    """The run's `PrecisionChoice`: its `mixed_precision` and recipe `jit_compile`, "auto"
+    resolved by `keras_vit.distribute.choose_precision` for the device and the width."""
+    try:
+        return distribute.choose_precision(
+            hidden_dim,
+            strategy=strategy,
+            mixed_precision=config.mixed_precision,
+            jit_compile=config.recipe.jit_compile,
+        )
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
 
 
 def _one_line(error) -> str:

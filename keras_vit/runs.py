@@ -361,7 +361,8 @@ def train(
         check_run_dir(run_dir, resume)
     policy = keras.config.dtype_policy()
     try:
-        distribute.set_mixed_precision(config.mixed_precision)
+        logger.info("Precision: %s", plan.precision.describe())
+        distribute.set_mixed_precision(plan.precision.policy)
         keras.utils.set_random_seed(config.recipe.seed)
         train_data, validation, test = _datasets(plan)
         record = _config_record(plan, strategy)
@@ -423,7 +424,8 @@ def _build_model(plan: RunPlan) -> keras.Model:
     from keras_vit.finetune import finetune
 
     if plan.source_model is not None:
-        model = finetune(plan.source_model, plan.info.num_classes, image_size=plan.image_size)
+        source = distribute.with_dtype_policy(plan.source_model, plan.precision.policy)
+        model = finetune(source, plan.info.num_classes, image_size=plan.image_size)
     else:
         model = training.build_model(plan.model_kwargs)
     compile_kwargs = plan.config.recipe.compile_kwargs(plan.num_train_examples)

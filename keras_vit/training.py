@@ -242,8 +242,22 @@ def _compile_kwargs(config, num_train_examples):
         "optimizer": config.optimizer(num_train_examples),
         "loss": loss(config.label_smoothing),
         "metrics": ["accuracy"],
-        "jit_compile": config.jit_compile,
+        "jit_compile": _resolved_jit_compile(config),
     }
+
+
+def _resolved_jit_compile(config) -> bool:
+    """The recipe's `jit_compile`, "auto" chosen for this device, the global dtype policy
+    and the recipe's width (`keras_vit.distribute.choose_precision`)."""
+    if config.jit_compile not in ("auto", None):
+        return bool(config.jit_compile)
+    from keras_vit import distribute
+
+    return distribute.choose_precision(
+        getattr(config, "hidden_dim", None),
+        mixed_precision=keras.config.dtype_policy().name,
+        jit_compile="auto",
+    ).jit_compile
 
 
 @dataclasses.dataclass
@@ -291,7 +305,7 @@ class TrainConfig:
     decay: str = "cosine"
     label_smoothing: float = 0.1
     global_clipnorm: float | None = 1.0
-    jit_compile: bool = True
+    jit_compile: bool | str = "auto"
     seed: int = 0
 
     def __post_init__(self):
@@ -379,7 +393,7 @@ class FinetuneConfig:
     learning_rate: float = 0.03
     warmup_steps: int | None = None
     label_smoothing: float = 0.0
-    jit_compile: bool = True
+    jit_compile: bool | str = "auto"
     seed: int = 0
 
     def num_epochs(self, num_train_examples: int) -> int:

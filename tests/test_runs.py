@@ -16,6 +16,7 @@ import pytest
 import keras_vit
 from keras_vit import _atomic, run_plan, runs, training
 from keras_vit.checkpoints import load_npz, save_npz
+from tests.output_checks import assert_outputs_close, randomize_weights
 
 HELPERS = os.path.join(os.path.dirname(__file__), "helpers")
 
@@ -41,7 +42,17 @@ def read_csv(path):
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("runs") / "complete"
-    return run_dir, killable.run(run_dir, slow=False)
+    recorder = killable.EpochWeights()
+    result = killable.run(run_dir, slow=False, callbacks=[recorder])
+    result.epoch_weights = recorder.weights
+    return run_dir, result
+
+
+def predictions_of(weights, x):
+    """Logits on `x` of a fresh killable model given `weights` (the test's own reference)."""
+    model = killable.build()
+    model.set_weights(weights)
+    return model.predict(x, verbose=0)
 
 
 def test_run_directory_layout(finished_run):
@@ -105,14 +116,26 @@ def test_test_metrics_are_those_of_best_keras_without_label_smoothing(tmp_path):
 def test_last_model_files_hold_the_trained_weights(finished_run):
     run_dir, result = finished_run
     x, _ = killable.data()
-    expected = result.model.predict(x[:8], verbose=0)
+    expected = predictions_of(result.epoch_weights[killable.EPOCHS - 1], x[:8])
+    np.testing.assert_allclose(result.model.predict(x[:8], verbose=0), expected, atol=1e-6)
     from_keras = runs.load_model(run_dir / "last.keras")
-    np.testing.assert_allclose(from_keras.predict(x[:8], verbose=0), expected, atol=1e-6)
+    assert_outputs_close(from_keras.predict(x[:8], verbose=0), expected, atol=1e-6)
     fresh = killable.build()
     load_npz(fresh, run_dir / "last.npz")
-    np.testing.assert_allclose(fresh.predict(x[:8], verbose=0), expected, atol=1e-6)
+    assert_outputs_close(fresh.predict(x[:8], verbose=0), expected, atol=1e-6)
+
+
+def test_best_model_files_hold_the_best_epochs_weights(finished_run):
+    """best.keras / best.npz against the weights recorded at the end of best.json's epoch."""
+    run_dir, result = finished_run
+    x, _ = killable.data()
+    best_epoch = json.loads((run_dir / "best.json").read_text())["epoch"]
+    expected = predictions_of(result.epoch_weights[best_epoch], x[:8])
     best = runs.load_model(run_dir / "best.keras")
-    assert best.count_params() == result.model.count_params()
+    assert_outputs_close(best.predict(x[:8], verbose=0), expected, atol=1e-6)
+    fresh = killable.build()
+    load_npz(fresh, run_dir / "best.npz")
+    assert_outputs_close(fresh.predict(x[:8], verbose=0), expected, atol=1e-6)
 
 
 def test_resume_of_a_complete_run_returns_stored_results(finished_run):
@@ -162,8 +185,31 @@ def test_run_killed_mid_epoch_resumes_to_the_same_steps(tmp_path):
     assert not (run_dir / "metrics.json").exists()
     killed_rows = read_csv(run_dir / "history.csv")
     runs.load_model(run_dir / "last.keras")  # the files left behind are valid
+    # The backup, read independently of the resume: model weights and optimizer state.
+    backup = killable.build()
+    backup.optimizer.build(backup.trainable_variables)
+    backup.load_weights(run_dir / "backup" / state["weights"])
+    backup_steps = int(np.asarray(backup.optimizer.iterations))
+    assert backup_steps == state["epoch"] * killable.STEPS_PER_EPOCH
 
-    result = killable.run(run_dir, resume=True, slow=False)
+    start = killable.StartingPoint()
+    result = killable.run(run_dir, resume=True, slow=False, callbacks=[start])
+
+    # The first resumed step starts from the backup's weights and optimizer state (Adam's
+    # moments and step count), not from a fresh model.
+    x, _ = killable.data()
+    assert_outputs_close(
+        predictions_of(start.weights, x[:8]),
+        backup.predict(x[:8], verbose=0),
+        atol=0,
+        what="logits of the resumed starting point",
+    )
+    for got, expected in zip(start.weights, backup.get_weights(), strict=True):
+        np.testing.assert_array_equal(got, expected)
+    expected_optimizer = [np.asarray(v) for v in backup.optimizer.variables]
+    assert len(start.optimizer_variables) == len(expected_optimizer)
+    for got, expected in zip(start.optimizer_variables, expected_optimizer, strict=True):
+        np.testing.assert_array_equal(got, expected)
 
     rows = read_csv(run_dir / "history.csv")
     assert [int(row["epoch"]) for row in rows] == list(range(killable.EPOCHS))
@@ -174,7 +220,6 @@ def test_run_killed_mid_epoch_resumes_to_the_same_steps(tmp_path):
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert metrics["steps"] == killable.EPOCHS * killable.STEPS_PER_EPOCH
     assert not (run_dir / "backup").exists()
-    x, _ = killable.data()
     reloaded = runs.load_model(run_dir / "last.keras")
     np.testing.assert_allclose(
         reloaded.predict(x[:8], verbose=0), result.model.predict(x[:8], verbose=0), atol=1e-6
@@ -315,7 +360,7 @@ def test_run_config_round_trips_through_json():
 
 
 def test_architecture_read_from_an_official_npz(tmp_path, tiny_vit_kwargs):
-    model = keras_vit.ViT(**tiny_vit_kwargs)
+    model = randomize_weights(keras_vit.ViT(**tiny_vit_kwargs))
     save_npz(model, tmp_path / "model.npz")
     from keras_vit.checkpoints import read_npz
 
@@ -324,4 +369,4 @@ def test_architecture_read_from_an_official_npz(tmp_path, tiny_vit_kwargs):
     assert kwargs == expected
     loaded = run_plan.load_source_model(tmp_path / "model.npz")
     images = np.random.default_rng(0).uniform(-1, 1, (2, 32, 32, 3)).astype("float32")
-    np.testing.assert_allclose(loaded.predict(images, verbose=0), model.predict(images, verbose=0))
+    assert_outputs_close(loaded.predict(images, verbose=0), model.predict(images, verbose=0))
