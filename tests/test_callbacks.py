@@ -11,7 +11,7 @@ import json
 import numpy as np
 
 import keras_vit
-from keras_vit import callbacks, plots, runs, training
+from keras_vit import callbacks, learning_curves, runs, training
 from keras_vit.callbacks import ModelSnapshots
 from keras_vit.checkpoints import load_npz
 from tests.conftest import TINY_VIT
@@ -23,7 +23,9 @@ def test_learning_curve_plot_reads_smoothing_and_classes_from_the_model(
     tmp_path, monkeypatch, tiny_vit_kwargs
 ):
     drawn = []
-    monkeypatch.setattr(plots, "plot_learning_curves", lambda rows, path, **o: drawn.append(o))
+    monkeypatch.setattr(
+        learning_curves, "plot_learning_curves", lambda rows, path, **o: drawn.append(o)
+    )
     model = keras_vit.ViT(**tiny_vit_kwargs)
     model.compile(optimizer="sgd", loss=training.loss(label_smoothing=0.1))
     history = callbacks.HistoryCSV(tmp_path / "history.csv")

@@ -91,6 +91,30 @@ def test_history_and_metrics_match_the_schedule(finished_run):
     assert metrics["best"]["value"] == pytest.approx(max(accuracies))
 
 
+def test_test_metrics_are_those_of_best_keras_without_label_smoothing(tmp_path):
+    """metrics.json "test": accuracy and plain cross-entropy of the saved best model, computed
+    here in NumPy from its logits (the run itself trains with label smoothing 0.3)."""
+    x, y = killable.data()
+
+    def build():
+        model = killable.build()
+        model.compile(optimizer="adam", loss=training.loss(0.3), metrics=["accuracy"])
+        return model
+
+    result = runs.fit_run(
+        tmp_path / "run", build, (x, y), epochs=2, batch_size=8,
+        validation_data=(x[:16], y[:16]), test_data=(x[16:], y[16:]), verbose=0,
+    )  # fmt: skip
+    logits = runs.load_model(tmp_path / "run" / "best.keras").predict(x[16:], verbose=0)
+    assert np.abs(logits).max() > 0  # trained, not the zero head
+    log_p = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    test = result.metrics["test"]
+    assert test["accuracy"] == pytest.approx(np.mean(logits.argmax(-1) == y[16:]))
+    assert test["loss"] == pytest.approx(-np.mean(log_p[np.arange(len(log_p)), y[16:]]), rel=1e-5)
+    assert test["epoch"] == result.metrics["best"]["epoch"] and test["model"] == "best.keras"
+    assert result.metrics["held_out"] == test
+
+
 def test_last_model_files_hold_the_trained_weights(finished_run):
     run_dir, result = finished_run
     x, _ = killable.data()
@@ -253,7 +277,31 @@ def test_plan_resolves_the_default_run():
     assert plan.channels == 1
     assert plan.image_size == (recipe.image_size, recipe.image_size)
     assert plan.steps_per_epoch == plan.num_train_examples // recipe.batch_size
-    assert plan.model_kwargs["patch_size"] == recipe.patch_size
+    # The hybrid: BiT ResNet root (stride 4) and 1x1 patches of its 7x7 map = 49 tokens.
+    assert plan.model_kwargs["patch_size"] == 1 and plan.model_kwargs["resnet_stages"] == []
+    # Selection on a tenth of train (never trained on); the 1,000 test images stay unseen.
+    assert (plan.train_split, plan.config.validation_split) == ("train[:90%]", "train[90%:]")
+    assert (plan.num_train_examples, plan.num_validation_examples) == (3600, 400)
+    assert plan.test_split == "test"
+
+
+def test_run_trains_on_the_complement_of_a_carved_validation_split(monkeypatch):
+    """`--validation-split train[90%:]` must not train on the held-out tenth."""
+    from keras_vit import data
+
+    calls = []
+    monkeypatch.setattr(
+        data, "load", lambda source, split, **kw: calls.append((split, kw)) or _Repeatable()
+    )
+    config = run_plan.RunConfig(recipe=tiny_recipe(), validation_split="train[-50:]", split_seed=4)
+    runs._datasets(run_plan.plan_run(config, ONE_REPLICA))
+    splits = {split: (kw["training"], kw["split_seed"]) for split, kw in calls}
+    assert splits == {"train[:-50]": (True, 4), "train[-50:]": (False, 4), "test": (False, 4)}
+
+
+class _Repeatable:
+    def repeat(self):
+        return self
 
 
 def test_plan_named_variant():
@@ -289,6 +337,16 @@ def test_plan_named_variant():
             run_plan.RunConfig(recipe=tiny_recipe(), validation_split="validation"),
             ONE_REPLICA,
             "no split 'validation'",
+        ),
+        (
+            run_plan.RunConfig(recipe=tiny_recipe(), validation_split="train"),
+            ONE_REPLICA,
+            "would select on images the model trains on",
+        ),
+        (
+            run_plan.RunConfig(recipe=tiny_recipe(), validation_split="train[10%:20%]"),
+            ONE_REPLICA,
+            "would select on images the model trains on",
         ),
     ],
 )

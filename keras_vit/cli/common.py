@@ -80,6 +80,16 @@ def add_run_arguments(parser, *, task: str) -> None:
         help="embedded datasets: train on N images per class, evaluate on all the others",
     )
     parser.add_argument(
+        "--validation-split",
+        default="train[90%:]",
+        help="split that picks the best epoch (default 'train[90%%:]': a stratified tenth of "
+        "train drawn with --split-seed, which is then not trained on); the 'test' split is "
+        "only evaluated at the end, with the best model",
+    )
+    parser.add_argument(
+        "--split-seed", type=int, default=0, help="seed of the validation carve (default 0)"
+    )
+    parser.add_argument(
         "--strategy",
         default="auto",
         help="tf.distribute strategy: auto, one_device, mirrored, multi_worker (TF_CONFIG), "
@@ -286,16 +296,34 @@ def check_jit_compile(args, strategy) -> None:
 
 
 def print_summary(result) -> None:
-    """The few lines `train`/`finetune` end with."""
+    """The few lines `train`/`finetune` end with: the test figures of best.keras (the model
+    `evaluate` and `export` use), how the best epoch was picked, where the files are."""
+    from keras_vit import runs
+
     metrics = result.metrics
-    held_out = metrics.get("held_out", {})
     run_dir = result.run_dir
-    if "accuracy" in held_out:
-        accuracy, loss = 100 * held_out["accuracy"], held_out["loss"]
-        print(f"Held-out accuracy: {accuracy:.2f}%  (loss {loss:.4f})")
+    resolved = (runs.read_config(run_dir) or {}).get("resolved", {})
     best = metrics.get("best") or {}
+    test = metrics.get("test")
+    if test:
+        print(
+            f"Test accuracy: {100 * test['accuracy']:.2f}% on '{resolved.get('test_split')}' "
+            f"(best.keras; test loss {test['loss']:.4f}, {test['loss_name']})"
+        )
+    elif "validation" in metrics:
+        validation = metrics["validation"]
+        print(
+            f"Validation accuracy: {100 * validation['accuracy']:.2f}% after the last epoch "
+            "(no test split; loss with the training label smoothing "
+            f"{validation['loss']:.4f})"
+        )
     if best:
-        print(f"Best epoch: {best['epoch'] + 1} ({best['monitor']} {best['value']:.4f})")
+        images = resolved.get("num_validation_examples")
+        print(
+            f"Best epoch: {best['epoch'] + 1} of {metrics['epochs']} by {best['monitor']} "
+            f"{best['value']:.4f} on '{resolved.get('validation_split')}' "
+            f"({images} images, not trained on)"
+        )
     print(
         f"Trained {metrics['epochs']} epochs, {metrics['steps']} steps on "
         f"{metrics['num_replicas']} replica(s); run directory: {run_dir}"

@@ -88,6 +88,7 @@ def run(args) -> int:
             channels=int(model.input_shape[-1]),
             data_dir=args.data_dir,
             shots_per_class=shots,
+            split_seed=(config or {}).get("run", {}).get("split_seed"),
             bad_images=args.bad_images,
         )
     model.compile(

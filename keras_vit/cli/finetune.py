@@ -59,6 +59,8 @@ def build_config(args):
             mixed_precision=args.mixed_precision,
             shots_per_class=args.shots_per_class,
             bad_images=args.bad_images,
+            validation_split=args.validation_split,
+            split_seed=args.split_seed,
         )
 
 

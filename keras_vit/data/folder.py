@@ -2,10 +2,10 @@
 
 Layouts: `root/<class>/<image>` (the only split is "train"; hold out with slices such as
 "train[:90%]" / "train[90%:]"), or `root/<split>/<class>/<image>` (splits are the sub-folder
-names, e.g. "train", "test"). Images are indexed by `keras.utils.image_dataset_from_directory`
-(formats: bmp, gif, jpeg, jpg, png), checked by `keras_vit.data.image_check` (bad files
-skipped or refused), then decoded and resized as Keras does; class names are the sorted
-sub-folder names, labels their indices.
+names, e.g. "train", "test"). Images (bmp, gif, jpeg, jpg, png) are checked by
+`keras_vit.data.image_check` (bad files skipped or refused), then decoded at their own
+resolution (`tf.io.decode_image`); the pipeline then crops (training) and resizes them. Class
+names are the sorted sub-folder names, labels their indices.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import keras
 import numpy as np
 import tensorflow as tf
 
@@ -63,6 +62,11 @@ def class_root(root, split_name: str) -> Path:
     return roots[split_name]
 
 
+def class_counts(root, split_name: str) -> list[int]:
+    """Images per class of `split_name`, classes in sorted order."""
+    return [len(_images(d)) for d in _subdirs(class_root(root, split_name))]
+
+
 def _channels_of(paths) -> int:
     """1 or 3: the channels of the first image that decodes (3 if none does)."""
     for path in paths:
@@ -94,55 +98,24 @@ def describe_folder(root) -> DatasetInfo:
     )
 
 
-def folder_examples(root, spec: SplitSpec, image_size, channels: int, bad_images="skip"):
-    """Unbatched (image float32 `(h, w, c)` in [0, 255] resized to `image_size`, label int32)
-    pairs of one split, in file order, sliced per class by `spec`.
-
-    Every file is checked first (`keras_vit.data.image_check`): with `bad_images="skip"`
-    the bad ones are left out (logged), with "fail" the first one raises `BadImageError`.
-    Slices are taken before bad files are left out, so a bad file never moves another file
-    between "train[:90%]" and "train[90%:]".
-    """
-    directory = class_root(root, spec.name)
-    info = describe_folder(root)
-    indexed = keras.utils.image_dataset_from_directory(  # indexes only; nothing is decoded
-        str(directory),
-        labels="inferred",
-        label_mode="int",
-        class_names=list(info.class_names),
-        batch_size=None,
-        image_size=tuple(image_size),
-        shuffle=False,
-        verbose=False,
-    )
-    paths = list(indexed.file_paths)
-    labels = np.array(
-        [info.class_names.index(Path(p).relative_to(directory).parts[0]) for p in paths]
-    )
-    keep = np.zeros(len(labels), bool)
-    keep[slice_indices(labels, spec)] = True
-    candidates = [path for path, kept in zip(paths, keep, strict=True) if kept]
-    usable, _ = image_check.check_images(
-        candidates, bad_images, channels=channels, where=str(directory)
-    )
-    keep[np.flatnonzero(keep)[~np.array(usable, bool)]] = False
-    kept_paths = np.array(paths)[keep]
-    cmyk = [channels == 1 and image_check.is_cmyk(path) for path in kept_paths]
-    dataset = tf.data.Dataset.from_tensor_slices(
-        (kept_paths, labels[keep].astype("int32"), np.array(cmyk, bool))
-    )
-    size = tuple(int(d) for d in image_size)
-    dataset = dataset.map(
-        lambda path, label, rgb: (_load_image(path, size, channels, rgb), label),
-        num_parallel_calls=tf.data.AUTOTUNE,
-    )
-    return dataset, int(keep.sum())
+def folder_files(root, split_name: str, class_names) -> tuple[list[str], np.ndarray]:
+    """(image paths, int labels) of one split: classes in `class_names` order, files sorted
+    (recursively) within each class."""
+    directory = class_root(root, split_name)
+    paths, labels = [], []
+    for label, name in enumerate(class_names):
+        folder = directory / name
+        files = _images(folder) if folder.is_dir() else []
+        paths += [str(path) for path in files]
+        labels += [label] * len(files)
+    return paths, np.asarray(labels, np.int32)
 
 
-def _load_image(path, image_size, channels, cmyk):
-    """What `keras.utils.image_dataset_from_directory` does per file: decode (format from
-    the content), bilinear resize, float32. A CMYK JPEG (`cmyk`) wanted in gray is decoded
-    to RGB, then converted (`tf.image.rgb_to_grayscale`)."""
+def decode(path, channels: int, cmyk=False):
+    """One image file decoded at its own resolution: float32 `(h, w, channels)` in [0, 255]
+    (`tf.io.decode_image`; the first frame of a GIF). A CMYK JPEG (`cmyk`, a bool tensor)
+    wanted in gray is decoded to RGB, then converted (`tf.image.rgb_to_grayscale`), as
+    libjpeg does not decode CMYK to gray."""
     data = tf.io.read_file(path)
 
     def as_decoded():
@@ -153,6 +126,35 @@ def _load_image(path, image_size, channels, cmyk):
         return tf.cast(tf.round(tf.image.rgb_to_grayscale(tf.cast(rgb, tf.float32))), tf.uint8)
 
     image = tf.cond(cmyk, via_rgb, as_decoded) if channels == 1 else as_decoded()
-    image = tf.image.resize(image, image_size, method="bilinear")
-    image.set_shape((*image_size, channels))
-    return image
+    image.set_shape([None, None, channels])
+    return tf.cast(image, tf.float32)
+
+
+def folder_examples(root, spec: SplitSpec, channels: int, split_seed=None, bad_images="skip"):
+    """Unbatched (image float32 `(h, w, c)` in [0, 255] at the file's own resolution, label
+    int32) pairs of one split, in file order, sliced per class by `spec` (in a random order
+    per class drawn from `split_seed`, if given). The pipeline crops (training) and resizes
+    afterwards, so the Inception crop sees every pixel of the original, as in the release's
+    input pipeline.
+
+    The chosen files are checked first (`keras_vit.data.image_check`): with
+    `bad_images="skip"` the bad ones are left out (logged), with "fail" the first one raises
+    `BadImageError`. Slices are taken before bad files are left out, so a bad file never
+    moves another file between "train[:90%]" and "train[90%:]".
+    """
+    info = describe_folder(root)
+    paths, labels = folder_files(root, spec.name, info.class_names)
+    indices = slice_indices(labels, spec, split_seed)
+    candidates = [paths[i] for i in indices]
+    usable, _ = image_check.check_images(
+        candidates, bad_images, channels=channels, where=str(class_root(root, spec.name))
+    )
+    indices = np.asarray(indices)[np.asarray(usable, bool)]
+    kept_paths = np.asarray(paths, dtype=object)[indices].astype(str)
+    cmyk = np.array([channels == 1 and image_check.is_cmyk(path) for path in kept_paths], bool)
+    chosen = tf.data.Dataset.from_tensor_slices((kept_paths, labels[indices], cmyk))
+    dataset = chosen.map(
+        lambda path, label, gray_cmyk: (decode(path, channels, gray_cmyk), label),
+        num_parallel_calls=tf.data.AUTOTUNE,
+    )
+    return dataset, len(indices)

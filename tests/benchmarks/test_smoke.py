@@ -90,6 +90,7 @@ SCRIPT_MODULES = (
     "input_pipeline",
     "ablation",
     "profile_step",
+    "data_scaling",
     "gpu_mfu",
     "precision_agreement",
 )
@@ -115,6 +116,9 @@ SCRIPT_MODULES = (
         ("ablation", ["--steps", "0"]),
         ("profile_step", ["--variant", "X/99"]),
         ("profile_step", ["--top", "0"]),
+        ("data_scaling", ["--sizes", "250,9000"]),
+        ("data_scaling", ["--pretrain-steps", "0"]),
+        ("data_scaling", ["--finetune-size", "42"]),
     ],
 )
 def test_scripts_reject_bad_arguments(scripts, script, bad_args, capsys):
@@ -340,3 +344,18 @@ def test_serving_load_smoke(tmp_path):
         for m in result["bad_messages"]
     )
     assert run_script("serving_load.py", "--requests", "0").returncode == 2
+
+
+@pytest.mark.slow
+def test_data_scaling_quick_run_writes_table_json_and_png(tmp_path):
+    out, png = tmp_path / "data_scaling.json", tmp_path / "data_scaling.png"
+    result = run_script("data_scaling.py", "--quick", "--json", str(out), "--png", str(png))
+    assert result.returncode == 0, result.stderr[-3000:]
+    payload = json.loads(out.read_text())
+    rows = payload["results"]
+    assert sorted(r["model"] for r in rows) == ["ResNet", "ViT", "hybrid"]
+    assert {r["size"] for r in rows} == {250}
+    for row in rows:
+        assert 0 <= row["fewshot"] <= 1 and 0 <= row["finetune"] <= 1 and row["params"] > 0
+    assert "| hybrid fewshot |" in result.stdout and "| ViT finetune |" in result.stdout
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
