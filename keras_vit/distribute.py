@@ -326,7 +326,8 @@ def xla_unsupported_reason(strategy: tf.distribute.Strategy) -> str | None:
     without XLA.
     """
     multi_worker = isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
-    if not (multi_worker or strategy.num_replicas_in_sync > 1):
+    mirrored = isinstance(strategy, tf.distribute.MirroredStrategy)
+    if not (multi_worker or (mirrored and strategy.num_replicas_in_sync > 1)):
         return None
     devices = strategy.extended.worker_devices
     on_cpu = all((tf.DeviceSpec.from_string(d).device_type or "").upper() == "CPU" for d in devices)

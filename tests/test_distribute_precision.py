@@ -75,13 +75,21 @@ def test_a_given_value_is_kept_and_the_other_chosen_to_suit_it():
 @pytest.mark.parametrize("width", [64, 768])
 def test_several_cpu_replicas_never_get_xla(width):
     """Issue 16: XLA's collectives do not run on CPU, so multi-replica runs stay off XLA."""
-    cpus = ("/job:localhost/replica:0/task:0/device:CPU:0", "/device:CPU:1")
-    two_replicas = types.SimpleNamespace(
-        num_replicas_in_sync=2, extended=types.SimpleNamespace(worker_devices=cpus)
-    )
-    choice = distribute.choose_precision(width, strategy=two_replicas, flags=AMX)
+
+    class TwoCpuReplicas(tf.distribute.MirroredStrategy):
+        def __init__(self):  # nothing started
+            pass
+
+        num_replicas_in_sync = 2
+        extended = types.SimpleNamespace(worker_devices=("/device:CPU:0", "/device:CPU:1"))
+
+    choice = distribute.choose_precision(width, strategy=TwoCpuReplicas(), flags=AMX)
     assert choice.jit_compile is False
     assert "several replicas" in choice.reason
+    given = distribute.choose_precision(
+        width, strategy=TwoCpuReplicas(), flags=AMX, jit_compile=True
+    )
+    assert given.jit_compile is False  # would abort in the first step (the CLI refuses first)
 
 
 def test_a_multi_worker_strategy_with_one_replica_here_gets_no_xla():
