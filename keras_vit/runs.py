@@ -110,10 +110,7 @@ def check_run_dir(run_dir, resume: bool) -> None:
     """
     run_dir = os.fspath(run_dir)
     if resume:
-        if not os.path.isfile(os.path.join(run_dir, CONFIG_FILE)):
-            raise RunDirError(
-                f"Cannot resume: {run_dir!r} is not a run directory (no {CONFIG_FILE})."
-            )
+        _check_is_run(run_dir)
         try:
             run_lock.check_free(run_dir)
         except run_lock.RunDirLockedError as error:
@@ -127,9 +124,21 @@ def check_run_dir(run_dir, resume: bool) -> None:
         raise RunDirError(f"Run directory {run_dir!r} exists and is not a folder.")
 
 
+def _check_is_run(run_dir) -> None:
+    if not os.path.isfile(os.path.join(run_dir, CONFIG_FILE)):
+        raise RunDirError(f"Cannot resume: {run_dir!r} is not a run directory (no {CONFIG_FILE}).")
+
+
 def read_config(run_dir) -> dict:
-    """The config.json of a run directory."""
-    check_run_dir(run_dir, resume=True)
+    """The config.json of a run directory. Reading does not need the run's lock: the other
+    workers of a multi-worker run, and the summary after a run, read it while the chief may
+    still hold it.
+
+    Raises:
+        RunDirError: `run_dir` has no config.json.
+    """
+    run_dir = os.fspath(run_dir)
+    _check_is_run(run_dir)
     return _atomic.read_json(os.path.join(run_dir, CONFIG_FILE))
 
 
