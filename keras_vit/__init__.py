@@ -1,7 +1,7 @@
 """keras_vit: the Vision Transformer (Dosovitskiy et al., ICLR 2021) for Keras 3 / TensorFlow."""
 
 from keras_vit import checkpoints, configs, data, distribute, layers, runs, training
-from keras_vit.checkpoints import load_npz, save_npz
+from keras_vit.checkpoints import from_checkpoint, load_npz, save_npz
 from keras_vit.export import export_saved_model
 from keras_vit.finetune import finetune
 from keras_vit.hybrid import R26_B32, R26_S32, R50_B16, R50_L32, HybridViT, R_Ti16
@@ -50,6 +50,7 @@ __all__ = [
     "data",
     "distribute",
     "finetune",
+    "from_checkpoint",
     "load_npz",
     "resize_position_embeddings",
     "save_npz",

@@ -183,6 +183,7 @@ def ViT(
     gelu_approximate=True,
     layer_norm_epsilon=1e-6,
     return_sequence=False,
+    input_preprocessing="[-1,1]",
     weights=None,
     name="vit",
 ):
@@ -212,7 +213,12 @@ def ViT(
         layer_norm_epsilon: default 1e-6 as in the release.
         return_sequence: with include_top=False, return the `(batch, num_tokens, D)` output of
             the final LayerNorm instead of the pooled feature.
-        weights: None, a path to an official `.npz` checkpoint, or a published checkpoint name
+        input_preprocessing: the pixel scaling the weights expect, recorded in the model
+            (its `embedding` layer) and applied by `predict`, `evaluate` and the SavedModel
+            export: "[-1,1]" (default, the release's) or "imagenet" (ImageNet mean/std).
+            The model itself never rescales its input.
+        weights: None, a checkpoint path of any format keras_vit reads (`.npz`, `.keras`, a
+            Hugging Face folder, a timm `.safetensors`), or a published checkpoint name
             (see `keras_vit.checkpoints`).
         name: model name.
 
@@ -263,7 +269,9 @@ def ViT(
     )
 
     images = keras.Input((*size, channels), name="images")
-    tokens = PatchEmbed(patch, hidden_dim, name="embedding")(images)
+    tokens = PatchEmbed(
+        patch, hidden_dim, input_preprocessing=input_preprocessing, name="embedding"
+    )(images)
     return transformer_model(
         images,
         tokens,

@@ -1,4 +1,9 @@
-"""Official ViT checkpoints (`.npz`, vit_facts.md section 3): load, save, published names.
+"""ViT checkpoints: the release's `.npz` (vit_facts.md section 3), Hugging Face ViT folders,
+timm `.safetensors` and `.keras` files: read (format picked by content), written, published
+names.
+
+- `read_checkpoint(path)` / `write_checkpoint(contents, path, format)`, `detect_format(path)`;
+  `from_checkpoint(path)` builds the model a file describes.
 
 - `load_npz(model, path, ...)` / `save_npz(model, path)`: the release's flat-key layout.
 - `load_weights_argument(model, weights)`: what the builders' `weights=` does.
@@ -6,7 +11,17 @@
   `vit_models` bucket, fetched with `keras.utils.get_file` into the Keras cache.
 """
 
-from keras_vit.checkpoints.loading import LoadReport, load_npz, load_weights_argument, save_npz
+from keras_vit.checkpoints.contents import CheckpointContents
+from keras_vit.checkpoints.detect import UnsupportedCheckpointError, detect_format
+from keras_vit.checkpoints.formats import model_contents, read_checkpoint, write_checkpoint
+from keras_vit.checkpoints.from_checkpoint import from_checkpoint
+from keras_vit.checkpoints.loading import (
+    LoadReport,
+    load_checkpoint,
+    load_npz,
+    load_weights_argument,
+    save_npz,
+)
 from keras_vit.checkpoints.naming import NAMING_RULES, NamingRule, official_variables
 from keras_vit.checkpoints.npz_io import CheckpointError, read_npz
 from keras_vit.checkpoints.registry import (
@@ -18,7 +33,15 @@ from keras_vit.checkpoints.registry import (
 __all__ = [
     "NAMING_RULES",
     "PUBLISHED_CHECKPOINTS",
+    "CheckpointContents",
     "CheckpointError",
+    "UnsupportedCheckpointError",
+    "detect_format",
+    "from_checkpoint",
+    "load_checkpoint",
+    "model_contents",
+    "read_checkpoint",
+    "write_checkpoint",
     "LoadReport",
     "NamingRule",
     "PublishedCheckpoint",

@@ -5,7 +5,9 @@ from __future__ import annotations
 import keras
 from keras import ops
 
-from keras_vit._validation import check_divisible, check_positive_int, to_pair
+from keras_vit._validation import check_choice, check_divisible, check_positive_int, to_pair
+
+PREPROCESSING_MODES = ("[-1,1]", "imagenet")
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -21,6 +23,10 @@ class PatchEmbed(keras.layers.Layer):
         hidden_dim: width D of the output tokens.
         kernel_initializer: default "lecun_normal" as in the release.
         bias_initializer: default "zeros".
+        input_preprocessing: the pixel scaling the weights expect, recorded for
+            `predict`, `evaluate` and the SavedModel export (the layer itself does not
+            rescale): "[-1,1]" (default, the release's (x - 127.5) / 127.5) or "imagenet"
+            ((x / 255 - mean) / std with ImageNet's mean and std, timm's in1k models).
         **kwargs: `name`, `dtype`, `trainable`.
 
     Call arguments:
@@ -47,9 +53,13 @@ class PatchEmbed(keras.layers.Layer):
         hidden_dim,
         kernel_initializer="lecun_normal",
         bias_initializer="zeros",
+        input_preprocessing="[-1,1]",
         **kwargs,
     ):
         super().__init__(**kwargs)
+        self.input_preprocessing = check_choice(
+            "input_preprocessing", input_preprocessing, PREPROCESSING_MODES
+        )
         self.patch_size = to_pair("patch_size", patch_size)
         self.hidden_dim = check_positive_int("hidden_dim", hidden_dim)
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
@@ -113,4 +123,5 @@ class PatchEmbed(keras.layers.Layer):
             "hidden_dim": self.hidden_dim,
             "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
             "bias_initializer": keras.initializers.serialize(self.bias_initializer),
+            "input_preprocessing": self.input_preprocessing,
         }

@@ -1,0 +1,122 @@
+"""`keras_vit.from_checkpoint(path)`: the model a checkpoint file describes, with its weights.
+
+The architecture comes from the file where the file says it: a Hugging Face `config.json`,
+the array shapes of the release's `.npz` and of timm state dicts (patch, width, MLP width,
+depth, class token or not, pre_logits, head size, position-table grid). The numerics (GELU
+form, LayerNorm epsilon) and the input scaling follow the source (see `CheckpointContents`),
+and the model records the scaling for `predict`, `evaluate` and the SavedModel export.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+
+from keras_vit.checkpoints import torch_layout as tl
+from keras_vit.checkpoints.contents import CheckpointContents
+from keras_vit.checkpoints.npz_io import CheckpointError
+
+logger = logging.getLogger(__name__)
+
+
+def _grid_image_size(arrays, patch, has_class_token):
+    rows = arrays[tl.POSITION].shape[1] - int(has_class_token)
+    side = math.isqrt(rows)
+    if side * side != rows:
+        raise CheckpointError(
+            f"The position table's {rows} grid rows are not a square grid; pass image_size=."
+        )
+    return (side * patch[0], side * patch[1])
+
+
+def architecture_kwargs(contents: CheckpointContents) -> dict:
+    """`keras_vit.ViT` keyword arguments for the plain ViT a checkpoint holds.
+
+    Raises:
+        CheckpointError: a hybrid (ResNet) checkpoint, a missing key, or an unknown number
+            of heads.
+    """
+    arrays = contents.arrays
+    if "conv_root/kernel" in arrays:
+        raise CheckpointError(
+            f"{contents.path} is a hybrid (ResNet + ViT) checkpoint; build it with its named "
+            "builder (e.g. keras_vit.R50_B16(weights=path))."
+        )
+    try:
+        kernel = arrays["embedding/kernel"]
+        mlp = arrays[tl.BLOCK.format(0) + tl.MLP + "Dense_0/kernel"]
+    except KeyError as error:
+        raise CheckpointError(f"{contents.path} is not a ViT checkpoint: no {error}.") from None
+    if contents.num_heads is None:
+        raise CheckpointError(f"The number of heads of {contents.path} is unknown.")
+    patch = (int(kernel.shape[0]), int(kernel.shape[1]))
+    has_class_token = "cls" in arrays
+    kwargs = dict(
+        patch_size=patch,
+        hidden_dim=int(kernel.shape[3]),
+        channels=int(kernel.shape[2]),
+        num_heads=int(contents.num_heads),
+        mlp_dim=int(mlp.shape[1]),
+        num_layers=tl.num_blocks(arrays, r"Transformer/encoderblock_(\d+)/"),
+        pooling="token" if has_class_token else "gap",
+        image_size=contents.image_size or _grid_image_size(arrays, patch, has_class_token),
+        input_preprocessing=contents.preprocessing,
+        **contents.numerics,
+    )
+    if "pre_logits/kernel" in arrays:
+        kwargs["representation_size"] = int(arrays["pre_logits/kernel"].shape[1])
+    if "head/bias" in arrays:
+        kwargs["num_classes"] = int(arrays["head/bias"].shape[0])
+    else:
+        kwargs["include_top"] = False
+    return kwargs
+
+
+def from_checkpoint(path, num_classes=None, *, image_size=None, num_heads=None, **overrides):
+    """Builds the ViT a checkpoint describes and loads it.
+
+    Args:
+        path: a release/big_vision `.npz`, a `.keras` file, a Hugging Face ViT folder (or its
+            `model.safetensors`), or a timm `.safetensors` file; the format is read from the
+            content.
+        num_classes: None (default) keeps the file's head (a file without one gives a
+            feature model, `include_top=False`); another number builds a zero-initialised
+            head of that size (the release's fine-tuning recipe), dropping `pre_logits`.
+        image_size: int or (height, width); default the file's (config.json or the position
+            table's grid). Another size resizes the position table (bilinear, as the release).
+        num_heads: heads for timm files, which do not record them.
+        **overrides: other `keras_vit.ViT` arguments (dropout_rate, drop_path_rate, name,
+            dynamic_image_size, ...), also the numerics `gelu_approximate` and
+            `layer_norm_epsilon` when you mean to change them.
+
+    Returns:
+        A functional `keras.Model` whose input is `(batch, height, width, channels)`, scaled
+        as `model.get_layer("embedding").input_preprocessing` says.
+
+    Raises:
+        FileNotFoundError, CheckpointError: see `keras_vit.checkpoints.read_checkpoint`.
+    """
+    import keras
+
+    from keras_vit.checkpoints.formats import read_checkpoint
+    from keras_vit.checkpoints.loading import load_npz
+    from keras_vit.models import ViT
+
+    contents = read_checkpoint(path, num_heads=num_heads)
+    if contents.format == "keras" and num_classes is None and image_size is None and not overrides:
+        return keras.saving.load_model(contents.path, safe_mode=True)
+    kwargs = architecture_kwargs(contents)
+    head = "load"
+    if num_classes is not None and num_classes != kwargs.get("num_classes"):
+        kwargs.update(num_classes=num_classes, include_top=True)
+        kwargs.pop("representation_size", None)
+        head = "auto"
+    if image_size is not None:
+        kwargs["image_size"] = image_size
+    kwargs.update(overrides)
+    if not kwargs.get("include_top", True):
+        head = "auto"  # a feature model: the file's head (if any) is not loaded
+    model = ViT(**kwargs)
+    load_npz(model, contents, head=head)
+    logger.info("Built %s from %s (%s).", model.name, contents.path, contents.format)
+    return model
