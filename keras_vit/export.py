@@ -17,7 +17,9 @@ The two serving signatures return `logits` `(batch, num_classes)`, `probabilitie
 built under a mixed-precision policy.
 
 Preprocessing is the evaluation path of `keras_vit.data`: bilinear `tf.image.resize` to
-the model's input size, then `(x - 127.5) / 127.5` (`keras_vit.preprocess_inputs`).
+the model's input size, then `(x - 127.5) / 127.5` (`keras_vit.preprocess_inputs`); a model
+that records `input_preprocessing="imagenet"` (timm in1k weights) then gets ImageNet's mean/std
+(`keras_vit.preprocessing.from_unit_range`).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import keras
 import tensorflow as tf
 
 from keras_vit._validation import check_positive_int
+from keras_vit.preprocessing import from_unit_range, model_input_preprocessing
 
 logger = logging.getLogger(__name__)
 
@@ -268,8 +271,10 @@ def build_export_archive(
 ):
     """The `keras.export.ExportArchive` holding the three signatures (see module doc)."""
     feature_model = keras.Model(model.inputs, feature_layer.output, name="features")
+    preprocessing = model_input_preprocessing(model)
 
     def classify(scaled_images):
+        scaled_images = from_unit_range(scaled_images, preprocessing)
         outputs = tf.cast(model(scaled_images, training=False), tf.float32)
         if head_activation == "softmax":
             probabilities = outputs
@@ -296,7 +301,8 @@ def build_export_archive(
         return classify((pixels - 127.5) / 127.5)
 
     def features(images):
-        pooled = feature_model(resize_and_scale(images, image_size), training=False)
+        scaled = from_unit_range(resize_and_scale(images, image_size), preprocessing)
+        pooled = feature_model(scaled, training=False)
         return {"features": tf.cast(pooled, tf.float32)}
 
     image_spec = tf.TensorSpec((None, None, None, channels), tf.float32, name=IMAGES_KEY)

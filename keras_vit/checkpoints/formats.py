@@ -96,8 +96,9 @@ def model_numerics(model) -> dict:
 
 def model_preprocessing(model) -> str:
     """The input scaling a keras_vit model expects: "[-1,1]" (default) or "imagenet"."""
-    embed = find_vit_model(model).get_layer("embedding")
-    return getattr(embed, "input_preprocessing", "[-1,1]")
+    from keras_vit.preprocessing import model_input_preprocessing
+
+    return model_input_preprocessing(model)
 
 
 def model_contents(model) -> CheckpointContents:

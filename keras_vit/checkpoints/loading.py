@@ -148,6 +148,11 @@ def _fit_position_table(model, table, variable, method, source_grid):
     return resized, (tuple(old_grid), tuple(new_grid)), None
 
 
+def _model_heads(variables) -> int | None:
+    query = variables.get("Transformer/encoderblock_0/MultiHeadDotProductAttention_1/query/kernel")
+    return None if query is None else int(query.shape[1])
+
+
 def _warn_numerics(model, contents) -> None:
     """Warns when the model's GELU / LayerNorm eps differ from those the weights expect."""
     from keras_vit.checkpoints.formats import model_numerics
@@ -230,8 +235,8 @@ def load_npz(
         logger.warning("Weights without an official checkpoint name keep their values: %s", unnamed)
     from keras_vit.checkpoints.formats import read_checkpoint
 
-    if contents is None:
-        contents = read_checkpoint(path)
+    if contents is None:  # a timm state dict does not record the heads: the model's
+        contents = read_checkpoint(path, num_heads=_model_heads(variables))
     _warn_numerics(model, contents)
     arrays, steps = dict(contents.arrays), contents.layout_steps
     skip = _skip_prefixes(arrays, variables, tuple(skip), head)

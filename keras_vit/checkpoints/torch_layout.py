@@ -14,14 +14,13 @@ import re
 import numpy as np
 
 from keras_vit.checkpoints.npz_io import CheckpointError
+from keras_vit.preprocessing import IMAGENET_MEAN, IMAGENET_STD
 
 BLOCK = "Transformer/encoderblock_{}/"
 ATTENTION = "MultiHeadDotProductAttention_1/"
 MLP = "MlpBlock_3/"
 POSITION = "Transformer/posembed_input/pos_embedding"
 ENCODER_NORM = "Transformer/encoder_norm/"
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
 
 
 def linear_to_kernel(weight) -> np.ndarray:

@@ -75,6 +75,7 @@ def run(args) -> int:
     import keras
 
     from keras_vit import data
+    from keras_vit.preprocessing import from_unit_range, model_input_preprocessing
 
     model, config = common.load_model(args.model)
     dataset, shots, info = resolve_dataset(args, config)
@@ -90,6 +91,11 @@ def run(args) -> int:
         data_dir=args.data_dir,
         shots_per_class=shots,
     )
+    preprocessing = model_input_preprocessing(model)
+    if preprocessing != "[-1,1]":
+        dataset_split = dataset_split.map(
+            lambda images, labels: (from_unit_range(images, preprocessing), labels)
+        )
     model.compile(
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=outputs_logits(model)),
         metrics=[

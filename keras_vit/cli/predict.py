@@ -93,10 +93,12 @@ def run(args) -> int:
     import numpy as np
 
     from keras_vit.cli.evaluate import outputs_logits
+    from keras_vit.preprocessing import from_unit_range, model_input_preprocessing
 
     model, config = common.load_model(args.model)
     files = find_images(args.inputs)
     images = read_images(files, tuple(model.input_shape[1:3]), int(model.input_shape[-1]))
+    images = np.asarray(from_unit_range(images, model_input_preprocessing(model)))
     outputs = model.predict(
         images, batch_size=args.batch_size, verbose=1 if len(files) > 1000 else 0
     )

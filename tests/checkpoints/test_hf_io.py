@@ -116,3 +116,10 @@ def test_foreign_tensors_are_named(tmp_path):
     folder = write_hf(tmp_path / "hf", state, hf_config())
     with pytest.raises(CheckpointError, match="decoder.0.weight"):
         read_checkpoint(folder)
+
+
+def test_weights_argument_takes_a_hf_folder(hf_folder, tiny_vit_kwargs):
+    reference = keras_hub.models.ImageClassifier.from_preset(str(hf_folder))
+    model = keras_vit.ViT(**tiny_vit_kwargs, gelu_approximate=False, weights=hf_folder)
+    x = _images()
+    np.testing.assert_allclose(model.predict(x, verbose=0), np.asarray(reference(x)), atol=1e-5)

@@ -101,3 +101,12 @@ def test_round_trip_npz_hf_timm_npz_is_bit_exact(tmp_path):
         for key, value in params.items():
             assert back[key].dtype == value.dtype
             assert np.array_equal(back[key], value), key
+
+
+def test_weights_argument_takes_a_timm_file(tmp_path, tiny_vit_kwargs):
+    state = timm_state(np.random.default_rng(0))
+    path = _write(tmp_path, state, name="renamed.bin.npz")
+    model = keras_vit.ViT(**tiny_vit_kwargs, gelu_approximate=False, weights=str(path))
+    x = _images()
+    expected = timm_forward(state, x, num_heads=TINY["heads"])
+    np.testing.assert_allclose(model.predict(x, verbose=0), expected, atol=1e-4, rtol=0)
