@@ -205,7 +205,10 @@ def ViT(
             `pre_logits` when `representation_size` is set) instead of logits.
         pooling: "token" (class token, default) or "gap" (mean over tokens, no class token).
         representation_size: width of the optional `pre_logits` dense + tanh layer (the
-            ImageNet-21k checkpoints have it); None (default) for none.
+            ImageNet-21k checkpoints have it); None (default) for none, except that a
+            `weights` file with pre_logits under a head of `num_classes` outputs (an original
+            ImageNet-21k file with num_classes=21843) gets its pre_logits width, so the file
+            is kept whole for prediction.
         dropout_rate, attention_dropout_rate: dropout rates in [0, 1).
         drop_path_rate: stochastic depth at the last block, rising linearly from 0.
         classifier_activation: activation of the head; None (default) returns logits.
@@ -268,6 +271,10 @@ def ViT(
         },
     )
 
+    if weights is not None and include_top and representation_size is None:
+        from keras_vit.checkpoints.from_checkpoint import prediction_representation_size
+
+        representation_size = prediction_representation_size(weights, num_classes, hidden_dim)
     images = keras.Input((*size, channels), name="images")
     tokens = PatchEmbed(
         patch, hidden_dim, input_preprocessing=input_preprocessing, name="embedding"

@@ -20,7 +20,7 @@ import numpy as np
 from keras_vit._validation import check_choice
 from keras_vit.checkpoints import architecture, registry
 from keras_vit.checkpoints.layouts import PLAIN_POSITION_KEY
-from keras_vit.checkpoints.naming import official_variables
+from keras_vit.checkpoints.naming import find_vit_model, official_variables
 from keras_vit.checkpoints.npz_io import CheckpointError, write_npz
 from keras_vit.position_embeddings import RESIZE_METHODS, resize_position_embeddings, square_grid
 
@@ -363,7 +363,8 @@ def load_weights_argument(model, weights, *, base_url=None, cache_dir=None) -> L
         return load_npz(model, weights, head="auto")
     model_name = architecture.release_model_name(model)
     if registry.is_collection_name(weights):
-        entry = registry.collection_entry(weights, model_name)
+        embed = find_vit_model(model).get_layer("embedding")
+        entry = registry.collection_entry(weights, model_name, getattr(embed, "image_size", None))
     else:
         entry = registry.lookup(weights)
         if entry is None:
@@ -373,7 +374,11 @@ def load_weights_argument(model, weights, *, base_url=None, cache_dir=None) -> L
                 "'imagenet21k', 'imagenet21k+imagenet2012', 'augreg/<file>'."
             )
         known = {e.model for e in registry.PUBLISHED_CHECKPOINTS.values()}
-        if entry.model in known and model_name is not None and entry.model != model_name:
+        if (
+            (entry.model in known or entry.folder == "augreg")
+            and model_name is not None
+            and entry.model != model_name
+        ):
             raise ValueError(
                 f"weights={weights!r} is a {entry.model} checkpoint but the model is a "
                 f"{model_name}."
