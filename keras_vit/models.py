@@ -35,6 +35,8 @@ def encode_tokens(
     layer_norm_epsilon=1e-6,
     gelu_approximate=True,
     class_token_only=False,
+    dynamic_grid=None,
+    grid_images=None,
 ):
     """The Transformer encoder on a symbolic patch-token sequence (shared by ViT and hybrids).
 
@@ -43,6 +45,9 @@ def encode_tokens(
     to `drop_path_rate` at the last. With `class_token_only=True` (token pooling only) the
     last block computes just the class token (`TransformerBlock(num_output_tokens=1)`): the
     same pooled feature for ~7% fewer FLOPs in a 12-block model.
+
+    With `dynamic_grid=(grid_size, patch_size)` the position table (stored for `grid_size`)
+    is resized in the forward pass to the grid of `grid_images` (see `AddPositionEmbs`).
 
     Returns:
         The symbolic `(batch, num_tokens, hidden_dim)` output of `encoder_norm`, or
@@ -59,7 +64,16 @@ def encode_tokens(
         )
     if pooling == "token":
         tokens = ClassToken(name="cls")(tokens)
-    x = AddPositionEmbs(name="posembed_input")(tokens)
+    if dynamic_grid is None:
+        x = AddPositionEmbs(name="posembed_input")(tokens)
+    else:
+        x = AddPositionEmbs(
+            dynamic_image_size=True,
+            grid_size=dynamic_grid[0],
+            patch_size=dynamic_grid[1],
+            num_prefix_tokens=int(pooling == "token"),
+            name="posembed_input",
+        )(tokens, images=grid_images)
     x = keras.layers.Dropout(dropout_rate, name="dropout")(x)
     for i in range(num_layers):
         rate = drop_path_rate * i / max(num_layers - 1, 1)
@@ -184,6 +198,7 @@ def ViT(
     layer_norm_epsilon=1e-6,
     return_sequence=False,
     input_preprocessing="[-1,1]",
+    dynamic_image_size=False,
     weights=None,
     name="vit",
 ):
@@ -220,6 +235,12 @@ def ViT(
             (its `embedding` layer) and applied by `predict`, `evaluate` and the SavedModel
             export: "[-1,1]" (default, the release's) or "imagenet" (ImageNet mean/std).
             The model itself never rescales its input.
+        dynamic_image_size: if True, the model takes images of any size (each side a multiple
+            of the patch) and resizes its position table, stored for `image_size`, to the
+            input's grid in the forward pass (corner-aligned bilinear, the release's resize:
+            equal to a model built at that size and loaded with the resized table), as
+            timm's `dynamic_img_size` and Hugging Face's `interpolate_pos_encoding` offer.
+            The input is then `(batch, None, None, channels)`. Default False.
         weights: None, a checkpoint path of any format keras_vit reads (`.npz`, `.keras`, a
             Hugging Face folder, a timm `.safetensors`), or a published checkpoint name
             (see `keras_vit.checkpoints`).
@@ -275,10 +296,17 @@ def ViT(
         from keras_vit.checkpoints.from_checkpoint import prediction_representation_size
 
         representation_size = prediction_representation_size(weights, num_classes, hidden_dim)
-    images = keras.Input((*size, channels), name="images")
+    dynamic = bool(dynamic_image_size)
+    images = keras.Input((None, None, channels) if dynamic else (*size, channels), name="images")
     tokens = PatchEmbed(
-        patch, hidden_dim, input_preprocessing=input_preprocessing, name="embedding"
+        patch,
+        hidden_dim,
+        input_preprocessing=input_preprocessing,
+        dynamic_image_size=dynamic,
+        image_size=size if dynamic else None,
+        name="embedding",
     )(images)
+    grid = (size[0] // patch[0], size[1] // patch[1])
     return transformer_model(
         images,
         tokens,
@@ -298,6 +326,8 @@ def ViT(
         num_classes=num_classes,
         representation_size=representation_size,
         classifier_activation=classifier_activation,
+        dynamic_grid=(grid, patch) if dynamic else None,
+        grid_images=images if dynamic else None,
     )
 
 

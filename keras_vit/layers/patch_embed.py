@@ -10,6 +10,23 @@ from keras_vit._validation import check_choice, check_divisible, check_positive_
 PREPROCESSING_MODES = ("[-1,1]", "imagenet")
 
 
+def _assert_divisible_at_run_time(images, patch_size) -> None:
+    """For sizes unknown when the graph is traced (TensorFlow's relaxed shapes): an
+    InvalidArgumentError naming the rule when a side is not a multiple of the patch. JAX
+    traces with concrete shapes, so the static check above already covers it there."""
+    if keras.backend.backend() != "tensorflow":
+        return
+    import tensorflow as tf
+
+    shape = tf.shape(images)
+    for axis, patch in ((1, patch_size[0]), (2, patch_size[1])):
+        tf.debugging.assert_equal(
+            shape[axis] % patch,
+            0,
+            message=f"image height and width must be multiples of the patch size {patch_size}",
+        )
+
+
 @keras.saving.register_keras_serializable(package="keras_vit")
 class PatchEmbed(keras.layers.Layer):
     """Cuts an image into P x P patches and projects each to a `hidden_dim` token.
@@ -23,6 +40,9 @@ class PatchEmbed(keras.layers.Layer):
         hidden_dim: width D of the output tokens.
         kernel_initializer: default "lecun_normal" as in the release.
         bias_initializer: default "zeros".
+        dynamic_image_size: accept images of any size (multiples of the patch); the grid
+            of `image_size` stays the model's own (its position table's).
+        image_size: (height, width) the model is built for, when dynamic.
         input_preprocessing: the pixel scaling the weights expect, recorded for
             `predict`, `evaluate` and the SavedModel export (the layer itself does not
             rescale): "[-1,1]" (default, the release's (x - 127.5) / 127.5) or "imagenet"
@@ -54,9 +74,15 @@ class PatchEmbed(keras.layers.Layer):
         kernel_initializer="lecun_normal",
         bias_initializer="zeros",
         input_preprocessing="[-1,1]",
+        dynamic_image_size=False,
+        image_size=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
+        self.dynamic_image_size = bool(dynamic_image_size)
+        self.native_image_size = None if image_size is None else to_pair("image_size", image_size)
+        if self.dynamic_image_size and self.native_image_size is None:
+            raise ValueError("dynamic_image_size=True needs image_size (the table's size).")
         self.input_preprocessing = check_choice(
             "input_preprocessing", input_preprocessing, PREPROCESSING_MODES
         )
@@ -72,7 +98,7 @@ class PatchEmbed(keras.layers.Layer):
                 "PatchEmbed expects images of shape (batch, height, width, channels). "
                 f"Received: input_shape={input_shape}"
             )
-        self.image_size = (input_shape[1], input_shape[2])
+        self.image_size = self.native_image_size or (input_shape[1], input_shape[2])
         self.channels = input_shape[3]
         if None not in self.image_size:
             self.grid_size = check_divisible(self.image_size, self.patch_size)
@@ -98,12 +124,14 @@ class PatchEmbed(keras.layers.Layer):
         size = (images.shape[1], images.shape[2])
         if None not in size:
             grid = check_divisible(size, self.patch_size)
-            if self.grid_size is not None and grid != self.grid_size:
+            if not self.dynamic_image_size and self.grid_size not in (None, grid):
                 raise ValueError(
                     f"PatchEmbed was built for images of size {self.image_size} "
                     f"({self.grid_size} patches) but received size {size}. Build a model for "
                     "the new size (e.g. keras_vit.finetune(model, ..., image_size=...))."
                 )
+        elif self.dynamic_image_size:
+            _assert_divisible_at_run_time(images, self.patch_size)
         images = ops.cast(images, self.compute_dtype)
         x = self.conv(images)
         shape = ops.shape(x)
@@ -124,4 +152,6 @@ class PatchEmbed(keras.layers.Layer):
             "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
             "bias_initializer": keras.initializers.serialize(self.bias_initializer),
             "input_preprocessing": self.input_preprocessing,
+            "dynamic_image_size": self.dynamic_image_size,
+            "image_size": self.native_image_size,
         }
