@@ -1,6 +1,7 @@
 """keras_vit: the Vision Transformer (Dosovitskiy et al., ICLR 2021) for Keras 3 / TensorFlow."""
 
 from keras_vit import checkpoints, configs, data, distribute, layers, runs, training
+from keras_vit._version import __version__ as __version__
 from keras_vit.checkpoints import from_checkpoint, load_npz, save_npz
 from keras_vit.export import export_saved_model
 from keras_vit.finetune import finetune
@@ -25,8 +26,6 @@ from keras_vit.visualize import (
     feature_extractor,
     mean_attention_distance,
 )
-
-__version__ = "0.1.0"
 
 __all__ = [
     "HybridViT",

@@ -33,6 +33,7 @@ from collections.abc import Sequence
 import keras
 import tensorflow as tf
 
+from keras_vit import layer_names
 from keras_vit._validation import check_positive_int
 from keras_vit.preprocessing import from_unit_range, model_input_preprocessing
 
@@ -43,7 +44,7 @@ BYTES_SIGNATURE = "serving_bytes"
 FEATURES_SIGNATURE = "features"
 IMAGES_KEY = "images"
 BYTES_KEY = "image_bytes"
-FEATURE_LAYER_NAMES = ("pre_logits", "pool")
+FEATURE_LAYER_NAMES = (layer_names.PRE_LOGITS, layer_names.POOL)
 DECODABLE_CHANNELS = (1, 3, 4)
 TINY_PROBABILITY = 1e-37  # floor before log() for softmax heads
 
@@ -158,7 +159,7 @@ def model_image_shape(model: keras.Model) -> tuple[int, int, int]:
 def find_head(model: keras.Model) -> keras.layers.Layer:
     """The classifier layer named `head`; raises ValueError for a headless model."""
     try:
-        return model.get_layer("head")
+        return model.get_layer(layer_names.HEAD)
     except ValueError:
         raise ValueError(
             "export_saved_model needs a classifier with a `head` layer (include_top=True). "

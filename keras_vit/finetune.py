@@ -3,7 +3,7 @@
 "When feeding images of higher resolution, we keep the patch size the same ... We therefore
 perform 2D interpolation of the pre-trained position embeddings" and "we remove the
 pre-trained prediction head and attach a zero-initialized D x K feedforward layer" (paper
-section 3.2; vit_facts.md section 4).
+section 3.2; the release's vit_jax/checkpoint.py, `load_pretrained`).
 """
 
 from __future__ import annotations
@@ -12,23 +12,24 @@ import logging
 
 import keras
 
+from keras_vit import layer_names as names
 from keras_vit._validation import check_positive_int, to_pair
 from keras_vit.checkpoints.architecture import num_prefix_tokens, patch_grid
 from keras_vit.position_embeddings import resize_position_embeddings
 
 logger = logging.getLogger(__name__)
 
-_POSITION_LAYER = "posembed_input"
-_REPLACED = ("pre_logits", "head")
+_POSITION_LAYER = names.POSITION_EMBEDDING
+_REPLACED = (names.PRE_LOGITS, names.HEAD)
 
 
 def _check_model(model):
-    names = {layer.name for layer in model.layers}
-    needed = {"embedding", _POSITION_LAYER, "pool"}
-    if not needed <= names:
+    present = {layer.name for layer in model.layers}
+    needed = {names.EMBEDDING, _POSITION_LAYER, names.POOL}
+    if not needed <= present:
         raise ValueError(
             "finetune needs a keras_vit classification model (ViT or hybrid) with the layers "
-            f"{sorted(needed)}; model {model.name!r} lacks {sorted(needed - names)}. "
+            f"{sorted(needed)}; model {model.name!r} lacks {sorted(needed - present)}. "
             "(Models built with return_sequence=True cannot be fine-tuned this way.)"
         )
 
@@ -107,28 +108,28 @@ def finetune(
     clone = _rebuild(model, image_size)
     _copy_body(model, clone, resize_method)
 
-    x = clone.get_layer("pool").output
-    names = {layer.name for layer in model.layers}
+    x = clone.get_layer(names.POOL).output
+    layers = {layer.name for layer in model.layers}
     if representation_size is not None:
         pre_logits = None
-        if "pre_logits" in names:
-            pre_logits = clone.get_layer("pre_logits")
+        if names.PRE_LOGITS in layers:
+            pre_logits = clone.get_layer(names.PRE_LOGITS)
             if pre_logits.units == representation_size:
-                pre_logits.set_weights(model.get_layer("pre_logits").get_weights())
+                pre_logits.set_weights(model.get_layer(names.PRE_LOGITS).get_weights())
             else:
                 pre_logits = None
         if pre_logits is None:
             pre_logits = keras.layers.Dense(
-                representation_size, activation="tanh", name="pre_logits"
+                representation_size, activation="tanh", name=names.PRE_LOGITS
             )
         x = pre_logits(x)
-    activation = model.get_layer("head").activation if "head" in names else None
+    activation = model.get_layer(names.HEAD).activation if names.HEAD in layers else None
     logits = keras.layers.Dense(
         num_classes,
         activation=activation,
         kernel_initializer="zeros",
         bias_initializer="zeros",
         dtype="float32",
-        name="head",
+        name=names.HEAD,
     )(x)
     return keras.Model(clone.input, logits, name=model.name)

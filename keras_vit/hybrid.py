@@ -9,12 +9,12 @@ Transformer part, pooling, head and arguments are those of `keras_vit.ViT`.
 
 from __future__ import annotations
 
-import dataclasses
-
 import keras
 
 from keras_vit import configs
+from keras_vit import layer_names as names
 from keras_vit._validation import check_positive_int, to_pair
+from keras_vit.configs import HYBRID_CONFIGS, HybridConfig, get_hybrid_config
 from keras_vit.layers import BottleneckUnit, PatchEmbed, StdConv2D
 from keras_vit.models import transformer_model, validate_common
 
@@ -22,60 +22,18 @@ ROOT_WIDTH = 64
 GROUP_NORM_GROUPS = 32
 GROUP_NORM_EPSILON = 1e-6
 
-
-@dataclasses.dataclass(frozen=True)
-class HybridConfig:
-    """Architecture of one named hybrid (vit_facts.md section 1, hybrid table).
-
-    Attributes:
-        resnet_stages: units per ResNet stage; () keeps only the root (conv + max-pool).
-        patch_size: patch side on the ResNet feature map (1, or 8 for R+Ti/16).
-        transformer: key of `configs.VIT_CONFIGS` whose hidden_dim, mlp_dim, num_heads and
-            num_layers the Transformer part uses (sizes defined once).
-        dropout_rate: the release's dropout for this hybrid.
-    """
-
-    resnet_stages: tuple[int, ...]
-    patch_size: int
-    transformer: str
-    dropout_rate: float = 0.0
-
-    def as_kwargs(self) -> dict:
-        """Keyword arguments for `HybridViT`."""
-        vit = configs.get_config(self.transformer)
-        return {
-            "resnet_stages": self.resnet_stages,
-            "patch_size": self.patch_size,
-            "hidden_dim": vit.hidden_dim,
-            "mlp_dim": vit.mlp_dim,
-            "num_heads": vit.num_heads,
-            "num_layers": vit.num_layers,
-            "dropout_rate": self.dropout_rate,
-            "attention_dropout_rate": vit.attention_dropout_rate,
-        }
-
-
-HYBRID_CONFIGS: dict[str, HybridConfig] = {
-    "R+Ti/16": HybridConfig((), 8, "Ti/16"),
-    "R26+S/32": HybridConfig((2, 2, 2, 2), 1, "S/32"),
-    "R26+B/32": HybridConfig((2, 2, 2, 2), 1, "B/32"),
-    "R50+B/16": HybridConfig((3, 4, 9), 1, "B/16", dropout_rate=0.1),
-    "R50+L/32": HybridConfig((3, 4, 6, 3), 1, "L/32", dropout_rate=0.1),
-}
-
-
-def get_hybrid_config(variant: str) -> HybridConfig:
-    """Returns the config of a named hybrid such as ``"R50+B/16"``.
-
-    Raises:
-        ValueError: if `variant` is not a key of ``HYBRID_CONFIGS``.
-    """
-    try:
-        return HYBRID_CONFIGS[variant]
-    except KeyError:
-        raise ValueError(
-            f"Unknown hybrid variant {variant!r}; expected one of {sorted(HYBRID_CONFIGS)}."
-        ) from None
+__all__ = [
+    "HYBRID_CONFIGS",
+    "HybridConfig",
+    "HybridViT",
+    "R26_B32",
+    "R26_S32",
+    "R50_B16",
+    "R50_L32",
+    "R_Ti16",
+    "get_hybrid_config",
+    "resnet_features",
+]
 
 
 def resnet_features(images, *, stages, width=ROOT_WIDTH, groups=GROUP_NORM_GROUPS):
@@ -90,10 +48,10 @@ def resnet_features(images, *, stages, width=ROOT_WIDTH, groups=GROUP_NORM_GROUP
         The symbolic feature map `(batch, height / 2**(s + 1), width / 2**(s + 1), channels)`
         for s stages (Keras' "same" rounding up at each stride).
     """
-    x = StdConv2D(width, 7, strides=2, name="conv_root")(images)
-    x = keras.layers.GroupNormalization(groups=groups, epsilon=GROUP_NORM_EPSILON, name="gn_root")(
-        x
-    )
+    x = StdConv2D(width, 7, strides=2, name=names.ROOT_CONV)(images)
+    x = keras.layers.GroupNormalization(
+        groups=groups, epsilon=GROUP_NORM_EPSILON, name=names.ROOT_NORM
+    )(x)
     x = keras.layers.ReLU(name="relu_root")(x)
     x = keras.layers.MaxPooling2D(3, strides=2, padding="same", name="pool_root")(x)
     for s, num_units in enumerate(stages, start=1):
@@ -103,7 +61,7 @@ def resnet_features(images, *, stages, width=ROOT_WIDTH, groups=GROUP_NORM_GROUP
                 strides=2 if (s > 1 and u == 1) else 1,
                 groups=groups,
                 norm_epsilon=GROUP_NORM_EPSILON,
-                name=f"block{s}_unit{u}",
+                name=names.unit_name(s, u),
             )(x)
     return x
 
@@ -275,7 +233,7 @@ def HybridViT(
     else:
         features = _backbone_features(images, backbone, size, channels)
     _check_feature_grid(features, patch, size)
-    tokens = PatchEmbed(patch, hidden_dim, name="embedding")(features)
+    tokens = PatchEmbed(patch, hidden_dim, name=names.EMBEDDING)(features)
     return transformer_model(
         images,
         tokens,
@@ -298,9 +256,10 @@ def HybridViT(
     )
 
 
-def _named_hybrid(variant: str, function_name: str):
-    """Makes the thin shortcut `R50_B16` etc. for one row of `HYBRID_CONFIGS`."""
-    config = get_hybrid_config(variant)
+def _named_hybrid(variant: str):
+    """Makes the thin shortcut `R50_B16` etc. for one row of `configs.HYBRID_CONFIGS`."""
+    config = configs.get_hybrid_config(variant)
+    function_name = configs.builder_name(variant)
     arch = config.as_kwargs()
 
     def builder(num_classes=1000, image_size=224, **kwargs):
@@ -324,8 +283,8 @@ def _named_hybrid(variant: str, function_name: str):
     return builder
 
 
-R_Ti16 = _named_hybrid("R+Ti/16", "R_Ti16")
-R26_S32 = _named_hybrid("R26+S/32", "R26_S32")
-R26_B32 = _named_hybrid("R26+B/32", "R26_B32")
-R50_B16 = _named_hybrid("R50+B/16", "R50_B16")
-R50_L32 = _named_hybrid("R50+L/32", "R50_L32")
+R_Ti16 = _named_hybrid("R+Ti/16")
+R26_S32 = _named_hybrid("R26+S/32")
+R26_B32 = _named_hybrid("R26+B/32")
+R50_B16 = _named_hybrid("R50+B/16")
+R50_L32 = _named_hybrid("R50+L/32")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import keras
 
 from keras_vit import configs
+from keras_vit import layer_names as names
 from keras_vit._validation import (
     check_choice,
     check_divisible,
@@ -63,16 +64,16 @@ def encode_tokens(
             f"class_token_only=True needs pooling='token'. Received: pooling={pooling!r}"
         )
     if pooling == "token":
-        tokens = ClassToken(name="cls")(tokens)
+        tokens = ClassToken(name=names.CLASS_TOKEN)(tokens)
     if dynamic_grid is None:
-        x = AddPositionEmbs(name="posembed_input")(tokens)
+        x = AddPositionEmbs(name=names.POSITION_EMBEDDING)(tokens)
     else:
         x = AddPositionEmbs(
             dynamic_image_size=True,
             grid_size=dynamic_grid[0],
             patch_size=dynamic_grid[1],
             num_prefix_tokens=int(pooling == "token"),
-            name="posembed_input",
+            name=names.POSITION_EMBEDDING,
         )(tokens, images=grid_images)
     x = keras.layers.Dropout(dropout_rate, name="dropout")(x)
     for i in range(num_layers):
@@ -86,9 +87,9 @@ def encode_tokens(
             layer_norm_epsilon=layer_norm_epsilon,
             gelu_approximate=gelu_approximate,
             num_output_tokens=1 if class_token_only and i == num_layers - 1 else None,
-            name=f"encoderblock_{i}",
+            name=names.block_name(i),
         )(x)
-    return keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, name="encoder_norm")(x)
+    return keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, name=names.ENCODER_NORM)(x)
 
 
 def classification_head(
@@ -107,9 +108,9 @@ def classification_head(
     """
     if return_sequence:
         return sequence
-    x = TokenPooling(pooling, name="pool")(sequence)
+    x = TokenPooling(pooling, name=names.POOL)(sequence)
     if representation_size is not None:
-        x = keras.layers.Dense(representation_size, activation="tanh", name="pre_logits")(x)
+        x = keras.layers.Dense(representation_size, activation="tanh", name=names.PRE_LOGITS)(x)
     if not include_top:
         return x
     return keras.layers.Dense(
@@ -118,7 +119,7 @@ def classification_head(
         kernel_initializer="zeros",
         bias_initializer="zeros",
         dtype="float32",
-        name="head",
+        name=names.HEAD,
     )(x)
 
 
@@ -304,7 +305,7 @@ def ViT(
         input_preprocessing=input_preprocessing,
         dynamic_image_size=dynamic,
         image_size=size if dynamic else None,
-        name="embedding",
+        name=names.EMBEDDING,
     )(images)
     grid = (size[0] // patch[0], size[1] // patch[1])
     return transformer_model(
@@ -331,9 +332,10 @@ def ViT(
     )
 
 
-def _named_builder(variant: str, function_name: str):
+def _named_builder(variant: str):
     """Makes the thin shortcut `ViT_B16` etc. for one row of `configs.VIT_CONFIGS`."""
     config = configs.get_config(variant)
+    function_name = configs.builder_name(variant)
 
     def builder(num_classes=1000, image_size=224, **kwargs):
         arguments = {**config.as_kwargs(), "name": function_name.lower(), **kwargs}
@@ -354,12 +356,12 @@ def _named_builder(variant: str, function_name: str):
     return builder
 
 
-ViT_Ti16 = _named_builder("Ti/16", "ViT_Ti16")
-ViT_S16 = _named_builder("S/16", "ViT_S16")
-ViT_S32 = _named_builder("S/32", "ViT_S32")
-ViT_B8 = _named_builder("B/8", "ViT_B8")
-ViT_B16 = _named_builder("B/16", "ViT_B16")
-ViT_B32 = _named_builder("B/32", "ViT_B32")
-ViT_L16 = _named_builder("L/16", "ViT_L16")
-ViT_L32 = _named_builder("L/32", "ViT_L32")
-ViT_H14 = _named_builder("H/14", "ViT_H14")
+ViT_Ti16 = _named_builder("Ti/16")
+ViT_S16 = _named_builder("S/16")
+ViT_S32 = _named_builder("S/32")
+ViT_B8 = _named_builder("B/8")
+ViT_B16 = _named_builder("B/16")
+ViT_B32 = _named_builder("B/32")
+ViT_L16 = _named_builder("L/16")
+ViT_L32 = _named_builder("L/32")
+ViT_H14 = _named_builder("H/14")

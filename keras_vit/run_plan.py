@@ -311,17 +311,17 @@ def load_source_model(weights) -> keras.Model:
 
 def load_model(path, *, compile: bool = True) -> keras.Model:
     """Loads a `.keras` file with `safe_mode=True` (keras_vit's layers are registered)."""
-    import keras_vit  # noqa: F401  (registers the custom layers)
+    from keras_vit import layers, visualize  # noqa: F401  (registers the custom layers)
 
     return keras.saving.load_model(path, compile=compile, safe_mode=True)
 
 
 def _model_from_npz(path) -> keras.Model:
-    import keras_vit
     from keras_vit import checkpoints
+    from keras_vit.models import ViT
 
     kwargs = _kwargs_from_run_config(path) or vit_kwargs_from_npz(checkpoints.read_npz(path))
-    model = keras_vit.ViT(**kwargs)
+    model = ViT(**kwargs)
     checkpoints.load_npz(model, path)
     return model
 
@@ -339,59 +339,56 @@ def _kwargs_from_run_config(npz_path) -> dict | None:
 def vit_kwargs_from_npz(arrays: dict) -> dict:
     """`keras_vit.ViT` arguments read from an official checkpoint's array shapes.
 
-    Patch size and channels from `embedding/kernel` (P, P, C, D), heads from a query kernel
-    (D, H, hd), MLP width from `Dense_0`, depth from the block count, the pooling from the
-    presence of `cls`, the image size from the position table (square grid), classes from
-    `head/kernel`, `representation_size` from `pre_logits/kernel`.
+    Read by `keras_vit.checkpoints.architecture.Architecture.from_arrays`: patch size and
+    channels from `embedding/kernel`, heads, MLP width and depth from the blocks, the pooling
+    from `cls`, the image size from the (square) position table, classes from `head/kernel`,
+    `representation_size` from `pre_logits/kernel`.
 
     Raises:
         ConfigError: the arrays are not an official ViT checkpoint.
     """
+    from keras_vit.checkpoints.architecture import Architecture
     from keras_vit.checkpoints.layouts import normalise_layout
 
     arrays, _ = normalise_layout(arrays)
-    try:
-        kernel = arrays["embedding/kernel"]
-        block = "Transformer/encoderblock_0/"
-        query = arrays[block + "MultiHeadDotProductAttention_1/query/kernel"]
-        mlp = arrays[block + "MlpBlock_3/Dense_0/kernel"]
-        table = arrays["Transformer/posembed_input/pos_embedding"]
-        head = arrays["head/kernel"]
-    except KeyError as error:
-        raise ConfigError(f"Not an official ViT checkpoint: missing key {error}.") from None
-    prefix = 1 if "cls" in arrays else 0
-    grid = int(round((table.shape[1] - prefix) ** 0.5))
-    layers = {key.split("/")[1] for key in arrays if key.startswith("Transformer/encoderblock_")}
+    arch = Architecture.from_arrays(arrays)
+    missing = arch.missing_key(
+        "patch_size", "num_heads", "mlp_dim", "num_patch_tokens", "num_classes"
+    )
+    if missing:
+        raise ConfigError(f"Not an official ViT checkpoint: missing key {missing!r}.")
+    side = int(round(arch.num_patch_tokens**0.5))
     return {
-        "patch_size": int(kernel.shape[0]),
-        "channels": int(kernel.shape[2]),
-        "hidden_dim": int(kernel.shape[3]),
-        "num_heads": int(query.shape[1]),
-        "mlp_dim": int(mlp.shape[1]),
-        "num_layers": len(layers),
-        "pooling": "token" if prefix else "gap",
-        "image_size": grid * int(kernel.shape[0]),
-        "num_classes": int(head.shape[1]),
-        "representation_size": (
-            int(arrays["pre_logits/kernel"].shape[1]) if "pre_logits/kernel" in arrays else None
-        ),
+        "patch_size": arch.patch_size[0],
+        "channels": arch.channels,
+        "hidden_dim": arch.hidden_dim,
+        "num_heads": arch.num_heads,
+        "mlp_dim": arch.mlp_dim,
+        "num_layers": arch.num_layers,
+        "pooling": arch.pooling,
+        "image_size": side * arch.patch_size[0],
+        "num_classes": arch.num_classes,
+        "representation_size": arch.representation_size,
     }
 
 
 def source_model_kwargs(model) -> dict:
     """`keras_vit.ViT` arguments of a built keras_vit model, read from its layers."""
-    embed = model.get_layer("embedding")
-    blocks = [layer for layer in model.layers if re.fullmatch(r"encoderblock_\d+", layer.name)]
-    if not blocks:
+    from keras_vit.checkpoints.architecture import Architecture
+
+    try:
+        arch = Architecture.from_model(model)
+    except ValueError:
+        arch = None
+    if arch is None or not arch.num_layers:
         raise ConfigError(f"The weights are not a keras_vit ViT model ({model.name!r}).")
-    names = {layer.name for layer in model.layers}
     return {
-        "patch_size": list(to_pair("patch_size", tuple(embed.patch_size))),
-        "channels": int(model.input_shape[-1]),
-        "hidden_dim": int(embed.hidden_dim),
-        "num_heads": int(blocks[0].num_heads),
-        "mlp_dim": int(blocks[0].mlp_dim),
-        "num_layers": len(blocks),
-        "pooling": "token" if "cls" in names else "gap",
+        "patch_size": list(arch.patch_size),
+        "channels": arch.channels,
+        "hidden_dim": arch.hidden_dim,
+        "num_heads": arch.num_heads,
+        "mlp_dim": arch.mlp_dim,
+        "num_layers": arch.num_layers,
+        "pooling": arch.pooling,
         "image_size": [int(s) for s in model.input_shape[1:3]],
     }

@@ -349,14 +349,13 @@ def _datasets(plan: RunPlan):
 
 def _build_model(plan: RunPlan) -> keras.Model:
     """Builds and compiles the model (called inside the strategy scope)."""
-    import keras_vit
+    from keras_vit.finetune import finetune
+    from keras_vit.models import ViT
 
     if plan.source_model is not None:
-        model = keras_vit.finetune(
-            plan.source_model, plan.info.num_classes, image_size=plan.image_size
-        )
+        model = finetune(plan.source_model, plan.info.num_classes, image_size=plan.image_size)
     else:
-        model = keras_vit.ViT(**plan.model_kwargs)
+        model = ViT(**plan.model_kwargs)
     compile_kwargs = plan.config.recipe.compile_kwargs(plan.num_train_examples)
     compile_kwargs["jit_compile"] = plan.jit_compile
     model.compile(**compile_kwargs)
@@ -366,7 +365,7 @@ def _build_model(plan: RunPlan) -> keras.Model:
 def _config_record(plan: RunPlan, strategy) -> dict:
     import tensorflow as tf
 
-    import keras_vit
+    from keras_vit._version import __version__
 
     return {
         "run": plan.config.to_dict(),
@@ -376,7 +375,7 @@ def _config_record(plan: RunPlan, strategy) -> dict:
             "num_replicas": strategy.num_replicas_in_sync,
         },
         "versions": {
-            "keras_vit": keras_vit.__version__,
+            "keras_vit": __version__,
             "keras": keras.__version__,
             "tensorflow": tf.__version__,
         },

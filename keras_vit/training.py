@@ -21,6 +21,7 @@ import keras
 from keras import ops
 
 from keras_vit._validation import check_choice, check_positive_int
+from keras_vit.configs import RECIPE_VIT
 
 DECAYS = ("linear", "cosine")
 FINETUNE_MAX_WARMUP_STEPS = 500
@@ -248,13 +249,14 @@ class TrainConfig:
 
     dataset: str = "mnist"
     image_size: int = 28
-    patch_size: int = 4
-    hidden_dim: int = 64
-    num_heads: int = 4
-    mlp_dim: int = 128
-    num_layers: int = 4
+    # The architecture fields default to `keras_vit.configs.RECIPE_VIT` (sizes live there).
+    patch_size: int = RECIPE_VIT.patch_size
+    hidden_dim: int = RECIPE_VIT.hidden_dim
+    num_heads: int = RECIPE_VIT.num_heads
+    mlp_dim: int = RECIPE_VIT.mlp_dim
+    num_layers: int = RECIPE_VIT.num_layers
     pooling: str = "gap"
-    dropout_rate: float = 0.0
+    dropout_rate: float = RECIPE_VIT.dropout_rate
     epochs: int = 15
     batch_size: int = 32
     learning_rate: float = 2e-3

@@ -1,88 +1,239 @@
-"""Facts about a built keras_vit model that checkpoint code needs, read from its layers.
+"""`Architecture`: what a keras_vit model or an official checkpoint is, read in one place.
 
-The class-token decision comes from the model (a `cls` layer), never from a token count; the
-patch grid from its `embedding` PatchEmbed; the release name ("ViT-B_16", "R50+ViT-B_16")
-from the layer sizes.
+`Architecture.from_model(model)` reads a built model's layers (by type: `PatchEmbed`,
+`ClassToken`, `TransformerBlock`; the hybrid's ResNet units by name);
+`Architecture.from_arrays(arrays)` reads the release's `.npz` keys and shapes (the layout of
+the release's ``vit_jax/checkpoint.py``). The class-token decision comes from the model (a
+class-token layer) or the file (a `cls` array), never from a token count. Checkpoint loading,
+fine-tuning, run plans, `keras-vit convert` and the visualisation helpers all read sizes
+through it.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import re
 
+import keras
+
 from keras_vit import configs
+from keras_vit import layer_names as names
 from keras_vit.checkpoints.naming import find_vit_model
 from keras_vit.checkpoints.npz_io import CheckpointError
+from keras_vit.layers import ClassToken, PatchEmbed, TransformerBlock
+
+# The checkpoint key each field of `from_arrays` is read from (for "missing key" errors).
+FIELD_KEYS = {
+    "patch_size": "embedding/kernel",
+    "channels": "embedding/kernel",
+    "hidden_dim": "embedding/kernel",
+    "num_heads": names.block_key(0, names.QUERY_KERNEL),
+    "mlp_dim": names.block_key(0, names.MLP_IN_KERNEL),
+    "num_patch_tokens": names.POSITION_KEY,
+    "num_classes": "head/kernel",
+}
 
 
-def num_prefix_tokens(model) -> int:
-    """1 if the ViT has a class token (`cls` layer, "token" pooling), else 0."""
-    vit = find_vit_model(model)
-    return int(any(layer.name == "cls" for layer in vit.layers))
+@dataclasses.dataclass(frozen=True)
+class Architecture:
+    """The sizes of a ViT or hybrid; a field is None where the source does not say.
 
-
-def patch_grid(model) -> tuple[int, int]:
-    """The (rows, cols) patch grid of the model's `embedding` layer.
-
-    Raises:
-        CheckpointError: if the model was built without a fixed image size.
+    Attributes:
+        patch_size: `(height, width)` of a patch on the embedding's input (pixels for a ViT,
+            feature-map cells for a hybrid).
+        hidden_dim, num_heads, mlp_dim, num_layers: the Transformer (paper table 1).
+        channels: image channels (the ResNet root's input channels for a hybrid file).
+        pooling: "token" with a class token, else "gap".
+        num_patch_tokens: patch tokens (grid rows x cols; the position-table rows minus the
+            class-token row for a file).
+        grid: `(rows, cols)` of the patch tokens; from a file only when square.
+        image_size: `(height, width)` of the model's input (models only).
+        num_classes: head outputs; None without a head.
+        representation_size: width of `pre_logits`; None without one.
+        resnet_stages: units per ResNet stage of a hybrid (() root only); None for a ViT.
     """
-    embed = find_vit_model(model).get_layer("embedding")
-    grid = getattr(embed, "grid_size", None)
-    if grid is None:
-        raise CheckpointError(
-            "The model's patch embedding has no fixed grid (built without a fixed image "
-            "size), so the position table cannot be resized to it."
+
+    patch_size: tuple[int, int] | None = None
+    hidden_dim: int | None = None
+    num_heads: int | None = None
+    mlp_dim: int | None = None
+    num_layers: int = 0
+    channels: int | None = None
+    pooling: str = "gap"
+    num_patch_tokens: int | None = None
+    grid: tuple[int, int] | None = None
+    image_size: tuple | None = None
+    num_classes: int | None = None
+    representation_size: int | None = None
+    resnet_stages: tuple[int, ...] | None = None
+
+    @property
+    def num_prefix_tokens(self) -> int:
+        """1 with a class token ("token" pooling), else 0."""
+        return int(self.pooling == "token")
+
+    @property
+    def pixels_per_token(self) -> tuple[int, int] | None:
+        """`(height, width)` in input pixels one patch token covers (image size / grid)."""
+        if self.grid is None or self.image_size is None or None in self.image_size:
+            return None
+        return (int(self.image_size[0]) // self.grid[0], int(self.image_size[1]) // self.grid[1])
+
+    def missing_key(self, *fields: str) -> str | None:
+        """The checkpoint key of the first of `fields` that is None (e.g. "head/kernel" for
+        `num_classes`), or None when all are known."""
+        for field in fields:
+            if getattr(self, field) is None:
+                return FIELD_KEYS.get(field, field)
+        return None
+
+    def release_name(self) -> str | None:
+        """The release's name ("ViT-B_16", "R50+ViT-B_16"), or None if it is none of them."""
+        if not self.num_layers or self.patch_size is None:
+            return None
+        sizes = (self.hidden_dim, self.mlp_dim, self.num_heads, self.num_layers)
+        table = configs.VIT_CONFIGS if self.resnet_stages is None else configs.HYBRID_CONFIGS
+        for variant, config in table.items():
+            kwargs = config.as_kwargs()
+            fields = tuple(kwargs[k] for k in ("hidden_dim", "mlp_dim", "num_heads", "num_layers"))
+            stages = kwargs.get("resnet_stages")
+            if (
+                self.patch_size == (kwargs["patch_size"],) * 2
+                and sizes == fields
+                and (stages is None or tuple(stages) == self.resnet_stages)
+            ):
+                return configs.release_name(variant)
+        return None
+
+    @classmethod
+    def from_model(cls, model) -> Architecture:
+        """Reads a built model that holds the ViT layers (its embedding among `model.layers`,
+        or inside one of its sub-models, e.g. a custom hybrid backbone).
+
+        Raises:
+            ValueError: the model holds no or several `PatchEmbed` layers.
+        """
+        layers = list(model.layers)
+        embeds = [layer for layer in layers if isinstance(layer, PatchEmbed)]
+        if not embeds:
+            subs = [layer for layer in layers if isinstance(layer, keras.Model)]
+            embeds = [x for sub in subs for x in sub.layers if isinstance(x, PatchEmbed)]
+        if len(embeds) != 1:
+            raise ValueError(
+                f"Cannot read the token grid of model {model.name!r}: it needs exactly one built "
+                f"PatchEmbed layer with a fixed image size. Found {len(embeds)} PatchEmbed "
+                "layers."
+            )
+        embed = embeds[0]
+        blocks = [layer for layer in layers if isinstance(layer, TransformerBlock)]
+        by_name = {layer.name: layer for layer in layers}
+        grid = None if embed.grid_size is None else tuple(int(g) for g in embed.grid_size)
+        shape = model.inputs[0].shape if model.inputs else None
+        return cls(
+            patch_size=tuple(int(p) for p in embed.patch_size),
+            hidden_dim=int(embed.hidden_dim),
+            num_heads=int(blocks[0].num_heads) if blocks else None,
+            mlp_dim=int(blocks[0].mlp_dim) if blocks else None,
+            num_layers=len(blocks),
+            channels=None if shape is None or shape[-1] is None else int(shape[-1]),
+            pooling="token" if any(isinstance(x, ClassToken) for x in layers) else "gap",
+            num_patch_tokens=None if grid is None else grid[0] * grid[1],
+            grid=grid,
+            image_size=None if shape is None else tuple(shape[1:3]),
+            num_classes=_units(by_name.get(names.HEAD)),
+            representation_size=_units(by_name.get(names.PRE_LOGITS)),
+            resnet_stages=_resnet_stages(list(by_name)),
         )
-    return tuple(grid)
+
+    @classmethod
+    def from_checkpoint_model(cls, model) -> Architecture:
+        """`from_model` of the keras_vit model inside `model` (see `find_vit_model`).
+
+        Raises:
+            CheckpointError: `model` holds no or several keras_vit models.
+        """
+        return cls.from_model(find_vit_model(model))
+
+    @classmethod
+    def from_arrays(cls, arrays) -> Architecture:
+        """Reads official checkpoint arrays in the plain layout (after
+        `keras_vit.checkpoints.layouts.normalise_layout`); fields of missing keys are None.
+
+        Patch size and channels from `embedding/kernel` (P, P, C, D), heads from block 0's
+        query kernel (D, H, hd), MLP width from its `Dense_0`, depth from the block count,
+        pooling from a `cls` array, the grid from the position table (when square), classes
+        from `head/kernel`, `representation_size` from `pre_logits/kernel`.
+        """
+        kernel = arrays.get(FIELD_KEYS["hidden_dim"])
+        query = arrays.get(FIELD_KEYS["num_heads"])
+        mlp = arrays.get(FIELD_KEYS["mlp_dim"])
+        table = arrays.get(names.POSITION_KEY)
+        root = arrays.get(f"{names.ROOT_CONV}/kernel")
+        prefix = int(names.CLASS_TOKEN in arrays)
+        blocks = {m[1] for key in arrays if (m := re.match(names.BLOCK_KEY_PATTERN, key))}
+        tokens = None if table is None else int(table.shape[1]) - prefix
+        side = None if tokens is None or tokens < 0 else math.isqrt(tokens)
+        units = [k.split("/")[0] + "_" + k.split("/")[1] for k in arrays if k.count("/") >= 2]
+        return cls(
+            patch_size=None if kernel is None else (int(kernel.shape[0]), int(kernel.shape[1])),
+            hidden_dim=None if kernel is None else int(kernel.shape[3]),
+            num_heads=None if query is None else int(query.shape[1]),
+            mlp_dim=None if mlp is None else int(mlp.shape[1]),
+            num_layers=len(blocks),
+            channels=None
+            if kernel is None
+            else int((root if root is not None else kernel).shape[2]),
+            pooling="token" if prefix else "gap",
+            num_patch_tokens=tokens,
+            grid=(side, side) if side is not None and side * side == tokens else None,
+            num_classes=_width(arrays.get("head/kernel")),
+            representation_size=_width(arrays.get("pre_logits/kernel")),
+            resnet_stages=None if root is None else _resnet_stages([names.ROOT_CONV, *units]),
+        )
 
 
-def _variant_name(variant: str) -> str:
-    """ "B/16" -> "ViT-B_16"; "R50+B/16" -> "R50+ViT-B_16" (the release's file names)."""
-    hybrid, _, vit = variant.rpartition("+")
-    name = "ViT-" + vit.replace("/", "_")
-    return f"{hybrid}+{name}" if hybrid else name
+def _units(layer) -> int | None:
+    return None if layer is None else int(layer.units)
 
 
-def _resnet_stages(vit) -> tuple[int, ...] | None:
-    names = [layer.name for layer in vit.layers]
-    if "conv_root" not in names:
+def _width(kernel) -> int | None:
+    return None if kernel is None else int(kernel.shape[1])
+
+
+def _resnet_stages(layer_names: list[str]) -> tuple[int, ...] | None:
+    """Units per stage from `block{s}_unit{u}` names; None without the ResNet root."""
+    if names.ROOT_CONV not in layer_names:
         return None
     units = {}
-    for name in names:
-        match = re.fullmatch(r"block(\d+)_unit(\d+)", name)
+    for name in layer_names:
+        match = re.fullmatch(names.UNIT_PATTERN, name)
         if match:
             stage, unit = int(match[1]), int(match[2])
             units[stage] = max(units.get(stage, 0), unit)
     return tuple(units[s] for s in sorted(units))
 
 
+def num_prefix_tokens(model) -> int:
+    """1 if the ViT has a class token (`cls` layer, "token" pooling), else 0."""
+    return Architecture.from_checkpoint_model(model).num_prefix_tokens
+
+
+def patch_grid(model) -> tuple[int, int]:
+    """The (rows, cols) patch grid of the model's patch embedding.
+
+    Raises:
+        CheckpointError: if the model was built without a fixed image size.
+    """
+    grid = Architecture.from_checkpoint_model(model).grid
+    if grid is None:
+        raise CheckpointError(
+            "The model's patch embedding has no fixed grid (built without a fixed image "
+            "size), so the position table cannot be resized to it."
+        )
+    return grid
+
+
 def release_model_name(model) -> str | None:
     """The release's name of the model's architecture, or None if it is not one of them."""
-    vit = find_vit_model(model)
-    embed = vit.get_layer("embedding")
-    blocks = [layer for layer in vit.layers if re.fullmatch(r"encoderblock_\d+", layer.name)]
-    if not blocks:
-        return None
-    patch = tuple(embed.patch_size)
-    arch = (embed.hidden_dim, blocks[0].mlp_dim, blocks[0].num_heads, len(blocks))
-    stages = _resnet_stages(vit)
-    if stages is None:
-        for variant, config in configs.VIT_CONFIGS.items():
-            fields = (config.hidden_dim, config.mlp_dim, config.num_heads, config.num_layers)
-            if patch == (config.patch_size,) * 2 and arch == fields:
-                return _variant_name(variant)
-        return None
-    try:
-        from keras_vit.hybrid import HYBRID_CONFIGS
-    except ImportError:
-        return None
-    for variant, config in HYBRID_CONFIGS.items():
-        kwargs = config.as_kwargs()
-        fields = tuple(kwargs[k] for k in ("hidden_dim", "mlp_dim", "num_heads", "num_layers"))
-        if (
-            tuple(kwargs["resnet_stages"]) == stages
-            and patch == (kwargs["patch_size"],) * 2
-            and arch == fields
-        ):
-            return _variant_name(variant)
-    return None
+    return Architecture.from_checkpoint_model(model).release_name()

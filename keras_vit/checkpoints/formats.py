@@ -10,28 +10,27 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 
 import keras
 import numpy as np
 
 from keras_vit.checkpoints import hf_io, timm_io
+from keras_vit.checkpoints.architecture import Architecture
 from keras_vit.checkpoints.contents import CheckpointContents
 from keras_vit.checkpoints.detect import FORMATS, detect_format
 from keras_vit.checkpoints.layouts import normalise_layout
 from keras_vit.checkpoints.naming import find_vit_model, official_variables
 from keras_vit.checkpoints.npz_io import CheckpointError, read_npz, write_npz
+from keras_vit.layers import TransformerBlock
 
 logger = logging.getLogger(__name__)
 
-QUERY_KERNEL = "Transformer/encoderblock_0/MultiHeadDotProductAttention_1/query/kernel"
 WRITE_FORMATS = ("npz", "keras", "hf", "timm")
 
 
 def _read_npz(path) -> CheckpointContents:
     arrays, steps = normalise_layout(read_npz(path))
-    query = arrays.get(QUERY_KERNEL)
-    heads = int(query.shape[1]) if query is not None and query.ndim == 3 else None
+    heads = Architecture.from_arrays(arrays).num_heads
     return CheckpointContents(
         path=path, format="npz", arrays=arrays, num_heads=heads, layout_steps=steps
     )
@@ -86,7 +85,7 @@ def model_numerics(model) -> dict:
     """`{"gelu_approximate", "layer_norm_epsilon"}` of a keras_vit model's blocks."""
     vit = find_vit_model(model)
     for layer in vit.layers:
-        if re.fullmatch(r"encoderblock_\d+", layer.name):
+        if isinstance(layer, TransformerBlock):
             return {
                 "gelu_approximate": layer.gelu_approximate,
                 "layer_norm_epsilon": layer.layer_norm_epsilon,
@@ -117,15 +116,15 @@ def model_contents(model) -> CheckpointContents:
         key: np.asarray(keras.ops.convert_to_numpy(variable), dtype=np.float32)
         for key, variable in variables.items()
     }
-    embed = find_vit_model(model).get_layer("embedding")
-    image_size = getattr(embed, "image_size", None)
-    query = arrays.get(QUERY_KERNEL)
+    arch = Architecture.from_checkpoint_model(model)
+    grid, patch = arch.grid, arch.patch_size
+    image_size = None if grid is None else (grid[0] * patch[0], grid[1] * patch[1])
     return CheckpointContents(
         path=model.name,
         format="model",
         arrays=arrays,
-        num_heads=None if query is None else int(query.shape[1]),
-        image_size=tuple(image_size) if image_size and None not in image_size else None,
+        num_heads=arch.num_heads,
+        image_size=image_size if arch.resnet_stages is None else None,
         preprocessing=model_preprocessing(model),
         **model_numerics(model),
     )

@@ -10,63 +10,62 @@ and the model records the scaling for `predict`, `evaluate` and the SavedModel e
 from __future__ import annotations
 
 import logging
-import math
 
-from keras_vit.checkpoints import torch_layout as tl
+from keras_vit.checkpoints.architecture import Architecture
 from keras_vit.checkpoints.contents import CheckpointContents
 from keras_vit.checkpoints.npz_io import CheckpointError
 
 logger = logging.getLogger(__name__)
 
 
-def _grid_image_size(arrays, patch, has_class_token):
-    rows = arrays[tl.POSITION].shape[1] - int(has_class_token)
-    side = math.isqrt(rows)
-    if side * side != rows:
-        raise CheckpointError(
-            f"The position table's {rows} grid rows are not a square grid; pass image_size=."
-        )
-    return (side * patch[0], side * patch[1])
-
-
 def architecture_kwargs(contents: CheckpointContents) -> dict:
     """`keras_vit.ViT` keyword arguments for the plain ViT a checkpoint holds.
 
+    Sizes come from `Architecture.from_arrays` (the release's keys); the number of heads
+    from the file where it says (HF config.json, timm metadata); the image size from the
+    file (HF config.json) or the position table's grid; numerics and input scaling from the
+    source.
+
     Raises:
-        CheckpointError: a hybrid (ResNet) checkpoint, a missing key, or an unknown number
-            of heads.
+        CheckpointError: a hybrid (ResNet) checkpoint, a missing key, a non-square table
+            without an image size, or an unknown number of heads.
     """
-    arrays = contents.arrays
-    if "conv_root/kernel" in arrays:
+    arch = Architecture.from_arrays(contents.arrays)
+    if arch.resnet_stages is not None:
         raise CheckpointError(
             f"{contents.path} is a hybrid (ResNet + ViT) checkpoint; build it with its named "
             "builder (e.g. keras_vit.R50_B16(weights=path))."
         )
-    try:
-        kernel = arrays["embedding/kernel"]
-        mlp = arrays[tl.BLOCK.format(0) + tl.MLP + "Dense_0/kernel"]
-    except KeyError as error:
-        raise CheckpointError(f"{contents.path} is not a ViT checkpoint: no {error}.") from None
-    if contents.num_heads is None:
+    missing = arch.missing_key("patch_size", "mlp_dim")
+    if missing:
+        raise CheckpointError(f"{contents.path} is not a ViT checkpoint: no {missing!r}.")
+    num_heads = contents.num_heads or arch.num_heads
+    if num_heads is None:
         raise CheckpointError(f"The number of heads of {contents.path} is unknown.")
-    patch = (int(kernel.shape[0]), int(kernel.shape[1]))
-    has_class_token = "cls" in arrays
+    image_size = contents.image_size
+    if image_size is None:
+        if arch.grid is None:
+            raise CheckpointError(
+                f"The position table's {arch.num_patch_tokens} grid rows are not a square "
+                "grid; pass image_size=."
+            )
+        image_size = (arch.grid[0] * arch.patch_size[0], arch.grid[1] * arch.patch_size[1])
     kwargs = dict(
-        patch_size=patch,
-        hidden_dim=int(kernel.shape[3]),
-        channels=int(kernel.shape[2]),
-        num_heads=int(contents.num_heads),
-        mlp_dim=int(mlp.shape[1]),
-        num_layers=tl.num_blocks(arrays, r"Transformer/encoderblock_(\d+)/"),
-        pooling="token" if has_class_token else "gap",
-        image_size=contents.image_size or _grid_image_size(arrays, patch, has_class_token),
+        patch_size=arch.patch_size,
+        hidden_dim=arch.hidden_dim,
+        channels=arch.channels,
+        num_heads=int(num_heads),
+        mlp_dim=arch.mlp_dim,
+        num_layers=arch.num_layers,
+        pooling=arch.pooling,
+        image_size=image_size,
         input_preprocessing=contents.preprocessing,
         **contents.numerics,
     )
-    if "pre_logits/kernel" in arrays:
-        kwargs["representation_size"] = int(arrays["pre_logits/kernel"].shape[1])
-    if "head/bias" in arrays:
-        kwargs["num_classes"] = int(arrays["head/bias"].shape[0])
+    if arch.representation_size is not None:
+        kwargs["representation_size"] = arch.representation_size
+    if arch.num_classes is not None:
+        kwargs["num_classes"] = arch.num_classes
     else:
         kwargs["include_top"] = False
     return kwargs

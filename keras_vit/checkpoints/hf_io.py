@@ -22,6 +22,7 @@ import shutil
 import tempfile
 
 from keras_vit.checkpoints import torch_layout as tl
+from keras_vit.checkpoints.architecture import Architecture
 from keras_vit.checkpoints.contents import CheckpointContents
 from keras_vit.checkpoints.npz_io import CheckpointError
 from keras_vit.checkpoints.safetensors_io import read_safetensors, write_safetensors
@@ -209,7 +210,7 @@ def release_to_hf(arrays: dict, num_heads: int) -> dict:
         "layernorm.weight": arrays[tl.ENCODER_NORM + "scale"],
         "layernorm.bias": arrays[tl.ENCODER_NORM + "bias"],
     }
-    depth = tl.num_blocks(arrays, r"Transformer/encoderblock_(\d+)/")
+    depth = tl.num_release_blocks(arrays)
     for i in range(depth):
         hf, block = LAYER.format(i), tl.BLOCK.format(i)
         for name, release in NORMS.items():
@@ -243,30 +244,27 @@ def release_to_hf(arrays: dict, num_heads: int) -> dict:
 def hf_config(contents: CheckpointContents) -> dict:
     """The `config.json` of a HF ViT for `contents` (architecture from the array shapes)."""
     arrays = contents.arrays
-    kernel = arrays["embedding/kernel"]
-    patch, channels, hidden = kernel.shape[:2], kernel.shape[2], kernel.shape[3]
+    arch = Architecture.from_arrays(arrays)
+    patch = arch.patch_size
     if patch[0] != patch[1]:
         raise CheckpointError(f"Hugging Face ViT needs square patches; this one is {patch}.")
     if contents.image_size is not None:
         image_size = contents.image_size
+    elif arch.grid is not None:
+        image_size = (arch.grid[0] * patch[0], arch.grid[1] * patch[1])
     else:
-        rows = arrays[tl.POSITION].shape[1] - 1
-        side = int(round(rows**0.5))
-        if side * side != rows:
-            raise CheckpointError(
-                f"The position table's {rows} grid rows are not a square grid; give the image size."
-            )
-        image_size = (side * patch[0],) * 2
-    depth = tl.num_blocks(arrays, r"Transformer/encoderblock_(\d+)/")
-    mlp = arrays[tl.BLOCK.format(0) + tl.MLP + "Dense_0/kernel"].shape[1]
+        raise CheckpointError(
+            f"The position table's {arch.num_patch_tokens} grid rows are not a square grid; "
+            "give the image size."
+        )
     has_head = "head/kernel" in arrays
     config = {
         "architectures": ["ViTForImageClassification" if has_head else "ViTModel"],
         "model_type": "vit",
-        "hidden_size": int(hidden),
-        "num_hidden_layers": depth,
+        "hidden_size": arch.hidden_dim,
+        "num_hidden_layers": arch.num_layers,
         "num_attention_heads": int(contents.num_heads),
-        "intermediate_size": int(mlp),
+        "intermediate_size": arch.mlp_dim,
         "hidden_act": "gelu_pytorch_tanh" if contents.gelu_approximate else "gelu",
         "layer_norm_eps": float(contents.layer_norm_epsilon),
         "hidden_dropout_prob": 0.0,
@@ -274,7 +272,7 @@ def hf_config(contents: CheckpointContents) -> dict:
         "initializer_range": 0.02,
         "image_size": int(image_size[0]) if image_size[0] == image_size[1] else list(image_size),
         "patch_size": int(patch[0]),
-        "num_channels": int(channels),
+        "num_channels": arch.channels,
         "qkv_bias": True,
         "encoder_stride": int(patch[0]),
     }

@@ -14,22 +14,23 @@ import re
 
 import numpy as np
 
+from keras_vit import layer_names
 from keras_vit.checkpoints.npz_io import CheckpointError
 
 logger = logging.getLogger(__name__)
 
 PREFIXES = ("opt/target/", "params/")
 SCANNED_BLOCK = "Transformer/encoderblock/"
-BLOCK_KEY = re.compile(r"(Transformer/encoderblock_\d+/)(.*)")
+BLOCK_KEY = re.compile(f"(?P<block>{layer_names.BLOCK_KEY_PATTERN})(?P<rest>.*)")
 # big_vision's Encoder1DBlock numbers its sub-modules per type; the release numbers them in
-# creation order (vit_facts.md section 3).
+# creation order (the release's vit_jax/models_vit.py, Encoder1DBlock).
 BIG_VISION_BLOCK_NAMES = {
     "MultiHeadDotProductAttention_0": "MultiHeadDotProductAttention_1",
     "LayerNorm_1": "LayerNorm_2",
     "MlpBlock_0": "MlpBlock_3",
 }
 GROUP_NORM_KEY = re.compile(r"(^|/)(gn_root|gn\d+|gn_proj)/(scale|bias)$")
-PLAIN_POSITION_KEY = "Transformer/posembed_input/pos_embedding"
+PLAIN_POSITION_KEY = layer_names.POSITION_KEY
 
 
 def strip_prefix(arrays):
@@ -56,7 +57,7 @@ def unstack_scanned_blocks(arrays):
     for key in scanned:
         rest = key[len(SCANNED_BLOCK) :]
         for i in range(depth):
-            out[f"Transformer/encoderblock_{i}/{rest}"] = arrays[key][i]
+            out[layer_names.block_key(i, rest)] = arrays[key][i]
     return out, f"unstacked {len(scanned)} scanned block arrays into {depth} blocks"
 
 
@@ -66,9 +67,9 @@ def rename_big_vision_blocks(arrays):
     for key, value in arrays.items():
         match = BLOCK_KEY.fullmatch(key)
         if match:
-            first, _, rest = match[2].partition("/")
+            first, _, rest = match["rest"].partition("/")
             if first in BIG_VISION_BLOCK_NAMES:
-                key = f"{match[1]}{BIG_VISION_BLOCK_NAMES[first]}/{rest}"
+                key = f"{match['block']}{BIG_VISION_BLOCK_NAMES[first]}/{rest}"
                 count += 1
         renamed[key] = value
     if not count:
@@ -88,7 +89,7 @@ def move_big_vision_position_table(arrays):
     out = dict(arrays)
     table = out.pop("pos_embedding")
     message = "moved the top-level 'pos_embedding' (big_vision) under Transformer/posembed_input"
-    if "cls" in out:
+    if layer_names.CLASS_TOKEN in out:
         zero = np.zeros((1, 1, table.shape[-1]), table.dtype)
         table = np.concatenate([zero, table.reshape(1, -1, table.shape[-1])], axis=1)
         message += " and prepended a zero class-token row"

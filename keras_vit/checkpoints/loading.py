@@ -17,6 +17,7 @@ import os
 import keras
 import numpy as np
 
+from keras_vit import layer_names as names
 from keras_vit._validation import check_choice
 from keras_vit.checkpoints import architecture, registry
 from keras_vit.checkpoints.layouts import PLAIN_POSITION_KEY
@@ -148,9 +149,8 @@ def _fit_position_table(model, table, variable, method, source_grid):
     return resized, (tuple(old_grid), tuple(new_grid)), None
 
 
-def _model_heads(variables) -> int | None:
-    query = variables.get("Transformer/encoderblock_0/MultiHeadDotProductAttention_1/query/kernel")
-    return None if query is None else int(query.shape[1])
+def _model_heads(model) -> int | None:
+    return architecture.Architecture.from_checkpoint_model(model).num_heads
 
 
 def _warn_numerics(model, contents) -> None:
@@ -236,7 +236,7 @@ def load_npz(
     from keras_vit.checkpoints.formats import read_checkpoint
 
     if contents is None:  # a timm state dict does not record the heads: the model's
-        contents = read_checkpoint(path, num_heads=_model_heads(variables))
+        contents = read_checkpoint(path, num_heads=_model_heads(model))
     _warn_numerics(model, contents)
     arrays, steps = dict(contents.arrays), contents.layout_steps
     skip = _skip_prefixes(arrays, variables, tuple(skip), head)
@@ -363,7 +363,7 @@ def load_weights_argument(model, weights, *, base_url=None, cache_dir=None) -> L
         return load_npz(model, weights, head="auto")
     model_name = architecture.release_model_name(model)
     if registry.is_collection_name(weights):
-        embed = find_vit_model(model).get_layer("embedding")
+        embed = find_vit_model(model).get_layer(names.EMBEDDING)
         entry = registry.collection_entry(weights, model_name, getattr(embed, "image_size", None))
     else:
         entry = registry.lookup(weights)

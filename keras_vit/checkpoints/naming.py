@@ -1,4 +1,4 @@
-"""Mapping between keras_vit variables and the official checkpoint keys (vit_facts.md sec. 3).
+"""Mapping between keras_vit variables and the official checkpoint keys (vit_jax/checkpoint.py).
 
 Official keys are derived by rules from the layer names (which mirror the release) and the
 variable path inside each layer, so no per-variant table is needed:
@@ -28,6 +28,7 @@ from collections.abc import Callable
 
 import keras
 
+from keras_vit import layer_names as names
 from keras_vit.checkpoints.npz_io import CheckpointError
 
 LEAF_RENAMES = {"gamma": "scale", "beta": "bias"}
@@ -56,15 +57,19 @@ def _same(match: re.Match) -> str:
     return match[0]
 
 
+def _in_transformer(match: re.Match) -> str:
+    return f"{names.TRANSFORMER}/{match[0]}"
+
+
 NAMING_RULES: tuple[NamingRule, ...] = (
-    NamingRule("embedding", _same, drop_segments=("conv",)),
-    NamingRule("cls", lambda m: ""),
-    NamingRule("posembed_input", lambda m: "Transformer/posembed_input"),
-    NamingRule(r"encoderblock_\d+", lambda m: f"Transformer/{m[0]}"),
-    NamingRule("encoder_norm", lambda m: "Transformer/encoder_norm"),
-    NamingRule("pre_logits|head", _same),
-    NamingRule("conv_root|gn_root", _same),
-    NamingRule(r"block(\d+)_unit(\d+)", lambda m: f"block{m[1]}/unit{m[2]}"),
+    NamingRule(names.EMBEDDING, _same, drop_segments=("conv",)),
+    NamingRule(names.CLASS_TOKEN, lambda m: ""),
+    NamingRule(names.POSITION_EMBEDDING, _in_transformer),
+    NamingRule(names.BLOCK_PATTERN, _in_transformer),
+    NamingRule(names.ENCODER_NORM, _in_transformer),
+    NamingRule(f"{names.PRE_LOGITS}|{names.HEAD}", _same),
+    NamingRule(f"{names.ROOT_CONV}|{names.ROOT_NORM}", _same),
+    NamingRule(names.UNIT_PATTERN, lambda m: f"block{m[1]}/unit{m[2]}"),
 )
 
 
@@ -105,7 +110,7 @@ def official_key(layer_name: str, inner_segments: list[str]) -> str | None:
 
 
 def _is_vit_root(model) -> bool:
-    return any(layer.name == "embedding" for layer in getattr(model, "layers", ()))
+    return any(layer.name == names.EMBEDDING for layer in getattr(model, "layers", ()))
 
 
 def find_vit_model(model):

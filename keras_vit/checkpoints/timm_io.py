@@ -201,7 +201,7 @@ def release_to_timm(arrays: dict) -> dict:
     }
     if "cls" in arrays:
         out["cls_token"] = arrays["cls"]
-    depth = tl.num_blocks(arrays, r"Transformer/encoderblock_(\d+)/")
+    depth = tl.num_release_blocks(arrays)
     for i in range(depth):
         timm, block = f"blocks.{i}.", tl.BLOCK.format(i)
         for name, release in NORMS.items():

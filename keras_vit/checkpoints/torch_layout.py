@@ -13,14 +13,15 @@ import re
 
 import numpy as np
 
+from keras_vit import layer_names as names
 from keras_vit.checkpoints.npz_io import CheckpointError
 from keras_vit.preprocessing import IMAGENET_MEAN, IMAGENET_STD
 
-BLOCK = "Transformer/encoderblock_{}/"
-ATTENTION = "MultiHeadDotProductAttention_1/"
-MLP = "MlpBlock_3/"
-POSITION = "Transformer/posembed_input/pos_embedding"
-ENCODER_NORM = "Transformer/encoder_norm/"
+BLOCK = names.block_key(0).replace("_0/", "_{}/")
+ATTENTION = names.QUERY_KERNEL.split("/")[0] + "/"
+MLP = names.MLP_IN_KERNEL.split("/")[0] + "/"
+POSITION = names.POSITION_KEY
+ENCODER_NORM = f"{names.TRANSFORMER}/{names.ENCODER_NORM}/"
 
 
 def linear_to_kernel(weight) -> np.ndarray:
@@ -72,6 +73,11 @@ def flat_head_linear(kernel) -> np.ndarray:
     """A q/k/v kernel (D_in, heads, head_dim) -> PyTorch (D_out, D_in)."""
     kernel = np.asarray(kernel)
     return kernel_to_linear(kernel.reshape(kernel.shape[0], -1))
+
+
+def num_release_blocks(arrays) -> int:
+    """How many Transformer blocks release-layout `arrays` hold."""
+    return num_blocks(arrays, names.BLOCK_KEY_PATTERN)
 
 
 def num_blocks(keys, pattern: str) -> int:

@@ -17,14 +17,12 @@ come from the file unless given. Every output is written to a temporary path and
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import re
 
 from keras_vit._atomic import atomic_path
 from keras_vit.cli.main import UsageError
 
-POSITION_KEY = "Transformer/posembed_input/pos_embedding"
 TARGETS = ("npz", "keras", "hf", "timm")
 SUFFIXES = {".npz": "npz", ".keras": "keras", ".safetensors": "timm"}
 
@@ -129,50 +127,48 @@ def builder_for(name: str):
         UsageError: an unknown name.
     """
     import keras_vit
-    from keras_vit import configs, hybrid
+    from keras_vit import configs
 
-    variant = re.sub(r"ViT-(\w+)_(\d+)", r"\1/\2", name)
+    variant = configs.table_name(name)
     if variant in configs.VIT_CONFIGS:
-        return getattr(keras_vit, "ViT_" + variant.replace("/", "")), configs.get_config(
+        return getattr(keras_vit, configs.builder_name(variant)), configs.get_config(
             variant
         ).patch_size
-    if variant in hybrid.HYBRID_CONFIGS:
-        config = hybrid.HYBRID_CONFIGS[variant]
-        builder = getattr(keras_vit, variant.replace("+", "_").replace("/", ""))
-        stride = 4 * 2 ** max(len(config.resnet_stages) - 1, 0)
-        return builder, config.patch_size * stride
+    if variant in configs.HYBRID_CONFIGS:
+        config = configs.HYBRID_CONFIGS[variant]
+        builder = getattr(keras_vit, configs.builder_name(variant))
+        return builder, config.patch_size * config.total_stride
     builder = getattr(keras_vit, name, None)
     if callable(builder) and re.fullmatch(r"(ViT|R\w*)_\w+", name):
         return builder, None
-    known = sorted(configs.VIT_CONFIGS) + sorted(hybrid.HYBRID_CONFIGS)
+    known = sorted(configs.VIT_CONFIGS) + sorted(configs.HYBRID_CONFIGS)
     raise UsageError(f"unknown --model {name!r}; expected 'auto' or one of {known}")
 
 
-def _file_defaults(arrays, args, pixels_per_token):
+def _file_defaults(arch, args, pixels_per_token):
     """Builder arguments taken from the file unless given on the command line."""
-    kwargs = {"pooling": "token" if "cls" in arrays else "gap"}
+    kwargs = {"pooling": arch.pooling}
     if args.num_classes is not None:
         kwargs["num_classes"] = args.num_classes
-    elif "head/bias" in arrays:
-        kwargs["num_classes"] = int(arrays["head/bias"].shape[0])
+    elif arch.num_classes is not None:
+        kwargs["num_classes"] = arch.num_classes
     else:
         kwargs["include_top"] = False
     if args.representation_size is not None:
         kwargs["representation_size"] = args.representation_size
-    elif "pre_logits/bias" in arrays:
-        kwargs["representation_size"] = int(arrays["pre_logits/bias"].shape[0])
+    elif arch.representation_size is not None:
+        kwargs["representation_size"] = arch.representation_size
     if args.image_size is not None:
         if len(args.image_size) not in (1, 2):
             raise UsageError(f"--image-size takes 1 or 2 ints. Received: {args.image_size}")
         kwargs["image_size"] = tuple(args.image_size) * (3 - len(args.image_size))
-    elif POSITION_KEY in arrays and pixels_per_token is not None:
-        rows = arrays[POSITION_KEY].shape[1] - (kwargs["pooling"] == "token")
-        side = math.isqrt(rows)
-        if side * side != rows:
+    elif arch.num_patch_tokens is not None and pixels_per_token is not None:
+        if arch.grid is None:
             raise UsageError(
-                f"the file's position table ({rows} grid rows) is not square; give --image-size"
+                f"the file's position table ({arch.num_patch_tokens} grid rows) is not square; "
+                "give --image-size"
             )
-        kwargs["image_size"] = side * pixels_per_token
+        kwargs["image_size"] = arch.grid[0] * pixels_per_token
     return kwargs
 
 
@@ -212,13 +208,14 @@ def _build_model(contents, args):
     """The model the checkpoint is loaded into (named variant, or read from the file)."""
     from keras_vit import ViT
     from keras_vit.checkpoints import CheckpointError, load_npz
+    from keras_vit.checkpoints.architecture import Architecture
 
     try:
         if args.model in (None, "auto"):
             model = ViT(**_auto_kwargs(contents, args))
         else:
             builder, pixels = builder_for(args.model)
-            defaults = _file_defaults(contents.arrays, args, pixels)
+            defaults = _file_defaults(Architecture.from_arrays(contents.arrays), args, pixels)
             model = builder(**defaults, **contents.numerics)
         file_classes = contents.arrays.get("head/bias")
         new_head = args.num_classes is not None and (

@@ -66,8 +66,10 @@ def check_classes(model, info) -> int:
 
 def outputs_logits(model) -> bool:
     """False if the model's head ends in a softmax (probabilities), else True."""
-    names = {layer.name for layer in model.layers}
-    activation = model.get_layer("head").activation if "head" in names else None
+    from keras_vit.layer_names import HEAD
+
+    present = {layer.name for layer in model.layers}
+    activation = model.get_layer(HEAD).activation if HEAD in present else None
     return getattr(activation, "__name__", "linear") != "softmax"
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 
+from keras_vit import configs
 from keras_vit.cli import common
 
 # flag (argparse dest) -> field of keras_vit.training.TrainConfig
@@ -37,8 +38,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument(
         "--model",
         default="default",
-        help="'default' or 'tiny' (the recipe's small ViT) or a named variant: Ti/16, S/16, "
-        "S/32, B/8, B/16, B/32, L/16, L/32, H/14",
+        help="'default' or 'tiny' (the recipe's small ViT) or a named variant: "
+        + configs.variant_list(),
     )
     parser.add_argument(
         "--patch-size", type=common.positive_int, help="patch side (overrides the model's)"

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import keras
 
-from keras_vit.layers import ClassToken, PatchEmbed, TransformerBlock
+from keras_vit.layers import TransformerBlock
 
 
 @dataclass(frozen=True)
@@ -163,27 +163,18 @@ def token_grid(model: keras.Model) -> TokenGrid:
         ValueError: if the model has no `PatchEmbed` layer with a known grid (e.g. an input of
             unknown height or width).
     """
+    from keras_vit.checkpoints.architecture import Architecture
+
     host = find_encoder(model).host
-    embeds = [layer for layer in host.layers if isinstance(layer, PatchEmbed)]
-    if not embeds:
-        embeds = [
-            layer
-            for sub in _sub_models(host)
-            for layer in sub.layers
-            if isinstance(layer, PatchEmbed)
-        ]
-    if len(embeds) != 1 or embeds[0].grid_size is None:
+    arch = Architecture.from_model(host)
+    if arch.grid is None:
         raise ValueError(
             f"Cannot read the token grid of model {model.name!r}: it needs exactly one built "
-            f"PatchEmbed layer with a fixed image size. Found {len(embeds)} PatchEmbed layers."
+            "PatchEmbed layer with a fixed image size. Found 1 PatchEmbed layers."
         )
-    grid = tuple(int(g) for g in embeds[0].grid_size)
-    height, width = host.inputs[0].shape[1:3]
-    if height is None or width is None:
+    if arch.pixels_per_token is None:
         raise ValueError(
             f"Model {model.name!r} has an input of unknown size {host.inputs[0].shape}; "
             "build it for a fixed image size."
         )
-    patch = (int(height) // grid[0], int(width) // grid[1])
-    prefix = int(any(isinstance(layer, ClassToken) for layer in host.layers))
-    return TokenGrid(grid, patch, prefix)
+    return TokenGrid(arch.grid, arch.pixels_per_token, arch.num_prefix_tokens)

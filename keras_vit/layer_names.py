@@ -1,0 +1,52 @@
+"""The names of a keras_vit model's layers and of the release's checkpoint keys, defined once.
+
+Layer names mirror the official checkpoint (the release's ``vit_jax/models_vit.py`` and
+``models_resnet.py``), so `keras_vit.checkpoints` maps variables to keys by rule. Builders,
+checkpoint code, fine-tuning and run plans all spell them through this module.
+"""
+
+from __future__ import annotations
+
+import re
+
+EMBEDDING = "embedding"
+CLASS_TOKEN = "cls"
+POSITION_EMBEDDING = "posembed_input"
+ENCODER_NORM = "encoder_norm"
+POOL = "pool"
+PRE_LOGITS = "pre_logits"
+HEAD = "head"
+ROOT_CONV = "conv_root"
+ROOT_NORM = "gn_root"
+
+BLOCK_PATTERN = r"encoderblock_(\d+)"
+UNIT_PATTERN = r"block(\d+)_unit(\d+)"
+
+# Keys of the release's flat `.npz` layout (joined with "/").
+TRANSFORMER = "Transformer"
+POSITION_KEY = f"{TRANSFORMER}/{POSITION_EMBEDDING}/pos_embedding"
+BLOCK_KEY_PATTERN = rf"{TRANSFORMER}/{BLOCK_PATTERN}/"
+QUERY_KERNEL = "MultiHeadDotProductAttention_1/query/kernel"
+MLP_IN_KERNEL = "MlpBlock_3/Dense_0/kernel"
+
+
+def block_name(index: int) -> str:
+    """The layer name of Transformer block `index` (0-based): "encoderblock_3"."""
+    return f"encoderblock_{index}"
+
+
+def unit_name(stage: int, unit: int) -> str:
+    """The layer name of ResNet unit `unit` of stage `stage` (both 1-based): "block1_unit2"."""
+    return f"block{stage}_unit{unit}"
+
+
+def block_index(name: str) -> int | None:
+    """3 for "encoderblock_3"; None for any other name."""
+    match = re.fullmatch(BLOCK_PATTERN, name)
+    return int(match[1]) if match else None
+
+
+def block_key(index: int, inner: str = "") -> str:
+    """The checkpoint key of block `index`'s variable `inner`:
+    "Transformer/encoderblock_0/MlpBlock_3/Dense_0/kernel"."""
+    return f"{TRANSFORMER}/{block_name(index)}/{inner}"

@@ -1,0 +1,118 @@
+"""The package's import graph: every module imports alone, and no two modules import each
+other, directly or through others (imports inside functions count too)."""
+
+import ast
+import pathlib
+import subprocess
+import sys
+
+import keras_vit
+
+PACKAGE = pathlib.Path(keras_vit.__file__).parent
+
+
+def _module_name(path: pathlib.Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {_module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
+
+
+def _owner(name: str) -> str:
+    """The module that `name` (a module or an object inside one) belongs to."""
+    while name not in MODULES:
+        name = name.rpartition(".")[0]
+    return name
+
+
+def _absolute(node: ast.ImportFrom, module: str, is_package: bool) -> str:
+    if not node.level:
+        return node.module or ""
+    base = module.split(".") if is_package else module.split(".")[:-1]
+    base = base[: len(base) - node.level + 1]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def imports_of(module: str) -> set[str]:
+    """The keras_vit modules `module` imports anywhere in its file."""
+    path = MODULES[module]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(_owner(a.name) for a in node.names if a.name.startswith("keras_vit"))
+        elif isinstance(node, ast.ImportFrom):
+            base = _absolute(node, module, path.name == "__init__.py")
+            if base.split(".")[0] != "keras_vit":
+                continue
+            for alias in node.names:
+                full = f"{base}.{alias.name}"
+                found.add(full if full in MODULES else _owner(base))
+    found.discard(module)
+    return found
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle of `graph` as [a, b, ..., a], or None (depth-first search)."""
+    state, stack = {}, []
+
+    def visit(node):
+        state[node] = "open"
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == "open":
+                return stack[stack.index(nxt) :] + [nxt]
+            if nxt not in state:
+                cycle = visit(nxt)
+                if cycle:
+                    return cycle
+        state[node] = "done"
+        stack.pop()
+        return None
+
+    for node in sorted(graph):
+        if node not in state:
+            cycle = visit(node)
+            if cycle:
+                return cycle
+    return None
+
+
+def test_the_import_graph_reads_real_imports():
+    # Guards the parser itself: edges that exist in the sources are found.
+    assert "keras_vit.configs" in imports_of("keras_vit.models")
+    assert "keras_vit.checkpoints.naming" in imports_of("keras_vit.checkpoints.loading")
+    assert "keras_vit.layers" in imports_of("keras_vit.models")
+
+
+def test_find_cycle_finds_a_planted_cycle():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert find_cycle(graph) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_the_package_import_graph_has_no_cycle():
+    graph = {module: imports_of(module) for module in MODULES}
+    assert find_cycle(graph) is None
+
+
+def test_every_module_imports_alone():
+    """Each module imported first in a clean keras_vit state (TensorFlow stays loaded, the
+    package is dropped from sys.modules between modules), in one fresh interpreter."""
+    script = (
+        "import importlib, sys\n"
+        "failed = []\n"
+        f"for name in {sorted(MODULES)!r}:\n"
+        "    for loaded in [m for m in sys.modules if m.split('.')[0] == 'keras_vit']:\n"
+        "        del sys.modules[loaded]\n"
+        "    try:\n"
+        "        importlib.import_module(name)\n"
+        "    except Exception as error:\n"
+        "        failed.append(f'{name}: {type(error).__name__}: {error}')\n"
+        "print('\\n'.join(failed))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip() == ""
