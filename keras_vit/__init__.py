@@ -2,7 +2,8 @@
 
 from keras_vit import checkpoints, configs, data, distribute, layers, runs, training
 from keras_vit._version import __version__ as __version__
-from keras_vit.checkpoints import from_checkpoint, load_npz, save_npz
+from keras_vit.checkpoints import load_npz, save_npz
+from keras_vit.checkpoints.from_checkpoint import from_checkpoint
 from keras_vit.export import export_saved_model
 from keras_vit.finetune import finetune
 from keras_vit.hybrid import R26_B32, R26_S32, R50_B16, R50_L32, HybridViT, R_Ti16

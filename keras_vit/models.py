@@ -294,7 +294,7 @@ def ViT(
     )
 
     if weights is not None and include_top and representation_size is None:
-        from keras_vit.checkpoints.from_checkpoint import prediction_representation_size
+        from keras_vit.checkpoints.prediction_head import prediction_representation_size
 
         representation_size = prediction_representation_size(weights, num_classes, hidden_dim)
     dynamic = bool(dynamic_image_size)

@@ -302,7 +302,7 @@ def load_source_model(weights) -> keras.Model:
             return load_model(path, compile=False)
         if path.endswith(".npz") and _kwargs_from_run_config(path) is not None:
             return _model_from_npz(path)
-        from keras_vit.checkpoints import from_checkpoint
+        from keras_vit.checkpoints.from_checkpoint import from_checkpoint
 
         return from_checkpoint(path)
     except (ValueError, OSError) as error:

@@ -3,7 +3,8 @@ timm `.safetensors` and `.keras` files: read (format picked by content), written
 names.
 
 - `read_checkpoint(path)` / `write_checkpoint(contents, path, format)`, `detect_format(path)`;
-  `from_checkpoint(path)` builds the model a file describes.
+  `keras_vit.from_checkpoint(path)` (module `from_checkpoint`) builds the model a file
+  describes.
 
 - `load_npz(model, path, ...)` / `save_npz(model, path)`: the release's flat-key layout.
 - `load_weights_argument(model, weights)`: what the builders' `weights=` does.
@@ -14,7 +15,6 @@ names.
 from keras_vit.checkpoints.contents import CheckpointContents
 from keras_vit.checkpoints.detect import UnsupportedCheckpointError, detect_format
 from keras_vit.checkpoints.formats import model_contents, read_checkpoint, write_checkpoint
-from keras_vit.checkpoints.from_checkpoint import from_checkpoint
 from keras_vit.checkpoints.loading import (
     LoadReport,
     load_checkpoint,
@@ -37,7 +37,6 @@ __all__ = [
     "CheckpointError",
     "UnsupportedCheckpointError",
     "detect_format",
-    "from_checkpoint",
     "load_checkpoint",
     "model_contents",
     "read_checkpoint",

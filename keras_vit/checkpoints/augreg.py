@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import re
 
-from keras_vit.checkpoints.registry import PublishedCheckpoint
-
 FOLDER = "augreg"
 COLLECTION = "augreg"
 COLLECTION_FT = "augreg+imagenet2012"
@@ -46,9 +44,10 @@ def release_model(augreg_model: str) -> str:
     return f"ViT-{augreg_model}"
 
 
-def _entry(filename: str) -> PublishedCheckpoint:
+def _entry(filename: str) -> tuple[str, str, str]:
+    """(folder, release model name, file name) of an AugReg file."""
     match = NAME.fullmatch(filename)
-    return PublishedCheckpoint(FOLDER, release_model(match["model"]), f"{filename}.npz")
+    return FOLDER, release_model(match["model"]), f"{filename}.npz"
 
 
 def finetuned_name(model: str, resolution: int) -> str:
@@ -56,8 +55,9 @@ def finetuned_name(model: str, resolution: int) -> str:
     return f"{run}--imagenet2012-steps_20k-lr_{lr}-res_{resolution}"
 
 
-def lookup(name: str) -> PublishedCheckpoint | None:
-    """The entry of an AugReg name (full, with or without "augreg/", or an alias), or None."""
+def lookup(name: str) -> tuple[str, str, str] | None:
+    """(folder, model, file name) of an AugReg name (full, with or without "augreg/", or an
+    alias), or None."""
     base = name.removesuffix(".npz").removeprefix(FOLDER + "/")
     if NAME.fullmatch(base):
         return _entry(base)
@@ -71,8 +71,9 @@ def lookup(name: str) -> PublishedCheckpoint | None:
     return None
 
 
-def collection_entry(collection: str, model_name: str | None, image_size) -> PublishedCheckpoint:
-    """The recommended AugReg file of `model_name` for "augreg" / "augreg+imagenet2012".
+def collection_entry(collection: str, model_name: str | None, image_size) -> tuple[str, str, str]:
+    """(folder, model, file name) of the recommended AugReg file of `model_name` for
+    "augreg" / "augreg+imagenet2012".
 
     The fine-tuned file is the one at the model's image size when there is one (224 or
     384), else the 384 one (its position table is then resized).

@@ -104,9 +104,9 @@ def lookup(name: str) -> PublishedCheckpoint | None:
     from keras_vit.checkpoints import augreg
 
     base = name.removesuffix(".npz")
-    entry = augreg.lookup(name)
-    if entry is not None:
-        return entry
+    fields = augreg.lookup(name)
+    if fields is not None:
+        return PublishedCheckpoint(*fields)
     if base in PUBLISHED_CHECKPOINTS:
         return PUBLISHED_CHECKPOINTS[base]
     for folder in (IMAGENET21K, IMAGENET21K_FT):
@@ -137,7 +137,7 @@ def collection_entry(collection: str, model_name: str | None, image_size=None):
     if collection.startswith("augreg"):
         from keras_vit.checkpoints import augreg
 
-        return augreg.collection_entry(collection, model_name, image_size)
+        return PublishedCheckpoint(*augreg.collection_entry(collection, model_name, image_size))
     entry = PUBLISHED_CHECKPOINTS.get(f"{collection}/{model_name}")
     if image_size is not None and tuple(image_size) == (224, 224):
         entry = PUBLISHED_CHECKPOINTS.get(f"{collection}/{model_name}-224", entry)
