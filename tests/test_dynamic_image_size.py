@@ -57,5 +57,7 @@ def test_saves_loads_and_keeps_its_native_grid(checkpoint, tmp_path):
     x = _images((40, 24))
     np.testing.assert_array_equal(loaded.predict(x, verbose=0), model.predict(x, verbose=0))
     assert loaded.get_layer("posembed_input").pos_embedding.shape == (1, 17, 32)
-    with pytest.raises((ValueError, tf.errors.InvalidArgumentError), match="multiple"):
+    with pytest.raises(
+        (ValueError, tf.errors.InvalidArgumentError), match="multiple|reshape|values"
+    ):
         model.predict(_images((30, 32)), verbose=0)

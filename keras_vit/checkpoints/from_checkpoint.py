@@ -113,7 +113,7 @@ def from_checkpoint(path, num_classes=None, *, image_size=None, num_heads=None, 
     if image_size is not None:
         kwargs["image_size"] = image_size
     kwargs.update(overrides)
-    if not kwargs.get("include_top", True):
+    if kwargs.get("include_top") is False:
         head = "auto"  # a feature model: the file's head (if any) is not loaded
     model = ViT(**kwargs)
     load_npz(model, contents, head=head)

@@ -161,7 +161,7 @@ def read_hf(path) -> CheckpointContents:
     state, _ = read_safetensors(weights)
     preprocessing = "[-1,1]"
     processor = _read_json(os.path.join(folder, PREPROCESSOR))
-    if processor and processor.get("do_normalize", True) and "image_mean" in processor:
+    if processor and processor.get("do_normalize") is not False and "image_mean" in processor:
         preprocessing = tl.preprocessing_from_mean_std(
             processor["image_mean"], processor["image_std"]
         )

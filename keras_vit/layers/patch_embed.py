@@ -10,21 +10,15 @@ from keras_vit._validation import check_choice, check_divisible, check_positive_
 PREPROCESSING_MODES = ("[-1,1]", "imagenet")
 
 
-def _assert_divisible_at_run_time(images, patch_size) -> None:
-    """For sizes unknown when the graph is traced (TensorFlow's relaxed shapes): an
-    InvalidArgumentError naming the rule when a side is not a multiple of the patch. JAX
-    traces with concrete shapes, so the static check above already covers it there."""
-    if keras.backend.backend() != "tensorflow":
-        return
-    import tensorflow as tf
-
-    shape = tf.shape(images)
-    for axis, patch in ((1, patch_size[0]), (2, patch_size[1])):
-        tf.debugging.assert_equal(
-            shape[axis] % patch,
-            0,
-            message=f"image height and width must be multiples of the patch size {patch_size}",
-        )
+def _checked_at_run_time(images, patch_size):
+    """`images` reshaped to whole patches: for sizes unknown when the graph is traced
+    (TensorFlow's relaxed shapes), a side that is not a multiple of the patch makes this
+    reshape fail (element counts differ) instead of silently dropping the border. Known
+    sizes get the clear ValueError of `check_divisible` first."""
+    shape = ops.shape(images)
+    rows = (shape[1] // patch_size[0]) * patch_size[0]
+    cols = (shape[2] // patch_size[1]) * patch_size[1]
+    return ops.reshape(images, (shape[0], rows, cols, shape[3]))
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -131,7 +125,7 @@ class PatchEmbed(keras.layers.Layer):
                     "the new size (e.g. keras_vit.finetune(model, ..., image_size=...))."
                 )
         elif self.dynamic_image_size:
-            _assert_divisible_at_run_time(images, self.patch_size)
+            images = _checked_at_run_time(images, self.patch_size)
         images = ops.cast(images, self.compute_dtype)
         x = self.conv(images)
         shape = ops.shape(x)
