@@ -16,6 +16,7 @@ from keras_vit._validation import (
 from keras_vit.layers import (
     AddPositionEmbs,
     ClassToken,
+    MAPHead,
     PatchEmbed,
     TokenPooling,
     TransformerBlock,
@@ -101,14 +102,19 @@ def classification_head(
     num_classes,
     representation_size,
     classifier_activation,
+    map_head=None,
 ):
     """Pooling, optional pre-logits (dense + tanh) and the zero-initialised head.
 
+    `pooling="map"` pools with big_vision's MAP head (`MAPHead(**map_head)`).
     Returns the symbolic model output: the sequence, the pooled feature or the logits.
     """
     if return_sequence:
         return sequence
-    x = TokenPooling(pooling, name=names.POOL)(sequence)
+    if pooling == "map":
+        x = MAPHead(**map_head, name=names.MAP_HEAD)(sequence)
+    else:
+        x = TokenPooling(pooling, name=names.POOL)(sequence)
     if representation_size is not None:
         x = keras.layers.Dense(representation_size, activation="tanh", name=names.PRE_LOGITS)(x)
     if not include_top:
@@ -154,6 +160,11 @@ def transformer_model(
         num_classes=num_classes,
         representation_size=representation_size,
         classifier_activation=classifier_activation,
+        map_head={
+            key: encoder_kwargs[key]
+            for key in ("num_heads", "mlp_dim", "layer_norm_epsilon", "gelu_approximate")
+            if key in encoder_kwargs
+        },
     )
     model = keras.Model(images, outputs, name=name)
     if weights is not None:
@@ -166,7 +177,7 @@ def transformer_model(
 def validate_common(num_classes, pooling, representation_size, include_top, return_sequence, rates):
     """Checks the arguments shared by ViT and hybrid builders; raises ValueError."""
     check_positive_int("num_classes", num_classes)
-    check_choice("pooling", pooling, POOLING_MODES)
+    check_choice("pooling", pooling, (*POOLING_MODES, "map"))
     if representation_size is not None:
         check_positive_int("representation_size", representation_size)
     if include_top and return_sequence:
@@ -219,7 +230,8 @@ def ViT(
         channels: image channels (default 3).
         include_top: if False, the model returns the pooled feature `(batch, D)` (after
             `pre_logits` when `representation_size` is set) instead of logits.
-        pooling: "token" (class token, default) or "gap" (mean over tokens, no class token).
+        pooling: "token" (class token, default), "gap" (mean over tokens, no class token) or
+            "map" (big_vision's multihead attention pooling, no class token).
         representation_size: width of the optional `pre_logits` dense + tanh layer (the
             ImageNet-21k checkpoints have it); None (default) for none, except that a
             `weights` file with pre_logits under a head of `num_classes` outputs (an original

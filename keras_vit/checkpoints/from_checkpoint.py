@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 
+from keras_vit import layer_names as names
 from keras_vit.checkpoints.architecture import Architecture
 from keras_vit.checkpoints.contents import CheckpointContents
 from keras_vit.checkpoints.npz_io import CheckpointError
@@ -57,7 +58,7 @@ def architecture_kwargs(contents: CheckpointContents) -> dict:
         num_heads=int(num_heads),
         mlp_dim=arch.mlp_dim,
         num_layers=arch.num_layers,
-        pooling=arch.pooling,
+        pooling="map" if f"{names.MAP_HEAD}/probe" in contents.arrays else arch.pooling,
         image_size=image_size,
         input_preprocessing=contents.preprocessing,
         **contents.numerics,

@@ -187,7 +187,7 @@ def release_to_hf(arrays: dict, num_heads: int) -> dict:
         CheckpointError: no class token (HF ViT has no global-average-pooling model), or a
             `pre_logits` layer under a head (ViTForImageClassification has no pooler).
     """
-    if "cls" not in arrays:
+    if "cls" not in arrays:  # also MAP-head models, which pool without a class token
         raise CheckpointError(
             "Hugging Face ViT always has a class token; a global-average-pooling (gap) model "
             "cannot be written in its layout. Write it as timm or .npz instead."

@@ -192,6 +192,11 @@ def read_timm(path, num_heads=None) -> CheckpointContents:
 
 def release_to_timm(arrays: dict) -> dict:
     """Release-layout arrays -> a timm ViT state dict (fused qkv, `head`, `pre_logits.fc`)."""
+    if any(key.startswith("MAPHead_0/") for key in arrays):
+        raise CheckpointError(
+            "A MAP-head (attention pooling) model has no timm VisionTransformer layout that "
+            "keras_vit writes; write it as .npz or .keras."
+        )
     out = {
         "patch_embed.proj.weight": tl.kernel_to_conv(arrays["embedding/kernel"]),
         "patch_embed.proj.bias": arrays["embedding/bias"],
