@@ -8,6 +8,8 @@ wall time). Target (issue 4): >= 97.5% in under 3 minutes on 2 CPU cores.
 
 Usage:
     python benchmarks/train_mnist.py                     # the defaults
+    python benchmarks/train_mnist.py --results benchmarks/results/train_mnist.json
+    python benchmarks/train_mnist.py --cli --results benchmarks/results/keras_vit_train.json
     python benchmarks/train_mnist.py --epochs 5 --save /tmp/mnist_vit.npz
     python benchmarks/train_mnist.py --set hidden_dim=96 --set num_layers=4
 """
@@ -81,6 +83,46 @@ def train_default(config, verbose=2):
     return model, results
 
 
+def train_like_the_cli():
+    """What `keras-vit train` with no arguments does (`keras_vit.runs.train(RunConfig())`,
+    run directory in a temporary folder); returns its results dict."""
+    import tempfile
+
+    from keras_vit import runs
+
+    with tempfile.TemporaryDirectory() as folder:
+        start_wall, start_cpu = time.time(), time.process_time()
+        result = runs.train(runs.RunConfig(), os.path.join(folder, "run"), verbose=0)
+        wall, cpu = time.time() - start_wall, time.process_time() - start_cpu
+    held_out = result.metrics["held_out"]
+    return {
+        "test_accuracy": round(float(held_out["accuracy"]), 4),
+        "test_loss": round(float(held_out["loss"]), 4),
+        "epochs": result.metrics["epochs"],
+        "wall_s": round(wall, 1),
+        "cpu_s": round(cpu, 1),
+        "cores": os.cpu_count(),
+    }
+
+
+def figure_values(results: dict) -> dict:
+    """The values the documents quote (benchmarks/figures.py), with their formats."""
+    values = {
+        "held_out_accuracy": {"value": results["test_accuracy"], "format": "{:.2%}"},
+        "wall_s": {"value": results["wall_s"], "format": "{:.0f}"},
+        "cpu_s": {"value": results["cpu_s"], "format": "{:.0f}"},
+        "cores": results["cores"],
+    }
+    if "train_images_per_s" in results:
+        values["train_images_per_s"] = {
+            "value": results["train_images_per_s"],
+            "format": "{:.0f}",
+        }
+    if "epochs" in results:
+        values["epochs"] = results["epochs"]
+    return values
+
+
 def main(argv=None) -> int:
     from keras_vit import training
 
@@ -95,7 +137,22 @@ def main(argv=None) -> int:
     )
     parser.add_argument("--save", help="write the trained model as an official .npz here")
     parser.add_argument("--json", help="append the results as one JSON line to this file")
+    parser.add_argument(
+        "--cli",
+        action="store_true",
+        help="time what `keras-vit train` does (keras_vit.runs.train with the defaults)",
+    )
+    parser.add_argument(
+        "--results",
+        help="write the figures the docs quote here (benchmarks/results/*.json; then "
+        "`python benchmarks/figures.py --update`)",
+    )
     args = parser.parse_args(argv)
+    if args.cli:
+        results = train_like_the_cli()
+        print(json.dumps(results))
+        _write_figures(args, results, "`keras-vit train` with no arguments (runs.train)")
+        return 0
     overrides = parse_overrides(args.set, training.TrainConfig)
     if args.epochs is not None:
         overrides["epochs"] = args.epochs
@@ -110,12 +167,26 @@ def main(argv=None) -> int:
     if args.json:
         with open(args.json, "a") as handle:
             handle.write(json.dumps(results) + "\n")
+    _write_figures(args, results, "the default TrainConfig with plain model.fit")
     print(
         f"held-out accuracy {results['test_accuracy']:.2%} on 1,000 MNIST images; "
         f"wall {results['wall_s']} s (fit + evaluate), {results['train_images_per_s']} train "
         f"images/s, CPU {results['cpu_s']} s on {results['cores']} cores"
     )
     return 0
+
+
+def _write_figures(args, results, about) -> None:
+    if not args.results:
+        return
+    import sys
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from figures import write_results
+
+    command = "python benchmarks/train_mnist.py " + " ".join(sys.argv[1:])
+    write_results(args.results, figure_values(results), command=command.strip(), about=about)
+    print(f"wrote {args.results}")
 
 
 if __name__ == "__main__":

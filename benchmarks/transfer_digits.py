@@ -109,6 +109,11 @@ def main(argv=None) -> int:
     parser.add_argument("--scratch-steps", type=int, help="default: the fine-tuning steps")
     parser.add_argument("--scratch-lr", type=float, default=1e-3)
     parser.add_argument("--json", help="append the results as one JSON line to this file")
+    parser.add_argument(
+        "--results",
+        help="write the figures the docs quote here (benchmarks/results/transfer_digits.json; "
+        "then `python benchmarks/figures.py --update`)",
+    )
     args = parser.parse_args(argv)
 
     train_config = training.TrainConfig()
@@ -152,12 +157,31 @@ def main(argv=None) -> int:
     if args.json:
         with open(args.json, "a") as handle:
             handle.write(json.dumps(results) + "\n")
+    if args.results:
+        _write_figures(args.results, results)
     print(
         f"{args.shots} digits/class at {finetune_config.image_size}px, tested on {num_test}: "
         f"transferred from MNIST {transferred:.2%}, from scratch {scratch:.2%} "
         f"({results['gain_points']:+.1f} points)"
     )
     return 0
+
+
+def _write_figures(path, results) -> None:
+    """The values docs/data_and_recipes.md quotes (benchmarks/figures.py)."""
+    import sys
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from figures import write_results
+
+    values = {
+        "transferred_accuracy": {"value": results["transferred_accuracy"], "format": "{:.1%}"},
+        "scratch_accuracy": {"value": results["scratch_accuracy"], "format": "{:.1%}"},
+        "gain_points": {"value": results["gain_points"], "format": "{:.1f}"},
+    }
+    command = "python benchmarks/transfer_digits.py " + " ".join(sys.argv[1:])
+    write_results(path, values, command=command.strip(), about=__doc__.split("\n")[0])
+    print(f"wrote {path}")
 
 
 if __name__ == "__main__":

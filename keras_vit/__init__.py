@@ -1,66 +1,83 @@
-"""keras_vit: the Vision Transformer (Dosovitskiy et al., ICLR 2021) for Keras 3 / TensorFlow."""
+"""keras_vit: the Vision Transformer (Dosovitskiy et al., ICLR 2021) for Keras 3 / TensorFlow.
 
-from keras_vit import checkpoints, configs, data, distribute, layers, runs, training
+The public names are imported on first use (PEP 562 module `__getattr__`), so that
+`import keras_vit.cli.main` and `keras-vit --help` do not start TensorFlow.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import types
+
 from keras_vit._version import __version__ as __version__
-from keras_vit.checkpoints import load_npz, save_npz
-from keras_vit.checkpoints.from_checkpoint import from_checkpoint
-from keras_vit.export import export_saved_model
-from keras_vit.finetune import finetune
-from keras_vit.hybrid import R26_B32, R26_S32, R50_B16, R50_L32, HybridViT, R_Ti16
-from keras_vit.models import (
-    ViT,
-    ViT_B8,
-    ViT_B16,
-    ViT_B32,
-    ViT_H14,
-    ViT_L16,
-    ViT_L32,
-    ViT_S16,
-    ViT_S32,
-    ViT_Ti16,
-)
-from keras_vit.position_embeddings import resize_position_embeddings
-from keras_vit.preprocessing import preprocess_inputs
-from keras_vit.visualize import (
-    attention_maps,
-    attention_rollout,
-    feature_extractor,
-    mean_attention_distance,
-)
 
-__all__ = [
-    "HybridViT",
-    "R26_B32",
-    "R26_S32",
-    "R50_B16",
-    "R50_L32",
-    "R_Ti16",
-    "ViT",
-    "ViT_B8",
-    "ViT_B16",
-    "ViT_B32",
-    "ViT_H14",
-    "ViT_L16",
-    "ViT_L32",
-    "ViT_S16",
-    "ViT_S32",
-    "ViT_Ti16",
-    "checkpoints",
-    "configs",
-    "data",
-    "distribute",
-    "finetune",
-    "from_checkpoint",
-    "load_npz",
-    "resize_position_embeddings",
-    "save_npz",
-    "export_saved_model",
-    "layers",
-    "training",
-    "preprocess_inputs",
-    "runs",
-    "attention_maps",
-    "attention_rollout",
-    "feature_extractor",
-    "mean_attention_distance",
-]
+# public name -> the module that defines it ("" for a sub-module of the same name)
+_EXPORTS = {
+    "checkpoints": "",
+    "configs": "",
+    "data": "",
+    "distribute": "",
+    "layers": "",
+    "runs": "",
+    "training": "",
+    "load_npz": "keras_vit.checkpoints",
+    "save_npz": "keras_vit.checkpoints",
+    "export_saved_model": "keras_vit.export",
+    "finetune": "keras_vit.finetune",
+    "from_checkpoint": "keras_vit.checkpoints.from_checkpoint",
+    "HybridViT": "keras_vit.hybrid",
+    "R26_B32": "keras_vit.hybrid",
+    "R26_S32": "keras_vit.hybrid",
+    "R50_B16": "keras_vit.hybrid",
+    "R50_L32": "keras_vit.hybrid",
+    "R_Ti16": "keras_vit.hybrid",
+    "ViT": "keras_vit.models",
+    "ViT_B8": "keras_vit.models",
+    "ViT_B16": "keras_vit.models",
+    "ViT_B32": "keras_vit.models",
+    "ViT_H14": "keras_vit.models",
+    "ViT_L16": "keras_vit.models",
+    "ViT_L32": "keras_vit.models",
+    "ViT_S16": "keras_vit.models",
+    "ViT_S32": "keras_vit.models",
+    "ViT_Ti16": "keras_vit.models",
+    "resize_position_embeddings": "keras_vit.position_embeddings",
+    "preprocess_inputs": "keras_vit.preprocessing",
+    "attention_maps": "keras_vit.visualize",
+    "attention_rollout": "keras_vit.visualize",
+    "feature_extractor": "keras_vit.visualize",
+    "mean_attention_distance": "keras_vit.visualize",
+    "WeightsWarning": "keras_vit._warnings",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'keras_vit' has no attribute {name!r}")
+    module_name = _EXPORTS[name]
+    if module_name == "":
+        value = importlib.import_module(f"keras_vit.{name}")
+    else:
+        value = getattr(importlib.import_module(module_name), name)
+    globals()[name] = value  # later look-ups skip __getattr__
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_EXPORTS))
+
+
+class _PackageModule(types.ModuleType):
+    """`keras_vit.finetune` is the function, also after the sub-module of that name is
+    imported (the import system would otherwise bind the sub-module in its place)."""
+
+    def __setattr__(self, name, value):
+        if name == "finetune" and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _PackageModule

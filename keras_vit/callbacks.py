@@ -254,20 +254,44 @@ def save_official_npz(model, path) -> bool:
 class LearningCurvePlot(keras.callbacks.Callback):
     """Redraws the learning-curve PNG from a `HistoryCSV`'s rows at each epoch end.
 
+    The title is `title` (runs: the run directory's name), the best epoch by `monitor` is
+    marked, and with a label-smoothing loss (read from the compiled model) the loss floor
+    is drawn (`keras_vit.plots.plot_learning_curves`).
+
     Args:
         history: the `HistoryCSV` callback of the same `fit`.
         path: the PNG file (written atomically).
         write: False on non-chief workers (nothing is drawn).
+        title: figure title.
+        monitor: the log that picks the best model, e.g. "val_accuracy".
     """
 
-    def __init__(self, history: HistoryCSV, path, write=True):
+    def __init__(self, history: HistoryCSV, path, write=True, title=None, monitor=None):
         super().__init__()
         self.history = history
         self.path = os.fspath(path)
         self.write = write
+        self.title = title
+        self.monitor = monitor
 
     def on_epoch_end(self, epoch, logs=None):
         if self.write:
             from keras_vit.plots import plot_learning_curves
 
-            plot_learning_curves(self.history.rows, self.path)
+            plot_learning_curves(
+                self.history.rows,
+                self.path,
+                title=self.title,
+                monitor=self.monitor,
+                label_smoothing=_label_smoothing(self.model),
+                num_classes=int(self.model.output_shape[-1]),
+            )
+
+
+def _label_smoothing(model) -> float:
+    """The compiled loss's label smoothing (0.0 when it has none)."""
+    loss = getattr(model, "loss", None)
+    value = getattr(loss, "label_smoothing", None)
+    if value is None and hasattr(loss, "get_config"):
+        value = loss.get_config().get("label_smoothing")
+    return float(value or 0.0)

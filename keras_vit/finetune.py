@@ -8,16 +8,13 @@ section 3.2; the release's vit_jax/checkpoint.py, `load_pretrained`).
 
 from __future__ import annotations
 
-import logging
-
 import keras
 
 from keras_vit import layer_names as names
 from keras_vit._validation import check_positive_int, to_pair
+from keras_vit._warnings import warn_weights
 from keras_vit.checkpoints.architecture import num_prefix_tokens, patch_grid
 from keras_vit.position_embeddings import resize_position_embeddings
-
-logger = logging.getLogger(__name__)
 
 _POSITION_LAYER = names.POSITION_EMBEDDING
 _REPLACED = (names.PRE_LOGITS, names.HEAD)
@@ -59,11 +56,9 @@ def _copy_body(source, target, method):
                         values[0], old, new, num_prefix_tokens(source), method
                     )
                 ]
-                logger.info(
-                    "Position embeddings resized: grid %dx%d -> %dx%d (%s).",
-                    *old,
-                    *new,
-                    method,
+                warn_weights(
+                    f"Position embeddings resized: grid {old[0]}x{old[1]} -> "
+                    f"{new[0]}x{new[1]} ({method})."
                 )
         layer.set_weights(values)
 

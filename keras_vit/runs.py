@@ -191,7 +191,13 @@ def fit_run(
         callback_list = [
             history,
             callbacks.ModelSnapshots(run_dir, monitor=monitor, write=chief),
-            callbacks.LearningCurvePlot(history, os.path.join(run_dir, PLOT_FILE), write=chief),
+            callbacks.LearningCurvePlot(
+                history,
+                os.path.join(run_dir, PLOT_FILE),
+                write=chief,
+                title=f"{os.path.basename(run_dir)}: learning curves",
+                monitor=monitor,
+            ),
             keras.callbacks.TensorBoard(os.path.join(scratch or run_dir, LOG_DIR)),
             *extra_callbacks,
             callbacks.AtomicBackupAndRestore(_backup_dir(run_dir, strategy, chief)),
@@ -276,6 +282,8 @@ def train(
     strategy=None,
     resume: bool = False,
     verbose="auto",
+    extra_callbacks=(),
+    on_start: Callable[[dict], None] | None = None,
 ) -> RunResult:
     """Trains (or fine-tunes) a ViT as `config` says, into the run directory `run_dir`.
 
@@ -293,6 +301,10 @@ def train(
         strategy: a `tf.distribute.Strategy`; default: `resolve_strategy(config.strategy)`.
         resume: continue the run in `run_dir` from its last finished epoch.
         verbose: `fit` verbosity ("auto"/1: progress bar).
+        extra_callbacks: more Keras callbacks for `fit` (see `fit_run`).
+        on_start: called once with the run's config record (what config.json holds:
+            "run", "resolved", "versions") and the dtype policy in effect added as
+            `resolved["dtype_policy"]`, after every check and before training starts.
 
     Returns:
         A `RunResult`; `result.metrics["held_out"]["accuracy"]` is the held-out accuracy.
@@ -315,16 +327,28 @@ def train(
         distribute.set_mixed_precision(config.mixed_precision)
         keras.utils.set_random_seed(config.recipe.seed)
         train_data, held_out = _datasets(plan)
+        record = _config_record(plan, strategy)
+        if on_start is not None:
+            on_start(
+                {
+                    **record,
+                    "resolved": {
+                        **record["resolved"],
+                        "dtype_policy": keras.config.dtype_policy().name,
+                    },
+                }
+            )
         return fit_run(
             run_dir,
             lambda: _build_model(plan),
             train_data,
             epochs=plan.epochs,
             validation_data=held_out,
-            config=_config_record(plan, strategy),
+            config=record,
             strategy=strategy,
             resume=resume,
             verbose=verbose,
+            extra_callbacks=extra_callbacks,
         )
     finally:
         keras.config.set_dtype_policy(policy)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import logging
+import warnings
 
 import keras
 import numpy as np
@@ -56,9 +56,10 @@ def test_zero_head_body_carried_over_and_one_step_moves_the_head():
         np.testing.assert_array_equal(value, source_body[path])
 
 
-def test_new_resolution_resizes_the_table_like_the_release(caplog):
+def test_new_resolution_resizes_the_table_like_the_release():
     source = _randomised(keras_vit.ViT(image_size=32, num_classes=10, **ARCH))
-    with caplog.at_level(logging.INFO, logger="keras_vit"):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         model = keras_vit.finetune(source, num_classes=5, image_size=(48, 64))
     table = source.get_layer("posembed_input").pos_embedding.numpy()
     new = model.get_layer("posembed_input").pos_embedding.numpy()
@@ -67,7 +68,7 @@ def test_new_resolution_resizes_the_table_like_the_release(caplog):
     grid = table[0, 1:].reshape(4, 4, 32)
     zoomed = scipy.ndimage.zoom(grid, (6 / 4, 8 / 4, 1), order=1)
     np.testing.assert_allclose(new[0, 1:], zoomed.reshape(-1, 32), atol=1e-6)
-    messages = [r.getMessage() for r in caplog.records if r.name.startswith("keras_vit")]
+    messages = [str(w.message) for w in caught if w.category is keras_vit.WeightsWarning]
     assert messages == ["Position embeddings resized: grid 4x4 -> 6x8 (bilinear)."]
     assert model(np.zeros((2, 48, 64, 3), "float32")).shape == (2, 5)
 

@@ -64,3 +64,38 @@ def test_public_api_of_the_design():
         assert hasattr(keras_vit, name), name
     for name in ("PatchEmbed", "ClassToken", "AddPositionEmbs", "TransformerBlock"):
         assert hasattr(keras_vit.layers, name), name
+
+
+def test_lazy_namespace_resolves_every_public_name():
+    """keras_vit imports its public names on first use (so `keras-vit --help` stays light);
+    each one resolves, and `keras_vit.finetune` stays the function once the sub-module of
+    the same name is imported."""
+    import importlib
+
+    importlib.import_module("keras_vit.finetune")
+    for name in keras_vit.__all__:
+        assert getattr(keras_vit, name) is not None, name
+    assert callable(keras_vit.finetune) and keras_vit.finetune.__name__ == "finetune"
+    assert set(keras_vit.__all__) <= set(dir(keras_vit))
+    try:
+        keras_vit.no_such_name  # noqa: B018
+    except AttributeError as error:
+        assert "no_such_name" in str(error)
+    else:
+        raise AssertionError("an unknown attribute must raise AttributeError")
+
+
+def test_every_runtime_dependency_is_explained_in_the_readme():
+    import configparser
+
+    config = configparser.ConfigParser()
+    config.read(PACKAGE.parent / "setup.cfg")
+    required = [
+        re.split(r"[<>=!~\[ ]", line.strip())[0]
+        for line in config["options"]["install_requires"].strip().splitlines()
+    ]
+    readme = (PACKAGE.parent / "README.md").read_text()
+    section = readme[readme.index("## Dependencies") :].split("\n## ", 1)[0]
+    explained = re.findall(r"^- `([\w.-]+)`: \S", section, flags=re.M)
+    assert sorted(explained) == sorted(required)
+    assert "keras-cv" in section and "Keras 3" in section

@@ -1,36 +1,48 @@
-"""The shell commands of README.md (and docs/examples.md) match the real command-line tools.
+"""README.md runs as written (issues 9 and 17).
 
 Convention: a fenced ```bash block directly preceded by the line `<!-- runnable -->` holds
-commands a reader can paste. Each `keras-vit <subcommand> [flags]` must name a registered
+commands a reader can paste; `<!-- runnable, not executed: REASON -->` marks one the tests
+do not run, and says why (it installs packages, starts a server, is the test suite itself,
+or is run by another test). Each `keras-vit <subcommand> [flags]` must name a registered
 subcommand and only flags its parser knows; each `python examples/<name>.py [flags]` must
-name an existing example whose parser accepts those flags. Nothing is run: the parsers are
-only inspected, so the README cannot drift from the CLI (issue 9).
+name an existing example whose parser accepts those flags.
+
+Executed: every ```python block of the README (in a fresh interpreter, in an empty folder)
+and every `<!-- runnable -->` shell block, whose `keras-vit` commands run in that folder
+with `TINY_FLAGS` appended (later flags win in argparse), so a minutes-long `keras-vit train`
+becomes a seconds-long one with the same code path.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
+import os
 import re
 import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNNABLE_MARK = "<!-- runnable -->"
+MARK = re.compile(r"^<!-- runnable(?:, not executed: (?P<reason>\S.*?))? -->$")
 ENV_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 
 
 # --- extraction ---------------------------------------------------------------------------------
 
 
-def runnable_blocks(markdown: str) -> list[str]:
-    """The bodies of the ```bash blocks directly preceded by a `<!-- runnable -->` line."""
+def marked_blocks(markdown: str) -> list[tuple[str, str | None]]:
+    """(body, reason) of the ```bash blocks directly preceded by a runnable mark; reason is
+    None for blocks the tests execute."""
     lines = markdown.splitlines()
     blocks = []
     for index, line in enumerate(lines[:-1]):
-        if line.strip() != RUNNABLE_MARK or lines[index + 1].strip() not in ("```bash", "```sh"):
+        mark = MARK.match(line.strip())
+        if not mark or lines[index + 1].strip() not in ("```bash", "```sh"):
             continue
         body = []
         for inner in lines[index + 2 :]:
@@ -39,8 +51,18 @@ def runnable_blocks(markdown: str) -> list[str]:
             body.append(inner)
         else:
             raise ValueError(f"runnable block after line {index + 1} is never closed")
-        blocks.append("\n".join(body))
+        blocks.append(("\n".join(body), mark["reason"]))
     return blocks
+
+
+def runnable_blocks(markdown: str) -> list[str]:
+    """The bodies of the ```bash blocks directly preceded by a runnable mark."""
+    return [body for body, _ in marked_blocks(markdown)]
+
+
+def python_blocks(markdown: str) -> list[str]:
+    """The bodies of every ```python block."""
+    return re.findall(r"^```python\n(.*?)^```", markdown, flags=re.M | re.S)
 
 
 def block_commands(block: str) -> list[list[str]]:
@@ -182,13 +204,20 @@ keras-vit also-not-runnable
 ```python
 print("not a shell block")
 ```
+
+<!-- runnable, not executed: starts a server -->
+```bash
+tensorboard --logdir runs
+```
 """
 
 
 def test_runnable_blocks_only_marked_bash_fences():
-    blocks = runnable_blocks(FIXTURE)
-    assert len(blocks) == 1  # unmarked, separated-by-a-blank-line and python blocks excluded
-    assert "not-runnable" not in blocks[0]
+    blocks = marked_blocks(FIXTURE)
+    assert len(blocks) == 2  # unmarked, separated-by-a-blank-line and python blocks excluded
+    assert "not-runnable" not in blocks[0][0] and blocks[0][1] is None
+    assert blocks[1] == ("tensorboard --logdir runs", "starts a server")
+    assert python_blocks(FIXTURE) == ['print("not a shell block")\n']
 
 
 def test_block_commands_split_join_and_strip():
@@ -199,6 +228,7 @@ def test_block_commands_split_join_and_strip():
         ["python", "examples/train_from_scratch.py", "--quick", "--out", "/tmp/x"],
         ["keras-vit", "-v", "explain", "cat.jpg", "--model", "runs/pets", "--out=map.png"],
         ["tee", "log.txt"],
+        ["tensorboard", "--logdir", "runs"],
     ]
 
 
@@ -255,3 +285,73 @@ def test_examples_document_names_every_example():
         if token.startswith("examples/")
     }
     assert scripts and scripts <= named
+
+
+# --- README.md runs as written (issue 17) -------------------------------------------------------
+
+# Appended to the README's `keras-vit` commands when the tests run them: the same code path
+# on a tiny problem (8x8 MNIST, 5 images per class, one epoch; 2 fine-tuning steps at 16 px).
+TINY_FLAGS = {
+    "train": ["--image-size", "8", "--shots-per-class", "5", "--batch-size", "25"]
+    + ["--epochs", "1", "--no-jit-compile"],
+    "finetune": ["--image-size", "16", "--steps", "2", "--batch-size", "20", "--no-jit-compile"],
+}
+README = ROOT / "README.md"
+
+
+@pytest.mark.slow
+def test_readme_python_blocks_run_as_written(tmp_path):
+    """Each ```python block runs in a fresh interpreter in an empty folder, unchanged."""
+    blocks = python_blocks(README.read_text())
+    assert blocks, "the README has no Python block"
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="2")
+    for number, block in enumerate(blocks, 1):
+        folder = tmp_path / f"block{number}"
+        folder.mkdir()
+        done = subprocess.run(
+            [sys.executable, "-c", block],
+            cwd=folder,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert done.returncode == 0, f"block {number}:\n{done.stdout[-2000:]}{done.stderr[-3000:]}"
+    story = tmp_path / "block1"  # the "From Python" story writes what it says it writes
+    assert (story / "mine.npz").is_file()
+    assert (story / "serving" / "mnist_vit" / "1" / "saved_model.pb").is_file()
+
+
+@pytest.mark.slow
+def test_readme_executed_shell_blocks_run(tmp_path, monkeypatch):
+    """Every `<!-- runnable -->` block of the README runs, its `keras-vit` commands made tiny."""
+    from keras_vit.cli.main import main
+
+    executed = [body for body, reason in marked_blocks(README.read_text()) if reason is None]
+    assert executed, "the README executes no shell block"
+    monkeypatch.chdir(tmp_path)
+    for body in executed:
+        for tokens in block_commands(body):
+            assert tokens[0] == "keras-vit", f"executed blocks run keras-vit only: {tokens}"
+            argv = [*tokens[1:], *TINY_FLAGS.get(tokens[1], [])]
+            assert main(argv) == 0, f"`{' '.join(tokens)}` failed"
+    assert list((tmp_path / "runs").glob("train-*/best.keras"))  # the Quick start's run
+    assert (tmp_path / "serving" / "digits" / "1" / "saved_model.pb").is_file()
+
+
+def test_blocks_not_executed_say_why_and_are_covered_elsewhere():
+    """A not-executed block gives its reason; one left to tests/test_examples.py names only
+    examples that test runs."""
+    from tests.test_examples import EXAMPLE_NAMES
+
+    skipped = [(body, reason) for body, reason in marked_blocks(README.read_text()) if reason]
+    assert skipped
+    for body, reason in skipped:
+        if "tests/test_examples.py" in reason:
+            names = {
+                Path(token).stem
+                for tokens in block_commands(body)
+                for token in tokens
+                if token.startswith("examples/")
+            }
+            assert names and names <= set(EXAMPLE_NAMES)

@@ -17,6 +17,7 @@ from keras_vit.checkpoints.detect import UnsupportedCheckpointError, detect_form
 from keras_vit.checkpoints.formats import model_contents, read_checkpoint, write_checkpoint
 from keras_vit.checkpoints.loading import (
     LoadReport,
+    SaveReport,
     load_checkpoint,
     load_npz,
     load_weights_argument,
@@ -44,6 +45,7 @@ __all__ = [
     "LoadReport",
     "NamingRule",
     "PublishedCheckpoint",
+    "SaveReport",
     "load_npz",
     "load_weights_argument",
     "official_variables",

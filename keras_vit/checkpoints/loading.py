@@ -19,6 +19,7 @@ import numpy as np
 
 from keras_vit import layer_names as names
 from keras_vit._validation import check_choice
+from keras_vit._warnings import warn_weights
 from keras_vit.checkpoints import architecture, registry
 from keras_vit.checkpoints.layouts import PLAIN_POSITION_KEY
 from keras_vit.checkpoints.naming import find_vit_model, official_variables
@@ -31,7 +32,7 @@ HEAD_MODES = ("load", "skip", "auto")
 _LIST_LIMIT = 12
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(repr=False)
 class LoadReport:
     """What `load_npz` did.
 
@@ -54,6 +55,44 @@ class LoadReport:
     mismatched: list = dataclasses.field(default_factory=list)
     resized_grid: tuple | None = None
     layout_steps: list = dataclasses.field(default_factory=list)
+
+    def __repr__(self) -> str:  # counts, not the ~200 keys
+        counts = ", ".join(
+            f"{name}={len(getattr(self, name))}"
+            for name in ("loaded", "skipped", "missing", "unexpected", "mismatched")
+        )
+        return f"LoadReport(path={self.path!r}, {counts}, resized_grid={self.resized_grid})"
+
+
+@dataclasses.dataclass(repr=False)
+class SaveReport:
+    """What `save_npz` wrote, with a one-line repr (a notebook cell shows one line).
+
+    Attributes:
+        path: the file written.
+        shapes: `{official_key: shape}` of every array written (float32).
+
+    `len(report)` is the number of arrays, `key in report` tests a key.
+    """
+
+    path: str
+    shapes: dict
+
+    @property
+    def num_parameters(self) -> int:
+        return int(sum(np.prod(shape, dtype=np.int64) for shape in self.shapes.values()))
+
+    def __len__(self) -> int:
+        return len(self.shapes)
+
+    def __contains__(self, key) -> bool:
+        return key in self.shapes
+
+    def __repr__(self) -> str:
+        return (
+            f"SaveReport(path={self.path!r}, arrays={len(self)}, "
+            f"parameters={self.num_parameters:,})"
+        )
 
 
 def _under(key: str, prefixes) -> bool:
@@ -80,19 +119,21 @@ def _skip_prefixes(arrays, variables, skip, head):
                 " Its head was trained on top of pre_logits, so it is not loaded either; the "
                 "model keeps its own (zero-initialised) head."
             )
-        logger.warning(
+        width = arrays["pre_logits/kernel"].shape[-1] if "pre_logits/kernel" in arrays else -1
+        warn_weights(
             "The checkpoint has a pre_logits (representation) layer but the model has none "
             "(representation_size=None): pre_logits is dropped, as the release does for "
-            "fine-tuning.%s Build the model with representation_size=%d to use it.",
-            note,
-            arrays["pre_logits/kernel"].shape[-1] if "pre_logits/kernel" in arrays else -1,
+            f"fine-tuning.{note} Build the model with representation_size={width} to use it."
         )
     if head == "skip":
         prefixes.append("head")
     elif head == "auto" and not _under("head", prefixes):
         reason = _head_mismatch(arrays, variables)
         if reason:
-            logger.info("Head not loaded: %s.", reason)
+            if any(k.startswith("head/") for k in variables):
+                warn_weights(f"Head not loaded: {reason}; its logits are 0 until trained.")
+            else:
+                logger.info("Head not loaded: %s.", reason)  # include_top=False: expected
             prefixes.append("head")
     return prefixes
 
@@ -159,16 +200,12 @@ def _warn_numerics(model, contents) -> None:
 
     have, want = model_numerics(model), contents.numerics
     if have != want:
-        logger.warning(
-            "%s (%s) was trained with gelu_approximate=%s, layer_norm_epsilon=%g but the model "
-            "uses gelu_approximate=%s, layer_norm_epsilon=%g; outputs will differ slightly. "
-            "keras_vit.from_checkpoint builds the model with the file's numerics.",
-            contents.path,
-            contents.format,
-            want["gelu_approximate"],
-            want["layer_norm_epsilon"],
-            have["gelu_approximate"],
-            have["layer_norm_epsilon"],
+        warn_weights(
+            f"{contents.path} ({contents.format}) was trained with gelu_approximate="
+            f"{want['gelu_approximate']}, layer_norm_epsilon={want['layer_norm_epsilon']:g} but "
+            f"the model uses gelu_approximate={have['gelu_approximate']}, layer_norm_epsilon="
+            f"{have['layer_norm_epsilon']:g}; outputs will differ slightly. "
+            "keras_vit.from_checkpoint builds the model with the file's numerics."
         )
 
 
@@ -232,7 +269,7 @@ def load_npz(
     path = contents.path if contents is not None else os.fspath(path)
     variables, unnamed = official_variables(model)
     if unnamed:
-        logger.warning("Weights without an official checkpoint name keep their values: %s", unnamed)
+        warn_weights(f"Weights without an official checkpoint name keep their values: {unnamed}")
     from keras_vit.checkpoints.formats import read_checkpoint
 
     if contents is None:  # a timm state dict does not record the heads: the model's
@@ -280,28 +317,34 @@ def load_npz(
             "strict=False to load what fits."
         )
     if problems:
-        logger.warning("Checkpoint %s loaded partially:%s", path, problems)
+        warn_weights(f"Checkpoint {path} loaded partially (the rest is ignored):{problems}")
     for key in fits:
         variable = variables[key]
         variable.assign(np.asarray(arrays[key], dtype=variable.dtype))
     report.loaded = fits
     if resized is not None:
         (old_rows, old_cols), (new_rows, new_cols) = resized
-        logger.info(
-            "Position embeddings resized: grid %dx%d -> %dx%d (%s; %d -> %d rows).",
-            old_rows,
-            old_cols,
-            new_rows,
-            new_cols,
-            resize_method,
-            architecture.num_prefix_tokens(model) + old_rows * old_cols,
-            variables[PLAIN_POSITION_KEY].shape[1],
+        old_length = architecture.num_prefix_tokens(model) + old_rows * old_cols
+        warn_weights(
+            f"Position embeddings resized: grid {old_rows}x{old_cols} -> {new_rows}x{new_cols} "
+            f"({resize_method}; {old_length} -> {variables[PLAIN_POSITION_KEY].shape[1]} rows)."
         )
+    _warn_if_zero_head(arrays, fits, path)
     logger.debug("Loaded %d arrays from %s", len(fits), path)
     return report
 
 
-def save_npz(model, path) -> dict[str, tuple]:
+def _warn_if_zero_head(arrays, loaded, path) -> None:
+    """A loaded head kernel that is all zero (a checkpoint saved before its head was
+    trained) makes every logit 0."""
+    if "head/kernel" in loaded and not np.any(arrays["head/kernel"]):
+        warn_weights(
+            f"The head loaded from {path} is all zero: every logit is 0 (an untrained head; "
+            "fine-tune it or load a trained checkpoint)."
+        )
+
+
+def save_npz(model, path) -> SaveReport:
     """Writes a keras_vit model's weights as an official `.npz` (vit_facts.md section 3).
 
     The file has the release's flat keys and shapes (float32), so the JAX release and timm's
@@ -313,7 +356,9 @@ def save_npz(model, path) -> dict[str, tuple]:
         path: destination path (used as given).
 
     Returns:
-        `{official_key: shape}` of what was written.
+        A `SaveReport`: the path, `shapes` (`{official_key: shape}` of what was written),
+        a one-line repr such as `SaveReport(path='mine.npz', arrays=200,
+        parameters=86,567,656)`.
 
     Raises:
         CheckpointError: if the model has weights no official key covers (e.g. extra layers).
@@ -329,7 +374,7 @@ def save_npz(model, path) -> dict[str, tuple]:
         for key, variable in variables.items()
     }
     write_npz(path, arrays)
-    return {key: array.shape for key, array in arrays.items()}
+    return SaveReport(os.fspath(path), {key: array.shape for key, array in arrays.items()})
 
 
 def load_weights_argument(model, weights, *, base_url=None, cache_dir=None) -> LoadReport:

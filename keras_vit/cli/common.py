@@ -7,6 +7,7 @@ import contextlib
 import datetime
 import os
 
+from keras_vit.cli import progress
 from keras_vit.cli.main import UsageError
 
 
@@ -81,6 +82,7 @@ def add_run_arguments(parser, *, task: str) -> None:
         help="continue the run in --run-dir from its last finished epoch, with its stored "
         "configuration",
     )
+    progress.add_output_arguments(parser)
 
 
 def recipe_overrides(args, fields: dict[str, str]) -> dict:
@@ -124,13 +126,29 @@ def run_training(config, args, task: str) -> int:
     if args.resume and not args.run_dir:
         raise UsageError("--resume needs the --run-dir of the run to continue.")
     run_dir = args.run_dir or default_run_dir(task)
+    mode = progress.output_mode(args)
     if args.resume:
         with usage_errors():
             config = runs.RunConfig.from_dict(runs.read_config(run_dir)["run"])
-        print(f"Resuming {run_dir} with its stored configuration.")
     strategy = resolve_strategy(args.strategy if not args.resume else config.strategy)
+
+    def announce(record):
+        if mode != "quiet":
+            precision = record["resolved"]["dtype_policy"]
+            print(progress.start_line(run_dir, record, precision), flush=True)
+            if args.resume:
+                print(f"Resuming {run_dir} with its stored configuration.", flush=True)
+
     with usage_errors():
-        result = runs.train(config, run_dir, strategy=strategy, resume=args.resume, verbose=1)
+        result = runs.train(
+            config,
+            run_dir,
+            strategy=strategy,
+            resume=args.resume,
+            verbose=progress.keras_verbose(mode),
+            extra_callbacks=[progress.epoch_lines()] if mode == "epoch" else [],
+            on_start=announce,
+        )
     print_summary(result)
     return 0
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from keras_vit.cli import common
+from keras_vit.cli import common, progress
 from keras_vit.cli.main import UsageError
 
 
@@ -28,6 +28,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument(
         "--top-k", type=common.positive_int, default=5, help="also report top-k accuracy"
     )
+    progress.add_output_arguments(parser, log_every=False)
     parser.set_defaults(func=run)
     return parser
 
@@ -105,7 +106,8 @@ def run(args) -> int:
             keras.metrics.SparseTopKCategoricalAccuracy(k=top_k, name="top_k_accuracy"),
         ],
     )
-    results = model.evaluate(dataset_split, verbose=1, return_dict=True)
+    verbose = progress.keras_verbose(progress.output_mode(args))  # a bar only on a terminal
+    results = model.evaluate(dataset_split, verbose=verbose, return_dict=True)
     count = info.num_examples.get(args.split)
     images = f"{count} images" if count else "all images"
     print(

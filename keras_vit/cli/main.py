@@ -11,8 +11,10 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
-import os
 import sys
+import warnings
+
+from keras_vit.cli import startup
 
 # Subcommand modules, in the order `keras-vit --help` lists them.
 SUBCOMMAND_MODULES: list[str] = [
@@ -40,30 +42,53 @@ def build_parser() -> argparse.ArgumentParser:
             "export, convert, benchmark and explain."
         ),
     )
-    parser.add_argument(
-        "-v", "--verbose", action="store_true", help="log debug messages from keras_vit"
-    )
+    _add_verbose(parser, default=False)
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     subparsers.required = True
     for module_name in SUBCOMMAND_MODULES:
-        importlib.import_module(f"keras_vit.cli.{module_name}").add_parser(subparsers)
+        subparser = importlib.import_module(f"keras_vit.cli.{module_name}").add_parser(subparsers)
+        # also after the subcommand (`keras-vit train -v`); SUPPRESS keeps a `-v` given
+        # before it from being reset by the subcommand's default
+        _add_verbose(subparser, default=argparse.SUPPRESS)
     return parser
+
+
+def _add_verbose(parser, default) -> None:
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        default=default,
+        help="log debug messages from keras_vit and show TensorFlow's start-up logs "
+        "(also KERAS_VIT_VERBOSE=1)",
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     """Runs `keras-vit`; returns the process exit code (0 ok, 2 bad arguments)."""
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(argv)  # --help exits here, before TensorFlow is imported
+    verbose = args.verbose or startup.verbose_from_env()
     logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
+        level=logging.DEBUG
+        if verbose
+        else (logging.WARNING if vars(args).get("quiet") else logging.INFO),
         format="%(levelname)s %(name)s: %(message)s",
     )
+    previous_showwarning, warnings.showwarning = warnings.showwarning, _show_warning
     try:
+        startup.start_tensorflow(verbose)
         return int(args.func(args) or 0)
     except UsageError as error:
         print(f"keras-vit {args.command}: error: {error}", file=sys.stderr)
         return 2
+    finally:
+        warnings.showwarning = previous_showwarning
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None):
+    """Library warnings (`keras_vit.WeightsWarning`, ...) as one line on stderr."""
+    print(f"keras-vit: warning: {message}", file=file or sys.stderr)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ import argparse
 import logging
 import os
 
-from keras_vit.cli import common
+from keras_vit.cli import common, progress
 from keras_vit.cli.main import UsageError
 
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".gif")
@@ -38,6 +38,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument(
         "--batch-size", type=common.positive_int, default=64, help="batch size (default 64)"
     )
+    progress.add_output_arguments(parser, log_every=False)
     parser.set_defaults(func=run)
     return parser
 
@@ -99,9 +100,8 @@ def run(args) -> int:
     files = find_images(args.inputs)
     images = read_images(files, tuple(model.input_shape[1:3]), int(model.input_shape[-1]))
     images = np.asarray(from_unit_range(images, model_input_preprocessing(model)))
-    outputs = model.predict(
-        images, batch_size=args.batch_size, verbose=1 if len(files) > 1000 else 0
-    )
+    bar = len(files) > 1000 and progress.output_mode(args) == "batch"  # a terminal only
+    outputs = model.predict(images, batch_size=args.batch_size, verbose=1 if bar else 0)
     if outputs_logits(model):
         outputs = np.exp(outputs - outputs.max(axis=-1, keepdims=True))
         outputs /= outputs.sum(axis=-1, keepdims=True)
@@ -118,5 +118,7 @@ def run(args) -> int:
         best = np.argsort(-probabilities, kind="stable")[:top_k]
         ranked = ", ".join(f"{names[i]} ({100 * probabilities[i]:.1f}%)" for i in best)
         print(f"{path}: {ranked}")
-    print(f"Predicted {len(files)} images with {args.model} (top-{top_k}).")
+    images_word = "image" if len(files) == 1 else "images"
+    if progress.output_mode(args) != "quiet":
+        print(f"Predicted {len(files)} {images_word} with {args.model} (top-{top_k}).")
     return 0

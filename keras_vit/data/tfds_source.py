@@ -7,6 +7,9 @@ The dataset must already be prepared in `data_dir` (or TFDS's default directory,
 
 from __future__ import annotations
 
+import contextlib
+import logging
+
 import tensorflow as tf
 
 from keras_vit.data.info import DatasetInfo
@@ -34,6 +37,19 @@ def is_tfds_name(name: str) -> bool:
     return base in _tfds().list_builders(with_community_datasets=False)
 
 
+@contextlib.contextmanager
+def _absl_warnings_hidden():
+    """TFDS logs "Variant folder ... has no dataset_info.json" through absl while it looks
+    for a dataset that is not there; the error raised below says it better."""
+    absl_logger = logging.getLogger("absl")
+    level = absl_logger.level
+    absl_logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        absl_logger.setLevel(level)
+
+
 def prepared_builder(name: str, data_dir=None):
     """The TFDS builder of `name`, checked to be prepared locally.
 
@@ -45,10 +61,12 @@ def prepared_builder(name: str, data_dir=None):
     tfds = _tfds()
     name = strip_prefix(name)
     try:
-        builder = tfds.builder(name, data_dir=None if data_dir is None else str(data_dir))
+        with _absl_warnings_hidden():
+            builder = tfds.builder(name, data_dir=None if data_dir is None else str(data_dir))
+            prepared = builder.is_prepared()
     except tfds.core.registered.DatasetNotFoundError as error:
         raise ValueError(f"Unknown TFDS dataset. Received: source={name!r}") from error
-    if not builder.is_prepared():
+    if not prepared:
         raise FileNotFoundError(
             f"The TFDS dataset {name!r} is not prepared in data_dir={data_dir!r} "
             f"(looked for {builder.data_dir}). keras_vit never downloads: prepare it on a "

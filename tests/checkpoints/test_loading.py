@@ -5,6 +5,7 @@ B29, B30, B32, B33."""
 from __future__ import annotations
 
 import logging
+import warnings
 
 import keras
 import numpy as np
@@ -12,6 +13,7 @@ import pytest
 import tensorflow as tf
 
 import keras_vit
+from keras_vit import WeightsWarning
 from keras_vit.checkpoints import CheckpointError, load_npz, save_npz
 from tests.numpy_reference import random_official_params, vit_forward
 
@@ -92,10 +94,11 @@ def test_b16_load_then_save_gives_the_official_200_key_table(b16_file, tmp_path)
     report = load_npz(model, path)
     assert len(report.loaded) == 200
     out = tmp_path / "saved.npz"
-    shapes = save_npz(model, out)
+    saved = save_npz(model, out)
     expected = _official_b16_table()
     assert len(expected) == 200
-    assert shapes == expected
+    assert saved.shapes == expected
+    assert repr(saved) == f"SaveReport(path={str(out)!r}, arrays=200, parameters=86,567,656)"
     with np.load(out, allow_pickle=False) as saved:
         assert set(saved.files) == set(expected)
         for key in expected:
@@ -104,18 +107,20 @@ def test_b16_load_then_save_gives_the_official_200_key_table(b16_file, tmp_path)
     assert keras_vit.checkpoints.architecture.release_model_name(model) == "ViT-B_16"
 
 
-def test_b22_224_checkpoint_loads_into_384_model(b16_file, caplog):
+def test_b22_224_checkpoint_loads_into_384_model(b16_file):
     """B22: pos table (1,197,768) -> ViT_B16(image_size=384): (1,577,768), class row intact."""
     path, params = b16_file
     model = keras_vit.ViT_B16(image_size=384)
-    with caplog.at_level(logging.INFO, logger="keras_vit"):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         report = load_npz(model, path)
     table = model.get_layer("posembed_input").pos_embedding.numpy()
     assert table.shape == (1, 577, 768)
     np.testing.assert_array_equal(table[0, 0], params[POS][0, 0])
     assert report.resized_grid == ((14, 14), (24, 24))
-    messages = [r.getMessage() for r in _keras_vit_logs(caplog) if "Position" in r.getMessage()]
+    messages = [str(w.message) for w in caught if issubclass(w.category, WeightsWarning)]
     assert len(messages) == 1 and "14x14 -> 24x24" in messages[0]
+    assert caught[0].filename == __file__  # attributed to the caller's line
 
 
 def test_b24_224_checkpoint_into_non_square_model(b16_file):
@@ -172,8 +177,8 @@ def test_vit_nested_in_another_model_saves_and_loads(tmp_path):
     x = _images(5)
     expected = vit_forward(params, x, num_heads=4)
     np.testing.assert_allclose(inner.predict(x, verbose=0), expected, atol=1e-4)
-    shapes = save_npz(outer, tmp_path / "nested.npz")
-    assert shapes == {key: value.shape for key, value in params.items()}
+    saved = save_npz(outer, tmp_path / "nested.npz")
+    assert saved.shapes == {key: value.shape for key, value in params.items()}
 
 
 # --- strictness and clear errors ----------------------------------------------------------
@@ -204,17 +209,16 @@ def test_wrong_model_file_lists_mismatched_and_unexpected_keys(tmp_path):
     assert "embedding/kernel: file (8, 8, 3, 48) vs model (8, 8, 3, 32)" in message
 
 
-def test_unexpected_key_error_and_non_strict_load(tmp_path, caplog):
+def test_unexpected_key_error_and_non_strict_load(tmp_path):
     params = _tiny_params()
     params["extra/kernel"] = np.zeros(3, np.float32)
     path = _write(tmp_path, params)
     model = keras_vit.ViT(image_size=32, num_classes=10, **TINY_ARCH)
     with pytest.raises(CheckpointError, match="extra/kernel"):
         load_npz(model, path)
-    with caplog.at_level(logging.WARNING, logger="keras_vit"):
+    with pytest.warns(WeightsWarning, match="(?s)partially.*extra/kernel"):
         report = load_npz(model, path, strict=False)
     assert report.unexpected == ["extra/kernel"]
-    assert any("extra/kernel" in r.getMessage() for r in _keras_vit_logs(caplog))
     x = _images(0)
     np.testing.assert_allclose(
         model.predict(x, verbose=0), vit_forward(params, x, num_heads=4), atol=1e-4
@@ -259,19 +263,19 @@ def test_gap_model_refuses_a_class_token_file(tmp_path):
 
 
 def test_b23_no_message_when_grids_match_one_when_they_differ(tmp_path, caplog):
-    """B23: same grid -> nothing logged; other grid -> exactly one 'old -> new' INFO line."""
+    """B23: same grid -> nothing said; other grid -> exactly one 'old -> new' warning."""
     path = _write(tmp_path, _tiny_params())
     same = keras_vit.ViT(image_size=32, num_classes=10, **TINY_ARCH)
-    with caplog.at_level(logging.DEBUG, logger="keras_vit"):
+    with caplog.at_level(logging.DEBUG, logger="keras_vit"), warnings.catch_warnings():
+        warnings.simplefilter("error")  # any warning fails the load
         load_npz(same, path)
     assert [r for r in _keras_vit_logs(caplog) if r.levelno >= logging.INFO] == []
-    caplog.clear()
     bigger = keras_vit.ViT(image_size=(32, 48), num_classes=10, **TINY_ARCH)
-    with caplog.at_level(logging.DEBUG, logger="keras_vit"):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         load_npz(bigger, path)
-    infos = [r for r in _keras_vit_logs(caplog) if r.levelno >= logging.INFO]
-    assert len(infos) == 1
-    assert infos[0].levelno == logging.INFO and "4x4 -> 4x6" in infos[0].getMessage()
+    assert [w.category for w in caught] == [WeightsWarning]
+    assert "4x4 -> 4x6" in str(caught[0].message)
 
 
 def test_b26_loading_under_mixed_bfloat16_resizes_in_float32(tmp_path):
@@ -344,7 +348,7 @@ def test_b29_b30_interpolated_model_trains_under_xla(tmp_path):
 
 @pytest.mark.parametrize("file_has_pre_logits", [True, False])
 @pytest.mark.parametrize("representation_size", [None, 16])
-def test_b32_pre_logits_combinations(tmp_path, caplog, file_has_pre_logits, representation_size):
+def test_b32_pre_logits_combinations(tmp_path, file_has_pre_logits, representation_size):
     """B32: pre_logits used when configured; dropped with a warning when the model has none;
     a missing-key error the other way; never a silent partial load."""
     params = _tiny_params(representation_size=16 if file_has_pre_logits else None)
@@ -358,10 +362,11 @@ def test_b32_pre_logits_combinations(tmp_path, caplog, file_has_pre_logits, repr
         expected = vit_forward(params, x, num_heads=4)
         np.testing.assert_allclose(model.predict(x, verbose=0), expected, atol=1e-4)
     elif file_has_pre_logits:
-        with caplog.at_level(logging.WARNING, logger="keras_vit"):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
             report = load_npz(model, path)
-        warnings = [r for r in _keras_vit_logs(caplog) if r.levelno == logging.WARNING]
-        assert len(warnings) == 1 and "pre_logits" in warnings[0].getMessage()
+        assert len(caught) == 1 and "pre_logits" in str(caught[0].message)
+        assert caught[0].category is WeightsWarning
         assert {"pre_logits/kernel", "pre_logits/bias", "head/kernel"} <= set(report.skipped)
         assert not model.get_layer("head").kernel.numpy().any()
         body = {k: v for k, v in params.items() if not k.startswith(("pre_logits", "head"))}
@@ -394,3 +399,55 @@ def test_b33_preprocessing_and_pooled_feature_is_class_token_of_final_norm(tmp_p
     body = {k: v for k, v in params.items() if not k.startswith("head")}
     np.testing.assert_allclose(pooled, vit_forward(body, x, num_heads=4), atol=1e-4)
     assert "[-1, 1]" in keras_vit.ViT.__doc__ and "preprocess_inputs" in keras_vit.ViT.__doc__
+
+
+# --- what changes results is said through `warnings` (issue 17) ---------------------------
+
+
+def _weights_warnings(build):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = build()
+    return model, [w for w in caught if w.category is WeightsWarning]
+
+
+def test_weights_argument_with_another_head_size_warns_head_not_loaded(tmp_path):
+    path = _write(tmp_path, _tiny_params())  # a 10-class head
+    model, said = _weights_warnings(
+        lambda: keras_vit.ViT(image_size=32, num_classes=37, weights=str(path), **TINY_ARCH)
+    )
+    assert len(said) == 1, [str(w.message) for w in said]
+    assert "Head not loaded" in str(said[0].message) and "(32, 37)" in str(said[0].message)
+    assert said[0].filename == __file__  # points at the user's line, not keras_vit's
+    assert not model.get_layer("head").kernel.numpy().any()
+
+
+def test_no_warning_for_a_full_fit_or_a_headless_model(tmp_path):
+    path = _write(tmp_path, _tiny_params())
+    _, said = _weights_warnings(
+        lambda: keras_vit.ViT(image_size=32, num_classes=10, weights=str(path), **TINY_ARCH)
+    )
+    assert said == []
+    _, said = _weights_warnings(
+        lambda: keras_vit.ViT(image_size=32, include_top=False, weights=str(path), **TINY_ARCH)
+    )
+    assert said == []  # include_top=False: dropping the file's head is what was asked
+
+
+def test_loading_an_all_zero_head_warns(tmp_path):
+    params = _tiny_params()
+    params["head/kernel"] = np.zeros_like(params["head/kernel"])
+    path = _write(tmp_path, params)
+    model = keras_vit.ViT(image_size=32, num_classes=10, **TINY_ARCH)
+    with pytest.warns(WeightsWarning, match="all zero: every logit is 0"):
+        load_npz(model, path)
+
+
+def test_load_report_repr_is_one_short_line(b16_file):
+    path, _ = b16_file
+    report = load_npz(keras_vit.ViT_B16(image_size=384), path)
+    text = repr(report)
+    assert text == (
+        f"LoadReport(path={str(path)!r}, loaded=200, skipped=0, missing=0, unexpected=0, "
+        "mismatched=0, resized_grid=((14, 14), (24, 24)))"
+    )

@@ -90,8 +90,10 @@ def test_predict_folder_top_k(trained, digits_folder, capsys):
 def test_predict_single_file_with_keras_model(trained, digits_folder, capsys):
     _, paths, _ = digits_folder
     assert main(["predict", str(trained / "last.keras"), paths[0]]) == 0
-    predictions = parse(capsys.readouterr().out)
+    out = capsys.readouterr().out
+    predictions = parse(out)
     assert list(predictions) == [paths[0]]
+    assert f"Predicted 1 image with {trained / 'last.keras'} (top-5)." in out
     assert len(predictions[paths[0]]) == 5
     assert sum(p for _, p in predictions[paths[0]]) <= 100.5
 

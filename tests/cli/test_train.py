@@ -36,6 +36,26 @@ def test_train_writes_a_run_and_prints_held_out_accuracy(trained):
         assert (run_dir / name).is_file(), name
 
 
+def test_output_to_a_file_first_names_the_run_then_one_line_per_epoch(trained):
+    """stdout is not a terminal here: no progress-bar control codes, one line per epoch."""
+    lines = trained.with_suffix(".stdout.txt").read_text().splitlines()
+    assert lines[0].startswith(f"Run {trained}: model default (ViT patch 4, hidden_dim 64")
+    assert "data mnist (50 training images, 10 classes, 8x8)" in lines[0]
+    assert "precision float32, jit_compile False" in lines[0]
+    epoch_lines = [line for line in lines if line.startswith("epoch ")]
+    assert len(epoch_lines) == 1 and epoch_lines[0].startswith("epoch 1/1  ")
+    assert "val_accuracy" in epoch_lines[0]
+    text = "\n".join(lines)
+    assert "\r" not in text and "\x08" not in text and "Epoch 1/1" not in text
+
+
+def test_quiet_prints_only_the_result(trained, capsys):
+    assert main(["train", "--run-dir", str(trained), "--resume", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("Held-out accuracy: ")
+    assert "Run " not in out and "Resuming" not in out
+
+
 def test_resume_a_complete_run_uses_stored_config(trained, capsys):
     before = (trained / "metrics.json").read_text()
     assert main(["train", "--run-dir", str(trained), "--resume"]) == 0

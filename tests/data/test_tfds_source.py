@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from keras_vit import data
@@ -18,9 +20,11 @@ def test_missing_tfds_dataset_names_dataset_and_data_dir(tmp_path):
     assert not any(tmp_path.iterdir()), "nothing may be downloaded into data_dir"
 
 
-def test_describe_of_missing_tfds_dataset_fails_the_same_way(tmp_path):
-    with pytest.raises(FileNotFoundError, match="oxford_iiit_pet"):
+def test_describe_of_missing_tfds_dataset_fails_the_same_way(tmp_path, caplog):
+    with caplog.at_level(logging.DEBUG), pytest.raises(FileNotFoundError, match="oxford_iiit_pet"):
         data.describe("oxford_iiit_pet", data_dir=tmp_path)
+    # the clear error alone: no absl "Variant folder ... has no dataset_info.json" before it
+    assert [r.getMessage() for r in caplog.records if r.name == "absl"] == []
 
 
 def test_tfds_prefix_selects_tfds_over_the_embedded_set():

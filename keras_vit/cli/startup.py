@@ -1,0 +1,70 @@
+"""Quiet start-up of a `keras-vit` command: TensorFlow is imported only when a command runs,
+and its C++/absl start-up block (oneDNN notice, CUDA driver probing, CPU feature notes) is
+hidden unless `--verbose` or `KERAS_VIT_VERBOSE=1`.
+
+TensorFlow 2.21 writes that block through absl's C++ logging before `absl::InitializeLog()`,
+which `TF_CPP_MIN_LOG_LEVEL` does not reach, so the quiet mode sends file descriptor 2 to
+/dev/null while TensorFlow is imported and its devices are listed (where the CUDA probing
+happens), and restores it right after. Errors raised there still reach the user: the
+exception propagates once stderr is back.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sys
+import warnings
+
+VERBOSE_ENV = "KERAS_VIT_VERBOSE"
+
+
+def verbose_from_env() -> bool:
+    """True when KERAS_VIT_VERBOSE is set to 1/true/yes."""
+    return os.environ.get(VERBOSE_ENV, "").strip().lower() in ("1", "true", "yes")
+
+
+@contextlib.contextmanager
+def stderr_fd_silenced():
+    """Sends OS-level stderr (fd 2, where C++ logs go) to /dev/null inside the block."""
+    sys.stderr.flush()
+    try:
+        saved = os.dup(2)
+    except OSError:  # no file descriptor 2 (a detached process): nothing to silence
+        yield
+        return
+    try:
+        with open(os.devnull, "w") as devnull:
+            os.dup2(devnull.fileno(), 2)
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def start_tensorflow(verbose: bool) -> None:
+    """Imports TensorFlow and lists its devices, quietly unless `verbose`.
+
+    Quiet mode also raises the Python loggers of TensorFlow and absl (used by TensorFlow
+    Datasets) to ERROR and keeps TF_CPP_MIN_LOG_LEVEL at 2 for later C++ messages (the user's
+    own value wins).
+    """
+    if verbose:
+        import tensorflow as tf
+
+        tf.config.list_physical_devices()
+        return
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    with stderr_fd_silenced(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # deprecation notes printed while TF imports
+        import tensorflow as tf
+
+        tf.config.list_physical_devices()
+    for name in ("tensorflow", "absl"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    with contextlib.suppress(ImportError):
+        from absl import logging as absl_logging
+
+        absl_logging.set_verbosity(absl_logging.ERROR)

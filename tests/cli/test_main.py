@@ -1,0 +1,95 @@
+"""`keras-vit` itself: --help without TensorFlow, a quiet start-up unless asked (issue 17)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from keras_vit.cli.main import SUBCOMMAND_MODULES, build_parser
+
+ROOT = Path(__file__).resolve().parents[2]
+
+HELP_PROBE = """
+import contextlib, io, json, sys
+from keras_vit.cli.main import main
+heavy = {}
+for command in [None] + sys.argv[1:]:
+    argv = [command, "--help"] if command else ["--help"]
+    with contextlib.redirect_stdout(io.StringIO()) as out:
+        try:
+            main(argv)
+        except SystemExit as exit:
+            code = exit.code
+    assert code == 0 and "usage: keras-vit" in out.getvalue(), (argv, out.getvalue())
+    heavy[command or ""] = [m for m in ("tensorflow", "keras") if m in sys.modules]
+print(json.dumps(heavy))
+"""
+
+
+ENTRY_POINT = "import sys; from keras_vit.cli.main import main; sys.exit(main())"
+
+
+def _env(**extra):
+    env = dict(os.environ, PYTHONPATH=str(ROOT), **extra)
+    for name in ("TF_CPP_MIN_LOG_LEVEL", "KERAS_VIT_VERBOSE"):
+        env.pop(name, None)
+    env.update(extra)
+    return env
+
+
+def test_help_of_every_subcommand_imports_no_tensorflow():
+    """--help answers from argparse alone: TensorFlow (seconds to import) is never loaded."""
+    done = subprocess.run(
+        [sys.executable, "-c", HELP_PROBE, *SUBCOMMAND_MODULES],
+        capture_output=True,
+        text=True,
+        env=_env(),
+        timeout=120,
+        check=True,
+    )
+    heavy = json.loads(done.stdout.strip().splitlines()[-1])
+    assert set(heavy) == {"", *SUBCOMMAND_MODULES}
+    assert heavy == {command: [] for command in heavy}
+
+
+def _convert_missing_file(tmp_path, **env):
+    """A command that starts TensorFlow and then fails on its argument (exit 2)."""
+    return subprocess.run(
+        [sys.executable, "-c", ENTRY_POINT, "convert", "missing.npz", "out.keras"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=_env(**env),
+        timeout=300,
+    )
+
+
+def test_start_up_is_quiet_unless_verbose(tmp_path):
+    quiet = _convert_missing_file(tmp_path)
+    assert quiet.returncode == 2
+    assert quiet.stderr.splitlines() == [quiet.stderr.strip()]  # one line: the error
+    assert quiet.stderr.startswith("keras-vit convert: error: ")
+    # KERAS_VIT_VERBOSE=1 lets TensorFlow's C++ start-up block through (oneDNN, CUDA probe,
+    # CPU features: printed on every machine) before the same error line.
+    verbose = _convert_missing_file(tmp_path, KERAS_VIT_VERBOSE="1")
+    assert verbose.returncode == 2
+    assert len(verbose.stderr.splitlines()) > 1
+    assert verbose.stderr.splitlines()[-1] == quiet.stderr.strip()
+
+
+@pytest.mark.parametrize(
+    "argv, verbose",
+    [
+        (["train"], False),
+        (["-v", "train"], True),
+        (["train", "--verbose"], True),
+        (["--verbose", "evaluate", "RUN"], True),
+    ],
+)
+def test_verbose_before_or_after_the_subcommand(argv, verbose):
+    assert build_parser().parse_args(argv).verbose is verbose

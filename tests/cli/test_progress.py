@@ -1,0 +1,71 @@
+"""Output modes of the long commands: a bar on a terminal, lines in a file, --quiet."""
+
+from __future__ import annotations
+
+import argparse
+import io
+
+import pytest
+
+from keras_vit.cli import progress
+
+
+class _Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def _args(argv):
+    parser = argparse.ArgumentParser()
+    progress.add_output_arguments(parser)
+    return parser.parse_args(argv)
+
+
+@pytest.mark.parametrize(
+    "argv, stream, mode",
+    [
+        ([], _Terminal(), "batch"),
+        ([], io.StringIO(), "epoch"),  # a file or a pipe
+        (["--log-every", "epoch"], _Terminal(), "epoch"),
+        (["--log-every", "batch"], io.StringIO(), "batch"),
+        (["--quiet"], _Terminal(), "quiet"),
+        (["--quiet", "--log-every", "batch"], _Terminal(), "quiet"),
+    ],
+)
+def test_output_mode(argv, stream, mode):
+    assert progress.output_mode(_args(argv), stream) == mode
+    assert progress.keras_verbose(mode) == (1 if mode == "batch" else 0)
+
+
+def test_epoch_line_has_number_time_and_every_log():
+    out = io.StringIO()
+    callback = progress.epoch_lines(out)
+    callback.set_params({"epochs": 15, "steps": 3, "verbose": 0})
+    callback.on_epoch_begin(2)
+    callback.on_epoch_end(2, {"loss": 0.81234, "accuracy": 0.741})
+    line = out.getvalue()
+    assert line.endswith("\n") and line.count("\n") == 1
+    assert line.startswith("epoch 3/15  ")
+    assert line.rstrip().endswith(" s  loss 0.8123  accuracy 0.7410")
+
+
+def test_start_line_of_a_finetune_run_names_the_source_and_the_chosen_precision():
+    record = {
+        "run": {"task": "finetune", "weights": "runs/mnist/best.npz", "model": "default"},
+        "resolved": {
+            "dataset": "digits",
+            "num_train_examples": 100,
+            "num_classes": 10,
+            "image_size": [40, 40],
+            "model_kwargs": {"patch_size": 4, "hidden_dim": 64, "num_layers": 4},
+            "jit_compile": True,
+            "strategy": "MirroredStrategy",
+            "num_replicas": 2,
+        },
+    }
+    line = progress.start_line("runs/digits", record, "mixed_bfloat16")
+    assert line == (
+        "Run runs/digits: model fine-tuned from runs/mnist/best.npz (ViT patch 4, hidden_dim 64, "
+        "layers 4); data digits (100 training images, 10 classes, 40x40); precision "
+        "mixed_bfloat16, jit_compile True; MirroredStrategy, 2 replica(s)"
+    )
