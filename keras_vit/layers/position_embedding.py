@@ -5,7 +5,7 @@ from __future__ import annotations
 import keras
 from keras import ops
 
-from keras_vit.layers.position_resize import resize_table
+from keras_vit.layers.position_table_ops import resize_table
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -19,7 +19,7 @@ class AddPositionEmbs(keras.layers.Layer):
 
     With `dynamic_image_size=True` the table is stored for `grid_size` (plus
     `num_prefix_tokens` rows) and resized in the forward pass to the grid of each call's
-    images (corner-aligned bilinear, `keras_vit.layers.position_resize`), which equals a
+    images (corner-aligned bilinear, `keras_vit.layers.position_table_ops`), which equals a
     model rebuilt at that size and loaded with `keras_vit.resize_position_embeddings`.
 
     Args:

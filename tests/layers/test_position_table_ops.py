@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import scipy.ndimage
 
-from keras_vit.layers.position_resize import resize_table
+from keras_vit.layers.position_table_ops import resize_table
 
 
 @pytest.mark.parametrize("new_grid", [(4, 4), (6, 8), (3, 5), (1, 7)])
