@@ -1,6 +1,6 @@
 """Shared helpers of the benchmark scripts: timing, memory, worker processes, output.
 
-The analytic FLOP count, GEMM peak and model builders live in `keras_vit.cli.benchmark`
+The analytic FLOP count, GEMM peak and model builders live in `keras_vit.benchmarking`
 (so the installed `keras-vit benchmark` command has them too) and are re-exported here.
 Run the scripts from the repository root: `python benchmarks/throughput.py --help`.
 """
@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from keras_vit.cli.benchmark import (  # noqa: F401  (re-exported for the scripts)
+from keras_vit.benchmarking import (  # noqa: F401  (re-exported for the scripts)
     FRAMEWORKS,
     MODES,
     add_derived,
@@ -85,7 +85,7 @@ def set_threads(threads: int) -> None:
 
 
 def result_record_from(framework: str, mode: str, rates: list[float], ready: dict) -> dict:
-    """A result record (as `keras_vit.cli.benchmark.measure` makes) from a worker's figures."""
+    """A result record (as `keras_vit.benchmarking.measure` makes) from a worker's figures."""
     return {
         "framework": framework,
         "mode": mode,

@@ -7,7 +7,7 @@ per mode and import order does not matter. All workers build and warm up first; 
 parent asks them in turn for one timed repeat each, rotating the order every round, so that
 the load drift of a shared machine hits every framework alike. The float32 GEMM peak is
 measured the same way (its own worker, in the rotation), and model FLOP utilisation is the
-analytic model FLOP rate (vit_facts.md section 1; training = 3x forward) over that peak.
+analytic model FLOP rate (keras_vit.benchmarking; training = 3x forward) over that peak.
 
     python benchmarks/throughput.py --variant Ti/16 --batch-size 16 --json ti16.json
     python benchmarks/throughput.py --variant B/16 --batch-size 8 --mode infer

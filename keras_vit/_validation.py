@@ -19,6 +19,16 @@ def check_rate(name: str, value) -> float:
     return float(value)
 
 
+def check_heads(hidden_dim, num_heads) -> int:
+    """Returns the head width `hidden_dim // num_heads`; raises ValueError unless it divides."""
+    if hidden_dim is None or hidden_dim % num_heads:
+        raise ValueError(
+            f"hidden_dim must be divisible by num_heads. Received: hidden_dim={hidden_dim}, "
+            f"num_heads={num_heads}"
+        )
+    return hidden_dim // num_heads
+
+
 def check_choice(name: str, value, choices) -> str:
     """Returns `value` if it is one of `choices`, else raises ValueError."""
     if value not in choices:

@@ -113,12 +113,7 @@ def get_config(variant: str) -> ViTConfig:
     Raises:
         ValueError: if `variant` is not a key of ``VIT_CONFIGS``.
     """
-    try:
-        return VIT_CONFIGS[variant]
-    except KeyError:
-        raise ValueError(
-            f"Unknown ViT variant {variant!r}; expected one of {sorted(VIT_CONFIGS)}."
-        ) from None
+    return _lookup(VIT_CONFIGS, variant, "ViT")
 
 
 def get_hybrid_config(variant: str) -> HybridConfig:
@@ -127,11 +122,15 @@ def get_hybrid_config(variant: str) -> HybridConfig:
     Raises:
         ValueError: if `variant` is not a key of ``HYBRID_CONFIGS``.
     """
+    return _lookup(HYBRID_CONFIGS, variant, "hybrid")
+
+
+def _lookup(table: dict, variant: str, what: str):
     try:
-        return HYBRID_CONFIGS[variant]
+        return table[variant]
     except KeyError:
         raise ValueError(
-            f"Unknown hybrid variant {variant!r}; expected one of {sorted(HYBRID_CONFIGS)}."
+            f"Unknown {what} variant {variant!r}; expected one of {sorted(table)}."
         ) from None
 
 

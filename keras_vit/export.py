@@ -19,7 +19,7 @@ built under a mixed-precision policy.
 Preprocessing is the evaluation path of `keras_vit.data`: bilinear `tf.image.resize` to
 the model's input size, then `(x - 127.5) / 127.5` (`keras_vit.preprocess_inputs`); a model
 that records `input_preprocessing="imagenet"` (timm in1k weights) then gets ImageNet's mean/std
-(`keras_vit.preprocessing.from_unit_range`).
+(`keras_vit.data.preprocess.from_unit_range`).
 """
 
 from __future__ import annotations
@@ -35,7 +35,11 @@ import tensorflow as tf
 
 from keras_vit import layer_names
 from keras_vit._validation import check_positive_int
-from keras_vit.preprocessing import from_unit_range, model_input_preprocessing
+from keras_vit.data.preprocess import (
+    from_unit_range,
+    model_input_preprocessing,
+    preprocess_inputs,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -241,7 +245,7 @@ def resize_and_scale(images: tf.Tensor, image_size: tuple[int, int]) -> tf.Tenso
     evaluation pipeline of `keras_vit.data` does.
     """
     images = tf.image.resize(tf.cast(images, tf.float32), image_size, method="bilinear")
-    return (images - 127.5) / 127.5
+    return preprocess_inputs(images)
 
 
 def decode_images(image_bytes: tf.Tensor, image_size: tuple[int, int], channels: int):
@@ -299,7 +303,7 @@ def build_export_archive(
 
     def serving_bytes(image_bytes):
         pixels = decode_images(image_bytes, image_size, channels)
-        return classify((pixels - 127.5) / 127.5)
+        return classify(preprocess_inputs(pixels))
 
     def features(images):
         scaled = from_unit_range(resize_and_scale(images, image_size), preprocessing)

@@ -13,8 +13,10 @@ import keras
 from keras_vit import layer_names as names
 from keras_vit._validation import check_positive_int, to_pair
 from keras_vit._warnings import warn_weights
+from keras_vit.builder import zero_head
 from keras_vit.checkpoints.architecture import num_prefix_tokens, patch_grid
-from keras_vit.position_embeddings import resize_position_embeddings
+from keras_vit.layers import AddSinCosPositionEmbs, PatchEmbed
+from keras_vit.layers.position_resize import resize_position_embeddings
 
 _POSITION_LAYER = names.POSITION_EMBEDDING
 _REPLACED = (names.PRE_LOGITS, names.HEAD)
@@ -22,7 +24,7 @@ _REPLACED = (names.PRE_LOGITS, names.HEAD)
 
 def _check_model(model):
     present = {layer.name for layer in model.layers}
-    needed = {names.EMBEDDING, _POSITION_LAYER, names.POOL}
+    needed = {names.EMBEDDING, names.POOL}
     if not needed <= present:
         raise ValueError(
             "finetune needs a keras_vit classification model (ViT or hybrid) with the layers "
@@ -39,7 +41,27 @@ def _rebuild(model, image_size):
     else:
         size = to_pair("image_size", image_size)
     images = keras.Input((*size, input_shape[3]), name=model.inputs[0].name)
-    return keras.models.clone_model(model, input_tensors=images)
+    return keras.models.clone_model(model, input_tensors=images, clone_function=_clone_layer())
+
+
+def _clone_layer():
+    """A `clone_model` clone_function that gives a sin-cos position layer the new grid.
+
+    Layers are cloned in graph order, so the new patch embedding has been called (and knows
+    its grid) when the position layer after it is cloned.
+    """
+    embeds = []
+
+    def clone(layer):
+        config = layer.get_config()
+        if isinstance(layer, AddSinCosPositionEmbs) and embeds:
+            config["grid_size"] = list(embeds[-1].grid_size)
+        new = layer.__class__.from_config(config)
+        if isinstance(new, PatchEmbed):
+            embeds.append(new)
+        return new
+
+    return clone
 
 
 def _copy_body(source, target, method):
@@ -119,12 +141,5 @@ def finetune(
             )
         x = pre_logits(x)
     activation = model.get_layer(names.HEAD).activation if names.HEAD in layers else None
-    logits = keras.layers.Dense(
-        num_classes,
-        activation=activation,
-        kernel_initializer="zeros",
-        bias_initializer="zeros",
-        dtype="float32",
-        name=names.HEAD,
-    )(x)
+    logits = zero_head(num_classes, activation)(x)
     return keras.Model(clone.input, logits, name=model.name)

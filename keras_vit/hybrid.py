@@ -14,26 +14,14 @@ import keras
 from keras_vit import configs
 from keras_vit import layer_names as names
 from keras_vit._validation import check_positive_int, to_pair
-from keras_vit.configs import HYBRID_CONFIGS, HybridConfig, get_hybrid_config
-from keras_vit.layers import BottleneckUnit, PatchEmbed, StdConv2D
-from keras_vit.models import transformer_model, validate_common
+from keras_vit.builder import named_builder, vision_transformer
+from keras_vit.configs import HYBRID_CONFIGS, HybridConfig, get_hybrid_config  # noqa: F401
+from keras_vit.layers import BottleneckUnit, StdConv2D
 
 ROOT_WIDTH = 64
 GROUP_NORM_GROUPS = 32
 GROUP_NORM_EPSILON = 1e-6
-
-__all__ = [
-    "HYBRID_CONFIGS",
-    "HybridConfig",
-    "HybridViT",
-    "R26_B32",
-    "R26_S32",
-    "R50_B16",
-    "R50_L32",
-    "R_Ti16",
-    "get_hybrid_config",
-    "resnet_features",
-]
+_STEM_ARGUMENTS = ("resnet_stages", "resnet_width", "resnet_groups", "backbone")
 
 
 def resnet_features(images, *, stages, width=ROOT_WIDTH, groups=GROUP_NORM_GROUPS):
@@ -104,17 +92,6 @@ def _backbone_features(images, backbone, size, channels):
     return features
 
 
-def _check_feature_grid(features, patch, size):
-    grid = features.shape[1:3]
-    if any(g is None or g % p for g, p in zip(grid, patch, strict=True)):
-        raise ValueError(
-            f"Image size {size} gives a CNN feature map of {tuple(grid)}, which is not "
-            f"divisible by the patch size {patch} on the feature map. Pick an image size whose "
-            "feature map is a multiple of the patch (for the release's ResNet the map is the "
-            "image size divided by its total stride, rounded up at each stride)."
-        )
-
-
 def HybridViT(
     *,
     resnet_stages=None,
@@ -139,6 +116,7 @@ def HybridViT(
     gelu_approximate=True,
     layer_norm_epsilon=1e-6,
     return_sequence=False,
+    position_embedding="learned",
     weights=None,
     name="hybrid_vit",
 ):
@@ -170,7 +148,7 @@ def HybridViT(
             the Transformer, as in `keras_vit.ViT`.
         num_classes, image_size, channels, include_top, pooling, representation_size,
         dropout_rate, attention_dropout_rate, drop_path_rate, classifier_activation,
-        return_sequence, weights, name: as in `keras_vit.ViT`.
+        return_sequence, position_embedding, weights, name: as in `keras_vit.ViT`.
 
     Inputs:
         `images`: `(batch, height, width, channels)` scaled to [-1, 1]
@@ -185,23 +163,10 @@ def HybridViT(
             map, hidden_dim not divisible by num_heads, unknown pooling, non-positive sizes,
             rates outside [0, 1).
     """
-    patch = to_pair("patch_size", patch_size)
-    size = to_pair("image_size", image_size)
-    for arg, value in (
-        ("hidden_dim", hidden_dim),
-        ("num_heads", num_heads),
-        ("mlp_dim", mlp_dim),
-        ("num_layers", num_layers),
-        ("channels", channels),
-        ("resnet_width", resnet_width),
-        ("resnet_groups", resnet_groups),
-    ):
+    # Every argument but the stem's goes to the core, by name.
+    arguments = {k: v for k, v in locals().items() if k not in _STEM_ARGUMENTS}
+    for arg, value in (("resnet_width", resnet_width), ("resnet_groups", resnet_groups)):
         check_positive_int(arg, value)
-    if hidden_dim % num_heads:
-        raise ValueError(
-            f"hidden_dim must be divisible by num_heads. Received: hidden_dim={hidden_dim}, "
-            f"num_heads={num_heads}"
-        )
     if resnet_width % resnet_groups:
         raise ValueError(
             "`resnet_width` must be divisible by `resnet_groups` (GroupNorm). "
@@ -214,73 +179,31 @@ def HybridViT(
         )
     if backbone is None:
         stages = _check_stages((3, 4, 9) if resnet_stages is None else resnet_stages)
-    validate_common(
-        num_classes,
-        pooling,
-        representation_size,
-        include_top,
-        return_sequence,
-        {
-            "dropout_rate": dropout_rate,
-            "attention_dropout_rate": attention_dropout_rate,
-            "drop_path_rate": drop_path_rate,
-        },
-    )
 
-    images = keras.Input((*size, channels), name="images")
-    if backbone is None:
-        features = resnet_features(images, stages=stages, width=resnet_width, groups=resnet_groups)
+        def stem(images):
+            return resnet_features(images, stages=stages, width=resnet_width, groups=resnet_groups)
+
     else:
-        features = _backbone_features(images, backbone, size, channels)
-    _check_feature_grid(features, patch, size)
-    tokens = PatchEmbed(patch, hidden_dim, name=names.EMBEDDING)(features)
-    return transformer_model(
-        images,
-        tokens,
-        name=name,
-        weights=weights,
-        num_heads=num_heads,
-        mlp_dim=mlp_dim,
-        num_layers=num_layers,
-        pooling=pooling,
-        dropout_rate=dropout_rate,
-        attention_dropout_rate=attention_dropout_rate,
-        drop_path_rate=drop_path_rate,
-        layer_norm_epsilon=layer_norm_epsilon,
-        gelu_approximate=gelu_approximate,
-        include_top=include_top,
-        return_sequence=return_sequence,
-        num_classes=num_classes,
-        representation_size=representation_size,
-        classifier_activation=classifier_activation,
-    )
+
+        def stem(images):
+            size = to_pair("image_size", image_size)
+            return _backbone_features(images, backbone, size, channels)
+
+    return vision_transformer(stem=stem, **arguments)
 
 
 def _named_hybrid(variant: str):
-    """Makes the thin shortcut `R50_B16` etc. for one row of `configs.HYBRID_CONFIGS`."""
+    """The thin shortcut `R50_B16` etc. for one row of `configs.HYBRID_CONFIGS`."""
     config = configs.get_hybrid_config(variant)
-    function_name = configs.builder_name(variant)
     arch = config.as_kwargs()
-
-    def builder(num_classes=1000, image_size=224, **kwargs):
-        arguments = {**arch, "name": function_name.lower(), **kwargs}
-        return HybridViT(num_classes=num_classes, image_size=image_size, **arguments)
-
     stages = arch["resnet_stages"] or "none (root only)"
-    builder.__name__ = builder.__qualname__ = function_name
-    builder.__doc__ = (
+    summary = (
         f"{variant} hybrid: ResNet stages {stages}, patch {config.patch_size} on the feature "
         f"map, hidden_dim {arch['hidden_dim']}, mlp_dim {arch['mlp_dim']}, "
         f"{arch['num_heads']} heads, {arch['num_layers']} layers (paper section 3.1, "
-        f"official release). Default dropout_rate {config.dropout_rate} (the release's).\n\n"
-        "Takes the arguments of `keras_vit.HybridViT` (`num_classes`, `image_size`, "
-        "`channels`, `include_top`, `pooling`, `representation_size`, `dropout_rate`, "
-        "`attention_dropout_rate`, `drop_path_rate`, `classifier_activation`, `weights`, "
-        "`name`, ...); any architecture field may be overridden too.\n\n"
-        "Returns:\n    A functional `keras.Model` with input `images` "
-        "`(batch, height, width, channels)` in [-1, 1].\n"
+        "official release)."
     )
-    return builder
+    return named_builder(HybridViT, config, configs.builder_name(variant), summary)
 
 
 R_Ti16 = _named_hybrid("R+Ti/16")

@@ -20,7 +20,8 @@ from typing import Any
 import keras
 
 from keras_vit import configs, distribute, training
-from keras_vit._validation import check_divisible, to_pair
+from keras_vit._validation import check_choice, check_divisible, to_pair
+from keras_vit.layers.position_embedding import POSITION_EMBEDDINGS
 
 logger = logging.getLogger(__name__)
 
@@ -182,6 +183,9 @@ def plan_run(config: RunConfig, strategy) -> RunPlan:
         patch = to_pair("patch_size", model_kwargs["patch_size"])
     try:
         check_divisible(image_size, patch)
+        check_choice(
+            "position_embedding", model_kwargs.get("position_embedding"), POSITION_EMBEDDINGS
+        )
     except ValueError as error:
         raise ConfigError(str(error)) from None
     held_out = config.validation_split.split("[")[0]
@@ -242,6 +246,7 @@ def train_model_kwargs(config: RunConfig, num_classes, channels, image_size) -> 
             "num_classes": num_classes,
             "channels": channels,
             "pooling": getattr(recipe, "pooling", "token"),
+            "position_embedding": getattr(recipe, "position_embedding", "learned"),
         }
     kwargs["image_size"] = list(image_size)
     if config.patch_size is not None:
@@ -360,11 +365,7 @@ def vit_kwargs_from_npz(arrays: dict) -> dict:
     side = int(round(arch.num_patch_tokens**0.5))
     return {
         "patch_size": arch.patch_size[0],
-        "channels": arch.channels,
-        "hidden_dim": arch.hidden_dim,
-        "num_heads": arch.num_heads,
-        "mlp_dim": arch.mlp_dim,
-        "num_layers": arch.num_layers,
+        **arch.transformer_kwargs(),
         "pooling": arch.pooling,
         "image_size": side * arch.patch_size[0],
         "num_classes": arch.num_classes,
@@ -384,11 +385,8 @@ def source_model_kwargs(model) -> dict:
         raise ConfigError(f"The weights are not a keras_vit ViT model ({model.name!r}).")
     return {
         "patch_size": list(arch.patch_size),
-        "channels": arch.channels,
-        "hidden_dim": arch.hidden_dim,
-        "num_heads": arch.num_heads,
-        "mlp_dim": arch.mlp_dim,
-        "num_layers": arch.num_layers,
+        **arch.transformer_kwargs(),
         "pooling": arch.pooling,
         "image_size": [int(s) for s in model.input_shape[1:3]],
+        "position_embedding": arch.position_embedding,
     }

@@ -5,9 +5,9 @@ All are plain Keras objects usable with `model.fit`:
 - `warmup_schedule` / `WarmupSchedule`: linear warmup then linear or cosine decay, as the
   release's `create_learning_rate_schedule` (vit_jax/utils.py).
 - `pretrain_optimizer`: AdamW (beta1 0.9, beta2 0.999, decoupled weight decay on kernels),
-  the paper's pre-training recipe (section 4.1, reference/vit_facts.md section 5).
+  the paper's pre-training recipe (section 4.1 and appendix B.1).
 - `finetune_optimizer`: SGD momentum 0.9, global-norm clipping 1.0, no weight decay, linear
-  warmup then cosine decay to 0 (paper appendix B.1.1, vit_facts.md section 4).
+  warmup then cosine decay to 0 (paper appendix B.1.1; the release's vit_jax/train.py).
 - `loss`: cross-entropy from logits, with optional label smoothing for integer labels.
 - `TrainConfig` / `FinetuneConfig`: the defaults of `keras-vit train` and `keras-vit finetune`.
 """
@@ -146,7 +146,7 @@ def default_finetune_warmup(total_steps: int) -> int:
 
 
 def finetune_optimizer(base_lr, total_steps, warmup_steps=None):
-    """The release's fine-tuning optimizer (paper appendix B.1.1, vit_facts.md section 4).
+    """The release's fine-tuning optimizer (paper appendix B.1.1; vit_jax/train.py).
 
     SGD with momentum 0.9, gradients clipped at global norm 1.0, no weight decay; linear
     warmup then cosine decay to 0.
@@ -256,6 +256,7 @@ class TrainConfig:
     mlp_dim: int = RECIPE_VIT.mlp_dim
     num_layers: int = RECIPE_VIT.num_layers
     pooling: str = "gap"
+    position_embedding: str = "learned"
     dropout_rate: float = RECIPE_VIT.dropout_rate
     epochs: int = 15
     batch_size: int = 32
@@ -280,6 +281,7 @@ class TrainConfig:
             "image_size": self.image_size,
             "channels": channels,
             "pooling": self.pooling,
+            "position_embedding": self.position_embedding,
             "dropout_rate": self.dropout_rate,
         }
 

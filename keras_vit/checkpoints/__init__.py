@@ -1,4 +1,4 @@
-"""ViT checkpoints: the release's `.npz` (vit_facts.md section 3), Hugging Face ViT folders,
+"""ViT checkpoints: the release's `.npz` (vit_jax/checkpoint.py), Hugging Face ViT folders,
 timm `.safetensors` and `.keras` files: read (format picked by content), written, published
 names.
 

@@ -22,6 +22,7 @@ from keras_vit import layer_names as names
 from keras_vit.checkpoints.naming import find_vit_model
 from keras_vit.checkpoints.npz_io import CheckpointError
 from keras_vit.layers import ClassToken, PatchEmbed, TransformerBlock
+from keras_vit.layers.position_embedding import position_embedding_kind
 
 # The checkpoint key each field of `from_arrays` is read from (for "missing key" errors).
 FIELD_KEYS = {
@@ -52,6 +53,9 @@ class Architecture:
         num_classes: head outputs; None without a head.
         representation_size: width of `pre_logits`; None without one.
         resnet_stages: units per ResNet stage of a hybrid (() root only); None for a ViT.
+        position_embedding: "learned", "sincos2d" or "none" for a model; "learned" for a
+            file with a position table, None for one without (sincos2d or none: the file
+            cannot tell).
     """
 
     patch_size: tuple[int, int] | None = None
@@ -67,6 +71,7 @@ class Architecture:
     num_classes: int | None = None
     representation_size: int | None = None
     resnet_stages: tuple[int, ...] | None = None
+    position_embedding: str | None = None
 
     @property
     def num_prefix_tokens(self) -> int:
@@ -79,6 +84,17 @@ class Architecture:
         if self.grid is None or self.image_size is None or None in self.image_size:
             return None
         return (int(self.image_size[0]) // self.grid[0], int(self.image_size[1]) // self.grid[1])
+
+    def transformer_kwargs(self) -> dict:
+        """`channels`, `hidden_dim`, `num_heads`, `mlp_dim`, `num_layers` as builder
+        arguments (the caller adds patch size, image size, pooling and head in its format)."""
+        return {
+            "channels": self.channels,
+            "hidden_dim": self.hidden_dim,
+            "num_heads": self.num_heads,
+            "mlp_dim": self.mlp_dim,
+            "num_layers": self.num_layers,
+        }
 
     def missing_key(self, *fields: str) -> str | None:
         """The checkpoint key of the first of `fields` that is None (e.g. "head/kernel" for
@@ -144,6 +160,9 @@ class Architecture:
             num_classes=_units(by_name.get(names.HEAD)),
             representation_size=_units(by_name.get(names.PRE_LOGITS)),
             resnet_stages=_resnet_stages(list(by_name)),
+            position_embedding=next(
+                (kind for x in layers if (kind := position_embedding_kind(x))), "none"
+            ),
         )
 
     @classmethod
@@ -190,6 +209,7 @@ class Architecture:
             num_classes=_width(arrays.get("head/kernel")),
             representation_size=_width(arrays.get("pre_logits/kernel")),
             resnet_stages=None if root is None else _resnet_stages([names.ROOT_CONV, *units]),
+            position_embedding=None if table is None else "learned",
         )
 
 

@@ -11,7 +11,7 @@ import dataclasses
 
 @dataclasses.dataclass
 class CheckpointContents:
-    """A checkpoint read into the release's layout (vit_facts.md section 3).
+    """A checkpoint read into the release's layout (vit_jax/checkpoint.py).
 
     Attributes:
         path: the file or folder read.

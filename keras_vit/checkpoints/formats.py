@@ -95,7 +95,7 @@ def model_numerics(model) -> dict:
 
 def model_preprocessing(model) -> str:
     """The input scaling a keras_vit model expects: "[-1,1]" (default) or "imagenet"."""
-    from keras_vit.preprocessing import model_input_preprocessing
+    from keras_vit.data.preprocess import model_input_preprocessing
 
     return model_input_preprocessing(model)
 

@@ -24,7 +24,7 @@ from keras_vit.checkpoints import architecture, registry
 from keras_vit.checkpoints.layouts import PLAIN_POSITION_KEY
 from keras_vit.checkpoints.naming import find_vit_model, official_variables
 from keras_vit.checkpoints.npz_io import CheckpointError, write_npz
-from keras_vit.position_embeddings import RESIZE_METHODS, resize_position_embeddings, square_grid
+from keras_vit.layers.position_resize import RESIZE_METHODS, resize_position_embeddings, square_grid
 
 logger = logging.getLogger(__name__)
 
@@ -222,7 +222,7 @@ def load_npz(
     """Loads a ViT checkpoint of any format keras_vit reads into a keras_vit model.
 
     The format is picked by content (`keras_vit.checkpoints.detect_format`): the release's
-    `.npz` (vit_facts.md section 3), a Hugging Face ViT folder, a timm `.safetensors` file or
+    `.npz` (vit_jax/checkpoint.py), a Hugging Face ViT folder, a timm `.safetensors` file or
     a `.keras` file; all are converted to the release's layout first. A warning says when the
     model's GELU form or LayerNorm epsilon differ from the ones the weights were trained with.
 
@@ -345,7 +345,7 @@ def _warn_if_zero_head(arrays, loaded, path) -> None:
 
 
 def save_npz(model, path) -> SaveReport:
-    """Writes a keras_vit model's weights as an official `.npz` (vit_facts.md section 3).
+    """Writes a keras_vit model's weights as an official `.npz` (vit_jax/checkpoint.py layout).
 
     The file has the release's flat keys and shapes (float32), so the JAX release and timm's
     npz loader read it. It is written to a temporary file in the same folder and renamed

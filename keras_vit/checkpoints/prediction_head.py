@@ -1,7 +1,7 @@
 """Whether a `weights=` file should keep its `pre_logits` layer: decided before the build.
 
 An original ImageNet-21k file of the release has `pre_logits` (dense + tanh) under its
-21843-class head (vit_facts.md section 3). The builders drop both when the model has no
+21843-class head (vit_jax/checkpoint.py). The builders drop both when the model has no
 pre_logits (the release's fine-tuning recipe); for prediction the file must stay whole.
 """
 

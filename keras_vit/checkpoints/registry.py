@@ -1,6 +1,6 @@
 """Published checkpoints of the ViT release and how `weights=` names resolve to files.
 
-All live in the public Google Cloud Storage bucket `vit_models` (vit_facts.md section 7):
+All live in the public Google Cloud Storage bucket `vit_models` (the release's README.md):
 
 - `imagenet21k/<model>.npz`: pre-trained on ImageNet-21k at 224, with `pre_logits` and a
   21843-class head;

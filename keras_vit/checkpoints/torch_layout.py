@@ -3,7 +3,7 @@
 PyTorch stores a linear layer's weight as (out, in) and computes x @ W.T + b, a convolution's
 as (out, in, kh, kw); the release stores kernels as (in, out) and (kh, kw, in, out), and the
 attention projections split per head: q/k/v kernels (D, heads, head_dim), biases
-(heads, head_dim), the output kernel (heads, head_dim, D) (vit_facts.md section 3). Every
+(heads, head_dim), the output kernel (heads, head_dim, D) (vit_jax/checkpoint.py). Every
 function here is a transpose or a reshape, so conversions are exact in both directions.
 """
 
@@ -15,7 +15,7 @@ import numpy as np
 
 from keras_vit import layer_names as names
 from keras_vit.checkpoints.npz_io import CheckpointError
-from keras_vit.preprocessing import IMAGENET_MEAN, IMAGENET_STD
+from keras_vit.data.preprocess import IMAGENET_MEAN, IMAGENET_STD
 
 BLOCK = names.block_key(0).replace("_0/", "_{}/")
 ATTENTION = names.QUERY_KERNEL.split("/")[0] + "/"

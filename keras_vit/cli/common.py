@@ -5,10 +5,18 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime
+import json
 import os
 
 from keras_vit.cli import progress
-from keras_vit.cli.main import UsageError
+
+RUN_MODEL_FILE = "best.keras"
+RUN_CONFIG_FILE = "config.json"
+MODEL_SUFFIXES = (".keras", ".npz")
+
+
+class UsageError(ValueError):
+    """A bad command-line argument, reported as one line with exit code 2 before work starts."""
 
 
 def positive_int(text: str) -> int:
@@ -171,26 +179,65 @@ def print_summary(result) -> None:
     print(f"Models: {os.path.join(run_dir, 'best.keras')} (best), last.keras, best.npz")
 
 
-def resolve_model_path(path: str) -> tuple[str, str | None]:
+def resolve_model_path(path: str, *, suffixes=MODEL_SUFFIXES) -> tuple[str, str | None]:
     """(model file, run directory or None) for a RUN_OR_MODEL argument.
 
-    A run directory gives its best.keras; a `.keras`/`.npz` file inside a run directory also
+    A run directory gives its best.keras; a model file (one of `suffixes`: `.keras` and
+    `.npz` by default, `export` and `explain` take `.keras` only) inside a run directory also
     reports that run (for its dataset and class names).
 
     Raises:
-        UsageError: the path does not exist or is not a model file or run directory.
+        UsageError: the path does not exist, is a directory without best.keras, or is not a
+            file of `suffixes`.
     """
+    wanted = " or ".join(suffixes)
     if os.path.isdir(path):
-        model_file = os.path.join(path, "best.keras")
+        model_file = os.path.join(path, RUN_MODEL_FILE)
         if not os.path.isfile(model_file):
-            raise UsageError(f"{path} is not a run directory with a best.keras.")
+            raise UsageError(f"{path!r} is not a run directory: it has no {RUN_MODEL_FILE}")
         return model_file, path
     if not os.path.isfile(path):
-        raise UsageError(f"Model or run directory not found: {path}")
-    if not path.endswith((".keras", ".npz")):
-        raise UsageError(f"Expected a run directory, a .keras or an .npz file: {path}")
+        raise UsageError(
+            f"RUN_OR_MODEL not found: {path!r} (a {wanted} file or a run directory with "
+            f"{RUN_MODEL_FILE})"
+        )
+    if not path.endswith(tuple(suffixes)):
+        raise UsageError(
+            f"RUN_OR_MODEL must be a {wanted} file or a run directory with {RUN_MODEL_FILE}. "
+            f"Received: {path!r}"
+        )
     folder = os.path.dirname(os.path.abspath(path))
-    return path, folder if os.path.isfile(os.path.join(folder, "config.json")) else None
+    return path, folder if os.path.isfile(os.path.join(folder, RUN_CONFIG_FILE)) else None
+
+
+def class_names_from_run(run_dir: str | None) -> list[str] | None:
+    """The `class_names` recorded in a run's config.json.
+
+    `keras-vit train`/`finetune` write them under "resolved"; hand-written configs may hold
+    them at the top level or under "data"/"dataset".
+    """
+    if run_dir is None:
+        return None
+    config_path = os.path.join(run_dir, RUN_CONFIG_FILE)
+    if not os.path.isfile(config_path):
+        return None
+    with open(config_path, encoding="utf-8") as handle:
+        config = json.load(handle)
+    sections = (config.get("resolved"), config, config.get("data"), config.get("dataset"))
+    for section in sections:
+        names = section.get("class_names") if isinstance(section, dict) else None
+        if names:
+            return [str(name) for name in names]
+    return None
+
+
+def outputs_logits(model) -> bool:
+    """False if the model's head ends in a softmax (probabilities), else True."""
+    from keras_vit.layer_names import HEAD
+
+    present = {layer.name for layer in model.layers}
+    activation = model.get_layer(HEAD).activation if HEAD in present else None
+    return getattr(activation, "__name__", "linear") != "softmax"
 
 
 def load_model(path: str):

@@ -21,7 +21,7 @@ import os
 import re
 
 from keras_vit._atomic import atomic_path
-from keras_vit.cli.main import UsageError
+from keras_vit.cli.common import UsageError
 
 TARGETS = ("npz", "keras", "hf", "timm")
 SUFFIXES = {".npz": "npz", ".keras": "keras", ".safetensors": "timm"}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from keras_vit.cli import common, progress
-from keras_vit.cli.main import UsageError
+from keras_vit.cli.common import UsageError, outputs_logits
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -65,20 +65,11 @@ def check_classes(model, info) -> int:
     return num_classes
 
 
-def outputs_logits(model) -> bool:
-    """False if the model's head ends in a softmax (probabilities), else True."""
-    from keras_vit.layer_names import HEAD
-
-    present = {layer.name for layer in model.layers}
-    activation = model.get_layer(HEAD).activation if HEAD in present else None
-    return getattr(activation, "__name__", "linear") != "softmax"
-
-
 def run(args) -> int:
     import keras
 
     from keras_vit import data
-    from keras_vit.preprocessing import from_unit_range, model_input_preprocessing
+    from keras_vit.data.preprocess import from_unit_range, model_input_preprocessing
 
     model, config = common.load_model(args.model)
     dataset, shots, info = resolve_dataset(args, config)

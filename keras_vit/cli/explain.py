@@ -14,8 +14,7 @@ import os
 
 import numpy as np
 
-from keras_vit.cli.export import class_names_from_run, resolve_model_path
-from keras_vit.cli.main import UsageError
+from keras_vit.cli.common import UsageError, class_names_from_run, resolve_model_path
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -121,7 +120,7 @@ def layers_path(out: str) -> str:
 def run(args) -> int:
     """Writes the overlay PNG (and the per-block grid); returns the exit code."""
     check_arguments(args)
-    model_path, run_dir = resolve_model_path(args.model)
+    model_path, run_dir = resolve_model_path(args.model, suffixes=(".keras",))
     class_names = class_names_from_run(run_dir)
     image = read_image(args.image)
 

@@ -12,10 +12,11 @@ import argparse
 import json
 import os
 
-from keras_vit.cli.main import UsageError
-
-RUN_MODEL_FILE = "best.keras"
-RUN_CONFIG_FILE = "config.json"
+from keras_vit.cli.common import (  # noqa: F401  (re-exported)
+    UsageError,
+    class_names_from_run,
+    resolve_model_path,
+)
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -49,21 +50,6 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     return parser
 
 
-def resolve_model_path(path: str) -> tuple[str, str | None]:
-    """Returns (model file, run directory or None) for a `.keras` file or a run directory."""
-    if os.path.isdir(path):
-        model_path = os.path.join(path, RUN_MODEL_FILE)
-        if not os.path.isfile(model_path):
-            raise UsageError(f"run directory {path!r} has no {RUN_MODEL_FILE}")
-        return model_path, path
-    if os.path.isfile(path) and path.endswith(".keras"):
-        return path, None
-    raise UsageError(
-        f"RUN_OR_MODEL must be a .keras file or a run directory with {RUN_MODEL_FILE}. "
-        f"Received: {path!r}"
-    )
-
-
 def read_class_names_file(path: str) -> list[str]:
     """Class names from a JSON list or a text file with one name per line."""
     if not os.path.isfile(path):
@@ -78,34 +64,13 @@ def read_class_names_file(path: str) -> list[str]:
     return [line.strip() for line in text.splitlines() if line.strip()]
 
 
-def class_names_from_run(run_dir: str | None) -> list[str] | None:
-    """The `class_names` recorded in a run's config.json.
-
-    `keras-vit train`/`finetune` write them under "resolved"; hand-written configs may hold
-    them at the top level or under "data"/"dataset".
-    """
-    if run_dir is None:
-        return None
-    config_path = os.path.join(run_dir, RUN_CONFIG_FILE)
-    if not os.path.isfile(config_path):
-        return None
-    with open(config_path, encoding="utf-8") as handle:
-        config = json.load(handle)
-    sections = (config.get("resolved"), config, config.get("data"), config.get("dataset"))
-    for section in sections:
-        names = section.get("class_names") if isinstance(section, dict) else None
-        if names:
-            return [str(name) for name in names]
-    return None
-
-
 def run(args) -> int:
     """Loads the model, exports it, prints the version folder; returns the exit code."""
     if args.version is not None and args.version <= 0:
         raise UsageError(f"--version must be a positive integer. Received: {args.version}")
     if args.top_k <= 0:
         raise UsageError(f"--top-k must be a positive integer. Received: {args.top_k}")
-    model_path, run_dir = resolve_model_path(args.model)
+    model_path, run_dir = resolve_model_path(args.model, suffixes=(".keras",))
     if args.class_names is not None:
         class_names = read_class_names_file(args.class_names)
     else:

@@ -64,7 +64,7 @@ def build_config(args):
 
 def run(args) -> int:
     if not args.resume and not args.weights:
-        from keras_vit.cli.main import UsageError
+        from keras_vit.cli.common import UsageError
 
         raise UsageError(
             "--weights is required: a run directory, a checkpoint file or folder, or a "

@@ -3,7 +3,9 @@
 Each subcommand lives in its own module under `keras_vit.cli` and exposes
 `add_parser(subparsers) -> argparse.ArgumentParser`; the parser it returns must call
 `set_defaults(func=run)` where `run(args) -> int` does the work. Bad arguments found before
-any work starts raise `UsageError`, which `main` turns into one line on stderr and exit code 2.
+any work starts raise `keras_vit.cli.common.UsageError`, which `main` turns into one line on
+stderr and exit code 2. Helpers two subcommands share live in `keras_vit.cli.common`; no
+subcommand imports another.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import sys
 import warnings
 
 from keras_vit.cli import startup
+from keras_vit.cli.common import UsageError
 
 # Subcommand modules, in the order `keras-vit --help` lists them.
 SUBCOMMAND_MODULES: list[str] = [
@@ -27,10 +30,6 @@ SUBCOMMAND_MODULES: list[str] = [
     "convert",
     "benchmark",
 ]
-
-
-class UsageError(ValueError):
-    """A bad command-line argument, reported as one line with exit code 2 before work starts."""
 
 
 def build_parser() -> argparse.ArgumentParser:

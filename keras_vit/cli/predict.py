@@ -7,7 +7,7 @@ import logging
 import os
 
 from keras_vit.cli import common, progress
-from keras_vit.cli.main import UsageError
+from keras_vit.cli.common import UsageError, outputs_logits
 
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".gif")
 DEFAULT_TOP_K = 5
@@ -93,8 +93,7 @@ def class_names(config, num_classes) -> list[str]:
 def run(args) -> int:
     import numpy as np
 
-    from keras_vit.cli.evaluate import outputs_logits
-    from keras_vit.preprocessing import from_unit_range, model_input_preprocessing
+    from keras_vit.data.preprocess import from_unit_range, model_input_preprocessing
 
     model, config = common.load_model(args.model)
     files = find_images(args.inputs)

@@ -10,60 +10,40 @@ float32 `(batch, num_classes)`), mapped in parallel and prefetched.
 from __future__ import annotations
 
 import logging
-import os
 
 import tensorflow as tf
 
 from keras_vit._validation import check_positive_int, to_pair
-from keras_vit.data import arrays as arrays_source
-from keras_vit.data import embedded, folder, tfds_source
+from keras_vit.data import embedded
 from keras_vit.data.preprocess import (
-    DIGIT_AUGMENTATION,
-    NATURAL_AUGMENTATION,
     NO_AUGMENTATION,
     Augmentation,
     eval_preprocess,
     train_preprocess,
 )
-from keras_vit.data.splits import parse_split, slice_indices
+from keras_vit.data.sources import KNOWN_SOURCES_TEXT as KNOWN_SOURCES_TEXT
+from keras_vit.data.sources import DataSource, ExampleOptions, find_source
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_SOURCE = "mnist"
 SHUFFLE_BUFFER = 10_000
-KNOWN_SOURCES_TEXT = (
-    f"{list(embedded.EMBEDDED_SOURCES)} (embedded), a TFDS dataset name (optionally "
-    "'tfds:'-prefixed), an existing folder with one sub-folder per class, or a pair of "
-    "NumPy arrays (x, y)"
-)
 
 
 def source_kind(source) -> str:
-    """Classifies a source: "embedded", "arrays", "folder" or "tfds".
+    """Classifies a source: "embedded", "arrays", "folder" or "tfds" (see
+    `keras_vit.data.sources`).
 
     Raises:
         ValueError: naming the value and the known sources when it is none of them.
     """
-    if isinstance(source, (tuple, list)):
-        return "arrays"
-    if isinstance(source, os.PathLike) or (isinstance(source, str) and os.path.isdir(source)):
-        return "folder"
-    if isinstance(source, str):
-        if source in embedded.EMBEDDED_SOURCES:
-            return "embedded"
-        if tfds_source.is_tfds_name(source):
-            return "tfds"
-    raise ValueError(
-        f"Unknown data source. Known: {KNOWN_SOURCES_TEXT}. Received: source={source!r}"
-    )
+    return find_source(source).kind
 
 
 def default_augmentation(source) -> Augmentation:
-    """The source's training augmentation: mild crop and no flip for digits ("mnist",
-    "digits", and any 1-channel source), the release's Inception crop + flip otherwise."""
-    if source_kind(source) == "embedded":
-        return DIGIT_AUGMENTATION
-    return NATURAL_AUGMENTATION
+    """The source's training augmentation: mild crop and no flip for the embedded digit
+    sets ("mnist", "digits"), the release's Inception crop + flip otherwise."""
+    return find_source(source).augmentation
 
 
 def describe(source=DEFAULT_SOURCE, *, data_dir=None, shots_per_class=None, shot_seed=0):
@@ -80,19 +60,13 @@ def describe(source=DEFAULT_SOURCE, *, data_dir=None, shots_per_class=None, shot
     Raises:
         ValueError: unknown source. FileNotFoundError: a TFDS dataset not prepared locally.
     """
-    kind = source_kind(source)
+    kind = find_source(source)
     _check_shots(kind, shots_per_class)
-    if kind == "embedded":
-        return embedded.describe_embedded(source, shots_per_class, shot_seed)
-    if kind == "arrays":
-        return arrays_source.describe_arrays(source)
-    if kind == "folder":
-        return folder.describe_folder(source)
-    return tfds_source.describe_tfds(source, data_dir)
+    return kind.describe(source, data_dir, shots_per_class, shot_seed)
 
 
-def _check_shots(kind, shots_per_class):
-    if shots_per_class is not None and kind != "embedded":
+def _check_shots(kind: DataSource, shots_per_class):
+    if shots_per_class is not None and not kind.few_shot:
         raise ValueError(
             "`shots_per_class` applies to the embedded sources "
             f"{list(embedded.EMBEDDED_SOURCES)} only. Received: shots_per_class={shots_per_class}"
@@ -118,23 +92,16 @@ def raw_examples(source, split, *, image_size, channels, data_dir, shuffle_seed,
     Returns:
         (dataset, number of examples or None if unknown, whether it is held in memory).
     """
-    kind = source_kind(source)
-    if kind == "embedded":
-        spec = parse_split(split)
-        x, y = embedded.embedded_arrays(source, spec.name, kw["shots_per_class"], kw["shot_seed"])
-        keep = slice_indices(y, spec)
-        return tf.data.Dataset.from_tensor_slices((x[keep], y[keep])), len(keep), True
-    if kind == "arrays":
-        x, y = arrays_source.check_arrays(source)
-        keep = slice_indices(y, parse_split(split))
-        return tf.data.Dataset.from_tensor_slices((x[keep], y[keep])), len(keep), True
-    if kind == "folder":
-        dataset, count = folder.folder_examples(source, parse_split(split), image_size, channels)
-        return dataset, count, False
-    dataset = tfds_source.tfds_examples(
-        source, split, data_dir, shuffle_files=training, seed=shuffle_seed
+    options = ExampleOptions(
+        image_size=image_size,
+        channels=channels,
+        data_dir=data_dir,
+        shuffle_seed=shuffle_seed,
+        training=training,
+        shots_per_class=kw.get("shots_per_class"),
+        shot_seed=kw.get("shot_seed", 0),
     )
-    return dataset, None, False
+    return find_source(source).examples(source, split, options)
 
 
 def load(
@@ -198,8 +165,7 @@ def load(
         check_positive_int("batch_size", batch_size)
     if channels is not None and channels not in (1, 3):
         raise ValueError(f"`channels` must be None, 1 or 3. Received: channels={channels!r}")
-    kind = source_kind(source)
-    _check_shots(kind, shots_per_class)
+    _check_shots(find_source(source), shots_per_class)
     info = describe(source, data_dir=data_dir, shots_per_class=shots_per_class, shot_seed=shot_seed)
     channels = info.channels if channels is None else channels
     augmentation = _resolve_augmentation(source, augment) if training else NO_AUGMENTATION

@@ -6,12 +6,13 @@ from keras_vit.layers.map_head import MAPHead
 from keras_vit.layers.mlp import MlpBlock
 from keras_vit.layers.patch_embed import PatchEmbed
 from keras_vit.layers.pooling import TokenPooling
-from keras_vit.layers.position_embedding import AddPositionEmbs
+from keras_vit.layers.position_embedding import AddPositionEmbs, AddSinCosPositionEmbs
 from keras_vit.layers.resnet import BottleneckUnit, StdConv2D
 from keras_vit.layers.transformer_block import TransformerBlock
 
 __all__ = [
     "AddPositionEmbs",
+    "AddSinCosPositionEmbs",
     "BottleneckUnit",
     "ClassToken",
     "MAPHead",

@@ -7,7 +7,7 @@ import math
 import keras
 from keras import ops
 
-from keras_vit._validation import check_positive_int, check_rate
+from keras_vit._validation import check_heads, check_positive_int, check_rate
 
 
 def flattened_glorot_uniform(hidden_dim: int) -> keras.initializers.Initializer:
@@ -71,12 +71,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
 
     def build(self, input_shape):
         hidden_dim = input_shape[-1]
-        if hidden_dim is None or hidden_dim % self.num_heads:
-            raise ValueError(
-                f"hidden_dim must be divisible by num_heads. Received: hidden_dim={hidden_dim}, "
-                f"num_heads={self.num_heads}"
-            )
-        self.head_dim = hidden_dim // self.num_heads
+        self.head_dim = check_heads(hidden_dim, self.num_heads)
         init = flattened_glorot_uniform(hidden_dim)
         for name in ("query", "key", "value"):
             layer = keras.layers.EinsumDense(

@@ -1,11 +1,28 @@
-"""Learned 1-D position embeddings added to the token sequence (paper section 3.1, eq. 1)."""
+"""Position embeddings added to the token sequence (paper section 3.1 eq. 1, appendix D.4).
+
+One home for every kind a builder can choose (`POSITION_EMBEDDINGS`, made by
+`position_embedding_layer`):
+
+- "learned": `AddPositionEmbs`, the release's learned 1-D table (default);
+- "sincos2d": `AddSinCosPositionEmbs`, a fixed 2-D sine-cosine table (big_vision's
+  `posemb_sincos_2d` in big_vision/models/vit.py; no weights);
+- "none": no position information (the paper's appendix D.4 ablation).
+
+To add a kind: write its layer here, add its name to `POSITION_EMBEDDINGS` and a branch to
+`position_embedding_layer`; the builders, `Architecture` and fine-tuning pick it up.
+"""
 
 from __future__ import annotations
 
 import keras
+import numpy as np
 from keras import ops
 
+from keras_vit._validation import check_choice, to_pair
 from keras_vit.layers.position_table_ops import resize_table
+
+POSITION_EMBEDDINGS = ("learned", "sincos2d", "none")
+SINCOS_TEMPERATURE = 10_000.0
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -112,3 +129,132 @@ class AddPositionEmbs(keras.layers.Layer):
             "patch_size": self.patch_size,
             "num_prefix_tokens": self.num_prefix_tokens,
         }
+
+
+def sincos_2d_table(grid_size, hidden_dim, temperature=SINCOS_TEMPERATURE) -> np.ndarray:
+    """The `(rows * cols, hidden_dim)` float32 sine-cosine table of a patch grid.
+
+    Row-major positions (row y, column x); the four quarters of the width hold sin(x w),
+    cos(x w), sin(y w), cos(y w) for the frequencies w_k = temperature ** (-k / (D/4 - 1)),
+    k = 0 .. D/4 - 1 (big_vision's `posemb_sincos_2d`).
+
+    Raises:
+        ValueError: `hidden_dim` not a multiple of 4 or below 8.
+    """
+    rows, cols = to_pair("grid_size", grid_size)
+    if hidden_dim % 4 or hidden_dim < 8:
+        raise ValueError(
+            "position_embedding='sincos2d' needs hidden_dim divisible by 4 and at least 8. "
+            f"Received: hidden_dim={hidden_dim}"
+        )
+    quarter = hidden_dim // 4
+    omega = 1.0 / temperature ** (np.arange(quarter, dtype=np.float64) / (quarter - 1))
+    y, x = np.meshgrid(np.arange(rows), np.arange(cols), indexing="ij")
+    x = x.reshape(-1, 1) * omega
+    y = y.reshape(-1, 1) * omega
+    return np.concatenate([np.sin(x), np.cos(x), np.sin(y), np.cos(y)], axis=1).astype("float32")
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class AddSinCosPositionEmbs(keras.layers.Layer):
+    """Adds a fixed 2-D sine-cosine table to the tokens (no weights; `sincos_2d_table`).
+
+    The class-token row (first `num_prefix_tokens` rows) gets zeros, so the class token
+    carries no position, as in big_vision (which adds the table before prepending it).
+
+    Args:
+        grid_size: `(rows, cols)` of the patch tokens (int for a square grid).
+        num_prefix_tokens: class-token rows before the grid (default 0).
+        temperature: frequency base (default 10000, as big_vision).
+        **kwargs: `name`, `dtype`.
+
+    Call arguments:
+        tokens: `(batch, num_prefix_tokens + rows * cols, hidden_dim)`.
+
+    Returns:
+        `(batch, num_tokens, hidden_dim)` in the input's dtype.
+
+    Raises:
+        ValueError: a sequence length other than num_prefix_tokens + rows * cols, or a
+            hidden_dim that is not a multiple of 4 (at least 8).
+    """
+
+    def __init__(self, grid_size, num_prefix_tokens=0, temperature=SINCOS_TEMPERATURE, **kwargs):
+        super().__init__(**kwargs)
+        self.grid_size = to_pair("grid_size", grid_size)
+        if isinstance(num_prefix_tokens, bool) or num_prefix_tokens not in (0, 1):
+            raise ValueError(f"`num_prefix_tokens` must be 0 or 1. Received: {num_prefix_tokens!r}")
+        self.num_prefix_tokens = int(num_prefix_tokens)
+        if not temperature > 0:
+            raise ValueError(f"`temperature` must be > 0. Received: temperature={temperature!r}")
+        self.temperature = float(temperature)
+
+    def build(self, input_shape):
+        rows, cols = self.grid_size
+        expected = self.num_prefix_tokens + rows * cols
+        if len(input_shape) != 3 or input_shape[1] != expected or input_shape[2] is None:
+            raise ValueError(
+                f"AddSinCosPositionEmbs for a {rows}x{cols} grid and {self.num_prefix_tokens} "
+                f"class-token row(s) expects (batch, {expected}, hidden_dim). "
+                f"Received: input_shape={input_shape}"
+            )
+        grid = sincos_2d_table(self.grid_size, input_shape[2], self.temperature)
+        prefix = np.zeros((self.num_prefix_tokens, input_shape[2]), np.float32)
+        self.table = np.concatenate([prefix, grid])[None]
+
+    def call(self, tokens):
+        return tokens + ops.cast(self.table, tokens.dtype)
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "grid_size": list(self.grid_size),
+            "num_prefix_tokens": self.num_prefix_tokens,
+            "temperature": self.temperature,
+        }
+
+
+def position_embedding_kind(layer) -> str | None:
+    """The `POSITION_EMBEDDINGS` name of a position layer, or None for any other layer."""
+    if isinstance(layer, AddPositionEmbs):
+        return "learned"
+    if isinstance(layer, AddSinCosPositionEmbs):
+        return "sincos2d"
+    return None
+
+
+def position_embedding_layer(
+    kind, grid_size, num_prefix_tokens, name, *, dynamic_image_size=False, patch_size=None
+):
+    """The layer of one `POSITION_EMBEDDINGS` kind for a patch grid, or None for "none".
+
+    With `dynamic_image_size=True` a "learned" table is stored for `grid_size` and resized
+    in the forward pass to each call's grid (`AddPositionEmbs(dynamic_image_size=True)`,
+    which needs the `patch_size` in pixels); "none" has no table to resize.
+
+    Raises:
+        ValueError: an unknown kind, or `dynamic_image_size=True` with "sincos2d" (its
+            table is fixed for one grid).
+    """
+    check_choice("position_embedding", kind, POSITION_EMBEDDINGS)
+    if dynamic_image_size and kind == "sincos2d":
+        raise ValueError(
+            "dynamic_image_size=True needs position_embedding='learned' or 'none'. "
+            f"Received: position_embedding={kind!r}"
+        )
+    if kind == "learned":
+        if not dynamic_image_size:
+            return AddPositionEmbs(name=name)
+        return AddPositionEmbs(
+            dynamic_image_size=True,
+            grid_size=grid_size,
+            patch_size=patch_size,
+            num_prefix_tokens=num_prefix_tokens,
+            name=name,
+        )
+    if kind == "sincos2d":
+        return AddSinCosPositionEmbs(grid_size, num_prefix_tokens, name=name)
+    return None

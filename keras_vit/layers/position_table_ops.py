@@ -1,7 +1,7 @@
 """The release's position-table resize as backend ops, for resizing in the forward pass.
 
 Corner-aligned linear interpolation, as `scipy.ndimage.zoom(order=1)` which the JAX release
-uses to fine-tune at another resolution (vit_facts.md section 4): output sample i of an axis
+uses to fine-tune at another resolution (paper section 3.2): output sample i of an axis
 sits at input coordinate i * (old - 1) / (new - 1). Written as two (new, old) weight matrices
 built from the runtime grid, so the same graph serves any image size (timm's and Hugging
 Face's `dynamic_img_size` / `interpolate_pos_encoding` do the same with bicubic weights).

@@ -5,7 +5,7 @@ from __future__ import annotations
 import keras
 from keras import ops
 
-from keras_vit._validation import check_positive_int, check_rate
+from keras_vit._validation import check_heads, check_positive_int, check_rate
 from keras_vit.layers.attention import MultiHeadSelfAttention, check_num_queries
 from keras_vit.layers.mlp import MlpBlock
 
@@ -87,11 +87,7 @@ class TransformerBlock(keras.layers.Layer):
                 "TransformerBlock expects (batch, num_tokens, hidden_dim). "
                 f"Received: input_shape={input_shape}"
             )
-        if input_shape[-1] % self.num_heads:
-            raise ValueError(
-                "hidden_dim must be divisible by num_heads. "
-                f"Received: hidden_dim={input_shape[-1]}, num_heads={self.num_heads}"
-            )
+        check_heads(input_shape[-1], self.num_heads)
         if self.num_output_tokens is not None:
             check_num_queries(self.num_output_tokens, input_shape[1], "num_output_tokens")
         policy = self.dtype_policy

@@ -9,7 +9,7 @@ from safetensors.numpy import save_file
 
 import keras_vit
 from keras_vit.checkpoints.npz_io import write_npz
-from keras_vit.preprocessing import model_input_preprocessing
+from keras_vit.data.preprocess import model_input_preprocessing
 from tests.checkpoints.torch_state import timm_state
 from tests.numpy_reference import random_official_params, vit_forward
 

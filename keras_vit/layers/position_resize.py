@@ -1,5 +1,8 @@
 """Resizing a learned position table to another patch grid (paper section 3.2, appendix B.1.1).
 
+The NumPy side of `keras_vit.layers.position_embedding` ("learned" tables); public as
+`keras_vit.resize_position_embeddings`.
+
 "We perform 2D interpolation of the pre-trained position embeddings, according to their
 location in the original image" (paper section 3.2). The grid part of the table (every row
 after the prefix tokens) is reshaped row-major to `(rows, cols, D)`, resized, and flattened
@@ -110,7 +113,7 @@ def resize_position_embeddings(
 ) -> np.ndarray:
     """Resizes a ViT position table from one patch grid to another.
 
-    Source: the JAX release's `checkpoint.load_pretrained` (vit_facts.md section 4), and
+    Source: the JAX release's `load_pretrained` (vit_jax/checkpoint.py, scipy.ndimage.zoom), and
     timm's `resample_abs_pos_embed` for the bicubic option.
 
     Args:

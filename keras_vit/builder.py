@@ -1,0 +1,374 @@
+"""The one builder core of every keras_vit model: stem -> patch tokens -> encoder -> head.
+
+`vision_transformer(stem=...)` checks every argument (before any layer is built), makes the
+`images` input, runs the stem (None: the image itself, as in a plain ViT; or a function
+mapping the symbolic images to a feature map, as the hybrid's ResNet), cuts the result into
+patches (`embedding`), adds the class token and the position embedding chosen by
+`position_embedding`, the Transformer blocks, the final LayerNorm, pooling (class token,
+mean or big_vision's MAP head), optional pre-logits and the zero-initialised head; then
+applies `weights`. In the spirit of
+`keras.applications.ResNet(stack_fn)`: `keras_vit.ViT` and `keras_vit.HybridViT` only
+choose the stem. Paper section 3.1 (eq. 1-4, "Hybrid Architecture"), appendix D.4 for
+the position-embedding choices.
+"""
+
+from __future__ import annotations
+
+import keras
+
+from keras_vit import layer_names as names
+from keras_vit._validation import (
+    check_choice,
+    check_divisible,
+    check_heads,
+    check_positive_int,
+    check_rate,
+    to_pair,
+)
+from keras_vit.layers import ClassToken, MAPHead, PatchEmbed, TokenPooling, TransformerBlock
+from keras_vit.layers.pooling import POOLING_MODES
+from keras_vit.layers.position_embedding import POSITION_EMBEDDINGS, position_embedding_layer
+
+
+def encode_tokens(
+    tokens,
+    *,
+    num_heads,
+    mlp_dim,
+    num_layers,
+    pooling="token",
+    dropout_rate=0.0,
+    attention_dropout_rate=0.0,
+    drop_path_rate=0.0,
+    layer_norm_epsilon=1e-6,
+    gelu_approximate=True,
+    class_token_only=False,
+    position_embedding="learned",
+    grid_size=None,
+    dynamic_grid=None,
+    grid_images=None,
+):
+    """The Transformer encoder on a symbolic patch-token sequence.
+
+    Adds the class token (for "token" pooling), the position embedding (`position_embedding`
+    of `keras_vit.layers.position_embedding.POSITION_EMBEDDINGS`; "sincos2d" needs the
+    `grid_size` of the patches), dropout, `num_layers` blocks and the final LayerNorm.
+    Stochastic depth grows linearly from 0 at the first block to `drop_path_rate` at the
+    last. With `class_token_only=True` (token pooling only) the last block computes just the
+    class token (`TransformerBlock(num_output_tokens=1)`): the same pooled feature for ~7%
+    fewer FLOPs in a 12-block model.
+
+    With `dynamic_grid=(grid_size, patch_size)` the learned position table (stored for
+    `grid_size`) is resized in the forward pass to the grid of `grid_images` (see
+    `AddPositionEmbs(dynamic_image_size=True)`).
+
+    Returns:
+        The symbolic `(batch, num_tokens, hidden_dim)` output of `encoder_norm`, or
+        `(batch, 1, hidden_dim)` with `class_token_only=True`.
+    """
+    check_positive_int("num_layers", num_layers)
+    if not isinstance(class_token_only, bool):
+        raise ValueError(
+            f"`class_token_only` must be True or False. Received: {class_token_only!r}"
+        )
+    if class_token_only and pooling != "token":
+        raise ValueError(
+            f"class_token_only=True needs pooling='token'. Received: pooling={pooling!r}"
+        )
+    if pooling == "token":
+        tokens = ClassToken(name=names.CLASS_TOKEN)(tokens)
+    dynamic = dynamic_grid is not None
+    position = position_embedding_layer(
+        position_embedding,
+        dynamic_grid[0] if dynamic else grid_size,
+        int(pooling == "token"),
+        names.POSITION_EMBEDDING,
+        dynamic_image_size=dynamic,
+        patch_size=dynamic_grid[1] if dynamic else None,
+    )
+    if position is None:
+        x = tokens
+    elif dynamic:
+        x = position(tokens, images=grid_images)
+    else:
+        x = position(tokens)
+    x = keras.layers.Dropout(dropout_rate, name="dropout")(x)
+    for i in range(num_layers):
+        rate = drop_path_rate * i / max(num_layers - 1, 1)
+        x = TransformerBlock(
+            num_heads=num_heads,
+            mlp_dim=mlp_dim,
+            dropout_rate=dropout_rate,
+            attention_dropout_rate=attention_dropout_rate,
+            drop_path_rate=rate,
+            layer_norm_epsilon=layer_norm_epsilon,
+            gelu_approximate=gelu_approximate,
+            num_output_tokens=1 if class_token_only and i == num_layers - 1 else None,
+            name=names.block_name(i),
+        )(x)
+    return keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, name=names.ENCODER_NORM)(x)
+
+
+def classification_head(
+    sequence,
+    *,
+    pooling,
+    include_top,
+    return_sequence,
+    num_classes,
+    representation_size,
+    classifier_activation,
+    map_head=None,
+):
+    """Pooling, optional pre-logits (dense + tanh) and the zero-initialised head.
+
+    `pooling="map"` pools with big_vision's MAP head (`MAPHead(**map_head)`).
+    Returns the symbolic model output: the sequence, the pooled feature or the logits.
+    """
+    if return_sequence:
+        return sequence
+    if pooling == "map":
+        x = MAPHead(**(map_head or {}), name=names.MAP_HEAD)(sequence)
+    else:
+        x = TokenPooling(pooling, name=names.POOL)(sequence)
+    if representation_size is not None:
+        x = keras.layers.Dense(representation_size, activation="tanh", name=names.PRE_LOGITS)(x)
+    if not include_top:
+        return x
+    return zero_head(num_classes, classifier_activation)(x)
+
+
+def zero_head(num_classes, activation=None):
+    """The zero-initialised D x K head (`head`, float32 logits under every dtype policy;
+    paper section 3.2: "a zero-initialized D x K feedforward layer")."""
+    return keras.layers.Dense(
+        num_classes,
+        activation=activation,
+        kernel_initializer="zeros",
+        bias_initializer="zeros",
+        dtype="float32",
+        name=names.HEAD,
+    )
+
+
+def check_arguments(
+    *,
+    patch_size,
+    image_size,
+    hidden_dim,
+    num_heads,
+    mlp_dim,
+    num_layers,
+    channels,
+    num_classes,
+    pooling,
+    representation_size,
+    include_top,
+    return_sequence,
+    position_embedding,
+    dropout_rate,
+    attention_dropout_rate,
+    drop_path_rate,
+):
+    """Checks the arguments every builder shares; returns `(patch, size)` as pairs.
+
+    Raises:
+        ValueError: naming the argument and the rule.
+    """
+    patch = to_pair("patch_size", patch_size)
+    size = to_pair("image_size", image_size)
+    for arg, value in (
+        ("hidden_dim", hidden_dim),
+        ("num_heads", num_heads),
+        ("mlp_dim", mlp_dim),
+        ("num_layers", num_layers),
+        ("channels", channels),
+    ):
+        check_positive_int(arg, value)
+    check_heads(hidden_dim, num_heads)
+    check_positive_int("num_classes", num_classes)
+    check_choice("pooling", pooling, (*POOLING_MODES, "map"))
+    check_choice("position_embedding", position_embedding, POSITION_EMBEDDINGS)
+    if representation_size is not None:
+        check_positive_int("representation_size", representation_size)
+    if include_top and return_sequence:
+        raise ValueError(
+            "`return_sequence=True` returns the token sequence and needs include_top=False. "
+            f"Received: include_top={include_top}, return_sequence={return_sequence}"
+        )
+    for name, value in (
+        ("dropout_rate", dropout_rate),
+        ("attention_dropout_rate", attention_dropout_rate),
+        ("drop_path_rate", drop_path_rate),
+    ):
+        check_rate(name, value)
+    return patch, size
+
+
+def _check_feature_grid(features, patch, size):
+    grid = features.shape[1:3]
+    if any(g is None or g % p for g, p in zip(grid, patch, strict=True)):
+        raise ValueError(
+            f"Image size {size} gives a CNN feature map of {tuple(grid)}, which is not "
+            f"divisible by the patch size {patch} on the feature map. Pick an image size whose "
+            "feature map is a multiple of the patch (for the release's ResNet the map is the "
+            "image size divided by its total stride, rounded up at each stride)."
+        )
+
+
+def vision_transformer(
+    *,
+    stem=None,
+    patch_size,
+    hidden_dim,
+    num_heads,
+    mlp_dim,
+    num_layers,
+    num_classes,
+    image_size,
+    channels,
+    include_top,
+    pooling,
+    representation_size,
+    dropout_rate,
+    attention_dropout_rate,
+    drop_path_rate,
+    classifier_activation,
+    gelu_approximate,
+    layer_norm_epsilon,
+    return_sequence,
+    position_embedding,
+    weights,
+    name,
+    input_preprocessing="[-1,1]",
+    dynamic_image_size=False,
+):
+    """Builds a ViT-family `keras.Model` around a stem (see the module docstring).
+
+    Args:
+        stem: None (patches of the image itself) or a function `stem(images) -> features`
+            on the symbolic `(batch, height, width, channels)` images returning a feature map
+            `(batch, h, w, c)` whose h and w divide by the patch size.
+        The others: as in `keras_vit.ViT` (`dynamic_image_size` needs `stem=None`).
+
+    Returns:
+        A functional `keras.Model` with input `images`.
+
+    Raises:
+        ValueError: a bad argument (see `check_arguments`), an image or feature map not
+            divisible by the patch, `dynamic_image_size=True` with a stem or with
+            `position_embedding="sincos2d"`.
+    """
+    patch, size = check_arguments(
+        patch_size=patch_size,
+        image_size=image_size,
+        hidden_dim=hidden_dim,
+        num_heads=num_heads,
+        mlp_dim=mlp_dim,
+        num_layers=num_layers,
+        channels=channels,
+        num_classes=num_classes,
+        pooling=pooling,
+        representation_size=representation_size,
+        include_top=include_top,
+        return_sequence=return_sequence,
+        position_embedding=position_embedding,
+        dropout_rate=dropout_rate,
+        attention_dropout_rate=attention_dropout_rate,
+        drop_path_rate=drop_path_rate,
+    )
+    dynamic = bool(dynamic_image_size)
+    if dynamic and stem is not None:
+        raise ValueError("dynamic_image_size=True is for plain ViTs (stem=None).")
+    if dynamic and position_embedding == "sincos2d":
+        raise ValueError(
+            "dynamic_image_size=True needs position_embedding='learned' or 'none'. "
+            f"Received: position_embedding={position_embedding!r}"
+        )
+    if stem is None:
+        check_divisible(size, patch)
+    if weights is not None and include_top and representation_size is None:
+        from keras_vit.checkpoints.prediction_head import prediction_representation_size
+
+        representation_size = prediction_representation_size(weights, num_classes, hidden_dim)
+    images = keras.Input((None, None, channels) if dynamic else (*size, channels), name="images")
+    features = images
+    if stem is not None:
+        features = stem(images)
+        _check_feature_grid(features, patch, size)
+    embed = PatchEmbed(
+        patch,
+        hidden_dim,
+        input_preprocessing=input_preprocessing,
+        dynamic_image_size=dynamic,
+        image_size=size if dynamic else None,
+        name=names.EMBEDDING,
+    )
+    tokens = embed(features)
+    class_token_only = pooling == "token" and not return_sequence
+    sequence = encode_tokens(
+        tokens,
+        num_heads=num_heads,
+        mlp_dim=mlp_dim,
+        num_layers=num_layers,
+        pooling=pooling,
+        dropout_rate=dropout_rate,
+        attention_dropout_rate=attention_dropout_rate,
+        drop_path_rate=drop_path_rate,
+        layer_norm_epsilon=layer_norm_epsilon,
+        gelu_approximate=gelu_approximate,
+        class_token_only=class_token_only,
+        position_embedding=position_embedding,
+        grid_size=embed.grid_size,
+        dynamic_grid=((size[0] // patch[0], size[1] // patch[1]), patch) if dynamic else None,
+        grid_images=images if dynamic else None,
+    )
+    outputs = classification_head(
+        sequence,
+        pooling=pooling,
+        include_top=include_top,
+        return_sequence=return_sequence,
+        num_classes=num_classes,
+        representation_size=representation_size,
+        classifier_activation=classifier_activation,
+        map_head={
+            "num_heads": num_heads,
+            "mlp_dim": mlp_dim,
+            "layer_norm_epsilon": layer_norm_epsilon,
+            "gelu_approximate": gelu_approximate,
+        },
+    )
+    model = keras.Model(images, outputs, name=name)
+    if weights is not None:
+        from keras_vit.checkpoints import load_weights_argument
+
+        load_weights_argument(model, weights)
+    return model
+
+
+def named_builder(build, config, function_name: str, summary: str):
+    """The thin shortcut (`ViT_B16`, `R50_B16`) for one row of the size table.
+
+    Args:
+        build: `keras_vit.ViT` or `keras_vit.HybridViT`.
+        config: the row (`configs.ViTConfig` or `configs.HybridConfig`).
+        function_name: the public name ("ViT_B16").
+        summary: the first docstring line (sizes and source).
+    """
+
+    def builder(num_classes=1000, image_size=224, **kwargs):
+        arguments = {**config.as_kwargs(), "name": function_name.lower(), **kwargs}
+        return build(num_classes=num_classes, image_size=image_size, **arguments)
+
+    builder.__name__ = builder.__qualname__ = function_name
+    builder.__doc__ = (
+        f"{summary} Default dropout_rate {config.dropout_rate} (the release's).\n\n"
+        f"Takes the arguments of `keras_vit.{build.__name__}` (`num_classes`, `image_size`, "
+        "`channels`, `include_top`, `pooling`, `representation_size`, `dropout_rate`, "
+        "`attention_dropout_rate`, `drop_path_rate`, `classifier_activation`, "
+        "`position_embedding`, `weights`, `name`, ...); any architecture field may be "
+        "overridden too.\n\n"
+        "Returns:\n    A functional `keras.Model` with input `images` "
+        "`(batch, height, width, channels)` in [-1, 1].\n"
+    )
+    return builder
