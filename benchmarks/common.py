@@ -26,6 +26,7 @@ from keras_vit.benchmarking import (  # noqa: F401  (re-exported for the scripts
     format_results,
     gemm_gflops,
     gemm_peak,
+    gemm_roof,
     make_step,
     model_gflops,
     peak_rss_mb,

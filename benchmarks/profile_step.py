@@ -85,11 +85,11 @@ def main(argv=None):
     step = common.make_step(model, args.mode, args.batch_size, args.image_size, xla=True)
     for _ in range(2):
         step()
-    logdir = tempfile.mkdtemp(prefix="keras_vit_profile_")
-    tf.profiler.experimental.start(logdir)
-    seconds = common.time_call(step, args.steps) / args.steps
-    tf.profiler.experimental.stop()
-    times = compiled_op_times(logdir)
+    with tempfile.TemporaryDirectory(prefix="keras_vit_profile_") as logdir:
+        tf.profiler.experimental.start(logdir)
+        seconds = common.time_call(step, args.steps) / args.steps
+        tf.profiler.experimental.stop()
+        times = compiled_op_times(logdir)
     total = sum(times.values()) / args.steps
     print(
         f"{args.variant} @{args.image_size}, batch {args.batch_size}, {args.mode}: "

@@ -1,18 +1,24 @@
 """Images/second of keras_vit and its peers for inference and a training step, side by side.
 
-For one variant, resolution, batch size, dtype policy and XLA setting, every framework
-(keras_vit, keras-hub `ViTBackbone` + dense head, vit-keras `build_model`; peers only when
-importable by `--python`) runs in its own subprocess, so peak memory is per framework and
-per mode and import order does not matter. All workers build and warm up first; then the
-parent asks them in turn for one timed repeat each, rotating the order every round, so that
-the load drift of a shared machine hits every framework alike. The float32 GEMM peak is
-measured the same way (its own worker, in the rotation), and model FLOP utilisation is the
-analytic model FLOP rate (keras_vit.benchmarking; training = 3x forward) over that peak.
+For one variant, resolution and batch size, every framework (keras_vit, keras-hub
+`ViTBackbone` + dense head, vit-keras `build_model`; peers only when importable by
+`--python`) runs under every precision-and-compiler setting of `--settings` (default: float32
+with XLA, mixed_bfloat16 with XLA, mixed_bfloat16 without XLA), each (framework, setting) in
+its own subprocess, so peak memory is per point and import order does not matter. Workers
+build and warm up first; then the parent asks them in turn for one timed repeat each,
+rotating the order every round, so that the load drift of a shared machine hits every point
+alike. With `--interleave framework` (the default; all points of every framework at once
+may not fit in memory) the rotation runs over one framework's settings at a time.
 
-    python benchmarks/throughput.py --variant Ti/16 --batch-size 16 --json ti16.json
-    python benchmarks/throughput.py --variant B/16 --batch-size 8 --mode infer
+The roof is the machine's best GEMM measured in the same run: a worker in every rotation
+times `tf.matmul` in float32 and bfloat16, with and without XLA, at `--gemm-sizes`; model FLOP
+utilisation is the analytic model FLOP rate (paper table 1 counts; training = 3x forward)
+over that roof. The summary compares each framework at its best setting with keras_vit at
+its best, and says what `keras_vit.distribute.choose_precision` ("auto") picks.
 
-Prints one Markdown table (ours, each peer, ratio ours/peer, utilisation); writes JSON.
+    python benchmarks/throughput.py --variant B/16 --mode infer --json b16.json
+
+Prints two Markdown tables (every point; each framework at its best); writes JSON.
 """
 
 from __future__ import annotations
@@ -28,18 +34,33 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 
 GEMM = "gemm"
+DEFAULT_SETTINGS = "float32+xla,mixed_bfloat16+xla,mixed_bfloat16"
+POLICIES = ("float32", "mixed_bfloat16", "mixed_float16")
+
+
+def parse_setting(text):
+    """ "mixed_bfloat16+xla" -> ("mixed_bfloat16", True); "float32" -> ("float32", False)."""
+    policy, _, compiler = text.strip().partition("+")
+    if policy not in POLICIES or compiler not in ("", "xla"):
+        raise ValueError(f"{text!r} is not POLICY or POLICY+xla with POLICY in {POLICIES}")
+    return policy, compiler == "xla"
+
+
+def setting_label(policy, xla):
+    return f"{policy}+xla" if xla else policy
 
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     common.add_model_arguments(parser)
-    parser.add_argument("--dtype-policy", default="float32", help="Keras dtype policy")
-    parser.add_argument("--no-xla", action="store_true", help="compile without XLA")
     parser.add_argument(
-        "--xla-both",
-        action="store_true",
-        help="time every framework with and without XLA, interleaved in the same run",
+        "--settings",
+        default=DEFAULT_SETTINGS,
+        help="comma-separated POLICY or POLICY+xla points to time for every framework "
+        f"(default {DEFAULT_SETTINGS})",
     )
+    parser.add_argument("--dtype-policy", help=argparse.SUPPRESS)  # deprecated
+    parser.add_argument("--no-xla", action="store_true", help=argparse.SUPPRESS)  # deprecated
     parser.add_argument(
         "--frameworks",
         default=",".join(common.FRAMEWORKS),
@@ -56,9 +77,16 @@ def parse_args(argv=None):
         "--python", default=sys.executable, help="interpreter of the workers (this one)"
     )
     parser.add_argument(
+        "--interleave",
+        choices=("framework", "all"),
+        default="framework",
+        help="rotate over one framework's settings at a time (default; less memory) or over "
+        "every point at once",
+    )
+    parser.add_argument(
         "--one-at-a-time",
         action="store_true",
-        help="run the frameworks one after another instead of side by side (memory runs)",
+        help="run every point alone, one after another (memory runs)",
     )
     parser.add_argument("--json", dest="json_path", help="write the results here")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
@@ -67,6 +95,13 @@ def parse_args(argv=None):
     unknown = set(args.frameworks) - set(common.FRAMEWORKS)
     if unknown:
         parser.error(f"unknown --frameworks {sorted(unknown)}; choose from {common.FRAMEWORKS}")
+    if args.dtype_policy or args.no_xla:  # the old spelling: one setting
+        print("--dtype-policy/--no-xla are deprecated; use --settings", file=sys.stderr)
+        args.settings = (args.dtype_policy or "float32") + ("" if args.no_xla else "+xla")
+    try:
+        args.setting_list = [parse_setting(part) for part in args.settings.split(",")]
+    except ValueError as error:
+        parser.error(f"--settings: {error}")
     counts = {"--steps": args.steps, "--repeats": args.repeats, "--warmup": args.warmup}
     common.check_model_arguments(parser, args, counts)
     args.sizes = () if args.gemm_sizes == "none" else tuple(map(int, args.gemm_sizes.split(",")))
@@ -77,8 +112,8 @@ def parse_args(argv=None):
 
 
 def worker_main(args):
-    """One framework, mode and compiler (`--worker keras_vit:train:xla`, `...:noxla`) or the
-    GEMM peak (`--worker gemm`)."""
+    """One framework, mode and setting (`--worker keras_vit:train:mixed_bfloat16:noxla`) or
+    the GEMM roof (`--worker gemm`)."""
     common.exit_with_parent()
     try:
         common.set_threads(args.threads)
@@ -86,17 +121,17 @@ def worker_main(args):
             common.gemm_gflops(min(args.sizes))  # import and warm up TF before READY
 
             def handle():
-                best, per_size = common.gemm_peak(args.sizes, repeats=1, xla=True)
-                return {"gemm_gflops": best, "per_size": per_size}
+                best, figures = common.gemm_roof(args.sizes, repeats=1)
+                return {"gemm_gflops": best, "per_setting": figures}
 
             common.serve(handle, {"framework": GEMM})
             return 0
-        framework, mode, compiler = args.worker.split(":")
+        framework, mode, policy, compiler = args.worker.split(":")
         if not common.peer_available(framework):
             raise ImportError(f"{framework} is not installed for {sys.executable}")
         import keras
 
-        keras.config.set_dtype_policy(args.dtype_policy)
+        keras.config.set_dtype_policy(policy)
         model = common.build_model(framework, args.variant, args.image_size)
         step = common.make_step(
             model, mode, args.batch_size, args.image_size, xla=compiler == "xla"
@@ -126,10 +161,9 @@ def worker_main(args):
 
 def worker_argv(args, worker):
     argv = [args.python, os.path.abspath(__file__), "--worker", worker]
-    for name in ("variant", "image_size", "batch_size", "dtype_policy", "steps", "warmup"):
+    for name in ("variant", "image_size", "batch_size", "steps", "warmup"):
         argv += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
-    argv += ["--gemm-sizes", args.gemm_sizes or "none", "--threads", str(args.threads)]
-    return argv + (["--no-xla"] if args.no_xla else [])
+    return argv + ["--gemm-sizes", args.gemm_sizes or "none", "--threads", str(args.threads)]
 
 
 def start_workers(args, names):
@@ -175,35 +209,149 @@ def time_workers(args, names):
     return payloads, ready, peaks
 
 
-def measure_mode(args, mode, with_gemm):
-    """Times every framework in `mode` (plus the GEMM worker); returns records, GEMM figures.
+def worker_name(framework, mode, policy, xla):
+    return f"{framework}:{mode}:{policy}:{'xla' if xla else 'noxla'}"
 
-    With `--one-at-a-time` each framework runs alone (no interleaving; for the memory of
-    big models, where several resident at once would not fit).
-    """
-    compilers = ("xla", "noxla") if args.xla_both else ("noxla" if args.no_xla else "xla",)
-    names = [f"{f}:{mode}:{c}" for f in args.frameworks for c in compilers]
-    names += [GEMM] if with_gemm else []
-    print(f"{mode}: starting {', '.join(names)}", flush=True)
-    payloads, ready, peaks = {}, {}, {}
-    groups = [[name] for name in names] if args.one_at_a_time else [names]
-    for group in groups:
+
+def rotation_groups(args, mode):
+    """The groups of worker names timed together (each with a GEMM worker when asked)."""
+    points = [
+        [worker_name(f, mode, policy, xla) for policy, xla in args.setting_list]
+        for f in args.frameworks
+    ]
+    if args.one_at_a_time:
+        groups = [[name] for group in points for name in group]
+    elif args.interleave == "all":
+        groups = [[name for group in points for name in group]]
+    else:
+        groups = points
+    gemm = [GEMM] if args.sizes else []
+    return [group + gemm for group in groups] if not args.one_at_a_time else groups + [gemm]
+
+
+def measure_mode(args, mode):
+    """Times every point of `mode`; returns the records and the GEMM worker's figures."""
+    payloads, ready, peaks, gemm = {}, {}, {}, []
+    for group in rotation_groups(args, mode):
+        if not group:
+            continue
+        print(f"{mode}: timing {', '.join(group)}", flush=True)
         group_payloads, group_ready, group_peaks = time_workers(args, group)
+        gemm += group_payloads.pop(GEMM, [])
         payloads.update(group_payloads)
         ready.update(group_ready)
         peaks.update(group_peaks)
-    records, gemm = [], None
+    records = []
     for name, results in payloads.items():
-        if name == GEMM:
-            gemm = results
-            continue
         rates = [r["images_per_s"] for r in results]
-        framework, _, compiler = name.split(":")
+        framework, _, policy, compiler = name.split(":")
         record = common.result_record_from(framework, mode, rates, ready[name])
-        record["xla"] = compiler == "xla"
+        record.update(policy=policy, xla=compiler == "xla")
+        record["setting"] = setting_label(policy, record["xla"])
         record["peak_rss_mb"] = peaks[name]
         records.append(record)
     return records, gemm
+
+
+def add_ratios(results):
+    """ours/this at the same setting, and each framework's best against keras_vit's best."""
+    by_point = {(r["mode"], r["framework"], r["setting"]): r for r in results}
+    best = {}
+    for r in results:
+        key = (r["mode"], r["framework"])
+        if key not in best or r["images_per_s"] > best[key]["images_per_s"]:
+            best[key] = r
+    for r in results:
+        ours = by_point.get((r["mode"], "keras_vit", r["setting"]))
+        r["ours_over_this"] = ours["images_per_s"] / r["images_per_s"] if ours else None
+        ours_best = best.get((r["mode"], "keras_vit"))
+        r["best_ours_over_this"] = (
+            ours_best["images_per_s"] / r["images_per_s"] if ours_best else None
+        )
+        r["is_best_of_framework"] = best[(r["mode"], r["framework"])] is r
+    return best
+
+
+def auto_summary(args, results):
+    """What `choose_precision` picks for keras_vit, and how it fares against the fastest."""
+    from keras_vit import distribute
+
+    choice = distribute.choose_precision(common.variant_arch(args.variant)["hidden_dim"])
+    label = setting_label(choice.policy, choice.jit_compile)
+    lines, summary = [f"auto: {choice.describe()}"], {"choice": choice.as_dict(), "modes": {}}
+    for mode in sorted({r["mode"] for r in results}):
+        ours = [r for r in results if r["mode"] == mode and r["framework"] == "keras_vit"]
+        picked = [r for r in ours if r["setting"] == label]
+        if not ours or not picked:
+            continue
+        fastest = max(ours, key=lambda r: r["images_per_s"])
+        share = picked[0]["images_per_s"] / fastest["images_per_s"]
+        summary["modes"][mode] = {"setting": label, "of_fastest": share}
+        lines.append(
+            f"  {mode}: auto = {label}, {picked[0]['images_per_s']:.2f} img/s, "
+            f"{100 * share:.0f}% of the fastest setting ({fastest['setting']})"
+        )
+    return "\n".join(lines), summary
+
+
+def markdown(header, rows):
+    widths = [max(len(str(c)) for c in col) for col in zip(header, *rows, strict=True)]
+
+    def line(cells):
+        return "| " + " | ".join(str(c).ljust(w) for c, w in zip(cells, widths, strict=True)) + " |"
+
+    return "\n".join(
+        [line(header), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(line, rows)]
+    )
+
+
+def percent(value):
+    return "-" if value is None else f"{100 * value:.0f}%"
+
+
+def ratio(value):
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def format_tables(results, best):
+    """Every point, then each framework at its best setting against keras_vit's best."""
+    header = ["mode", "framework", "setting", "img/s (median)", "range", "peak RSS MiB"]
+    header += ["model GFLOP/s", "of roof", "ours/this (same setting)"]
+    rows = [
+        [
+            r["mode"],
+            r["framework"],
+            r["setting"],
+            f"{r['images_per_s']:.2f}",
+            f"{min(r['images_per_s_all']):.2f}-{max(r['images_per_s_all']):.2f}",
+            f"{r['peak_rss_mb']:.0f}",
+            f"{r['model_gflops_per_s']:.1f}",
+            percent(r["utilisation"]),
+            ratio(r["ours_over_this"]),
+        ]
+        for r in results
+    ]
+    best_rows = [
+        [
+            r["mode"],
+            r["framework"],
+            r["setting"],
+            f"{r['images_per_s']:.2f}",
+            percent(r["utilisation"]),
+            ratio(r["best_ours_over_this"]),
+        ]
+        for r in best.values()
+    ]
+    best_header = ["mode", "framework", "best setting", "img/s", "of roof", "ours best/this best"]
+    return markdown(header, rows) + "\n\n" + markdown(best_header, best_rows)
+
+
+def load_average():
+    """The 1-, 5- and 15-minute load averages (os.getloadavg), or None where unknown."""
+    try:
+        return [round(value, 2) for value in os.getloadavg()]
+    except OSError:
+        return None
 
 
 def main(argv=None):
@@ -211,28 +359,41 @@ def main(argv=None):
     if args.worker:
         return worker_main(args)
     modes = ("infer", "train") if args.mode == "both" else (args.mode,)
+    load_before = load_average()
     results, gemm_runs = [], []
-    for index, mode in enumerate(modes):
-        records, gemm = measure_mode(args, mode, with_gemm=bool(args.sizes) and index == 0)
+    for mode in modes:
+        records, gemm = measure_mode(args, mode)
         results += records
-        gemm_runs += gemm or []
-    peak = common.median([g["gemm_gflops"] for g in gemm_runs]) if gemm_runs else None
-    common.add_derived(results, args.variant, args.image_size, peak)
+        gemm_runs += gemm
+    load_after = load_average()
+    roof = common.median([g["gemm_gflops"] for g in gemm_runs]) if gemm_runs else None
+    common.add_derived(results, args.variant, args.image_size, roof)
+    best = add_ratios(results)
+    auto_text, auto = auto_summary(args, results)
     note = (
-        f"ViT-{args.variant} @{args.image_size}, batch {args.batch_size}, {args.dtype_policy}, "
-        f"XLA {'on and off' if args.xla_both else 'off' if args.no_xla else 'on'}, "
-        f"{args.repeats} repeats x {args.steps} steps; "
-        f"float32 GEMM peak {f'{peak:.1f} GFLOP/s' if peak else 'not measured'}"
+        f"ViT-{args.variant} @{args.image_size}, batch {args.batch_size}, "
+        f"{args.repeats} repeats x {args.steps} steps, interleaved by {args.interleave}; "
+        f"roof (best GEMM, float32/bfloat16, XLA on/off) "
+        f"{f'{roof:.1f} GFLOP/s' if roof else 'not measured'}; "
+        f"load average {load_before} before, {load_after} after"
     )
-    print(common.format_results(results, note))
+    print(note)
+    print(format_tables(results, best))
+    print(auto_text)
     if args.json_path:
         config = {k: v for k, v in vars(args).items() if k not in ("worker", "sizes")}
         payload = {
             "config": config,
-            "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
-            "gemm_peak_gflops": peak,
+            "machine": {
+                "cpus": os.cpu_count(),
+                "platform": platform.platform(),
+                "load_average_before": load_before,
+                "load_average_after": load_after,
+            },
+            "roof_gflops": roof,
             "gemm_runs": gemm_runs,
             "results": results,
+            "auto": auto,
         }
         common.write_json(args.json_path, payload)
         print(f"wrote {args.json_path}")

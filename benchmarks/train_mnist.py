@@ -48,7 +48,6 @@ def train_default(config, verbose=2):
     """Trains `config` on the embedded MNIST; returns (model, results dict)."""
     import keras
 
-    import keras_vit
     from keras_vit import data
 
     keras.utils.set_random_seed(config.seed)
@@ -59,7 +58,7 @@ def train_default(config, verbose=2):
         config.dataset, "train", batch_size=config.batch_size, training=True, **common
     )
     test = data.load(config.dataset, "test", batch_size=500, training=False, **common)
-    model = keras_vit.ViT(**config.model_kwargs(info.num_classes, info.channels))
+    model = config.build(info.num_classes, info.channels)
     model.compile(**config.compile_kwargs(num_train))
     start_wall, start_cpu = time.time(), time.process_time()
     history = model.fit(

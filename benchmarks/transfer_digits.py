@@ -40,12 +40,11 @@ def digits_data(config, shots, seed):
 
 def pretrained_mnist_model(weights, train_config):
     """The MNIST model: loaded from `weights` (.npz) or trained with the default recipe."""
-    import keras_vit
 
     if weights:
         from keras_vit import checkpoints
 
-        model = keras_vit.ViT(**train_config.model_kwargs(num_classes=10, channels=1))
+        model = train_config.build(num_classes=10, channels=1)
         checkpoints.load_npz(model, weights)
         return model, None
     from train_mnist import train_default  # benchmarks/ is on sys.path when run as a script
@@ -63,20 +62,24 @@ def run_finetune(model, config, train, test, num_train):
 
     transferred = keras_vit.finetune(model, 10, image_size=config.image_size)
     transferred.compile(**config.compile_kwargs(num_train))
-    transferred.fit(train, epochs=config.num_epochs(num_train), verbose=0)
+    transferred.fit(
+        train.repeat(),
+        epochs=config.num_epochs(num_train),
+        steps_per_epoch=config.steps_per_epoch(num_train),
+        verbose=0,
+    )
     return float(transferred.evaluate(test, verbose=0)[1])
 
 
 def run_scratch(train_config, finetune_config, train, test, num_train, steps, learning_rate):
     import keras
 
-    import keras_vit
     from keras_vit import training
 
     keras.utils.set_random_seed(finetune_config.seed)  # same init whatever ran before
     kwargs = train_config.model_kwargs(num_classes=10, channels=1)
     kwargs["image_size"] = finetune_config.image_size
-    model = keras_vit.ViT(**kwargs)
+    model = training.build_model(kwargs)
     steps_per_epoch = finetune_config.steps_per_epoch(num_train)
     epochs = max(1, -(-steps // steps_per_epoch))
     total = epochs * steps_per_epoch
@@ -93,7 +96,7 @@ def run_scratch(train_config, finetune_config, train, test, num_train, steps, le
         metrics=["accuracy"],
         jit_compile=True,
     )
-    model.fit(train, epochs=epochs, verbose=0)
+    model.fit(train.repeat(), epochs=epochs, steps_per_epoch=steps_per_epoch, verbose=0)
     return float(model.evaluate(test, verbose=0)[1]), total
 
 

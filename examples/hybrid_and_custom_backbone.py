@@ -105,6 +105,7 @@ def main(argv=None) -> int:
         args.cnn, args.image_size, args.cnn_weights = "mobilenetv2", 64, None
 
     import keras
+    import numpy as np
 
     import keras_vit
 
@@ -150,11 +151,19 @@ def main(argv=None) -> int:
         name=f"{args.cnn}_vit",
     )
     feature_map = backbone.outputs[0].shape
+    # A few `fit` steps on the photo (label 0): the zero-initialised head becomes non-zero,
+    # so the save/reload check below compares logits that depend on the weights.
+    photos = np.repeat(photo_batch(args.image_size), 2, axis=0)
+    model.compile(
+        optimizer=keras.optimizers.Adam(1e-2),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    )
+    model.fit(photos, np.zeros(len(photos), "int32"), epochs=3, verbose=0)
     logits = model.predict(photo_batch(args.image_size), verbose=0)
     print(
         f"{args.cnn} hybrid: feature map {feature_map[1]}x{feature_map[2]}x{feature_map[3]} -> "
         f"{feature_map[1] * feature_map[2]} tokens, {model.count_params():,} parameters, "
-        f"logits {logits.shape}"
+        f"logits {logits.shape}, max |logit| {abs(logits).max():.4f} after 3 fit steps"
     )
     path = os.path.join(out, "cnn_hybrid.keras")
     model.save(path)

@@ -95,12 +95,13 @@ def peak_rss_mb():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
-def gemm_gflops(size, repeats=3, xla=True):
-    """Median GFLOP/s of a float32 `size x size` matrix product in TensorFlow (2 n^3 FLOPs)."""
+def gemm_gflops(size, repeats=3, xla=True, dtype="float32"):
+    """Median GFLOP/s of a `size x size` matrix product in TensorFlow (2 n^3 FLOPs), in
+    `dtype` ("float32" or "bfloat16"), with or without XLA."""
     import tensorflow as tf
 
-    a = tf.random.normal((size, size))
-    b = tf.random.normal((size, size))
+    a = tf.cast(tf.random.normal((size, size)), dtype)
+    b = tf.cast(tf.random.normal((size, size)), dtype)
     matmul = tf.function(lambda x, y: tf.matmul(x, y)[:1, :1], jit_compile=xla)
     matmul(a, b).numpy()  # compile, warm up
     steps = min(20, max(1, int(2e10 // (2 * size**3))))  # ~10 GFLOP per repeat, <= 20 calls
@@ -113,10 +114,24 @@ def gemm_gflops(size, repeats=3, xla=True):
     return 2.0 * size**3 / statistics.median(times) / 1e9
 
 
-def gemm_peak(sizes=(1024, 2048, 4096), repeats=3, xla=True):
+def gemm_peak(sizes=(1024, 2048, 4096), repeats=3, xla=True, dtype="float32"):
     """The best GEMM GFLOP/s over `sizes` and the figure of each size."""
-    per_size = {str(n): gemm_gflops(n, repeats, xla) for n in sizes}
+    per_size = {str(n): gemm_gflops(n, repeats, xla, dtype) for n in sizes}
     return max(per_size.values()), per_size
+
+
+GEMM_SETTINGS = (("float32", True), ("float32", False), ("bfloat16", True), ("bfloat16", False))
+
+
+def gemm_roof(sizes=(1024, 2048, 4096), repeats=3):
+    """The machine's roof: the best GEMM GFLOP/s over `sizes` in float32 and bfloat16, each
+    with and without XLA. Returns (best, {"bfloat16 noxla": {size: GFLOP/s}, ...})."""
+    figures = {
+        f"{dtype} {'xla' if xla else 'noxla'}": gemm_peak(sizes, repeats, xla, dtype)[1]
+        for dtype, xla in GEMM_SETTINGS
+    }
+    best = max(value for per_size in figures.values() for value in per_size.values())
+    return best, figures
 
 
 def peer_available(framework):
@@ -275,7 +290,7 @@ def format_results(results, header_note=""):
         "range",
         "peak RSS MiB",
         "model GFLOP/s",
-        "util. of GEMM peak",
+        "util. of GEMM roof",
         "ours/this (same XLA)",
         "best ours/this",
     ]

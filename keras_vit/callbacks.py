@@ -256,7 +256,7 @@ class LearningCurvePlot(keras.callbacks.Callback):
 
     The title is `title` (runs: the run directory's name), the best epoch by `monitor` is
     marked, and with a label-smoothing loss (read from the compiled model) the loss floor
-    is drawn (`keras_vit.plots.plot_learning_curves`).
+    is drawn (`keras_vit.learning_curves.plot_learning_curves`).
 
     Args:
         history: the `HistoryCSV` callback of the same `fit`.
@@ -276,7 +276,7 @@ class LearningCurvePlot(keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         if self.write:
-            from keras_vit.plots import plot_learning_curves
+            from keras_vit.learning_curves import plot_learning_curves
 
             plot_learning_curves(
                 self.history.rows,

@@ -26,6 +26,7 @@ TensorFlow-specific by design (see DESIGN.md): the model code itself stays backe
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -305,3 +306,228 @@ def resolve_jit_compile(jit_compile: bool | str | None, strategy: tf.distribute.
     if jit_compile is None or jit_compile == "auto":
         return "auto"
     return bool(jit_compile)
+
+
+# --- choosing the precision and the compiler ------------------------------------------------
+
+AUTO = "auto"
+BFLOAT16_CPU_FLAGS = ("amx_bf16", "avx512_bf16")
+"""/proc/cpuinfo flags of x86 CPUs with bfloat16 matrix instructions (AMX tiles, AVX-512
+BF16 dot products), which TensorFlow's oneDNN kernels use for bfloat16 matrix products."""
+MIN_BFLOAT16_WIDTH = 256
+"""Narrowest `hidden_dim` for which mixed_bfloat16 through oneDNN beats float32 with XLA on a
+CPU with bfloat16 units (measured: Ti/16, D 192, gains nothing; S/16, D 384, and B/16 do;
+docs/performance.md)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class PrecisionChoice:
+    """The dtype policy and XLA setting for a model on this device, and why.
+
+    Attributes:
+        policy: a Keras dtype policy name of `PRECISION_POLICIES`.
+        jit_compile: the `model.compile(jit_compile=...)` value (True: XLA, False: TensorFlow's
+            own kernels, oneDNN on CPU).
+        reason: one sentence saying why (the device and what was detected).
+    """
+
+    policy: str
+    jit_compile: bool
+    reason: str
+
+    def describe(self) -> str:
+        """One line: `precision mixed_bfloat16, XLA off (reason)`."""
+        return f"precision {self.policy}, XLA {'on' if self.jit_compile else 'off'} ({self.reason})"
+
+    def as_dict(self) -> dict:
+        """`{"mixed_precision": ..., "jit_compile": ..., "reason": ...}` (for config.json)."""
+        return {
+            "mixed_precision": self.policy,
+            "jit_compile": self.jit_compile,
+            "reason": self.reason,
+        }
+
+
+def cpu_flags(path: str = "/proc/cpuinfo") -> frozenset[str]:
+    """The feature flags the CPU reports (the `flags` line of /proc/cpuinfo on Linux).
+
+    Returns an empty set where the file is missing or unreadable (other systems): then no
+    bfloat16 matrix units are assumed.
+    """
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            for line in handle:
+                key, _, value = line.partition(":")
+                if key.strip() == "flags":
+                    return frozenset(value.split())
+    except OSError:
+        pass
+    return frozenset()
+
+
+def model_width(model) -> int | None:
+    """The token width (`hidden_dim`) of a keras_vit model, or None when it has no
+    `embedding` layer with one."""
+    try:
+        return int(model.get_layer("embedding").hidden_dim)
+    except (ValueError, AttributeError, TypeError):
+        return None
+
+
+def _device_kind(strategy) -> str:
+    if isinstance(strategy, tf.distribute.TPUStrategy):
+        return "tpu"
+    return "gpu" if tf.config.list_logical_devices("GPU") else "cpu"
+
+
+def _gpu_policy() -> tuple[str, str]:
+    """(policy, reason) for the first GPU, from its compute capability."""
+    details = {}
+    gpus = tf.config.list_physical_devices("GPU")
+    if gpus:
+        details = tf.config.experimental.get_device_details(gpus[0])
+    capability = tuple(details.get("compute_capability") or (0, 0))
+    name = (
+        f"{details.get('device_name', 'GPU')} (compute capability {capability[0]}.{capability[1]})"
+    )
+    if capability >= (8, 0):
+        return "mixed_bfloat16", f"{name}: bfloat16 tensor cores"
+    if capability >= (7, 0):
+        return "mixed_float16", f"{name}: float16 tensor cores"
+    return "float32", f"{name}: no tensor cores"
+
+
+def choose_precision(
+    hidden_dim: int | None = None,
+    *,
+    strategy: tf.distribute.Strategy | None = None,
+    mixed_precision: str | None = AUTO,
+    jit_compile: bool | str | None = AUTO,
+    flags: frozenset[str] | None = None,
+) -> PrecisionChoice:
+    """The dtype policy and XLA setting that run a ViT of width `hidden_dim` fastest here.
+
+    `"auto"` (the default of both) picks:
+      - TPU: mixed_bfloat16 with XLA (TPUStrategy always compiles).
+      - GPU: mixed_bfloat16 (compute capability >= 8.0) or mixed_float16 (7.x) with XLA.
+      - CPU with bfloat16 matrix units (`amx_bf16` or `avx512_bf16` in the CPU flags) and
+        `hidden_dim >= MIN_BFLOAT16_WIDTH`: mixed_bfloat16 without XLA (TensorFlow's oneDNN
+        kernels use those units, XLA's CPU backend does not).
+      - any other CPU case: float32 with XLA.
+      - on CPU, XLA is off under a strategy with several replicas or workers (XLA's
+        collectives do not run on CPU; Keras' own "auto" also turns it off there).
+    A value given for one of the two is kept and the other is chosen to suit it (XLA given
+    on CPU: float32, as XLA's bfloat16 products do not use the bfloat16 units; a reduced
+    precision given on CPU: XLA off).
+
+    Args:
+        hidden_dim: the model's token width (`model_width(model)`); None: unknown, treated
+            as narrow.
+        strategy: the `tf.distribute.Strategy` the model will run under (default: current).
+        mixed_precision: "auto", or a policy of `PRECISION_POLICIES` (None means float32).
+        jit_compile: "auto" (or None), True or False.
+        flags: the CPU flags (default: `cpu_flags()`, read at run time).
+
+    Returns:
+        A `PrecisionChoice`; `choice.describe()` is the line to log.
+
+    Raises:
+        ValueError: an unknown policy or a `jit_compile` other than "auto"/None/True/False.
+    """
+    if mixed_precision is not None and mixed_precision not in (AUTO, *PRECISION_POLICIES):
+        raise ValueError(
+            f"Unknown mixed precision policy {mixed_precision!r}; expected 'auto' or one of "
+            f"{list(PRECISION_POLICIES)}."
+        )
+    if jit_compile not in (AUTO, None, True, False):
+        raise ValueError(f"`jit_compile` must be 'auto', True or False. Received: {jit_compile!r}")
+    policy = "float32" if mixed_precision is None else mixed_precision
+    jit = AUTO if jit_compile is None else jit_compile
+    strategy = strategy or tf.distribute.get_strategy()
+    kind = _device_kind(strategy)
+    if kind == "tpu":
+        return PrecisionChoice(
+            "mixed_bfloat16" if policy == AUTO else policy, True, "TPU: XLA always"
+        )
+    if kind == "gpu":
+        auto_policy, reason = _gpu_policy()
+        return PrecisionChoice(
+            auto_policy if policy == AUTO else policy,
+            True if jit == AUTO else bool(jit),
+            reason + ("" if policy == AUTO else f"; {policy} as given") + ", XLA",
+        )
+    return _cpu_choice(hidden_dim, strategy, policy, jit, cpu_flags() if flags is None else flags)
+
+
+def _cpu_choice(hidden_dim, strategy, policy, jit, flags) -> PrecisionChoice:
+    units = [flag for flag in BFLOAT16_CPU_FLAGS if flag in flags]
+    several = strategy.num_replicas_in_sync > 1 or isinstance(
+        strategy, tf.distribute.MultiWorkerMirroredStrategy
+    )
+    reasons = [f"CPU with {', '.join(units)}" if units else "CPU without bfloat16 matrix units"]
+    if policy == AUTO:
+        wide = hidden_dim is not None and hidden_dim >= MIN_BFLOAT16_WIDTH
+        width = "width unknown" if hidden_dim is None else f"hidden_dim {hidden_dim}"
+        if units and wide and jit is not True:
+            policy = "mixed_bfloat16"
+            reasons.append(f"{width} >= {MIN_BFLOAT16_WIDTH}: bfloat16 products on oneDNN")
+        else:
+            policy = "float32"
+            if units and jit is True:
+                reasons.append("XLA given, and XLA's CPU products do not use bfloat16 units")
+            elif units:
+                reasons.append(f"{width} < {MIN_BFLOAT16_WIDTH}: bfloat16 does not pay")
+    else:
+        reasons.append(f"{policy} as given")
+    if jit == AUTO:
+        jit = policy == "float32" and not several
+        if several:
+            reasons.append("XLA off: several replicas, and XLA collectives do not run on CPU")
+        elif not jit:
+            reasons.append("XLA off: XLA's CPU backend does not use the bfloat16 units")
+    else:
+        reasons.append(f"XLA {'on' if jit else 'off'} as given")
+    return PrecisionChoice(policy, bool(jit), "; ".join(reasons))
+
+
+FLOAT32_LAYERS = ("head",)
+"""Layers keras_vit builds in float32 under every policy (float32 logits)."""
+
+
+def with_dtype_policy(model: keras.Model, policy: str) -> keras.Model:
+    """A copy of a functional model whose layers compute under `policy`, same weights.
+
+    A loaded `.keras` model keeps the dtype policy it was built with; this rebuilds it from
+    its config with every layer's policy replaced (the `head` stays float32, so logits stay
+    float32) and copies the weights (variables stay float32 under the mixed policies).
+
+    Args:
+        model: a functional Keras model (keras_vit's ViT, hybrid or fine-tuned models).
+        policy: one of `PRECISION_POLICIES`.
+
+    Returns:
+        `model` itself when its layers already use `policy`, else the copy.
+
+    Raises:
+        ValueError: an unknown policy.
+    """
+    if policy not in PRECISION_POLICIES:
+        raise ValueError(
+            f"Unknown mixed precision policy {policy!r}; expected one of "
+            f"{list(PRECISION_POLICIES)}."
+        )
+    config = model.get_config()
+    target = keras.dtype_policies.serialize(keras.DTypePolicy(policy))
+    changed = False
+    for layer in config["layers"]:
+        dtype = layer["config"].get("dtype")
+        if not isinstance(dtype, dict) or layer["name"] in FLOAT32_LAYERS:
+            continue  # input layers carry a plain dtype string
+        if dtype.get("config", {}).get("name") != policy:
+            layer["config"]["dtype"] = target
+            changed = True
+    if not changed:
+        return model
+    clone = model.__class__.from_config(config)
+    clone.set_weights(model.get_weights())
+    return clone

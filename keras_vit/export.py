@@ -60,6 +60,7 @@ def export_saved_model(
     class_names: Sequence[str] | None = None,
     top_k: int = 5,
     overwrite: bool = False,
+    jit_compile: bool = False,
 ) -> str:
     """Writes `model` as a TF Serving SavedModel to `export_dir/<version>/`.
 
@@ -82,6 +83,11 @@ def export_saved_model(
         overwrite: if True, an existing `export_dir/<version>` is replaced (the new version
             is renamed into place right after the old one is moved aside); if False
             (default), an existing version raises `FileExistsError` before any work.
+        jit_compile: compile the model's forward pass with XLA inside the SavedModel
+            (default False: TensorFlow's kernels, which on CPU run bfloat16 products on
+            oneDNN). The model's own dtype policy is kept: for a bfloat16 export of a float32
+            model, pass `keras_vit.distribute.with_dtype_policy(model, "mixed_bfloat16")`
+            (logits stay float32; docs/serving.md gives the measured difference).
 
     Returns:
         The path of the written version folder, `export_dir/<version>`.
@@ -136,6 +142,7 @@ def export_saved_model(
         head_activation=head_activation_name(head),
         class_names=class_names,
         top_k=min(top_k, num_classes),
+        jit_compile=jit_compile,
     )
     temp_dir = tempfile.mkdtemp(prefix=f".tmp-{version}-", dir=export_dir)
     try:
@@ -272,15 +279,24 @@ def decode_images(image_bytes: tf.Tensor, image_size: tuple[int, int], channels:
 
 
 def build_export_archive(
-    model, *, image_size, channels, feature_layer, head_activation, class_names, top_k
+    model,
+    *,
+    image_size,
+    channels,
+    feature_layer,
+    head_activation,
+    class_names,
+    top_k,
+    jit_compile=False,
 ):
     """The `keras.export.ExportArchive` holding the three signatures (see module doc)."""
     feature_model = keras.Model(model.inputs, feature_layer.output, name="features")
+    forward = tf.function(lambda x: model(x, training=False), jit_compile=bool(jit_compile))
     preprocessing = model_input_preprocessing(model)
 
     def classify(scaled_images):
         scaled_images = from_unit_range(scaled_images, preprocessing)
-        outputs = tf.cast(model(scaled_images, training=False), tf.float32)
+        outputs = tf.cast(forward(scaled_images), tf.float32)
         if head_activation == "softmax":
             probabilities = outputs
             logits = tf.math.log(tf.maximum(outputs, TINY_PROBABILITY))

@@ -43,7 +43,8 @@ class RunConfig:
             paper's transfer step, `training.FinetuneConfig` recipe).
         recipe: the recipe dataclass; its `dataset`, `image_size`, `batch_size`, epochs or
             steps, `learning_rate`, `seed` and `jit_compile` are used as they are.
-        model: "default" or "tiny" (the recipe's small ViT) or a named variant of
+        model: "default" or "tiny" (the recipe's small model: a hybrid, or with
+            `recipe.stem="patch"` a pure ViT) or a named variant of
             `keras_vit.configs.VIT_CONFIGS` such as "Ti/16" (train only).
         patch_size: overrides the patch size of the model (train only).
         data_dir: TFDS data directory.
@@ -51,8 +52,23 @@ class RunConfig:
             `.keras` file or an official `.npz` (architecture from the config.json next to it,
             else read from the array shapes).
         strategy: a name of `keras_vit.distribute.STRATEGY_NAMES`.
-        mixed_precision: None/"float32", "mixed_float16" or "mixed_bfloat16".
-        validation_split: held-out split evaluated each epoch and at the end.
+        mixed_precision: "auto" (default: `keras_vit.distribute.choose_precision` picks for
+            the device and the model width), "float32" (or None), "mixed_float16" or
+            "mixed_bfloat16".
+        validation_split: the split evaluated after every epoch that picks the best model.
+            Default "train[90%:]": a tenth of the training images, stratified (per class) and
+            drawn with `split_seed`, carved out of "train" - the release holds out 2% of
+            ImageNet's train as "minival" the same way. A one-sided slice of "train" is
+            removed from the training data (the model trains on its complement,
+            "train[:90%]"); another split name (e.g. TFDS "validation") leaves "train" whole.
+        split_seed: seed of the carve (embedded, array and folder sources; TFDS slices in its
+            own stored order).
+        test_split: the split never used for selection, evaluated once at the end with the
+            best model (the one saved as best.keras and exported); None, or a dataset without
+            it, reports the validation figures only.
+        train_split: None (default): "train", or the complement of a validation slice of
+            it; a split string trains on exactly that split instead (the caller keeps it apart
+            from `validation_split`, as the VTAB-1k split "train[:800]" / "train[800:1000]").
         shots_per_class: embedded datasets only: train on N images per class, hold out the
             rest (see `keras_vit.data.load`).
     """
@@ -64,8 +80,11 @@ class RunConfig:
     data_dir: str | None = None
     weights: str | None = None
     strategy: str = "auto"
-    mixed_precision: str | None = None
-    validation_split: str = "test"
+    mixed_precision: str | None = distribute.AUTO
+    validation_split: str = "train[90%:]"
+    split_seed: int = 0
+    test_split: str | None = "test"
+    train_split: str | None = None
     shots_per_class: int | None = None
 
     def __post_init__(self):
@@ -99,11 +118,15 @@ class RunPlan:
         image_size: (height, width) of the model input.
         channels: image channels fed to the model.
         global_batch_size: batch over all replicas; `per_replica_batch_size` each.
+        train_split: the split trained on ("train", or the complement of a validation slice
+            carved from it); num_validation_examples: the size of `config.validation_split`.
+        test_split: the split evaluated at the end (None: the dataset has no test split).
         num_train_examples, steps_per_epoch, epochs: the schedule.
         model_kwargs: `keras_vit.ViT` arguments of the model to train (for finetune: of the
             model `keras_vit.finetune` returns).
         source_model: finetune only: the loaded pre-trained model.
         jit_compile: what `model.compile(jit_compile=...)` gets.
+        precision: the `keras_vit.distribute.PrecisionChoice` (policy, XLA and why).
     """
 
     config: RunConfig
@@ -118,6 +141,10 @@ class RunPlan:
     model_kwargs: dict
     source_model: Any = None
     jit_compile: Any = "auto"
+    train_split: str = "train"
+    test_split: str | None = "test"
+    num_validation_examples: int | None = None
+    precision: Any = None
 
     def resolved(self) -> dict:
         """JSON-friendly facts for config.json."""
@@ -129,12 +156,19 @@ class RunPlan:
             "image_size": list(self.image_size),
             "global_batch_size": self.global_batch_size,
             "per_replica_batch_size": self.per_replica_batch_size,
+            "train_split": self.train_split,
+            "validation_split": self.config.validation_split,
+            "split_seed": self.config.split_seed,
+            "test_split": self.test_split,
             "num_train_examples": self.num_train_examples,
+            "num_validation_examples": self.num_validation_examples,
             "steps_per_epoch": self.steps_per_epoch,
             "epochs": self.epochs,
             "total_steps": self.steps_per_epoch * self.epochs,
             "model_kwargs": self.model_kwargs,
             "jit_compile": self.jit_compile,
+            "mixed_precision": self.precision.policy if self.precision else None,
+            "precision_reason": self.precision.reason if self.precision else None,
         }
 
 
@@ -147,10 +181,10 @@ def plan_run(config: RunConfig, strategy) -> RunPlan:
     from keras_vit import data
 
     recipe = config.recipe
-    if config.mixed_precision not in (None, *distribute.PRECISION_POLICIES):
+    if config.mixed_precision not in (None, distribute.AUTO, *distribute.PRECISION_POLICIES):
         raise ConfigError(
-            f"Unknown mixed precision policy {config.mixed_precision!r}; expected one of "
-            f"{list(distribute.PRECISION_POLICIES)}."
+            f"Unknown mixed precision policy {config.mixed_precision!r}; expected 'auto' or "
+            f"one of {list(distribute.PRECISION_POLICIES)}."
         )
     try:
         info = data.describe(
@@ -188,20 +222,22 @@ def plan_run(config: RunConfig, strategy) -> RunPlan:
         )
     except ValueError as error:
         raise ConfigError(str(error)) from None
-    held_out = config.validation_split.split("[")[0]
-    if held_out not in info.num_examples:
-        raise ConfigError(
-            f"Dataset {info.name!r} has no split {held_out!r} to evaluate on; it has "
-            f"{sorted(info.num_examples)}."
-        )
-    num_train = info.num_examples.get("train")
+    train_split, test_split = resolve_splits(config, info)
+    count = _split_counter(config)
+    num_train = None
+    if "train" in info.num_examples:  # a TFDS slice of unrecorded size: the whole split's
+        num_train = count(train_split) or info.num_examples["train"]
     if not num_train:
-        raise ConfigError(f"Dataset {info.name!r} has no 'train' split to train on.")
+        raise ConfigError(
+            f"Dataset {info.name!r} has no training images in {train_split!r}; it has "
+            f"{info.num_examples}."
+        )
     if num_train < recipe.batch_size:
         raise ConfigError(
             f"The batch size {recipe.batch_size} is larger than the {num_train} training "
-            f"images of {info.name!r}; choose a smaller --batch-size."
+            f"images of {info.name!r} ({train_split}); choose a smaller --batch-size."
         )
+    precision = choose_run_precision(config, model_kwargs["hidden_dim"], strategy)
     return RunPlan(
         config=config,
         info=info,
@@ -214,8 +250,90 @@ def plan_run(config: RunConfig, strategy) -> RunPlan:
         epochs=recipe.num_epochs(num_train),
         model_kwargs=model_kwargs,
         source_model=source,
-        jit_compile=distribute.resolve_jit_compile(recipe.jit_compile, strategy),
+        jit_compile=precision.jit_compile,
+        precision=precision,
+        train_split=train_split,
+        test_split=test_split,
+        num_validation_examples=count(config.validation_split),
     )
+
+
+def resolve_splits(config: RunConfig, info) -> tuple[str, str | None]:
+    """(split to train on, test split or None) for `config` on a dataset described by `info`.
+
+    Raises:
+        ConfigError: an invalid split string, a split the dataset lacks, or a validation
+            split that would overlap the training data (all of "train", or a slice of it
+            with both bounds).
+    """
+    from keras_vit.data import splits
+
+    validation = config.validation_split
+    try:
+        spec = splits.parse_split(validation)
+    except ValueError as error:
+        raise ConfigError(_one_line(error)) from None
+    if spec.name not in info.num_examples:
+        raise ConfigError(
+            f"Dataset {info.name!r} has no split {spec.name!r} to validate on; it has "
+            f"{sorted(info.num_examples)}."
+        )
+    train_split = "train"
+    if config.train_split is not None:
+        train_split = config.train_split
+        if train_split.split("[")[0] not in info.num_examples:
+            raise ConfigError(
+                f"Dataset {info.name!r} has no split {train_split!r} to train on; it has "
+                f"{sorted(info.num_examples)}."
+            )
+    elif spec.name == "train":
+        train_split = splits.complement(validation)
+        if train_split is None:
+            raise ConfigError(
+                f"--validation-split {validation!r} would select on images the model trains "
+                "on; carve it as a one-sided slice of train, e.g. 'train[90%:]' (the model then "
+                "trains on 'train[:90%]'), or name another split."
+            )
+    test_split = config.test_split
+    if test_split is not None and test_split.split("[")[0] not in info.num_examples:
+        logger.info(
+            "Dataset %s has no split %r: the validation split is the only held-out figure.",
+            info.name,
+            test_split,
+        )
+        test_split = None
+    return train_split, test_split
+
+
+def _split_counter(config: RunConfig):
+    from keras_vit import data
+
+    def count(split):
+        try:
+            return data.split_size(
+                config.recipe.dataset,
+                split,
+                data_dir=config.data_dir,
+                shots_per_class=config.shots_per_class,
+            )
+        except ValueError as error:
+            raise ConfigError(_one_line(error)) from None
+
+    return count
+
+
+def choose_run_precision(config: RunConfig, hidden_dim, strategy):
+    """The run's `PrecisionChoice`: its `mixed_precision` and recipe `jit_compile`, "auto"
+    resolved by `keras_vit.distribute.choose_precision` for the device and the width."""
+    try:
+        return distribute.choose_precision(
+            hidden_dim,
+            strategy=strategy,
+            mixed_precision=config.mixed_precision,
+            jit_compile=config.recipe.jit_compile,
+        )
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
 
 
 def _one_line(error) -> str:
@@ -323,10 +441,9 @@ def load_model(path, *, compile: bool = True) -> keras.Model:
 
 def _model_from_npz(path) -> keras.Model:
     from keras_vit import checkpoints
-    from keras_vit.models import ViT
 
     kwargs = _kwargs_from_run_config(path) or vit_kwargs_from_npz(checkpoints.read_npz(path))
-    model = ViT(**kwargs)
+    model = training.build_model(kwargs)
     checkpoints.load_npz(model, path)
     return model
 
@@ -374,7 +491,8 @@ def vit_kwargs_from_npz(arrays: dict) -> dict:
 
 
 def source_model_kwargs(model) -> dict:
-    """`keras_vit.ViT` arguments of a built keras_vit model, read from its layers."""
+    """`keras_vit.ViT` arguments of a built keras_vit model, read from its layers; for a
+    hybrid with the built-in ResNet, `keras_vit.HybridViT` arguments (with `resnet_stages`)."""
     from keras_vit.checkpoints.architecture import Architecture
 
     try:
@@ -383,7 +501,15 @@ def source_model_kwargs(model) -> dict:
         arch = None
     if arch is None or not arch.num_layers:
         raise ConfigError(f"The weights are not a keras_vit ViT model ({model.name!r}).")
+    resnet = {}
+    if arch.resnet_stages is not None and "conv_root" in {layer.name for layer in model.layers}:
+        resnet = {
+            "resnet_stages": list(arch.resnet_stages),
+            "resnet_width": int(model.get_layer("conv_root").filters),
+            "resnet_groups": int(model.get_layer("gn_root").groups),
+        }
     return {
+        **resnet,
         "patch_size": list(arch.patch_size),
         **arch.transformer_kwargs(),
         "pooling": arch.pooling,

@@ -9,7 +9,14 @@ A run directory holds everything about one training run:
     last.keras, last.npz   the model after the latest finished epoch (.npz: official layout)
     best.keras, best.npz   the model of the best epoch by the monitored metric; best.json
     backup/                resume state (removed when the run completes)
-    metrics.json           final held-out metrics; its presence marks a completed run
+    metrics.json           final metrics; its presence marks a completed run
+
+The best epoch is picked on validation data (by default carved from the training images,
+see `RunConfig.validation_split`); the test split, never used for selection, is evaluated
+once at the end with the model saved as best.keras (the one `evaluate` and `export` use), with
+plain cross-entropy (no label smoothing) as its loss, as `keras-vit evaluate` computes it.
+The per-epoch `loss`/`val_loss` of history.csv are the training loss (with the recipe's
+label smoothing).
 
 The `epoch` fields of history.csv and best.json count from 0, as Keras' `CSVLogger` and
 `History` do; the console and the learning-curve plot count from 1, as Keras' progress bar
@@ -36,7 +43,7 @@ from collections.abc import Callable
 
 import keras
 
-from keras_vit import _atomic, callbacks, distribute
+from keras_vit import _atomic, callbacks, distribute, training
 from keras_vit.run_plan import ConfigError, RunConfig, RunPlan, load_model, plan_run
 
 __all__ = [
@@ -126,6 +133,7 @@ def fit_run(
     *,
     epochs: int,
     validation_data=None,
+    test_data=None,
     config: dict | None = None,
     strategy=None,
     resume: bool = False,
@@ -145,7 +153,9 @@ def fit_run(
             size, or an (images, labels) tuple of arrays (then give `batch_size`).
         epochs: total number of epochs of the run (also when resuming).
         validation_data: held-out (images, labels) data, as for `fit`; evaluated after every
-            epoch and at the end (metrics.json). None: no held-out metrics.
+            epoch, it picks the best model. None: no held-out metrics.
+        test_data: data never used for selection, evaluated once at the end with the best
+            model as saved in best.keras (metrics.json "test"). None: none.
         config: the resolved configuration, written to config.json (JSON-serialisable).
         strategy: a `tf.distribute.Strategy`; default: the current one.
         resume: continue the run in `run_dir` from its last finished epoch.
@@ -225,7 +235,14 @@ def fit_run(
         }
         if validation_data is not None:
             rows = history.rows
-            metrics["held_out"] = _held_out_metrics(rows, model, validation_data, batch_size)
+            metrics["validation"] = _held_out_metrics(rows, model, validation_data, batch_size)
+            metrics["held_out"] = metrics["validation"]
+        if test_data is not None and chief:
+            metrics["test"] = evaluate_saved(
+                os.path.join(run_dir, "best.keras"), test_data, batch_size=batch_size
+            )
+            metrics["test"]["epoch"] = (metrics["best"] or {}).get("epoch")
+            metrics["held_out"] = metrics["test"]
         if chief:
             _atomic.write_json(os.path.join(run_dir, METRICS_FILE), metrics)
     finally:
@@ -264,6 +281,24 @@ def evaluate(model, data, *, batch_size: int | None = None, verbose=0) -> dict:
     return {key: float(value) for key, value in results.items()}
 
 
+TEST_LOSS = "cross-entropy without label smoothing"
+
+
+def evaluate_saved(model_file, data, *, batch_size: int | None = None) -> dict:
+    """Loss and accuracy of a saved `.keras` model (safe mode) on `data`, the loss being
+    plain cross-entropy from logits (no label smoothing), as `keras-vit evaluate` reports.
+
+    Returns:
+        {"model": file name, "loss", "accuracy", "loss_name"}.
+    """
+    model = load_model(model_file, compile=False)
+    model.compile(
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"]
+    )
+    results = evaluate(model, data, batch_size=batch_size)
+    return {"model": os.path.basename(model_file), **results, "loss_name": TEST_LOSS}
+
+
 def load_result(run_dir) -> RunResult:
     """The stored results of a completed run (model from last.keras, safe mode on)."""
     model = load_model(os.path.join(run_dir, "last.keras"))
@@ -288,7 +323,8 @@ def train(
     """Trains (or fine-tunes) a ViT as `config` says, into the run directory `run_dir`.
 
     The pieces: `run_plan.plan_run` checks everything first; the datasets come from
-    `keras_vit.data.load` (train split with augmentation, `config.validation_split` held out),
+    `keras_vit.data.load` (the training split with augmentation, `config.validation_split`
+    picking the best epoch, `config.test_split` evaluated at the end),
     the model from `keras_vit.ViT` (task "train") or `keras_vit.finetune` on the pre-trained
     model (task "finetune"), built and compiled with the recipe inside `strategy.scope()`;
     `fit_run` does the rest.
@@ -307,7 +343,8 @@ def train(
             `resolved["dtype_policy"]`, after every check and before training starts.
 
     Returns:
-        A `RunResult`; `result.metrics["held_out"]["accuracy"]` is the held-out accuracy.
+        A `RunResult`; `result.metrics["test"]["accuracy"]` is the test accuracy of best.keras
+            (`"held_out"`: the test figures, or the validation ones without a test split).
 
     Raises:
         RunDirError: `run_dir` exists without `resume`, or is not a run with it.
@@ -324,9 +361,10 @@ def train(
         check_run_dir(run_dir, resume)
     policy = keras.config.dtype_policy()
     try:
-        distribute.set_mixed_precision(config.mixed_precision)
+        logger.info("Precision: %s", plan.precision.describe())
+        distribute.set_mixed_precision(plan.precision.policy)
         keras.utils.set_random_seed(config.recipe.seed)
-        train_data, held_out = _datasets(plan)
+        train_data, validation, test = _datasets(plan)
         record = _config_record(plan, strategy)
         if on_start is not None:
             on_start(
@@ -343,7 +381,9 @@ def train(
             lambda: _build_model(plan),
             train_data,
             epochs=plan.epochs,
-            validation_data=held_out,
+            steps_per_epoch=plan.steps_per_epoch,
+            validation_data=validation,
+            test_data=test,
             config=record,
             strategy=strategy,
             resume=resume,
@@ -355,6 +395,10 @@ def train(
 
 
 def _datasets(plan: RunPlan):
+    """(repeated training data, validation data, test data or None) of the plan.
+
+    The training data is repeated: each "epoch" is `plan.steps_per_epoch` steps (whole passes
+    for `train`, a share of the step budget for `finetune`)."""
     from keras_vit import data
 
     config = plan.config
@@ -365,21 +409,25 @@ def _datasets(plan: RunPlan):
         data_dir=config.data_dir,
         shuffle_seed=config.recipe.seed,
         shots_per_class=config.shots_per_class,
+        split_seed=config.split_seed,
     )
-    train_data = data.load(config.recipe.dataset, "train", training=True, **common)
-    held_out = data.load(config.recipe.dataset, config.validation_split, training=False, **common)
-    return train_data, held_out
+    train_data = data.load(config.recipe.dataset, plan.train_split, training=True, **common)
+    validation = data.load(config.recipe.dataset, config.validation_split, training=False, **common)
+    test = None
+    if plan.test_split is not None:
+        test = data.load(config.recipe.dataset, plan.test_split, training=False, **common)
+    return train_data.repeat(), validation, test
 
 
 def _build_model(plan: RunPlan) -> keras.Model:
     """Builds and compiles the model (called inside the strategy scope)."""
     from keras_vit.finetune import finetune
-    from keras_vit.models import ViT
 
     if plan.source_model is not None:
-        model = finetune(plan.source_model, plan.info.num_classes, image_size=plan.image_size)
+        source = distribute.with_dtype_policy(plan.source_model, plan.precision.policy)
+        model = finetune(source, plan.info.num_classes, image_size=plan.image_size)
     else:
-        model = ViT(**plan.model_kwargs)
+        model = training.build_model(plan.model_kwargs)
     compile_kwargs = plan.config.recipe.compile_kwargs(plan.num_train_examples)
     compile_kwargs["jit_compile"] = plan.jit_compile
     model.compile(**compile_kwargs)

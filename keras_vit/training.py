@@ -9,7 +9,8 @@ All are plain Keras objects usable with `model.fit`:
 - `finetune_optimizer`: SGD momentum 0.9, global-norm clipping 1.0, no weight decay, linear
   warmup then cosine decay to 0 (paper appendix B.1.1; the release's vit_jax/train.py).
 - `loss`: cross-entropy from logits, with optional label smoothing for integer labels.
-- `TrainConfig` / `FinetuneConfig`: the defaults of `keras-vit train` and `keras-vit finetune`.
+- `TrainConfig` / `FinetuneConfig`: the defaults of `keras-vit train` and `keras-vit finetune`;
+  `build_model` builds the ViT or hybrid a run's model arguments describe.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from keras_vit._validation import check_choice, check_positive_int
 from keras_vit.configs import RECIPE_VIT
 
 DECAYS = ("linear", "cosine")
+STEMS = ("resnet", "patch")
 FINETUNE_MAX_WARMUP_STEPS = 500
 NO_WEIGHT_DECAY_PATTERN = r"(^|/)(bias|gamma|beta|cls|pos_embedding)(/replica_\d+)?(:\d+)?$"
 """Variable names AdamW does not decay: biases, LayerNorm, class token, position table.
@@ -222,34 +224,71 @@ def loss(label_smoothing=0.0, one_hot=False):
     return keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
 
+def build_model(model_kwargs: dict):
+    """`keras_vit.HybridViT(**model_kwargs)` when they name `resnet_stages`, else
+    `keras_vit.ViT(**model_kwargs)` (the form config.json records a run's model in)."""
+    from keras_vit.hybrid import HybridViT
+    from keras_vit.models import ViT
+
+    kwargs = dict(model_kwargs)
+    if "resnet_stages" in kwargs:
+        kwargs["resnet_stages"] = tuple(kwargs["resnet_stages"])
+        return HybridViT(**kwargs)
+    return ViT(**kwargs)
+
+
 def _compile_kwargs(config, num_train_examples):
     return {
         "optimizer": config.optimizer(num_train_examples),
         "loss": loss(config.label_smoothing),
         "metrics": ["accuracy"],
-        "jit_compile": config.jit_compile,
+        "jit_compile": _resolved_jit_compile(config),
     }
+
+
+def _resolved_jit_compile(config) -> bool:
+    """The recipe's `jit_compile`, "auto" chosen for this device, the global dtype policy
+    and the recipe's width (`keras_vit.distribute.choose_precision`)."""
+    if config.jit_compile not in ("auto", None):
+        return bool(config.jit_compile)
+    from keras_vit import distribute
+
+    return distribute.choose_precision(
+        getattr(config, "hidden_dim", None),
+        mixed_precision=keras.config.dtype_policy().name,
+        jit_compile="auto",
+    ).jit_compile
 
 
 @dataclasses.dataclass
 class TrainConfig:
-    """Defaults of `keras-vit train`: a small ViT trained from scratch on the embedded MNIST.
+    """Defaults of `keras-vit train`: a small hybrid ViT trained from scratch on the embedded
+    MNIST.
 
-    Tuned on this project's 2-core CPU (docs/data_and_recipes.md has the measurements): a
-    patch-4 ViT on 28x28 gray images (49 tokens), AdamW with warmup + cosine decay, label
-    smoothing and the mild digit crop of `keras_vit.data.default_augmentation("mnist")`.
+    Tuned on this project's 2-core CPU (docs/data_and_recipes.md has the measurements). The
+    paper finds hybrids ahead of pure ViTs at small compute and data (section 4.2, figure 5),
+    and AugReg that small data wants augmentation, regularisation and longer schedules: the
+    default `stem="resnet"` is the BiT ResNet root of the release's hybrids (conv 7x7/2,
+    GroupNorm, max-pool 3x3/2: `resnet_width` channels, stride 4) feeding 1x1 patches of its
+    7x7 feature map to a 4-block, width-64 Transformer (49 tokens, as the patch-4 ViT), trained
+    30 epochs with AdamW, warmup + cosine decay, label smoothing and the mild digit crop of
+    `keras_vit.data.default_augmentation("mnist")`, in float32 with XLA (the fastest here at
+    this width). `stem="patch"` is the pure ViT with `patch_size` pixel patches.
 
     Use:
         config = TrainConfig()
         info = keras_vit.data.describe(config.dataset)
-        model = keras_vit.ViT(**config.model_kwargs(info.num_classes, info.channels))
-        model.compile(**config.compile_kwargs(info.num_examples["train"]))
-        model.fit(train_ds, epochs=config.num_epochs(n), validation_data=test_ds)
+        model = config.build(info.num_classes, info.channels)
+        model.compile(**config.compile_kwargs(num_train))
+        model.fit(train_ds, epochs=config.num_epochs(num_train), validation_data=val_ds)
     """
 
     dataset: str = "mnist"
     image_size: int = 28
-    # The architecture fields default to `keras_vit.configs.RECIPE_VIT` (sizes live there).
+    stem: str = "resnet"
+    resnet_width: int = 32
+    resnet_groups: int = 8
+    # The Transformer fields default to `keras_vit.configs.RECIPE_VIT` (sizes live there).
     patch_size: int = RECIPE_VIT.patch_size
     hidden_dim: int = RECIPE_VIT.hidden_dim
     num_heads: int = RECIPE_VIT.num_heads
@@ -258,7 +297,7 @@ class TrainConfig:
     pooling: str = "gap"
     position_embedding: str = "learned"
     dropout_rate: float = RECIPE_VIT.dropout_rate
-    epochs: int = 15
+    epochs: int = 30
     batch_size: int = 32
     learning_rate: float = 2e-3
     weight_decay: float = 0.05
@@ -266,12 +305,16 @@ class TrainConfig:
     decay: str = "cosine"
     label_smoothing: float = 0.1
     global_clipnorm: float | None = 1.0
-    jit_compile: bool = True
+    jit_compile: bool | str = "auto"
     seed: int = 0
 
+    def __post_init__(self):
+        check_choice("stem", self.stem, STEMS)
+
     def model_kwargs(self, num_classes: int, channels: int) -> dict:
-        """Keyword arguments of `keras_vit.ViT` for this recipe."""
-        return {
+        """Keyword arguments of `keras_vit.HybridViT` (stem "resnet": they hold
+        `resnet_stages`) or `keras_vit.ViT` (stem "patch") for this recipe."""
+        kwargs = {
             "patch_size": self.patch_size,
             "hidden_dim": self.hidden_dim,
             "num_heads": self.num_heads,
@@ -284,6 +327,18 @@ class TrainConfig:
             "position_embedding": self.position_embedding,
             "dropout_rate": self.dropout_rate,
         }
+        if self.stem == "resnet":
+            kwargs.update(
+                resnet_stages=[],
+                resnet_width=self.resnet_width,
+                resnet_groups=self.resnet_groups,
+                patch_size=1,
+            )
+        return kwargs
+
+    def build(self, num_classes: int, channels: int):
+        """The recipe's model (uncompiled)."""
+        return build_model(self.model_kwargs(num_classes, channels))
 
     def steps_per_epoch(self, num_train_examples: int) -> int:
         """Full batches per epoch (the training pipeline drops the remainder)."""
@@ -323,25 +378,31 @@ class FinetuneConfig:
     The paper's transfer step in miniature: a model pre-trained on MNIST at 28x28 is
     fine-tuned on the UCI digits at 40x40 (position table resized, zero-initialised head).
 
-    Use `model.fit(train_ds, epochs=config.num_epochs(n))`: the run is `steps` optimizer steps,
-    rounded up to whole epochs.
+    The run is counted in optimizer steps, as the paper's fine-tuning (appendix B.1.1: 500
+    steps for Pets/Flowers, 10k for CIFAR): `steps` steps split into `validations` "epochs"
+    of `steps_per_epoch()` steps, each followed by one validation pass, whatever the size of
+    the training set. Use a repeated training set: `model.fit(train_ds.repeat(),
+    epochs=config.num_epochs(n), steps_per_epoch=config.steps_per_epoch(n))`.
     """
 
     dataset: str = "digits"
     image_size: int = 40
     batch_size: int = 32
     steps: int = 300
+    validations: int = 5
     learning_rate: float = 0.03
     warmup_steps: int | None = None
     label_smoothing: float = 0.0
-    jit_compile: bool = True
+    jit_compile: bool | str = "auto"
     seed: int = 0
 
-    def steps_per_epoch(self, num_train_examples: int) -> int:
-        return max(1, num_train_examples // self.batch_size)
-
     def num_epochs(self, num_train_examples: int) -> int:
-        return math.ceil(self.steps / self.steps_per_epoch(num_train_examples))
+        """Validation passes of the run (`validations`, at most one per step)."""
+        return max(1, min(self.validations, self.steps))
+
+    def steps_per_epoch(self, num_train_examples: int) -> int:
+        """Steps between two validations (`steps / validations`, rounded up)."""
+        return math.ceil(self.steps / self.num_epochs(num_train_examples))
 
     def total_steps(self, num_train_examples: int) -> int:
         return self.steps_per_epoch(num_train_examples) * self.num_epochs(num_train_examples)

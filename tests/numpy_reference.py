@@ -3,6 +3,10 @@
 It is the independent reference for the Keras layers and for checkpoint loading: parameters
 are given as a dict keyed by the OFFICIAL checkpoint names (vit_facts.md section 3), so it
 shares no code or naming logic with keras_vit.
+
+The hybrid's ResNet (paper section 3.1; BiT, Kolesnikov et al. 2020, as in the release's
+models_resnet.py) is written from its equations too (vit_facts.md section 2): weight-
+standardised convolutions with TF "SAME" padding, GroupNorm, bottleneck units, the root.
 """
 
 from __future__ import annotations
@@ -150,3 +154,105 @@ def random_official_params(
     params["head/kernel"] = r(width, num_classes)
     params["head/bias"] = r(num_classes)
     return params
+
+
+# ---------------------------------------------------------------- hybrid ResNet (BiT)
+
+
+def standardize_kernel(w, eps=1e-5):
+    """BiT weight standardisation per output channel: (w - mean) / (population std + eps)."""
+    mean = w.mean(axis=(0, 1, 2), keepdims=True)
+    std = np.sqrt(((w - mean) ** 2).mean(axis=(0, 1, 2), keepdims=True))
+    return (w - mean) / (std + eps)
+
+
+def tf_same_padding(size, kernel, stride):
+    """(output size, padding before, padding after) of TF "SAME": the smaller half first."""
+    out = -(-size // stride)
+    total = max((out - 1) * stride + kernel - size, 0)
+    return out, total // 2, total - total // 2
+
+
+def conv2d_same(x, w, stride):
+    """Cross-correlation with TF "SAME" padding, by summing shifted strided slices."""
+    batch, height, width, _ = x.shape
+    kh, kw, _, filters = w.shape
+    oh, top, bottom = tf_same_padding(height, kh, stride)
+    ow, left, right = tf_same_padding(width, kw, stride)
+    xp = np.pad(x, ((0, 0), (top, bottom), (left, right), (0, 0)))
+    out = np.zeros((batch, oh, ow, filters))
+    for i in range(kh):
+        for j in range(kw):
+            window = xp[:, i : i + stride * oh : stride, j : j + stride * ow : stride, :]
+            out += np.einsum("bhwc,co->bhwo", window, w[i, j])
+    return out
+
+
+def max_pool_same(x, size=3, stride=2):
+    """Max-pooling with TF "SAME" padding (padded positions never win)."""
+    batch, height, width, channels = x.shape
+    oh, top, bottom = tf_same_padding(height, size, stride)
+    ow, left, right = tf_same_padding(width, size, stride)
+    xp = np.pad(x, ((0, 0), (top, bottom), (left, right), (0, 0)), constant_values=-np.inf)
+    out = np.full((batch, oh, ow, channels), -np.inf)
+    for i in range(size):
+        for j in range(size):
+            out = np.maximum(out, xp[:, i : i + stride * oh : stride, j : j + stride * ow : stride])
+    return out
+
+
+def group_norm(x, groups, scale, bias, eps=1e-6):
+    """GroupNorm over (height, width, channels of the group), biased variance."""
+    b, h, w, c = x.shape
+    g = x.reshape(b, h, w, groups, c // groups)
+    mean = g.mean(axis=(1, 2, 4), keepdims=True)
+    var = g.var(axis=(1, 2, 4), keepdims=True)
+    return ((g - mean) / np.sqrt(var + eps)).reshape(b, h, w, c) * scale + bias
+
+
+def relu(x):
+    return np.maximum(x, 0)
+
+
+def _std_conv_gn(x, params, prefix, conv, norm, groups, stride=1):
+    y = conv2d_same(x, standardize_kernel(params[f"{prefix}{conv}/kernel"]), stride)
+    return group_norm(y, groups, params[f"{prefix}{norm}/scale"], params[f"{prefix}{norm}/bias"])
+
+
+def bottleneck_unit(x, params, prefix, stride, groups):
+    """BiT's pre-activation-free bottleneck: conv1 1x1, conv2 3x3 (stride), conv3 1x1 (4x),
+    each standardised and followed by GroupNorm; projection shortcut conv_proj + gn_proj when
+    the file has one; add, ReLU. Keys `prefix + "conv1/kernel"`, `prefix + "gn1/scale"`, ..."""
+    residual = x
+    if prefix + "conv_proj/kernel" in params:
+        residual = _std_conv_gn(x, params, prefix, "conv_proj", "gn_proj", groups, stride)
+    y = relu(_std_conv_gn(x, params, prefix, "conv1", "gn1", groups))
+    y = relu(_std_conv_gn(y, params, prefix, "conv2", "gn2", groups, stride))
+    y = _std_conv_gn(y, params, prefix, "conv3", "gn3", groups)
+    return relu(residual + y)
+
+
+def resnet_forward(params, images, groups=32):
+    """The hybrid's feature map: root (7x7/2 conv, GroupNorm, ReLU, 3x3/2 max-pool), then
+    block{s}/unit{u} for every stage and unit in the file; stride 2 on the first unit of
+    stages 2 and later."""
+    x = np.asarray(images, np.float64)
+    params = {k: np.asarray(v, np.float64) for k, v in params.items()}
+    x = relu(_std_conv_gn(x, params, "", "conv_root", "gn_root", groups, stride=2))
+    x = max_pool_same(x)
+    stage = 1
+    while f"block{stage}/unit1/conv1/kernel" in params:
+        unit = 1
+        while f"block{stage}/unit{unit}/conv1/kernel" in params:
+            stride = 2 if stage > 1 and unit == 1 else 1
+            x = bottleneck_unit(x, params, f"block{stage}/unit{unit}/", stride, groups)
+            unit += 1
+        stage += 1
+    return x
+
+
+def hybrid_forward(params, images, *, num_heads, groups=32, **vit_kwargs):
+    """Logits of a ResNet + ViT hybrid: the ViT of `vit_forward` on the ResNet feature map."""
+    return vit_forward(
+        params, resnet_forward(params, images, groups), num_heads=num_heads, **vit_kwargs
+    )

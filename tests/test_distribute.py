@@ -6,7 +6,6 @@ import os
 import socket
 import subprocess
 import sys
-import time
 import types
 
 import keras
@@ -16,6 +15,8 @@ import tensorflow as tf
 
 import keras_vit
 from keras_vit import distribute, runs
+from tests.model_helpers import random_images
+from tests.output_checks import assert_close_to_float32, randomize_weights
 
 HELPERS = os.path.join(os.path.dirname(__file__), "helpers")
 
@@ -52,12 +53,10 @@ def test_unknown_strategy_name_lists_choices():
         assert name in message
 
 
-def test_tpu_without_tpu_fails_fast_with_clear_message(monkeypatch):
+def test_tpu_without_tpu_fails_with_clear_message(monkeypatch):
     monkeypatch.delenv("TPU_NAME", raising=False)
-    start = time.perf_counter()
     with pytest.raises(distribute.StrategyUnavailableError, match="No TPU found"):
         distribute.resolve_strategy("tpu")
-    assert time.perf_counter() - start < 5
 
 
 def test_auto_on_cpu_machine_is_default_strategy(monkeypatch):
@@ -121,11 +120,16 @@ def test_per_replica_batch_size_rejects_uneven_batches(batch_size):
 def test_mixed_precision_switch(tiny_vit_kwargs):
     try:
         assert distribute.set_mixed_precision("mixed_bfloat16") == "mixed_bfloat16"
-        model = keras_vit.ViT(**tiny_vit_kwargs)
+        model = randomize_weights(keras_vit.ViT(**tiny_vit_kwargs), seed=2)
         assert model.get_layer("encoderblock_0").compute_dtype == "bfloat16"
         assert model.get_layer("encoderblock_0").variable_dtype == "float32"
-        logits = model(np.zeros((1, 32, 32, 3), "float32"))
+        x = random_images(np.random.default_rng(1), 2, 32, 32)
+        logits = model(x)
         assert logits.dtype == "float32"
+        keras.config.set_dtype_policy("float32")
+        reference = keras_vit.ViT(**tiny_vit_kwargs)
+        reference.set_weights(model.get_weights())
+        assert_close_to_float32(logits, reference(x), "mixed_bfloat16")
         assert distribute.set_mixed_precision("mixed_float16") == "mixed_float16"
         assert keras.config.dtype_policy().compute_dtype == "float16"
     finally:
@@ -197,7 +201,14 @@ def test_b40_saved_after_mirrored_training_reloads_in_fresh_process(mirrored, tm
 # --- two worker processes on 127.0.0.1 -----------------------------------------------------
 
 
+PORT_ATTEMPTS = 3
+PORT_TAKEN = ("Could not start gRPC server", "Address already in use")
+
+
 def free_ports(count):
+    """Ports free a moment ago. TensorFlow's gRPC server binds without SO_REUSEPORT, so the
+    port cannot be held for it: another process may take it before the worker binds, and
+    `two_workers` then starts again on new ports (see `start_two_workers`)."""
     sockets = [socket.socket() for _ in range(count)]
     for s in sockets:
         s.bind(("127.0.0.1", 0))
@@ -207,10 +218,8 @@ def free_ports(count):
     return ports
 
 
-@pytest.fixture(scope="module")
-def two_workers(tmp_path_factory):
-    root = tmp_path_factory.mktemp("multi_worker")
-    run_dir = root / "run"
+def start_two_workers(run_dir):
+    """Runs the two workers to the end; returns [(returncode, stdout, stderr)] per worker."""
     cluster = {"worker": [f"127.0.0.1:{port}" for port in free_ports(2)]}
     processes = []
     try:
@@ -235,9 +244,26 @@ def two_workers(tmp_path_factory):
             if process.poll() is None:
                 process.kill()
                 process.wait()
-    for process, (stdout, stderr) in zip(processes, outputs, strict=True):
-        assert process.returncode == 0, stdout[-3000:] + stderr[-3000:]
-    return root, run_dir, [parse_result(stdout) for stdout, _ in outputs]
+    return [(p.returncode, out, err) for p, (out, err) in zip(processes, outputs, strict=True)]
+
+
+def port_was_taken(results):
+    return any(code != 0 and any(m in err for m in PORT_TAKEN) for code, _, err in results)
+
+
+@pytest.fixture(scope="module")
+def two_workers(tmp_path_factory):
+    """Two worker processes on 127.0.0.1; started again on new ports if a port was taken
+    between `free_ports` and the workers' bind (at most PORT_ATTEMPTS times)."""
+    for attempt in range(PORT_ATTEMPTS):
+        root = tmp_path_factory.mktemp(f"multi_worker_{attempt}")
+        run_dir = root / "run"
+        results = start_two_workers(run_dir)
+        if not port_was_taken(results):
+            break
+    for code, stdout, stderr in results:
+        assert code == 0, stdout[-3000:] + stderr[-3000:]
+    return root, run_dir, [parse_result(stdout) for _, stdout, _ in results]
 
 
 def test_two_workers_train_and_chief_model_reloads(two_workers):

@@ -14,19 +14,21 @@ import base64
 import json
 import os
 import re
-import resource
 import subprocess
 import sys
-import time
 from pathlib import Path
 
+import keras
 import numpy as np
 import pytest
 
+import keras_vit  # noqa: F401  (registers the layers for loading cnn_hybrid.keras)
+from tests.output_checks import assert_head_not_zero
+
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
-WALL_TIMEOUT_S = 300  # a loaded shared machine; a quiet 2-core machine needs < 60 s
-CPU_LIMIT_S = 90  # user + system seconds of the example process
+# Only a guard against a hung example, not a speed target (speed lives in benchmarks/).
+HANG_TIMEOUT_S = 900
 CHANCE = 0.1  # ten balanced digit classes
 EXAMPLE_NAMES = [
     "train_from_scratch",
@@ -42,21 +44,15 @@ def run_example(name: str, out: Path, *args: str, returncode: int = 0) -> str:
     """Runs `python examples/<name>.py --quick --out <out> *args`; returns stdout + stderr."""
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
     env.pop("TF_CONFIG", None)
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    start = time.perf_counter()
     completed = subprocess.run(
         [sys.executable, str(EXAMPLES / f"{name}.py"), "--quick", "--out", str(out), *args],
         cwd=ROOT,
         env=env,
         capture_output=True,
         text=True,
-        timeout=WALL_TIMEOUT_S,
+        timeout=HANG_TIMEOUT_S,
     )
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    print(f"{name}: {time.perf_counter() - start:.1f} s wall, {cpu:.1f} s CPU")
     assert completed.returncode == returncode, completed.stdout[-3000:] + completed.stderr[-3000:]
-    assert cpu < CPU_LIMIT_S, f"{name} --quick used {cpu:.0f} s of CPU"
     return completed.stdout if returncode == 0 else completed.stderr
 
 
@@ -203,5 +199,8 @@ def test_hybrid_and_custom_backbone(tmp_path):
     # MobileNetV2 cut at stride 16 on 64x64 images: a 4x4 map -> 16 tokens.
     assert "feature map 4x4x" in stdout and "-> 16 tokens" in stdout
     assert "logits (1, 10)" in stdout
-    assert (tmp_path / "cnn_hybrid.keras").is_file()
+    # The head was trained, so the logits compared after reloading depend on the weights.
+    assert float(last_value(r"max \|logit\| ([0-9.]+) after", stdout)) > 1e-3
+    saved = keras.saving.load_model(tmp_path / "cnn_hybrid.keras", safe_mode=True)
+    assert_head_not_zero(saved)
     assert "reloaded model gives the same logits: True" in stdout

@@ -32,6 +32,7 @@ from keras_vit.export import (
     resize_and_scale,
 )
 from tests.conftest import TINY_VIT
+from tests.output_checks import randomize_weights
 
 CLASS_NAMES = [f"class_{i}" for i in range(TINY_VIT["num_classes"])]
 TOP_K = 3
@@ -118,13 +119,6 @@ def numpy_bilinear_resize(images, height, width):
 def preprocess_reference(images, size):
     """The evaluation preprocessing, from its definition: resize, then (x - 127.5) / 127.5."""
     return ((numpy_bilinear_resize(images, *size) - 127.5) / 127.5).astype(np.float32)
-
-
-def randomize_weights(model, seed):
-    """Random weights everywhere (the head is zero-initialised, which would hide errors)."""
-    rng = np.random.default_rng(seed)
-    model.set_weights([rng.normal(0.0, 0.3, w.shape).astype(w.dtype) for w in model.get_weights()])
-    return model
 
 
 def encode(images, image_format, **kwargs):

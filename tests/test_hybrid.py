@@ -16,6 +16,13 @@ from keras_vit import HybridViT
 from keras_vit.checkpoints import CheckpointError, load_npz, save_npz
 from keras_vit.finetune import finetune
 from keras_vit.hybrid import HYBRID_CONFIGS
+from tests.numpy_reference import hybrid_forward
+from tests.output_checks import (
+    assert_close_to_float32,
+    assert_outputs_close,
+    mixed_and_float32_models,
+    randomize_weights,
+)
 
 TINY_HYBRID = dict(
     resnet_stages=(1,),
@@ -39,12 +46,18 @@ PUBLISHED = {
 }
 
 
-def official_hybrid_shapes(stages, *, hidden, mlp, heads, layers, patch, tokens, classes):
+def official_hybrid_shapes(
+    stages, *, hidden, mlp, heads, layers, patch, tokens, classes, root_width=64
+):
     """Official checkpoint keys and shapes of a BiT-ResNet hybrid (vit_facts.md sections 2-3)."""
-    shapes = {"conv_root/kernel": (7, 7, 3, 64), "gn_root/scale": (64,), "gn_root/bias": (64,)}
-    channels = 64
+    shapes = {
+        "conv_root/kernel": (7, 7, 3, root_width),
+        "gn_root/scale": (root_width,),
+        "gn_root/bias": (root_width,),
+    }
+    channels = root_width
     for s, units in enumerate(stages, start=1):
-        width = 64 * 2 ** (s - 1)
+        width = root_width * 2 ** (s - 1)
         for u in range(1, units + 1):
             p = f"block{s}/unit{u}/"
             shapes[p + "conv1/kernel"] = (1, 1, channels, width)
@@ -179,16 +192,22 @@ def test_config_table_matches_the_release():
 # ------------------------------------------------------------------ any image size
 
 
-def test_non_square_320x224_input_runs():
+def test_non_square_320x224_input_runs(tmp_path):
+    """Random weights (head included) against the NumPy hybrid on the 20 x 14 token grid."""
     model = keras_vit.R50_B16(
         image_size=(320, 224), num_layers=1, hidden_dim=64, num_heads=4, mlp_dim=64
     )
     assert model.get_layer("embedding").grid_size == (20, 14)
     assert tuple(model.get_layer("posembed_input").pos_embedding.shape) == (1, 281, 64)
-    images = np.random.default_rng(0).uniform(-1, 1, (1, 320, 224, 3)).astype(np.float32)
-    logits = model(images)
-    assert tuple(logits.shape) == (1, 1000)
-    assert np.isfinite(np.asarray(logits)).all()
+    randomize_weights(model, seed=3)
+    images = np.random.default_rng(0).uniform(-1, 1, (2, 320, 224, 3)).astype(np.float32)
+    logits = np.asarray(model(images))
+    assert logits.shape == (2, 1000)
+    save_npz(model, tmp_path / "r50.npz")
+    with np.load(tmp_path / "r50.npz", allow_pickle=False) as archive:
+        params = dict(archive)
+    expected = hybrid_forward(params, images, num_heads=4)
+    assert_outputs_close(logits, expected, atol=1e-4 * np.abs(expected).max())
 
 
 def test_feature_map_not_divisible_by_patch_is_rejected():
@@ -252,14 +271,15 @@ def test_tiny_hybrid_keras_round_trip_safe_mode(tmp_path, tiny_hybrid_images):
     assert [w.path for w in loaded.weights] == [w.path for w in model.weights]
 
 
-def test_mixed_float16_tiny_hybrid(tiny_hybrid_images):
-    keras.config.set_dtype_policy("mixed_float16")
-    model = HybridViT(**TINY_HYBRID)
+@pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
+def test_mixed_float16_tiny_hybrid(tiny_hybrid_images, policy):
+    """Random weights under the mixed policy against a float32 twin (MIXED_TOLERANCE)."""
+    model, reference = mixed_and_float32_models(lambda: HybridViT(**TINY_HYBRID), policy, seed=6)
     logits = model(tiny_hybrid_images)
     assert logits.dtype == "float32"
-    assert np.isfinite(np.asarray(logits)).all()
     assert all(w.dtype == "float32" for w in model.weights)
-    assert model.get_layer("block1_unit1").compute_dtype == "float16"
+    assert model.get_layer("block1_unit1").compute_dtype == policy.split("_")[1]
+    assert_close_to_float32(logits, reference(tiny_hybrid_images), policy)
 
 
 # ------------------------------------------------------------------ any Keras CNN
@@ -382,6 +402,33 @@ def test_tiny_hybrid_npz_round_trip(tmp_path, tiny_hybrid_images):
     np.testing.assert_array_equal(
         np.asarray(other(tiny_hybrid_images)), np.asarray(model(tiny_hybrid_images))
     )
+
+
+def test_an_official_layout_hybrid_file_gives_the_numpy_logits(tmp_path, tiny_hybrid_images):
+    """A file built here from the official key names (no keras_vit code) against NumPy.
+
+    Loading it must put each array where the BiT equations use it: swapping two keys of the
+    same shape (gn1/gn2, conv3/conv_proj) changes the logits. save_npz must write it back
+    unchanged.
+    """
+    shapes = official_hybrid_shapes(
+        (1,), hidden=32, mlp=64, heads=4, layers=2, patch=2, tokens=17, classes=10, root_width=32
+    )
+    rng = np.random.default_rng(12)
+    params = {
+        key: (rng.normal(0.0, 0.3, shape) + key.endswith("/scale")).astype(np.float32)
+        for key, shape in shapes.items()
+    }
+    path = tmp_path / "official_hybrid.npz"
+    np.savez(path, **params)
+    model = HybridViT(**TINY_HYBRID)
+    load_npz(model, path)
+    expected = hybrid_forward(params, tiny_hybrid_images, num_heads=4)
+    assert_outputs_close(model.predict(tiny_hybrid_images, verbose=0), expected, atol=1e-4)
+    assert save_npz(model, tmp_path / "again.npz").shapes == shapes
+    with np.load(tmp_path / "again.npz", allow_pickle=False) as again:
+        for key, value in params.items():
+            np.testing.assert_array_equal(again[key], value, err_msg=key)
 
 
 def test_finetune_a_hybrid_to_a_new_size_and_task(tiny_hybrid_images):

@@ -16,6 +16,7 @@ import pytest
 import keras_vit
 from keras_vit import _atomic, run_plan, runs, training
 from keras_vit.checkpoints import load_npz, save_npz
+from tests.output_checks import assert_outputs_close, randomize_weights
 
 HELPERS = os.path.join(os.path.dirname(__file__), "helpers")
 
@@ -41,7 +42,17 @@ def read_csv(path):
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("runs") / "complete"
-    return run_dir, killable.run(run_dir, slow=False)
+    recorder = killable.EpochWeights()
+    result = killable.run(run_dir, slow=False, callbacks=[recorder])
+    result.epoch_weights = recorder.weights
+    return run_dir, result
+
+
+def predictions_of(weights, x):
+    """Logits on `x` of a fresh killable model given `weights` (the test's own reference)."""
+    model = killable.build()
+    model.set_weights(weights)
+    return model.predict(x, verbose=0)
 
 
 def test_run_directory_layout(finished_run):
@@ -78,17 +89,53 @@ def test_history_and_metrics_match_the_schedule(finished_run):
     assert metrics["best"]["value"] == pytest.approx(max(accuracies))
 
 
+def test_test_metrics_are_those_of_best_keras_without_label_smoothing(tmp_path):
+    """metrics.json "test": accuracy and plain cross-entropy of the saved best model, computed
+    here in NumPy from its logits (the run itself trains with label smoothing 0.3)."""
+    x, y = killable.data()
+
+    def build():
+        model = killable.build()
+        model.compile(optimizer="adam", loss=training.loss(0.3), metrics=["accuracy"])
+        return model
+
+    result = runs.fit_run(
+        tmp_path / "run", build, (x, y), epochs=2, batch_size=8,
+        validation_data=(x[:16], y[:16]), test_data=(x[16:], y[16:]), verbose=0,
+    )  # fmt: skip
+    logits = runs.load_model(tmp_path / "run" / "best.keras").predict(x[16:], verbose=0)
+    assert np.abs(logits).max() > 0  # trained, not the zero head
+    log_p = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    test = result.metrics["test"]
+    assert test["accuracy"] == pytest.approx(np.mean(logits.argmax(-1) == y[16:]))
+    assert test["loss"] == pytest.approx(-np.mean(log_p[np.arange(len(log_p)), y[16:]]), rel=1e-5)
+    assert test["epoch"] == result.metrics["best"]["epoch"] and test["model"] == "best.keras"
+    assert result.metrics["held_out"] == test
+
+
 def test_last_model_files_hold_the_trained_weights(finished_run):
     run_dir, result = finished_run
     x, _ = killable.data()
-    expected = result.model.predict(x[:8], verbose=0)
+    expected = predictions_of(result.epoch_weights[killable.EPOCHS - 1], x[:8])
+    np.testing.assert_allclose(result.model.predict(x[:8], verbose=0), expected, atol=1e-6)
     from_keras = runs.load_model(run_dir / "last.keras")
-    np.testing.assert_allclose(from_keras.predict(x[:8], verbose=0), expected, atol=1e-6)
+    assert_outputs_close(from_keras.predict(x[:8], verbose=0), expected, atol=1e-6)
     fresh = killable.build()
     load_npz(fresh, run_dir / "last.npz")
-    np.testing.assert_allclose(fresh.predict(x[:8], verbose=0), expected, atol=1e-6)
+    assert_outputs_close(fresh.predict(x[:8], verbose=0), expected, atol=1e-6)
+
+
+def test_best_model_files_hold_the_best_epochs_weights(finished_run):
+    """best.keras / best.npz against the weights recorded at the end of best.json's epoch."""
+    run_dir, result = finished_run
+    x, _ = killable.data()
+    best_epoch = json.loads((run_dir / "best.json").read_text())["epoch"]
+    expected = predictions_of(result.epoch_weights[best_epoch], x[:8])
     best = runs.load_model(run_dir / "best.keras")
-    assert best.count_params() == result.model.count_params()
+    assert_outputs_close(best.predict(x[:8], verbose=0), expected, atol=1e-6)
+    fresh = killable.build()
+    load_npz(fresh, run_dir / "best.npz")
+    assert_outputs_close(fresh.predict(x[:8], verbose=0), expected, atol=1e-6)
 
 
 def test_resume_of_a_complete_run_returns_stored_results(finished_run):
@@ -138,8 +185,31 @@ def test_run_killed_mid_epoch_resumes_to_the_same_steps(tmp_path):
     assert not (run_dir / "metrics.json").exists()
     killed_rows = read_csv(run_dir / "history.csv")
     runs.load_model(run_dir / "last.keras")  # the files left behind are valid
+    # The backup, read independently of the resume: model weights and optimizer state.
+    backup = killable.build()
+    backup.optimizer.build(backup.trainable_variables)
+    backup.load_weights(run_dir / "backup" / state["weights"])
+    backup_steps = int(np.asarray(backup.optimizer.iterations))
+    assert backup_steps == state["epoch"] * killable.STEPS_PER_EPOCH
 
-    result = killable.run(run_dir, resume=True, slow=False)
+    start = killable.StartingPoint()
+    result = killable.run(run_dir, resume=True, slow=False, callbacks=[start])
+
+    # The first resumed step starts from the backup's weights and optimizer state (Adam's
+    # moments and step count), not from a fresh model.
+    x, _ = killable.data()
+    assert_outputs_close(
+        predictions_of(start.weights, x[:8]),
+        backup.predict(x[:8], verbose=0),
+        atol=0,
+        what="logits of the resumed starting point",
+    )
+    for got, expected in zip(start.weights, backup.get_weights(), strict=True):
+        np.testing.assert_array_equal(got, expected)
+    expected_optimizer = [np.asarray(v) for v in backup.optimizer.variables]
+    assert len(start.optimizer_variables) == len(expected_optimizer)
+    for got, expected in zip(start.optimizer_variables, expected_optimizer, strict=True):
+        np.testing.assert_array_equal(got, expected)
 
     rows = read_csv(run_dir / "history.csv")
     assert [int(row["epoch"]) for row in rows] == list(range(killable.EPOCHS))
@@ -150,7 +220,6 @@ def test_run_killed_mid_epoch_resumes_to_the_same_steps(tmp_path):
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert metrics["steps"] == killable.EPOCHS * killable.STEPS_PER_EPOCH
     assert not (run_dir / "backup").exists()
-    x, _ = killable.data()
     reloaded = runs.load_model(run_dir / "last.keras")
     np.testing.assert_allclose(
         reloaded.predict(x[:8], verbose=0), result.model.predict(x[:8], verbose=0), atol=1e-6
@@ -200,7 +269,31 @@ def test_plan_resolves_the_default_run():
     assert plan.channels == 1
     assert plan.image_size == (recipe.image_size, recipe.image_size)
     assert plan.steps_per_epoch == plan.num_train_examples // recipe.batch_size
-    assert plan.model_kwargs["patch_size"] == recipe.patch_size
+    # The hybrid: BiT ResNet root (stride 4) and 1x1 patches of its 7x7 map = 49 tokens.
+    assert plan.model_kwargs["patch_size"] == 1 and plan.model_kwargs["resnet_stages"] == []
+    # Selection on a tenth of train (never trained on); the 1,000 test images stay unseen.
+    assert (plan.train_split, plan.config.validation_split) == ("train[:90%]", "train[90%:]")
+    assert (plan.num_train_examples, plan.num_validation_examples) == (3600, 400)
+    assert plan.test_split == "test"
+
+
+def test_run_trains_on_the_complement_of_a_carved_validation_split(monkeypatch):
+    """`--validation-split train[90%:]` must not train on the held-out tenth."""
+    from keras_vit import data
+
+    calls = []
+    monkeypatch.setattr(
+        data, "load", lambda source, split, **kw: calls.append((split, kw)) or _Repeatable()
+    )
+    config = run_plan.RunConfig(recipe=tiny_recipe(), validation_split="train[-50:]", split_seed=4)
+    runs._datasets(run_plan.plan_run(config, ONE_REPLICA))
+    splits = {split: (kw["training"], kw["split_seed"]) for split, kw in calls}
+    assert splits == {"train[:-50]": (True, 4), "train[-50:]": (False, 4), "test": (False, 4)}
+
+
+class _Repeatable:
+    def repeat(self):
+        return self
 
 
 def test_plan_named_variant():
@@ -237,6 +330,16 @@ def test_plan_named_variant():
             ONE_REPLICA,
             "no split 'validation'",
         ),
+        (
+            run_plan.RunConfig(recipe=tiny_recipe(), validation_split="train"),
+            ONE_REPLICA,
+            "would select on images the model trains on",
+        ),
+        (
+            run_plan.RunConfig(recipe=tiny_recipe(), validation_split="train[10%:20%]"),
+            ONE_REPLICA,
+            "would select on images the model trains on",
+        ),
     ],
 )
 def test_plan_rejects_bad_configs(config, strategy, message):
@@ -257,7 +360,7 @@ def test_run_config_round_trips_through_json():
 
 
 def test_architecture_read_from_an_official_npz(tmp_path, tiny_vit_kwargs):
-    model = keras_vit.ViT(**tiny_vit_kwargs)
+    model = randomize_weights(keras_vit.ViT(**tiny_vit_kwargs))
     save_npz(model, tmp_path / "model.npz")
     from keras_vit.checkpoints import read_npz
 
@@ -266,4 +369,4 @@ def test_architecture_read_from_an_official_npz(tmp_path, tiny_vit_kwargs):
     assert kwargs == expected
     loaded = run_plan.load_source_model(tmp_path / "model.npz")
     images = np.random.default_rng(0).uniform(-1, 1, (2, 32, 32, 3)).astype("float32")
-    np.testing.assert_allclose(loaded.predict(images, verbose=0), model.predict(images, verbose=0))
+    assert_outputs_close(loaded.predict(images, verbose=0), model.predict(images, verbose=0))

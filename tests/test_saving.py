@@ -11,6 +11,7 @@ import pytest
 
 import keras_vit
 from tests.model_helpers import random_images
+from tests.output_checks import assert_outputs_close, randomize_weights
 
 LOAD_IN_FRESH_PROCESS = textwrap.dedent(
     """
@@ -84,10 +85,12 @@ def _all_layers(layer):
 
 def test_b07_no_lambda_layers_and_safe_mode_load(tiny_vit_kwargs, tmp_path):
     """B07: no keras.layers.Lambda anywhere (recursively); loads with safe_mode=True."""
-    model = keras_vit.ViT(**tiny_vit_kwargs, pooling="gap", representation_size=8)
+    model = randomize_weights(
+        keras_vit.ViT(**tiny_vit_kwargs, pooling="gap", representation_size=8)
+    )
     found = [layer.name for layer in _all_layers(model) if isinstance(layer, keras.layers.Lambda)]
     assert found == []
     model.save(tmp_path / "m.keras")
     reloaded = keras.models.load_model(tmp_path / "m.keras", safe_mode=True)
     x = random_images(np.random.default_rng(1), 2, 32, 32)
-    np.testing.assert_allclose(reloaded(x), model(x), atol=1e-6)
+    assert_outputs_close(reloaded(x), model(x), atol=1e-6)

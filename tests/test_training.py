@@ -138,13 +138,20 @@ def test_smoothed_loss_config_round_trip():
 
 def test_train_config_defaults_build_and_compile():
     """The `keras-vit train` defaults: a valid model for 28x28 gray MNIST and its optimizer."""
-    import keras_vit
 
     config = training.TrainConfig()
     assert config.dataset == "mnist"
     assert config.image_size % config.patch_size == 0
-    model = keras_vit.ViT(**config.model_kwargs(num_classes=10, channels=1))
+    model = config.build(num_classes=10, channels=1)
     assert model.input_shape == (None, config.image_size, config.image_size, 1)
+    # the default is the hybrid (ResNet root, stride 4: 7x7 tokens); stem "patch" the ViT
+    assert model.get_layer("conv_root").filters == config.resnet_width
+    assert model.get_layer("posembed_input").weights[0].shape == (1, 49, config.hidden_dim)
+    vit = training.TrainConfig(stem="patch").build(num_classes=10, channels=1)
+    assert "conv_root" not in {layer.name for layer in vit.layers}
+    assert vit.get_layer("posembed_input").weights[0].shape == (1, 49, config.hidden_dim)
+    with pytest.raises(ValueError, match="stem"):
+        training.TrainConfig(stem="conv")
     steps = config.steps_per_epoch(4000)
     assert steps == 4000 // config.batch_size
     assert config.total_steps(4000) == steps * config.epochs
@@ -153,6 +160,18 @@ def test_train_config_defaults_build_and_compile():
     assert schedule.total_steps == config.total_steps(4000)
     assert schedule.base_lr == config.learning_rate
     assert compiled["optimizer"].weight_decay == config.weight_decay
+
+
+def test_finetune_config_counts_steps_and_validates_a_few_times():
+    """Fine-tuning is `steps` optimizer steps (paper appendix B.1.1) whatever the data size,
+    with `validations` validation passes: 100 shots no longer mean 100 validations."""
+    config = training.FinetuneConfig(steps=300, validations=5)
+    for num_train in (100, 1297, 50_000):
+        assert config.num_epochs(num_train) == 5
+        assert config.steps_per_epoch(num_train) == 60
+        assert config.total_steps(num_train) == 300
+    assert training.FinetuneConfig(steps=7, validations=5).total_steps(100) == 10  # 5 x 2
+    assert training.FinetuneConfig(steps=2, validations=5).num_epochs(100) == 2
 
 
 def test_finetune_config_defaults():

@@ -1,7 +1,9 @@
 """`keras-vit benchmark`: images/second of a ViT for inference and a training step.
 
-Measures keras_vit in this process (after warm-up, median of several repeats), the float32
-matrix-multiply peak of the machine and the model FLOP utilisation from the analytic FLOP
+Measures keras_vit in this process (after warm-up, median of several repeats) under the
+precision and compiler of `--mixed-precision`/`--jit-compile` (default auto:
+`keras_vit.distribute.choose_precision`), the matrix-multiply roof of the machine (float32 and
+bfloat16, with and without XLA) and the model FLOP utilisation from the analytic FLOP
 count (`keras_vit.benchmarking`). The peers (keras-hub's `ViTBackbone` + a dense head,
 vit-keras' `build_model`) are measured too when they are installed and asked for with
 `--peers`. The side-by-side harness with one process per framework, interleaved repeats and
@@ -18,11 +20,12 @@ from keras_vit.benchmarking import (
     MODES,
     add_derived,
     format_results,
-    gemm_peak,
+    gemm_roof,
     measure,
     peer_available,
     variant_arch,
 )
+from keras_vit.cli import common
 from keras_vit.cli.common import UsageError
 
 logger = logging.getLogger(__name__)
@@ -45,8 +48,8 @@ def add_parser(subparsers):
     parser.add_argument(
         "--mode", choices=(*MODES, "both"), default="both", help="what to time (both)"
     )
-    parser.add_argument("--dtype-policy", default="float32", help="Keras dtype policy")
-    parser.add_argument("--no-xla", action="store_true", help="compile without XLA")
+    common.add_precision_arguments(parser)
+    common.add_deprecated_precision_aliases(parser)
     parser.add_argument("--steps", type=int, default=3, help="steps per repeat (3)")
     parser.add_argument("--repeats", type=int, default=5, help="timed repeats, median (5)")
     parser.add_argument("--warmup", type=int, default=2, help="untimed warm-up steps (2)")
@@ -102,7 +105,15 @@ def run(args):
     sizes = check_args(args)
     import keras
 
-    keras.config.set_dtype_policy(args.dtype_policy)
+    from keras_vit import distribute
+
+    choice = distribute.choose_precision(
+        variant_arch(args.variant)["hidden_dim"],
+        mixed_precision=args.mixed_precision,
+        jit_compile=args.jit_compile,
+    )
+    print(f"Precision: {choice.describe()}", flush=True)
+    keras.config.set_dtype_policy(choice.policy)
     modes = MODES if args.mode == "both" else (args.mode,)
     frameworks = ["keras_vit"]
     if args.peers:
@@ -118,23 +129,29 @@ def run(args):
                     args.image_size,
                     args.batch_size,
                     mode,
-                    xla=not args.no_xla,
+                    xla=choice.jit_compile,
                     steps=args.steps,
                     repeats=args.repeats,
                     warmup=args.warmup,
                 )
             )
-    peak, per_size = gemm_peak(sizes) if sizes else (None, {})
+    peak, per_size = gemm_roof(sizes) if sizes else (None, {})
     add_derived(results, args.variant, args.image_size, peak)
     note = (
-        f"ViT-{args.variant} @{args.image_size}, batch {args.batch_size}, {args.dtype_policy}, "
-        f"XLA {'off' if args.no_xla else 'on'}; float32 GEMM peak "
+        f"ViT-{args.variant} @{args.image_size}, batch {args.batch_size}, {choice.policy}, "
+        f"XLA {'on' if choice.jit_compile else 'off'}; GEMM roof (best of float32/bfloat16, "
+        "XLA on/off) "
         + (f"{peak:.1f} GFLOP/s" if peak else "not measured")
         + " (peak RSS is cumulative within this one process)"
     )
     print(format_results(results, note))
     if args.json_path:
-        payload = {"config": vars_for_json(args), "gemm_gflops": per_size, "results": results}
+        payload = {
+            "config": vars_for_json(args),
+            "precision": choice.as_dict(),
+            "gemm_gflops": per_size,
+            "results": results,
+        }
         write_json(args.json_path, payload)
     return 0
 

@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import datetime
 import json
+import logging
 import os
 
 from keras_vit.cli import progress
@@ -17,6 +18,9 @@ MODEL_SUFFIXES = (".keras", ".npz")
 
 class UsageError(ValueError):
     """A bad command-line argument, reported as one line with exit code 2 before work starts."""
+
+
+logger = logging.getLogger(__name__)
 
 
 def positive_int(text: str) -> int:
@@ -64,22 +68,22 @@ def add_run_arguments(parser, *, task: str) -> None:
         help="embedded datasets: train on N images per class, evaluate on all the others",
     )
     parser.add_argument(
+        "--validation-split",
+        default="train[90%:]",
+        help="split that picks the best epoch (default 'train[90%%:]': a stratified tenth of "
+        "train drawn with --split-seed, which is then not trained on); the 'test' split is "
+        "only evaluated at the end, with the best model",
+    )
+    parser.add_argument(
+        "--split-seed", type=int, default=0, help="seed of the validation carve (default 0)"
+    )
+    parser.add_argument(
         "--strategy",
         default="auto",
         help="tf.distribute strategy: auto, one_device, mirrored, multi_worker (TF_CONFIG), "
         "tpu (default: auto)",
     )
-    parser.add_argument(
-        "--mixed-precision",
-        choices=["float32", "mixed_float16", "mixed_bfloat16"],
-        help="dtype policy (default float32)",
-    )
-    parser.add_argument(
-        "--jit-compile",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="compile train steps with XLA (default: the recipe's choice)",
-    )
+    add_precision_arguments(parser)
     parser.add_argument(
         "--run-dir",
         help=f"run directory (default: runs/{task}-<date>-<time>); must be new unless --resume",
@@ -91,6 +95,107 @@ def add_run_arguments(parser, *, task: str) -> None:
         "configuration",
     )
     progress.add_output_arguments(parser)
+
+
+PRECISION_CHOICES = ("auto", "float32", "mixed_float16", "mixed_bfloat16")
+JIT_WORDS = {"auto": "auto", "true": True, "on": True, "false": False, "off": False}
+
+
+def jit_compile_value(text: str):
+    """argparse type of --jit-compile: auto, true/on or false/off."""
+    try:
+        return JIT_WORDS[text.lower()]
+    except KeyError:
+        raise argparse.ArgumentTypeError(
+            f"expected auto, true/on or false/off, got {text!r}"
+        ) from None
+
+
+def add_precision_arguments(parser) -> None:
+    """--mixed-precision and --jit-compile/--no-jit-compile (every subcommand that runs a
+    model); both default to "auto": `keras_vit.distribute.choose_precision` picks."""
+    parser.add_argument(
+        "--mixed-precision",
+        choices=PRECISION_CHOICES,
+        default="auto",
+        help="dtype policy; auto (default) picks the fastest for this device and model width "
+        "(mixed_bfloat16 on CPUs with bfloat16 units for wide models, else float32; mixed "
+        "precision on GPUs/TPUs)",
+    )
+    parser.add_argument(
+        "--jit-compile",
+        nargs="?",
+        const=True,
+        default="auto",
+        type=jit_compile_value,
+        metavar="{auto,true,false}",
+        help="compile with XLA; auto (default) picks with the precision (XLA off for "
+        "bfloat16 on CPU and for several CPU replicas); the bare flag means true",
+    )
+    parser.add_argument(
+        "--no-jit-compile",
+        dest="jit_compile",
+        action="store_const",
+        const=False,
+        help="same as --jit-compile false",
+    )
+
+
+class DeprecatedAlias(argparse.Action):
+    """An old flag that stores `const` (or its value) into the new flag's dest, with a
+    warning naming the new spelling."""
+
+    def __init__(self, option_strings, dest, new_flag, **kwargs):
+        self.new_flag = new_flag
+        super().__init__(option_strings, dest, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        logger.warning("%s is deprecated; use %s.", option_string, self.new_flag)
+        setattr(namespace, self.dest, self.const if values in (None, []) else values)
+
+
+def add_deprecated_precision_aliases(parser) -> None:
+    """`keras-vit benchmark`'s old --dtype-policy POLICY and --no-xla (hidden in --help)."""
+    parser.add_argument(
+        "--dtype-policy",
+        dest="mixed_precision",
+        choices=PRECISION_CHOICES,
+        action=DeprecatedAlias,
+        new_flag="--mixed-precision",
+        help=argparse.SUPPRESS,
+    )
+    parser.add_argument(
+        "--no-xla",
+        dest="jit_compile",
+        nargs=0,
+        const=False,
+        action=DeprecatedAlias,
+        new_flag="--no-jit-compile",
+        help=argparse.SUPPRESS,
+    )
+
+
+def choose_precision(args, model):
+    """The `PrecisionChoice` of --mixed-precision/--jit-compile for a loaded `model`; logs it."""
+    from keras_vit import distribute
+
+    choice = distribute.choose_precision(
+        distribute.model_width(model),
+        mixed_precision=args.mixed_precision,
+        jit_compile=args.jit_compile,
+    )
+    logger.info("Precision: %s", choice.describe())
+    return choice
+
+
+def model_with_precision(args, model):
+    """(model under the chosen policy, the `PrecisionChoice`); XLA set on the model."""
+    from keras_vit import distribute
+
+    choice = choose_precision(args, model)
+    model = distribute.with_dtype_policy(model, choice.policy)
+    model.jit_compile = choice.jit_compile
+    return model, choice
 
 
 def recipe_overrides(args, fields: dict[str, str]) -> dict:
@@ -162,16 +267,34 @@ def run_training(config, args, task: str) -> int:
 
 
 def print_summary(result) -> None:
-    """The few lines `train`/`finetune` end with."""
+    """The few lines `train`/`finetune` end with: the test figures of best.keras (the model
+    `evaluate` and `export` use), how the best epoch was picked, where the files are."""
+    from keras_vit import runs
+
     metrics = result.metrics
-    held_out = metrics.get("held_out", {})
     run_dir = result.run_dir
-    if "accuracy" in held_out:
-        accuracy, loss = 100 * held_out["accuracy"], held_out["loss"]
-        print(f"Held-out accuracy: {accuracy:.2f}%  (loss {loss:.4f})")
+    resolved = (runs.read_config(run_dir) or {}).get("resolved", {})
     best = metrics.get("best") or {}
+    test = metrics.get("test")
+    if test:
+        print(
+            f"Test accuracy: {100 * test['accuracy']:.2f}% on '{resolved.get('test_split')}' "
+            f"(best.keras; test loss {test['loss']:.4f}, {test['loss_name']})"
+        )
+    elif "validation" in metrics:
+        validation = metrics["validation"]
+        print(
+            f"Validation accuracy: {100 * validation['accuracy']:.2f}% after the last epoch "
+            "(no test split; loss with the training label smoothing "
+            f"{validation['loss']:.4f})"
+        )
     if best:
-        print(f"Best epoch: {best['epoch'] + 1} ({best['monitor']} {best['value']:.4f})")
+        images = resolved.get("num_validation_examples")
+        print(
+            f"Best epoch: {best['epoch'] + 1} of {metrics['epochs']} by {best['monitor']} "
+            f"{best['value']:.4f} on '{resolved.get('validation_split')}' "
+            f"({images} images, not trained on)"
+        )
     print(
         f"Trained {metrics['epochs']} epochs, {metrics['steps']} steps on "
         f"{metrics['num_replicas']} replica(s); run directory: {run_dir}"

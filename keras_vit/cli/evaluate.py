@@ -28,6 +28,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument(
         "--top-k", type=common.positive_int, default=5, help="also report top-k accuracy"
     )
+    common.add_precision_arguments(parser)
     progress.add_output_arguments(parser, log_every=False)
     parser.set_defaults(func=run)
     return parser
@@ -73,6 +74,7 @@ def run(args) -> int:
 
     model, config = common.load_model(args.model)
     dataset, shots, info = resolve_dataset(args, config)
+    model, precision = common.model_with_precision(args, model)
     num_classes = check_classes(model, info)
     top_k = min(args.top_k, num_classes)
     dataset_split = data.load(
@@ -84,6 +86,7 @@ def run(args) -> int:
         channels=int(model.input_shape[-1]),
         data_dir=args.data_dir,
         shots_per_class=shots,
+        split_seed=(config or {}).get("run", {}).get("split_seed"),
     )
     preprocessing = model_input_preprocessing(model)
     if preprocessing != "[-1,1]":
@@ -96,6 +99,7 @@ def run(args) -> int:
             "accuracy",
             keras.metrics.SparseTopKCategoricalAccuracy(k=top_k, name="top_k_accuracy"),
         ],
+        jit_compile=precision.jit_compile,
     )
     verbose = progress.keras_verbose(progress.output_mode(args))  # a bar only on a terminal
     results = model.evaluate(dataset_split, verbose=verbose, return_dict=True)

@@ -12,6 +12,7 @@ import argparse
 import json
 import os
 
+from keras_vit.cli import common
 from keras_vit.cli.common import (  # noqa: F401  (re-exported)
     UsageError,
     class_names_from_run,
@@ -46,6 +47,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument(
         "--overwrite", action="store_true", help="replace an existing version folder"
     )
+    common.add_precision_arguments(parser)
     parser.set_defaults(func=run)
     return parser
 
@@ -88,6 +90,7 @@ def run(args) -> int:
     import keras_vit
 
     model = keras.saving.load_model(model_path, compile=False)
+    model, precision = common.model_with_precision(args, model)
     try:
         target = keras_vit.export_saved_model(
             model,
@@ -96,9 +99,10 @@ def run(args) -> int:
             class_names=class_names,
             top_k=args.top_k,
             overwrite=args.overwrite,
+            jit_compile=precision.jit_compile,
         )
     except ValueError as error:
         raise UsageError(str(error)) from error
-    print(f"Exported {model_path} to {target}")
+    print(f"Exported {model_path} to {target} ({precision.describe()})")
     print("Signatures: serving_default (images), serving_bytes (image_bytes), features (images)")
     return 0

@@ -59,6 +59,8 @@ def build_config(args):
             strategy=args.strategy,
             mixed_precision=args.mixed_precision,
             shots_per_class=args.shots_per_class,
+            validation_split=args.validation_split,
+            split_seed=args.split_seed,
         )
 
 

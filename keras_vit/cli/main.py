@@ -24,6 +24,8 @@ SUBCOMMAND_MODULES: list[str] = [
     "train",
     "finetune",
     "evaluate",
+    "fewshot",
+    "transfer_suite",
     "predict",
     "export",
     "explain",
@@ -37,7 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="keras-vit",
         description=(
-            "Vision Transformer (ViT) for Keras/TensorFlow: train, fine-tune, evaluate, predict, "
+            "Vision Transformer (ViT) for Keras/TensorFlow: train, fine-tune, evaluate, few-shot "
+            "evaluate, predict, "
             "export, convert, benchmark and explain."
         ),
     )

@@ -38,6 +38,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument(
         "--batch-size", type=common.positive_int, default=64, help="batch size (default 64)"
     )
+    common.add_precision_arguments(parser)
     progress.add_output_arguments(parser, log_every=False)
     parser.set_defaults(func=run)
     return parser
@@ -99,6 +100,7 @@ def run(args) -> int:
     files = find_images(args.inputs)
     images = read_images(files, tuple(model.input_shape[1:3]), int(model.input_shape[-1]))
     images = np.asarray(from_unit_range(images, model_input_preprocessing(model)))
+    model, _ = common.model_with_precision(args, model)
     bar = len(files) > 1000 and progress.output_mode(args) == "batch"  # a terminal only
     outputs = model.predict(images, batch_size=args.batch_size, verbose=1 if bar else 0)
     if outputs_logits(model):

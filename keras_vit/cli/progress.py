@@ -76,7 +76,10 @@ def describe_model(run: dict, model_kwargs: dict) -> str:
         )
         if key in model_kwargs
     ]
-    return f"{name} (ViT {', '.join(parts)})" if parts else name
+    kind = "ViT"
+    if "resnet_stages" in model_kwargs:  # the default recipe's hybrid stem
+        kind = f"hybrid: BiT ResNet root, {model_kwargs.get('resnet_width')} channels, + ViT"
+    return f"{name} ({kind} {', '.join(parts)})" if parts else name
 
 
 def start_line(run_dir: str, record: dict, precision: str) -> str:

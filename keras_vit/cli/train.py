@@ -1,7 +1,8 @@
 """`keras-vit train`: train a ViT from scratch into a run directory.
 
-With no arguments it trains the default small ViT on the embedded MNIST images with the
-default recipe (`keras_vit.training.TrainConfig`) and prints the held-out accuracy.
+With no arguments it trains the default small hybrid ViT on the embedded MNIST images with
+the default recipe (`keras_vit.training.TrainConfig`) and prints the test accuracy of the
+best model; `--stem patch` trains the pure ViT instead.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ RECIPE_FLAGS = {
     "batch_size": "batch_size",
     "learning_rate": "learning_rate",
     "jit_compile": "jit_compile",
+    "stem": "stem",
     "seed": "seed",
 }
 
@@ -42,7 +44,16 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         + configs.variant_list(),
     )
     parser.add_argument(
-        "--patch-size", type=common.positive_int, help="patch side (overrides the model's)"
+        "--stem",
+        choices=["resnet", "patch"],
+        help="default model's stem: 'resnet' (default: the hybrid's BiT ResNet root, conv "
+        "7x7/2 + GroupNorm + max-pool, then 1x1 patches of its feature map) or 'patch' (the "
+        "pure ViT: --patch-size pixel patches, 4 by default)",
+    )
+    parser.add_argument(
+        "--patch-size",
+        type=common.positive_int,
+        help="patch side (overrides the model's; with the resnet stem, on its feature map)",
     )
     parser.add_argument("--epochs", type=common.positive_int, help="number of epochs")
     common.add_run_arguments(parser, task="train")
@@ -65,6 +76,8 @@ def build_config(args):
             strategy=args.strategy,
             mixed_precision=args.mixed_precision,
             shots_per_class=args.shots_per_class,
+            validation_split=args.validation_split,
+            split_seed=args.split_seed,
         )
 
 

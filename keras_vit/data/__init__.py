@@ -1,13 +1,19 @@
 """Data pipelines for keras_vit: embedded real images, TFDS, image folders, NumPy arrays.
 
-Public API: `load`, `describe`, `DatasetInfo`, `Augmentation`, `default_augmentation`,
+Public API: `load`, `describe`, `split_size`, `DatasetInfo`, `Augmentation`, `default_augmentation`,
 `EMBEDDED_SOURCES`; per-image functions in `keras_vit.data.preprocess`.
 See docs/data_and_recipes.md.
 """
 
 from keras_vit.data.embedded import EMBEDDED_SOURCES
 from keras_vit.data.info import DatasetInfo
-from keras_vit.data.pipeline import DEFAULT_SOURCE, default_augmentation, describe, load
+from keras_vit.data.pipeline import (
+    DEFAULT_SOURCE,
+    default_augmentation,
+    describe,
+    load,
+    split_size,
+)
 from keras_vit.data.preprocess import Augmentation
 
 __all__ = [
@@ -18,4 +24,5 @@ __all__ = [
     "default_augmentation",
     "describe",
     "load",
+    "split_size",
 ]

@@ -2,9 +2,9 @@
 
 Layouts: `root/<class>/<image>` (the only split is "train"; hold out with slices such as
 "train[:90%]" / "train[90%:]"), or `root/<split>/<class>/<image>` (splits are the sub-folder
-names, e.g. "train", "test"). Images are indexed, decoded and resized by
-`keras.utils.image_dataset_from_directory` (formats: bmp, gif, jpeg, jpg, png); class names
-are the sorted sub-folder names, labels their indices.
+names, e.g. "train", "test"). Images (bmp, gif, jpeg, jpg, png) are decoded at their own
+resolution (`tf.io.decode_image`); the pipeline then crops (training) and resizes them. Class
+names are the sorted sub-folder names, labels their indices.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import keras
 import numpy as np
 import tensorflow as tf
 
@@ -61,6 +60,11 @@ def class_root(root, split_name: str) -> Path:
     return roots[split_name]
 
 
+def class_counts(root, split_name: str) -> list[int]:
+    """Images per class of `split_name`, classes in sorted order."""
+    return [len(_images(d)) for d in _subdirs(class_root(root, split_name))]
+
+
 def _channels_of(path: Path) -> int:
     image = tf.io.decode_image(tf.io.read_file(str(path)), expand_animations=False)
     return 1 if image.shape[-1] in (1, 2) else 3
@@ -88,34 +92,40 @@ def describe_folder(root) -> DatasetInfo:
     )
 
 
-def folder_examples(root, spec: SplitSpec, image_size, channels: int):
-    """Unbatched (image float32 `(h, w, c)` in [0, 255] resized to `image_size`, label int32)
-    pairs of one split, in file order, sliced per class by `spec`."""
-    directory = class_root(root, spec.name)
+def folder_files(root, split_name: str, class_names) -> tuple[list[str], np.ndarray]:
+    """(image paths, int labels) of one split: classes in `class_names` order, files sorted
+    (recursively) within each class."""
+    directory = class_root(root, split_name)
+    paths, labels = [], []
+    for label, name in enumerate(class_names):
+        folder = directory / name
+        files = _images(folder) if folder.is_dir() else []
+        paths += [str(path) for path in files]
+        labels += [label] * len(files)
+    return paths, np.asarray(labels, np.int32)
+
+
+def decode(path, channels: int):
+    """One image file decoded at its own resolution: float32 `(h, w, channels)` in [0, 255]
+    (`tf.io.decode_image`; the first frame of a GIF)."""
+    image = tf.io.decode_image(tf.io.read_file(path), channels=channels, expand_animations=False)
+    image.set_shape([None, None, channels])
+    return tf.cast(image, tf.float32)
+
+
+def folder_examples(root, spec: SplitSpec, channels: int, split_seed=None):
+    """Unbatched (image float32 `(h, w, c)` in [0, 255] at the file's own resolution, label
+    int32) pairs of one split, in file order, sliced per class by `spec` (in a random order
+    per class drawn from `split_seed`, if given). The pipeline crops (training) and resizes
+    afterwards, so the Inception crop sees every pixel of the original, as in the release's
+    input pipeline."""
     info = describe_folder(root)
-    color_mode = "grayscale" if channels == 1 else "rgb"
-    dataset = keras.utils.image_dataset_from_directory(
-        str(directory),
-        labels="inferred",
-        label_mode="int",
-        class_names=list(info.class_names),
-        color_mode=color_mode,
-        batch_size=None,
-        image_size=tuple(image_size),
-        shuffle=False,
-        interpolation="bilinear",
-        verbose=False,
+    paths, labels = folder_files(root, spec.name, info.class_names)
+    indices = slice_indices(labels, spec, split_seed)
+    chosen = tf.data.Dataset.from_tensor_slices(
+        (np.asarray(paths, dtype=object)[indices].astype(str), labels[indices])
     )
-    labels = np.array(
-        [
-            info.class_names.index(Path(p).relative_to(directory).parts[0])
-            for p in dataset.file_paths
-        ]
+    dataset = chosen.map(
+        lambda path, label: (decode(path, channels), label), num_parallel_calls=tf.data.AUTOTUNE
     )
-    dataset = dataset.map(lambda image, label: (image, tf.cast(label, tf.int32)))
-    if spec.is_sliced:
-        keep = np.zeros(len(labels), bool)
-        keep[slice_indices(labels, spec)] = True
-        keep = tf.constant(keep)
-        dataset = dataset.enumerate().filter(lambda i, _: keep[i]).map(lambda _, example: example)
-    return dataset, int(np.sum(slice_indices(labels, spec) >= 0))
+    return dataset, len(indices)

@@ -23,6 +23,7 @@ from keras_vit.data.preprocess import (
 )
 from keras_vit.data.sources import KNOWN_SOURCES_TEXT as KNOWN_SOURCES_TEXT
 from keras_vit.data.sources import DataSource, ExampleOptions, find_source
+from keras_vit.data.splits import parse_split, slice_indices, slice_size
 
 logger = logging.getLogger(__name__)
 
@@ -65,6 +66,34 @@ def describe(source=DEFAULT_SOURCE, *, data_dir=None, shots_per_class=None, shot
     return kind.describe(source, data_dir, shots_per_class, shot_seed)
 
 
+def split_size(source, split, *, data_dir=None, shots_per_class=None, shot_seed=0) -> int | None:
+    """Examples in `split` of `source` (a slice such as "train[:90%]" counted exactly as
+    `load` takes it); None for a TFDS split whose size TFDS does not record.
+
+    Raises:
+        ValueError: unknown source or split.
+    """
+    from keras_vit.data import arrays as arrays_source
+    from keras_vit.data import folder, tfds_source
+
+    kind = find_source(source)
+    _check_shots(kind, shots_per_class)
+    if kind.kind == "tfds":
+        builder = tfds_source.prepared_builder(source, data_dir)
+        try:
+            return int(builder.info.splits[split].num_examples)
+        except (KeyError, ValueError, TypeError):
+            return None
+    spec = parse_split(split)
+    if kind.kind == "folder":
+        return slice_size(folder.class_counts(source, spec.name), spec)
+    if kind.kind == "embedded":
+        labels = embedded.embedded_arrays(source, spec.name, shots_per_class, shot_seed)[1]
+    else:
+        labels = arrays_source.check_arrays(source)[1]
+    return len(slice_indices(labels, spec))
+
+
 def _check_shots(kind: DataSource, shots_per_class):
     if shots_per_class is not None and not kind.few_shot:
         raise ValueError(
@@ -100,6 +129,7 @@ def raw_examples(source, split, *, image_size, channels, data_dir, shuffle_seed,
         training=training,
         shots_per_class=kw.get("shots_per_class"),
         shot_seed=kw.get("shot_seed", 0),
+        split_seed=kw.get("split_seed"),
     )
     return find_source(source).examples(source, split, options)
 
@@ -119,6 +149,7 @@ def load(
     shot_seed=0,
     one_hot=False,
     cache=None,
+    split_seed=None,
 ) -> tf.data.Dataset:
     """A `tf.data` pipeline of `(images, labels)` batches from any supported source.
 
@@ -151,6 +182,10 @@ def load(
         cache: True caches the decoded examples (before augmentation) in memory: worth it for
             small folder/TFDS sources read for several epochs. Default None (no cache; the
             embedded and array sources are in memory anyway).
+        split_seed: None slices each class in stored order; an int takes the slices of
+            `split` from a seeded random order per class (embedded, array and folder sources;
+            see `keras_vit.data.splits`), so "train[:90%]" and "train[90%:]" with the same
+            seed are a stratified random split. TFDS slices its own way and ignores it.
 
     Returns:
         A `tf.data.Dataset` of (float32 `(batch, height, width, channels)` in [-1, 1],
@@ -181,6 +216,7 @@ def load(
         training=training,
         shots_per_class=shots_per_class,
         shot_seed=shot_seed,
+        split_seed=split_seed,
     )
     logger.debug("data %s split %s: %s examples", info.name, split, count)
     if cache and not in_memory:

@@ -22,7 +22,8 @@ from keras_vit.data.splits import parse_split, slice_indices
 
 @dataclasses.dataclass(frozen=True)
 class ExampleOptions:
-    """What `examples` may need: the output size and channels (folders decode to them),
+    """What `examples` may need: the output size and channels (folders decode to the
+    channels, at the files' own size), the seed of per-class slices (`split_seed`),
     the TFDS directory, the shuffle (TFDS file order), the few-shot draw (embedded)."""
 
     image_size: tuple[int, int]
@@ -32,6 +33,7 @@ class ExampleOptions:
     training: bool = False
     shots_per_class: int | None = None
     shot_seed: int = 0
+    split_seed: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,25 +58,25 @@ class DataSource:
     few_shot: bool = False
 
 
-def _in_memory(x, y, split):
-    keep = slice_indices(y, parse_split(split))
+def _in_memory(x, y, split, split_seed=None):
+    keep = slice_indices(y, parse_split(split), split_seed)
     return tf.data.Dataset.from_tensor_slices((x[keep], y[keep])), len(keep), True
 
 
 def _embedded_examples(source, split, options):
     spec = parse_split(split)
     x, y = embedded.embedded_arrays(source, spec.name, options.shots_per_class, options.shot_seed)
-    return _in_memory(x, y, split)
+    return _in_memory(x, y, split, options.split_seed)
 
 
 def _array_examples(source, split, options):
     x, y = arrays_source.check_arrays(source)
-    return _in_memory(x, y, split)
+    return _in_memory(x, y, split, options.split_seed)
 
 
 def _folder_examples(source, split, options):
     dataset, count = folder.folder_examples(
-        source, parse_split(split), options.image_size, options.channels
+        source, parse_split(split), options.channels, options.split_seed
     )
     return dataset, count, False
 

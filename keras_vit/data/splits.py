@@ -5,6 +5,9 @@ TFDS itself handles its own split strings; this module gives the embedded, array
 sources the same slicing syntax. Slices apply per class (each class keeps the same fraction,
 files/examples in their stored order), so "train[:90%]" and "train[90%:]" are disjoint,
 stratified and together cover "train". Percent boundaries round to the nearest example.
+With a `seed`, each class is first put in a seeded random order (the same order for every
+slice with that seed), so "train[90%:]" is a stratified, seeded random tenth of "train" and
+"train[:90%]" the rest - how a validation split is carved from the training data.
 """
 
 from __future__ import annotations
@@ -57,12 +60,30 @@ def _bound(text: str | None, count: int, default: int) -> int:
     return min(max(value, 0), count)
 
 
-def slice_indices(labels: np.ndarray, spec: SplitSpec) -> np.ndarray:
-    """Indices (in stored order) kept by `spec`'s slice, taken per class.
+def complement(split: str) -> str | None:
+    """The split string holding every example of `split`'s split that `split` leaves out:
+    "train[90%:]" -> "train[:90%]", "train[:-200]" -> "train[-200:]"; None when `split` is
+    not sliced or is sliced on both sides (its complement is not one slice).
+
+    Raises:
+        ValueError: `split` is not a valid split string (see `parse_split`).
+    """
+    spec = parse_split(split)
+    if spec.start is not None and spec.stop is None:
+        return f"{spec.name}[:{spec.start}]"
+    if spec.stop is not None and spec.start is None:
+        return f"{spec.name}[{spec.stop}:]"
+    return None
+
+
+def slice_indices(labels: np.ndarray, spec: SplitSpec, seed: int | None = None) -> np.ndarray:
+    """Indices kept by `spec`'s slice, taken per class.
 
     Args:
         labels: int array `(num_examples,)`.
         spec: a parsed split; an unsliced spec keeps everything.
+        seed: None slices each class in stored order; an int slices each class in a random
+            order drawn from (seed, class id), so slices with the same seed are disjoint.
 
     Returns:
         Sorted int64 indices into `labels`.
@@ -73,7 +94,18 @@ def slice_indices(labels: np.ndarray, spec: SplitSpec) -> np.ndarray:
     kept = []
     for value in np.unique(labels):
         members = np.flatnonzero(labels == value)
+        if seed is not None:
+            members = np.random.default_rng([int(seed), int(value)]).permutation(members)
         start = _bound(spec.start, len(members), 0)
         stop = _bound(spec.stop, len(members), len(members))
         kept.append(members[start:stop])
     return np.sort(np.concatenate(kept)) if kept else np.zeros((0,), np.int64)
+
+
+def slice_size(class_counts, spec: SplitSpec) -> int:
+    """Examples kept by `spec` from classes of `class_counts` examples each (as
+    `slice_indices`, without the labels: the count does not depend on the order)."""
+    total = 0
+    for count in class_counts:
+        total += max(0, _bound(spec.stop, count, count) - _bound(spec.start, count, 0))
+    return total

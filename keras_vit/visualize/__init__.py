@@ -5,8 +5,8 @@ rollout after Abnar & Zuidema 2020. See docs/visualize.md.
 """
 
 from keras_vit.visualize.attention import attention_maps, feature_extractor
+from keras_vit.visualize.attention_figures import layer_grid_figure, overlay_figure, save_png
 from keras_vit.visualize.graph import TokenGrid, token_grid
-from keras_vit.visualize.plotting import layer_grid_figure, overlay_figure, save_png
 from keras_vit.visualize.rollout import (
     attention_rollout,
     block_attention_map,

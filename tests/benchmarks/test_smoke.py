@@ -22,14 +22,14 @@ TINY = "8,32,64,4,2"  # patch, hidden, mlp, heads, layers (the tests' tiny ViT)
 ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
 
 
-def run_script(name, *args, timeout=900):
+def run_script(name, *args, timeout=900, env=None):
     """Runs benchmarks/<name> in a fresh interpreter; returns the CompletedProcess."""
     return subprocess.run(
         [sys.executable, str(BENCHMARKS / name), *args],
         capture_output=True,
         text=True,
         timeout=timeout,
-        env=ENV,
+        env={**ENV, **(env or {})},
         cwd=ROOT,
     )
 
@@ -84,7 +84,16 @@ def scripts():
         sys.path.remove(str(BENCHMARKS))
 
 
-SCRIPT_MODULES = ("throughput", "scaling", "input_pipeline", "ablation", "profile_step")
+SCRIPT_MODULES = (
+    "throughput",
+    "scaling",
+    "input_pipeline",
+    "ablation",
+    "profile_step",
+    "data_scaling",
+    "gpu_mfu",
+    "precision_agreement",
+)
 
 
 @pytest.mark.parametrize(
@@ -94,6 +103,12 @@ SCRIPT_MODULES = ("throughput", "scaling", "input_pipeline", "ablation", "profil
         ("throughput", ["--variant", "Ti/16", "--image-size", "100"]),
         ("throughput", ["--frameworks", "timm"]),
         ("throughput", ["--repeats", "0"]),
+        ("throughput", ["--settings", "float32+jit"]),
+        ("throughput", ["--settings", "bfloat16"]),
+        ("gpu_mfu", ["--peak-tflops", "0"]),
+        ("gpu_mfu", ["--variant", "X/99"]),
+        ("precision_agreement", ["--hidden-dim", "30", "--num-heads", "4"]),
+        ("precision_agreement", ["--epochs", "0"]),
         ("scaling", ["--image-sizes", "224,abc"]),
         ("scaling", ["--variant", "8,32,64,5,2"]),
         ("input_pipeline", ["--repeats", "0"]),
@@ -101,6 +116,9 @@ SCRIPT_MODULES = ("throughput", "scaling", "input_pipeline", "ablation", "profil
         ("ablation", ["--steps", "0"]),
         ("profile_step", ["--variant", "X/99"]),
         ("profile_step", ["--top", "0"]),
+        ("data_scaling", ["--sizes", "250,9000"]),
+        ("data_scaling", ["--pretrain-steps", "0"]),
+        ("data_scaling", ["--finetune-size", "42"]),
     ],
 )
 def test_scripts_reject_bad_arguments(scripts, script, bad_args, capsys):
@@ -117,6 +135,13 @@ def test_scripts_parse_good_arguments(scripts):
         ["keras_vit"],
         (1024, 2048, 4096),
     )
+    assert args.setting_list == [
+        ("float32", True),
+        ("mixed_bfloat16", True),
+        ("mixed_bfloat16", False),
+    ]
+    old = scripts["throughput"].parse_args(["--dtype-policy", "mixed_bfloat16", "--no-xla"])
+    assert old.setting_list == [("mixed_bfloat16", False)]  # the deprecated spelling
     args = scripts["scaling"].parse_args(["--image-sizes", "224,384", "--batch-sizes", "2"])
     assert scripts["scaling"].points(args) == [(224, 4), (384, 4), (224, 2)]
     assert scripts["input_pipeline"].parse_args([]).source == "mnist"
@@ -128,19 +153,73 @@ def test_throughput_tiny_run_writes_table_and_json(tmp_path):
         "throughput.py",
         *("--variant", TINY, "--image-size", "16", "--batch-size", "2", "--mode", "train"),
         *("--steps", "1", "--repeats", "1", "--warmup", "1", "--gemm-sizes", "64"),
-        *("--frameworks", "keras_vit", "--no-xla", "--json", str(out)),
+        *("--frameworks", "keras_vit", "--settings", "float32,mixed_bfloat16"),
+        *("--json", str(out)),
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "| train | keras_vit" in result.stdout
+    assert "| train | keras_vit | float32 " in result.stdout
+    assert "| train | keras_vit | mixed_bfloat16 " in result.stdout
     payload = json.loads(out.read_text())
-    (record,) = payload["results"]
-    assert record["framework"] == "keras_vit" and record["mode"] == "train"
-    assert record["images_per_s"] > 0 and record["peak_rss_mb"] > 0
-    assert payload["gemm_peak_gflops"] > 0
-    assert record["utilisation"] == pytest.approx(
-        record["model_gflops_per_s"] / payload["gemm_peak_gflops"]
+    records = payload["results"]
+    assert [r["setting"] for r in records] == ["float32", "mixed_bfloat16"]
+    assert all(r["images_per_s"] > 0 and r["peak_rss_mb"] > 0 for r in records)
+    (gemm,) = payload["gemm_runs"]
+    assert sorted(gemm["per_setting"]) == [
+        "bfloat16 noxla",
+        "bfloat16 xla",
+        "float32 noxla",
+        "float32 xla",
+    ]
+    best_gemm = max(v for per_size in gemm["per_setting"].values() for v in per_size.values())
+    assert payload["roof_gflops"] == pytest.approx(best_gemm)
+    for record in records:
+        assert record["utilisation"] == pytest.approx(
+            record["model_gflops_per_s"] / payload["roof_gflops"]
+        )
+        assert record["ours_over_this"] == pytest.approx(1.0)
+    fastest = max(r["images_per_s"] for r in records)
+    assert sum(r["is_best_of_framework"] for r in records) == 1
+    assert payload["auto"]["choice"]["mixed_precision"] in ("float32", "mixed_bfloat16")
+    assert "auto: precision " in result.stdout
+    assert fastest > 0
+
+
+def test_gpu_mfu_tiny_run_on_cpu(tmp_path):
+    out = tmp_path / "mfu.json"
+    result = run_script(
+        "gpu_mfu.py",
+        *("--variant", TINY, "--image-size", "16", "--batch-size", "2", "--steps", "1"),
+        *("--repeats", "1", "--warmup", "1", "--peak-tflops", "0.01", "--json", str(out)),
     )
-    assert record["ours_over_this"] == pytest.approx(1.0)
+    assert result.returncode == 0, result.stderr[-3000:]
+    payload = json.loads(out.read_text())
+    assert payload["device"] == "CPU" and payload["peak_tflops"] == 0.01
+    # training FLOPs by hand: 6 x MACs (4 patches of 8x8x3, 5 tokens, 2 blocks, 1000 classes)
+    flops = 6 * (
+        4 * 192 * 32 + 2 * (4 * 5 * 32 * 32 + 2 * 5 * 5 * 32 + 2 * 5 * 32 * 64) + 32 * 1000
+    )
+    assert payload["model_tflops_per_s"] == pytest.approx(
+        flops * payload["images_per_s"] / 1e12, rel=1e-6
+    )
+    assert payload["mfu"] == pytest.approx(payload["model_tflops_per_s"] / 0.01)
+    assert "MFU " in result.stdout
+
+
+def test_precision_agreement_tiny_run(tmp_path):
+    out = tmp_path / "agreement.json"
+    result = run_script(
+        "precision_agreement.py",
+        *("--hidden-dim", "16", "--mlp-dim", "16", "--num-layers", "1", "--epochs", "1"),
+        *("--image-size", "8", "--shots-per-class", "5", "--batch-size", "25"),
+        *("--json", str(out)),
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    payload = json.loads(out.read_text())
+    figures = payload["agreement"]
+    assert figures["images"] == 5000 - 50  # every embedded MNIST image not trained on
+    assert 0 <= figures["top1_agreement"] <= 1 and figures["max_abs_logit_difference"] >= 0
+    assert len(payload["history_float32"]) == len(payload["history_chosen"]) == 1
+    assert "top-1 agreement float32 vs" in result.stdout
 
 
 def test_ablation_tiny_run_checks_logits_then_times_both_models():
@@ -156,12 +235,14 @@ def test_ablation_tiny_run_checks_logits_then_times_both_models():
         assert f"{mode} class_token_only / full_last_block = " in result.stdout
 
 
-def test_profile_step_tiny_run_breaks_the_step_down():
+def test_profile_step_tiny_run_breaks_the_step_down(tmp_path):
     result = run_script(
         "profile_step.py",
         *("--variant", TINY, "--image-size", "16", "--batch-size", "2", "--steps", "1"),
+        env={"TMPDIR": str(tmp_path)},  # the profiler's trace folder goes here...
     )
     assert result.returncode == 0, result.stderr[-3000:]
+    assert list(tmp_path.glob("keras_vit_profile_*")) == []  # ...and is removed again
     assert "| matrix products |" in result.stdout
     shares = [
         float(line.split("|")[3].strip().rstrip("%"))
@@ -207,7 +288,8 @@ def test_cli_benchmark_tiny_run(tmp_path, capsys):
     code = main(
         [
             "benchmark",
-            *("--variant", TINY, "--image-size", "16", "--batch-size", "2", "--no-xla"),
+            *("--variant", TINY, "--image-size", "16", "--batch-size", "2"),
+            *("--mixed-precision", "mixed_bfloat16", "--no-jit-compile"),
             *("--steps", "1", "--repeats", "1", "--warmup", "1", "--gemm-sizes", "none"),
             *("--json", str(out)),
         ]
@@ -215,8 +297,21 @@ def test_cli_benchmark_tiny_run(tmp_path, capsys):
     assert code == 0
     text = capsys.readouterr().out
     assert "| infer | keras_vit" in text and "| train | keras_vit" in text
-    modes = [r["mode"] for r in json.loads(out.read_text())["results"]]
-    assert modes == ["infer", "train"]
+    assert "Precision: precision mixed_bfloat16, XLA off" in text
+    payload = json.loads(out.read_text())
+    assert [r["mode"] for r in payload["results"]] == ["infer", "train"]
+    assert payload["precision"]["mixed_precision"] == "mixed_bfloat16"
+    assert [r["xla"] for r in payload["results"]] == [False, False]
+
+
+def test_cli_benchmark_old_flags_are_aliases(caplog):
+    from keras_vit.cli.main import build_parser
+
+    args = build_parser().parse_args(["benchmark", "--dtype-policy", "float32", "--no-xla"])
+    assert (args.mixed_precision, args.jit_compile) == ("float32", False)
+    assert "--no-xla is deprecated; use --no-jit-compile" in caplog.text
+    args = build_parser().parse_args(["benchmark"])
+    assert (args.mixed_precision, args.jit_compile) == ("auto", "auto")
 
 
 @pytest.mark.parametrize(
@@ -228,3 +323,18 @@ def test_cli_benchmark_bad_arguments_exit_2(bad_args, capsys):
 
     assert main(["benchmark", *bad_args]) == 2
     assert "keras-vit benchmark: error:" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_data_scaling_quick_run_writes_table_json_and_png(tmp_path):
+    out, png = tmp_path / "data_scaling.json", tmp_path / "data_scaling.png"
+    result = run_script("data_scaling.py", "--quick", "--json", str(out), "--png", str(png))
+    assert result.returncode == 0, result.stderr[-3000:]
+    payload = json.loads(out.read_text())
+    rows = payload["results"]
+    assert sorted(r["model"] for r in rows) == ["ResNet", "ViT", "hybrid"]
+    assert {r["size"] for r in rows} == {250}
+    for row in rows:
+        assert 0 <= row["fewshot"] <= 1 and 0 <= row["finetune"] <= 1 and row["params"] > 0
+    assert "| hybrid fewshot |" in result.stdout and "| ViT finetune |" in result.stdout
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -1,6 +1,7 @@
 """Tests of `keras-vit evaluate` on a `keras-vit train` run."""
 
 import json
+import logging
 import re
 
 import pytest
@@ -21,12 +22,13 @@ def reported_accuracy(out):
 
 
 @pytest.mark.parametrize("target", ["run", "best.keras", "best.npz"])
-def test_evaluate_matches_the_runs_held_out_metrics(trained, capsys, target):
-    """The run trained 1 epoch, so best == last and its held-out metrics are the model's."""
+def test_evaluate_matches_the_runs_test_metrics(trained, capsys, target):
+    """`train` reports the test figures of best.keras with plain cross-entropy: `evaluate`
+    prints the same accuracy and loss."""
     path = trained if target == "run" else trained / target
     assert main(["evaluate", str(path), "--dataset", "mnist"]) == 0
     accuracy, k, top_k, loss = reported_accuracy(capsys.readouterr().out)
-    held_out = json.loads((trained / "metrics.json").read_text())["held_out"]
+    held_out = json.loads((trained / "metrics.json").read_text())["test"]
     assert accuracy == pytest.approx(100 * held_out["accuracy"], abs=0.006)
     assert loss == pytest.approx(held_out["loss"], abs=1e-3)
     assert k == 5 and accuracy <= top_k <= 100
@@ -45,3 +47,13 @@ def test_evaluate_bad_arguments_exit_2(trained, capsys, tmp_path):
         capsys, ["evaluate", str(trained), "--dataset", "mnits"], "Unknown data source"
     )
     expect_usage_error(capsys, ["evaluate", str(trained), "--split", "dev"], "no split 'dev'")
+
+
+def test_evaluate_in_bfloat16_logs_the_choice_and_stays_close(trained, capsys, caplog):
+    caplog.set_level(logging.INFO)
+    assert main(["evaluate", str(trained), "--mixed-precision", "mixed_bfloat16"]) == 0
+    accuracy, _, _, loss = reported_accuracy(capsys.readouterr().out)
+    assert "Precision: precision mixed_bfloat16, XLA off" in caplog.text
+    held_out = json.loads((trained / "metrics.json").read_text())["held_out"]
+    assert accuracy == pytest.approx(100 * held_out["accuracy"], abs=2.0)
+    assert loss == pytest.approx(held_out["loss"], rel=0.05)

@@ -11,6 +11,9 @@ from PIL import Image
 
 import keras_vit
 from keras_vit.cli.main import main
+from keras_vit.visualize import overlay_figure
+from tests.output_checks import assert_informative, assert_outputs_close, randomize_weights
+from tests.test_export import preprocess_reference
 
 NAMES = [f"name_{i}" for i in range(10)]
 
@@ -24,8 +27,15 @@ def photo(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def model_file(tmp_path_factory):
-    """A tiny non-square ViT whose head bias ranks the classes 9, 8, 7, ... (logits 0..9)."""
+def photo_png(tmp_path_factory):
+    """chelsea saved losslessly, so the test's decoder (PIL) and the CLI's see the same pixels."""
+    path = tmp_path_factory.mktemp("photo") / "chelsea.png"
+    Image.fromarray(skimage.data.chelsea()).save(path)
+    return path
+
+
+def tiny_model():
+    """A tiny non-square ViT with random weights (head included: the ranking follows the image)."""
     model = keras_vit.ViT(
         image_size=(32, 48),
         patch_size=8,
@@ -35,10 +45,29 @@ def model_file(tmp_path_factory):
         num_layers=2,
         num_classes=10,
     )
-    model.get_layer("head").bias.assign(np.arange(10, dtype=np.float32))
+    return randomize_weights(model, seed=5)
+
+
+@pytest.fixture(scope="module")
+def model_file(tmp_path_factory):
     path = tmp_path_factory.mktemp("model") / "tiny.keras"
-    model.save(path)
+    tiny_model().save(path)
     return path
+
+
+@pytest.fixture(scope="module")
+def expected(photo_png, model_file):
+    """Probabilities and rollout of the saved model on the photo, preprocessed in NumPy."""
+    import keras
+
+    with Image.open(photo_png) as image:
+        pixels = np.asarray(image.convert("RGB"))
+    batch = preprocess_reference(pixels[None], (32, 48))
+    model = keras.saving.load_model(model_file)
+    logits = model.predict(batch, verbose=0)[0]
+    rollout = keras_vit.attention_rollout(keras_vit.attention_maps(model, batch), model)[0]
+    assert_informative(rollout[None], "rollout")
+    return {"probabilities": np.exp(logits) / np.exp(logits).sum(), "rollout": rollout}
 
 
 def png_size(path):
@@ -47,9 +76,20 @@ def png_size(path):
         return image.size  # (width, height)
 
 
-def test_explain_writes_png_with_the_image_aspect_ratio(photo, model_file, tmp_path, capsys):
+def test_explain_writes_png_with_the_image_aspect_ratio(
+    photo_png, model_file, expected, tmp_path, capsys, monkeypatch
+):
+    import keras_vit.visualize
+
+    drawn = []
+
+    def recording_overlay(image, heatmap, *args, **kwargs):
+        drawn.append(np.asarray(heatmap))
+        return overlay_figure(image, heatmap, *args, **kwargs)
+
+    monkeypatch.setattr(keras_vit.visualize, "overlay_figure", recording_overlay)
     out = tmp_path / "maps" / "map.png"
-    code = main(["explain", str(photo), "--model", str(model_file), "--out", str(out)])
+    code = main(["explain", str(photo_png), "--model", str(model_file), "--out", str(out)])
     assert code == 0
     width, height = png_size(out)
     image_height, image_width = skimage.data.chelsea().shape[:2]
@@ -57,29 +97,33 @@ def test_explain_writes_png_with_the_image_aspect_ratio(photo, model_file, tmp_p
     assert abs(height - width * image_height / image_width) <= 1.0  # one pixel of rounding
     assert not (tmp_path / "maps" / "map_layers.png").exists()
     assert [p.name for p in out.parent.iterdir()] == ["map.png"]  # no temporary left
+    # The heat map drawn is the attention rollout of this model on this image.
+    (heatmap,) = drawn
+    assert_outputs_close(heatmap, expected["rollout"], atol=1e-4, what="explain heat map")
     printed = capsys.readouterr().out.splitlines()
-    # Logits are 0..9 whatever the image (zero head kernel): softmax by hand.
-    probs = np.exp(np.arange(10.0)) / np.exp(np.arange(10.0)).sum()
-    assert printed[0].split() == [f"{probs[9]:.2%}", "class", "9"]
-    assert [line.split()[-1] for line in printed[:5]] == ["9", "8", "7", "6", "5"]
+    probabilities = expected["probabilities"]
+    order = np.argsort(-probabilities)[:5]
+    assert [line.split()[-1] for line in printed[:5]] == [str(i) for i in order]
+    percents = [float(line.split()[0].rstrip("%")) for line in printed[:5]]
+    np.testing.assert_allclose(percents, probabilities[order] * 100, atol=0.006)
 
 
 @pytest.mark.parametrize("section", ["resolved", "data"])  # "resolved": what `train` writes
 def test_explain_run_directory_with_class_names_and_grid(
-    photo, model_file, tmp_path, capsys, section
+    photo_png, model_file, expected, tmp_path, capsys, section
 ):
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     (run_dir / "best.keras").write_bytes(model_file.read_bytes())
     (run_dir / "config.json").write_text(json.dumps({section: {"class_names": NAMES}}))
     out = tmp_path / "map.png"
-    code = main(["explain", str(photo), "--model", str(run_dir), "--out", str(out), "--grid"])
+    code = main(["explain", str(photo_png), "--model", str(run_dir), "--out", str(out), "--grid"])
     assert code == 0
     assert out.is_file()
     grid_width, grid_height = png_size(tmp_path / "map_layers.png")
     assert grid_width > grid_height  # two blocks side by side
     printed = capsys.readouterr().out
-    assert printed.splitlines()[0].endswith("name_9")
+    assert printed.splitlines()[0].endswith(NAMES[int(np.argmax(expected["probabilities"]))])
 
 
 def test_explain_run_directory_without_config(photo, model_file, tmp_path):
@@ -96,11 +140,12 @@ def test_missing_image_exits_2_before_loading_the_model(tmp_path, capsys):
     broken_model = tmp_path / "broken.keras"
     broken_model.write_bytes(b"not a zip file")  # loading it would fail differently
     missing = tmp_path / "nope.jpg"
-    code = main(["explain", str(missing), "--model", str(broken_model), "--out", "x.png"])
+    out = tmp_path / "x.png"
+    code = main(["explain", str(missing), "--model", str(broken_model), "--out", str(out)])
     assert code == 2
     err = capsys.readouterr().err
     assert "image file not found" in err and "nope.jpg" in err
-    assert not (tmp_path / "x.png").exists()
+    assert not out.exists()
 
 
 def test_undecodable_image_and_missing_model_exit_2(photo, model_file, tmp_path, capsys):

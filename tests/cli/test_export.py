@@ -18,7 +18,8 @@ import keras_vit
 from keras_vit.cli.export import class_names_from_run, read_class_names_file, resolve_model_path
 from keras_vit.cli.main import main
 from tests.conftest import TINY_VIT
-from tests.test_export import preprocess_reference, randomize_weights, tree_listing
+from tests.output_checks import randomize_weights
+from tests.test_export import preprocess_reference, tree_listing
 
 CLASS_NAMES = [f"digit {i}" for i in range(TINY_VIT["num_classes"])]
 
@@ -104,3 +105,33 @@ def test_class_names_files_and_run_config(tmp_path):
     assert class_names_from_run(str(tmp_path)) is None  # no config.json
     (tmp_path / "config.json").write_text(json.dumps({"data": {"class_names": ["a", "b"]}}))
     assert class_names_from_run(str(tmp_path)) == ["a", "b"]
+
+
+def served_logits(export_dir, images):
+    loaded = tf.saved_model.load(str(export_dir / "1"))
+    return loaded.signatures["serving_default"](images=tf.constant(images))["logits"].numpy()
+
+
+def test_bfloat16_export_serves_logits_close_to_the_float32_export(run_export, capsys):
+    """--mixed-precision mixed_bfloat16: the SavedModel computes in bfloat16 (its logits
+    differ from the float32 export's) within 5% of the largest float32 logit, same top-1."""
+    export_dir = run_export["run_dir"].parent / "serving_bf16"
+    argv = ["export", str(run_export["run_dir"]), str(export_dir), "--mixed-precision"]
+    assert main([*argv, "mixed_bfloat16"]) == 0
+    assert "precision mixed_bfloat16, XLA off" in capsys.readouterr().out
+    images = np.random.default_rng(5).uniform(0, 255, (16, 32, 32, 3)).astype("float32")
+    reference = served_logits(run_export["export_dir"], images)
+    logits = served_logits(export_dir, images)
+    assert logits.dtype == np.float32 and np.abs(reference).max() > 0.5
+    difference = np.abs(logits - reference).max()
+    assert 0 < difference <= 0.05 * np.abs(reference).max()
+    assert (logits.argmax(-1) == reference.argmax(-1)).mean() >= 0.9
+
+
+def test_float32_export_with_xla_matches_the_model(run_export):
+    export_dir = run_export["run_dir"].parent / "serving_xla"
+    argv = ["export", str(run_export["run_dir"]), str(export_dir)]
+    assert main([*argv, "--mixed-precision", "float32", "--jit-compile"]) == 0
+    images = np.random.default_rng(6).uniform(0, 255, (4, 32, 32, 3)).astype("float32")
+    expected = run_export["model"].predict(preprocess_reference(images, (32, 32)), verbose=0)
+    np.testing.assert_allclose(served_logits(export_dir, images), expected, atol=1e-4)

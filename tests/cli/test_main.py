@@ -12,6 +12,8 @@ import pytest
 
 from keras_vit.cli.main import SUBCOMMAND_MODULES, build_parser
 
+COMMANDS = [name.replace("_", "-") for name in SUBCOMMAND_MODULES]  # transfer_suite -> -suite
+
 ROOT = Path(__file__).resolve().parents[2]
 
 HELP_PROBE = """
@@ -45,7 +47,7 @@ def _env(**extra):
 def test_help_of_every_subcommand_imports_no_tensorflow():
     """--help answers from argparse alone: TensorFlow (seconds to import) is never loaded."""
     done = subprocess.run(
-        [sys.executable, "-c", HELP_PROBE, *SUBCOMMAND_MODULES],
+        [sys.executable, "-c", HELP_PROBE, *COMMANDS],
         capture_output=True,
         text=True,
         env=_env(),
@@ -53,7 +55,7 @@ def test_help_of_every_subcommand_imports_no_tensorflow():
         check=True,
     )
     heavy = json.loads(done.stdout.strip().splitlines()[-1])
-    assert set(heavy) == {"", *SUBCOMMAND_MODULES}
+    assert set(heavy) == {"", *COMMANDS}
     assert heavy == {command: [] for command in heavy}
 
 

@@ -18,20 +18,27 @@ def trained(tmp_path_factory):
     return pretrained_run(tmp_path_factory)
 
 
-def test_train_writes_a_run_and_prints_held_out_accuracy(trained):
+def test_train_writes_a_run_and_prints_test_accuracy(trained):
     run_dir = trained  # made by `keras-vit train` + TRAIN_ARGS + --seed 3
     out = run_dir.with_suffix(".stdout.txt").read_text()
     metrics = json.loads((run_dir / "metrics.json").read_text())
-    accuracy = 100 * metrics["held_out"]["accuracy"]
-    assert f"Held-out accuracy: {accuracy:.2f}%" in out
-    assert "Trained 1 epochs, 2 steps on 1 replica(s)" in out
+    accuracy = 100 * metrics["test"]["accuracy"]
+    assert f"Test accuracy: {accuracy:.2f}% on 'test' (best.keras;" in out
+    assert "cross-entropy without label smoothing" in out
+    assert "on 'train[90%:]' (10 images, not trained on)" in out
+    # 50 images: 1 per class is carved for validation, 40 train = 1 step of 25
+    assert "Trained 1 epochs, 1 steps on 1 replica(s)" in out
     config = json.loads((run_dir / "config.json").read_text())
     recipe = training.TrainConfig()
     assert config["run"]["recipe"]["seed"] == 3
     assert config["run"]["recipe"]["hidden_dim"] == recipe.hidden_dim  # the default recipe
     assert config["resolved"]["dataset"] == "mnist"
     assert config["resolved"]["image_size"] == [8, 8]
-    assert config["resolved"]["steps_per_epoch"] == 50 // 25
+    assert config["resolved"]["steps_per_epoch"] == 40 // 25
+    resolved = config["resolved"]
+    assert (resolved["train_split"], resolved["validation_split"]) == ("train[:90%]", "train[90%:]")
+    assert (resolved["split_seed"], resolved["test_split"]) == (0, "test")
+    assert (resolved["num_train_examples"], resolved["num_validation_examples"]) == (40, 10)
     for name in ("best.keras", "best.npz", "last.keras", "history.csv", "learning_curves.png"):
         assert (run_dir / name).is_file(), name
 
@@ -39,8 +46,11 @@ def test_train_writes_a_run_and_prints_held_out_accuracy(trained):
 def test_output_to_a_file_first_names_the_run_then_one_line_per_epoch(trained):
     """stdout is not a terminal here: no progress-bar control codes, one line per epoch."""
     lines = trained.with_suffix(".stdout.txt").read_text().splitlines()
-    assert lines[0].startswith(f"Run {trained}: model default (ViT patch 4, hidden_dim 64")
-    assert "data mnist (50 training images, 10 classes, 8x8)" in lines[0]
+    assert lines[0].startswith(
+        f"Run {trained}: model default (hybrid: BiT ResNet root, 32 channels, + ViT patch 1, "
+        "hidden_dim 64"
+    )
+    assert "data mnist (40 training images, 10 classes, 8x8)" in lines[0]
     assert "precision float32, jit_compile False" in lines[0]
     epoch_lines = [line for line in lines if line.startswith("epoch ")]
     assert len(epoch_lines) == 1 and epoch_lines[0].startswith("epoch 1/1  ")
@@ -52,7 +62,7 @@ def test_output_to_a_file_first_names_the_run_then_one_line_per_epoch(trained):
 def test_quiet_prints_only_the_result(trained, capsys):
     assert main(["train", "--run-dir", str(trained), "--resume", "--quiet"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("Held-out accuracy: ")
+    assert out.startswith("Test accuracy: ")
     assert "Run " not in out and "Resuming" not in out
 
 
@@ -60,7 +70,7 @@ def test_resume_a_complete_run_uses_stored_config(trained, capsys):
     before = (trained / "metrics.json").read_text()
     assert main(["train", "--run-dir", str(trained), "--resume"]) == 0
     out = capsys.readouterr().out
-    assert "Resuming" in out and "Held-out accuracy" in out
+    assert "Resuming" in out and "Test accuracy" in out
     assert (trained / "metrics.json").read_text() == before
 
 
@@ -81,7 +91,9 @@ def expect_usage_error(capsys, argv, message):
         (["--strategy", "warp"], "Unknown distribution strategy 'warp'"),
         (["--strategy", "tpu"], "No TPU found"),
         (["--resume"], "--resume needs the --run-dir"),
-        (["--batch-size", "100000"], "larger than the 4000 training images"),
+        (["--batch-size", "100000"], "larger than the 3600 training images"),
+        (["--validation-split", "train"], "would select on images the model trains on"),
+        (["--validation-split", "dev"], "has no split 'dev' to validate on"),
     ],
 )
 def test_bad_arguments_exit_2_before_training(capsys, tmp_path, monkeypatch, argv, message):
@@ -139,3 +151,31 @@ def test_subcommand_help(capsys, command):
     assert out.startswith(f"usage: keras-vit {command}")
     expected = {"train": "--resume", "finetune": "--weights", "evaluate": "--split"}
     assert expected.get(command, "--top-k") in out
+
+
+def test_a_folder_without_test_split_trains_on_a_carved_validation_split(tmp_path, capsys):
+    """`keras-vit train --dataset imgs` on class sub-folders only: a stratified tenth of the
+    images is held out for selection (recorded in config.json); no test figure is claimed."""
+    import numpy as np
+    import tensorflow as tf
+
+    rng = np.random.default_rng(0)
+    for label in ("cat", "dog"):
+        (tmp_path / "imgs" / label).mkdir(parents=True)
+        for index in range(10):
+            pixels = rng.integers(0, 256, (8, 8, 1), dtype=np.uint8)
+            (tmp_path / "imgs" / label / f"{index}.png").write_bytes(
+                tf.io.encode_png(pixels).numpy()
+            )
+    run_dir = tmp_path / "run"
+    argv = ["train", "--dataset", str(tmp_path / "imgs"), "--image-size", "8", "--batch-size"]
+    argv += ["6", "--epochs", "1", "--no-jit-compile", "--run-dir", str(run_dir)]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "Validation accuracy:" in out and "no test split" in out
+    resolved = json.loads((run_dir / "config.json").read_text())["resolved"]
+    assert resolved["train_split"] == "train[:90%]" and resolved["test_split"] is None
+    assert (resolved["num_train_examples"], resolved["num_validation_examples"]) == (18, 2)
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert "test" not in metrics and "accuracy" in metrics["validation"]
+    assert metrics["steps"] == 18 // 6

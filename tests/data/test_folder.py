@@ -94,3 +94,43 @@ def test_rgb_pngs_give_three_channels(tmp_path):
         [x for x, _ in data.load(tmp_path, image_size=10, batch_size=None, training=False)]
     )
     np.testing.assert_allclose(images, (rgb - 127.5) / 127.5, atol=1e-6)
+
+
+def test_inception_crop_is_taken_from_the_image_at_its_own_resolution(tmp_path):
+    """Stripes 2 pixels wide on a 64x64 PNG: resized to 8x8 first (bilinear samples at
+    x = 3.5 + 8k, between a white and a black column) they blur to a uniform gray, so a crop
+    of the resized image is flat; a small crop (1/64-2/64 of the area) of the original,
+    resized to 8x8, keeps the stripes."""
+    stripes = np.where((np.arange(64) // 2) % 2 == 1, 255, 0).astype(np.uint8)
+    image = np.broadcast_to(stripes[None, :, None], (64, 64, 1)).copy()
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "stripes.png").write_bytes(tf.io.encode_png(image).numpy())
+    resized_first = tf.image.resize(image.astype("float32"), (8, 8)).numpy()
+    assert np.ptp(resized_first) < 1  # what the old pipeline cropped from
+    crop = data.Augmentation(
+        crop_area_range=(1 / 64, 2 / 64), aspect_ratio_range=(1, 1), flip=False
+    )
+    for seed in range(3):
+        pipeline = data.load(
+            str(tmp_path), "train", image_size=8, batch_size=None, training=True,
+            augment=crop, shuffle_seed=seed,
+        )  # fmt: skip
+        ((pixels, label),) = pipeline.take(1).as_numpy_iterator()
+        assert pixels.shape == (8, 8, 1) and label == 0
+        assert np.ptp(pixels) > 1.0, seed  # contrast over half of [-1, 1]: the stripes survive
+
+
+def test_folder_images_keep_their_size_until_the_pipeline_resizes(tmp_path):
+    from keras_vit.data import folder, splits
+
+    (tmp_path / "a").mkdir()
+    for name, size in (("wide.png", (10, 30)), ("tall.png", (20, 6))):
+        pixels = np.full((*size, 3), 200, np.uint8)
+        (tmp_path / "a" / name).write_bytes(tf.io.encode_png(pixels).numpy())
+    examples, count = folder.folder_examples(tmp_path, splits.parse_split("train"), channels=1)
+    shapes = sorted(tuple(image.shape) for image, _ in examples.as_numpy_iterator())
+    assert count == 2 and shapes == [(10, 30, 1), (20, 6, 1)]
+    batch, _ = next(
+        iter(data.load(str(tmp_path), "train", image_size=4, batch_size=2, training=False))
+    )
+    assert batch.shape == (2, 4, 4, 3)

@@ -55,7 +55,31 @@ def data():
     return x, y
 
 
-def run(run_dir, resume=False, slow=True):
+class EpochWeights(keras.callbacks.Callback):
+    """Records the model's weights at each epoch end (the test's reference for best/last)."""
+
+    def __init__(self):
+        super().__init__()
+        self.weights = {}
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.weights[epoch] = self.model.get_weights()
+
+
+class StartingPoint(keras.callbacks.Callback):
+    """Records the weights and optimizer variables the first training step starts from."""
+
+    def __init__(self):
+        super().__init__()
+        self.weights = self.optimizer_variables = None
+
+    def on_train_batch_begin(self, batch, logs=None):
+        if self.weights is None:
+            self.weights = self.model.get_weights()
+            self.optimizer_variables = [np.asarray(v) for v in self.model.optimizer.variables]
+
+
+def run(run_dir, resume=False, slow=True, callbacks=()):
     x, y = data()
     return runs.fit_run(
         run_dir,
@@ -67,7 +91,7 @@ def run(run_dir, resume=False, slow=True):
         config={"helper": "killable_run"},
         resume=resume,
         verbose=0,
-        extra_callbacks=[SlowBatches()] if slow else [],
+        extra_callbacks=[*callbacks, *([SlowBatches()] if slow else [])],
     )
 
 

@@ -1,6 +1,6 @@
 """StdConv2D and BottleneckUnit against NumPy computations of the release's equations.
 
-References written here from vit_facts.md section 2: weight standardisation
+References in tests/numpy_reference.py, from vit_facts.md section 2: weight standardisation
 w <- (w - mean) / (std + 1e-5) per output channel (population std, epsilon outside the
 square root), TF "SAME" padding (pad_total = max((out - 1) * stride + k - in, 0), the smaller
 half before), GroupNorm over (height, width, channels-in-group).
@@ -11,47 +11,12 @@ import numpy as np
 import pytest
 
 from keras_vit.layers import BottleneckUnit, StdConv2D
+from tests.numpy_reference import conv2d_same as np_conv_same
+from tests.numpy_reference import group_norm as np_group_norm
+from tests.numpy_reference import relu, tf_same_padding
+from tests.numpy_reference import standardize_kernel as np_standardize
 
 # ---------------------------------------------------------------- NumPy references
-
-
-def np_standardize(w, eps=1e-5):
-    mean = w.mean(axis=(0, 1, 2), keepdims=True)
-    std = np.sqrt(((w - mean) ** 2).mean(axis=(0, 1, 2), keepdims=True))
-    return (w - mean) / (std + eps)
-
-
-def tf_same_padding(size, kernel, stride):
-    out = -(-size // stride)
-    total = max((out - 1) * stride + kernel - size, 0)
-    return out, total // 2, total - total // 2
-
-
-def np_conv_same(x, w, stride):
-    """Cross-correlation with TF "SAME" padding, by summing shifted strided slices."""
-    batch, height, width, _ = x.shape
-    kh, kw, _, filters = w.shape
-    oh, top, bottom = tf_same_padding(height, kh, stride)
-    ow, left, right = tf_same_padding(width, kw, stride)
-    xp = np.pad(x, ((0, 0), (top, bottom), (left, right), (0, 0)))
-    out = np.zeros((batch, oh, ow, filters))
-    for i in range(kh):
-        for j in range(kw):
-            window = xp[:, i : i + stride * oh : stride, j : j + stride * ow : stride, :]
-            out += np.einsum("bhwc,co->bhwo", window, w[i, j])
-    return out
-
-
-def np_group_norm(x, groups, gamma, beta, eps=1e-6):
-    b, h, w, c = x.shape
-    g = x.reshape(b, h, w, groups, c // groups)
-    mean = g.mean(axis=(1, 2, 4), keepdims=True)
-    var = g.var(axis=(1, 2, 4), keepdims=True)
-    return ((g - mean) / np.sqrt(var + eps)).reshape(b, h, w, c) * gamma + beta
-
-
-def relu(x):
-    return np.maximum(x, 0)
 
 
 def np_bottleneck(x, p, stride, groups):

@@ -1,10 +1,13 @@
 """B02: every custom layer round-trips through get_config/from_config with name/trainable/dtype."""
 
+import inspect
+
 import keras
 import numpy as np
 import pytest
 
 from keras_vit import layers
+from keras_vit.layers.resnet import BottleneckUnit, StdConv2D
 
 CASES = [
     (layers.PatchEmbed, dict(patch_size=8, hidden_dim=16), (2, 16, 16, 3)),
@@ -37,3 +40,75 @@ def test_b02_config_round_trip(cls, kwargs, shape):
 def test_b01_registered_under_keras_vit_package(cls):
     assert keras.saving.get_registered_name(cls) == f"keras_vit>{cls.__name__}"
     assert keras.saving.get_registered_object(f"keras_vit>{cls.__name__}") is cls
+
+
+# Every constructor argument of every custom layer, each set to a value other than its default.
+EVERY_ARGUMENT = [
+    (
+        layers.PatchEmbed,
+        dict(patch_size=4, hidden_dim=16, kernel_initializer="he_normal", bias_initializer="ones"),
+    ),
+    (layers.ClassToken, dict(initializer="ones")),
+    (layers.AddPositionEmbs, dict(initializer="ones")),
+    (layers.MultiHeadSelfAttention, dict(num_heads=4, attention_dropout_rate=0.1)),
+    (layers.MlpBlock, dict(mlp_dim=8, dropout_rate=0.1, gelu_approximate=False)),
+    (
+        layers.TransformerBlock,
+        dict(
+            num_heads=4,
+            mlp_dim=8,
+            dropout_rate=0.1,
+            attention_dropout_rate=0.2,
+            drop_path_rate=0.3,
+            layer_norm_epsilon=1e-5,
+            gelu_approximate=False,
+            num_output_tokens=1,
+        ),
+    ),
+    (layers.TokenPooling, dict(pooling="gap")),
+    (
+        StdConv2D,
+        dict(
+            filters=4,
+            kernel_size=3,
+            strides=2,
+            padding="valid",
+            epsilon=1e-4,
+            kernel_initializer="he_normal",
+        ),
+    ),
+    (BottleneckUnit, dict(features=64, strides=2, groups=4, norm_epsilon=1e-5, std_epsilon=1e-4)),
+]
+
+
+def constructor_arguments(cls):
+    """Names and defaults of `cls.__init__`'s own arguments (not self / **kwargs)."""
+    return {
+        name: parameter.default
+        for name, parameter in inspect.signature(cls.__init__).parameters.items()
+        if name != "self" and parameter.kind is not parameter.VAR_KEYWORD
+    }
+
+
+def comparable(value):
+    """Initializers compare by their serialised form, everything else as it is."""
+    if isinstance(value, keras.initializers.Initializer):
+        return keras.initializers.serialize(value)
+    return value
+
+
+@pytest.mark.parametrize("cls, kwargs", EVERY_ARGUMENT, ids=[c[0].__name__ for c in EVERY_ARGUMENT])
+def test_every_constructor_argument_survives_the_config_round_trip(cls, kwargs):
+    """A get_config that drops an argument makes the clone fall back to its default: caught."""
+    arguments = constructor_arguments(cls)
+    assert set(kwargs) == set(arguments), "the case must set every constructor argument"
+    layer = cls(**kwargs)
+    clone = cls.from_config(layer.get_config())
+    for name, default in arguments.items():
+        value = comparable(getattr(layer, name))
+        if default is not inspect.Parameter.empty:
+            without = cls(**{k: v for k, v in kwargs.items() if k != name})
+            assert value != comparable(getattr(without, name)), (
+                f"{cls.__name__}: the case's {name} equals the default"
+            )
+        assert comparable(getattr(clone, name)) == value, f"{cls.__name__}.{name} was lost"

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from keras_vit import training
-from keras_vit.plots import (
+from keras_vit.learning_curves import (
     best_epoch_index,
     learning_curve_figure,
     plot_learning_curves,

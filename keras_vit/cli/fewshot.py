@@ -1,0 +1,119 @@
+"""`keras-vit fewshot`: few-shot linear accuracy of a trained model's frozen features."""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+from keras_vit.cli import common
+from keras_vit.cli.main import UsageError
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "fewshot",
+        help="few-shot linear accuracy of a model's frozen representation (paper section 4.1)",
+        description=(
+            "Few-shot linear evaluation as in the paper (section 4.1, 'Metrics'): the frozen "
+            "model's pre-logits (or pooled) features of N images per class are mapped to "
+            "{-1, 1}^K targets by regularised least squares with a bias column, solved in "
+            "closed form; l2 is chosen on other training images, never on test ones. Prints "
+            "the mean and spread over seeds of the test accuracy. Example: keras-vit fewshot "
+            "runs/mnist --dataset digits --shots 5 10"
+        ),
+    )
+    parser.add_argument("model", metavar="RUN_OR_MODEL", help="run directory, .keras or .npz")
+    common.add_data_arguments(parser, default_dataset_help="default: the run's dataset")
+    parser.add_argument(
+        "--shots", type=common.positive_int, nargs="+", default=[1, 5, 10, 25],
+        help="training images per class, one evaluation each (default: 1 5 10 25)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--seeds", type=common.positive_int, default=3, help="draws per shot count (default 3)"
+    )
+    parser.add_argument(
+        "--holdout-per-class", type=int, default=10,
+        help="training images per class (besides the shots) that choose l2 (default 10)",
+    )  # fmt: skip
+    parser.add_argument("--train-split", default="train", help="pool of the shots (train)")
+    parser.add_argument("--test-split", default="test", help="split scored (test)")
+    parser.add_argument(
+        "--batch-size", type=common.positive_int, default=256, help="batch size (default 256)"
+    )
+    parser.set_defaults(func=run)
+    return parser
+
+
+def _dataset(args, config):
+    from keras_vit import data
+
+    run_dataset = (config or {}).get("run", {}).get("recipe", {}).get("dataset")
+    dataset = args.dataset or run_dataset
+    if dataset is None:
+        raise UsageError("--dataset is required for a model outside a run directory.")
+    try:
+        info = data.describe(dataset, data_dir=args.data_dir)
+    except (ValueError, FileNotFoundError) as error:
+        raise UsageError(" ".join(str(error).split())) from None
+    for flag, split in (("--train-split", args.train_split), ("--test-split", args.test_split)):
+        if split.split("[")[0] not in info.num_examples:
+            raise UsageError(
+                f"{flag}: dataset {info.name!r} has no split {split!r}; "
+                f"it has {sorted(info.num_examples)}."
+            )
+    return dataset, info
+
+
+def _power_of_two(value: float) -> str:
+    exponent = math.log2(value)
+    return f"2^{exponent:g}" if exponent == int(exponent) else f"{value:g}"
+
+
+def run(args) -> int:
+    from keras_vit import data, fewshot
+
+    if args.holdout_per_class < 0:
+        raise UsageError(f"--holdout-per-class must be >= 0, got {args.holdout_per_class}.")
+    model, config = common.load_model(args.model)
+    dataset, info = _dataset(args, config)
+    try:
+        layer = fewshot.feature_layer_name(model)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+    common_kwargs = dict(
+        image_size=tuple(model.input_shape[1:3]),
+        batch_size=args.batch_size,
+        training=False,
+        channels=int(model.input_shape[-1]),
+        data_dir=args.data_dir,
+    )
+    train = data.load(dataset, args.train_split, **common_kwargs)
+    test = data.load(dataset, args.test_split, **common_kwargs)
+    try:
+        results = fewshot.fewshot_evaluate(
+            model,
+            train,
+            test,
+            shots=args.shots,
+            seeds=args.seeds,
+            holdout_per_class=args.holdout_per_class,
+            num_classes=info.num_classes,
+            progress=True,
+        )
+    except ValueError as error:
+        raise UsageError(" ".join(str(error).split())) from None
+    print()  # end the progress bar's line
+    width = int(model.get_layer(layer).output.shape[-1])
+    size = "x".join(str(s) for s in model.input_shape[1:3])
+    first = next(iter(results.values()))
+    print(
+        f"Few-shot linear evaluation of {args.model} on {info.name} at {size}: '{layer}' "
+        f"features ({width}-d), ridge regression to {{-1, 1}}^{info.num_classes} with a bias "
+        f"column; l2 chosen per draw on {args.holdout_per_class} other '{args.train_split}' "
+        f"images per class; {args.seeds} seed(s); {first.num_test} '{args.test_split}' images."
+    )
+    print(f"{'shots':>5}  {'accuracy':>8}  {'± std':>6}  l2 chosen per seed")
+    for shots, result in results.items():
+        l2 = ", ".join(_power_of_two(v) for v in result.l2)
+        print(f"{shots:>5}  {100 * result.mean:7.2f}%  {100 * result.std:6.2f}  {l2}")
+    return 0

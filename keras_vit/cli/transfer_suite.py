@@ -1,0 +1,111 @@
+"""`keras-vit transfer-suite`: VTAB-1k style fine-tuning of one checkpoint on a list of tasks."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from keras_vit.cli import common
+from keras_vit.cli.main import UsageError
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    from keras_vit import transfer_suite
+
+    parser = subparsers.add_parser(
+        "transfer-suite",
+        help="VTAB-1k style transfer: fine-tune on 800/200 of 1,000 examples per task, "
+        "print per-task and mean test accuracy",
+        description=(
+            "Fine-tune one pre-trained model on each task as VTAB-1k does (800 training and "
+            "200 validation examples of 1,000 per task; TFDS tasks use VTAB's own "
+            "train[:800] / train[800:1000], embedded sets and folders a stratified draw) with "
+            "the paper's recipe (zero-initialised head, SGD momentum 0.9, clipping 1.0, warmup "
+            f"and cosine decay, {transfer_suite.VTAB_STEPS} steps at learning rate "
+            f"{transfer_suite.VTAB_LEARNING_RATE}), pick the best checkpoint on the "
+            "validation examples, and print each task's test accuracy and the mean. Example: "
+            "keras-vit transfer-suite runs/mnist --tasks digits mnist --steps 500"
+        ),
+    )
+    parser.add_argument("model", metavar="RUN_OR_MODEL", help="run directory, .keras or .npz")
+    parser.add_argument(
+        "--tasks", nargs="+", default=list(transfer_suite.DEFAULT_TASKS),
+        help="embedded sets (digits, mnist: the default), TFDS names prepared in --data-dir, "
+        "or image folders",
+    )  # fmt: skip
+    parser.add_argument("--data-dir", help="TFDS data directory (never downloads)")
+    parser.add_argument(
+        "--image-size", type=common.positive_int, help="input side (default: the model's)"
+    )
+    parser.add_argument(
+        "--steps", type=common.positive_int, default=transfer_suite.VTAB_STEPS,
+        help=f"optimizer steps per task (default {transfer_suite.VTAB_STEPS}, the paper's)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--learning-rate", type=common.positive_float,
+        default=transfer_suite.VTAB_LEARNING_RATE, help="SGD base learning rate (default 0.01)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--batch-size", type=common.positive_int, default=32, help="batch size (default 32)"
+    )
+    parser.add_argument("--seed", type=int, default=0, help="training seed (default 0)")
+    parser.add_argument("--split-seed", type=int, default=0, help="seed of the 800/200 draw")
+    parser.add_argument(
+        "--mixed-precision",
+        choices=["float32", "mixed_float16", "mixed_bfloat16"],
+        help="dtype policy (default float32)",
+    )
+    parser.add_argument(
+        "--jit-compile", action=argparse.BooleanOptionalAction, default=True,
+        help="compile train steps with XLA (default on)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--run-dir",
+        help="parent of the tasks' run directories (default: runs/transfer-suite-<date>-<time>);"
+        " a task already run there is reused or resumed",
+    )
+    parser.set_defaults(func=run)
+    return parser
+
+
+def run(args) -> int:
+    from keras_vit import transfer_suite
+
+    model_file, _ = common.resolve_model_path(args.model)
+    model, _ = common.load_model(args.model)
+    size = tuple(int(s) for s in model.input_shape[1:3])
+    run_dir = args.run_dir or common.default_run_dir("transfer-suite")
+    if os.path.exists(run_dir) and not os.path.isdir(run_dir):
+        raise UsageError(f"--run-dir {run_dir!r} exists and is not a folder.")
+    with common.usage_errors():
+        results = transfer_suite.run_suite(
+            args.model,
+            run_dir,
+            args.tasks,
+            source_image_size=size[0] if size[0] == size[1] else list(size),
+            data_dir=args.data_dir,
+            image_size=args.image_size,
+            steps=args.steps,
+            learning_rate=args.learning_rate,
+            batch_size=args.batch_size,
+            seed=args.seed,
+            split_seed=args.split_seed,
+            jit_compile=args.jit_compile,
+            mixed_precision=args.mixed_precision,
+            verbose=2,
+        )
+    print(
+        f"Transfer suite (VTAB-1k style) of {model_file}: {args.steps} SGD steps per task at "
+        f"learning rate {args.learning_rate}, best checkpoint picked on the validation examples"
+    )
+    print(f"{'task':<16} {'classes':>7} {'train':>5} {'val':>4} {'test':>6} {'val acc':>8} "
+          f"{'test acc':>8}")  # fmt: skip
+    for r in results:
+        print(
+            f"{r.task:<16} {r.num_classes:>7} {r.num_train:>5} {r.num_validation:>4} "
+            f"{r.num_test:>6} {100 * r.validation_accuracy:7.2f}% {100 * r.test_accuracy:7.2f}%"
+        )
+    print(f"{'mean':<16} {'':>7} {'':>5} {'':>4} {'':>6} {'':>8} "
+          f"{100 * transfer_suite.mean_accuracy(results):7.2f}%")  # fmt: skip
+    print(f"Run directories: {run_dir}/<task>")
+    return 0

@@ -1,0 +1,57 @@
+"""Tests of `keras-vit transfer-suite` (VTAB-1k style) on the shared tiny run."""
+
+import json
+import re
+
+import pytest
+
+from keras_vit.cli.main import main
+from tests.helpers.cli_runs import pretrained_run
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    return pretrained_run(tmp_path_factory)
+
+
+def test_suite_fine_tunes_on_800_of_1000_and_reports_test_accuracy(trained, tmp_path, capsys):
+    run_dir = tmp_path / "suite"
+    argv = ["transfer-suite", str(trained), "--tasks", "digits", "--steps", "2"]
+    argv += ["--batch-size", "25", "--no-jit-compile", "--run-dir", str(run_dir)]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    row = re.search(r"^digits\s+10\s+800\s+200\s+500\s+(\d+\.\d+)%\s+(\d+\.\d+)%$", out, re.M)
+    assert row, out
+    mean = re.search(r"^mean\s+(\d+\.\d+)%$", out, re.M)
+    assert mean and mean[1] == row[2]
+    config = json.loads((run_dir / "digits" / "config.json").read_text())
+    assert config["run"]["task"] == "finetune" and config["run"]["recipe"]["steps"] == 2
+    assert config["run"]["recipe"]["learning_rate"] == 0.01  # the paper's VTAB rate
+    resolved = config["resolved"]
+    assert (resolved["train_split"], resolved["validation_split"]) == (
+        "train[:80]",
+        "train[80:100]",
+    )
+    assert resolved["image_size"] == [8, 8]  # the pre-trained model's
+    metrics = json.loads((run_dir / "digits" / "metrics.json").read_text())
+    assert float(row[2]) == pytest.approx(100 * metrics["test"]["accuracy"], abs=0.006)
+
+
+def test_the_800_and_200_examples_are_disjoint_and_stratified():
+    import numpy as np
+
+    from keras_vit.data import embedded, splits
+
+    labels = embedded.embedded_arrays("digits", "train")[1]
+    train = splits.slice_indices(labels, splits.parse_split("train[:80]"), seed=0)
+    val = splits.slice_indices(labels, splits.parse_split("train[80:100]"), seed=0)
+    assert len(train) == 800 and len(val) == 200 and not set(train) & set(val)
+    np.testing.assert_array_equal(np.bincount(labels[val]), [20] * 10)
+
+
+def test_an_unknown_task_exits_2_before_any_training(trained, tmp_path, capsys):
+    run_dir = tmp_path / "suite"
+    argv = ["transfer-suite", str(trained), "--tasks", "digits", "mnits", "--run-dir", str(run_dir)]
+    assert main(argv) == 2
+    assert "Unknown data source" in capsys.readouterr().err
+    assert not run_dir.exists()
