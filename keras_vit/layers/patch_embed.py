@@ -77,6 +77,7 @@ class PatchEmbed(keras.layers.Layer):
         self.native_image_size = None if image_size is None else to_pair("image_size", image_size)
         if self.dynamic_image_size and self.native_image_size is None:
             raise ValueError("dynamic_image_size=True needs image_size (the table's size).")
+        self.image_size = self.native_image_size  # set from the input at build otherwise
         self.input_preprocessing = check_choice(
             "input_preprocessing", input_preprocessing, PREPROCESSING_MODES
         )
