@@ -83,7 +83,7 @@ def measure(args):
     for name, (size, batch) in names.items():
         argv = throughput.worker_argv(
             worker_args(args, size, batch),
-            f"keras_vit:{args.mode}:{'noxla' if args.no_xla else 'xla'}",
+            f"keras_vit:{args.mode}:{args.dtype_policy}:{'noxla' if args.no_xla else 'xla'}",
         )
         workers[name] = common.Worker(argv)
     try:

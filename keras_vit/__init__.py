@@ -28,6 +28,7 @@ _EXPORTS = {
     "export_saved_model": "keras_vit.export",
     "fewshot_evaluate": "keras_vit.fewshot",
     "finetune": "keras_vit.finetune",
+    "from_checkpoint": "keras_vit.checkpoints.from_checkpoint",
     "HybridViT": "keras_vit.hybrid",
     "R26_B32": "keras_vit.hybrid",
     "R26_S32": "keras_vit.hybrid",
@@ -83,3 +84,25 @@ class _PackageModule(types.ModuleType):
 
 
 sys.modules[__name__].__class__ = _PackageModule
+
+
+def _imported_for_the_cli() -> bool:
+    """True while the import in progress is `keras_vit.cli...` (the `keras-vit` command).
+
+    Then the layers load on first use, so `keras-vit --help` starts no TensorFlow. Any other
+    `import keras_vit` imports `keras_vit.layers` at once, so that every layer is registered
+    with Keras' serialization and `keras.models.load_model` finds them in a fresh process.
+    The frames of CPython's import machinery (`importlib._bootstrap._find_and_load(name)`)
+    name the module being imported.
+    """
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "_find_and_load":
+            if str(frame.f_locals.get("name", "")).startswith("keras_vit.cli"):
+                return True
+        frame = frame.f_back
+    return False
+
+
+if not _imported_for_the_cli():
+    importlib.import_module("keras_vit.layers")

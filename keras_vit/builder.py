@@ -4,8 +4,9 @@
 `images` input, runs the stem (None: the image itself, as in a plain ViT; or a function
 mapping the symbolic images to a feature map, as the hybrid's ResNet), cuts the result into
 patches (`embedding`), adds the class token and the position embedding chosen by
-`position_embedding`, the Transformer blocks, the final LayerNorm, pooling, optional
-pre-logits and the zero-initialised head; then applies `weights`. In the spirit of
+`position_embedding`, the Transformer blocks, the final LayerNorm, pooling (class token,
+mean or big_vision's MAP head), optional pre-logits and the zero-initialised head; then
+applies `weights`. In the spirit of
 `keras.applications.ResNet(stack_fn)`: `keras_vit.ViT` and `keras_vit.HybridViT` only
 choose the stem. Paper section 3.1 (eq. 1-4, "Hybrid Architecture"), appendix D.4 for
 the position-embedding choices.
@@ -24,7 +25,7 @@ from keras_vit._validation import (
     check_rate,
     to_pair,
 )
-from keras_vit.layers import ClassToken, PatchEmbed, TokenPooling, TransformerBlock
+from keras_vit.layers import ClassToken, MAPHead, PatchEmbed, TokenPooling, TransformerBlock
 from keras_vit.layers.pooling import POOLING_MODES
 from keras_vit.layers.position_embedding import POSITION_EMBEDDINGS, position_embedding_layer
 
@@ -44,6 +45,8 @@ def encode_tokens(
     class_token_only=False,
     position_embedding="learned",
     grid_size=None,
+    dynamic_grid=None,
+    grid_images=None,
 ):
     """The Transformer encoder on a symbolic patch-token sequence.
 
@@ -54,6 +57,10 @@ def encode_tokens(
     last. With `class_token_only=True` (token pooling only) the last block computes just the
     class token (`TransformerBlock(num_output_tokens=1)`): the same pooled feature for ~7%
     fewer FLOPs in a 12-block model.
+
+    With `dynamic_grid=(grid_size, patch_size)` the learned position table (stored for
+    `grid_size`) is resized in the forward pass to the grid of `grid_images` (see
+    `AddPositionEmbs(dynamic_image_size=True)`).
 
     Returns:
         The symbolic `(batch, num_tokens, hidden_dim)` output of `encoder_norm`, or
@@ -70,10 +77,21 @@ def encode_tokens(
         )
     if pooling == "token":
         tokens = ClassToken(name=names.CLASS_TOKEN)(tokens)
+    dynamic = dynamic_grid is not None
     position = position_embedding_layer(
-        position_embedding, grid_size, int(pooling == "token"), names.POSITION_EMBEDDING
+        position_embedding,
+        dynamic_grid[0] if dynamic else grid_size,
+        int(pooling == "token"),
+        names.POSITION_EMBEDDING,
+        dynamic_image_size=dynamic,
+        patch_size=dynamic_grid[1] if dynamic else None,
     )
-    x = tokens if position is None else position(tokens)
+    if position is None:
+        x = tokens
+    elif dynamic:
+        x = position(tokens, images=grid_images)
+    else:
+        x = position(tokens)
     x = keras.layers.Dropout(dropout_rate, name="dropout")(x)
     for i in range(num_layers):
         rate = drop_path_rate * i / max(num_layers - 1, 1)
@@ -100,14 +118,19 @@ def classification_head(
     num_classes,
     representation_size,
     classifier_activation,
+    map_head=None,
 ):
     """Pooling, optional pre-logits (dense + tanh) and the zero-initialised head.
 
+    `pooling="map"` pools with big_vision's MAP head (`MAPHead(**map_head)`).
     Returns the symbolic model output: the sequence, the pooled feature or the logits.
     """
     if return_sequence:
         return sequence
-    x = TokenPooling(pooling, name=names.POOL)(sequence)
+    if pooling == "map":
+        x = MAPHead(**(map_head or {}), name=names.MAP_HEAD)(sequence)
+    else:
+        x = TokenPooling(pooling, name=names.POOL)(sequence)
     if representation_size is not None:
         x = keras.layers.Dense(representation_size, activation="tanh", name=names.PRE_LOGITS)(x)
     if not include_top:
@@ -164,7 +187,7 @@ def check_arguments(
         check_positive_int(arg, value)
     check_heads(hidden_dim, num_heads)
     check_positive_int("num_classes", num_classes)
-    check_choice("pooling", pooling, POOLING_MODES)
+    check_choice("pooling", pooling, (*POOLING_MODES, "map"))
     check_choice("position_embedding", position_embedding, POSITION_EMBEDDINGS)
     if representation_size is not None:
         check_positive_int("representation_size", representation_size)
@@ -217,6 +240,8 @@ def vision_transformer(
     position_embedding,
     weights,
     name,
+    input_preprocessing="[-1,1]",
+    dynamic_image_size=False,
 ):
     """Builds a ViT-family `keras.Model` around a stem (see the module docstring).
 
@@ -224,14 +249,15 @@ def vision_transformer(
         stem: None (patches of the image itself) or a function `stem(images) -> features`
             on the symbolic `(batch, height, width, channels)` images returning a feature map
             `(batch, h, w, c)` whose h and w divide by the patch size.
-        The others: as in `keras_vit.ViT`.
+        The others: as in `keras_vit.ViT` (`dynamic_image_size` needs `stem=None`).
 
     Returns:
         A functional `keras.Model` with input `images`.
 
     Raises:
         ValueError: a bad argument (see `check_arguments`), an image or feature map not
-            divisible by the patch.
+            divisible by the patch, `dynamic_image_size=True` with a stem or with
+            `position_embedding="sincos2d"`.
     """
     patch, size = check_arguments(
         patch_size=patch_size,
@@ -251,14 +277,33 @@ def vision_transformer(
         attention_dropout_rate=attention_dropout_rate,
         drop_path_rate=drop_path_rate,
     )
+    dynamic = bool(dynamic_image_size)
+    if dynamic and stem is not None:
+        raise ValueError("dynamic_image_size=True is for plain ViTs (stem=None).")
+    if dynamic and position_embedding == "sincos2d":
+        raise ValueError(
+            "dynamic_image_size=True needs position_embedding='learned' or 'none'. "
+            f"Received: position_embedding={position_embedding!r}"
+        )
     if stem is None:
         check_divisible(size, patch)
-    images = keras.Input((*size, channels), name="images")
+    if weights is not None and include_top and representation_size is None:
+        from keras_vit.checkpoints.prediction_head import prediction_representation_size
+
+        representation_size = prediction_representation_size(weights, num_classes, hidden_dim)
+    images = keras.Input((None, None, channels) if dynamic else (*size, channels), name="images")
     features = images
     if stem is not None:
         features = stem(images)
         _check_feature_grid(features, patch, size)
-    embed = PatchEmbed(patch, hidden_dim, name=names.EMBEDDING)
+    embed = PatchEmbed(
+        patch,
+        hidden_dim,
+        input_preprocessing=input_preprocessing,
+        dynamic_image_size=dynamic,
+        image_size=size if dynamic else None,
+        name=names.EMBEDDING,
+    )
     tokens = embed(features)
     class_token_only = pooling == "token" and not return_sequence
     sequence = encode_tokens(
@@ -275,6 +320,8 @@ def vision_transformer(
         class_token_only=class_token_only,
         position_embedding=position_embedding,
         grid_size=embed.grid_size,
+        dynamic_grid=((size[0] // patch[0], size[1] // patch[1]), patch) if dynamic else None,
+        grid_images=images if dynamic else None,
     )
     outputs = classification_head(
         sequence,
@@ -284,6 +331,12 @@ def vision_transformer(
         num_classes=num_classes,
         representation_size=representation_size,
         classifier_activation=classifier_activation,
+        map_head={
+            "num_heads": num_heads,
+            "mlp_dim": mlp_dim,
+            "layer_norm_epsilon": layer_norm_epsilon,
+            "gelu_approximate": gelu_approximate,
+        },
     )
     model = keras.Model(images, outputs, name=name)
     if weights is not None:

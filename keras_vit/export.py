@@ -17,7 +17,9 @@ The two serving signatures return `logits` `(batch, num_classes)`, `probabilitie
 built under a mixed-precision policy.
 
 Preprocessing is the evaluation path of `keras_vit.data`: bilinear `tf.image.resize` to
-the model's input size, then `(x - 127.5) / 127.5` (`keras_vit.preprocess_inputs`).
+the model's input size, then `(x - 127.5) / 127.5` (`keras_vit.preprocess_inputs`); a model
+that records `input_preprocessing="imagenet"` (timm in1k weights) then gets ImageNet's mean/std
+(`keras_vit.data.preprocess.from_unit_range`).
 """
 
 from __future__ import annotations
@@ -34,7 +36,11 @@ import tensorflow as tf
 
 from keras_vit import _atomic, layer_names
 from keras_vit._validation import check_positive_int
-from keras_vit.data.preprocess import preprocess_inputs
+from keras_vit.data.preprocess import (
+    from_unit_range,
+    model_input_preprocessing,
+    preprocess_inputs,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -350,8 +356,10 @@ def build_export_archive(
     """The `keras.export.ExportArchive` holding the three signatures (see module doc)."""
     feature_model = keras.Model(model.inputs, feature_layer.output, name="features")
     forward = tf.function(lambda x: model(x, training=False), jit_compile=bool(jit_compile))
+    preprocessing = model_input_preprocessing(model)
 
     def classify(scaled_images):
+        scaled_images = from_unit_range(scaled_images, preprocessing)
         outputs = tf.cast(forward(scaled_images), tf.float32)
         if head_activation == "softmax":
             probabilities = outputs
@@ -378,7 +386,8 @@ def build_export_archive(
         return classify(preprocess_inputs(pixels))
 
     def features(images):
-        pooled = feature_model(resize_and_scale(images, image_size), training=False)
+        scaled = from_unit_range(resize_and_scale(images, image_size), preprocessing)
+        pooled = feature_model(scaled, training=False)
         return {"features": tf.cast(pooled, tf.float32)}
 
     image_spec = tf.TensorSpec((None, None, None, channels), tf.float32, name=IMAGES_KEY)

@@ -28,6 +28,8 @@ def ViT(
     layer_norm_epsilon=1e-6,
     return_sequence=False,
     position_embedding="learned",
+    input_preprocessing="[-1,1]",
+    dynamic_image_size=False,
     weights=None,
     name="vit",
 ):
@@ -47,9 +49,13 @@ def ViT(
         channels: image channels (default 3).
         include_top: if False, the model returns the pooled feature `(batch, D)` (after
             `pre_logits` when `representation_size` is set) instead of logits.
-        pooling: "token" (class token, default) or "gap" (mean over tokens, no class token).
+        pooling: "token" (class token, default), "gap" (mean over tokens, no class token) or
+            "map" (big_vision's multihead attention pooling, no class token).
         representation_size: width of the optional `pre_logits` dense + tanh layer (the
-            ImageNet-21k checkpoints have it); None (default) for none.
+            ImageNet-21k checkpoints have it); None (default) for none, except that a
+            `weights` file with pre_logits under a head of `num_classes` outputs (an original
+            ImageNet-21k file with num_classes=21843) gets its pre_logits width, so the file
+            is kept whole for prediction.
         dropout_rate, attention_dropout_rate: dropout rates in [0, 1).
         drop_path_rate: stochastic depth at the last block, rising linearly from 0.
         classifier_activation: activation of the head; None (default) returns logits.
@@ -61,7 +67,19 @@ def ViT(
             for another grid), "sincos2d" (fixed 2-D sine-cosine table, big_vision's
             `posemb_sincos_2d`; no weights; hidden_dim a multiple of 4) or "none" (the
             paper's appendix D.4 ablation). Kept in the model's config (`.keras` files).
-        weights: None, a path to an official `.npz` checkpoint, or a published checkpoint name
+        input_preprocessing: the pixel scaling the weights expect, recorded in the model
+            (its `embedding` layer) and applied by `predict`, `evaluate` and the SavedModel
+            export: "[-1,1]" (default, the release's) or "imagenet" (ImageNet mean/std).
+            The model itself never rescales its input.
+        dynamic_image_size: if True, the model takes images of any size (each side a multiple
+            of the patch) and resizes its position table, stored for `image_size`, to the
+            input's grid in the forward pass (corner-aligned bilinear, the release's resize:
+            equal to a model built at that size and loaded with the resized table), as
+            timm's `dynamic_img_size` and Hugging Face's `interpolate_pos_encoding` offer.
+            The input is then `(batch, None, None, channels)`. Needs
+            position_embedding "learned" or "none". Default False.
+        weights: None, a checkpoint path of any format keras_vit reads (`.npz`, `.keras`, a
+            Hugging Face folder, a timm `.safetensors`), or a published checkpoint name
             (see `keras_vit.checkpoints`).
         name: model name.
 

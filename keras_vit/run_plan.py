@@ -392,24 +392,47 @@ def named_variant(name: str):
 def load_source_model(weights) -> keras.Model:
     """Loads the pre-trained model named by `--weights` (see `RunConfig.weights`).
 
+    Accepts a run directory (its best.keras), a `.keras` file, any checkpoint
+    `keras_vit.from_checkpoint` reads (release `.npz`, Hugging Face folder, timm
+    `.safetensors`), or a published name ("imagenet21k/ViT-B_32", "augreg/ViT-S_16-224", ...),
+    downloaded into the Keras cache. The architecture is read from the file.
+
     Raises:
-        ConfigError: no weights given, the path does not exist, or the file cannot be read.
+        ConfigError: no weights given, a path that does not exist and is no published name,
+            a failed download (the message gives the URL and the cache path), or a file that
+            cannot be read.
     """
+    from keras_vit.checkpoints import registry
+
     if not weights:
-        raise ConfigError("finetune needs --weights: a run directory, a .keras or an .npz file.")
+        raise ConfigError(
+            "finetune needs --weights: a run directory, a .keras, .npz, .safetensors or "
+            "Hugging Face folder, or a published checkpoint name."
+        )
     path = os.fspath(weights)
-    if os.path.isdir(path):
+    if os.path.isdir(path) and os.path.isfile(os.path.join(path, "best.keras")):
         path = os.path.join(path, "best.keras")
-    if not os.path.isfile(path):
-        raise ConfigError(f"Weights file not found: {path}")
+    if not os.path.exists(path):
+        entry = registry.lookup(path)
+        if entry is None:
+            raise ConfigError(
+                f"Weights file not found: {path} (neither a file or folder nor a published "
+                "checkpoint name such as imagenet21k/ViT-B_32 or augreg/ViT-S_16-224)"
+            )
+        try:
+            path = registry.resolve_checkpoint(entry)
+        except (OSError, ValueError) as error:
+            raise ConfigError(_one_line(error)) from None
     try:
         if path.endswith(".keras"):
             return load_model(path, compile=False)
-        if path.endswith(".npz"):
+        if path.endswith(".npz") and _kwargs_from_run_config(path) is not None:
             return _model_from_npz(path)
+        from keras_vit.checkpoints.from_checkpoint import from_checkpoint
+
+        return from_checkpoint(path)
     except (ValueError, OSError) as error:
         raise ConfigError(f"Cannot load weights {path}: {_one_line(error)}") from None
-    raise ConfigError(f"Weights must be a .keras or .npz file or a run directory: {path}")
 
 
 def load_model(path, *, compile: bool = True) -> keras.Model:

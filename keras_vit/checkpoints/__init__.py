@@ -1,4 +1,10 @@
-"""Official ViT checkpoints (`.npz`, the release's vit_jax/checkpoint.py): load, save, names.
+"""ViT checkpoints: the release's `.npz` (vit_jax/checkpoint.py), Hugging Face ViT folders,
+timm `.safetensors` and `.keras` files: read (format picked by content), written, published
+names.
+
+- `read_checkpoint(path)` / `write_checkpoint(contents, path, format)`, `detect_format(path)`;
+  `keras_vit.from_checkpoint(path)` (module `from_checkpoint`) builds the model a file
+  describes.
 
 - `load_npz(model, path, ...)` / `save_npz(model, path)`: the release's flat-key layout.
 - `load_weights_argument(model, weights)`: what the builders' `weights=` does.
@@ -6,9 +12,13 @@
   `vit_models` bucket, fetched with `keras.utils.get_file` into the Keras cache.
 """
 
+from keras_vit.checkpoints.contents import CheckpointContents
+from keras_vit.checkpoints.detect import UnsupportedCheckpointError, detect_format
+from keras_vit.checkpoints.formats import model_contents, read_checkpoint, write_checkpoint
 from keras_vit.checkpoints.loading import (
     LoadReport,
     SaveReport,
+    load_checkpoint,
     load_npz,
     load_weights_argument,
     save_npz,
@@ -24,7 +34,14 @@ from keras_vit.checkpoints.registry import (
 __all__ = [
     "NAMING_RULES",
     "PUBLISHED_CHECKPOINTS",
+    "CheckpointContents",
     "CheckpointError",
+    "UnsupportedCheckpointError",
+    "detect_format",
+    "load_checkpoint",
+    "model_contents",
+    "read_checkpoint",
+    "write_checkpoint",
     "LoadReport",
     "NamingRule",
     "PublishedCheckpoint",

@@ -109,8 +109,19 @@ def squeeze_group_norm(arrays):
     return out, f"reshaped {count} GroupNorm arrays from (1, 1, 1, C) to (C,)"
 
 
+def take_image_tower(arrays):
+    """Keeps the image tower `img/` of a two-tower big_vision file (SigLIP, LiT: `img/`,
+    `txt/`, temperature `t`, bias `b`) under plain keys."""
+    tower = "img/"
+    if not any(key.startswith(tower) for key in arrays):
+        return arrays, None
+    kept = {key[len(tower) :]: value for key, value in arrays.items() if key.startswith(tower)}
+    return kept, f"kept the image tower 'img/' ({len(kept)} of {len(arrays)} arrays)"
+
+
 LAYOUT_STEPS = (
     strip_prefix,
+    take_image_tower,
     unstack_scanned_blocks,
     rename_big_vision_blocks,
     move_big_vision_position_table,

@@ -17,12 +17,13 @@ import os
 import keras
 import numpy as np
 
+from keras_vit import layer_names as names
 from keras_vit._validation import check_choice
 from keras_vit._warnings import warn_weights
 from keras_vit.checkpoints import architecture, registry
-from keras_vit.checkpoints.layouts import PLAIN_POSITION_KEY, normalise_layout
-from keras_vit.checkpoints.naming import official_variables
-from keras_vit.checkpoints.npz_io import CheckpointError, read_npz, write_npz
+from keras_vit.checkpoints.layouts import PLAIN_POSITION_KEY
+from keras_vit.checkpoints.naming import find_vit_model, official_variables
+from keras_vit.checkpoints.npz_io import CheckpointError, write_npz
 from keras_vit.layers.position_resize import RESIZE_METHODS, resize_position_embeddings, square_grid
 
 logger = logging.getLogger(__name__)
@@ -189,6 +190,25 @@ def _fit_position_table(model, table, variable, method, source_grid):
     return resized, (tuple(old_grid), tuple(new_grid)), None
 
 
+def _model_heads(model) -> int | None:
+    return architecture.Architecture.from_checkpoint_model(model).num_heads
+
+
+def _warn_numerics(model, contents) -> None:
+    """Warns when the model's GELU / LayerNorm eps differ from those the weights expect."""
+    from keras_vit.checkpoints.formats import model_numerics
+
+    have, want = model_numerics(model), contents.numerics
+    if have != want:
+        warn_weights(
+            f"{contents.path} ({contents.format}) was trained with gelu_approximate="
+            f"{want['gelu_approximate']}, layer_norm_epsilon={want['layer_norm_epsilon']:g} but "
+            f"the model uses gelu_approximate={have['gelu_approximate']}, layer_norm_epsilon="
+            f"{have['layer_norm_epsilon']:g}; outputs will differ slightly. "
+            "keras_vit.from_checkpoint builds the model with the file's numerics."
+        )
+
+
 def load_npz(
     model,
     path,
@@ -199,7 +219,12 @@ def load_npz(
     resize_method: str = "bilinear",
     source_grid=None,
 ) -> LoadReport:
-    """Loads an official ViT `.npz` checkpoint (vit_jax/checkpoint.py) into a keras_vit model.
+    """Loads a ViT checkpoint of any format keras_vit reads into a keras_vit model.
+
+    The format is picked by content (`keras_vit.checkpoints.detect_format`): the release's
+    `.npz` (vit_jax/checkpoint.py), a Hugging Face ViT folder, a timm `.safetensors` file or
+    a `.keras` file; all are converted to the release's layout first. A warning says when the
+    model's GELU form or LayerNorm epsilon differ from the ones the weights were trained with.
 
     Handles every layout real files have: plain keys, an `opt/target/` prefix, big_vision
     `params/` files (top-level `pos_embedding`, sub-layers numbered from 0, "scanned" blocks
@@ -214,7 +239,8 @@ def load_npz(
 
     Args:
         model: a keras_vit ViT or hybrid model, or a keras.Model that contains one.
-        path: local `.npz` path.
+        path: local checkpoint path (file, or a Hugging Face folder), or the
+            `CheckpointContents` of one already read.
         strict: if True (default), any missing, unexpected or shape-mismatched key raises one
             `CheckpointError` listing them all, and nothing is loaded. If False, they are
             logged as a warning and the matching keys are loaded.
@@ -237,11 +263,19 @@ def load_npz(
     """
     check_choice("head", head, HEAD_MODES)
     check_choice("resize_method", resize_method, RESIZE_METHODS)
-    path = os.fspath(path)
+    from keras_vit.checkpoints.contents import CheckpointContents
+
+    contents = path if isinstance(path, CheckpointContents) else None
+    path = contents.path if contents is not None else os.fspath(path)
     variables, unnamed = official_variables(model)
     if unnamed:
         warn_weights(f"Weights without an official checkpoint name keep their values: {unnamed}")
-    arrays, steps = normalise_layout(read_npz(path))
+    from keras_vit.checkpoints.formats import read_checkpoint
+
+    if contents is None:  # a timm state dict does not record the heads: the model's
+        contents = read_checkpoint(path, num_heads=_model_heads(model))
+    _warn_numerics(model, contents)
+    arrays, steps = dict(contents.arrays), contents.layout_steps
     skip = _skip_prefixes(arrays, variables, tuple(skip), head)
     resized, hint = None, None
     if PLAIN_POSITION_KEY in arrays and PLAIN_POSITION_KEY in variables:
@@ -348,7 +382,8 @@ def load_weights_argument(model, weights, *, base_url=None, cache_dir=None) -> L
 
     Args:
         model: the built keras_vit model.
-        weights: a local `.npz` path; a published name ("ViT-B_16", "imagenet21k/ViT-B_16",
+        weights: a local checkpoint path (any format `load_npz` reads); a published name
+            ("ViT-B_16", "imagenet21k/ViT-B_16",
             "imagenet21k+imagenet2012/ViT-L_16-224", "augreg/<file>"); or "imagenet21k" /
             "imagenet21k+imagenet2012", resolved to the file of the model's architecture.
         base_url, cache_dir: see `keras_vit.checkpoints.resolve_checkpoint`.
@@ -369,11 +404,12 @@ def load_weights_argument(model, weights, *, base_url=None, cache_dir=None) -> L
             "`weights` must be None, a path to an .npz checkpoint or a published checkpoint "
             f"name. Received: weights={weights!r}"
         )
-    if os.path.isfile(weights):
+    if os.path.isfile(weights) or os.path.isdir(weights):
         return load_npz(model, weights, head="auto")
     model_name = architecture.release_model_name(model)
     if registry.is_collection_name(weights):
-        entry = registry.collection_entry(weights, model_name)
+        embed = find_vit_model(model).get_layer(names.EMBEDDING)
+        entry = registry.collection_entry(weights, model_name, getattr(embed, "image_size", None))
     else:
         entry = registry.lookup(weights)
         if entry is None:
@@ -383,10 +419,17 @@ def load_weights_argument(model, weights, *, base_url=None, cache_dir=None) -> L
                 "'imagenet21k', 'imagenet21k+imagenet2012', 'augreg/<file>'."
             )
         known = {e.model for e in registry.PUBLISHED_CHECKPOINTS.values()}
-        if entry.model in known and model_name is not None and entry.model != model_name:
+        if (
+            (entry.model in known or entry.folder == "augreg")
+            and model_name is not None
+            and entry.model != model_name
+        ):
             raise ValueError(
                 f"weights={weights!r} is a {entry.model} checkpoint but the model is a "
                 f"{model_name}."
             )
     local = registry.resolve_checkpoint(entry, base_url=base_url, cache_dir=cache_dir)
     return load_npz(model, local, head="auto")
+
+
+load_checkpoint = load_npz

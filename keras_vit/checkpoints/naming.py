@@ -67,7 +67,7 @@ NAMING_RULES: tuple[NamingRule, ...] = (
     NamingRule(names.POSITION_EMBEDDING, _in_transformer),
     NamingRule(names.BLOCK_PATTERN, _in_transformer),
     NamingRule(names.ENCODER_NORM, _in_transformer),
-    NamingRule(f"{names.PRE_LOGITS}|{names.HEAD}", _same),
+    NamingRule(f"{names.PRE_LOGITS}|{names.HEAD}|{names.MAP_HEAD}", _same),
     NamingRule(f"{names.ROOT_CONV}|{names.ROOT_NORM}", _same),
     NamingRule(names.UNIT_PATTERN, lambda m: f"block{m[1]}/unit{m[2]}"),
 )

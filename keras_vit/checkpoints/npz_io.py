@@ -1,8 +1,10 @@
 """Safe reading and atomic writing of `.npz` checkpoint files (flat keys joined by "/").
 
-Reading never unpickles (`allow_pickle=False`): object arrays, pickled payloads, files that
-are not zip archives and truncated archives all raise `CheckpointError` naming the file and
-the array. Writing goes to a temporary file in the destination folder, then `os.replace`.
+Reading never unpickles (`allow_pickle=False`); bfloat16 arrays (stored by NumPy as raw
+2-byte void, as big_vision writes them) are read as float32. Object arrays, pickled
+payloads, files that are not zip archives and truncated archives all raise
+`CheckpointError` naming the file and the array. Writing goes to a temporary file in the
+destination folder, then `os.replace`.
 """
 
 from __future__ import annotations
@@ -36,6 +38,11 @@ def _read_member(archive, path, key):
             f"Array {key!r} in {path} cannot be read; the file is truncated or corrupt "
             f"({type(error).__name__}: {error})."
         ) from None
+    if isinstance(array, np.ndarray) and array.dtype.kind == "V" and array.dtype.itemsize == 2:
+        # bfloat16 (big_vision saves them): NumPy stores the ml_dtypes type as raw 2 bytes.
+        import ml_dtypes
+
+        array = array.view(ml_dtypes.bfloat16).astype(np.float32)
     if not isinstance(array, np.ndarray) or array.dtype.kind not in "fiub":
         raise CheckpointError(
             f"Array {key!r} in {path} has dtype {getattr(array, 'dtype', type(array))}; "

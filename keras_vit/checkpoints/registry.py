@@ -89,8 +89,9 @@ PUBLISHED_CHECKPOINTS: dict[str, PublishedCheckpoint] = _table()
 
 
 def is_collection_name(name: str) -> bool:
-    """True for "imagenet21k" / "imagenet21k+imagenet2012", resolved per architecture."""
-    return name in (IMAGENET21K, IMAGENET21K_FT)
+    """True for "imagenet21k" / "imagenet21k+imagenet2012" / "augreg" /
+    "augreg+imagenet2012", resolved per architecture."""
+    return name in (IMAGENET21K, IMAGENET21K_FT, "augreg", "augreg+imagenet2012")
 
 
 def lookup(name: str) -> PublishedCheckpoint | None:
@@ -100,7 +101,12 @@ def lookup(name: str) -> PublishedCheckpoint | None:
     the fine-tuned one), "imagenet21k+imagenet2012/ViT-L_16-224", optionally with ".npz", and
     any "augreg/<file>", "sam/<model>", "gsam/<model>".
     """
+    from keras_vit.checkpoints import augreg
+
     base = name.removesuffix(".npz")
+    fields = augreg.lookup(name)
+    if fields is not None:
+        return PublishedCheckpoint(*fields)
     if base in PUBLISHED_CHECKPOINTS:
         return PUBLISHED_CHECKPOINTS[base]
     for folder in (IMAGENET21K, IMAGENET21K_FT):
@@ -112,8 +118,12 @@ def lookup(name: str) -> PublishedCheckpoint | None:
     return None
 
 
-def collection_entry(collection: str, model_name: str | None) -> PublishedCheckpoint:
+def collection_entry(collection: str, model_name: str | None, image_size=None):
     """The file of `collection` ("imagenet21k", ...) for the release model `model_name`.
+
+    For "imagenet21k+imagenet2012" a model at 224x224 gets the `-224` file where the release
+    has one (ViT-B_16-224, ViT-L_16-224), not the 384 one shrunk; AugReg collections are
+    resolved by `keras_vit.checkpoints.augreg.collection_entry`.
 
     Raises:
         ValueError: if the architecture is not one of the release's or has no such file.
@@ -124,7 +134,13 @@ def collection_entry(collection: str, model_name: str | None) -> PublishedCheckp
             f"weights={collection!r} needs a model whose architecture is one of the release's "
             f"({', '.join(available)}); this model's is not. Pass a checkpoint path instead."
         )
+    if collection.startswith("augreg"):
+        from keras_vit.checkpoints import augreg
+
+        return PublishedCheckpoint(*augreg.collection_entry(collection, model_name, image_size))
     entry = PUBLISHED_CHECKPOINTS.get(f"{collection}/{model_name}")
+    if image_size is not None and tuple(image_size) == (224, 224):
+        entry = PUBLISHED_CHECKPOINTS.get(f"{collection}/{model_name}-224", entry)
     if entry is None:
         raise ValueError(
             f"There is no published {collection!r} checkpoint for {model_name}; "

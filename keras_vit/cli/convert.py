@@ -1,13 +1,17 @@
-"""`keras-vit convert SRC DST`: official `.npz` checkpoint <-> Keras `.keras` model file.
+"""`keras-vit convert SRC DST [--to FORMAT]`: ViT checkpoints between every format keras_vit has.
 
-- `.npz` -> `.keras`: builds `--model` (a variant such as "B/16", "ViT-B_16", "ViT_B16",
-  "R50+B/16", or "auto" to read a plain ViT's architecture from the file's shapes) with the
-  file's head size, pre_logits width, pooling and image size (each overridable), loads the
-  file strictly with `keras_vit.load_npz` and saves the model.
-- `.keras` -> `.npz`: loads the model and writes the release's layout with
-  `keras_vit.save_npz` (readable by the JAX release and timm).
+Formats (SRC's is read from its content, DST's from `--to` or its name):
 
-Both outputs are written to a temporary file in the destination folder and renamed.
+- `npz`: the release's `.npz` (flat keys such as 'Transformer/encoderblock_0/LayerNorm_0/scale');
+- `keras`: a Keras `.keras` model file;
+- `hf`: a Hugging Face `transformers` ViT folder (`config.json` + `model.safetensors`);
+- `timm`: a timm ViT state dict in `.safetensors`.
+
+Array formats convert directly (transposes and reshapes only: bit-exact both ways). A `.keras`
+destination, or `--image-size` / `--num-classes` / `--representation-size`, goes through a
+model: `--model` names the architecture (a variant such as "B/16", "ViT-B_16", "R50+B/16") or
+"auto" (default) reads it from the file; head size, pre_logits width, pooling and image size
+come from the file unless given. Every output is written to a temporary path and renamed.
 """
 
 from __future__ import annotations
@@ -19,28 +23,44 @@ import re
 from keras_vit._atomic import atomic_path
 from keras_vit.cli.common import UsageError
 
+TARGETS = ("npz", "keras", "hf", "timm")
+SUFFIXES = {".npz": "npz", ".keras": "keras", ".safetensors": "timm"}
+
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     """Registers `convert` on the `keras-vit` subparsers."""
     parser = subparsers.add_parser(
         "convert",
-        help="convert an official .npz checkpoint to a .keras model file, or back",
+        help="convert a ViT checkpoint between .npz, .keras, Hugging Face and timm",
         description=(
-            "Converts between the official ViT checkpoint layout (.npz, flat keys such as "
-            "'Transformer/encoderblock_0/LayerNorm_0/scale') and a Keras .keras model file. "
-            "The direction follows the file extensions. For .npz -> .keras, --model names the "
-            "architecture; head size, pre_logits, pooling and image size come from the file "
-            "unless given. Example: keras-vit convert ViT-B_16.npz vit_b16.keras --model B/16"
+            "Converts a ViT checkpoint between the release's .npz, a Keras .keras file, a "
+            "Hugging Face ViT folder (config.json + model.safetensors) and a timm .safetensors "
+            "state dict, in any direction. SRC's format is read from its content; DST's from "
+            "--to, else its name (.npz, .keras, .safetensors = timm, a folder = hf). PyTorch "
+            ".bin/.pth pickles are refused (convert them to safetensors first). Examples: "
+            "keras-vit convert ViT-B_16.npz vit_b16.keras; keras-vit convert ViT-B_16.npz "
+            "hf_vit_b16/ --to hf; keras-vit convert model.safetensors back.npz"
         ),
     )
-    parser.add_argument("src", metavar="SRC", help="an official .npz checkpoint or a .keras file")
-    parser.add_argument("dst", metavar="DST", help="the .keras or .npz file to write")
+    parser.add_argument(
+        "src",
+        metavar="SRC",
+        help="a .npz, .keras, Hugging Face ViT folder or timm .safetensors checkpoint",
+    )
+    parser.add_argument("dst", metavar="DST", help="the file or folder to write")
+    parser.add_argument(
+        "--to",
+        choices=TARGETS,
+        default=None,
+        help="format of DST (default: from its name; a name without a suffix is a hf folder)",
+    )
     parser.add_argument(
         "--model",
         default=None,
         help=(
-            "architecture for .npz -> .keras: a variant (B/16, ViT-B_16, ViT_B16, R50+B/16, "
-            "R50+ViT-B_16, ...) or 'auto' to read a plain ViT's sizes from the file"
+            "architecture when a model is built (.keras output, or a size change): a variant "
+            "(B/16, ViT-B_16, ViT_B16, R50+B/16, R50+ViT-B_16, ...) or 'auto' (default) to "
+            "read it from the file"
         ),
     )
     parser.add_argument(
@@ -66,19 +86,34 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         default="bilinear",
         help="position-table resize when --image-size differs from the file (default bilinear)",
     )
+    parser.add_argument(
+        "--num-heads",
+        type=int,
+        default=None,
+        help="attention heads of a timm SRC, which state dicts do not record (default: the "
+        "file's metadata, a timm config.json beside it, or the variant table)",
+    )
     parser.add_argument("--overwrite", action="store_true", help="replace an existing DST")
     parser.set_defaults(func=run)
     return parser
 
 
-def _direction(src: str, dst: str) -> str:
-    if src.endswith(".npz") and dst.endswith(".keras"):
-        return "npz_to_keras"
-    if src.endswith(".keras") and dst.endswith(".npz"):
-        return "keras_to_npz"
+def target_format(dst: str, to: str | None) -> str:
+    """DST's format: `--to`, else from the name (a name without a known suffix is `hf`).
+
+    Raises:
+        UsageError: a suffix that names no format keras_vit writes.
+    """
+    if to is not None:
+        return to
+    suffix = os.path.splitext(dst.rstrip("/"))[1]
+    if suffix in SUFFIXES:
+        return SUFFIXES[suffix]
+    if not suffix or os.path.isdir(dst) or dst.endswith("/"):
+        return "hf"
     raise UsageError(
-        "convert goes from .npz to .keras or from .keras to .npz (by file extension). "
-        f"Received: SRC={src!r}, DST={dst!r}"
+        f"cannot tell the format of DST={dst!r} from its name; use .npz, .keras, .safetensors "
+        f"(timm), a folder (hf), or --to {{{','.join(TARGETS)}}}"
     )
 
 
@@ -110,14 +145,6 @@ def builder_for(name: str):
     raise UsageError(f"unknown --model {name!r}; expected 'auto' or one of {known}")
 
 
-def _auto_architecture(arch) -> dict:
-    """A plain ViT's architecture read from the official arrays' shapes."""
-    missing = arch.missing_key("patch_size", "num_heads", "mlp_dim")
-    if missing:
-        raise UsageError(f"--model auto needs a plain ViT checkpoint; the file has no {missing!r}")
-    return {"patch_size": arch.patch_size, **arch.transformer_kwargs()}
-
-
 def _file_defaults(arch, args, pixels_per_token):
     """Builder arguments taken from the file unless given on the command line."""
     kwargs = {"pooling": arch.pooling}
@@ -145,68 +172,91 @@ def _file_defaults(arch, args, pixels_per_token):
     return kwargs
 
 
-def _model_for_file(arrays, args, builder, pixels):
-    """Builds the model the .npz will be loaded into (named variant, or read from the file)."""
+def _read(args):
+    from keras_vit.checkpoints import CheckpointError, read_checkpoint
+
+    try:
+        return read_checkpoint(args.src, num_heads=args.num_heads)
+    except CheckpointError as error:
+        raise UsageError(" ".join(str(error).split())) from None
+
+
+def _needs_model(args, target: str) -> bool:
+    sizes = (args.image_size, args.num_classes, args.representation_size)
+    return (
+        target == "keras" or any(v is not None for v in sizes) or args.model not in (None, "auto")
+    )
+
+
+def _auto_kwargs(contents, args) -> dict:
+    """`keras_vit.ViT` arguments read from the file, with the command line's overrides."""
+    from keras_vit.checkpoints.from_checkpoint import architecture_kwargs
+
+    kwargs = architecture_kwargs(contents)
+    if args.num_classes is not None:
+        kwargs.update(num_classes=args.num_classes, include_top=True)
+    if args.representation_size is not None:
+        kwargs["representation_size"] = args.representation_size
+    if args.image_size is not None:
+        if len(args.image_size) not in (1, 2):
+            raise UsageError(f"--image-size takes 1 or 2 ints. Received: {args.image_size}")
+        kwargs["image_size"] = tuple(args.image_size) * (3 - len(args.image_size))
+    return kwargs
+
+
+def _build_model(contents, args):
+    """The model the checkpoint is loaded into (named variant, or read from the file)."""
     from keras_vit import ViT
+    from keras_vit.checkpoints import CheckpointError, load_npz
     from keras_vit.checkpoints.architecture import Architecture
 
-    arch = Architecture.from_arrays(arrays)
-    if builder is None:
-        sizes = _auto_architecture(arch)
-        pixels = (
-            sizes["patch_size"][0] if sizes["patch_size"][0] == sizes["patch_size"][1] else None
+    try:
+        if args.model in (None, "auto"):
+            model = ViT(**_auto_kwargs(contents, args))
+        else:
+            builder, pixels = builder_for(args.model)
+            defaults = _file_defaults(Architecture.from_arrays(contents.arrays), args, pixels)
+            model = builder(**defaults, **contents.numerics)
+        file_classes = contents.arrays.get("head/bias")
+        new_head = args.num_classes is not None and (
+            file_classes is None or file_classes.shape[0] != args.num_classes
         )
-        return ViT(**sizes, **_file_defaults(arch, args, pixels))
-    return builder(**_file_defaults(arch, args, pixels))
-
-
-def _npz_to_keras(args) -> int:
-    from keras_vit.checkpoints import CheckpointError, load_npz, read_npz
-    from keras_vit.checkpoints.layouts import normalise_layout
-
-    if args.model is None:
-        raise UsageError("--model is required to convert .npz -> .keras (or --model auto)")
-    if args.model == "auto":
-        builder, pixels = None, None
-    else:
-        builder, pixels = builder_for(args.model)
-    try:
-        arrays, _ = normalise_layout(read_npz(args.src))
-    except CheckpointError as error:
-        raise UsageError(str(error)) from None
-    try:
-        model = _model_for_file(arrays, args, builder, pixels)
-        report = load_npz(model, args.src, resize_method=args.resize_method)
+        report = load_npz(
+            model, contents, resize_method=args.resize_method, head="auto" if new_head else "load"
+        )
     except (CheckpointError, ValueError) as error:
         # A file of another architecture or an impossible size: the user's arguments.
         raise UsageError(" ".join(str(error).split())) from None
-    with atomic_path(args.dst) as temporary:
-        model.save(temporary)
-    print(
-        f"Wrote {args.dst}: {model.name}, {model.count_params():,} parameters, "
-        f"{len(report.loaded)} arrays loaded from {args.src}"
-    )
-    return 0
-
-
-def _keras_to_npz(args) -> int:
-    import keras
-
-    from keras_vit.checkpoints import save_npz
-
-    model = keras.models.load_model(args.src)
-    shapes = save_npz(model, args.dst)
-    print(f"Wrote {args.dst}: {len(shapes)} arrays in the official layout from {args.src}")
-    return 0
+    return model, report
 
 
 def run(args) -> int:
     """Runs `keras-vit convert`; returns 0 on success."""
-    direction = _direction(args.src, args.dst)
-    if not os.path.isfile(args.src):
+    from keras_vit.checkpoints import CheckpointError, model_contents, write_checkpoint
+
+    target = target_format(args.dst, args.to)
+    if not os.path.exists(args.src):
         raise UsageError(f"SRC not found: {args.src!r}")
     if os.path.exists(args.dst) and not args.overwrite:
         raise UsageError(f"DST exists: {args.dst!r} (pass --overwrite to replace it)")
-    if direction == "npz_to_keras":
-        return _npz_to_keras(args)
-    return _keras_to_npz(args)
+    contents = _read(args)
+    if _needs_model(args, target):
+        model, report = _build_model(contents, args)
+        if target == "keras":
+            with atomic_path(args.dst) as temporary:
+                model.save(temporary)
+            print(
+                f"Wrote {args.dst}: {model.name}, {model.count_params():,} parameters, "
+                f"{len(report.loaded)} arrays loaded from {args.src} ({contents.format})"
+            )
+            return 0
+        contents = model_contents(model)
+    try:
+        write_checkpoint(contents, args.dst, target)
+    except CheckpointError as error:
+        raise UsageError(" ".join(str(error).split())) from None
+    print(
+        f"Wrote {args.dst} ({target}): {len(contents.arrays)} arrays from {args.src} "
+        f"({contents.format})"
+    )
+    return 0

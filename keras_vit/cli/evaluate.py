@@ -72,6 +72,7 @@ def run(args) -> int:
     import keras
 
     from keras_vit import data
+    from keras_vit.data.preprocess import from_unit_range, model_input_preprocessing
 
     model, config = common.load_model(args.model)
     dataset, shots, info = resolve_dataset(args, config)
@@ -90,6 +91,11 @@ def run(args) -> int:
             shots_per_class=shots,
             split_seed=(config or {}).get("run", {}).get("split_seed"),
             bad_images=args.bad_images,
+        )
+    preprocessing = model_input_preprocessing(model)
+    if preprocessing != "[-1,1]":
+        dataset_split = dataset_split.map(
+            lambda images, labels: (from_unit_range(images, preprocessing), labels)
         )
     model.compile(
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=outputs_logits(model)),

@@ -33,8 +33,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--weights",
-        help="the pre-trained model: a run directory, its best.keras, or an official .npz "
-        "(required unless --resume)",
+        help="the pre-trained model (required unless --resume): a run directory, a .keras, "
+        "an .npz, a timm .safetensors or a Hugging Face ViT folder, or a published name "
+        "(imagenet21k/ViT-B_32, augreg/ViT-S_16-224, ...); the architecture is read from it",
     )
     common.add_data_arguments(parser, default_dataset_help="default: digits")
     parser.add_argument(
@@ -68,5 +69,8 @@ def run(args) -> int:
     if not args.resume and not args.weights:
         from keras_vit.cli.common import UsageError
 
-        raise UsageError("--weights is required: a run directory, a .keras or an .npz file.")
+        raise UsageError(
+            "--weights is required: a run directory, a checkpoint file or folder, or a "
+            "published checkpoint name."
+        )
     return common.run_training(build_config(args), args, "finetune")

@@ -116,10 +116,13 @@ def class_names(config, num_classes) -> list[str]:
 def run(args) -> int:
     import numpy as np
 
+    from keras_vit.data.preprocess import from_unit_range, model_input_preprocessing
+
     model, config = common.load_model(args.model)
     found = find_images(args.inputs)
     files = usable_images(found, args.bad_images)
     images = read_images(files, tuple(model.input_shape[1:3]), int(model.input_shape[-1]))
+    images = np.asarray(from_unit_range(images, model_input_preprocessing(model)))
     model, _ = common.model_with_precision(args, model)
     bar = len(files) > 1000 and progress.output_mode(args) == "batch"  # a terminal only
     outputs = model.predict(images, batch_size=args.batch_size, verbose=1 if bar else 0)

@@ -2,6 +2,7 @@
 
 from keras_vit.layers.attention import MultiHeadSelfAttention
 from keras_vit.layers.class_token import ClassToken
+from keras_vit.layers.map_head import MAPHead
 from keras_vit.layers.mlp import MlpBlock
 from keras_vit.layers.patch_embed import PatchEmbed
 from keras_vit.layers.pooling import TokenPooling
@@ -14,6 +15,7 @@ __all__ = [
     "AddSinCosPositionEmbs",
     "BottleneckUnit",
     "ClassToken",
+    "MAPHead",
     "MlpBlock",
     "MultiHeadSelfAttention",
     "PatchEmbed",

@@ -131,6 +131,13 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             )
         return self.out(context)
 
+    def cross_attend(self, queries, tokens):
+        """Attention of `queries` `(batch, q, D)` over `tokens` `(batch, t, D)` with this
+        layer's weights: `(batch, q, D)` (big_vision's MAP head attends a probe this way)."""
+        query, key, value = self.query(queries), self.key(tokens), self.value(tokens)
+        probs = ops.cast(self._probabilities(query, key), self.compute_dtype)
+        return self.out(ops.einsum("bnts,bsnh->btnh", probs, value))
+
     def get_config(self):
         return {
             **super().get_config(),

@@ -5,7 +5,20 @@ from __future__ import annotations
 import keras
 from keras import ops
 
-from keras_vit._validation import check_divisible, check_positive_int, to_pair
+from keras_vit._validation import check_choice, check_divisible, check_positive_int, to_pair
+
+PREPROCESSING_MODES = ("[-1,1]", "imagenet")
+
+
+def _checked_at_run_time(images, patch_size):
+    """`images` reshaped to whole patches: for sizes unknown when the graph is traced
+    (TensorFlow's relaxed shapes), a side that is not a multiple of the patch makes this
+    reshape fail (element counts differ) instead of silently dropping the border. Known
+    sizes get the clear ValueError of `check_divisible` first."""
+    shape = ops.shape(images)
+    rows = (shape[1] // patch_size[0]) * patch_size[0]
+    cols = (shape[2] // patch_size[1]) * patch_size[1]
+    return ops.reshape(images, (shape[0], rows, cols, shape[3]))
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -21,6 +34,13 @@ class PatchEmbed(keras.layers.Layer):
         hidden_dim: width D of the output tokens.
         kernel_initializer: default "lecun_normal" as in the release.
         bias_initializer: default "zeros".
+        dynamic_image_size: accept images of any size (multiples of the patch); the grid
+            of `image_size` stays the model's own (its position table's).
+        image_size: (height, width) the model is built for, when dynamic.
+        input_preprocessing: the pixel scaling the weights expect, recorded for
+            `predict`, `evaluate` and the SavedModel export (the layer itself does not
+            rescale): "[-1,1]" (default, the release's (x - 127.5) / 127.5) or "imagenet"
+            ((x / 255 - mean) / std with ImageNet's mean and std, timm's in1k models).
         **kwargs: `name`, `dtype`, `trainable`.
 
     Call arguments:
@@ -47,9 +67,20 @@ class PatchEmbed(keras.layers.Layer):
         hidden_dim,
         kernel_initializer="lecun_normal",
         bias_initializer="zeros",
+        input_preprocessing="[-1,1]",
+        dynamic_image_size=False,
+        image_size=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
+        self.dynamic_image_size = bool(dynamic_image_size)
+        self.native_image_size = None if image_size is None else to_pair("image_size", image_size)
+        if self.dynamic_image_size and self.native_image_size is None:
+            raise ValueError("dynamic_image_size=True needs image_size (the table's size).")
+        self.image_size = self.native_image_size  # set from the input at build otherwise
+        self.input_preprocessing = check_choice(
+            "input_preprocessing", input_preprocessing, PREPROCESSING_MODES
+        )
         self.patch_size = to_pair("patch_size", patch_size)
         self.hidden_dim = check_positive_int("hidden_dim", hidden_dim)
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
@@ -62,7 +93,7 @@ class PatchEmbed(keras.layers.Layer):
                 "PatchEmbed expects images of shape (batch, height, width, channels). "
                 f"Received: input_shape={input_shape}"
             )
-        self.image_size = (input_shape[1], input_shape[2])
+        self.image_size = self.native_image_size or (input_shape[1], input_shape[2])
         self.channels = input_shape[3]
         if None not in self.image_size:
             self.grid_size = check_divisible(self.image_size, self.patch_size)
@@ -88,12 +119,14 @@ class PatchEmbed(keras.layers.Layer):
         size = (images.shape[1], images.shape[2])
         if None not in size:
             grid = check_divisible(size, self.patch_size)
-            if self.grid_size is not None and grid != self.grid_size:
+            if not self.dynamic_image_size and self.grid_size not in (None, grid):
                 raise ValueError(
                     f"PatchEmbed was built for images of size {self.image_size} "
                     f"({self.grid_size} patches) but received size {size}. Build a model for "
                     "the new size (e.g. keras_vit.finetune(model, ..., image_size=...))."
                 )
+        elif self.dynamic_image_size:
+            images = _checked_at_run_time(images, self.patch_size)
         elif self.grid_size is not None:
             images = _assert_size_at_run_time(images, self.image_size, self.channels)
         images = ops.cast(images, self.compute_dtype)
@@ -115,6 +148,9 @@ class PatchEmbed(keras.layers.Layer):
             "hidden_dim": self.hidden_dim,
             "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
             "bias_initializer": keras.initializers.serialize(self.bias_initializer),
+            "input_preprocessing": self.input_preprocessing,
+            "dynamic_image_size": self.dynamic_image_size,
+            "image_size": self.native_image_size,
         }
 
 

@@ -1,4 +1,5 @@
-"""`keras-vit convert`: official .npz <-> .keras, run in-process through the CLI's main()."""
+"""`keras-vit convert`: .npz, .keras, Hugging Face folders and timm files in every direction,
+run in-process through the CLI's main()."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ def test_help_lists_the_options(capsys):
         main(["convert", "--help"])
     assert info.value.code == 0
     text = capsys.readouterr().out
-    for option in ("SRC", "DST", "--model", "--image-size", "--num-classes", "--overwrite"):
+    for option in ("SRC", "DST", "--to", "--model", "--image-size", "--num-classes", "--overwrite"):
         assert option in text
 
 
@@ -75,8 +76,8 @@ def test_variant_names_map_to_builders():
 def test_usage_errors_exit_2(official_file, tmp_path, capsys):
     path, _ = official_file
     cases = [
-        ["convert", str(path), str(tmp_path / "out.h5")],  # direction
-        ["convert", str(path), str(tmp_path / "out.keras")],  # no --model
+        ["convert", str(path), str(tmp_path / "out.h5")],  # unknown DST format
+        ["convert", str(tmp_path / "absent.npz"), str(tmp_path / "o.npz")],
         ["convert", str(tmp_path / "absent.npz"), str(tmp_path / "o.keras"), "--model", "auto"],
         ["convert", str(path), str(path).replace(".npz", ".keras"), "--model", "nonsense"],
     ]
@@ -84,7 +85,8 @@ def test_usage_errors_exit_2(official_file, tmp_path, capsys):
         assert main(argv) == 2, argv
     errors = capsys.readouterr().err.splitlines()
     assert len(errors) == 4 and all(e.startswith("keras-vit convert: error:") for e in errors)
-    assert "--model is required" in errors[1]
+    assert "cannot tell the format" in errors[0] and "--to" in errors[0]
+    assert "SRC not found" in errors[1]
 
 
 def test_existing_destination_needs_overwrite(official_file, tmp_path):
@@ -112,3 +114,38 @@ def test_wrong_architecture_or_size_is_a_usage_error(
     error = capsys.readouterr().err.strip()
     assert message in error and "Traceback" not in error
     assert not target.exists()
+
+
+def test_every_direction_and_the_round_trip_is_bit_exact(tmp_path):
+    """npz -> hf -> timm -> npz bit-exact; each of them -> .keras equals the NumPy forward."""
+    rng = np.random.default_rng(0)
+    params = random_official_params(rng, image_size=32, channels=3, num_classes=7, **ARCH)
+    path = tmp_path / "tiny.npz"
+    np.savez(path, **params)
+    hf, timm, back = tmp_path / "hf_out", tmp_path / "t.safetensors", tmp_path / "back.npz"
+    assert main(["convert", str(path), str(hf)]) == 0
+    assert (hf / "config.json").is_file() and (hf / "model.safetensors").is_file()
+    assert main(["convert", str(hf), str(timm)]) == 0
+    assert main(["convert", str(timm), str(back)]) == 0
+    with np.load(back, allow_pickle=False) as saved:
+        assert set(saved.files) == set(params)
+        for key in params:
+            assert np.array_equal(saved[key], params[key]), key
+    x = np.random.default_rng(1).uniform(-1, 1, (2, 32, 32, 3)).astype("float32")
+    expected = vit_forward(params, x, num_heads=4)
+    for source in (hf, timm):
+        out = tmp_path / f"{source.name}.keras"
+        assert main(["convert", str(source), str(out)]) == 0
+        model = keras.models.load_model(out)
+        np.testing.assert_allclose(np.asarray(model(x)), expected, atol=1e-4)
+    written = tmp_path / "from_keras"
+    assert main(["convert", str(tmp_path / "t.safetensors.keras"), str(written), "--to", "hf"]) == 0
+    assert (written / "config.json").is_file()
+
+
+def test_pytorch_pickle_source_is_refused_with_advice(tmp_path, capsys):
+    src = tmp_path / "pytorch_model.bin"
+    src.write_bytes(b"\x80\x02}q\x00.")
+    assert main(["convert", str(src), str(tmp_path / "o.npz")]) == 2
+    assert "safetensors" in capsys.readouterr().err
+    assert not (tmp_path / "o.npz").exists()

@@ -1,0 +1,48 @@
+"""What any checkpoint file gives keras_vit: the release-layout arrays plus what the file says.
+
+Every format reader (`npz`, `hf`, `timm`, `keras`) returns a `CheckpointContents`, so loading,
+building a model from a file and converting share one path whatever the source.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+
+@dataclasses.dataclass
+class CheckpointContents:
+    """A checkpoint read into the release's layout (vit_jax/checkpoint.py).
+
+    Attributes:
+        path: the file or folder read.
+        format: "npz", "hf", "timm" or "keras".
+        arrays: `{release key: array}` (float32 unless the file stored float16/float64).
+        num_heads: attention heads (HF: config.json; npz: the query kernel's shape; timm:
+            the file's metadata, or the variant table; None if unknown).
+        gelu_approximate: True for the tanh GELU (release, AugReg), False for exact erf
+            (Hugging Face "gelu", timm).
+        layer_norm_epsilon: LayerNorm epsilon the weights were trained with.
+        preprocessing: the input scaling the weights expect: "[-1,1]" ((x - 127.5) / 127.5,
+            the release's) or "imagenet" ((x / 255 - mean) / std with ImageNet's mean/std).
+        image_size: (height, width) the file names (HF config.json), else None (then the
+            position table's grid gives it).
+        layout_steps: layout normalisations applied to the file (logged at INFO).
+    """
+
+    path: str
+    format: str
+    arrays: dict
+    num_heads: int | None = None
+    gelu_approximate: bool = True
+    layer_norm_epsilon: float = 1e-6
+    preprocessing: str = "[-1,1]"
+    image_size: tuple | None = None
+    layout_steps: list = dataclasses.field(default_factory=list)
+
+    @property
+    def numerics(self) -> dict:
+        """`{"gelu_approximate": ..., "layer_norm_epsilon": ...}` as builder arguments."""
+        return {
+            "gelu_approximate": self.gelu_approximate,
+            "layer_norm_epsilon": self.layer_norm_epsilon,
+        }

@@ -1,0 +1,122 @@
+"""`keras_vit.from_checkpoint(path)`: the model a checkpoint file describes, with its weights.
+
+The architecture comes from the file where the file says it: a Hugging Face `config.json`,
+the array shapes of the release's `.npz` and of timm state dicts (patch, width, MLP width,
+depth, class token or not, pre_logits, head size, position-table grid). The numerics (GELU
+form, LayerNorm epsilon) and the input scaling follow the source (see `CheckpointContents`),
+and the model records the scaling for `predict`, `evaluate` and the SavedModel export.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from keras_vit import layer_names as names
+from keras_vit.checkpoints.architecture import Architecture
+from keras_vit.checkpoints.contents import CheckpointContents
+from keras_vit.checkpoints.npz_io import CheckpointError
+
+logger = logging.getLogger(__name__)
+
+
+def architecture_kwargs(contents: CheckpointContents) -> dict:
+    """`keras_vit.ViT` keyword arguments for the plain ViT a checkpoint holds.
+
+    Sizes come from `Architecture.from_arrays` (the release's keys); the number of heads
+    from the file where it says (HF config.json, timm metadata); the image size from the
+    file (HF config.json) or the position table's grid; numerics and input scaling from the
+    source.
+
+    Raises:
+        CheckpointError: a hybrid (ResNet) checkpoint, a missing key, a non-square table
+            without an image size, or an unknown number of heads.
+    """
+    arch = Architecture.from_arrays(contents.arrays)
+    if arch.resnet_stages is not None:
+        raise CheckpointError(
+            f"{contents.path} is a hybrid (ResNet + ViT) checkpoint; build it with its named "
+            "builder (e.g. keras_vit.R50_B16(weights=path))."
+        )
+    missing = arch.missing_key("patch_size", "mlp_dim")
+    if missing:
+        raise CheckpointError(f"{contents.path} is not a ViT checkpoint: no {missing!r}.")
+    num_heads = contents.num_heads or arch.num_heads
+    if num_heads is None:
+        raise CheckpointError(f"The number of heads of {contents.path} is unknown.")
+    image_size = contents.image_size
+    if image_size is None:
+        if arch.grid is None:
+            raise CheckpointError(
+                f"The position table's {arch.num_patch_tokens} grid rows are not a square "
+                "grid; pass image_size=."
+            )
+        image_size = (arch.grid[0] * arch.patch_size[0], arch.grid[1] * arch.patch_size[1])
+    kwargs = dict(
+        patch_size=arch.patch_size,
+        hidden_dim=arch.hidden_dim,
+        channels=arch.channels,
+        num_heads=int(num_heads),
+        mlp_dim=arch.mlp_dim,
+        num_layers=arch.num_layers,
+        pooling="map" if f"{names.MAP_HEAD}/probe" in contents.arrays else arch.pooling,
+        image_size=image_size,
+        input_preprocessing=contents.preprocessing,
+        **contents.numerics,
+    )
+    if arch.representation_size is not None:
+        kwargs["representation_size"] = arch.representation_size
+    if arch.num_classes is not None:
+        kwargs["num_classes"] = arch.num_classes
+    else:
+        kwargs["include_top"] = False
+    return kwargs
+
+
+def from_checkpoint(path, num_classes=None, *, image_size=None, num_heads=None, **overrides):
+    """Builds the ViT a checkpoint describes and loads it.
+
+    Args:
+        path: a release/big_vision `.npz`, a `.keras` file, a Hugging Face ViT folder (or its
+            `model.safetensors`), or a timm `.safetensors` file; the format is read from the
+            content.
+        num_classes: None (default) keeps the file's head (a file without one gives a
+            feature model, `include_top=False`); another number builds a zero-initialised
+            head of that size (the release's fine-tuning recipe), dropping `pre_logits`.
+        image_size: int or (height, width); default the file's (config.json or the position
+            table's grid). Another size resizes the position table (bilinear, as the release).
+        num_heads: heads for timm files, which do not record them.
+        **overrides: other `keras_vit.ViT` arguments (dropout_rate, drop_path_rate, name,
+            dynamic_image_size, ...), also the numerics `gelu_approximate` and
+            `layer_norm_epsilon` when you mean to change them.
+
+    Returns:
+        A functional `keras.Model` whose input is `(batch, height, width, channels)`, scaled
+        as `model.get_layer("embedding").input_preprocessing` says.
+
+    Raises:
+        FileNotFoundError, CheckpointError: see `keras_vit.checkpoints.read_checkpoint`.
+    """
+    import keras
+
+    from keras_vit.checkpoints.formats import read_checkpoint
+    from keras_vit.checkpoints.loading import load_npz
+    from keras_vit.models import ViT
+
+    contents = read_checkpoint(path, num_heads=num_heads)
+    if contents.format == "keras" and num_classes is None and image_size is None and not overrides:
+        return keras.saving.load_model(contents.path, safe_mode=True)
+    kwargs = architecture_kwargs(contents)
+    head = "load"
+    if num_classes is not None and num_classes != kwargs.get("num_classes"):
+        kwargs.update(num_classes=num_classes, include_top=True)
+        kwargs.pop("representation_size", None)
+        head = "auto"
+    if image_size is not None:
+        kwargs["image_size"] = image_size
+    kwargs.update(overrides)
+    if kwargs.get("include_top") is False:
+        head = "auto"  # a feature model: the file's head (if any) is not loaded
+    model = ViT(**kwargs)
+    load_npz(model, contents, head=head)
+    logger.info("Built %s from %s (%s).", model.name, contents.path, contents.format)
+    return model

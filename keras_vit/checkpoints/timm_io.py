@@ -1,0 +1,264 @@
+"""timm ViT state dicts in `.safetensors` (timm's `vision_transformer.py` layout).
+
+Keys: `cls_token` (1, 1, D) for class-token models, `pos_embed` (1, [1 +] N, D),
+`patch_embed.proj.{weight,bias}` (D, C, P, P), `blocks.{i}.norm1`, `.attn.qkv` (fused
+(3D, D) weight, q then k then v), `.attn.proj`, `.norm2`, `.mlp.fc1`, `.mlp.fc2`, the final
+`norm`, and the head as `head` or `head.fc`; older files have `pre_logits.fc` (the release's
+representation layer). Global-average-pooling models without a class token
+(`class_token=False, global_pool="avg", fc_norm=False`) map to the release's "gap" models.
+
+A state dict does not record the number of heads; it is taken from the file's metadata
+(files keras_vit writes), a timm `config.json` beside the file, the variant table (by
+width, MLP width and depth), or else head_dim 64 (every timm ViT but H/14). timm models use
+the exact GELU and LayerNorm eps 1e-6.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+
+import numpy as np
+
+from keras_vit import configs
+from keras_vit.checkpoints import torch_layout as tl
+from keras_vit.checkpoints.contents import CheckpointContents
+from keras_vit.checkpoints.npz_io import CheckpointError
+from keras_vit.checkpoints.safetensors_io import read_safetensors, write_safetensors
+
+logger = logging.getLogger(__name__)
+
+META = "keras_vit."
+NORMS = {"norm1": "LayerNorm_0", "norm2": "LayerNorm_2"}
+DENSES = {"mlp.fc1": "Dense_0", "mlp.fc2": "Dense_1"}
+HEAD_NAMES = ("head", "head.fc")
+UNSUPPORTED = {
+    "fc_norm.weight": "a LayerNorm after global average pooling (fc_norm)",
+    "reg_token": "register tokens",
+    "blocks.0.ls1.gamma": "LayerScale",
+    "blocks.0.attn.q_norm.weight": "q/k normalisation",
+    "attn_pool.latent": "attention pooling (a MAP head)",
+}
+
+
+def _sibling_config(path):
+    config = os.path.join(os.path.dirname(os.path.abspath(path)), "config.json")
+    try:
+        with open(config, encoding="utf-8") as stream:
+            data = json.load(stream)
+    except (FileNotFoundError, json.JSONDecodeError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _num_heads(hidden, mlp, depth, metadata, config) -> int:
+    if META + "num_heads" in metadata:
+        return int(metadata[META + "num_heads"])
+    model_args = config.get("model_args") or {}
+    if "num_heads" in model_args:
+        return int(model_args["num_heads"])
+    for variant in configs.VIT_CONFIGS.values():
+        if (variant.hidden_dim, variant.mlp_dim, variant.num_layers) == (hidden, mlp, depth):
+            return variant.num_heads
+    if hidden % 64:
+        raise CheckpointError(
+            f"The number of heads of this timm file (width {hidden}) is unknown; pass num_heads=."
+        )
+    logger.warning(
+        "The timm file does not record its number of heads; assuming head_dim 64 (%d heads).",
+        hidden // 64,
+    )
+    return hidden // 64
+
+
+def _preprocessing(metadata, config) -> str:
+    if META + "preprocessing" in metadata:
+        return metadata[META + "preprocessing"]
+    pretrained = config.get("pretrained_cfg") or {}
+    if "mean" in pretrained and "std" in pretrained:
+        return tl.preprocessing_from_mean_std(pretrained["mean"], pretrained["std"])
+    logger.info(
+        "The timm file names no input mean/std; assuming [-1, 1] (AugReg). Pass "
+        "preprocessing='imagenet' for ImageNet-normalised models."
+    )
+    return "[-1,1]"
+
+
+def timm_to_release(state: dict, num_heads=None, path="checkpoint", metadata=None, config=None):
+    """Converts a timm ViT state dict to release keys.
+
+    Returns:
+        `(arrays, num_heads)`.
+
+    Raises:
+        CheckpointError: a feature keras_vit's ViT lacks (named), a missing tensor, or
+            tensors no release key covers.
+    """
+    for key, what in UNSUPPORTED.items():
+        if key in state:
+            raise CheckpointError(
+                f"{path} is a timm ViT with {what} ({key!r}), which keras_vit's ViT does not have."
+            )
+    if any(key.startswith("patch_embed.backbone.") for key in state):
+        raise CheckpointError(
+            f"{path} is a timm hybrid (ResNet + ViT) state dict; reading timm hybrids is not "
+            "supported yet. Use the release's .npz file of that model."
+        )
+    used = set()
+
+    def get(key):
+        used.add(key)
+        return tl.take(state, key, path)
+
+    depth = tl.num_blocks(state, r"blocks\.(\d+)\.")
+    hidden = int(get("patch_embed.proj.weight").shape[0])
+    mlp = int(get("blocks.0.mlp.fc1.weight").shape[0])
+    heads = num_heads or _num_heads(hidden, mlp, depth, metadata or {}, config or {})
+    out = {
+        "embedding/kernel": tl.conv_to_kernel(get("patch_embed.proj.weight")),
+        "embedding/bias": get("patch_embed.proj.bias"),
+        tl.ENCODER_NORM + "scale": get("norm.weight"),
+        tl.ENCODER_NORM + "bias": get("norm.bias"),
+    }
+    table = get("pos_embed")
+    if "cls_token" in state:
+        out["cls"] = get("cls_token")
+        if table.shape[1] == int(round((table.shape[1]) ** 0.5)) ** 2:
+            # no_embed_class: the class token gets no position embedding = a zero row.
+            zero = np.zeros((1, 1, table.shape[-1]), table.dtype)
+            table = np.concatenate([zero, table], axis=1)
+    out[tl.POSITION] = table
+    for i in range(depth):
+        timm, block = f"blocks.{i}.", tl.BLOCK.format(i)
+        for name, release in NORMS.items():
+            out[f"{block}{release}/scale"] = get(f"{timm}{name}.weight")
+            out[f"{block}{release}/bias"] = get(f"{timm}{name}.bias")
+        qkv = get(f"{timm}attn.qkv.weight")
+        qkv_bias = get(f"{timm}attn.qkv.bias")
+        for j, name in enumerate(("query", "key", "value")):
+            rows = slice(j * hidden, (j + 1) * hidden)
+            out[f"{block}{tl.ATTENTION}{name}/kernel"] = tl.head_kernel(qkv[rows], heads)
+            out[f"{block}{tl.ATTENTION}{name}/bias"] = tl.head_bias(qkv_bias[rows], heads)
+        out[f"{block}{tl.ATTENTION}out/kernel"] = tl.out_kernel(
+            get(f"{timm}attn.proj.weight"), heads
+        )
+        out[f"{block}{tl.ATTENTION}out/bias"] = get(f"{timm}attn.proj.bias")
+        for name, release in DENSES.items():
+            out[f"{block}{tl.MLP}{release}/kernel"] = tl.linear_to_kernel(
+                get(f"{timm}{name}.weight")
+            )
+            out[f"{block}{tl.MLP}{release}/bias"] = get(f"{timm}{name}.bias")
+    if "pre_logits.fc.weight" in state:
+        out["pre_logits/kernel"] = tl.linear_to_kernel(get("pre_logits.fc.weight"))
+        out["pre_logits/bias"] = get("pre_logits.fc.bias")
+    for head in HEAD_NAMES:
+        if f"{head}.weight" in state:
+            out["head/kernel"] = tl.linear_to_kernel(get(f"{head}.weight"))
+            out["head/bias"] = get(f"{head}.bias")
+    left = sorted(set(state) - used)
+    if left:
+        raise CheckpointError(
+            f"{path} has tensors that are not part of a plain timm ViT ({len(left)}): "
+            f"{', '.join(left[:8])}{', ...' if len(left) > 8 else ''}"
+        )
+    return out, heads
+
+
+def read_timm(path, num_heads=None) -> CheckpointContents:
+    """Reads a timm ViT `.safetensors` state dict into the release layout.
+
+    Args:
+        path: the `.safetensors` file.
+        num_heads: overrides the number of heads (which a state dict does not record).
+
+    Raises:
+        FileNotFoundError, CheckpointError: see `timm_to_release`.
+    """
+    state, metadata = read_safetensors(path)
+    config = _sibling_config(path)
+    arrays, heads = timm_to_release(state, num_heads, path, metadata, config)
+    gelu = metadata.get(META + "gelu_approximate", "false") == "true"
+    return CheckpointContents(
+        path=os.fspath(path),
+        format="timm",
+        arrays=arrays,
+        num_heads=heads,
+        gelu_approximate=gelu,
+        layer_norm_epsilon=float(metadata.get(META + "layer_norm_epsilon", 1e-6)),
+        preprocessing=_preprocessing(metadata, config),
+    )
+
+
+def release_to_timm(arrays: dict) -> dict:
+    """Release-layout arrays -> a timm ViT state dict (fused qkv, `head`, `pre_logits.fc`)."""
+    if any(key.startswith("MAPHead_0/") for key in arrays):
+        raise CheckpointError(
+            "A MAP-head (attention pooling) model has no timm VisionTransformer layout that "
+            "keras_vit writes; write it as .npz or .keras."
+        )
+    out = {
+        "patch_embed.proj.weight": tl.kernel_to_conv(arrays["embedding/kernel"]),
+        "patch_embed.proj.bias": arrays["embedding/bias"],
+        "pos_embed": arrays[tl.POSITION],
+        "norm.weight": arrays[tl.ENCODER_NORM + "scale"],
+        "norm.bias": arrays[tl.ENCODER_NORM + "bias"],
+    }
+    if "cls" in arrays:
+        out["cls_token"] = arrays["cls"]
+    depth = tl.num_release_blocks(arrays)
+    for i in range(depth):
+        timm, block = f"blocks.{i}.", tl.BLOCK.format(i)
+        for name, release in NORMS.items():
+            out[f"{timm}{name}.weight"] = arrays[f"{block}{release}/scale"]
+            out[f"{timm}{name}.bias"] = arrays[f"{block}{release}/bias"]
+        names = ("query", "key", "value")
+        attention = block + tl.ATTENTION
+        out[f"{timm}attn.qkv.weight"] = np.concatenate(
+            [tl.flat_head_linear(arrays[f"{attention}{n}/kernel"]) for n in names]
+        )
+        out[f"{timm}attn.qkv.bias"] = np.concatenate(
+            [arrays[f"{attention}{n}/bias"].reshape(-1) for n in names]
+        )
+        out[f"{timm}attn.proj.weight"] = tl.flat_linear(arrays[attention + "out/kernel"])
+        out[f"{timm}attn.proj.bias"] = arrays[attention + "out/bias"]
+        for name, release in DENSES.items():
+            out[f"{timm}{name}.weight"] = tl.kernel_to_linear(
+                arrays[f"{block}{tl.MLP}{release}/kernel"]
+            )
+            out[f"{timm}{name}.bias"] = arrays[f"{block}{tl.MLP}{release}/bias"]
+    if "pre_logits/kernel" in arrays:
+        out["pre_logits.fc.weight"] = tl.kernel_to_linear(arrays["pre_logits/kernel"])
+        out["pre_logits.fc.bias"] = arrays["pre_logits/bias"]
+    if "head/kernel" in arrays:
+        out["head.weight"] = tl.kernel_to_linear(arrays["head/kernel"])
+        out["head.bias"] = arrays["head/bias"]
+    return out
+
+
+def write_timm(path, contents: CheckpointContents) -> dict:
+    """Writes `contents` as a timm `.safetensors` state dict, atomically.
+
+    The header metadata records the number of heads, the GELU form, the LayerNorm epsilon
+    and the preprocessing (timm ignores it; keras_vit reads it back). timm's own models use
+    the exact GELU: a tanh-GELU model written here differs from timm's forward pass by up to
+    ~5e-4 per activation (a warning says so).
+
+    Returns:
+        `{timm key: shape}` of what was written.
+    """
+    if contents.gelu_approximate:
+        logger.warning(
+            "This model uses the tanh GELU; timm's ViT computes the exact GELU, so its "
+            "outputs on these weights will differ slightly (up to ~5e-4 per activation)."
+        )
+    state = release_to_timm(contents.arrays)
+    metadata = {
+        "format": "pt",
+        META + "num_heads": str(contents.num_heads),
+        META + "gelu_approximate": "true" if contents.gelu_approximate else "false",
+        META + "layer_norm_epsilon": repr(float(contents.layer_norm_epsilon)),
+        META + "preprocessing": contents.preprocessing,
+    }
+    write_safetensors(path, state, metadata=metadata)
+    return {key: tuple(value.shape) for key, value in state.items()}

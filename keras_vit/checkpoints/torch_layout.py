@@ -1,0 +1,120 @@
+"""PyTorch tensor layouts <-> the release's array layouts (shared by the HF and timm formats).
+
+PyTorch stores a linear layer's weight as (out, in) and computes x @ W.T + b, a convolution's
+as (out, in, kh, kw); the release stores kernels as (in, out) and (kh, kw, in, out), and the
+attention projections split per head: q/k/v kernels (D, heads, head_dim), biases
+(heads, head_dim), the output kernel (heads, head_dim, D) (vit_jax/checkpoint.py). Every
+function here is a transpose or a reshape, so conversions are exact in both directions.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from keras_vit import layer_names as names
+from keras_vit.checkpoints.npz_io import CheckpointError
+from keras_vit.data.preprocess import IMAGENET_MEAN, IMAGENET_STD
+
+BLOCK = names.block_key(0).replace("_0/", "_{}/")
+ATTENTION = names.QUERY_KERNEL.split("/")[0] + "/"
+MLP = names.MLP_IN_KERNEL.split("/")[0] + "/"
+POSITION = names.POSITION_KEY
+ENCODER_NORM = f"{names.TRANSFORMER}/{names.ENCODER_NORM}/"
+
+
+def linear_to_kernel(weight) -> np.ndarray:
+    """(out, in) -> (in, out)."""
+    return np.ascontiguousarray(np.asarray(weight).T)
+
+
+def kernel_to_linear(kernel) -> np.ndarray:
+    """(in, out) -> (out, in)."""
+    return np.ascontiguousarray(np.asarray(kernel).T)
+
+
+def conv_to_kernel(weight) -> np.ndarray:
+    """(out, in, kh, kw) -> (kh, kw, in, out)."""
+    return np.ascontiguousarray(np.transpose(weight, (2, 3, 1, 0)))
+
+
+def kernel_to_conv(kernel) -> np.ndarray:
+    """(kh, kw, in, out) -> (out, in, kh, kw)."""
+    return np.ascontiguousarray(np.transpose(kernel, (3, 2, 0, 1)))
+
+
+def head_kernel(weight, num_heads) -> np.ndarray:
+    """A q/k/v projection (D_out, D_in) -> (D_in, heads, head_dim)."""
+    kernel = linear_to_kernel(weight)
+    return kernel.reshape(kernel.shape[0], num_heads, kernel.shape[1] // num_heads)
+
+
+def head_bias(bias, num_heads) -> np.ndarray:
+    """(D,) -> (heads, head_dim)."""
+    bias = np.asarray(bias)
+    return bias.reshape(num_heads, bias.shape[0] // num_heads)
+
+
+def out_kernel(weight, num_heads) -> np.ndarray:
+    """The output projection (D_out, D_in) -> (heads, head_dim, D_out)."""
+    kernel = linear_to_kernel(weight)
+    return kernel.reshape(num_heads, kernel.shape[0] // num_heads, kernel.shape[1])
+
+
+def flat_linear(kernel) -> np.ndarray:
+    """A release kernel (in..., out) or (heads, head_dim, out) with its input axes merged,
+    back to PyTorch's (out, in)."""
+    kernel = np.asarray(kernel)
+    return kernel_to_linear(kernel.reshape(-1, kernel.shape[-1]))
+
+
+def flat_head_linear(kernel) -> np.ndarray:
+    """A q/k/v kernel (D_in, heads, head_dim) -> PyTorch (D_out, D_in)."""
+    kernel = np.asarray(kernel)
+    return kernel_to_linear(kernel.reshape(kernel.shape[0], -1))
+
+
+def num_release_blocks(arrays) -> int:
+    """How many Transformer blocks release-layout `arrays` hold."""
+    return num_blocks(arrays, names.BLOCK_KEY_PATTERN)
+
+
+def num_blocks(keys, pattern: str) -> int:
+    """How many blocks `pattern` (a regex with one group for the index) numbers in `keys`."""
+    indices = {int(m[1]) for key in keys if (m := re.match(pattern, key))}
+    if indices and indices != set(range(len(indices))):
+        raise CheckpointError(f"The block indices are not 0..n-1: {sorted(indices)}.")
+    return len(indices)
+
+
+def take(state: dict, key: str, path) -> np.ndarray:
+    """`state[key]`, or a CheckpointError naming the file and the missing key."""
+    try:
+        return state[key]
+    except KeyError:
+        raise CheckpointError(f"{path} has no tensor {key!r}.") from None
+
+
+def preprocessing_from_mean_std(mean, std) -> str:
+    """ "[-1,1]" for mean = std = 0.5, "imagenet" for ImageNet's mean/std.
+
+    Raises:
+        CheckpointError: for any other normalisation.
+    """
+    mean, std = tuple(np.round(mean, 3)), tuple(np.round(std, 3))
+    if mean == (0.5,) * 3 and std == (0.5,) * 3:
+        return "[-1,1]"
+    if mean == tuple(np.round(IMAGENET_MEAN, 3)) and std == tuple(np.round(IMAGENET_STD, 3)):
+        return "imagenet"
+    raise CheckpointError(
+        f"Input normalisation mean={mean}, std={std} is neither [-1, 1] (0.5, 0.5) nor "
+        "ImageNet's mean/std, the two keras_vit applies."
+    )
+
+
+def mean_std(preprocessing: str) -> tuple[tuple, tuple]:
+    """The (mean, std) in [0, 1] pixel units of a preprocessing name."""
+    if preprocessing == "imagenet":
+        return IMAGENET_MEAN, IMAGENET_STD
+    return (0.5,) * 3, (0.5,) * 3

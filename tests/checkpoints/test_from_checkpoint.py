@@ -1,0 +1,65 @@
+"""keras_vit.from_checkpoint: the architecture, numerics and preprocessing read from the file."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+from safetensors.numpy import save_file
+
+import keras_vit
+from keras_vit.checkpoints.npz_io import write_npz
+from keras_vit.data.preprocess import model_input_preprocessing
+from tests.checkpoints.torch_state import timm_state
+from tests.numpy_reference import random_official_params, vit_forward
+
+
+def _params(**overrides):
+    kwargs = dict(
+        image_size=32,
+        patch_size=8,
+        channels=3,
+        hidden_dim=32,
+        num_heads=4,
+        mlp_dim=64,
+        num_layers=2,
+        num_classes=10,
+    )
+    return random_official_params(np.random.default_rng(0), **{**kwargs, **overrides})
+
+
+def _images(size=32):
+    return np.random.default_rng(1).uniform(-1, 1, (2, size, size, 3)).astype("float32")
+
+
+def test_release_npz_builds_its_architecture_with_release_numerics(tmp_path):
+    params = _params(representation_size=16, pooling="gap")
+    write_npz(tmp_path / "a.npz", params)
+    model = keras_vit.from_checkpoint(tmp_path / "a.npz")
+    block = model.get_layer("encoderblock_1")
+    assert (block.num_heads, block.gelu_approximate, block.layer_norm_epsilon) == (4, True, 1e-6)
+    assert model.get_layer("pre_logits").units == 16
+    assert model_input_preprocessing(model) == "[-1,1]"
+    x = _images()
+    expected = vit_forward(params, x, num_heads=4, pooling="gap")
+    assert np.abs(expected).max() > 1e-2
+    np.testing.assert_allclose(model.predict(x, verbose=0), expected, atol=1e-4, rtol=0)
+
+
+def test_num_classes_gives_a_zero_head_for_fine_tuning(tmp_path):
+    write_npz(tmp_path / "a.npz", _params(representation_size=16))
+    model = keras_vit.from_checkpoint(tmp_path / "a.npz", num_classes=5)
+    assert model.output_shape == (None, 5)
+    assert "pre_logits" not in [layer.name for layer in model.layers]
+    assert not np.any(model.get_layer("head").kernel.numpy())
+
+
+def test_timm_config_mean_std_is_recorded(tmp_path):
+    path = tmp_path / "model.safetensors"
+    save_file(timm_state(np.random.default_rng(0)), str(path))
+    config = {"model_args": {"num_heads": 4}, "pretrained_cfg": {"mean": [0.485, 0.456, 0.406]}}
+    config["pretrained_cfg"]["std"] = [0.229, 0.224, 0.225]
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    model = keras_vit.from_checkpoint(path)
+    assert model_input_preprocessing(model) == "imagenet"
+    assert model.get_layer("encoderblock_0").gelu_approximate is False

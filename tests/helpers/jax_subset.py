@@ -1,0 +1,80 @@
+"""Runs in a fresh process with KERAS_BACKEND=jax (started by tests/backends/test_jax.py).
+
+Build, predict (against the NumPy reference), fit, load each checkpoint format, dynamic image
+size and fine-tuning, on the tiny config; prints one JSON line of results.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+
+import numpy as np
+
+
+def main(workdir: str) -> dict:
+    import keras
+    from safetensors.numpy import save_file
+
+    import keras_vit
+    from keras_vit.checkpoints import model_contents, write_checkpoint
+    from keras_vit.checkpoints.npz_io import write_npz
+    from tests.checkpoints.torch_state import TINY, timm_forward, timm_state
+    from tests.numpy_reference import random_official_params, vit_forward
+
+    arch = dict(patch_size=8, hidden_dim=32, num_heads=4, mlp_dim=64, num_layers=2)
+    params = random_official_params(
+        np.random.default_rng(0), image_size=32, channels=3, num_classes=10, **arch
+    )
+    npz = os.path.join(workdir, "tiny.npz")
+    write_npz(npz, params)
+    x = np.random.default_rng(1).uniform(-1, 1, (2, 32, 32, 3)).astype("float32")
+    out = {"backend": keras.backend.backend()}
+
+    model = keras_vit.ViT(image_size=32, num_classes=10, weights=npz, **arch)
+    logits = model.predict(x, verbose=0)
+    out["npz_vs_numpy"] = float(np.abs(logits - vit_forward(params, x, num_heads=4)).max())
+    out["logits_std"] = float(np.std(logits))
+
+    write_checkpoint(model_contents(model), os.path.join(workdir, "hf"), "hf")
+    hf = keras_vit.from_checkpoint(os.path.join(workdir, "hf"))
+    out["hf_vs_npz"] = float(np.abs(hf.predict(x, verbose=0) - logits).max())
+    state = timm_state(np.random.default_rng(2))
+    timm_path = os.path.join(workdir, "timm.safetensors")
+    save_file(state, timm_path)
+    timm = keras_vit.from_checkpoint(timm_path, num_heads=TINY["heads"])
+    expected = timm_forward(state, x, num_heads=TINY["heads"])
+    out["timm_vs_numpy"] = float(np.abs(timm.predict(x, verbose=0) - expected).max())
+
+    keras_path = os.path.join(workdir, "m.keras")
+    model.save(keras_path)
+    loaded = keras_vit.from_checkpoint(keras_path)
+    out["keras_vs_model"] = float(np.abs(loaded.predict(x, verbose=0) - logits).max())
+
+    dynamic = keras_vit.ViT(
+        image_size=32, num_classes=10, dynamic_image_size=True, weights=npz, **arch
+    )
+    big = np.random.default_rng(3).uniform(-1, 1, (2, 48, 40, 3)).astype("float32")
+    rebuilt = keras_vit.ViT(image_size=(48, 40), num_classes=10, weights=npz, **arch)
+    diff = dynamic.predict(big, verbose=0) - rebuilt.predict(big, verbose=0)
+    out["dynamic_vs_rebuilt"] = float(np.abs(diff).max())
+
+    model.compile(
+        optimizer=keras.optimizers.SGD(0.01),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    )
+    history = model.fit(x, np.array([1, 2]), epochs=2, batch_size=2, verbose=0)
+    out["fit_losses"] = [float(v) for v in history.history["loss"]]
+
+    tuned = keras_vit.finetune(model, num_classes=3, image_size=40)
+    out["finetune_output"] = list(tuned.output_shape)
+    tuned_logits = tuned.predict(np.zeros((1, 40, 40, 3), "float32"), verbose=0)
+    out["finetune_logits_zero"] = bool(np.all(tuned_logits == 0))
+    return out
+
+
+if __name__ == "__main__":
+    with tempfile.TemporaryDirectory() as folder:
+        print("RESULT " + json.dumps(main(sys.argv[1] if len(sys.argv) > 1 else folder)))
