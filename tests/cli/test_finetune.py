@@ -1,5 +1,7 @@
 """Tests of `keras-vit finetune`: the paper's transfer step from a `keras-vit train` run."""
 
+import contextlib
+import io
 import json
 
 import numpy as np
@@ -8,7 +10,7 @@ import scipy.ndimage
 
 from keras_vit import runs
 from keras_vit.cli.main import main
-from tests.helpers.cli_runs import pretrained_run
+from tests.helpers.cli_runs import TRAIN_ARGS, pretrained_run
 
 
 @pytest.fixture(scope="module")
@@ -79,8 +81,12 @@ def test_missing_weights_exit_2(capsys, tmp_path):
     assert not run_dir.exists()
 
 
-def test_finetune_bad_image_size_exits_2(finetuned, capsys, tmp_path):
-    source_dir, _ = finetuned
+def test_finetune_bad_image_size_exits_2(capsys, tmp_path):
+    # a pure ViT source (patch 4): the default recipe's hybrid stem takes any image size
+    source_dir = tmp_path / "vit_source"
+    with contextlib.redirect_stdout(io.StringIO()):
+        status = main([*TRAIN_ARGS, "--stem", "patch", "--run-dir", str(source_dir)])
+    assert status == 0
     run_dir = tmp_path / "run"
     argv = ["finetune", "--weights", str(source_dir), "--image-size", "10"]
     expect_usage_error(capsys, [*argv, "--run-dir", str(run_dir)], "not divisible by the patch")

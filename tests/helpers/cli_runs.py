@@ -1,8 +1,8 @@
 """A tiny pre-trained run made with `keras-vit train`, shared by the CLI tests.
 
 Trained once per pytest session (per xdist worker) into the session's base temp folder:
-the default recipe's ViT at 8x8 pixels (2x2 patches of 4), 5 MNIST images per class,
-one step (40 images train, 10 carved for validation), no XLA.
+the default recipe's model (the hybrid: ResNet root, then the Transformer) at 8x8 pixels,
+5 MNIST images per class, one step (40 images train, 10 carved for validation), no XLA.
 """
 
 import contextlib
