@@ -81,7 +81,8 @@ def main(argv=None):
     args = parse_args(argv)
     import numpy as np
 
-    from keras_vit import ViT, data
+    from keras_vit import data
+    from keras_vit.training import build_model
 
     info = data.describe(args.source)
     model_kwargs, compile_kwargs, image_size, batch_size = default_setup(args, info)
@@ -90,7 +91,7 @@ def main(argv=None):
     )
     iterator = iter(dataset.repeat())
     images, labels = next(iterator)
-    model = ViT(**model_kwargs, name="default")
+    model = build_model({**model_kwargs, "name": "default"})  # the recipe's ViT or hybrid
     model.compile(**compile_kwargs)
     x = np.asarray(images)
     y = np.asarray(labels) if labels.shape.rank == 1 else np.argmax(labels, -1)
