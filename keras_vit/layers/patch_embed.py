@@ -160,24 +160,12 @@ def _assert_size_at_run_time(images, image_size, channels):
     TensorFlow's `predict` traces again with relaxed shapes `(batch, None, None, c)` once it
     has seen a second input size, so Keras' own check ("expected shape=(None, 32, 32, 3),
     found shape=(1, 40, 40, 3)") passes and the wrong size used to fail later, inside the
-    position-embedding add. This asserts the size at run time, naming both shapes, before
-    anything uses the images. JAX traces with concrete shapes, where the static check in
-    `call` already applies.
+    position-embedding add. On TensorFlow the size is asserted at run time
+    (`keras_vit._tf_checks`), naming both shapes, before anything uses the images. JAX traces
+    with concrete shapes, where the static check in `call` already applies.
     """
     if keras.backend.backend() != "tensorflow":
         return images
-    import tensorflow as tf
+    from keras_vit._tf_checks import assert_image_size
 
-    height, width = image_size
-    shape = tf.shape(images)
-    check = tf.debugging.Assert(
-        tf.reduce_all(tf.equal(shape[1:3], [height, width])),
-        [
-            f"Input images are incompatible with the model: expected shape=(None, {height}, "
-            f"{width}, {channels}), found shape=",
-            shape,
-        ],
-        summarize=4,
-    )
-    with tf.control_dependencies([check]):
-        return tf.identity(images)
+    return assert_image_size(images, image_size, channels)
