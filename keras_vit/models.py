@@ -77,7 +77,10 @@ def ViT(
             equal to a model built at that size and loaded with the resized table), as
             timm's `dynamic_img_size` and Hugging Face's `interpolate_pos_encoding` offer.
             The input is then `(batch, None, None, channels)`. Needs
-            position_embedding "learned" or "none". Default False.
+            position_embedding "learned" or "none". Default False. A side that is not a
+            multiple of the patch is an error naming the patch size and the shape (a
+            ValueError when the size is known at trace time, else TensorFlow's
+            InvalidArgumentError when the graph runs); the image is never cropped.
         weights: None, a checkpoint path of any format keras_vit reads (`.npz`, `.keras`, a
             Hugging Face folder, a timm `.safetensors`), or a published checkpoint name
             (see `keras_vit.checkpoints`).
