@@ -101,21 +101,30 @@ def machine_description() -> str:
     return f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPUs ({cpu})"
 
 
-def write_results(path, values: dict, *, command: str, about: str, notes: str = "") -> None:
+def write_results(
+    path,
+    values: dict,
+    *,
+    command: str,
+    about: str,
+    notes: str = "",
+    measured: dict | None = None,
+    extra: dict | None = None,
+) -> None:
     """Writes a results file (atomically): the values with their formats and when, where and
-    how they were measured (today, this machine, the 1-minute load average now)."""
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
-    payload = {
-        "about": about,
-        "command": command,
-        "measured": {
+    how they were measured (by default today, this machine, the 1-minute load average now;
+    `measured` replaces that record for figures measured earlier). `extra` adds top-level
+    entries (e.g. throughput_figures.py's per-run `runs`)."""
+    if measured is None:
+        load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+        measured = {
             "date": datetime.date.today().isoformat(),
             "machine": machine_description(),
             "load_average_1min_at_end": None if load is None else round(load, 2),
             "notes": notes,
-        },
-        "values": values,
-    }
+        }
+    payload = {"about": about, "command": command, "measured": measured, **(extra or {})}
+    payload["values"] = values
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")

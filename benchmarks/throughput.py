@@ -18,12 +18,15 @@ its best, and says what `keras_vit.distribute.choose_precision` ("auto") picks.
 
     python benchmarks/throughput.py --variant B/16 --mode infer --json b16.json
 
-Prints two Markdown tables (every point; each framework at its best); writes JSON.
+Prints two Markdown tables (every point; each framework at its best); writes the raw
+figures (`--json FILE`) and/or the figures that README.md and docs/ quote (`--results FILE`,
+benchmarks/throughput_figures.py: keys, the import of earlier `--json` files, tables).
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import os
 import platform
 import sys
@@ -89,6 +92,13 @@ def parse_args(argv=None):
         help="run every point alone, one after another (memory runs)",
     )
     parser.add_argument("--json", dest="json_path", help="write the results here")
+    parser.add_argument(
+        "--results",
+        dest="results_path",
+        help="write/update this figures file (benchmarks/figures.py format; e.g. "
+        "benchmarks/results/throughput_settings.json): this run's values replace its "
+        "earlier ones, other runs stay; see benchmarks/throughput_figures.py for the keys",
+    )
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     args.frameworks = [f.strip() for f in args.frameworks.split(",") if f.strip()]
@@ -380,7 +390,7 @@ def main(argv=None):
     print(note)
     print(format_tables(results, best))
     print(auto_text)
-    if args.json_path:
+    if args.json_path or args.results_path:
         config = {k: v for k, v in vars(args).items() if k not in ("worker", "sizes")}
         payload = {
             "config": config,
@@ -395,9 +405,25 @@ def main(argv=None):
             "results": results,
             "auto": auto,
         }
+        write_outputs(args, payload)
+    return 0
+
+
+def write_outputs(args, payload):
+    """The raw payload (`--json`) and/or its figures (`--results`)."""
+    if args.json_path:
         common.write_json(args.json_path, payload)
         print(f"wrote {args.json_path}")
-    return 0
+    if args.results_path:
+        import throughput_figures
+
+        ids = throughput_figures.update_results(
+            args.results_path,
+            payload,
+            date=datetime.date.today().isoformat(),
+            command=throughput_figures.command_of(payload["config"]),
+        )
+        print(f"wrote runs {', '.join(ids)} to {args.results_path}")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,9 @@
 """keras_vit: the Vision Transformer (Dosovitskiy et al., ICLR 2021) for Keras 3 / TensorFlow.
 
 The public names are imported on first use (PEP 562 module `__getattr__`), so that
-`import keras_vit.cli.main` and `keras-vit --help` do not start TensorFlow.
+`import keras_vit` and `keras-vit --help` do not start TensorFlow. The layers are registered
+with Keras' serialization as soon as Keras is imported too (keras_vit/_registration.py), so
+`keras.models.load_model` reads `.keras` files of keras_vit models after `import keras_vit`.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import importlib
 import sys
 import types
 
+from keras_vit import _registration
 from keras_vit._version import __version__ as __version__
 
 # public name -> the module that defines it ("" for a sub-module of the same name)
@@ -86,23 +89,5 @@ class _PackageModule(types.ModuleType):
 sys.modules[__name__].__class__ = _PackageModule
 
 
-def _imported_for_the_cli() -> bool:
-    """True while the import in progress is `keras_vit.cli...` (the `keras-vit` command).
-
-    Then the layers load on first use, so `keras-vit --help` starts no TensorFlow. Any other
-    `import keras_vit` imports `keras_vit.layers` at once, so that every layer is registered
-    with Keras' serialization and `keras.models.load_model` finds them in a fresh process.
-    The frames of CPython's import machinery (`importlib._bootstrap._find_and_load(name)`)
-    name the module being imported.
-    """
-    frame = sys._getframe(1)
-    while frame is not None:
-        if frame.f_code.co_name == "_find_and_load":
-            if str(frame.f_locals.get("name", "")).startswith("keras_vit.cli"):
-                return True
-        frame = frame.f_back
-    return False
-
-
-if not _imported_for_the_cli():
-    importlib.import_module("keras_vit.layers")
+# Layers register with Keras' serialization once Keras is imported (for .keras loading).
+_registration.register_layers_with_keras()

@@ -47,12 +47,15 @@ def encode_tokens(
     grid_size=None,
     dynamic_grid=None,
     grid_images=None,
+    final_norm="tokens",
 ):
     """The Transformer encoder on a symbolic patch-token sequence.
 
     Adds the class token (for "token" pooling), the position embedding (`position_embedding`
     of `keras_vit.layers.position_embedding.POSITION_EMBEDDINGS`; "sincos2d" needs the
-    `grid_size` of the patches), dropout, `num_layers` blocks and the final LayerNorm.
+    `grid_size` of the patches), dropout, `num_layers` blocks and the final LayerNorm
+    (`encoder_norm`; with `final_norm="pooled"` none here: `classification_head` normalises
+    the pooled feature instead).
     Stochastic depth grows linearly from 0 at the first block to `drop_path_rate` at the
     last. With `class_token_only=True` (token pooling only) the last block computes just the
     class token (`TransformerBlock(num_output_tokens=1)`): the same pooled feature for ~7%
@@ -63,8 +66,9 @@ def encode_tokens(
     `AddPositionEmbs(dynamic_image_size=True)`).
 
     Returns:
-        The symbolic `(batch, num_tokens, hidden_dim)` output of `encoder_norm`, or
-        `(batch, 1, hidden_dim)` with `class_token_only=True`.
+        The symbolic `(batch, num_tokens, hidden_dim)` output of `encoder_norm` (of the last
+        block with `final_norm="pooled"`), or `(batch, 1, hidden_dim)` with
+        `class_token_only=True`.
     """
     check_positive_int("num_layers", num_layers)
     if not isinstance(class_token_only, bool):
@@ -106,6 +110,8 @@ def encode_tokens(
             num_output_tokens=1 if class_token_only and i == num_layers - 1 else None,
             name=names.block_name(i),
         )(x)
+    if final_norm == "pooled":
+        return x
     return keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, name=names.ENCODER_NORM)(x)
 
 
@@ -119,10 +125,14 @@ def classification_head(
     representation_size,
     classifier_activation,
     map_head=None,
+    final_norm="tokens",
+    layer_norm_epsilon=1e-6,
 ):
     """Pooling, optional pre-logits (dense + tanh) and the zero-initialised head.
 
-    `pooling="map"` pools with big_vision's MAP head (`MAPHead(**map_head)`).
+    `pooling="map"` pools with big_vision's MAP head (`MAPHead(**map_head)`). With
+    `final_norm="pooled"` a LayerNorm (`fc_norm`, epsilon `layer_norm_epsilon`) follows the
+    pooling, as timm's `fc_norm` (vision_transformer.py: `norm` is then Identity).
     Returns the symbolic model output: the sequence, the pooled feature or the logits.
     """
     if return_sequence:
@@ -131,6 +141,8 @@ def classification_head(
         x = MAPHead(**(map_head or {}), name=names.MAP_HEAD)(sequence)
     else:
         x = TokenPooling(pooling, name=names.POOL)(sequence)
+    if final_norm == "pooled":
+        x = keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, name=names.POOLED_NORM)(x)
     if representation_size is not None:
         x = keras.layers.Dense(representation_size, activation="tanh", name=names.PRE_LOGITS)(x)
     if not include_top:
@@ -169,6 +181,7 @@ def check_arguments(
     dropout_rate,
     attention_dropout_rate,
     drop_path_rate,
+    final_norm="tokens",
 ):
     """Checks the arguments every builder shares; returns `(patch, size)` as pairs.
 
@@ -189,6 +202,13 @@ def check_arguments(
     check_positive_int("num_classes", num_classes)
     check_choice("pooling", pooling, (*POOLING_MODES, "map"))
     check_choice("position_embedding", position_embedding, POSITION_EMBEDDINGS)
+    check_choice("final_norm", final_norm, names.FINAL_NORMS)
+    if final_norm == "pooled" and (pooling == "map" or return_sequence):
+        raise ValueError(
+            "final_norm='pooled' normalises the pooled feature (timm's fc_norm) and needs "
+            "pooling 'token' or 'gap' and return_sequence=False. Received: "
+            f"pooling={pooling!r}, return_sequence={return_sequence}"
+        )
     if representation_size is not None:
         check_positive_int("representation_size", representation_size)
     if include_top and return_sequence:
@@ -242,6 +262,7 @@ def vision_transformer(
     name,
     input_preprocessing="[-1,1]",
     dynamic_image_size=False,
+    final_norm="tokens",
 ):
     """Builds a ViT-family `keras.Model` around a stem (see the module docstring).
 
@@ -276,6 +297,7 @@ def vision_transformer(
         dropout_rate=dropout_rate,
         attention_dropout_rate=attention_dropout_rate,
         drop_path_rate=drop_path_rate,
+        final_norm=final_norm,
     )
     dynamic = bool(dynamic_image_size)
     if dynamic and stem is not None:
@@ -322,6 +344,7 @@ def vision_transformer(
         grid_size=embed.grid_size,
         dynamic_grid=((size[0] // patch[0], size[1] // patch[1]), patch) if dynamic else None,
         grid_images=images if dynamic else None,
+        final_norm=final_norm,
     )
     outputs = classification_head(
         sequence,
@@ -337,6 +360,8 @@ def vision_transformer(
             "layer_norm_epsilon": layer_norm_epsilon,
             "gelu_approximate": gelu_approximate,
         },
+        final_norm=final_norm,
+        layer_norm_epsilon=layer_norm_epsilon,
     )
     model = keras.Model(images, outputs, name=name)
     if weights is not None:
@@ -366,8 +391,8 @@ def named_builder(build, config, function_name: str, summary: str):
         f"Takes the arguments of `keras_vit.{build.__name__}` (`num_classes`, `image_size`, "
         "`channels`, `include_top`, `pooling`, `representation_size`, `dropout_rate`, "
         "`attention_dropout_rate`, `drop_path_rate`, `classifier_activation`, "
-        "`position_embedding`, `weights`, `name`, ...); any architecture field may be "
-        "overridden too.\n\n"
+        "`position_embedding`, `final_norm`, `weights`, `name`, ...); any architecture field "
+        "may be overridden too.\n\n"
         "Returns:\n    A functional `keras.Model` with input `images` "
         "`(batch, height, width, channels)` in [-1, 1].\n"
     )

@@ -117,6 +117,7 @@ def HybridViT(
     layer_norm_epsilon=1e-6,
     return_sequence=False,
     position_embedding="learned",
+    final_norm="tokens",
     weights=None,
     name="hybrid_vit",
 ):
@@ -148,7 +149,8 @@ def HybridViT(
             the Transformer, as in `keras_vit.ViT`.
         num_classes, image_size, channels, include_top, pooling, representation_size,
         dropout_rate, attention_dropout_rate, drop_path_rate, classifier_activation,
-        return_sequence, position_embedding, weights, name: as in `keras_vit.ViT`.
+        return_sequence, position_embedding, final_norm, weights, name: as in
+        `keras_vit.ViT`.
 
     Inputs:
         `images`: `(batch, height, width, channels)` scaled to [-1, 1]

@@ -13,6 +13,10 @@ EMBEDDING = "embedding"
 CLASS_TOKEN = "cls"
 POSITION_EMBEDDING = "posembed_input"
 ENCODER_NORM = "encoder_norm"
+# The LayerNorm after pooling that replaces `encoder_norm` in timm's `fc_norm` models
+# (final_norm="pooled"); no release key, so keras_vit's files use the layer name.
+POOLED_NORM = "fc_norm"
+FINAL_NORMS = ("tokens", "pooled")
 POOL = "pool"
 MAP_HEAD = "MAPHead_0"
 PRE_LOGITS = "pre_logits"

@@ -30,6 +30,7 @@ def ViT(
     position_embedding="learned",
     input_preprocessing="[-1,1]",
     dynamic_image_size=False,
+    final_norm="tokens",
     weights=None,
     name="vit",
 ):
@@ -77,7 +78,16 @@ def ViT(
             equal to a model built at that size and loaded with the resized table), as
             timm's `dynamic_img_size` and Hugging Face's `interpolate_pos_encoding` offer.
             The input is then `(batch, None, None, channels)`. Needs
-            position_embedding "learned" or "none". Default False.
+            position_embedding "learned" or "none". Default False. A side that is not a
+            multiple of the patch is an error naming the patch size and the shape (a
+            ValueError when the size is known at trace time, else TensorFlow's
+            InvalidArgumentError when the graph runs); the image is never cropped.
+        final_norm: where the final LayerNorm goes: "tokens" (default, the release's
+            `encoder_norm` on every token before pooling) or "pooled" (timm's `fc_norm`,
+            e.g. its GAP models: a LayerNorm `fc_norm` on the pooled `(batch, D)` feature,
+            no `encoder_norm`). "pooled" needs pooling "token" or "gap" and
+            return_sequence=False. Kept in the model (its `fc_norm` layer) and read back
+            from files (timm `fc_norm.*`, keras_vit's `.npz` key `fc_norm/scale`).
         weights: None, a checkpoint path of any format keras_vit reads (`.npz`, `.keras`, a
             Hugging Face folder, a timm `.safetensors`), or a published checkpoint name
             (see `keras_vit.checkpoints`).
@@ -99,7 +109,8 @@ def ViT(
     Raises:
         ValueError: image size not divisible by the patch, hidden_dim not divisible by
             num_heads, unknown pooling or position_embedding, non-positive sizes, rates
-            outside [0, 1).
+            outside [0, 1), an unknown final_norm or "pooled" with pooling "map" or
+            return_sequence=True.
     """
     return vision_transformer(stem=None, **locals())  # every argument, by name
 

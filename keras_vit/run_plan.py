@@ -486,7 +486,7 @@ def vit_kwargs_from_npz(arrays: dict) -> dict:
     return {
         "patch_size": arch.patch_size[0],
         **arch.transformer_kwargs(),
-        "pooling": arch.pooling,
+        **arch.pooling_kwargs(),
         "image_size": side * arch.patch_size[0],
         "num_classes": arch.num_classes,
         "representation_size": arch.representation_size,
@@ -515,7 +515,7 @@ def source_model_kwargs(model) -> dict:
         **resnet,
         "patch_size": list(arch.patch_size),
         **arch.transformer_kwargs(),
-        "pooling": arch.pooling,
+        **arch.pooling_kwargs(),
         "image_size": [int(s) for s in model.input_shape[1:3]],
         "position_embedding": arch.position_embedding,
     }

@@ -81,8 +81,8 @@ def task_config(
     batch_size: int = 32,
     seed: int = 0,
     split_seed: int = 0,
-    jit_compile=True,
-    mixed_precision=None,
+    jit_compile="auto",
+    mixed_precision="auto",
 ):
     """The fine-tuning `keras_vit.runs.RunConfig` of one task (see the module docstring).
 

@@ -6,6 +6,15 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+import importlib.util  # noqa: E402
+
+if importlib.util.find_spec("triton") is not None:
+    # The PyTorch lane's environments (torch CUDA wheels bring triton): loading triton's LLVM
+    # library after TensorFlow's crashes the interpreter (a segmentation fault inside
+    # `import triton`, reached through timm -> torchvision -> torch._dynamo; torch 2.14,
+    # TF 2.21). Loaded first, both work. Absent in the default environment.
+    import triton  # noqa: E402, F401
+
 import keras  # noqa: E402
 import pytest  # noqa: E402
 

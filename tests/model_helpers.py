@@ -40,7 +40,10 @@ def assign_official_params(model, params):
         _assign_dense(block.mlp.dense_0, params, p + "MlpBlock_3/Dense_0")
         _assign_dense(block.mlp.dense_1, params, p + "MlpBlock_3/Dense_1")
         i += 1
-    _assign_norm(model.get_layer("encoder_norm"), params, "Transformer/encoder_norm")
+    if "fc_norm/scale" in params:
+        _assign_norm(model.get_layer("fc_norm"), params, "fc_norm")
+    else:
+        _assign_norm(model.get_layer("encoder_norm"), params, "Transformer/encoder_norm")
     if "pre_logits/kernel" in params:
         _assign_dense(model.get_layer("pre_logits"), params, "pre_logits")
     if "head/kernel" in params:

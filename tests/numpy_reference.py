@@ -66,7 +66,10 @@ def self_attention(x, params, prefix, num_heads):
 def vit_forward(
     params, images, *, num_heads, pooling="token", layer_norm_epsilon=1e-6, gelu_approximate=True
 ):
-    """Logits (or the pooled feature when there is no `head`) of a ViT, in float64."""
+    """Logits (or the pooled feature when there is no `head`) of a ViT, in float64.
+
+    The final LayerNorm is `encoder_norm` on the tokens, or `fc_norm` on the pooled feature
+    when `params` has `fc_norm/scale` (timm's fc_norm)."""
     images = np.asarray(images, np.float64)
     params = {k: np.asarray(v, np.float64) for k, v in params.items()}
     kernel = params["embedding/kernel"]
@@ -89,10 +92,16 @@ def vit_forward(
         )
         x = x + h @ params[mlp + "Dense_1/kernel"] + params[mlp + "Dense_1/bias"]
         i += 1
-    x = layer_norm(
-        x, params["Transformer/encoder_norm/scale"], params["Transformer/encoder_norm/bias"], eps
-    )
+    if "Transformer/encoder_norm/scale" in params:
+        x = layer_norm(
+            x,
+            params["Transformer/encoder_norm/scale"],
+            params["Transformer/encoder_norm/bias"],
+            eps,
+        )
     pooled = x[:, 0] if pooling == "token" else x.mean(axis=1)
+    if "fc_norm/scale" in params:
+        pooled = layer_norm(pooled, params["fc_norm/scale"], params["fc_norm/bias"], eps)
     if "pre_logits/kernel" in params:
         pooled = np.tanh(pooled @ params["pre_logits/kernel"] + params["pre_logits/bias"])
     if "head/kernel" in params:
@@ -114,8 +123,10 @@ def random_official_params(
     pooling="token",
     representation_size=None,
     scale=0.2,
+    final_norm="tokens",
 ):
-    """Random arrays under the official key names and shapes (vit_facts.md section 3)."""
+    """Random arrays under the official key names and shapes (vit_facts.md section 3);
+    `final_norm="pooled"` names the final LayerNorm `fc_norm/` (timm's fc_norm)."""
     d, hd = hidden_dim, hidden_dim // num_heads
     grid = (image_size // patch_size) ** 2
 
@@ -126,9 +137,10 @@ def random_official_params(
         "embedding/kernel": r(patch_size, patch_size, channels, d),
         "embedding/bias": r(d),
         "Transformer/posembed_input/pos_embedding": r(1, grid + (pooling == "token"), d),
-        "Transformer/encoder_norm/scale": 1 + r(d),
-        "Transformer/encoder_norm/bias": r(d),
     }
+    norm = "fc_norm/" if final_norm == "pooled" else "Transformer/encoder_norm/"
+    params[norm + "scale"] = 1 + r(d)
+    params[norm + "bias"] = r(d)
     if pooling == "token":
         params["cls"] = r(1, 1, d)
     for i in range(num_layers):
@@ -154,6 +166,23 @@ def random_official_params(
     params["head/kernel"] = r(width, num_classes)
     params["head/bias"] = r(num_classes)
     return params
+
+
+TINY_ARCH = dict(
+    image_size=32,
+    patch_size=8,
+    channels=3,
+    hidden_dim=32,
+    num_heads=4,
+    mlp_dim=64,
+    num_layers=2,
+    num_classes=10,
+)
+
+
+def tiny_official_params(seed=0, **overrides):
+    """`random_official_params` of the tiny test ViT (`TINY_ARCH`, overridable)."""
+    return random_official_params(np.random.default_rng(seed), **{**TINY_ARCH, **overrides})
 
 
 # ---------------------------------------------------------------- hybrid ResNet (BiT)

@@ -3,6 +3,8 @@ equal to a model rebuilt at that size and loaded with the release's resize."""
 
 from __future__ import annotations
 
+import re
+
 import keras
 import numpy as np
 import pytest
@@ -57,7 +59,16 @@ def test_saves_loads_and_keeps_its_native_grid(checkpoint, tmp_path):
     x = _images((40, 24))
     np.testing.assert_array_equal(loaded.predict(x, verbose=0), model.predict(x, verbose=0))
     assert loaded.get_layer("posembed_input").pos_embedding.shape == (1, 17, 32)
-    with pytest.raises(
-        (ValueError, tf.errors.InvalidArgumentError), match="multiple|reshape|values"
-    ):
-        model.predict(_images((30, 32)), verbose=0)
+
+
+@pytest.mark.parametrize("size", [(36, 32), (32, 30)])
+def test_a_side_not_a_multiple_of_the_patch_is_a_clear_error(checkpoint, size):
+    path, _ = checkpoint
+    model = keras_vit.ViT(image_size=32, dynamic_image_size=True, weights=path, **ARCH)
+    model.predict(_images((40, 24)), verbose=0)  # a second size: traced with (None, None)
+    rule = r"multiple of the patch size \(8, 8\)"
+    with pytest.raises(tf.errors.InvalidArgumentError, match=rule) as error:
+        model.predict(_images(size), verbose=0)
+    assert f"{size[0]} {size[1]}" in str(error.value)  # the shape found
+    with pytest.raises(ValueError, match=re.escape(f"Image size {size}")):
+        model(_images(size))  # eager: a ValueError before any work

@@ -51,7 +51,12 @@ def _tiny_with_random_params(tiny, pooling="token", representation_size=None, **
         **tiny, pooling=pooling, representation_size=representation_size, **kwargs
     )
     params = random_official_params(
-        rng, channels=3, pooling=pooling, representation_size=representation_size, **tiny
+        rng,
+        channels=3,
+        pooling=pooling,
+        representation_size=representation_size,
+        final_norm=kwargs.get("final_norm", "tokens"),
+        **tiny,
     )
     assign_official_params(model, params)
     return model, params
@@ -64,6 +69,26 @@ def test_logits_match_numpy_forward_pass(tiny_vit_kwargs, pooling, representatio
     images = random_images(np.random.default_rng(0), 3, 32, 32)
     expected = vit_forward(params, images, num_heads=4, pooling=pooling)
     np.testing.assert_allclose(model.predict(images, verbose=0), expected, atol=1e-4)
+
+
+@pytest.mark.parametrize("pooling", ["token", "gap"])
+def test_pooled_final_norm_matches_numpy_and_survives_keras_files(
+    tiny_vit_kwargs, pooling, tmp_path
+):
+    model, params = _tiny_with_random_params(
+        tiny_vit_kwargs, pooling, final_norm="pooled", gelu_approximate=False
+    )
+    assert "encoder_norm" not in {layer.name for layer in model.layers}
+    images = random_images(np.random.default_rng(1), 2, 32, 32)
+    expected = vit_forward(params, images, num_heads=4, pooling=pooling, gelu_approximate=False)
+    assert np.abs(expected).max() > 1e-2
+    np.testing.assert_allclose(model.predict(images, verbose=0), expected, atol=1e-4, rtol=0)
+    model.save(tmp_path / "m.keras")
+    loaded = keras.saving.load_model(tmp_path / "m.keras", safe_mode=True)
+    assert loaded.get_layer("fc_norm").epsilon == 1e-6
+    np.testing.assert_array_equal(
+        loaded.predict(images, verbose=0), model.predict(images, verbose=0)
+    )
 
 
 def test_exact_gelu_option_matches_numpy(tiny_vit_kwargs):
@@ -262,6 +287,12 @@ def test_b16_model_called_on_other_size(tiny_vit_kwargs):
         (dict(channels=0), r"channels=0"),
         (dict(dropout_rate=1.0), r"dropout_rate=1.0"),
         (dict(include_top=True, return_sequence=True), "return_sequence"),
+        (dict(final_norm="pool"), r"final_norm.*'pool'"),
+        (dict(final_norm="pooled", pooling="map"), r"final_norm='pooled'.*pooling='map'"),
+        (
+            dict(final_norm="pooled", include_top=False, return_sequence=True),
+            r"final_norm='pooled'.*return_sequence=True",
+        ),
     ],
 )
 def test_bad_arguments_raise_before_building(tiny_vit_kwargs, override, message):

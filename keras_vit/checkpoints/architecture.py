@@ -56,6 +56,8 @@ class Architecture:
         position_embedding: "learned", "sincos2d" or "none" for a model; "learned" for a
             file with a position table, None for one without (sincos2d or none: the file
             cannot tell).
+        final_norm: "tokens" (`encoder_norm` before pooling) or "pooled" (timm's `fc_norm`
+            after pooling: a `fc_norm` layer, or `fc_norm/scale` in a file).
     """
 
     patch_size: tuple[int, int] | None = None
@@ -72,6 +74,7 @@ class Architecture:
     representation_size: int | None = None
     resnet_stages: tuple[int, ...] | None = None
     position_embedding: str | None = None
+    final_norm: str = "tokens"
 
     @property
     def num_prefix_tokens(self) -> int:
@@ -95,6 +98,13 @@ class Architecture:
             "mlp_dim": self.mlp_dim,
             "num_layers": self.num_layers,
         }
+
+    def pooling_kwargs(self) -> dict:
+        """`pooling`, and `final_norm` when it is "pooled", as builder arguments."""
+        kwargs = {"pooling": self.pooling}
+        if self.final_norm != "tokens":
+            kwargs["final_norm"] = self.final_norm
+        return kwargs
 
     def missing_key(self, *fields: str) -> str | None:
         """The checkpoint key of the first of `fields` that is None (e.g. "head/kernel" for
@@ -163,6 +173,7 @@ class Architecture:
             position_embedding=next(
                 (kind for x in layers if (kind := position_embedding_kind(x))), "none"
             ),
+            final_norm="pooled" if names.POOLED_NORM in by_name else "tokens",
         )
 
     @classmethod
@@ -181,8 +192,9 @@ class Architecture:
 
         Patch size and channels from `embedding/kernel` (P, P, C, D), heads from block 0's
         query kernel (D, H, hd), MLP width from its `Dense_0`, depth from the block count,
-        pooling from a `cls` array, the grid from the position table (when square), classes
-        from `head/kernel`, `representation_size` from `pre_logits/kernel`.
+        pooling from a `cls` array, `final_norm` from `fc_norm/scale`, the grid from the
+        position table (when square), classes from `head/kernel`, `representation_size` from
+        `pre_logits/kernel`.
         """
         kernel = arrays.get(FIELD_KEYS["hidden_dim"])
         query = arrays.get(FIELD_KEYS["num_heads"])
@@ -210,6 +222,7 @@ class Architecture:
             representation_size=_width(arrays.get("pre_logits/kernel")),
             resnet_stages=None if root is None else _resnet_stages([names.ROOT_CONV, *units]),
             position_embedding=None if table is None else "learned",
+            final_norm="pooled" if f"{names.POOLED_NORM}/scale" in arrays else "tokens",
         )
 
 

@@ -19,7 +19,7 @@ from keras_vit.checkpoints.architecture import Architecture
 from keras_vit.checkpoints.contents import CheckpointContents
 from keras_vit.checkpoints.detect import FORMATS, detect_format
 from keras_vit.checkpoints.layouts import normalise_layout
-from keras_vit.checkpoints.naming import find_vit_model, official_variables
+from keras_vit.checkpoints.naming import find_vit_model, official_arrays
 from keras_vit.checkpoints.npz_io import CheckpointError, read_npz, write_npz
 from keras_vit.layers import TransformerBlock
 
@@ -106,16 +106,7 @@ def model_contents(model) -> CheckpointContents:
     Raises:
         CheckpointError: weights that no release key covers (layers added to the model).
     """
-    variables, unnamed = official_variables(model)
-    if unnamed:
-        raise CheckpointError(
-            f"Cannot write {model.name!r} as a ViT checkpoint: these weights have no "
-            f"official key: {unnamed}."
-        )
-    arrays = {
-        key: np.asarray(keras.ops.convert_to_numpy(variable), dtype=np.float32)
-        for key, variable in variables.items()
-    }
+    arrays = official_arrays(model)
     arch = Architecture.from_checkpoint_model(model)
     grid, patch = arch.grid, arch.patch_size
     image_size = None if grid is None else (grid[0] * patch[0], grid[1] * patch[1])

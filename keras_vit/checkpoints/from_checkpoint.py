@@ -58,11 +58,13 @@ def architecture_kwargs(contents: CheckpointContents) -> dict:
         num_heads=int(num_heads),
         mlp_dim=arch.mlp_dim,
         num_layers=arch.num_layers,
-        pooling="map" if f"{names.MAP_HEAD}/probe" in contents.arrays else arch.pooling,
         image_size=image_size,
         input_preprocessing=contents.preprocessing,
         **contents.numerics,
+        **arch.pooling_kwargs(),
     )
+    if f"{names.MAP_HEAD}/probe" in contents.arrays:
+        kwargs["pooling"] = "map"
     if arch.representation_size is not None:
         kwargs["representation_size"] = arch.representation_size
     if arch.num_classes is not None:

@@ -104,9 +104,7 @@ def hf_to_release(state: dict, config: dict, path="checkpoint") -> dict:
     depth = tl.num_blocks(state, rf"{prefix}encoder\.layer\.(\d+)\.")
     for i in range(depth):
         hf, block = LAYER.format(i), tl.BLOCK.format(i)
-        for name, release in NORMS.items():
-            out[f"{block}{release}/scale"] = get(f"{hf}{name}.weight")
-            out[f"{block}{release}/bias"] = get(f"{hf}{name}.bias")
+        out.update(tl.norms_and_mlp_from_torch(get, hf, block, NORMS, DENSES))
         for name in ("query", "key", "value"):
             weight = get(f"{hf}attention.attention.{name}.weight")
             out[f"{block}{tl.ATTENTION}{name}/kernel"] = tl.head_kernel(weight, heads)
@@ -117,9 +115,6 @@ def hf_to_release(state: dict, config: dict, path="checkpoint") -> dict:
             get(f"{hf}attention.output.dense.weight"), heads
         )
         out[f"{block}{tl.ATTENTION}out/bias"] = get(f"{hf}attention.output.dense.bias")
-        for name, release in DENSES.items():
-            out[f"{block}{tl.MLP}{release}/kernel"] = tl.linear_to_kernel(get(f"{hf}{name}.weight"))
-            out[f"{block}{tl.MLP}{release}/bias"] = get(f"{hf}{name}.bias")
     if prefix + "pooler.dense.weight" in state:
         act = config.get("pooler_act", "tanh")
         if act != "tanh":
@@ -184,9 +179,15 @@ def release_to_hf(arrays: dict, num_heads: int) -> dict:
     without one, those of `ViTModel` (no prefix; `pre_logits` becomes `pooler.dense`).
 
     Raises:
-        CheckpointError: no class token (HF ViT has no global-average-pooling model), or a
+        CheckpointError: a LayerNorm after pooling (`fc_norm`), no class token (HF ViT has
+            no global-average-pooling model), or a
             `pre_logits` layer under a head (ViTForImageClassification has no pooler).
     """
+    if tl.POOLED_NORM + "scale" in arrays:
+        raise CheckpointError(
+            "Hugging Face ViT has no LayerNorm after pooling (fc_norm, final_norm='pooled'); "
+            "write this model as timm or .npz instead."
+        )
     if "cls" not in arrays:  # also MAP-head models, which pool without a class token
         raise CheckpointError(
             "Hugging Face ViT always has a class token; a global-average-pooling (gap) model "
@@ -213,9 +214,7 @@ def release_to_hf(arrays: dict, num_heads: int) -> dict:
     depth = tl.num_release_blocks(arrays)
     for i in range(depth):
         hf, block = LAYER.format(i), tl.BLOCK.format(i)
-        for name, release in NORMS.items():
-            out[f"{hf}{name}.weight"] = arrays[f"{block}{release}/scale"]
-            out[f"{hf}{name}.bias"] = arrays[f"{block}{release}/bias"]
+        out.update(tl.norms_and_mlp_to_torch(arrays, hf, block, NORMS, DENSES))
         for name in ("query", "key", "value"):
             attention = f"{block}{tl.ATTENTION}{name}/"
             out[f"{hf}attention.attention.{name}.weight"] = tl.flat_head_linear(
@@ -226,11 +225,6 @@ def release_to_hf(arrays: dict, num_heads: int) -> dict:
             arrays[f"{block}{tl.ATTENTION}out/kernel"]
         )
         out[f"{hf}attention.output.dense.bias"] = arrays[f"{block}{tl.ATTENTION}out/bias"]
-        for name, release in DENSES.items():
-            out[f"{hf}{name}.weight"] = tl.kernel_to_linear(
-                arrays[f"{block}{tl.MLP}{release}/kernel"]
-            )
-            out[f"{hf}{name}.bias"] = arrays[f"{block}{tl.MLP}{release}/bias"]
     if "pre_logits/kernel" in arrays:
         out["pooler.dense.weight"] = tl.kernel_to_linear(arrays["pre_logits/kernel"])
         out["pooler.dense.bias"] = arrays["pre_logits/bias"]

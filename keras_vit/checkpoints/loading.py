@@ -14,7 +14,6 @@ import dataclasses
 import logging
 import os
 
-import keras
 import numpy as np
 
 from keras_vit import layer_names as names
@@ -22,7 +21,7 @@ from keras_vit._validation import check_choice
 from keras_vit._warnings import warn_weights
 from keras_vit.checkpoints import architecture, registry
 from keras_vit.checkpoints.layouts import PLAIN_POSITION_KEY
-from keras_vit.checkpoints.naming import find_vit_model, official_variables
+from keras_vit.checkpoints.naming import find_vit_model, official_arrays, official_variables
 from keras_vit.checkpoints.npz_io import CheckpointError, write_npz
 from keras_vit.layers.position_resize import RESIZE_METHODS, resize_position_embeddings, square_grid
 
@@ -363,16 +362,7 @@ def save_npz(model, path) -> SaveReport:
     Raises:
         CheckpointError: if the model has weights no official key covers (e.g. extra layers).
     """
-    variables, unnamed = official_variables(model)
-    if unnamed:
-        raise CheckpointError(
-            f"Cannot save {model.name!r} in the official layout: these weights have no "
-            f"official key: {unnamed}."
-        )
-    arrays = {
-        key: np.asarray(keras.ops.convert_to_numpy(variable), dtype=np.float32)
-        for key, variable in variables.items()
-    }
+    arrays = official_arrays(model)
     write_npz(path, arrays)
     return SaveReport(os.fspath(path), {key: array.shape for key, array in arrays.items()})
 

@@ -8,6 +8,7 @@ variable path inside each layer, so no per-variant table is needed:
 - `posembed_input`: `pos_embedding` -> `Transformer/posembed_input/pos_embedding`
 - `encoderblock_{i}`: `LayerNorm_0/gamma` ... -> `Transformer/encoderblock_{i}/LayerNorm_0/scale`
 - `encoder_norm`: `gamma`, `beta` -> `Transformer/encoder_norm/scale`, `.../bias`
+- `fc_norm` (final_norm="pooled", timm's; no release key): -> `fc_norm/scale`, `fc_norm/bias`
 - `pre_logits`, `head`: `kernel`, `bias` -> unchanged
 - hybrids: `conv_root/kernel`, `gn_root/gamma` -> `conv_root/kernel`, `gn_root/scale`;
   `block{s}_unit{u}` with `conv1/kernel`, `gn1/gamma` ... -> `block{s}/unit{u}/conv1/kernel` ...
@@ -27,6 +28,7 @@ import re
 from collections.abc import Callable
 
 import keras
+import numpy as np
 
 from keras_vit import layer_names as names
 from keras_vit.checkpoints.npz_io import CheckpointError
@@ -67,7 +69,7 @@ NAMING_RULES: tuple[NamingRule, ...] = (
     NamingRule(names.POSITION_EMBEDDING, _in_transformer),
     NamingRule(names.BLOCK_PATTERN, _in_transformer),
     NamingRule(names.ENCODER_NORM, _in_transformer),
-    NamingRule(f"{names.PRE_LOGITS}|{names.HEAD}|{names.MAP_HEAD}", _same),
+    NamingRule(f"{names.PRE_LOGITS}|{names.HEAD}|{names.MAP_HEAD}|{names.POOLED_NORM}", _same),
     NamingRule(f"{names.ROOT_CONV}|{names.ROOT_NORM}", _same),
     NamingRule(names.UNIT_PATTERN, lambda m: f"block{m[1]}/unit{m[2]}"),
 )
@@ -177,3 +179,21 @@ def official_variables(model) -> tuple[dict, list[str]]:
             else:
                 variables[key] = variable
     return variables, unnamed
+
+
+def official_arrays(model) -> dict:
+    """`{official_key: float32 array}` of every weight of a keras_vit model, in weight order.
+
+    Raises:
+        CheckpointError: weights that no rule covers (e.g. layers a user added), named.
+    """
+    variables, unnamed = official_variables(model)
+    if unnamed:
+        raise CheckpointError(
+            f"Cannot write {model.name!r} in the release's checkpoint layout: these weights "
+            f"have no official key: {unnamed}."
+        )
+    return {
+        key: np.asarray(keras.ops.convert_to_numpy(variable), dtype=np.float32)
+        for key, variable in variables.items()
+    }

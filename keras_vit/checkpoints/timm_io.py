@@ -5,7 +5,9 @@ Keys: `cls_token` (1, 1, D) for class-token models, `pos_embed` (1, [1 +] N, D),
 (3D, D) weight, q then k then v), `.attn.proj`, `.norm2`, `.mlp.fc1`, `.mlp.fc2`, the final
 `norm`, and the head as `head` or `head.fc`; older files have `pre_logits.fc` (the release's
 representation layer). Global-average-pooling models without a class token
-(`class_token=False, global_pool="avg", fc_norm=False`) map to the release's "gap" models.
+(`class_token=False, global_pool="avg", fc_norm=False`) map to the release's "gap" models;
+with timm's default `fc_norm` (`norm` is then Identity and a LayerNorm `fc_norm` follows the
+pooling) to keras_vit's `final_norm="pooled"` (key `fc_norm/scale`).
 
 A state dict does not record the number of heads; it is taken from the file's metadata
 (files keras_vit writes), a timm `config.json` beside the file, the variant table (by
@@ -34,7 +36,6 @@ NORMS = {"norm1": "LayerNorm_0", "norm2": "LayerNorm_2"}
 DENSES = {"mlp.fc1": "Dense_0", "mlp.fc2": "Dense_1"}
 HEAD_NAMES = ("head", "head.fc")
 UNSUPPORTED = {
-    "fc_norm.weight": "a LayerNorm after global average pooling (fc_norm)",
     "reg_token": "register tokens",
     "blocks.0.ls1.gamma": "LayerScale",
     "blocks.0.attn.q_norm.weight": "q/k normalisation",
@@ -115,11 +116,13 @@ def timm_to_release(state: dict, num_heads=None, path="checkpoint", metadata=Non
     hidden = int(get("patch_embed.proj.weight").shape[0])
     mlp = int(get("blocks.0.mlp.fc1.weight").shape[0])
     heads = num_heads or _num_heads(hidden, mlp, depth, metadata or {}, config or {})
+    final_norm = tl.POOLED_NORM if "fc_norm.weight" in state else tl.ENCODER_NORM
+    torch_norm = "fc_norm" if final_norm == tl.POOLED_NORM else "norm"
     out = {
         "embedding/kernel": tl.conv_to_kernel(get("patch_embed.proj.weight")),
         "embedding/bias": get("patch_embed.proj.bias"),
-        tl.ENCODER_NORM + "scale": get("norm.weight"),
-        tl.ENCODER_NORM + "bias": get("norm.bias"),
+        final_norm + "scale": get(torch_norm + ".weight"),
+        final_norm + "bias": get(torch_norm + ".bias"),
     }
     table = get("pos_embed")
     if "cls_token" in state:
@@ -131,9 +134,7 @@ def timm_to_release(state: dict, num_heads=None, path="checkpoint", metadata=Non
     out[tl.POSITION] = table
     for i in range(depth):
         timm, block = f"blocks.{i}.", tl.BLOCK.format(i)
-        for name, release in NORMS.items():
-            out[f"{block}{release}/scale"] = get(f"{timm}{name}.weight")
-            out[f"{block}{release}/bias"] = get(f"{timm}{name}.bias")
+        out.update(tl.norms_and_mlp_from_torch(get, timm, block, NORMS, DENSES))
         qkv = get(f"{timm}attn.qkv.weight")
         qkv_bias = get(f"{timm}attn.qkv.bias")
         for j, name in enumerate(("query", "key", "value")):
@@ -144,11 +145,6 @@ def timm_to_release(state: dict, num_heads=None, path="checkpoint", metadata=Non
             get(f"{timm}attn.proj.weight"), heads
         )
         out[f"{block}{tl.ATTENTION}out/bias"] = get(f"{timm}attn.proj.bias")
-        for name, release in DENSES.items():
-            out[f"{block}{tl.MLP}{release}/kernel"] = tl.linear_to_kernel(
-                get(f"{timm}{name}.weight")
-            )
-            out[f"{block}{tl.MLP}{release}/bias"] = get(f"{timm}{name}.bias")
     if "pre_logits.fc.weight" in state:
         out["pre_logits/kernel"] = tl.linear_to_kernel(get("pre_logits.fc.weight"))
         out["pre_logits/bias"] = get("pre_logits.fc.bias")
@@ -191,27 +187,28 @@ def read_timm(path, num_heads=None) -> CheckpointContents:
 
 
 def release_to_timm(arrays: dict) -> dict:
-    """Release-layout arrays -> a timm ViT state dict (fused qkv, `head`, `pre_logits.fc`)."""
+    """Release-layout arrays -> a timm ViT state dict (fused qkv, `head`, `pre_logits.fc`;
+    `fc_norm` instead of `norm` for a model with final_norm="pooled")."""
     if any(key.startswith("MAPHead_0/") for key in arrays):
         raise CheckpointError(
             "A MAP-head (attention pooling) model has no timm VisionTransformer layout that "
             "keras_vit writes; write it as .npz or .keras."
         )
+    pooled = tl.POOLED_NORM + "scale" in arrays
+    final_norm, torch_norm = (tl.POOLED_NORM, "fc_norm") if pooled else (tl.ENCODER_NORM, "norm")
     out = {
         "patch_embed.proj.weight": tl.kernel_to_conv(arrays["embedding/kernel"]),
         "patch_embed.proj.bias": arrays["embedding/bias"],
         "pos_embed": arrays[tl.POSITION],
-        "norm.weight": arrays[tl.ENCODER_NORM + "scale"],
-        "norm.bias": arrays[tl.ENCODER_NORM + "bias"],
+        torch_norm + ".weight": arrays[final_norm + "scale"],
+        torch_norm + ".bias": arrays[final_norm + "bias"],
     }
     if "cls" in arrays:
         out["cls_token"] = arrays["cls"]
     depth = tl.num_release_blocks(arrays)
     for i in range(depth):
         timm, block = f"blocks.{i}.", tl.BLOCK.format(i)
-        for name, release in NORMS.items():
-            out[f"{timm}{name}.weight"] = arrays[f"{block}{release}/scale"]
-            out[f"{timm}{name}.bias"] = arrays[f"{block}{release}/bias"]
+        out.update(tl.norms_and_mlp_to_torch(arrays, timm, block, NORMS, DENSES))
         names = ("query", "key", "value")
         attention = block + tl.ATTENTION
         out[f"{timm}attn.qkv.weight"] = np.concatenate(
@@ -222,11 +219,6 @@ def release_to_timm(arrays: dict) -> dict:
         )
         out[f"{timm}attn.proj.weight"] = tl.flat_linear(arrays[attention + "out/kernel"])
         out[f"{timm}attn.proj.bias"] = arrays[attention + "out/bias"]
-        for name, release in DENSES.items():
-            out[f"{timm}{name}.weight"] = tl.kernel_to_linear(
-                arrays[f"{block}{tl.MLP}{release}/kernel"]
-            )
-            out[f"{timm}{name}.bias"] = arrays[f"{block}{tl.MLP}{release}/bias"]
     if "pre_logits/kernel" in arrays:
         out["pre_logits.fc.weight"] = tl.kernel_to_linear(arrays["pre_logits/kernel"])
         out["pre_logits.fc.bias"] = arrays["pre_logits/bias"]

@@ -22,6 +22,7 @@ ATTENTION = names.QUERY_KERNEL.split("/")[0] + "/"
 MLP = names.MLP_IN_KERNEL.split("/")[0] + "/"
 POSITION = names.POSITION_KEY
 ENCODER_NORM = f"{names.TRANSFORMER}/{names.ENCODER_NORM}/"
+POOLED_NORM = f"{names.POOLED_NORM}/"
 
 
 def linear_to_kernel(weight) -> np.ndarray:
@@ -73,6 +74,38 @@ def flat_head_linear(kernel) -> np.ndarray:
     """A q/k/v kernel (D_in, heads, head_dim) -> PyTorch (D_out, D_in)."""
     kernel = np.asarray(kernel)
     return kernel_to_linear(kernel.reshape(kernel.shape[0], -1))
+
+
+def norms_and_mlp_from_torch(get, torch_block: str, block: str, norms, denses) -> dict:
+    """One block's LayerNorms and MLP denses in release keys, read with `get(torch key)`.
+
+    Args:
+        get: returns the tensor of a PyTorch key (and records it as used).
+        torch_block, block: the block's PyTorch prefix ("blocks.0.") and release prefix.
+        norms, denses: `{PyTorch sub-layer: release sub-layer}` of the LayerNorms and of
+            the MLP's linear layers.
+    """
+    out = {}
+    for name, release in norms.items():
+        out[f"{block}{release}/scale"] = get(f"{torch_block}{name}.weight")
+        out[f"{block}{release}/bias"] = get(f"{torch_block}{name}.bias")
+    for name, release in denses.items():
+        out[f"{block}{MLP}{release}/kernel"] = linear_to_kernel(get(f"{torch_block}{name}.weight"))
+        out[f"{block}{MLP}{release}/bias"] = get(f"{torch_block}{name}.bias")
+    return out
+
+
+def norms_and_mlp_to_torch(arrays, torch_block: str, block: str, norms, denses) -> dict:
+    """The inverse of `norms_and_mlp_from_torch`: `{PyTorch key: tensor}` of one block."""
+    out = {}
+    for name, release in norms.items():
+        out[f"{torch_block}{name}.weight"] = arrays[f"{block}{release}/scale"]
+        out[f"{torch_block}{name}.bias"] = arrays[f"{block}{release}/bias"]
+    for name, release in denses.items():
+        kernel = arrays[f"{block}{MLP}{release}/kernel"]
+        out[f"{torch_block}{name}.weight"] = kernel_to_linear(kernel)
+        out[f"{torch_block}{name}.bias"] = arrays[f"{block}{MLP}{release}/bias"]
+    return out
 
 
 def num_release_blocks(arrays) -> int:

@@ -147,7 +147,7 @@ def builder_for(name: str):
 
 def _file_defaults(arch, args, pixels_per_token):
     """Builder arguments taken from the file unless given on the command line."""
-    kwargs = {"pooling": arch.pooling}
+    kwargs = arch.pooling_kwargs()
     if args.num_classes is not None:
         kwargs["num_classes"] = args.num_classes
     elif arch.num_classes is not None:

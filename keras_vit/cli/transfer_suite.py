@@ -50,15 +50,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     )
     parser.add_argument("--seed", type=int, default=0, help="training seed (default 0)")
     parser.add_argument("--split-seed", type=int, default=0, help="seed of the 800/200 draw")
-    parser.add_argument(
-        "--mixed-precision",
-        choices=["float32", "mixed_float16", "mixed_bfloat16"],
-        help="dtype policy (default float32)",
-    )
-    parser.add_argument(
-        "--jit-compile", action=argparse.BooleanOptionalAction, default=True,
-        help="compile train steps with XLA (default on)",
-    )  # fmt: skip
+    common.add_precision_arguments(parser)
     parser.add_argument(
         "--run-dir",
         help="parent of the tasks' run directories (default: runs/transfer-suite-<date>-<time>);"

@@ -11,10 +11,15 @@ PREPROCESSING_MODES = ("[-1,1]", "imagenet")
 
 
 def _checked_at_run_time(images, patch_size):
-    """`images` reshaped to whole patches: for sizes unknown when the graph is traced
-    (TensorFlow's relaxed shapes), a side that is not a multiple of the patch makes this
-    reshape fail (element counts differ) instead of silently dropping the border. Known
-    sizes get the clear ValueError of `check_divisible` first."""
+    """`images`, for sizes unknown when the graph is traced (TensorFlow's relaxed shapes),
+    after a run-time check that each side is a multiple of the patch: a clear error naming
+    the patch, the rule and the shape (`keras_vit._tf_checks.assert_divisible`), never a
+    silently dropped border. JAX traces with concrete sizes, where `check_divisible` in
+    `call` applies; other backends fail the reshape to whole patches instead."""
+    if keras.backend.backend() == "tensorflow":
+        from keras_vit._tf_checks import assert_divisible
+
+        return assert_divisible(images, patch_size)
     shape = ops.shape(images)
     rows = (shape[1] // patch_size[0]) * patch_size[0]
     cols = (shape[2] // patch_size[1]) * patch_size[1]

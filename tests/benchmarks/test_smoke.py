@@ -149,12 +149,13 @@ def test_scripts_parse_good_arguments(scripts):
 
 def test_throughput_tiny_run_writes_table_and_json(tmp_path):
     out = tmp_path / "throughput.json"
+    figures_file = tmp_path / "throughput_settings.json"
     result = run_script(
         "throughput.py",
         *("--variant", TINY, "--image-size", "16", "--batch-size", "2", "--mode", "train"),
         *("--steps", "1", "--repeats", "1", "--warmup", "1", "--gemm-sizes", "64"),
         *("--frameworks", "keras_vit", "--settings", "float32,mixed_bfloat16"),
-        *("--json", str(out)),
+        *("--json", str(out), "--results", str(figures_file)),
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "| train | keras_vit | float32 " in result.stdout
@@ -182,6 +183,14 @@ def test_throughput_tiny_run_writes_table_and_json(tmp_path):
     assert payload["auto"]["choice"]["mixed_precision"] in ("float32", "mixed_bfloat16")
     assert "auto: precision " in result.stdout
     assert fastest > 0
+    # --results: the figures file holds the same run, keyed as throughput_figures.py says
+    values = json.loads(figures_file.read_text())["values"]
+    run = "8-32-64-4-2_16_bs2_train_keras_vit_"
+    for record, slug in zip(records, ("f32", "bf16"), strict=True):
+        assert values[run + f"{slug}_img_s"]["value"] == record["images_per_s"]
+        assert values[run + f"{slug}_peak_rss_mib"]["value"] == record["peak_rss_mb"]
+    best = max(records, key=lambda r: r["images_per_s"])["setting"]
+    assert values[run + "best_setting"] == best
 
 
 def test_gpu_mfu_tiny_run_on_cpu(tmp_path):

@@ -11,21 +11,9 @@ import keras_vit
 from keras_vit.checkpoints.npz_io import write_npz
 from keras_vit.data.preprocess import model_input_preprocessing
 from tests.checkpoints.torch_state import timm_state
-from tests.numpy_reference import random_official_params, vit_forward
+from tests.numpy_reference import tiny_official_params, vit_forward
 
-
-def _params(**overrides):
-    kwargs = dict(
-        image_size=32,
-        patch_size=8,
-        channels=3,
-        hidden_dim=32,
-        num_heads=4,
-        mlp_dim=64,
-        num_layers=2,
-        num_classes=10,
-    )
-    return random_official_params(np.random.default_rng(0), **{**kwargs, **overrides})
+_params = tiny_official_params
 
 
 def _images(size=32):

@@ -1,13 +1,34 @@
 """Optional lane: real random `transformers` and `timm` models, saved as safetensors, loaded
-here, logits compared with the PyTorch forward pass (at the file's resolution and a larger
-one). Skipped unless torch, transformers and timm are installed; run with `-m pytorch`."""
+here, and keras_vit models written as Hugging Face / timm files and loaded there; logits
+compared with the PyTorch forward pass in float32 (within 1e-5), at the file's resolution
+(32) and a larger one (48). Skipped unless torch, transformers and timm are installed; run with
+`-m pytorch` (see docs/checkpoints.md, `.ci/run_pytorch`).
+
+At the larger resolution two comparisons are made:
+- the same position table on both sides (keras_vit's resize, copied into the PyTorch model
+  built at 48): the forward passes must agree;
+- each library's own resize in the forward pass: timm's `dynamic_img_size` (antialiased
+  bicubic, Keys a = -0.5, half-pixel) against keras_vit's `resize_method="bicubic"` (the
+  same kernel): must agree; Hugging Face's `interpolate_pos_encoding` (torch's bicubic,
+  a = -0.75, no antialias) has no keras_vit counterpart: keras_vit loaded with the table
+  HF's own resize makes must agree, and the difference between keras_vit's
+  resize and HF's is recorded, not bounded.
+
+Each comparison prints `FIGURE <case> max|diff|=...` (run with `-s` to see them) and, when
+KERAS_VIT_FIGURES names a file, appends the line there.
+"""
 
 from __future__ import annotations
+
+import os
 
 import numpy as np
 import pytest
 
 import keras_vit
+from keras_vit.checkpoints import load_npz, read_checkpoint, write_checkpoint
+from keras_vit.checkpoints.formats import model_contents
+from keras_vit.checkpoints.from_checkpoint import architecture_kwargs
 
 pytestmark = pytest.mark.pytorch
 torch = pytest.importorskip("torch")
@@ -15,7 +36,27 @@ transformers = pytest.importorskip("transformers")
 timm = pytest.importorskip("timm")
 safetensors_torch = pytest.importorskip("safetensors.torch")
 
-SIZE, BIG = 32, 48
+SIZE, BIG, PATCH, WIDTH, HEADS, CLASSES = 32, 48, 8, 32, 4, 10
+# The issue's target is 1e-4; the lane asserts 1e-5 (measured: <= 3e-7), tight enough to
+# catch a GELU-form mix-up, which moves these tiny models' logits by only ~3e-5.
+TOLERANCE = 1e-5
+
+
+def _record(case, got, want, atol=TOLERANCE):
+    """Records max |got - want| for the report; asserts it is within `atol` (None: record
+    only) and that the outputs are not trivially zero."""
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    assert got.shape == want.shape, (case, got.shape, want.shape)
+    assert np.abs(want).max() > 1e-2, f"{case}: the reference output is ~0"
+    diff = float(np.abs(got - want).max())
+    line = f"FIGURE {case} max|diff|={diff:.3g}" + ("" if atol is None else f" (atol {atol:g})")
+    print(line)
+    if os.environ.get("KERAS_VIT_FIGURES"):
+        with open(os.environ["KERAS_VIT_FIGURES"], "a", encoding="utf-8") as stream:
+            stream.write(line + "\n")
+    if atol is not None:
+        assert diff <= atol, line
+    return diff
 
 
 def _randomise(module, seed=0):
@@ -26,72 +67,201 @@ def _randomise(module, seed=0):
     return module.eval()
 
 
+def _randomise_keras(model, seed=0):
+    rng = np.random.default_rng(seed)
+    for variable in model.weights:
+        variable.assign((rng.standard_normal(variable.shape) * 0.2).astype("float32"))
+    return model
+
+
 def _images(size, seed=1):
     return np.random.default_rng(seed).uniform(-1, 1, (2, size, size, 3)).astype("float32")
 
 
-def _torch_logits(module, images, **kwargs):
+def _nchw(images):
+    return torch.from_numpy(images.transpose(0, 3, 1, 2).copy())
+
+
+def _torch(module, images, **kwargs):
     with torch.no_grad():
-        out = module(torch.from_numpy(images.transpose(0, 3, 1, 2)), **kwargs)
-    return (out.logits if hasattr(out, "logits") else out).numpy()
+        out = module(_nchw(images), **kwargs)
+    if hasattr(out, "logits"):
+        return out.logits.numpy()
+    if hasattr(out, "pooler_output"):
+        return out.pooler_output.numpy()
+    return out.numpy()
 
 
 def _table(model):
     return torch.from_numpy(np.asarray(model.get_layer("posembed_input").pos_embedding))
 
 
-def _hf_config(image_size):
+def _keras(model, images):
+    return model.predict(images, verbose=0)
+
+
+def _bicubic_model(path, size, **read):
+    """The file's model built at `size`, its table resized by keras_vit's bicubic (timm's)."""
+    contents = read_checkpoint(path, **read)
+    model = keras_vit.ViT(**{**architecture_kwargs(contents), "image_size": size})
+    load_npz(model, contents, resize_method="bicubic")
+    return model
+
+
+# ------------------------------------------------------------------ Hugging Face -> keras_vit
+
+
+def _hf_config(image_size, **kwargs):
     return transformers.ViTConfig(
-        hidden_size=32,
+        hidden_size=WIDTH,
         num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=64,
+        num_attention_heads=HEADS,
+        intermediate_size=2 * WIDTH,
         image_size=image_size,
-        patch_size=8,
-        num_labels=10,
+        patch_size=PATCH,
+        num_labels=CLASSES,
         layer_norm_eps=1e-12,
+        **kwargs,
     )
 
 
-def test_transformers_vit_matches_pytorch(tmp_path):
-    reference = _randomise(transformers.ViTForImageClassification(_hf_config(SIZE)))
+def _hf_models(kind):
+    """(reference at SIZE, the class to build it at BIG)."""
+    if kind == "classifier":
+        cls = transformers.ViTForImageClassification
+        return _randomise(cls(_hf_config(SIZE))), cls
+    cls = transformers.ViTModel
+    return _randomise(cls(_hf_config(SIZE), add_pooling_layer=True)), cls
+
+
+@pytest.mark.parametrize("kind", ["classifier", "pooler"])
+def test_transformers_vit_matches_pytorch(tmp_path, kind):
+    reference, cls = _hf_models(kind)
     reference.save_pretrained(tmp_path / "hf", safe_serialization=True)
     model = keras_vit.from_checkpoint(tmp_path / "hf")
+    assert ("head" in {x.name for x in model.layers}) == (kind == "classifier")
     x = _images(SIZE)
-    np.testing.assert_allclose(
-        model.predict(x, verbose=0), _torch_logits(reference, x), atol=1e-4, rtol=0
-    )
+    _record(f"hf-{kind}-{SIZE}", _keras(model, x), _torch(reference, x))
+
     big = keras_vit.from_checkpoint(tmp_path / "hf", image_size=BIG)
     state = reference.state_dict()
-    state["vit.embeddings.position_embeddings"] = _table(big)
-    at_big = transformers.ViTForImageClassification(_hf_config(BIG)).eval()
+    key = ("vit." if kind == "classifier" else "") + "embeddings.position_embeddings"
+    state[key] = _table(big)
+    at_big = cls(_hf_config(BIG), **({} if kind == "classifier" else {"add_pooling_layer": True}))
     at_big.load_state_dict(state)
     x = _images(BIG)
-    np.testing.assert_allclose(
-        big.predict(x, verbose=0), _torch_logits(at_big, x), atol=1e-4, rtol=0
+    _record(f"hf-{kind}-{BIG}-same-table", _keras(big, x), _torch(at_big.eval(), x))
+
+
+def test_transformers_interpolate_pos_encoding(tmp_path):
+    reference, _ = _hf_models("classifier")
+    reference.save_pretrained(tmp_path / "hf", safe_serialization=True)
+    x = _images(BIG)
+    want = _torch(reference, x, interpolate_pos_encoding=True)
+    with torch.no_grad():
+        embeddings = reference.vit.embeddings
+        tokens = torch.zeros(1, 1 + (BIG // PATCH) ** 2, WIDTH)
+        hf_table = embeddings.interpolate_pos_encoding(tokens, BIG, BIG).numpy()
+    model = keras_vit.from_checkpoint(tmp_path / "hf", image_size=BIG)
+    model.get_layer("posembed_input").pos_embedding.assign(hf_table)
+    _record(f"hf-classifier-{BIG}-hf-table", _keras(model, x), want)
+    own = keras_vit.from_checkpoint(tmp_path / "hf", image_size=BIG)
+    _record(f"hf-classifier-{BIG}-keras_vit-bilinear-vs-interpolate", _keras(own, x), want, None)
+    bicubic = _bicubic_model(tmp_path / "hf", BIG)
+    _record(f"hf-classifier-{BIG}-keras_vit-bicubic-vs-interpolate", _keras(bicubic, x), want, None)
+
+
+# ------------------------------------------------------------------ timm -> keras_vit
+
+TIMM_CASES = {
+    "token": dict(class_token=True, global_pool="token"),
+    "token-fc_norm": dict(class_token=True, global_pool="token", fc_norm=True),
+    "gap": dict(class_token=False, global_pool="avg", fc_norm=False),
+    "gap-fc_norm": dict(class_token=False, global_pool="avg"),  # timm's default: fc_norm
+}
+
+
+def _timm(case, size, **kwargs):
+    return timm.models.VisionTransformer(
+        img_size=size,
+        patch_size=PATCH,
+        embed_dim=WIDTH,
+        depth=2,
+        num_heads=HEADS,
+        mlp_ratio=2.0,
+        num_classes=CLASSES,
+        **TIMM_CASES[case],
+        **kwargs,
     )
 
 
-@pytest.mark.parametrize("class_token", [True, False], ids=["token", "gap"])
-def test_timm_vit_matches_pytorch(tmp_path, class_token):
-    kwargs = dict(patch_size=8, embed_dim=32, depth=2, num_heads=4, mlp_ratio=2.0, num_classes=10)
-    kwargs.update(class_token=class_token, global_pool="token" if class_token else "avg")
-    if not class_token:
-        kwargs["fc_norm"] = False
-    reference = _randomise(timm.models.VisionTransformer(img_size=SIZE, **kwargs))
+@pytest.mark.parametrize("case", sorted(TIMM_CASES))
+def test_timm_vit_matches_pytorch(tmp_path, case):
+    reference = _randomise(_timm(case, SIZE))
+    assert ("fc_norm.weight" in reference.state_dict()) == case.endswith("fc_norm")
     path = tmp_path / "timm.safetensors"
     safetensors_torch.save_file(reference.state_dict(), str(path))
-    model = keras_vit.from_checkpoint(path, num_heads=4)
+    model = keras_vit.from_checkpoint(path, num_heads=HEADS)
     x = _images(SIZE)
-    np.testing.assert_allclose(
-        model.predict(x, verbose=0), _torch_logits(reference, x), atol=1e-4, rtol=0
-    )
-    big = keras_vit.from_checkpoint(path, num_heads=4, image_size=BIG)
-    at_big = timm.models.VisionTransformer(img_size=BIG, **kwargs).eval()
+    _record(f"timm-{case}-{SIZE}", _keras(model, x), _torch(reference, x))
+
+    big = keras_vit.from_checkpoint(path, num_heads=HEADS, image_size=BIG)
+    at_big = _timm(case, BIG).eval()
     state = reference.state_dict()
     state["pos_embed"] = _table(big)
     at_big.load_state_dict(state)
     x = _images(BIG)
-    np.testing.assert_allclose(
-        big.predict(x, verbose=0), _torch_logits(at_big, x), atol=1e-4, rtol=0
+    _record(f"timm-{case}-{BIG}-same-table", _keras(big, x), _torch(at_big, x))
+
+    dynamic = _timm(case, SIZE, dynamic_img_size=True).eval()
+    dynamic.load_state_dict(reference.state_dict())
+    bicubic = _bicubic_model(path, BIG, num_heads=HEADS)
+    _record(
+        f"timm-{case}-{BIG}-dynamic_img_size-vs-bicubic", _keras(bicubic, x), _torch(dynamic, x)
     )
+
+
+# ------------------------------------------------------------------ keras_vit -> PyTorch
+
+
+def test_keras_vit_written_as_hf_loads_in_transformers(tmp_path):
+    kwargs = dict(patch_size=PATCH, hidden_dim=WIDTH, num_heads=HEADS, mlp_dim=2 * WIDTH)
+    kwargs.update(num_layers=2, image_size=SIZE, gelu_approximate=False)
+    classifier = _randomise_keras(keras_vit.ViT(num_classes=CLASSES, **kwargs))
+    write_checkpoint(model_contents(classifier), tmp_path / "cls", "hf")
+    loaded = transformers.ViTForImageClassification.from_pretrained(tmp_path / "cls").eval()
+    x = _images(SIZE)
+    _record("keras_vit->hf-classifier", _keras(classifier, x), _torch(loaded, x))
+
+    pooled = keras_vit.ViT(include_top=False, representation_size=WIDTH, **kwargs)
+    pooled = _randomise_keras(pooled, seed=2)
+    write_checkpoint(model_contents(pooled), tmp_path / "pool", "hf")
+    loaded = transformers.ViTModel.from_pretrained(tmp_path / "pool").eval()
+    assert loaded.pooler is not None
+    x = _images(SIZE)
+    _record("keras_vit->hf-pooler", _keras(pooled, x), _torch(loaded, x))
+
+
+@pytest.mark.parametrize("case", ["token", "gap-fc_norm", "gap"])
+def test_keras_vit_written_as_timm_loads_in_timm(tmp_path, case):
+    pooling = "token" if case == "token" else "gap"
+    final_norm = "pooled" if case.endswith("fc_norm") else "tokens"
+    model = keras_vit.ViT(
+        patch_size=PATCH,
+        hidden_dim=WIDTH,
+        num_heads=HEADS,
+        mlp_dim=2 * WIDTH,
+        num_layers=2,
+        image_size=SIZE,
+        num_classes=CLASSES,
+        pooling=pooling,
+        final_norm=final_norm,
+        gelu_approximate=False,
+    )
+    model = _randomise_keras(model, seed=3)
+    path = tmp_path / "from_keras.safetensors"
+    write_checkpoint(model_contents(model), path, "timm")
+    loaded = _timm(case, SIZE)
+    loaded.load_state_dict(safetensors_torch.load_file(str(path)), strict=True)
+    x = _images(SIZE)
+    _record(f"keras_vit->timm-{case}", _keras(model, x), _torch(loaded.eval(), x))

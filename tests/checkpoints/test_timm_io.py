@@ -12,8 +12,9 @@ from safetensors.numpy import save_file
 import keras_vit
 from keras_vit.checkpoints import CheckpointError, read_checkpoint, write_checkpoint
 from keras_vit.checkpoints.npz_io import write_npz
+from keras_vit.checkpoints.safetensors_io import read_safetensors
 from tests.checkpoints.torch_state import TINY, timm_forward, timm_state
-from tests.numpy_reference import random_official_params
+from tests.numpy_reference import tiny_official_params
 
 
 def _images(seed=1, size=32):
@@ -33,8 +34,10 @@ def _write(tmp_path, state, name="model.safetensors"):
         dict(class_token=False, head="head"),
         dict(class_token=True, head="head.fc"),
         dict(class_token=True, pre_logits=True, head="head"),
+        dict(class_token=False, fc_norm=True, head="head"),
+        dict(class_token=True, fc_norm=True, head="head"),
     ],
-    ids=["token", "gap", "head.fc", "pre_logits"],
+    ids=["token", "gap", "head.fc", "pre_logits", "gap-fc_norm", "token-fc_norm"],
 )
 def test_logits_match_numpy_timm_forward(tmp_path, variant):
     state = timm_state(np.random.default_rng(0), **variant)
@@ -43,6 +46,10 @@ def test_logits_match_numpy_timm_forward(tmp_path, variant):
     assert contents.format == "timm" and contents.gelu_approximate is False
     model = keras_vit.from_checkpoint(path, num_heads=TINY["heads"])
     assert model.get_layer("pool").pooling == ("token" if variant["class_token"] else "gap")
+    pooled = variant.get("fc_norm", False)
+    assert {"fc_norm", "encoder_norm"} & {layer.name for layer in model.layers} == {
+        "fc_norm" if pooled else "encoder_norm"
+    }
     x = _images()
     got = model.predict(x, verbose=0)
     expected = timm_forward(state, x, num_heads=TINY["heads"])
@@ -73,23 +80,27 @@ def test_heads_come_from_a_timm_config_beside_the_file(tmp_path):
 
 def test_unsupported_timm_features_are_named(tmp_path):
     state = timm_state(np.random.default_rng(0), class_token=False)
-    state["fc_norm.weight"] = np.ones(32, np.float32)
-    with pytest.raises(CheckpointError, match="fc_norm"):
+    state["blocks.0.ls1.gamma"] = np.ones(32, np.float32)
+    with pytest.raises(CheckpointError, match="LayerScale"):
         read_checkpoint(_write(tmp_path, state), num_heads=TINY["heads"])
 
 
+def test_fc_norm_survives_keras_and_timm_round_trips_bit_exact(tmp_path):
+    state = timm_state(np.random.default_rng(0), class_token=False, fc_norm=True)
+    model = keras_vit.from_checkpoint(_write(tmp_path, state), num_heads=TINY["heads"])
+    model.save(tmp_path / "m.keras")
+    write_checkpoint(read_checkpoint(tmp_path / "m.keras"), tmp_path / "back.safetensors", "timm")
+    back, _ = read_safetensors(tmp_path / "back.safetensors")
+    assert sorted(back) == sorted(state)  # fc_norm.*, no norm.*
+    for key, value in state.items():
+        assert np.array_equal(back[key], value), key
+    with pytest.raises(CheckpointError, match="fc_norm"):
+        write_checkpoint(read_checkpoint(tmp_path / "m.keras"), tmp_path / "hf", "hf")
+    assert not (tmp_path / "hf").exists()
+
+
 def test_round_trip_npz_hf_timm_npz_is_bit_exact(tmp_path):
-    params = random_official_params(
-        np.random.default_rng(0),
-        image_size=32,
-        patch_size=8,
-        channels=3,
-        hidden_dim=32,
-        num_heads=4,
-        mlp_dim=64,
-        num_layers=2,
-        num_classes=10,
-    )
+    params = tiny_official_params()
     write_npz(tmp_path / "a.npz", params)
     write_checkpoint(read_checkpoint(tmp_path / "a.npz"), tmp_path / "hf", "hf")
     write_checkpoint(read_checkpoint(tmp_path / "hf"), tmp_path / "t.safetensors", "timm")

@@ -88,8 +88,9 @@ def write_hf(folder, state, config):
     return folder
 
 
-def timm_state(rng, *, class_token=True, pre_logits=False, head="head", cfg=TINY):
-    """A random timm VisionTransformer state dict (fused qkv)."""
+def timm_state(rng, *, class_token=True, pre_logits=False, head="head", fc_norm=False, cfg=TINY):
+    """A random timm VisionTransformer state dict (fused qkv; `fc_norm=True`: the final
+    LayerNorm is `fc_norm`, after pooling, and there is no `norm`)."""
     d, m, p, c = cfg["hidden"], cfg["mlp"], cfg["patch"], cfg["channels"]
     tokens = int(class_token) + (cfg["image_size"] // p) ** 2
     state = {
@@ -99,6 +100,9 @@ def timm_state(rng, *, class_token=True, pre_logits=False, head="head", cfg=TINY
         "norm.weight": 1 + _r(rng, d),
         "norm.bias": _r(rng, d),
     }
+    if fc_norm:
+        state["fc_norm.weight"] = state.pop("norm.weight")
+        state["fc_norm.bias"] = state.pop("norm.bias")
     if class_token:
         state["cls_token"] = _r(rng, 1, 1, d)
     for i in range(cfg["layers"]):
@@ -129,7 +133,8 @@ def _linear(x, state, name):
 
 
 def timm_forward(state, images, *, num_heads, eps=1e-6, approximate=False):
-    """timm's VisionTransformer.forward in float64 NumPy (class token or GAP, fused qkv)."""
+    """timm's VisionTransformer.forward in float64 NumPy (class token or GAP, fused qkv;
+    `norm` on the tokens, or `fc_norm` on the pooled feature)."""
     s = {k: np.asarray(v, np.float64) for k, v in state.items()}
     x = np.asarray(images, np.float64).transpose(0, 3, 1, 2)  # NCHW like torch
     w = s["patch_embed.proj.weight"]
@@ -153,8 +158,11 @@ def timm_forward(state, images, *, num_heads, eps=1e-6, approximate=False):
         y = layer_norm(x, s[blk + "norm2.weight"], s[blk + "norm2.bias"], eps)
         x = x + _linear(gelu(_linear(y, s, blk + "mlp.fc1"), approximate), s, blk + "mlp.fc2")
         i += 1
-    x = layer_norm(x, s["norm.weight"], s["norm.bias"], eps)
+    if "norm.weight" in s:
+        x = layer_norm(x, s["norm.weight"], s["norm.bias"], eps)
     x = x[:, 0] if "cls_token" in s else x.mean(axis=1)
+    if "fc_norm.weight" in s:
+        x = layer_norm(x, s["fc_norm.weight"], s["fc_norm.bias"], eps)
     if "pre_logits.fc.weight" in s:
         x = np.tanh(_linear(x, s, "pre_logits.fc"))
     for head in ("head", "head.fc"):

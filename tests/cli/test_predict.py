@@ -11,6 +11,7 @@ import tensorflow as tf
 import keras_vit
 from keras_vit import data, runs
 from keras_vit.cli.main import main
+from keras_vit.cli.predict import read_images
 from tests.helpers.cli_runs import pretrained_run
 from tests.output_checks import assert_informative, randomize_weights
 
@@ -149,9 +150,17 @@ def test_predict_reads_rgb_rgba_and_gif_like_gray(decisive, digits_folder, capsy
         "rgba.png": gray.convert("RGBA"),
         "gray.gif": gray,
         "rgb.bmp": gray.convert("RGB"),
+        "gray_alpha.png": gray.convert("LA"),
     }
     for name, image in variants.items():
         image.save(tmp_path / name)
+    # Every file decodes to the digit's own pixels (read at 28 x 28: no resize), in [-1, 1];
+    # printed percents (0.1% steps) cannot see a small misreading such as a 1-pixel shift.
+    files = [str(tmp_path / name) for name in variants]
+    pixels = read_images(files, (28, 28), 1)
+    expected = images[0].astype(np.float32)[..., None] / 127.5 - 1.0
+    for name, read in zip(variants, pixels, strict=True):
+        np.testing.assert_allclose(read, expected, atol=1e-3, err_msg=name)  # < 1 gray level
     assert main(["predict", str(decisive), paths[0], str(tmp_path)]) == 0
     predictions = parse(capsys.readouterr().out)
     reference = predictions[paths[0]]

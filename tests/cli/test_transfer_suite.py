@@ -33,6 +33,10 @@ def test_suite_fine_tunes_on_800_of_1000_and_reports_test_accuracy(trained, tmp_
         "train[80:100]",
     )
     assert resolved["image_size"] == [8, 8]  # the pre-trained model's
+    # the shared precision flags: --mixed-precision defaults to auto, which records its reason
+    assert config["run"]["mixed_precision"] == "auto"
+    assert resolved["mixed_precision"] == "float32" and resolved["jit_compile"] is False
+    assert resolved["precision_reason"]
     metrics = json.loads((run_dir / "digits" / "metrics.json").read_text())
     assert float(row[2]) == pytest.approx(100 * metrics["test"]["accuracy"], abs=0.006)
 

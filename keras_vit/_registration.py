@@ -1,0 +1,72 @@
+"""Registers keras_vit's layers with Keras' serialization as soon as both are imported.
+
+`keras.models.load_model` resolves a custom layer by its registered name
+(`"keras_vit>TransformerBlock"`, from `@keras.saving.register_keras_serializable`), so a
+`.keras` file loads in a fresh process only once `keras_vit.layers` has run. Keras itself
+imports only the modules of keras, keras_hub, keras_cv and keras_nlp by name
+(`keras/src/saving/serialization_lib.py`, `_retrieve_class_or_fn`).
+
+`import keras_vit` should not start TensorFlow (the `keras-vit` command answers `--help`
+without it), and Keras cannot deserialize anything before it is imported itself. So
+`register_layers_with_keras` imports `keras_vit.layers` now when Keras is already imported,
+and otherwise right after Keras' own import has finished, through a one-shot finder on
+`sys.meta_path` that wraps the loader of the top-level `keras` module. Either way, once both
+packages are imported, every keras_vit layer is registered, whatever the order of imports.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import importlib.util
+import sys
+
+LAYERS_MODULE = "keras_vit.layers"
+
+
+def _import_layers() -> None:
+    importlib.import_module(LAYERS_MODULE)
+
+
+class _ThenImportLayers(importlib.abc.Loader):
+    """Runs Keras' own loader, then imports keras_vit's layers; gives the module back its
+    original loader afterwards."""
+
+    def __init__(self, loader):
+        self._loader = loader
+
+    def create_module(self, spec):
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module):
+        module.__loader__ = module.__spec__.loader = self._loader
+        self._loader.exec_module(module)
+        _import_layers()
+
+
+class _AfterKerasImport(importlib.abc.MetaPathFinder):
+    """Finds nothing itself: on the first import of `keras` it removes itself, asks the
+    other finders for the spec and wraps that spec's loader."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "keras":
+            return None
+        _remove_hooks()
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.loader is None:
+            return spec
+        spec.loader = _ThenImportLayers(spec.loader)
+        return spec
+
+
+def _remove_hooks() -> None:
+    sys.meta_path[:] = [f for f in sys.meta_path if type(f).__name__ != "_AfterKerasImport"]
+
+
+def register_layers_with_keras() -> None:
+    """Imports `keras_vit.layers` now if Keras is imported, else as soon as it is."""
+    if "keras" in sys.modules:
+        _remove_hooks()
+        _import_layers()
+    elif not any(type(f).__name__ == "_AfterKerasImport" for f in sys.meta_path):
+        sys.meta_path.insert(0, _AfterKerasImport())
