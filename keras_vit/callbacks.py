@@ -23,12 +23,33 @@ import shutil
 import tempfile
 
 import keras
+import numpy as np
 
 from keras_vit import _atomic
 
 logger = logging.getLogger(__name__)
 
 BACKUP_STATE = "state.json"
+
+
+def random_state_variables(model) -> list:
+    """The model's random-number state: the `keras.random.SeedGenerator` states of its layers
+    (`model.variables` that are not `model.weights`), in layer order."""
+    weights = {id(v) for v in model.weights}
+    return [v for v in model.variables if id(v) not in weights]
+
+
+def _restore_random_state(model, path) -> None:
+    variables = random_state_variables(model)
+    with np.load(path, allow_pickle=False) as saved:
+        values = [saved[f"arr_{i}"] for i in range(len(saved.files))]
+    if len(values) != len(variables):
+        raise ValueError(
+            f"{path} holds {len(values)} random states; the model has {len(variables)} "
+            "(a different architecture than the one backed up?)"
+        )
+    for variable, value in zip(variables, values, strict=True):
+        variable.assign(value)
 
 
 class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
@@ -41,6 +62,11 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
     file `epoch-NNNNN.weights.h5`, and only then `state.json`, which names the file and the
     epoch, is replaced atomically; older weight files are removed afterwards. A restart sees
     either the old state or the new one.
+
+    The random state of the model's layers (the `keras.random.SeedGenerator` states behind
+    dropout and stochastic depth: `model.variables` that are not `model.weights`, which
+    `save_weights` leaves out) goes to `epoch-NNNNN.rng.npz` beside the weights, so the
+    resumed epochs draw the same masks as an uninterrupted run would.
 
     Only the epoch-end schedule (`save_freq="epoch"`) is supported: runs resume from their
     last epoch boundary. Restoring sets `model._initial_epoch`, the hook Keras' own callback
@@ -59,6 +85,11 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
     def state_path(self) -> str:
         return os.path.join(self.backup_dir, BACKUP_STATE)
 
+    def restored_epoch(self) -> int:
+        """The epoch a resumed `fit` starts at: that of the backup, 0 without one."""
+        state = _atomic.read_json(self.state_path)
+        return 0 if state is None else int(state["epoch"])
+
     def on_train_begin(self, logs=None):
         state = _atomic.read_json(self.state_path)
         if state is None:
@@ -73,17 +104,23 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
             with model.distribute_strategy.scope():
                 model.optimizer.build(model.trainable_variables)
         model.load_weights(os.path.join(self.backup_dir, state["weights"]))
+        if state.get("rng"):
+            _restore_random_state(model, os.path.join(self.backup_dir, state["rng"]))
         model._initial_epoch = int(state["epoch"])
         logger.info("Resumed from the backup of epoch %d in %s", state["epoch"], self.backup_dir)
 
     def on_epoch_end(self, epoch, logs=None):
         os.makedirs(self.backup_dir, exist_ok=True)
         name = f"epoch-{epoch + 1:05d}.weights.h5"
+        rng = f"epoch-{epoch + 1:05d}.rng.npz"
         with _atomic.atomic_path(os.path.join(self.backup_dir, name)) as tmp:
             self.model.save_weights(tmp)
-        _atomic.write_json(self.state_path, {"epoch": epoch + 1, "weights": name})
-        for old in glob.glob(os.path.join(self.backup_dir, "epoch-*.weights.h5")):
-            if os.path.basename(old) != name:
+        with _atomic.atomic_path(os.path.join(self.backup_dir, rng)) as tmp:
+            with open(tmp, "wb") as handle:
+                np.savez(handle, *[np.asarray(v) for v in random_state_variables(self.model)])
+        _atomic.write_json(self.state_path, {"epoch": epoch + 1, "weights": name, "rng": rng})
+        for old in glob.glob(os.path.join(self.backup_dir, "epoch-*")):
+            if os.path.basename(old) not in (name, rng):
                 os.remove(old)
 
     def on_train_batch_end(self, batch, logs=None):

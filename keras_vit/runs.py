@@ -25,7 +25,14 @@ The `epoch` fields of history.csv and best.json count from 0, as Keras' `CSVLogg
 
 Every file is replaced atomically, so a run killed at any moment (SIGKILL included) leaves
 valid files, and `resume=True` continues from the last finished epoch: the run ends with the
-same number of epochs and optimizer steps as an uninterrupted one. Under a multi-worker
+same number of epochs and optimizer steps as an uninterrupted one. With in-memory arrays it
+is the same run: each epoch's order depends on (`shuffle_seed`, epoch) alone
+(`epoch_ordered_batches`) and the backup holds the dropout / stochastic-depth random state,
+so history and weights equal the uninterrupted run's (bitwise on one CPU host). A
+`tf.data.Dataset` (the CLI's `keras_vit.data.load`) resumes with a different data order and
+augmentation: its `shuffle(reshuffle_each_iteration=True)` and `Dataset.random` draw each
+epoch's seed from a state advanced once per pass over the dataset, and a restarted process
+starts that state again at epoch 0's. Under a multi-worker
 strategy every worker trains and saves, but only the chief writes the run's files; the other
 workers save to temporary folders and keep their resume state in `.backup-worker-<index>`
 (removed at the end). Resuming a multi-worker run expects the run directory on a file system
@@ -156,6 +163,7 @@ def fit_run(
     monitor: str | None = None,
     steps_per_epoch: int | None = None,
     batch_size: int | None = None,
+    shuffle_seed: int = 0,
     verbose="auto",
     extra_callbacks=(),
 ) -> RunResult:
@@ -178,7 +186,11 @@ def fit_run(
         monitor: log that picks the best model; default "val_accuracy" with validation data,
             else "accuracy".
         steps_per_epoch: for infinite datasets.
-        batch_size: global batch size when `train_data` is a tuple of arrays.
+        batch_size: global batch size when `train_data` is a tuple of arrays (default 32).
+        shuffle_seed: with arrays, epoch `e` visits the examples in the order
+            `stateless_shuffle(range(n), seed=(shuffle_seed, e))`, a function of the seed and
+            the epoch alone, so that a resumed run trains on the same batches as the
+            uninterrupted one. (A `tf.data.Dataset` comes in its own pipeline's order.)
         verbose: `fit` verbosity ("auto"/1: progress bar, 0: silent, 2: one line per epoch).
         extra_callbacks: more Keras callbacks (run before the backup).
 
@@ -227,12 +239,18 @@ def fit_run(
             callbacks.AtomicBackupAndRestore(_backup_dir(run_dir, strategy, chief)),
         ]
         start = time.perf_counter()
-        x, y = train_data if isinstance(train_data, tuple) else (train_data, None)
+        x, y = train_data, None
+        if isinstance(train_data, tuple):  # in-memory arrays: the order is ours to fix
+            first_epoch = callback_list[-1].restored_epoch() if resume else 0
+            x, steps_per_epoch = epoch_ordered_batches(
+                *train_data, batch_size or 32, first_epoch, epochs, shuffle_seed
+            )
+            batch_size = None
         model.fit(
             x,
             y,
             batch_size=batch_size,
-            shuffle=y is not None,  # datasets come shuffled by their pipeline
+            shuffle=False,  # arrays: epoch_ordered_batches; datasets: their own pipeline
             epochs=epochs,
             validation_data=validation_data,
             steps_per_epoch=steps_per_epoch,
@@ -265,6 +283,37 @@ def fit_run(
         if lock:
             run_lock.release(lock)
     return RunResult(run_dir, model, history.rows, metrics)
+
+
+def epoch_ordered_batches(x, y, batch_size, first_epoch, epochs, seed):
+    """(dataset, steps_per_epoch): batches of the arrays `x`, `y` for epochs `first_epoch`
+    to `epochs - 1`, epoch `e` in the order `stateless_shuffle(range(n), seed=(seed, e))`.
+
+    Keras' `fit(..., shuffle=True)` draws each epoch's permutation from the process' random
+    state, which a restart resets: a run resumed at epoch `k` would then see epoch 0's order
+    again. Here the order depends on (seed, epoch) alone; the last batch of an epoch may be
+    partial, as with Keras' own array batching. `fit` must get `steps_per_epoch` (it then
+    keeps one iterator across epochs).
+    """
+    import math
+
+    import tensorflow as tf
+
+    count = len(x)
+    if len(y) != count:
+        raise ValueError(f"images and labels differ in length: {count} and {len(y)}")
+    images, labels = tf.constant(x), tf.constant(y)
+    seed = tf.constant(seed, tf.int64)
+
+    def epoch_indices(epoch):
+        order = tf.random.experimental.stateless_shuffle(
+            tf.range(count, dtype=tf.int64), seed=tf.stack([seed, epoch])
+        )
+        return tf.data.Dataset.from_tensor_slices(order).batch(batch_size)
+
+    dataset = tf.data.Dataset.range(first_epoch, epochs).flat_map(epoch_indices)
+    dataset = dataset.map(lambda index: (tf.gather(images, index), tf.gather(labels, index)))
+    return dataset.prefetch(tf.data.AUTOTUNE), math.ceil(count / batch_size)
 
 
 def _lock(run_dir) -> str:

@@ -11,6 +11,7 @@ import sys
 import time
 import types
 
+import keras
 import numpy as np
 import pytest
 
@@ -161,6 +162,11 @@ def test_existing_run_directory_needs_resume(finished_run, tmp_path):
 # --- SIGKILL mid-epoch, then resume --------------------------------------------------------
 
 
+# Resumed vs uninterrupted: the same float32 ops on the same data in another process; what
+# separates them is round-off only (multi-threaded reductions), not a different batch or mask.
+RESUME_RTOL, RESUME_ATOL = 1e-5, 1e-6
+
+
 def test_run_killed_mid_epoch_resumes_to_the_same_steps(tmp_path):
     run_dir = tmp_path / "killed"
     process = subprocess.Popen(
@@ -232,6 +238,22 @@ def test_run_killed_mid_epoch_resumes_to_the_same_steps(tmp_path):
     np.testing.assert_allclose(
         reloaded.predict(x[:8], verbose=0), result.model.predict(x[:8], verbose=0), atol=1e-6
     )
+
+    # The same run uninterrupted (same seed, same process start): the resumed epochs train
+    # on the same batches (runs.epoch_ordered_batches) with the same dropout and
+    # stochastic-depth masks (the backup's random state), so history and weights agree.
+    keras.utils.set_random_seed(0)  # as killable_run.py's __main__ does
+    reference = killable.run(tmp_path / "uninterrupted", slow=False)
+    reference_rows = read_csv(tmp_path / "uninterrupted" / "history.csv")
+    for row, expected in zip(rows, reference_rows, strict=True):
+        for key in ("loss", "accuracy", "val_loss", "val_accuracy"):
+            np.testing.assert_allclose(
+                float(row[key]), float(expected[key]), rtol=RESUME_RTOL, err_msg=(row, key)
+            )
+    for got, expected in zip(
+        result.model.get_weights(), reference.model.get_weights(), strict=True
+    ):
+        np.testing.assert_allclose(got, expected, rtol=RESUME_RTOL, atol=RESUME_ATOL)
 
 
 # --- atomic writes -------------------------------------------------------------------------
@@ -411,3 +433,27 @@ def test_disk_full_mid_run_keeps_the_last_finished_epoch(tmp_path):
     assert result.metrics["steps"] == killable.EPOCHS * killable.STEPS_PER_EPOCH
     rows = read_csv(tmp_path / "moved" / "history.csv")
     assert [int(row["epoch"]) for row in rows] == list(range(killable.EPOCHS))
+
+
+def test_epoch_order_is_a_function_of_seed_and_epoch():
+    """Epoch e's batches are the same whether the stream starts at epoch 0 or at e; every
+    epoch is a permutation (the last batch partial), and epochs differ."""
+    x = np.arange(10, dtype="float32")[:, None] * 10
+    y = np.arange(10)
+
+    def epochs_of(first, seed=3):
+        dataset, steps = runs.epoch_ordered_batches(x, y, 4, first, 3, seed)
+        batches = [labels.numpy() for _, labels in dataset]
+        assert steps == 3 and len(batches) == steps * (3 - first)
+        assert [len(b) for b in batches[:steps]] == [4, 4, 2]
+        return [np.concatenate(batches[i : i + steps]) for i in range(0, len(batches), steps)]
+
+    from_start, resumed = epochs_of(0), epochs_of(2)
+    for order in from_start:
+        assert sorted(order) == list(range(10))
+    np.testing.assert_array_equal(resumed[0], from_start[2])
+    assert len({tuple(order) for order in from_start}) == 3
+    assert [tuple(o) for o in epochs_of(0, seed=4)] != [tuple(o) for o in from_start]
+    dataset, _ = runs.epoch_ordered_batches(x, y, 4, 0, 1, 3)
+    images, labels = next(iter(dataset))
+    np.testing.assert_array_equal(images.numpy()[:, 0], labels.numpy() * 10)  # pairs kept

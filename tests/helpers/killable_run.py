@@ -39,6 +39,8 @@ def build():
         num_heads=2,
         mlp_dim=32,
         num_layers=1,
+        dropout_rate=0.1,  # random masks too: a resumed run must draw the same ones
+        drop_path_rate=0.1,
     )
     model.compile(
         optimizer=keras.optimizers.Adam(1e-3),
