@@ -168,6 +168,7 @@ def random_official_params(
     return params
 
 
+# The tiny config of the user reports (tests/conftest.py's `tiny_vit_kwargs`, plus channels).
 TINY_ARCH = dict(
     image_size=32,
     patch_size=8,
