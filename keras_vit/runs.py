@@ -200,9 +200,15 @@ def fit_run(
 
     Raises:
         RunDirError: see `check_run_dir`.
+        ValueError: arrays with `steps_per_epoch` (an epoch of arrays is one pass over them).
     """
     import tensorflow as tf
 
+    if isinstance(train_data, tuple) and steps_per_epoch is not None:
+        raise ValueError(
+            "`steps_per_epoch` is for infinite datasets; with (images, labels) arrays an "
+            f"epoch is one pass over them. Received: steps_per_epoch={steps_per_epoch!r}"
+        )
     run_dir = os.path.abspath(os.fspath(run_dir))
     strategy = strategy or tf.distribute.get_strategy()
     chief = distribute.is_chief(strategy)

@@ -457,3 +457,10 @@ def test_epoch_order_is_a_function_of_seed_and_epoch():
     dataset, _ = runs.epoch_ordered_batches(x, y, 4, 0, 1, 3)
     images, labels = next(iter(dataset))
     np.testing.assert_array_equal(images.numpy()[:, 0], labels.numpy() * 10)  # pairs kept
+
+
+def test_arrays_with_steps_per_epoch_are_refused_before_work_starts(tmp_path):
+    x, y = killable.data()
+    with pytest.raises(ValueError, match="steps_per_epoch=3"):
+        runs.fit_run(tmp_path / "run", killable.build, (x, y), epochs=1, steps_per_epoch=3)
+    assert not (tmp_path / "run").exists()
