@@ -64,6 +64,13 @@ def setting_slug(policy: str, xla: bool) -> str:
     return POLICY_SLUGS[policy] + ("_xla" if xla else "")
 
 
+def record_setting(record: dict, config: dict) -> tuple[str, bool]:
+    """(policy, xla) of a record; records of throughput.py before `--settings` (issue 8) have
+    neither field: then the run's `dtype_policy` (default float32) and XLA unless `no_xla`."""
+    policy = record.get("policy") or config.get("dtype_policy") or "float32"
+    return policy, bool(record.get("xla", not config.get("no_xla", False)))
+
+
 def _figure(value, fmt):
     return None if value is None else {"value": value, "format": fmt}
 
@@ -91,14 +98,16 @@ def mode_values(payload: dict, mode: str) -> dict:
     best = {}
     for record in records:
         framework = record["framework"]
-        slug = setting_slug(record["policy"], record["xla"])
+        policy, xla = record_setting(record, payload["config"])
+        slug = setting_slug(policy, xla)
         for metric, figure in point_values(record).items():
             if figure is not None:
                 values[f"{framework}_{slug}_{metric}"] = figure
         if framework not in best or record["images_per_s"] > best[framework]["images_per_s"]:
             best[framework] = record
     for framework, record in best.items():
-        values[f"{framework}_best_setting"] = record["setting"]
+        policy, xla = record_setting(record, payload["config"])
+        values[f"{framework}_best_setting"] = f"{policy}+xla" if xla else policy
         values[f"{framework}_best_img_s"] = _figure(record["images_per_s"], "{:.2f}")
         if record.get("utilisation") is not None:
             values[f"{framework}_best_of_roof"] = _figure(record["utilisation"], "{:.0%}")

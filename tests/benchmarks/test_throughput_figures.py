@@ -142,3 +142,16 @@ def test_import_of_an_old_json_file_and_its_table(tf_figures, tmp_path):
     assert tf_figures.figures.check_text(table, tmp_path) == []
     with pytest.raises(ValueError, match="no run 'ti16_224_bs16_train'"):
         tf_figures.markdown_table(results, "ti16_224_bs16_train")
+
+
+def test_records_of_runs_before_settings_read_as_float32_xla(tf_figures):
+    """throughput.py of issue 8 wrote neither `policy` nor `xla` (float32, XLA unless
+    `--no-xla`)."""
+    old = _payload()
+    old["results"] = old["results"][:1]
+    for key in ("policy", "xla", "setting"):
+        del old["results"][0][key]
+    assert "keras_vit_f32_xla_img_s" in tf_figures.mode_values(old, "infer")
+    old["config"]["no_xla"] = True
+    values = tf_figures.mode_values(old, "infer")
+    assert "keras_vit_f32_img_s" in values and values["keras_vit_best_setting"] == "float32"
