@@ -18,7 +18,7 @@ if importlib.util.find_spec("triton") is not None:
 import keras  # noqa: E402
 import pytest  # noqa: E402
 
-from tests.numpy_reference import TINY_ARCH  # noqa: E402
+from tests.tiny_config import TINY_ARCH  # noqa: E402
 
 TINY_VIT = {key: value for key, value in TINY_ARCH.items() if key != "channels"}
 
