@@ -59,6 +59,12 @@ def parse_args(argv=None):
     )
     parser.add_argument("--png", help="write the figure here")
     parser.add_argument("--json", help="write the results here")
+    parser.add_argument(
+        "--results", help="write the documents' figures here (benchmarks/results/data_scaling.json)"
+    )
+    parser.add_argument(
+        "--replot", metavar="JSON", help="only redraw --png (and --results) from a --json file"
+    )
     args = parser.parse_args(argv)
     if args.quick:
         args.sizes = (min(args.sizes),)
@@ -189,6 +195,9 @@ def plot(results, path):
             ax.plot([r["size"] for r in rows], [100 * r[key] for r in rows], marker=marker,
                     color=color, label=name)  # fmt: skip
         ax.set_xscale("log")
+        sizes = sorted({r["size"] for r in results})
+        ax.set_xticks(sizes, [f"{size:,}" for size in sizes])
+        ax.minorticks_off()
         ax.set_xlabel("MNIST pre-training images")
         ax.set_ylabel(f"{label} [%]")
         ax.grid(alpha=0.3)
@@ -198,8 +207,75 @@ def plot(results, path):
         figure.savefig(tmp, format="png", dpi=110)
 
 
+def median_step_ms(results, name) -> float:
+    """The model's median pre-training step time over the sizes (ms)."""
+    times = sorted(r["step_ms"] for r in results if r["model"] == name)
+    middle = len(times) // 2
+    return times[middle] if len(times) % 2 else (times[middle - 1] + times[middle]) / 2
+
+
+def print_table(results, args) -> None:
+    print(
+        "\n| model | params | train step ms (median) | " + " | ".join(map(str, args.sizes)) + " |"
+    )
+    print("|---|---|---|" + "---|" * len(args.sizes))
+    for key in ("fewshot", "finetune"):
+        for name in args.models:
+            rows = {r["size"]: r for r in results if r["model"] == name}
+            cells = " | ".join(f"{100 * rows[s][key]:.1f}" for s in args.sizes)
+            params = rows[args.sizes[0]]["params"]
+            print(f"| {name} {key} | {params} | {median_step_ms(results, name)} | {cells} |")
+
+
+def figure_values(results, wall_s) -> dict:
+    """The documents' figures: every accuracy, parameter count and median step time."""
+    values = {"wall_min": {"value": wall_s / 60, "format": "{:.0f}"}}
+    for r in results:
+        for key in ("fewshot", "finetune"):
+            values[f"{r['model']}_{key}_{r['size']}"] = {"value": r[key], "format": "{:.1%}"}
+    for name in sorted({r["model"] for r in results}):
+        params = next(r["params"] for r in results if r["model"] == name)
+        values[f"{name}_params"] = {"value": params, "format": "{:,}"}
+        values[f"{name}_step_ms"] = {"value": median_step_ms(results, name), "format": "{:.0f}"}
+    return values
+
+
+def write_figures(path, results, wall_s, argv) -> None:
+    import sys
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from figures import write_results
+
+    write_results(
+        path,
+        figure_values(results, wall_s),
+        command="python benchmarks/data_scaling.py " + " ".join(argv),
+        about="The data-size experiment in miniature (paper section 4.2, figure 3): 10-shot "
+        "linear and fine-tuned accuracy on the UCI digits of a ViT, a BiT ResNet and a hybrid "
+        "pre-trained on growing MNIST subsets",
+    )
+    print(f"wrote {path}")
+
+
+def replot(args) -> int:
+    with open(args.replot) as handle:
+        saved = json.load(handle)
+    args.sizes, args.models = tuple(saved["args"]["sizes"]), saved["args"]["models"]
+    print_table(saved["results"], args)
+    if args.png:
+        plot(saved["results"], args.png)
+        print(f"figure: {args.png}")
+    if args.results:
+        write_figures(args.results, saved["results"], saved["wall_s"], saved.get("argv", []))
+    return 0
+
+
 def main(argv=None) -> int:
+    import sys
+
     args = parse_args(argv)
+    if args.replot:
+        return replot(args)
     start = time.time()
     results = []
     for size in args.sizes:
@@ -218,23 +294,20 @@ def main(argv=None) -> int:
             if args.png:  # redrawn after every point: a stopped run keeps its figure
                 plot(results, args.png)
     wall = round(time.time() - start, 1)
-    print("\n| model | params | train step ms | " + " | ".join(map(str, args.sizes)) + " |")
-    print("|---|---|---|" + "---|" * len(args.sizes))
-    for key in ("fewshot", "finetune"):
-        for name in args.models:
-            rows = {r["size"]: r for r in results if r["model"] == name}
-            first = rows[args.sizes[0]]
-            cells = " | ".join(f"{100 * rows[s][key]:.1f}" for s in args.sizes)
-            print(f"| {name} {key} | {first['params']} | {first['step_ms']} | {cells} |")
+    print_table(results, args)
     print(f"\n{args.pretrain_steps} pre-training steps per model and size; fine-tuning "
           f"{args.finetune_steps} steps at {args.finetune_size} px; wall {wall} s")  # fmt: skip
     if args.png:
         plot(results, args.png)
         print(f"figure: {args.png}")
+    argv = sys.argv[1:] if argv is None else list(argv)
     if args.json:
-        with open(args.json, "w") as handle:
-            json.dump({"args": vars(args) | {"sizes": list(args.sizes)}, "results": results,
-                       "wall_s": wall}, handle)  # fmt: skip
+        from keras_vit import _atomic
+
+        saved = {"args": vars(args) | {"sizes": list(args.sizes)}, "results": results}
+        _atomic.write_json(args.json, saved | {"wall_s": wall, "argv": argv})
+    if args.results:
+        write_figures(args.results, results, wall, argv)
     return 0
 
 

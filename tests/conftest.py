@@ -18,15 +18,9 @@ if importlib.util.find_spec("triton") is not None:
 import keras  # noqa: E402
 import pytest  # noqa: E402
 
-TINY_VIT = dict(
-    image_size=32,
-    patch_size=8,
-    hidden_dim=32,
-    num_heads=4,
-    mlp_dim=64,
-    num_layers=2,
-    num_classes=10,
-)
+from tests.tiny_config import TINY_ARCH  # noqa: E402
+
+TINY_VIT = {key: value for key, value in TINY_ARCH.items() if key != "channels"}
 
 
 @pytest.fixture

@@ -16,6 +16,8 @@ import math
 import numpy as np
 from scipy.special import erf
 
+from tests.tiny_config import TINY_ARCH
+
 BLOCK = "Transformer/encoderblock_{}/"
 
 
@@ -166,18 +168,6 @@ def random_official_params(
     params["head/kernel"] = r(width, num_classes)
     params["head/bias"] = r(num_classes)
     return params
-
-
-TINY_ARCH = dict(
-    image_size=32,
-    patch_size=8,
-    channels=3,
-    hidden_dim=32,
-    num_heads=4,
-    mlp_dim=64,
-    num_layers=2,
-    num_classes=10,
-)
 
 
 def tiny_official_params(seed=0, **overrides):

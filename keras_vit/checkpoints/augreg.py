@@ -6,10 +6,14 @@ fine-tuned `{pre-trained}--{dataset}-steps_{n}k-lr_{lr}-res_{pixels}`, e.g.
 `S_16-i21k-300ep-lr_0.001-aug_light1-wd_0.03-do_0.0-sd_0.0--imagenet2012-steps_20k-lr_0.03-res_224`.
 
 Short aliases name the recommended ImageNet-21k run per variant (the ones timm's
-`vision_transformer.py` ships as its `augreg_in21k` weights): `augreg/ViT-S_16` (pre-trained,
-21843 classes) and `augreg/ViT-S_16-224` / `-384` (then fine-tuned on ImageNet-1k at that
-resolution). `weights="augreg"` / `"augreg+imagenet2012"` pick the file of the model's own
-architecture (and, fine-tuned, of its image size).
+`vision_transformer.py` and `vision_transformer_hybrid.py` ship as their `augreg_in21k`
+weights): `augreg/ViT-S_16` (pre-trained, 21843 classes) and `augreg/ViT-S_16-224` / `-384`
+(then fine-tuned on ImageNet-1k at that resolution); the hybrids `augreg/R26+ViT-S_32`,
+`augreg/R50+ViT-L_32` and `augreg/R+ViT-Ti_16` (a ResNet root only, patch 8 on its
+feature map) likewise. For R26+S/32 and R50+L/32 the recommended 224 file was fine-tuned
+from another pre-trained run than the 384 one. `weights="augreg"` /
+`"augreg+imagenet2012"` pick the file of the model's own architecture (and, fine-tuned, of
+its image size).
 """
 
 from __future__ import annotations
@@ -32,6 +36,14 @@ RECOMMENDED = {
     "ViT-B_16": ("B_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0", "0.01"),
     "ViT-B_8": ("B_8-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0", "0.01"),
     "ViT-L_16": ("L_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.1-sd_0.1", "0.01"),
+    "R+ViT-Ti_16": ("R_Ti_16-i21k-300ep-lr_0.001-aug_none-wd_0.03-do_0.0-sd_0.0", "0.03"),
+    "R26+ViT-S_32": ("R26_S_32-i21k-300ep-lr_0.001-aug_medium2-wd_0.03-do_0.0-sd_0.0", "0.03"),
+    "R50+ViT-L_32": ("R50_L_32-i21k-300ep-lr_0.001-aug_medium2-wd_0.1-do_0.0-sd_0.0", "0.01"),
+}
+# The recommended fine-tuned file of a resolution that starts from another pre-trained run.
+FINETUNED_FROM = {
+    ("R26+ViT-S_32", 224): "R26_S_32-i21k-300ep-lr_0.001-aug_light0-wd_0.03-do_0.1-sd_0.1",
+    ("R50+ViT-L_32", 224): "R50_L_32-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.1-sd_0.1",
 }
 RESOLUTIONS = (224, 384)
 
@@ -52,6 +64,7 @@ def _entry(filename: str) -> tuple[str, str, str]:
 
 def finetuned_name(model: str, resolution: int) -> str:
     run, lr = RECOMMENDED[model]
+    run = FINETUNED_FROM.get((model, resolution), run)
     return f"{run}--imagenet2012-steps_20k-lr_{lr}-res_{resolution}"
 
 

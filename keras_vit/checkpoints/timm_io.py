@@ -7,7 +7,13 @@ Keys: `cls_token` (1, 1, D) for class-token models, `pos_embed` (1, [1 +] N, D),
 representation layer). Global-average-pooling models without a class token
 (`class_token=False, global_pool="avg", fc_norm=False`) map to the release's "gap" models;
 with timm's default `fc_norm` (`norm` is then Identity and a LayerNorm `fc_norm` follows the
-pooling) to keras_vit's `final_norm="pooled"` (key `fc_norm/scale`).
+pooling) to keras_vit's `final_norm="pooled"` (key `fc_norm/scale`). Hybrids
+(`vit_base_r50_s16_224`, `vit_small_r26_s32_224`, ...: `HybridEmbed` over a ResNetV2 with
+`preact=False`) keep their ResNet under `patch_embed.backbone.` (`stem.conv`, `stem.norm`,
+`stages.{s}.blocks.{u}.conv1-3/norm1-3`, `downsample.conv/norm`), mapped to the release's
+`conv_root`, `gn_root`, `block{s+1}/unit{u+1}/conv1-3/gn1-3`, `conv_proj/gn_proj`; timm
+standardises their conv weights with eps 1e-8 inside the square root and uses GroupNorm eps
+1e-5, where the release (and keras_vit) use 1e-5 outside it and 1e-6.
 
 A state dict does not record the number of heads; it is taken from the file's metadata
 (files keras_vit writes), a timm `config.json` beside the file, the variant table (by
@@ -20,6 +26,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 
 import numpy as np
 
@@ -35,6 +42,28 @@ META = "keras_vit."
 NORMS = {"norm1": "LayerNorm_0", "norm2": "LayerNorm_2"}
 DENSES = {"mlp.fc1": "Dense_0", "mlp.fc2": "Dense_1"}
 HEAD_NAMES = ("head", "head.fc")
+# timm's hybrids (vision_transformer_hybrid.py: `HybridEmbed` over a non-pre-activation
+# `ResNetV2`, e.g. vit_base_r50_s16_224): the ResNet under `patch_embed.backbone.`, its
+# sub-layers -> the release's (models_resnet.py) names.
+BACKBONE = "patch_embed.backbone."
+RESNET_LAYERS = {
+    "conv1": "conv1",
+    "norm1": "gn1",
+    "conv2": "conv2",
+    "norm2": "gn2",
+    "conv3": "conv3",
+    "norm3": "gn3",
+    "downsample.conv": "conv_proj",
+    "downsample.norm": "gn_proj",
+}
+TIMM_RESNET_KEY = re.compile(
+    r"(?:stem\.(?P<stem>conv|norm)|stages\.(?P<stage>\d+)\.blocks\.(?P<unit>\d+)\."
+    r"(?P<layer>conv[123]|norm[123]|downsample\.conv|downsample\.norm))\.(?P<leaf>weight|bias)"
+)
+RELEASE_RESNET_KEY = re.compile(
+    r"(?:(?P<root>conv_root|gn_root)|block(?P<stage>\d+)/unit(?P<unit>\d+)/"
+    r"(?P<layer>conv[123]|gn[123]|conv_proj|gn_proj))/(?P<leaf>kernel|scale|bias)"
+)
 UNSUPPORTED = {
     "reg_token": "register tokens",
     "blocks.0.ls1.gamma": "LayerScale",
@@ -101,11 +130,6 @@ def timm_to_release(state: dict, num_heads=None, path="checkpoint", metadata=Non
             raise CheckpointError(
                 f"{path} is a timm ViT with {what} ({key!r}), which keras_vit's ViT does not have."
             )
-    if any(key.startswith("patch_embed.backbone.") for key in state):
-        raise CheckpointError(
-            f"{path} is a timm hybrid (ResNet + ViT) state dict; reading timm hybrids is not "
-            "supported yet. Use the release's .npz file of that model."
-        )
     used = set()
 
     def get(key):
@@ -145,6 +169,8 @@ def timm_to_release(state: dict, num_heads=None, path="checkpoint", metadata=Non
             get(f"{timm}attn.proj.weight"), heads
         )
         out[f"{block}{tl.ATTENTION}out/bias"] = get(f"{timm}attn.proj.bias")
+    for key in [k for k in state if k.startswith(BACKBONE)]:
+        out.update(_resnet_to_release(key[len(BACKBONE) :], get(key), path))
     if "pre_logits.fc.weight" in state:
         out["pre_logits/kernel"] = tl.linear_to_kernel(get("pre_logits.fc.weight"))
         out["pre_logits/bias"] = get("pre_logits.fc.bias")
@@ -159,6 +185,48 @@ def timm_to_release(state: dict, num_heads=None, path="checkpoint", metadata=Non
             f"{', '.join(left[:8])}{', ...' if len(left) > 8 else ''}"
         )
     return out, heads
+
+
+def _resnet_to_release(key: str, tensor, path) -> dict:
+    """One tensor of timm's hybrid backbone (`key` without `patch_embed.backbone.`) as its
+    release key: `stem.conv` -> `conv_root`, `stages.{s}.blocks.{u}.norm2` ->
+    `block{s+1}/unit{u+1}/gn2`, `downsample.conv` -> `conv_proj`; convs (O, I, kh, kw) ->
+    (kh, kw, I, O), norm weights -> `scale`.
+
+    Raises:
+        CheckpointError: a backbone tensor of another kind (e.g. a pre-activation ResNet's).
+    """
+    match = TIMM_RESNET_KEY.fullmatch(key)
+    if match is None:
+        raise CheckpointError(
+            f"{path}: {BACKBONE}{key} is not part of the ResNet of timm's ViT hybrids "
+            "(ResNetV2 with preact=False: stem.conv/norm, stages.*.blocks.*.conv1-3/norm1-3, "
+            "downsample.conv/norm)."
+        )
+    if match["stem"]:
+        layer = "conv_root" if match["stem"] == "conv" else "gn_root"
+    else:
+        unit = f"block{int(match['stage']) + 1}/unit{int(match['unit']) + 1}/"
+        layer = unit + RESNET_LAYERS[match["layer"]]
+    if layer.split("/")[-1].startswith("conv"):
+        return {layer + "/kernel": tl.conv_to_kernel(tensor)}
+    return {f"{layer}/{'scale' if match['leaf'] == 'weight' else 'bias'}": tensor}
+
+
+def _resnet_to_timm(key: str, array) -> dict:
+    """The inverse of `_resnet_to_release` for one release key; {} for a key of the ViT."""
+    match = RELEASE_RESNET_KEY.fullmatch(key)
+    if match is None:
+        return {}
+    if match["root"]:
+        layer = "stem.conv" if match["root"] == "conv_root" else "stem.norm"
+    else:
+        timm_layer = {release: timm for timm, release in RESNET_LAYERS.items()}[match["layer"]]
+        layer = f"stages.{int(match['stage']) - 1}.blocks.{int(match['unit']) - 1}.{timm_layer}"
+    if match["leaf"] == "kernel":
+        return {f"{BACKBONE}{layer}.weight": tl.kernel_to_conv(array)}
+    leaf = "weight" if match["leaf"] == "scale" else "bias"
+    return {f"{BACKBONE}{layer}.{leaf}": np.asarray(array).reshape(-1)}
 
 
 def read_timm(path, num_heads=None) -> CheckpointContents:
@@ -219,6 +287,8 @@ def release_to_timm(arrays: dict) -> dict:
         )
         out[f"{timm}attn.proj.weight"] = tl.flat_linear(arrays[attention + "out/kernel"])
         out[f"{timm}attn.proj.bias"] = arrays[attention + "out/bias"]
+    for key, array in arrays.items():
+        out.update(_resnet_to_timm(key, array))
     if "pre_logits/kernel" in arrays:
         out["pre_logits.fc.weight"] = tl.kernel_to_linear(arrays["pre_logits/kernel"])
         out["pre_logits.fc.bias"] = arrays["pre_logits/bias"]
@@ -243,6 +313,11 @@ def write_timm(path, contents: CheckpointContents) -> dict:
         logger.warning(
             "This model uses the tanh GELU; timm's ViT computes the exact GELU, so its "
             "outputs on these weights will differ slightly (up to ~5e-4 per activation)."
+        )
+    if "conv_root/kernel" in contents.arrays:
+        logger.info(
+            "timm's hybrids standardise conv weights with eps 1e-8 and use GroupNorm eps 1e-5 "
+            "(keras_vit: the release's 1e-5 and 1e-6); their outputs differ slightly."
         )
     state = release_to_timm(contents.arrays)
     metadata = {

@@ -368,3 +368,27 @@ def test_data_scaling_quick_run_writes_table_json_and_png(tmp_path):
         assert 0 <= row["fewshot"] <= 1 and 0 <= row["finetune"] <= 1 and row["params"] > 0
     assert "| hybrid fewshot |" in result.stdout and "| ViT finetune |" in result.stdout
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_data_scaling_replot_writes_figure_and_document_values(scripts, tmp_path):
+    rows = [
+        {"model": m, "size": s, "params": p, "step_ms": t, "fewshot": f, "finetune": g}
+        for m, p, times in (("ViT", 10, (30.0, 10.0, 20.0)), ("ResNet", 7, (5.0, 6.0, 4.0)))
+        for s, t, f, g in zip(
+            (250, 500, 1000), times, (0.5, 0.6, 0.7), (0.8, 0.85, 0.9), strict=True
+        )
+    ]
+    saved = tmp_path / "run.json"
+    saved.write_text(json.dumps({
+        "args": {"sizes": [250, 500, 1000], "models": ["ViT", "ResNet"]},
+        "results": rows, "wall_s": 600.0, "argv": ["--sizes", "250,500,1000"],
+    }))  # fmt: skip
+    png, results = tmp_path / "fig.png", tmp_path / "figures.json"
+    argv = ["--replot", str(saved), "--png", str(png), "--results", str(results)]
+    assert scripts["data_scaling"].main(argv) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    values = json.loads(results.read_text())["values"]
+    assert values["ViT_fewshot_500"] == {"value": 0.6, "format": "{:.1%}"}
+    assert values["ResNet_finetune_1000"]["value"] == 0.9
+    assert values["ViT_step_ms"]["value"] == 20.0 and values["ResNet_step_ms"]["value"] == 5.0
+    assert values["ViT_params"]["value"] == 10 and values["wall_min"]["value"] == 10.0

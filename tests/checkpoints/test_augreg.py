@@ -45,6 +45,30 @@ def test_release_grammar_names_and_aliases():
     assert registry.lookup(hybrid).model == "R26+ViT-S_32"
 
 
+# The files timm's vision_transformer_hybrid.py ships as its augreg weights (its URLs).
+HYBRID_ALIASES = {
+    "augreg/R26+ViT-S_32": "R26_S_32-i21k-300ep-lr_0.001-aug_medium2-wd_0.03-do_0.0-sd_0.0",
+    "augreg/R26+ViT-S_32-224": "R26_S_32-i21k-300ep-lr_0.001-aug_light0-wd_0.03-do_0.1-sd_0.1"
+    "--imagenet2012-steps_20k-lr_0.03-res_224",
+    "augreg/R26+ViT-S_32-384": "R26_S_32-i21k-300ep-lr_0.001-aug_medium2-wd_0.03-do_0.0-sd_0.0"
+    "--imagenet2012-steps_20k-lr_0.03-res_384",
+    "augreg/R50+ViT-L_32": "R50_L_32-i21k-300ep-lr_0.001-aug_medium2-wd_0.1-do_0.0-sd_0.0",
+    "augreg/R50+ViT-L_32-224": "R50_L_32-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.1-sd_0.1"
+    "--imagenet2012-steps_20k-lr_0.01-res_224",
+    "augreg/R50+ViT-L_32-384": "R50_L_32-i21k-300ep-lr_0.001-aug_medium2-wd_0.1-do_0.0-sd_0.0"
+    "--imagenet2012-steps_20k-lr_0.01-res_384",
+    "augreg/R+ViT-Ti_16-384": "R_Ti_16-i21k-300ep-lr_0.001-aug_none-wd_0.03-do_0.0-sd_0.0"
+    "--imagenet2012-steps_20k-lr_0.03-res_384",
+}
+
+
+@pytest.mark.parametrize("alias", sorted(HYBRID_ALIASES))
+def test_hybrid_aliases_name_timms_augreg_files(alias):
+    entry = registry.lookup(alias)
+    assert (entry.folder, entry.filename) == ("augreg", HYBRID_ALIASES[alias] + ".npz")
+    assert alias.startswith(f"augreg/{entry.model}")
+
+
 def test_collections_pick_the_file_at_the_model_resolution():
     ft = registry.IMAGENET21K_FT
     assert registry.collection_entry(ft, "ViT-B_16", (224, 224)).filename == "ViT-B_16-224.npz"

@@ -265,3 +265,84 @@ def test_keras_vit_written_as_timm_loads_in_timm(tmp_path, case):
     loaded.load_state_dict(safetensors_torch.load_file(str(path)), strict=True)
     x = _images(SIZE)
     _record(f"keras_vit->timm-{case}", _keras(model, x), _torch(loaded.eval(), x))
+
+
+# ------------------------------------------------------------------ timm hybrids
+
+
+def _timm_hybrid(size=64):
+    """A tiny timm ViT hybrid as `vision_transformer_hybrid._resnetv2` makes them (ResNetV2,
+    preact=False, "same" stem, StdConv2dSame eps 1e-8), two stages of one unit, 8 groups."""
+    from functools import partial
+
+    from timm.layers import GroupNormAct, StdConv2dSame
+    from timm.models.resnetv2 import ResNetV2
+    from timm.models.vision_transformer_hybrid import HybridEmbed
+
+    backbone = ResNetV2(
+        layers=(1, 1),
+        channels=(64, 128),
+        stem_chs=16,
+        num_classes=0,
+        global_pool="",
+        preact=False,
+        stem_type="same",
+        conv_layer=partial(StdConv2dSame, eps=1e-8),
+        norm_layer=partial(GroupNormAct, num_groups=8),
+    )
+    embed = partial(HybridEmbed, backbone=backbone)
+    return timm.models.VisionTransformer(
+        img_size=size,
+        patch_size=1,
+        embed_dim=WIDTH,
+        depth=2,
+        num_heads=HEADS,
+        mlp_ratio=2.0,
+        num_classes=CLASSES,
+        embed_layer=embed,
+    )
+
+
+HYBRID = dict(
+    resnet_stages=(1, 1),
+    resnet_width=16,
+    resnet_groups=8,
+    patch_size=1,
+    hidden_dim=WIDTH,
+    num_heads=HEADS,
+    mlp_dim=2 * WIDTH,
+    num_layers=2,
+    num_classes=CLASSES,
+    image_size=64,
+    gelu_approximate=False,
+)
+
+
+def test_timm_hybrid_matches_pytorch_both_ways(tmp_path):
+    """timm computes the hybrid's ResNet with its own epsilons (weight standardisation 1e-8
+    inside the square root, GroupNorm 1e-5); keras_vit with the release's (1e-5 outside,
+    1e-6), so this comparison carries that difference too (~2e-6 here)."""
+    reference = _randomise(_timm_hybrid())
+    with torch.no_grad():  # unit-scale norms, as trained ones are, not 0.2-scale
+        for name, parameter in reference.named_parameters():
+            if "backbone" in name and "norm" in name and name.endswith("weight"):
+                parameter.add_(1.0)
+    path = tmp_path / "hybrid.safetensors"
+    safetensors_torch.save_file(reference.state_dict(), str(path))
+    model = keras_vit.HybridViT(**HYBRID, weights=str(path))
+    x = _images(64)
+    _record("timm-hybrid-64", _keras(model, x), _torch(reference, x))
+
+    big = keras_vit.HybridViT(**{**HYBRID, "image_size": 96}, weights=str(path))
+    at_big = _timm_hybrid(96)
+    state = reference.state_dict()
+    state["pos_embed"] = _table(big)
+    at_big.load_state_dict(state)
+    x_big = _images(96)
+    _record("timm-hybrid-96-same-table", _keras(big, x_big), _torch(at_big.eval(), x_big))
+
+    path = tmp_path / "from_keras.safetensors"
+    write_checkpoint(model_contents(model), path, "timm")
+    loaded = _timm_hybrid()
+    loaded.load_state_dict(safetensors_torch.load_file(str(path)), strict=True)
+    _record("keras_vit->timm-hybrid-64", _keras(model, x), _torch(loaded.eval(), x))

@@ -15,6 +15,7 @@ from keras_vit.checkpoints.npz_io import write_npz
 from keras_vit.checkpoints.safetensors_io import read_safetensors
 from tests.checkpoints.torch_state import TINY, timm_forward, timm_state
 from tests.numpy_reference import tiny_official_params
+from tests.test_hybrid import official_hybrid_shapes
 
 
 def _images(seed=1, size=32):
@@ -121,3 +122,27 @@ def test_weights_argument_takes_a_timm_file(tmp_path, tiny_vit_kwargs):
     x = _images()
     expected = timm_forward(state, x, num_heads=TINY["heads"])
     np.testing.assert_allclose(model.predict(x, verbose=0), expected, atol=1e-4, rtol=0)
+
+
+def test_timm_hybrid_keys_round_trip_bit_exact(tmp_path):
+    """A hybrid built from the release's key names (no keras_vit code) -> timm -> npz."""
+    shapes = official_hybrid_shapes(
+        (1, 1), hidden=32, mlp=64, heads=4, layers=1, patch=1, tokens=17, classes=10
+    )
+    rng = np.random.default_rng(5)
+    params = {key: rng.normal(0, 0.3, shape).astype(np.float32) for key, shape in shapes.items()}
+    write_npz(tmp_path / "hybrid.npz", params)
+    write_checkpoint(read_checkpoint(tmp_path / "hybrid.npz"), tmp_path / "h.safetensors", "timm")
+    state, _ = read_safetensors(tmp_path / "h.safetensors")
+    # timm's names (vision_transformer_hybrid.py over resnetv2.py, preact=False)
+    backbone = "patch_embed.backbone."
+    assert state[backbone + "stem.conv.weight"].shape == (64, 3, 7, 7)
+    assert state[backbone + "stem.norm.weight"].shape == (64,)
+    assert state[backbone + "stages.1.blocks.0.downsample.conv.weight"].shape == (512, 256, 1, 1)
+    assert state[backbone + "stages.0.blocks.0.norm3.bias"].shape == (256,)
+    assert state["patch_embed.proj.weight"].shape == (32, 512, 1, 1)
+    write_checkpoint(read_checkpoint(tmp_path / "h.safetensors"), tmp_path / "back.npz", "npz")
+    with np.load(tmp_path / "back.npz", allow_pickle=False) as back:
+        assert sorted(back.files) == sorted(params)
+        for key, value in params.items():
+            assert np.array_equal(back[key].reshape(value.shape), value), key
