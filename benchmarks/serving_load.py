@@ -5,8 +5,9 @@
 2. Starts a second process with `PYTHONPATH` cleared that imports TensorFlow only (no
    keras_vit, no Keras model code), loads the SavedModel and serves `--requests` requests
    from `--threads` threads. Each request is a batch of 1-16 encoded images (JPEG or PNG,
-   sides 16-64 px) drawn from a pool of prepared payloads; `--bad-fraction` of them hold one
-   bad image (truncated JPEG, text, an empty string) and must be rejected.
+   sides 16-64 px) drawn from a pool of prepared payloads; `--bad-fraction` of the payloads
+   hold one bad image (truncated JPEG, text, an empty string) and must be rejected, and
+   exactly `round(requests * bad_fraction)` of the requests use them (100 of 2,000).
 3. Checks: every good request's logits equal the answer computed serially for the same
    payload before the load (max abs difference); every bad request fails with
    `InvalidArgumentError` whose message names the problem; resident memory (RSS) after the
@@ -16,6 +17,7 @@
 Usage:
     python benchmarks/serving_load.py                     # 2,000 requests, 8 threads
     python benchmarks/serving_load.py --requests 40 --threads 2 --pool 8   # smoke test
+    python benchmarks/serving_load.py --results benchmarks/results/serving_load.json
 """
 
 from __future__ import annotations
@@ -62,7 +64,12 @@ def call(index):
 reference = [call(i) for i in range(len(pool))]  # serial answers, and the warm-up
 rss_warm = rss_mb()
 rng = random.Random(0)
-order = [rng.randrange(len(pool)) for _ in range(args["requests"])]
+bad_ids = [i for i in range(len(pool)) if bad[i]]
+good_ids = [i for i in range(len(pool)) if not bad[i]]
+num_bad = round(args["requests"] * args["bad_fraction"]) if bad_ids else 0
+order = [rng.choice(bad_ids) for _ in range(num_bad)]
+order += [rng.choice(good_ids) for _ in range(args["requests"] - num_bad)]
+rng.shuffle(order)  # exactly round(requests * bad_fraction) bad requests, spread at random
 latencies, mismatches, bad_messages, wrong = [], [], [], []
 lock = threading.Lock()
 cursor = iter(range(len(order)))
@@ -131,6 +138,9 @@ def parse_args(argv=None):
     parser.add_argument("--memory-bound-mb", type=float, default=64.0)
     parser.add_argument("--image-size", type=int, default=32, help="model input side")
     parser.add_argument("--json", help="also write the summary to this file")
+    parser.add_argument(
+        "--results", help="write the documents' figures to this results file (figures.py)"
+    )
     args = parser.parse_args(argv)
     if args.requests <= 0 or args.threads <= 0 or args.pool <= 0:
         parser.error("--requests, --threads and --pool must be positive")
@@ -203,6 +213,7 @@ def make_payloads(path, count, bad_fraction):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="serving_load_") as folder:
         export = export_model(folder, args.image_size)
         payloads = os.path.join(folder, "payloads.npz")
@@ -234,7 +245,37 @@ def main(argv=None) -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=2)
+    if args.results:
+        write_figures(args, result, load_before)
     return 0 if all(result["checks"].values()) else 1
+
+
+def write_figures(args, result, load_before) -> None:
+    """The summary's figures as a results file for docs/reliability.md (figures.py)."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from figures import write_results
+
+    values = {
+        f"latency_{name}_ms": {"value": value, "format": "{:.1f}"}
+        for name, value in result["latency_ms"].items()
+    }
+    values.update(
+        requests={"value": result["requests"], "format": "{:,}"},
+        bad_requests={"value": result["bad_requests"], "format": "{}"},
+        threads={"value": result["threads"], "format": "{}"},
+        requests_per_s={"value": result["requests_per_s"], "format": "{:.1f}"},
+        rss_warm_mb={"value": result["rss_warm_mb"], "format": "{:.0f}"},
+        rss_growth_mb={"value": result["rss_growth_mb"], "format": "{:.1f}"},
+        memory_bound_mb={"value": result["memory_bound_mb"], "format": "{:.0f}"},
+    )
+    command = "python benchmarks/serving_load.py " + " ".join(sys.argv[1:])
+    write_results(
+        args.results,
+        values,
+        command=command.strip(),
+        about="benchmarks/serving_load.py: a TensorFlow-only process serving the export",
+        notes=f"1-minute load average {load_before:.2f} at the start (a shared 2-core machine)",
+    )
 
 
 if __name__ == "__main__":

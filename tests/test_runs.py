@@ -5,7 +5,6 @@ import importlib.util
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -19,6 +18,7 @@ import keras_vit
 from keras_vit import _atomic, run_plan, runs, training
 from keras_vit.checkpoints import load_npz, save_npz
 from tests.output_checks import assert_outputs_close, randomize_weights
+from tests.process_helpers import kill_all, sigkill, wait_until
 
 HELPERS = os.path.join(os.path.dirname(__file__), "helpers")
 
@@ -174,23 +174,21 @@ def test_run_killed_mid_epoch_resumes_to_the_same_steps(tmp_path):
         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
+        text=True,
     )
     try:
-        deadline = time.monotonic() + 240
-        while not (run_dir / "backup" / "state.json").exists():  # epoch 0 done, 1 started
-            assert process.poll() is None, process.stdout.read().decode()[-3000:]
-            assert time.monotonic() < deadline, "the run never finished its first epoch"
-            time.sleep(0.05)
+        wait_until(  # epoch 0 done, 1 started
+            (run_dir / "backup" / "state.json").exists,
+            [process],
+            "the run never finished its first epoch",
+        )
         # A second writer on the live run is refused at once (the run's lock file).
         with pytest.raises(runs.RunDirError, match=f"in use by process {process.pid}"):
             killable.run(run_dir, resume=True, slow=False)
         time.sleep(2 * killable.SLEEP_S)  # a couple of batches into the next epoch
-        process.send_signal(signal.SIGKILL)
-        assert process.wait(timeout=30) == -signal.SIGKILL
+        sigkill(process)
     finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
+        kill_all([process])
     state = json.loads((run_dir / "backup" / "state.json").read_text())
     assert 1 <= state["epoch"] < killable.EPOCHS, "killed too late to test resuming"
     assert not (run_dir / "metrics.json").exists()

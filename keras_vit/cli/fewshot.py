@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 
 from keras_vit.cli import common
 from keras_vit.cli.main import UsageError
@@ -87,6 +88,7 @@ def run(args) -> int:
         channels=int(model.input_shape[-1]),
         data_dir=args.data_dir,
     )
+    bar = sys.stdout.isatty()  # a Progbar only on a terminal: no control codes in log files
     train = data.load(dataset, args.train_split, **common_kwargs)
     test = data.load(dataset, args.test_split, **common_kwargs)
     try:
@@ -98,11 +100,12 @@ def run(args) -> int:
             seeds=args.seeds,
             holdout_per_class=args.holdout_per_class,
             num_classes=info.num_classes,
-            progress=True,
+            progress=bar,
         )
     except ValueError as error:
         raise UsageError(" ".join(str(error).split())) from None
-    print()  # end the progress bar's line
+    if bar:
+        print()  # end the progress bar's line
     width = int(model.get_layer(layer).output.shape[-1])
     size = "x".join(str(s) for s in model.input_shape[1:3])
     first = next(iter(results.values()))
