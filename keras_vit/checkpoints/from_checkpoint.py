@@ -74,7 +74,15 @@ def architecture_kwargs(contents: CheckpointContents) -> dict:
     return kwargs
 
 
-def from_checkpoint(path, num_classes=None, *, image_size=None, num_heads=None, **overrides):
+def from_checkpoint(
+    path,
+    num_classes=None,
+    *,
+    image_size=None,
+    num_heads=None,
+    resize_method="bilinear",
+    **overrides,
+):
     """Builds the ViT a checkpoint describes and loads it.
 
     Args:
@@ -85,8 +93,11 @@ def from_checkpoint(path, num_classes=None, *, image_size=None, num_heads=None, 
             feature model, `include_top=False`); another number builds a zero-initialised
             head of that size (the release's fine-tuning recipe), dropping `pre_logits`.
         image_size: int or (height, width); default the file's (config.json or the position
-            table's grid). Another size resizes the position table (bilinear, as the release).
+            table's grid). Another size resizes the position table with `resize_method`.
         num_heads: heads for timm files, which do not record them.
+        resize_method: "bilinear" (default, the release's), "bicubic" (timm's
+            `dynamic_img_size` / `resample_abs_pos_embed`) or "torch_bicubic" (Hugging
+            Face's `interpolate_pos_encoding`); see `keras_vit.resize_position_embeddings`.
         **overrides: other `keras_vit.ViT` arguments (dropout_rate, drop_path_rate, name,
             dynamic_image_size, ...), also the numerics `gelu_approximate` and
             `layer_norm_epsilon` when you mean to change them.
@@ -97,9 +108,14 @@ def from_checkpoint(path, num_classes=None, *, image_size=None, num_heads=None, 
 
     Raises:
         FileNotFoundError, CheckpointError: see `keras_vit.checkpoints.read_checkpoint`.
+        ValueError: an unknown `resize_method`.
     """
     import keras
 
+    from keras_vit._validation import check_choice
+    from keras_vit.layers.position_resize import RESIZE_METHODS
+
+    check_choice("resize_method", resize_method, RESIZE_METHODS)
     from keras_vit.checkpoints.formats import read_checkpoint
     from keras_vit.checkpoints.loading import load_npz
     from keras_vit.models import ViT
@@ -119,6 +135,6 @@ def from_checkpoint(path, num_classes=None, *, image_size=None, num_heads=None, 
     if kwargs.get("include_top") is False:
         head = "auto"  # a feature model: the file's head (if any) is not loaded
     model = ViT(**kwargs)
-    load_npz(model, contents, head=head)
+    load_npz(model, contents, head=head, resize_method=resize_method)
     logger.info("Built %s from %s (%s).", model.name, contents.path, contents.format)
     return model

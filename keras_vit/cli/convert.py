@@ -82,9 +82,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--resize-method",
-        choices=("bilinear", "bicubic"),
+        choices=("bilinear", "bicubic", "torch_bicubic"),  # position_resize.RESIZE_METHODS
         default="bilinear",
-        help="position-table resize when --image-size differs from the file (default bilinear)",
+        help="position-table resize when --image-size differs from the file: bilinear (the "
+        "release's, default), bicubic (timm's), torch_bicubic (Hugging Face's)",
     )
     parser.add_argument(
         "--num-heads",

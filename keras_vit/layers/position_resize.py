@@ -20,11 +20,12 @@ import numpy as np
 
 from keras_vit._validation import check_choice, to_pair
 
-RESIZE_METHODS = ("bilinear", "bicubic")
+RESIZE_METHODS = ("bilinear", "bicubic", "torch_bicubic")
 
 # Keys' cubic convolution parameter used by PIL, tf.image.resize and timm's antialiased
-# bicubic resize (Keys 1981).
+# bicubic resize (Keys 1981); PyTorch's plain bicubic (and OpenCV's) use -0.75.
 _KEYS_A = -0.5
+_TORCH_A = -0.75
 
 
 def _linear_weights_corner_aligned(old: int, new: int) -> np.ndarray:
@@ -46,9 +47,8 @@ def _linear_weights_corner_aligned(old: int, new: int) -> np.ndarray:
     return weights
 
 
-def _keys_cubic(x: np.ndarray) -> np.ndarray:
-    """Keys' cubic convolution kernel with a = -0.5 (support [-2, 2])."""
-    a = _KEYS_A
+def _keys_cubic(x: np.ndarray, a: float = _KEYS_A) -> np.ndarray:
+    """Keys' cubic convolution kernel with parameter `a` (support [-2, 2])."""
     x = np.abs(x)
     near = ((a + 2) * x - (a + 3)) * x * x + 1
     far = ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
@@ -71,11 +71,36 @@ def _cubic_weights_half_pixel(old: int, new: int) -> np.ndarray:
     return weights / weights.sum(axis=1, keepdims=True)
 
 
+def _cubic_weights_torch(old: int, new: int) -> np.ndarray:
+    """(new, old) matrix of PyTorch's `F.interpolate(mode="bicubic", align_corners=False)`
+    without antialiasing (what Hugging Face's `interpolate_pos_encoding` calls).
+
+    Output sample i sits at input coordinate (i + 0.5) * old / new - 0.5; its four taps
+    floor(x) - 1 ... floor(x) + 2 get Keys weights with a = -0.75 (the same kernel at any
+    scale, no stretching when shrinking), taps outside the input are clamped to the border
+    row (their weights added there).
+    """
+    centres = (np.arange(new, dtype=np.float64) + 0.5) * (old / new) - 0.5
+    first = np.floor(centres).astype(np.int64)
+    weights = np.zeros((new, old), np.float64)
+    rows = np.arange(new)
+    for offset in (-1, 0, 1, 2):
+        taps = first + offset
+        np.add.at(
+            weights,
+            (rows, np.clip(taps, 0, old - 1)),
+            _keys_cubic(taps - centres, _TORCH_A),
+        )
+    return weights
+
+
 def _axis_weights(old: int, new: int, method: str) -> np.ndarray:
     if old == new:
         return np.eye(new, dtype=np.float64)
     if method == "bilinear":
         return _linear_weights_corner_aligned(old, new)
+    if method == "torch_bicubic":
+        return _cubic_weights_torch(old, new)
     return _cubic_weights_half_pixel(old, new)
 
 
@@ -109,12 +134,13 @@ def resize_position_embeddings(
     old_grid,
     new_grid,
     num_prefix_tokens: int,
-    method: Literal["bilinear", "bicubic"] = "bilinear",
+    method: Literal["bilinear", "bicubic", "torch_bicubic"] = "bilinear",
 ) -> np.ndarray:
     """Resizes a ViT position table from one patch grid to another.
 
-    Source: the JAX release's `load_pretrained` (vit_jax/checkpoint.py, scipy.ndimage.zoom), and
-    timm's `resample_abs_pos_embed` for the bicubic option.
+    Source: the JAX release's `load_pretrained` (vit_jax/checkpoint.py, scipy.ndimage.zoom),
+    timm's `resample_abs_pos_embed` for the bicubic option, and transformers'
+    `ViTEmbeddings.interpolate_pos_encoding` (modeling_vit.py) for "torch_bicubic".
 
     Args:
         table: `(1, num_prefix_tokens + rows * cols, hidden_dim)` or
@@ -126,7 +152,9 @@ def resize_position_embeddings(
             Take it from the model config, never from the row count.
         method: "bilinear" (default): corner-aligned linear interpolation, identical to the
             release's `scipy.ndimage.zoom(order=1)`; "bicubic": half-pixel Keys cubic
-            (a = -0.5) with antialiasing when shrinking, as timm.
+            (a = -0.5) with antialiasing when shrinking, as timm; "torch_bicubic": PyTorch's
+            plain `F.interpolate(mode="bicubic", align_corners=False)` (a = -0.75, no
+            antialiasing, border taps clamped), as Hugging Face's `interpolate_pos_encoding`.
 
     Returns:
         A float32 NumPy array of the input's rank with `num_prefix_tokens + new_rows *

@@ -9,10 +9,9 @@ At the larger resolution two comparisons are made:
   built at 48): the forward passes must agree;
 - each library's own resize in the forward pass: timm's `dynamic_img_size` (antialiased
   bicubic, Keys a = -0.5, half-pixel) against keras_vit's `resize_method="bicubic"` (the
-  same kernel): must agree; Hugging Face's `interpolate_pos_encoding` (torch's bicubic,
-  a = -0.75, no antialias) has no keras_vit counterpart: keras_vit loaded with the table
-  HF's own resize makes must agree, and the difference between keras_vit's
-  resize and HF's is recorded, not bounded.
+  same kernel), and Hugging Face's `interpolate_pos_encoding` (torch's plain bicubic,
+  a = -0.75, no antialias) against `resize_method="torch_bicubic"`: must agree; the
+  difference between keras_vit's other resizes and HF's is recorded, not bounded.
 
 Each comparison prints `FIGURE <case> max|diff|=...` (run with `-s` to see them) and, when
 KERAS_VIT_FIGURES names a file, appends the line there.
@@ -26,9 +25,8 @@ import numpy as np
 import pytest
 
 import keras_vit
-from keras_vit.checkpoints import load_npz, read_checkpoint, write_checkpoint
+from keras_vit.checkpoints import write_checkpoint
 from keras_vit.checkpoints.formats import model_contents
-from keras_vit.checkpoints.from_checkpoint import architecture_kwargs
 
 pytestmark = pytest.mark.pytorch
 torch = pytest.importorskip("torch")
@@ -100,14 +98,6 @@ def _keras(model, images):
     return model.predict(images, verbose=0)
 
 
-def _bicubic_model(path, size, **read):
-    """The file's model built at `size`, its table resized by keras_vit's bicubic (timm's)."""
-    contents = read_checkpoint(path, **read)
-    model = keras_vit.ViT(**{**architecture_kwargs(contents), "image_size": size})
-    load_npz(model, contents, resize_method="bicubic")
-    return model
-
-
 # ------------------------------------------------------------------ Hugging Face -> keras_vit
 
 
@@ -162,13 +152,15 @@ def test_transformers_interpolate_pos_encoding(tmp_path):
         embeddings = reference.vit.embeddings
         tokens = torch.zeros(1, 1 + (BIG // PATCH) ** 2, WIDTH)
         hf_table = embeddings.interpolate_pos_encoding(tokens, BIG, BIG).numpy()
-    model = keras_vit.from_checkpoint(tmp_path / "hf", image_size=BIG)
-    model.get_layer("posembed_input").pos_embedding.assign(hf_table)
-    _record(f"hf-classifier-{BIG}-hf-table", _keras(model, x), want)
-    own = keras_vit.from_checkpoint(tmp_path / "hf", image_size=BIG)
-    _record(f"hf-classifier-{BIG}-keras_vit-bilinear-vs-interpolate", _keras(own, x), want, None)
-    bicubic = _bicubic_model(tmp_path / "hf", BIG)
-    _record(f"hf-classifier-{BIG}-keras_vit-bicubic-vs-interpolate", _keras(bicubic, x), want, None)
+    path = tmp_path / "hf"
+    model = keras_vit.from_checkpoint(path, image_size=BIG, resize_method="torch_bicubic")
+    table = np.asarray(model.get_layer("posembed_input").pos_embedding)
+    _record(f"hf-table-{BIG}-torch_bicubic-vs-interpolate_pos_encoding", table, hf_table)
+    _record(f"hf-classifier-{BIG}-torch_bicubic-vs-interpolate", _keras(model, x), want)
+    for method in ("bilinear", "bicubic"):
+        other = keras_vit.from_checkpoint(path, image_size=BIG, resize_method=method)
+        case = f"hf-classifier-{BIG}-{method}-vs-interpolate"
+        _record(case, _keras(other, x), want, None)
 
 
 # ------------------------------------------------------------------ timm -> keras_vit
@@ -215,7 +207,9 @@ def test_timm_vit_matches_pytorch(tmp_path, case):
 
     dynamic = _timm(case, SIZE, dynamic_img_size=True).eval()
     dynamic.load_state_dict(reference.state_dict())
-    bicubic = _bicubic_model(path, BIG, num_heads=HEADS)
+    bicubic = keras_vit.from_checkpoint(
+        path, num_heads=HEADS, image_size=BIG, resize_method="bicubic"
+    )
     _record(
         f"timm-{case}-{BIG}-dynamic_img_size-vs-bicubic", _keras(bicubic, x), _torch(dynamic, x)
     )

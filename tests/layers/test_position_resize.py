@@ -118,6 +118,20 @@ def test_bicubic_matches_pil_antialiased_bicubic(old, new):
     np.testing.assert_array_equal(out[0, 0], table[0, 0])
 
 
+@pytest.mark.parametrize("old, new", [(4, 6), (7, 12), (14, 24), (14, 10), (8, 3)])
+def test_torch_bicubic_matches_opencv_inter_cubic(old, new):
+    """torch_bicubic = PyTorch's plain bicubic (a = -0.75, half-pixel, border clamped, no
+    antialiasing), which OpenCV's INTER_CUBIC also computes."""
+    cv2 = pytest.importorskip("cv2")
+    rng = np.random.default_rng(old * new)
+    table = _table(rng, (old, old), 3)
+    out = resize_position_embeddings(table, old, new, 1, method="torch_bicubic")
+    grid = table[0, 1:].reshape(old, old, 3).astype(np.float32)
+    expected = cv2.resize(grid, (new, new), interpolation=cv2.INTER_CUBIC)
+    np.testing.assert_allclose(out[0, 1:].reshape(new, new, 3), expected, atol=1e-5)
+    np.testing.assert_array_equal(out[0, 0], table[0, 0])
+
+
 @pytest.mark.parametrize(
     "kwargs, match",
     [
