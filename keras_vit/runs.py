@@ -28,15 +28,17 @@ valid files, and `resume=True` continues from the last finished epoch: the run e
 same number of epochs and optimizer steps as an uninterrupted one. With in-memory arrays it
 is the same run: each epoch's order depends on (`shuffle_seed`, epoch) alone
 (`epoch_ordered_batches`) and the backup holds the dropout / stochastic-depth random state,
-so history and weights equal the uninterrupted run's (bitwise on one CPU host). A
-`tf.data.Dataset` (the CLI's `keras_vit.data.load`) resumes with a different data order and
-augmentation: its `shuffle(reshuffle_each_iteration=True)` and `Dataset.random` draw each
-epoch's seed from a state advanced once per pass over the dataset, and a restarted process
-starts that state again at epoch 0's. Under a multi-worker
-strategy every worker trains and saves, but only the chief writes the run's files; the other
-workers save to temporary folders and keep their resume state in `.backup-worker-<index>`
-(removed at the end). Resuming a multi-worker run expects the run directory on a file system
-every worker sees, and every worker restarted with `resume=True`.
+so history and weights equal the uninterrupted run's (bitwise on one CPU host). A finite
+`tf.data.Dataset` (the CLI's `keras_vit.data.load`) draws each epoch's shuffle and
+augmentation seeds from a state advanced once per pass; a resumed run first advances it past
+the finished epochs (`epoch_passes`), so under the default strategy it also trains on
+the same batches; with `steps_per_epoch` (an infinite dataset), a dataset of unknown size, or
+under other strategies the resumed epochs see other batches.
+
+Under a multi-worker strategy every worker trains and saves, but only the chief writes the
+run's files; the other workers save to temporary folders and keep their resume state in
+`.backup-worker-<index>` (removed at the end). Resuming a multi-worker run expects the run
+directory on a file system every worker sees, and every worker restarted with `resume=True`.
 """
 
 from __future__ import annotations
@@ -252,6 +254,9 @@ def fit_run(
                 *train_data, batch_size or 32, first_epoch, epochs, shuffle_seed
             )
             batch_size = None
+        elif steps_per_epoch is None and _is_default_strategy(strategy):
+            first_epoch = callback_list[-1].restored_epoch() if resume else 0
+            x, steps_per_epoch = epoch_passes(x, first_epoch)
         model.fit(
             x,
             y,
@@ -320,6 +325,34 @@ def epoch_ordered_batches(x, y, batch_size, first_epoch, epochs, seed):
     dataset = tf.data.Dataset.range(first_epoch, epochs).flat_map(epoch_indices)
     dataset = dataset.map(lambda index: (tf.gather(images, index), tf.gather(labels, index)))
     return dataset.prefetch(tf.data.AUTOTUNE), math.ceil(count / batch_size)
+
+
+def epoch_passes(dataset, first_epoch: int):
+    """(dataset, steps_per_epoch): a finite dataset as one stream of passes in which epoch `e`
+    is pass `e` of the dataset, also when the stream starts at `first_epoch` (a resumed run).
+
+    `shuffle(..., reshuffle_each_iteration=True)` and `Dataset.random(...,
+    rerandomize_each_iteration=True)` (keras_vit.data.load's shuffle and augmentation seeds)
+    draw each pass's seed from a state that advances once per iterator over the dataset, and
+    a rebuilt dataset starts that state again at pass 0. Here `first_epoch` iterators are
+    started and dropped first, then `repeat()` makes the passes; with `steps_per_epoch` given,
+    `fit` keeps one iterator across epochs (it otherwise starts new ones at its own pace).
+    Returns the dataset unchanged (and None) when its cardinality is unknown or infinite.
+    """
+    import tensorflow as tf
+
+    batches = int(dataset.cardinality())
+    if batches <= 0:  # tf.data.UNKNOWN_CARDINALITY, INFINITE_CARDINALITY or empty
+        return dataset, None
+    for _ in range(first_epoch):
+        iterator = iter(dataset)
+        del iterator
+    return dataset.repeat().prefetch(tf.data.AUTOTUNE), batches
+
+
+def _is_default_strategy(strategy) -> bool:
+    """True for TensorFlow's default strategy (no `tf.distribute` strategy in use)."""
+    return type(strategy).__name__ == "_DefaultDistributionStrategy"
 
 
 def _lock(run_dir) -> str:

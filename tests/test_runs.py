@@ -462,3 +462,55 @@ def test_arrays_with_steps_per_epoch_are_refused_before_work_starts(tmp_path):
     with pytest.raises(ValueError, match="steps_per_epoch=3"):
         runs.fit_run(tmp_path / "run", killable.build, (x, y), epochs=1, steps_per_epoch=3)
     assert not (tmp_path / "run").exists()
+
+
+class CrashAt(keras.callbacks.Callback):
+    """Raises in the middle of `epoch` (a crash that leaves the backup of epoch - 1)."""
+
+    def __init__(self, epoch, batch):
+        super().__init__()
+        self.at, self.epoch = (epoch, batch), None
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.epoch = epoch
+
+    def on_train_batch_end(self, batch, logs=None):
+        if (self.epoch, batch) == self.at:
+            raise RuntimeError("crash")
+
+
+def _pipeline_run(run_dir, resume=False, callbacks=()):
+    """A run on keras_vit.data.load's training pipeline (seeded shuffle and random crops),
+    the dataset built afresh as a restarted process would."""
+    rng = np.random.default_rng(1)
+    x, y = rng.integers(0, 256, (48, 16, 16, 3)).astype("uint8"), rng.integers(0, 10, 48)
+    train = keras_vit.data.load((x, y), image_size=16, batch_size=8, training=True, shuffle_seed=5)
+    valid = keras_vit.data.load((x[:16], y[:16]), image_size=16, batch_size=8, training=False)
+    return runs.fit_run(
+        run_dir, killable.build, train, epochs=killable.EPOCHS, validation_data=valid,
+        resume=resume, verbose=0, extra_callbacks=list(callbacks),
+    )  # fmt: skip
+
+
+def test_a_resumed_pipeline_run_sees_the_uninterrupted_batches(tmp_path):
+    """keras_vit.data.load's shuffle and crop seeds advance once per pass; the resumed run
+    skips the finished passes (runs.epoch_passes), so it equals the run that was
+    never interrupted."""
+    keras.utils.set_random_seed(0)
+    with pytest.raises(RuntimeError, match="crash"):
+        _pipeline_run(tmp_path / "crashed", callbacks=[CrashAt(epoch=2, batch=3)])
+    state = json.loads((tmp_path / "crashed" / "backup" / "state.json").read_text())
+    assert state["epoch"] == 2
+    resumed = _pipeline_run(tmp_path / "crashed", resume=True)
+    keras.utils.set_random_seed(0)
+    reference = _pipeline_run(tmp_path / "uninterrupted")
+    for row, expected in zip(resumed.history, reference.history, strict=True):
+        assert row["epoch"] == expected["epoch"]
+        for key in ("loss", "accuracy", "val_loss"):
+            np.testing.assert_allclose(
+                row[key], expected[key], rtol=RESUME_RTOL, err_msg=(row["epoch"], key)
+            )
+    for got, expected in zip(
+        resumed.model.get_weights(), reference.model.get_weights(), strict=True
+    ):
+        np.testing.assert_allclose(got, expected, rtol=RESUME_RTOL, atol=RESUME_ATOL)
