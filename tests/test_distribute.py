@@ -396,12 +396,16 @@ STEPS_PER_EPOCH = 4  # 5 shots x 10 classes, a tenth carved for validation: 40 /
 
 def probed_workers(probe_dir, run_dir, cluster, *extra, sleep_s=0.0):
     """Both workers of `cluster` running `keras-vit train` under tests/helpers/probed_cli.py,
-    which records their starting and epoch-end weights under `probe_dir`."""
+    which records their starting and epoch-end weights under `probe_dir` (also their TMPDIR:
+    a killed worker leaves its scratch folder there, not in /tmp)."""
+    probe_dir.mkdir(exist_ok=True)
     command = cli_train_command(
         run_dir, "--epochs", str(KILL_EPOCHS), *extra, cli=[*PROBED_CLI, str(probe_dir)]
     )
     return [
-        worker_process(command, cluster, index, env={"PROBE_SLEEP_S": str(sleep_s)})
+        worker_process(
+            command, cluster, index, env={"PROBE_SLEEP_S": str(sleep_s), "TMPDIR": str(probe_dir)}
+        )
         for index in range(2)
     ]
 
