@@ -56,6 +56,12 @@ RECIPE_VIT = ViTConfig(patch_size=4, hidden_dim=64, mlp_dim=128, num_heads=4, nu
 on 28x28 MNIST (49 tokens). Not a named variant of the paper."""
 
 
+def resnet_total_stride(resnet_stages) -> int:
+    """Pixels per feature-map cell of the release's ResNet with `resnet_stages`: 4 for the
+    root (conv 7x7/2, max-pool 3x3/2), x2 per stage after the first (models_resnet.py)."""
+    return 4 * 2 ** max(len(resnet_stages) - 1, 0)
+
+
 @dataclasses.dataclass(frozen=True)
 class HybridConfig:
     """Architecture of one named hybrid (paper section 3.1 "Hybrid Architecture"; the
@@ -90,9 +96,8 @@ class HybridConfig:
 
     @property
     def total_stride(self) -> int:
-        """Pixels per feature-map cell of the release's ResNet: 4 for the root, x2 per stage
-        after the first."""
-        return 4 * 2 ** max(len(self.resnet_stages) - 1, 0)
+        """Pixels per feature-map cell of the release's ResNet (see `resnet_total_stride`)."""
+        return resnet_total_stride(self.resnet_stages)
 
 
 HYBRID_CONFIGS: dict[str, HybridConfig] = {

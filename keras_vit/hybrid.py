@@ -118,6 +118,7 @@ def HybridViT(
     return_sequence=False,
     position_embedding="learned",
     final_norm="tokens",
+    input_preprocessing="[-1,1]",
     weights=None,
     name="hybrid_vit",
 ):
@@ -149,8 +150,8 @@ def HybridViT(
             the Transformer, as in `keras_vit.ViT`.
         num_classes, image_size, channels, include_top, pooling, representation_size,
         dropout_rate, attention_dropout_rate, drop_path_rate, classifier_activation,
-        return_sequence, position_embedding, final_norm, weights, name: as in
-        `keras_vit.ViT`.
+        return_sequence, position_embedding, final_norm, input_preprocessing, weights, name:
+        as in `keras_vit.ViT`.
 
     Inputs:
         `images`: `(batch, height, width, channels)` scaled to [-1, 1]

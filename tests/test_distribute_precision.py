@@ -44,7 +44,9 @@ def test_cpu_flags_reads_the_flags_line(tmp_path):
     [
         (AMX, 768, "mixed_bfloat16", False),  # B/16 on AMX: oneDNN bfloat16, no XLA
         (AVX512_BF16, 384, "mixed_bfloat16", False),  # S/16 on AVX-512 BF16
-        (AMX, 192, "float32", True),  # Ti/16: too narrow for bfloat16 to pay
+        (AVX512_BF16, 192, "mixed_bfloat16", False),  # Ti/16: 1.44x in bfloat16 (measured)
+        (AMX, 128, "float32", True),  # narrower than Ti/16: float32 with XLA
+        (AMX, 64, "float32", True),  # the default `keras-vit train` model
         (AMX, None, "float32", True),  # unknown width: the float32 default
         (NO_BF16, 768, "float32", True),  # no bfloat16 units: float32 with XLA
         (frozenset(), 1024, "float32", True),  # flags unreadable

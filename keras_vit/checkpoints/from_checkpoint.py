@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 
+from keras_vit import configs
 from keras_vit import layer_names as names
 from keras_vit.checkpoints.architecture import Architecture
 from keras_vit.checkpoints.contents import CheckpointContents
@@ -20,23 +21,20 @@ logger = logging.getLogger(__name__)
 
 
 def architecture_kwargs(contents: CheckpointContents) -> dict:
-    """`keras_vit.ViT` keyword arguments for the plain ViT a checkpoint holds.
+    """`keras_vit.ViT` keyword arguments for the ViT a checkpoint holds, or
+    `keras_vit.HybridViT` ones (with `resnet_stages`, `resnet_width`) for a hybrid.
 
     Sizes come from `Architecture.from_arrays` (the release's keys); the number of heads
     from the file where it says (HF config.json, timm metadata); the image size from the
-    file (HF config.json) or the position table's grid; numerics and input scaling from the
-    source.
+    file (HF config.json) or the position table's grid (times the ResNet's stride for a
+    hybrid); numerics and input scaling from the source. A hybrid file does not record its
+    GroupNorm groups: the builder's default (32, the release's and timm's) applies.
 
     Raises:
-        CheckpointError: a hybrid (ResNet) checkpoint, a missing key, a non-square table
-            without an image size, or an unknown number of heads.
+        CheckpointError: a missing key, a non-square table without an image size, or an
+            unknown number of heads.
     """
     arch = Architecture.from_arrays(contents.arrays)
-    if arch.resnet_stages is not None:
-        raise CheckpointError(
-            f"{contents.path} is a hybrid (ResNet + ViT) checkpoint; build it with its named "
-            "builder (e.g. keras_vit.R50_B16(weights=path))."
-        )
     missing = arch.missing_key("patch_size", "mlp_dim")
     if missing:
         raise CheckpointError(f"{contents.path} is not a ViT checkpoint: no {missing!r}.")
@@ -50,7 +48,9 @@ def architecture_kwargs(contents: CheckpointContents) -> dict:
                 f"The position table's {arch.num_patch_tokens} grid rows are not a square "
                 "grid; pass image_size=."
             )
-        image_size = (arch.grid[0] * arch.patch_size[0], arch.grid[1] * arch.patch_size[1])
+        stages = arch.resnet_stages
+        stride = 1 if stages is None else configs.resnet_total_stride(stages)
+        image_size = tuple(g * p * stride for g, p in zip(arch.grid, arch.patch_size, strict=True))
     kwargs = dict(
         patch_size=arch.patch_size,
         hidden_dim=arch.hidden_dim,
@@ -71,7 +71,19 @@ def architecture_kwargs(contents: CheckpointContents) -> dict:
         kwargs["num_classes"] = arch.num_classes
     else:
         kwargs["include_top"] = False
+    if arch.resnet_stages is not None:
+        kwargs["resnet_stages"] = list(arch.resnet_stages)
+        kwargs["resnet_width"] = int(contents.arrays[f"{names.ROOT_CONV}/kernel"].shape[-1])
     return kwargs
+
+
+def build_from_kwargs(kwargs: dict):
+    """`keras_vit.HybridViT(**kwargs)` when `kwargs` name `resnet_stages`, else
+    `keras_vit.ViT(**kwargs)` (the model `architecture_kwargs` describes)."""
+    from keras_vit.hybrid import HybridViT
+    from keras_vit.models import ViT
+
+    return (HybridViT if "resnet_stages" in kwargs else ViT)(**kwargs)
 
 
 def from_checkpoint(
@@ -84,6 +96,9 @@ def from_checkpoint(
     **overrides,
 ):
     """Builds the ViT a checkpoint describes and loads it.
+
+    A hybrid file (the release's R50+B/16 `.npz`, a timm hybrid) gives a
+    `keras_vit.HybridViT` (GroupNorm groups: pass `resnet_groups=` if not 32).
 
     Args:
         path: a release/big_vision `.npz`, a `.keras` file, a Hugging Face ViT folder (or its
@@ -118,7 +133,6 @@ def from_checkpoint(
     check_choice("resize_method", resize_method, RESIZE_METHODS)
     from keras_vit.checkpoints.formats import read_checkpoint
     from keras_vit.checkpoints.loading import load_npz
-    from keras_vit.models import ViT
 
     contents = read_checkpoint(path, num_heads=num_heads)
     if contents.format == "keras" and num_classes is None and image_size is None and not overrides:
@@ -134,7 +148,7 @@ def from_checkpoint(
     kwargs.update(overrides)
     if kwargs.get("include_top") is False:
         head = "auto"  # a feature model: the file's head (if any) is not loaded
-    model = ViT(**kwargs)
+    model = build_from_kwargs(kwargs)
     load_npz(model, contents, head=head, resize_method=resize_method)
     logger.info("Built %s from %s (%s).", model.name, contents.path, contents.format)
     return model

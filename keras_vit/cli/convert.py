@@ -207,13 +207,13 @@ def _auto_kwargs(contents, args) -> dict:
 
 def _build_model(contents, args):
     """The model the checkpoint is loaded into (named variant, or read from the file)."""
-    from keras_vit import ViT
     from keras_vit.checkpoints import CheckpointError, load_npz
     from keras_vit.checkpoints.architecture import Architecture
+    from keras_vit.checkpoints.from_checkpoint import build_from_kwargs
 
     try:
         if args.model in (None, "auto"):
-            model = ViT(**_auto_kwargs(contents, args))
+            model = build_from_kwargs(_auto_kwargs(contents, args))
         else:
             builder, pixels = builder_for(args.model)
             defaults = _file_defaults(Architecture.from_arrays(contents.arrays), args, pixels)

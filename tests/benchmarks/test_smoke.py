@@ -93,6 +93,7 @@ SCRIPT_MODULES = (
     "data_scaling",
     "gpu_mfu",
     "precision_agreement",
+    "export_speed",
 )
 
 
@@ -119,6 +120,8 @@ SCRIPT_MODULES = (
         ("data_scaling", ["--sizes", "250,9000"]),
         ("data_scaling", ["--pretrain-steps", "0"]),
         ("data_scaling", ["--finetune-size", "42"]),
+        ("export_speed", ["--repeats", "0"]),
+        ("export_speed", ["--variant", "S/16", "--image-size", "100"]),
     ],
 )
 def test_scripts_reject_bad_arguments(scripts, script, bad_args, capsys):
@@ -392,3 +395,24 @@ def test_data_scaling_replot_writes_figure_and_document_values(scripts, tmp_path
     assert values["ResNet_finetune_1000"]["value"] == 0.9
     assert values["ViT_step_ms"]["value"] == 20.0 and values["ResNet_step_ms"]["value"] == 5.0
     assert values["ViT_params"]["value"] == 10 and values["wall_min"]["value"] == 10.0
+
+
+def test_export_speed_tiny_run_serves_both_exports_from_tensorflow_only(tmp_path):
+    out, figures_file = tmp_path / "export_speed.json", tmp_path / "figures.json"
+    result = run_script(
+        "export_speed.py",
+        *("--variant", TINY, "--image-size", "16", "--batch-size", "4"),
+        *("--steps", "1", "--repeats", "2", "--warmup", "1"),
+        *("--json", str(out), "--results", str(figures_file)),
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    payload = json.loads(out.read_text())
+    assert set(payload["img_s"]) == {
+        "keras float32", "keras mixed_bfloat16", "export float32", "export mixed_bfloat16"
+    }  # fmt: skip
+    assert all(len(r) == 2 and min(r) > 0 for r in payload["img_s_repeats"].values())
+    assert payload["max_abs_logit"] > 0.01  # the random head: logits are not all zero
+    assert payload["f32_export_vs_keras_max_diff"] < 1e-5 * payload["max_abs_logit"] + 1e-6
+    assert 0 < payload["bf16_vs_f32_export_max_diff_relative"] < 0.05  # bfloat16 rounding
+    values = json.loads(figures_file.read_text())["values"]
+    assert values["export_bf16_img_s"]["value"] == payload["img_s"]["export mixed_bfloat16"]

@@ -11,7 +11,8 @@ import keras_vit
 from keras_vit.checkpoints.npz_io import write_npz
 from keras_vit.data.preprocess import model_input_preprocessing
 from tests.checkpoints.torch_state import timm_state
-from tests.numpy_reference import tiny_official_params, vit_forward
+from tests.numpy_reference import hybrid_forward, tiny_official_params, vit_forward
+from tests.test_hybrid import official_hybrid_shapes
 
 _params = tiny_official_params
 
@@ -51,3 +52,26 @@ def test_timm_config_mean_std_is_recorded(tmp_path):
     model = keras_vit.from_checkpoint(path)
     assert model_input_preprocessing(model) == "imagenet"
     assert model.get_layer("encoderblock_0").gelu_approximate is False
+
+
+def test_a_hybrid_file_builds_its_hybrid(tmp_path):
+    """An R50-style hybrid from the release's key names (no keras_vit code): the ResNet's
+    stages and width, the patch on the feature map and the image size (grid x patch x the
+    ResNet's stride of 8 for two stages) come from the file; logits match NumPy."""
+    shapes = official_hybrid_shapes(
+        (1, 1), hidden=32, mlp=64, heads=4, layers=2, patch=1, tokens=17, classes=10
+    )
+    rng = np.random.default_rng(9)
+    params = {
+        key: (rng.normal(0.0, 0.3, shape) + key.endswith("/scale")).astype(np.float32)
+        for key, shape in shapes.items()
+    }
+    write_npz(tmp_path / "hybrid.npz", params)
+    model = keras_vit.from_checkpoint(tmp_path / "hybrid.npz")
+    assert model.input_shape == (None, 32, 32, 3)
+    assert model.get_layer("conv_root").filters == 64
+    assert {"block1_unit1", "block2_unit1"} <= {layer.name for layer in model.layers}
+    x = _images()
+    expected = hybrid_forward(params, x, num_heads=4)
+    assert np.abs(expected).max() > 1e-2
+    np.testing.assert_allclose(model.predict(x, verbose=0), expected, atol=1e-4, rtol=0)

@@ -323,11 +323,14 @@ def test_timm_hybrid_matches_pytorch_both_ways(tmp_path):
                 parameter.add_(1.0)
     path = tmp_path / "hybrid.safetensors"
     safetensors_torch.save_file(reference.state_dict(), str(path))
-    model = keras_vit.HybridViT(**HYBRID, weights=str(path))
+    model = keras_vit.from_checkpoint(path, num_heads=HEADS, resnet_groups=8)
+    assert model.input_shape == (None, 64, 64, 3)
     x = _images(64)
     _record("timm-hybrid-64", _keras(model, x), _torch(reference, x))
+    built = keras_vit.HybridViT(**HYBRID, weights=str(path))
+    np.testing.assert_array_equal(_keras(built, x), _keras(model, x))
 
-    big = keras_vit.HybridViT(**{**HYBRID, "image_size": 96}, weights=str(path))
+    big = keras_vit.from_checkpoint(path, num_heads=HEADS, resnet_groups=8, image_size=96)
     at_big = _timm_hybrid(96)
     state = reference.state_dict()
     state["pos_embed"] = _table(big)
