@@ -32,8 +32,9 @@ so history and weights equal the uninterrupted run's (bitwise on one CPU host). 
 `tf.data.Dataset` (the CLI's `keras_vit.data.load`) draws each epoch's shuffle and
 augmentation seeds from a state advanced once per pass; a resumed run first advances it past
 the finished epochs (`epoch_passes`), so under the default strategy it also trains on
-the same batches; with `steps_per_epoch` (an infinite dataset), a dataset of unknown size, or
-under other strategies the resumed epochs see other batches.
+the same batches (`keras-vit train --resume` too); with an epoch that is not one pass of the
+dataset (an infinite one), a dataset of unknown size, or under other strategies the resumed
+epochs see other batches.
 
 Under a multi-worker strategy every worker trains and saves, but only the chief writes the
 run's files; the other workers save to temporary folders and keep their resume state in
@@ -254,9 +255,9 @@ def fit_run(
                 *train_data, batch_size or 32, first_epoch, epochs, shuffle_seed
             )
             batch_size = None
-        elif steps_per_epoch is None and _is_default_strategy(strategy):
+        elif _is_default_strategy(strategy):  # a finite dataset: epoch e = its pass e
             first_epoch = callback_list[-1].restored_epoch() if resume else 0
-            x, steps_per_epoch = epoch_passes(x, first_epoch)
+            x, steps_per_epoch = epoch_passes(x, first_epoch, steps_per_epoch)
         model.fit(
             x,
             y,
@@ -327,9 +328,10 @@ def epoch_ordered_batches(x, y, batch_size, first_epoch, epochs, seed):
     return dataset.prefetch(tf.data.AUTOTUNE), math.ceil(count / batch_size)
 
 
-def epoch_passes(dataset, first_epoch: int):
+def epoch_passes(dataset, first_epoch: int, steps_per_epoch: int | None = None):
     """(dataset, steps_per_epoch): a finite dataset as one stream of passes in which epoch `e`
     is pass `e` of the dataset, also when the stream starts at `first_epoch` (a resumed run).
+    `steps_per_epoch` None or equal to the dataset's batch count: an epoch is one pass.
 
     `shuffle(..., reshuffle_each_iteration=True)` and `Dataset.random(...,
     rerandomize_each_iteration=True)` (keras_vit.data.load's shuffle and augmentation seeds)
@@ -337,13 +339,14 @@ def epoch_passes(dataset, first_epoch: int):
     a rebuilt dataset starts that state again at pass 0. Here `first_epoch` iterators are
     started and dropped first, then `repeat()` makes the passes; with `steps_per_epoch` given,
     `fit` keeps one iterator across epochs (it otherwise starts new ones at its own pace).
-    Returns the dataset unchanged (and None) when its cardinality is unknown or infinite.
+    Returns the dataset and `steps_per_epoch` unchanged when its size is unknown or infinite,
+    or when an epoch is not one pass.
     """
     import tensorflow as tf
 
     batches = int(dataset.cardinality())
-    if batches <= 0:  # tf.data.UNKNOWN_CARDINALITY, INFINITE_CARDINALITY or empty
-        return dataset, None
+    if batches <= 0 or steps_per_epoch not in (None, batches):  # unknown, infinite, partial
+        return dataset, steps_per_epoch
     for _ in range(first_epoch):
         iterator = iter(dataset)
         del iterator

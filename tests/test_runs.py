@@ -479,7 +479,7 @@ class CrashAt(keras.callbacks.Callback):
             raise RuntimeError("crash")
 
 
-def _pipeline_run(run_dir, resume=False, callbacks=()):
+def _pipeline_run(run_dir, resume=False, callbacks=(), steps_per_epoch=None):
     """A run on keras_vit.data.load's training pipeline (seeded shuffle and random crops),
     the dataset built afresh as a restarted process would."""
     rng = np.random.default_rng(1)
@@ -488,22 +488,23 @@ def _pipeline_run(run_dir, resume=False, callbacks=()):
     valid = keras_vit.data.load((x[:16], y[:16]), image_size=16, batch_size=8, training=False)
     return runs.fit_run(
         run_dir, killable.build, train, epochs=killable.EPOCHS, validation_data=valid,
-        resume=resume, verbose=0, extra_callbacks=list(callbacks),
+        resume=resume, verbose=0, extra_callbacks=list(callbacks), steps_per_epoch=steps_per_epoch,
     )  # fmt: skip
 
 
-def test_a_resumed_pipeline_run_sees_the_uninterrupted_batches(tmp_path):
+@pytest.mark.parametrize("steps", [None, 6])  # 6: one pass, as `keras-vit train` gives it
+def test_a_resumed_pipeline_run_sees_the_uninterrupted_batches(tmp_path, steps):
     """keras_vit.data.load's shuffle and crop seeds advance once per pass; the resumed run
     skips the finished passes (runs.epoch_passes), so it equals the run that was
     never interrupted."""
     keras.utils.set_random_seed(0)
     with pytest.raises(RuntimeError, match="crash"):
-        _pipeline_run(tmp_path / "crashed", callbacks=[CrashAt(epoch=2, batch=3)])
+        _pipeline_run(tmp_path / "crashed", callbacks=[CrashAt(2, 3)], steps_per_epoch=steps)
     state = json.loads((tmp_path / "crashed" / "backup" / "state.json").read_text())
     assert state["epoch"] == 2
-    resumed = _pipeline_run(tmp_path / "crashed", resume=True)
+    resumed = _pipeline_run(tmp_path / "crashed", resume=True, steps_per_epoch=steps)
     keras.utils.set_random_seed(0)
-    reference = _pipeline_run(tmp_path / "uninterrupted")
+    reference = _pipeline_run(tmp_path / "uninterrupted", steps_per_epoch=steps)
     for row, expected in zip(resumed.history, reference.history, strict=True):
         assert row["epoch"] == expected["epoch"]
         for key in ("loss", "accuracy", "val_loss"):
