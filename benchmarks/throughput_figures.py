@@ -54,9 +54,15 @@ ABOUT = (
 
 def run_id(config: dict, mode: str) -> str:
     """`b16_224_bs16_infer` for ViT-B/16 at 224 pixels, batch 16, inference (a custom
-    `--variant 8,32,64,4,2` becomes `8-32-64-4-2`)."""
+    `--variant 8,32,64,4,2` becomes `8-32-64-4-2`); a run of keras_vit and only some peers
+    (`--frameworks keras_vit,keras_hub`) gets their names: `s16_224_bs16_train_keras_hub`."""
     variant = re.sub(r"\W+", "-", config["variant"].replace("/", "").lower())
-    return f"{variant}_{config['image_size']}_bs{config['batch_size']}_{mode}"
+    rid = f"{variant}_{config['image_size']}_bs{config['batch_size']}_{mode}"
+    frameworks = config.get("frameworks", list(FRAMEWORK_LABELS))
+    peers = [f for f in frameworks if f != "keras_vit"]
+    if "keras_vit" in frameworks and 0 < len(peers) < len(FRAMEWORK_LABELS) - 1:
+        rid += "_" + "_".join(peers)
+    return rid
 
 
 def setting_slug(policy: str, xla: bool) -> str:

@@ -46,7 +46,8 @@ def _record(framework, policy, xla, rates, *, rss, gflops, util, ours, best_ours
 
 
 def _payload(batch_size=16):
-    """A hand-made B/16 inference payload: keras_vit and keras-hub, two settings each."""
+    """A hand-made B/16 inference payload: keras_vit and keras-hub, two settings each (every
+    framework asked for; vit-keras gave no result, as when it is not installed)."""
     results = [
         _record("keras_vit", "float32", True, [1.1, 1.0, 1.2], rss=1200.4, gflops=35.2,
                 util=0.18, ours=1.0, best_ours=2.5),
@@ -60,7 +61,7 @@ def _payload(batch_size=16):
     return {
         "config": {"variant": "B/16", "image_size": 224, "batch_size": batch_size,
                    "mode": "infer", "settings": "float32+xla,mixed_bfloat16",
-                   "frameworks": ["keras_vit", "keras_hub"], "steps": 3, "repeats": 3,
+                   "frameworks": ["keras_vit", "keras_hub", "vit_keras"], "steps": 3, "repeats": 3,
                    "warmup": 2, "gemm_sizes": "1024,2048", "interleave": "framework",
                    "one_at_a_time": False},
         "machine": {"cpus": 2, "platform": "Linux-x86_64", "load_average_before": [1.2, 1.0, 0.9],
@@ -125,8 +126,9 @@ def test_import_of_an_old_json_file_and_its_table(tf_figures, tmp_path):
     assert run["date"] in ("2025-11-30", "2025-12-01")  # the local date of that instant
     assert run["command"] == (
         "python benchmarks/throughput.py --variant B/16 --image-size 224 --batch-size 16 "
-        "--mode infer --settings float32+xla,mixed_bfloat16 --frameworks keras_vit,keras_hub "
-        "--steps 3 --repeats 3 --warmup 2 --gemm-sizes 1024,2048 --interleave framework"
+        "--mode infer --settings float32+xla,mixed_bfloat16 "
+        "--frameworks keras_vit,keras_hub,vit_keras --steps 3 --repeats 3 --warmup 2 "
+        "--gemm-sizes 1024,2048 --interleave framework"
     )
     table = tf_figures.markdown_table(results, "b16_224_bs16_infer")
     lines = table.splitlines()
@@ -155,3 +157,14 @@ def test_records_of_runs_before_settings_read_as_float32_xla(tf_figures):
     old["config"]["no_xla"] = True
     values = tf_figures.mode_values(old, "infer")
     assert "keras_vit_f32_img_s" in values and values["keras_vit_best_setting"] == "float32"
+
+
+def test_a_run_against_some_peers_is_named_after_them(tf_figures):
+    config = {"variant": "S/16", "image_size": 224, "batch_size": 16}
+    assert tf_figures.run_id(config, "train") == "s16_224_bs16_train"
+    everyone = {**config, "frameworks": ["keras_vit", "keras_hub", "vit_keras"]}
+    assert tf_figures.run_id(everyone, "train") == "s16_224_bs16_train"
+    pair = {**config, "frameworks": ["keras_vit", "keras_hub"]}
+    assert tf_figures.run_id(pair, "train") == "s16_224_bs16_train_keras_hub"
+    alone = {**config, "frameworks": ["keras_vit"]}
+    assert tf_figures.run_id(alone, "infer") == "s16_224_bs16_infer"
