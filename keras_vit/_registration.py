@@ -21,11 +21,14 @@ import importlib.abc
 import importlib.util
 import sys
 
-LAYERS_MODULE = "keras_vit.layers"
+REGISTERING_MODULES = ("keras_vit.layers", "keras_vit.training")
+"""The modules whose import registers keras_vit's serializable classes: the layers, and
+the learning-rate schedule that a `.keras` file of a training run holds in its optimizer."""
 
 
 def _import_layers() -> None:
-    importlib.import_module(LAYERS_MODULE)
+    for name in REGISTERING_MODULES:
+        importlib.import_module(name)
 
 
 class _ThenImportLayers(importlib.abc.Loader):
@@ -39,20 +42,29 @@ class _ThenImportLayers(importlib.abc.Loader):
         return self._loader.create_module(spec)
 
     def exec_module(self, module):
+        _remove_hooks()
         module.__loader__ = module.__spec__.loader = self._loader
         self._loader.exec_module(module)
         _import_layers()
 
 
 class _AfterKerasImport(importlib.abc.MetaPathFinder):
-    """Finds nothing itself: on the first import of `keras` it removes itself, asks the
-    other finders for the spec and wraps that spec's loader."""
+    """Finds nothing itself: asked for `keras`, it asks the other finders for the spec and
+    wraps that spec's loader. It stays in place until Keras is actually executed (a probe
+    such as `importlib.util.find_spec("keras")`, which TensorFlow makes while it imports,
+    loads nothing); the wrapped loader removes it."""
+
+    def __init__(self):
+        self._asking = False
 
     def find_spec(self, name, path=None, target=None):
-        if name != "keras":
+        if name != "keras" or self._asking:
             return None
-        _remove_hooks()
-        spec = importlib.util.find_spec(name)
+        self._asking = True  # the other finders' answer, not ours again
+        try:
+            spec = importlib.util.find_spec(name)
+        finally:
+            self._asking = False
         if spec is None or spec.loader is None:
             return spec
         spec.loader = _ThenImportLayers(spec.loader)

@@ -135,3 +135,23 @@ def test_float32_export_with_xla_matches_the_model(run_export):
     images = np.random.default_rng(6).uniform(0, 255, (4, 32, 32, 3)).astype("float32")
     expected = run_export["model"].predict(preprocess_reference(images, (32, 32)), verbose=0)
     np.testing.assert_allclose(served_logits(export_dir, images), expected, atol=1e-4)
+
+
+def test_the_command_exports_in_a_fresh_process(run_export, tmp_path):
+    """The installed command, not `main()` in a process that already imported the layers:
+    its `.keras` loads only if keras_vit's layers registered after TensorFlow's import
+    (user report B01; the CLI imports TensorFlow before Keras)."""
+    import subprocess
+    import sys
+
+    code = "import sys; from keras_vit.cli.main import main; sys.exit(main())"
+    target = tmp_path / "serving"
+    done = subprocess.run(
+        [sys.executable, "-c", code, "export", str(run_export["run_dir"]), str(target)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (target / "1" / "saved_model.pb").is_file()
