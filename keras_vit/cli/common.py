@@ -278,7 +278,8 @@ def run_training(config, args, task: str) -> int:
             strategy=strategy,
             resume=args.resume,
             verbose=progress.keras_verbose(mode),
-            extra_callbacks=[progress.epoch_lines()] if mode == "epoch" else [],
+            extra_callbacks=[progress.interrupt_guard()]
+            + ([progress.epoch_lines()] if mode == "epoch" else []),
             on_start=announce,
         )
     print_summary(result)

@@ -98,3 +98,43 @@ def start_line(run_dir: str, record: dict, precision: str) -> str:
         f"data {data}; precision {precision}, jit_compile {resolved.get('jit_compile')}; "
         f"{strategy}, {replicas} replica(s)"
     )
+
+
+def interrupt_guard():
+    """A Keras callback that makes Ctrl-C stop training even when Python loses the first
+    `KeyboardInterrupt`: one raised while an object's `__del__` runs (TensorFlow's iterators
+    and resources delete themselves during training) is printed as "Exception ignored" and
+    dropped. The callback installs a SIGINT handler that records the interrupt before
+    raising, and raises again at the next batch end if training goes on; the previous
+    handler comes back at the end of training."""
+    import signal
+
+    import keras
+
+    class InterruptGuard(keras.callbacks.Callback):
+        def __init__(self):
+            super().__init__()
+            self.interrupted = False
+            self._previous = None
+
+        def _handle(self, signum, frame):
+            self.interrupted = True
+            raise KeyboardInterrupt
+
+        def on_train_begin(self, logs=None):
+            self._previous = signal.signal(signal.SIGINT, self._handle)
+
+        def on_train_batch_end(self, batch, logs=None):
+            if self.interrupted:
+                raise KeyboardInterrupt
+
+        on_test_batch_end = on_train_batch_end
+
+        def on_epoch_end(self, epoch, logs=None):
+            self.on_train_batch_end(None)
+
+        def on_train_end(self, logs=None):
+            if self._previous is not None:
+                signal.signal(signal.SIGINT, self._previous)
+
+    return InterruptGuard()

@@ -69,3 +69,25 @@ def test_start_line_of_a_finetune_run_names_the_source_and_the_chosen_precision(
         "layers 4); data digits (100 training images, 10 classes, 40x40); precision "
         "mixed_bfloat16, jit_compile True; MirroredStrategy, 2 replica(s)"
     )
+
+
+def test_interrupt_guard_raises_again_when_the_first_interrupt_was_lost():
+    """A KeyboardInterrupt raised inside a `__del__` is dropped by Python; the guard still
+    stops training at the next batch end, and gives SIGINT its handler back at the end."""
+    import signal
+
+    from keras_vit.cli import progress
+
+    before = signal.getsignal(signal.SIGINT)
+    guard = progress.interrupt_guard()
+    guard.on_train_begin()
+    assert signal.getsignal(signal.SIGINT) == guard._handle
+    guard.on_train_batch_end(0)  # no interrupt yet: nothing happens
+    try:
+        signal.raise_signal(signal.SIGINT)  # the handler raises ...
+    except KeyboardInterrupt:
+        pass  # ... and, as in a __del__, the exception is lost
+    with pytest.raises(KeyboardInterrupt):
+        guard.on_train_batch_end(1)
+    guard.on_train_end()
+    assert signal.getsignal(signal.SIGINT) == before
