@@ -32,7 +32,8 @@ so history and weights equal the uninterrupted run's (bitwise on one CPU host). 
 `tf.data.Dataset` (the CLI's `keras_vit.data.load`) draws each epoch's shuffle and
 augmentation seeds from a state advanced once per pass; a resumed run first advances it past
 the finished epochs (`epoch_passes`), so under the default strategy it also trains on
-the same batches (`keras-vit train --resume` too); with an epoch that is not one pass of the
+the same batches (tested with a small pipeline; a resumed `keras-vit train` run still ends
+with other losses than the uninterrupted one, cause not found); with an epoch that is not one pass of the
 dataset (an infinite one), a dataset of unknown size, or under other strategies the resumed
 epochs see other batches.
 
