@@ -49,6 +49,8 @@ def atomic_path(path):
     os.remove(tmp)  # writers such as h5py/zipfile create the file themselves
     try:
         yield tmp
+        if os.path.isfile(tmp):  # some writers create 0600 files; give the umask's mode
+            set_default_permissions(tmp)
         os.replace(tmp, path)
     except BaseException as error:
         with contextlib.suppress(FileNotFoundError):
@@ -56,6 +58,23 @@ def atomic_path(path):
         if isinstance(error, OSError) and not isinstance(error, WriteError):
             raise WriteError(path, error) from error
         raise
+
+
+def set_default_permissions(path: str) -> None:
+    """chmod `path` (a file, or a folder and everything in it) to the mode a new file gets
+    under the current umask: folders 0o777 & ~umask, files at least 0o666 & ~umask (execute
+    bits kept). Writers that create their files 0600 (temporary-file APIs) would otherwise
+    leave them unreadable to a serving process running as another user."""
+    umask = os.umask(0)
+    os.umask(umask)
+    if os.path.isfile(path):
+        os.chmod(path, os.stat(path).st_mode & 0o777 | (0o666 & ~umask))
+        return
+    for root, _, files in os.walk(path):
+        os.chmod(root, 0o777 & ~umask)
+        for name in files:
+            file_path = os.path.join(root, name)
+            os.chmod(file_path, os.stat(file_path).st_mode & 0o777 | (0o666 & ~umask))
 
 
 def _full_suffix(name: str) -> str:

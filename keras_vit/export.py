@@ -253,7 +253,7 @@ def move_into_place(source: str, target: str, *, overwrite: bool) -> None:
     the old files keeps reading them; the old version is then deleted. Where that call is
     missing, the old version is moved aside first (two renames).
     """
-    _set_default_permissions(source)
+    _atomic.set_default_permissions(source)
     if not os.path.exists(target):
         os.rename(source, target)
         return
@@ -296,17 +296,6 @@ def _exchange(first: str, second: str) -> bool:
     if errno in (38, 22, 95):  # ENOSYS, EINVAL (file system without it), EOPNOTSUPP
         return False
     raise OSError(errno, os.strerror(errno), second)
-
-
-def _set_default_permissions(folder: str) -> None:
-    """chmod `folder` and its sub-folders to 0o777 & ~umask (files: 0o666 & ~umask)."""
-    umask = os.umask(0)
-    os.umask(umask)
-    for root, _, files in os.walk(folder):
-        os.chmod(root, 0o777 & ~umask)
-        for name in files:
-            path = os.path.join(root, name)
-            os.chmod(path, os.stat(path).st_mode & 0o777 | (0o666 & ~umask))
 
 
 def resize_and_scale(images: tf.Tensor, image_size: tuple[int, int]) -> tf.Tensor:
