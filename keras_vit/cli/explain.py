@@ -70,9 +70,15 @@ def check_arguments(args) -> None:
 
 
 def read_image(path: str) -> np.ndarray:
-    """Decodes an image file to a uint8 `(height, width, channels)` array."""
+    """Decodes an image file to a uint8 `(height, width, channels)` array; UsageError naming
+    the problem (`keras_vit.data.image_check`, as `predict`) for a file that is no image."""
     import tensorflow as tf
 
+    from keras_vit.data import image_check
+
+    problem = image_check.image_problem(path) if os.path.isfile(path) else None
+    if problem:
+        raise UsageError(f"Cannot read {path} as an image: {problem}.")
     try:
         image = tf.io.decode_image(tf.io.read_file(path), expand_animations=False)
     except (tf.errors.InvalidArgumentError, tf.errors.NotFoundError) as error:
