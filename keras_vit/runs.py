@@ -31,11 +31,11 @@ is the same run: each epoch's order depends on (`shuffle_seed`, epoch) alone
 so history and weights equal the uninterrupted run's (bitwise on one CPU host). A finite
 `tf.data.Dataset` (the CLI's `keras_vit.data.load`) draws each epoch's shuffle and
 augmentation seeds from a state advanced once per pass; a resumed run first advances it past
-the finished epochs (`epoch_passes`), so under the default strategy it also trains on
-the same batches (tested with a small pipeline; a resumed `keras-vit train` run still ends
-with other losses than the uninterrupted one, cause not found); with an epoch that is not one pass of the
-dataset (an infinite one), a dataset of unknown size, or under other strategies the resumed
-epochs see other batches.
+the finished epochs (`epoch_passes`), so under the default strategy it also trains on the
+same batches (tested with a small pipeline; a resumed `keras-vit train` run still ends with
+other losses than the uninterrupted one, cause not found); with an epoch that is not one
+pass of the dataset (an infinite one), a dataset of unknown size, or under other strategies
+the resumed epochs see other batches.
 
 Under a multi-worker strategy every worker trains and saves, but only the chief writes the
 run's files; the other workers save to temporary folders and keep their resume state in
@@ -478,7 +478,6 @@ def train(
         check_run_dir(run_dir, resume)
     policy = keras.config.dtype_policy()
     try:
-        logger.info("Precision: %s", plan.precision.describe())
         distribute.set_mixed_precision(plan.precision.policy)
         keras.utils.set_random_seed(config.recipe.seed)
         train_data, validation, test = _datasets(plan)
@@ -493,6 +492,7 @@ def train(
                     },
                 }
             )
+        logger.info("Precision: %s", plan.precision.describe())  # after the CLI's first line
         return fit_run(
             run_dir,
             lambda: _build_model(plan),
