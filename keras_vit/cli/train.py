@@ -28,19 +28,20 @@ RECIPE_FLAGS = {
 def add_parser(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "train",
-        help="train a ViT from scratch (default: small ViT on the embedded MNIST)",
+        help="train a ViT from scratch (default: a small hybrid ViT on the embedded MNIST)",
         description=(
             "Train a ViT from scratch into a run directory (config.json, history.csv, "
             "TensorBoard logs, best/last model as .keras and .npz, learning_curves.png, "
-            "metrics.json). With no arguments: the default small ViT on the embedded MNIST "
-            "images; prints the held-out accuracy. A killed run continues with --resume."
+            "metrics.json). With no arguments: the default small hybrid (BiT ResNet root + "
+            "ViT; --stem patch for the pure ViT) on the embedded MNIST images; prints the "
+            "held-out accuracy. A killed run continues with --resume."
         ),
     )
     common.add_data_arguments(parser, default_dataset_help="default: mnist")
     parser.add_argument(
         "--model",
         default="default",
-        help="'default' or 'tiny' (the recipe's small ViT) or a named variant: "
+        help="'default' or 'tiny' (the recipe's small model; see --stem) or a named variant: "
         + configs.variant_list(),
     )
     parser.add_argument(
