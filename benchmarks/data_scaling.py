@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -209,9 +210,7 @@ def plot(results, path):
 
 def median_step_ms(results, name) -> float:
     """The model's median pre-training step time over the sizes (ms)."""
-    times = sorted(r["step_ms"] for r in results if r["model"] == name)
-    middle = len(times) // 2
-    return times[middle] if len(times) % 2 else (times[middle - 1] + times[middle]) / 2
+    return statistics.median(r["step_ms"] for r in results if r["model"] == name)
 
 
 def print_table(results, args) -> None:

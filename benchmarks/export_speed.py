@@ -25,7 +25,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -118,14 +117,7 @@ def timed_by(server):
 
 def timed_keras(model, images):
     model.predict_on_batch(images)  # builds the predict function (no XLA)
-
-    def call(steps):
-        start = time.perf_counter()
-        for _ in range(steps):
-            model.predict_on_batch(images)
-        return time.perf_counter() - start
-
-    return call
+    return lambda steps: common.time_call(lambda: model.predict_on_batch(images), steps)
 
 
 def summary(rates, logits, args):

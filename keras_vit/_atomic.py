@@ -67,14 +67,17 @@ def set_default_permissions(path: str) -> None:
     leave them unreadable to a serving process running as another user."""
     umask = os.umask(0)
     os.umask(umask)
+
+    def widen(file_path):
+        os.chmod(file_path, os.stat(file_path).st_mode & 0o777 | (0o666 & ~umask))
+
     if os.path.isfile(path):
-        os.chmod(path, os.stat(path).st_mode & 0o777 | (0o666 & ~umask))
+        widen(path)
         return
     for root, _, files in os.walk(path):
         os.chmod(root, 0o777 & ~umask)
         for name in files:
-            file_path = os.path.join(root, name)
-            os.chmod(file_path, os.stat(file_path).st_mode & 0o777 | (0o666 & ~umask))
+            widen(os.path.join(root, name))
 
 
 def _full_suffix(name: str) -> str:
