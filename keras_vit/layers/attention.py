@@ -119,6 +119,8 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         if num_queries is not None:
             num_queries = check_num_queries(num_queries, tokens.shape[1])
             queries = tokens[:, :num_queries]
+        if self.compute_dtype == "bfloat16":
+            return self._call_heads_major(queries, tokens, training, num_queries is None)
         query, key, value = self.query(queries), self.key(tokens), self.value(tokens)
         use_dropout = training and self.attention_dropout_rate > 0
         if self.compute_dtype == "float16" or use_dropout:
@@ -130,6 +132,56 @@ class MultiHeadSelfAttention(keras.layers.Layer):
                 query, key, value, scale=1.0 / math.sqrt(self.head_dim)
             )
         return self.out(context)
+
+    def _call_heads_major(self, queries, tokens, training, self_attention):
+        """`call` under bfloat16: every product a 2-D or heads-major batched matmul.
+
+        On TensorFlow without XLA (what `keras_vit.distribute.choose_precision` picks for
+        bfloat16 on CPU) the 2-D products run with their bias as one fused oneDNN kernel and
+        the batched products need no layout copies inside `einsum`; q, k and v come from one
+        product when queries and keys are the same tokens. The scale 1/sqrt(head_dim) is
+        folded into the query kernel and bias (exact for head_dim 64: a power of two). Same
+        weights and, up to rounding, the same result as the EinsumDense path.
+        """
+        scale = 1.0 / math.sqrt(self.head_dim)
+        if self_attention:
+            query, key, value = self._project_heads_major(
+                tokens, (self.query, self.key, self.value), (scale, 1.0, 1.0)
+            )
+        else:
+            (query,) = self._project_heads_major(queries, (self.query,), (scale,))
+            key, value = self._project_heads_major(tokens, (self.key, self.value), (1.0, 1.0))
+        logits = ops.einsum("bnth,bnsh->bnts", query, key)
+        probs = ops.cast(ops.softmax(ops.cast(logits, "float32"), axis=-1), self.compute_dtype)
+        probs = self.attention_dropout(probs, training=training)
+        context = ops.einsum("bnts,bnsh->btnh", probs, value)
+        hidden_dim = self.num_heads * self.head_dim
+        outputs = ops.matmul(
+            ops.reshape(context, (-1, hidden_dim)), ops.reshape(self.out.kernel, (hidden_dim, -1))
+        )
+        outputs = ops.add(outputs, self.out.bias)
+        return ops.reshape(outputs, (ops.shape(queries)[0], ops.shape(queries)[1], hidden_dim))
+
+    def _project_heads_major(self, tokens, layers, scales):
+        """`tokens` `(batch, t, D)` through the EinsumDense `layers` as one 2-D product:
+        a list of `(batch, num_heads, t, head_dim)`, output i multiplied by `scales[i]`."""
+        hidden_dim = tokens.shape[-1]
+        kernels, biases = [], []
+        for layer, scale in zip(layers, scales, strict=True):
+            kernel = ops.reshape(layer.kernel, (hidden_dim, -1))
+            bias = ops.reshape(layer.bias, (-1,))
+            if scale != 1.0:
+                kernel = kernel * ops.cast(scale, kernel.dtype)
+                bias = bias * ops.cast(scale, bias.dtype)
+            kernels.append(kernel)
+            biases.append(bias)
+        kernel = kernels[0] if len(kernels) == 1 else ops.concatenate(kernels, axis=1)
+        bias = biases[0] if len(biases) == 1 else ops.concatenate(biases, axis=0)
+        x = ops.add(ops.matmul(ops.reshape(tokens, (-1, hidden_dim)), kernel), bias)
+        batch, num_tokens = ops.shape(tokens)[0], ops.shape(tokens)[1]
+        x = ops.reshape(x, (batch, num_tokens, len(layers), self.num_heads, self.head_dim))
+        # unstack, not x[i]: the gradient of a slice is a zero-filled copy per output
+        return ops.unstack(ops.transpose(x, (2, 0, 3, 1, 4)), num=len(layers), axis=0)
 
     def cross_attend(self, queries, tokens):
         """Attention of `queries` `(batch, q, D)` over `tokens` `(batch, t, D)` with this
