@@ -40,6 +40,17 @@ def median(values):
     return statistics.median(values)
 
 
+POLICIES = ("float32", "mixed_bfloat16", "mixed_float16")
+
+
+def parse_setting(text):
+    """ "mixed_bfloat16+xla" -> ("mixed_bfloat16", True); "float32" -> ("float32", False)."""
+    policy, _, compiler = text.strip().partition("+")
+    if policy not in POLICIES or compiler not in ("", "xla"):
+        raise ValueError(f"{text!r} is not POLICY or POLICY+xla with POLICY in {POLICIES}")
+    return policy, compiler == "xla"
+
+
 def time_call(fn: Callable[[], object], steps: int) -> float:
     """Seconds for `steps` consecutive calls of `fn` (each call must block until done)."""
     start = time.perf_counter()

@@ -1,17 +1,19 @@
-"""Where the time of one keras_vit step goes under XLA on CPU, by kind of compiled operation.
+"""Where the time of one keras_vit step goes on CPU, by kind of operation.
 
-Runs a few training (or inference) steps of a variant under the TensorFlow profiler with
-XLA's per-operation trace events on (`--xla_cpu_enable_xprof_traceme`), then sums the
-events of the compiled program by operation kind: matrix products (`dot`, `MatMul`),
-layout copies (`transpose`, `copy`), and the fused elementwise / reduction kernels
-(LayerNorm, GELU, softmax, residual adds, optimizer update). Shares are of the summed event
-time; on a multi-core machine independent operations can overlap, so the sum can exceed
-the wall time.
+Runs a few training (or inference) steps of a variant under the TensorFlow profiler and sums
+the operations' trace events by kind: matrix products, layout copies, casts, and the
+elementwise / reduction kernels (LayerNorm, GELU, softmax, residual adds, optimizer update).
+With `--setting POLICY+xla` (default float32+xla) the events are those of the XLA program
+(XLA's per-operation trace events, `--xla_cpu_enable_xprof_traceme`); with `--setting
+POLICY` (no XLA, e.g. mixed_bfloat16) they are TensorFlow's own kernels (oneDNN's `_Mkl*`
+among them). Shares are of the summed event time; independent operations can run at the
+same time on a multi-core machine, so the sum can exceed the wall time.
 
 Reads the profile with TensorFlow's bundled `xplane_pb2` (an internal module: this is a
 developer tool, not part of the package).
 
     python benchmarks/profile_step.py --variant Ti/16 --batch-size 16 --mode train
+    python benchmarks/profile_step.py --variant B/16 --mode infer --setting mixed_bfloat16
 """
 
 from __future__ import annotations
@@ -36,35 +38,58 @@ KINDS = (
     ("matrix products", re.compile(r"^(dot|MatMul|convolution)")),
     ("layout copies", re.compile(r"^(transpose|copy)")),
 )
+# TensorFlow kernels (no XLA), by op type: the part of an event name after its last ":"
+TF_KINDS = (
+    ("matrix products", re.compile(r"(MatMul|Einsum|Conv2D)")),
+    ("layout copies", re.compile(r"^(_Mkl)?(Transpose|ConcatV2|Pack|Unpack|StridedSlice|Tile)")),
+    ("casts", re.compile(r"^Cast$")),
+)
 RUNTIME_EVENTS = ("ThunkExecutor", "SlinkyThreadPool", "end: ")
+TF_RUNTIME_EVENTS = ("ExecutorState::Process", "ParallelFor", "ExecutorDoneCallback")
 
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     common.add_model_arguments(parser, modes=("infer", "train"), default_mode="train")
+    parser.add_argument(
+        "--setting",
+        default="float32+xla",
+        help="POLICY or POLICY+xla, as in throughput.py's --settings (float32+xla)",
+    )
     parser.add_argument("--steps", type=int, default=2, help="profiled steps (2)")
     parser.add_argument("--top", type=int, default=12, help="operation kinds listed (12)")
     args = parser.parse_args(argv)
     common.check_model_arguments(parser, args, {"--steps": args.steps, "--top": args.top})
+    try:
+        args.policy, args.xla = common.parse_setting(args.setting)
+    except ValueError as error:
+        parser.error(f"--setting: {error}")
     return args
 
 
 def kind_of(name):
-    """The operation kind of a trace event name such as `dot.12` or `add_add_fusion.3`."""
-    for kind, pattern in KINDS:
-        if pattern.match(name):
+    """The operation kind of an XLA event name such as `dot.12` or `add_add_fusion.3`, or of a
+    TensorFlow op type such as `_MklNativeFusedMatMul` or `Cast`."""
+    for kind, pattern in KINDS if name[:1].islower() else TF_KINDS:
+        if pattern.search(name) if kind == "matrix products" else pattern.match(name):
             return kind
     return "elementwise / reductions"
 
 
-def compiled_op_times(logdir):
-    """{event name without its numeric suffix: summed seconds} of the XLA program's events."""
+def read_profile(logdir):
+    """The `XSpace` of the newest profile under `logdir`."""
     from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
     path = sorted(glob.glob(os.path.join(logdir, "**", "*.xplane.pb"), recursive=True))[-1]
     space = xplane_pb2.XSpace()
     with open(path, "rb") as handle:
         space.ParseFromString(handle.read())
+    return space
+
+
+def compiled_op_times(logdir):
+    """{event name without its numeric suffix: summed seconds} of the XLA program's events."""
+    space = read_profile(logdir)
     times = collections.Counter()
     for plane in space.planes:
         for line in plane.lines:
@@ -77,24 +102,41 @@ def compiled_op_times(logdir):
     return times
 
 
+def tensorflow_op_times(logdir):
+    """{op type: summed seconds} of the TensorFlow kernels (no XLA) in the profile."""
+    space = read_profile(logdir)
+    times = collections.Counter()
+    for plane in space.planes:
+        for line in plane.lines:
+            if not line.name.startswith("tf_"):  # TensorFlow's executor and its thread pool
+                continue
+            for event in line.events:
+                name = plane.event_metadata[event.metadata_id].name
+                if not name.startswith(TF_RUNTIME_EVENTS):
+                    times[name.rsplit(":", 1)[-1]] += event.duration_ps / 1e12
+    return times
+
+
 def main(argv=None):
     args = parse_args(argv)
+    import keras
     import tensorflow as tf
 
+    keras.mixed_precision.set_global_policy(args.policy)
     model = common.build_model("keras_vit", args.variant, args.image_size)
-    step = common.make_step(model, args.mode, args.batch_size, args.image_size, xla=True)
+    step = common.make_step(model, args.mode, args.batch_size, args.image_size, xla=args.xla)
     for _ in range(2):
         step()
     with tempfile.TemporaryDirectory(prefix="keras_vit_profile_") as logdir:
         tf.profiler.experimental.start(logdir)
         seconds = common.time_call(step, args.steps) / args.steps
         tf.profiler.experimental.stop()
-        times = compiled_op_times(logdir)
+        times = compiled_op_times(logdir) if args.xla else tensorflow_op_times(logdir)
     total = sum(times.values()) / args.steps
     print(
-        f"{args.variant} @{args.image_size}, batch {args.batch_size}, {args.mode}: "
-        f"{seconds * 1000:.0f} ms per step (wall, profiler on), "
-        f"{total * 1000:.0f} ms of compiled-operation events per step"
+        f"{args.variant} @{args.image_size}, batch {args.batch_size}, {args.mode}, "
+        f"{args.setting}: {seconds * 1000:.0f} ms per step (wall, profiler on), "
+        f"{total * 1000:.0f} ms of operation events per step"
     )
     by_kind = collections.Counter()
     for name, value in times.items():

@@ -38,15 +38,6 @@ import common  # noqa: E402
 
 GEMM = "gemm"
 DEFAULT_SETTINGS = "float32+xla,mixed_bfloat16+xla,mixed_bfloat16"
-POLICIES = ("float32", "mixed_bfloat16", "mixed_float16")
-
-
-def parse_setting(text):
-    """ "mixed_bfloat16+xla" -> ("mixed_bfloat16", True); "float32" -> ("float32", False)."""
-    policy, _, compiler = text.strip().partition("+")
-    if policy not in POLICIES or compiler not in ("", "xla"):
-        raise ValueError(f"{text!r} is not POLICY or POLICY+xla with POLICY in {POLICIES}")
-    return policy, compiler == "xla"
 
 
 def setting_label(policy, xla):
@@ -109,7 +100,7 @@ def parse_args(argv=None):
         print("--dtype-policy/--no-xla are deprecated; use --settings", file=sys.stderr)
         args.settings = (args.dtype_policy or "float32") + ("" if args.no_xla else "+xla")
     try:
-        args.setting_list = [parse_setting(part) for part in args.settings.split(",")]
+        args.setting_list = [common.parse_setting(part) for part in args.settings.split(",")]
     except ValueError as error:
         parser.error(f"--settings: {error}")
     counts = {"--steps": args.steps, "--repeats": args.repeats, "--warmup": args.warmup}

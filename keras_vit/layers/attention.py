@@ -42,7 +42,8 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     `(hidden_dim,)`. The same layout as `keras.layers.MultiHeadAttention`, so no transposes.
 
     Numerics: under float16 the logits and softmax are computed in float32 (q k^T easily
-    exceeds float16's 65504), and under every policy the softmax runs in float32.
+    exceeds float16's 65504), and under every policy the softmax accumulates in float32
+    (under bfloat16 inference on TensorFlow, inside TensorFlow's bfloat16 softmax kernel).
 
     Args:
         num_heads: number of heads; the input width must be divisible by it.
@@ -140,8 +141,9 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         bfloat16 on CPU) the 2-D products run with their bias as one fused oneDNN kernel and
         the batched products need no layout copies inside `einsum`; q, k and v come from one
         product when queries and keys are the same tokens. The scale 1/sqrt(head_dim) is
-        folded into the query kernel and bias (exact for head_dim 64: a power of two). Same
-        weights and, up to rounding, the same result as the EinsumDense path.
+        folded into the query kernel and bias (exact for head_dim 64: a power of two); in
+        training the softmax runs on float32 logits, as its gradient needs. Same weights and,
+        up to rounding, the same result as the EinsumDense path.
         """
         scale = 1.0 / math.sqrt(self.head_dim)
         if self_attention:
@@ -152,7 +154,12 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             (query,) = self._project_heads_major(queries, (self.query,), (scale,))
             key, value = self._project_heads_major(tokens, (self.key, self.value), (1.0, 1.0))
         logits = ops.einsum("bnth,bnsh->bnts", query, key)
-        probs = ops.cast(ops.softmax(ops.cast(logits, "float32"), axis=-1), self.compute_dtype)
+        if training or keras.backend.backend() != "tensorflow":
+            probs = ops.cast(ops.softmax(ops.cast(logits, "float32"), axis=-1), self.compute_dtype)
+        else:
+            # TensorFlow's softmax kernels accumulate bfloat16 in float32 (oneDNN on CPU: the
+            # same bits as the float32 softmax rounded to bfloat16), without the two casts.
+            probs = ops.softmax(logits, axis=-1)
         probs = self.attention_dropout(probs, training=training)
         context = ops.einsum("bnts,bnsh->btnh", probs, value)
         hidden_dim = self.num_heads * self.head_dim

@@ -117,6 +117,7 @@ SCRIPT_MODULES = (
         ("ablation", ["--steps", "0"]),
         ("profile_step", ["--variant", "X/99"]),
         ("profile_step", ["--top", "0"]),
+        ("profile_step", ["--setting", "bfloat16"]),
         ("data_scaling", ["--sizes", "250,9000"]),
         ("data_scaling", ["--pretrain-steps", "0"]),
         ("data_scaling", ["--finetune-size", "42"]),
@@ -247,15 +248,22 @@ def test_ablation_tiny_run_checks_logits_then_times_both_models():
         assert f"{mode} class_token_only / full_last_block = " in result.stdout
 
 
-def test_profile_step_tiny_run_breaks_the_step_down(tmp_path):
+@pytest.mark.parametrize("setting", ["float32+xla", "mixed_bfloat16"])
+def test_profile_step_tiny_run_breaks_the_step_down(tmp_path, setting):
+    """XLA's compiled operations, or TensorFlow's own kernels without XLA (bfloat16 casts)."""
     result = run_script(
         "profile_step.py",
         *("--variant", TINY, "--image-size", "16", "--batch-size", "2", "--steps", "1"),
+        *("--setting", setting),
         env={"TMPDIR": str(tmp_path)},  # the profiler's trace folder goes here...
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert list(tmp_path.glob("keras_vit_profile_*")) == []  # ...and is removed again
+    assert f"train, {setting}:" in result.stdout
     assert "| matrix products |" in result.stdout
+    if setting == "mixed_bfloat16":
+        assert "| casts |" in result.stdout
+        assert "_MklNativeFusedMatMul" in result.stdout
     shares = [
         float(line.split("|")[3].strip().rstrip("%"))
         for line in result.stdout.splitlines()

@@ -329,3 +329,18 @@ def test_bfloat16_block_gradients_match_float32():
         scale = np.abs(grads[scale_of][1]).max()
         assert scale > 0, path
         assert_outputs_close(g_half / scale, g_full / scale, atol=0.03, what=path)
+
+
+def test_bfloat16_inference_softmax_matches_the_float32_softmax():
+    """Inference (bfloat16 softmax kernel, float32 accumulation) against training mode
+    (float32 softmax, no dropout here): the same attention output within one bfloat16 step."""
+    rng = np.random.default_rng(8)
+    attention = MultiHeadSelfAttention(num_heads=4, dtype="mixed_bfloat16")
+    attention.build((None, 50, 64))
+    for weight in attention.weights:
+        weight.assign(rng.standard_normal(weight.shape).astype(np.float32) * 0.4)
+    x = rng.standard_normal((2, 50, 64)).astype(np.float32)
+    inference = np.asarray(keras.ops.cast(attention(x, training=False), "float32"))
+    reference = np.asarray(keras.ops.cast(attention(x, training=True), "float32"))
+    assert np.abs(reference).max() > 1.0
+    np.testing.assert_allclose(inference, reference, rtol=2**-7, atol=2**-7)
