@@ -25,7 +25,7 @@ from keras_vit.benchmarking import (
     peer_available,
     variant_arch,
 )
-from keras_vit.cli import common
+from keras_vit.cli import common, progress
 from keras_vit.cli.common import UsageError
 
 logger = logging.getLogger(__name__)
@@ -62,6 +62,7 @@ def add_parser(subparsers):
         help="square GEMM sizes for the machine's peak, comma-separated; 'none' to skip",
     )
     parser.add_argument("--json", dest="json_path", help="also write the results here")
+    progress.add_output_arguments(parser, log_every=False)
     parser.set_defaults(func=run)
     return parser
 
@@ -112,7 +113,9 @@ def run(args):
         mixed_precision=args.mixed_precision,
         jit_compile=args.jit_compile,
     )
-    print(f"Precision: {choice.describe()}", flush=True)
+    chatty = progress.output_mode(args) != "quiet"
+    if chatty:
+        print(f"Precision: {choice.describe()}", flush=True)
     keras.config.set_dtype_policy(choice.policy)
     modes = MODES if args.mode == "both" else (args.mode,)
     frameworks = ["keras_vit"]
@@ -121,7 +124,8 @@ def run(args):
     results = []
     for framework in frameworks:
         for mode in modes:
-            print(f"timing {framework} {mode} ...", flush=True)
+            if chatty:
+                print(f"timing {framework} {mode} ...", flush=True)
             results.append(
                 measure(
                     framework,

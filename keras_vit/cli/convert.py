@@ -21,6 +21,7 @@ import os
 import re
 
 from keras_vit._atomic import atomic_path
+from keras_vit.cli import progress
 from keras_vit.cli.common import UsageError
 
 TARGETS = ("npz", "keras", "hf", "timm")
@@ -95,6 +96,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "file's metadata, a timm config.json beside it, or the variant table)",
     )
     parser.add_argument("--overwrite", action="store_true", help="replace an existing DST")
+    progress.add_output_arguments(parser, log_every=False)
     parser.set_defaults(func=run)
     return parser
 

@@ -12,7 +12,7 @@ import argparse
 import json
 import os
 
-from keras_vit.cli import common
+from keras_vit.cli import common, progress
 from keras_vit.cli.common import (  # noqa: F401  (re-exported)
     UsageError,
     class_names_from_run,
@@ -48,6 +48,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "--overwrite", action="store_true", help="replace an existing version folder"
     )
     common.add_precision_arguments(parser)
+    progress.add_output_arguments(parser, log_every=False)
     parser.set_defaults(func=run)
     return parser
 
@@ -104,5 +105,6 @@ def run(args) -> int:
     except ValueError as error:
         raise UsageError(str(error)) from error
     print(f"Exported {model_path} to {target} ({precision.describe()})")
-    print("Signatures: serving_default (images), serving_bytes (image_bytes), features (images)")
+    if progress.output_mode(args) != "quiet":
+        print("Signatures: serving_default (images), serving_bytes (image_bytes), features (images)")
     return 0

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
 
-from keras_vit.cli import common
-from keras_vit.cli.main import UsageError
+from keras_vit.cli import common, progress
+from keras_vit.cli.common import UsageError
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -41,6 +40,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument(
         "--batch-size", type=common.positive_int, default=256, help="batch size (default 256)"
     )
+    progress.add_output_arguments(parser, log_every=False)
     parser.set_defaults(func=run)
     return parser
 
@@ -88,7 +88,8 @@ def run(args) -> int:
         channels=int(model.input_shape[-1]),
         data_dir=args.data_dir,
     )
-    bar = sys.stdout.isatty()  # a Progbar only on a terminal: no control codes in log files
+    # a Progbar only on a terminal (no control codes in log files), never with --quiet
+    bar = progress.output_mode(args) == "batch"
     train = data.load(dataset, args.train_split, **common_kwargs)
     test = data.load(dataset, args.test_split, **common_kwargs)
     try:

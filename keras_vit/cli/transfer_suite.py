@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import os
 
-from keras_vit.cli import common
-from keras_vit.cli.main import UsageError
+from keras_vit.cli import common, progress
+from keras_vit.cli.common import UsageError
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -56,6 +56,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         help="parent of the tasks' run directories (default: runs/transfer-suite-<date>-<time>);"
         " a task already run there is reused or resumed",
     )
+    progress.add_output_arguments(parser, log_every=False)
     parser.set_defaults(func=run)
     return parser
 
@@ -84,7 +85,7 @@ def run(args) -> int:
             split_seed=args.split_seed,
             jit_compile=args.jit_compile,
             mixed_precision=args.mixed_precision,
-            verbose=2,
+            verbose=0 if progress.output_mode(args) == "quiet" else 2,  # 2: a line per epoch
         )
     print(
         f"Transfer suite (VTAB-1k style) of {model_file}: {args.steps} SGD steps per task at "
