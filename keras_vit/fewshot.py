@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -114,23 +114,57 @@ class RidgeProbe:
         return np.argmax(self.scores(features, l2), axis=1)
 
 
+def check_shots(
+    shots: Iterable[int],
+    class_counts: Mapping | None = None,
+    *,
+    num_examples: int | None = None,
+    num_classes: int | None = None,
+) -> None:
+    """Raises ValueError unless the training pool holds `max(shots)` images of every class
+    (each draw takes that many per class; the l2 holdout takes what is left, up to
+    `holdout_per_class`).
+
+    Args:
+        shots: the numbers of training images per class to evaluate.
+        class_counts: {class id or name: training images of that class}, when known.
+        num_examples, num_classes: the pool's size and K, when only they are known (a TFDS
+            split records its size, not its classes'): then `num_examples >= max(shots) * K`
+            is what can be checked.
+
+    Raises:
+        ValueError: naming the first class with too few images, or the pool's size.
+    """
+    largest = max(shots)
+    if class_counts is not None:
+        for name, count in class_counts.items():
+            if count < largest:
+                raise ValueError(
+                    f"{largest}-shot evaluation needs {largest} training examples of every "
+                    f"class; class {name} has {count}."
+                )
+    elif num_examples is not None and num_classes and num_examples < largest * num_classes:
+        raise ValueError(
+            f"{largest}-shot evaluation needs {largest} training examples of each of the "
+            f"{num_classes} classes, {largest * num_classes} in all; the pool has "
+            f"{num_examples}."
+        )
+
+
 def sample_shots(labels, shots: int, holdout_per_class: int, seed: int):
     """(few-shot indices, l2-holdout indices) into `labels`: `shots` and then up to
     `holdout_per_class` more per class, drawn with `seed` (disjoint).
 
     Raises:
-        ValueError: a class has fewer than `shots` examples.
+        ValueError: a class has fewer than `shots` examples (`check_shots`).
     """
     labels = np.asarray(labels)
+    values, counts = np.unique(labels, return_counts=True)
+    check_shots([shots], dict(zip(values.tolist(), counts.tolist(), strict=True)))
     rng = np.random.default_rng([int(seed), int(shots)])
     chosen, held = [], []
-    for value in np.unique(labels):
+    for value in values:
         members = rng.permutation(np.flatnonzero(labels == value))
-        if len(members) < shots:
-            raise ValueError(
-                f"{shots}-shot evaluation needs {shots} training examples of every class; "
-                f"class {value} has {len(members)}."
-            )
         chosen.append(members[:shots])
         held.append(members[shots : shots + holdout_per_class])
     return np.concatenate(chosen), np.concatenate(held)
@@ -226,21 +260,25 @@ def feature_layer_name(model) -> str:
 
 
 def feature_model(model, layer: str | None = None):
-    """A `keras.Model` from the model's images to the frozen features `(batch, d)`."""
+    """A `keras.Model` from the model's images to the frozen features `(batch, d)`: the
+    model's layers (so its dtype policy) and its `jit_compile` (XLA or not)."""
     import keras
 
     name = layer or feature_layer_name(model)
-    return keras.Model(model.inputs, model.get_layer(name).output, name=f"{model.name}_{name}")
+    extractor = keras.Model(model.inputs, model.get_layer(name).output, name=f"{model.name}_{name}")
+    extractor.jit_compile = model.jit_compile
+    return extractor
 
 
 def stream_features(extractor, data, *, progress: bool = False):
     """Yields (features float32 `(b, d)`, labels `(b,)`) for each batch of `data` (a
-    `tf.data.Dataset` of (images, labels) batches)."""
+    `tf.data.Dataset` of (images, labels) batches), computed by `extractor.predict_on_batch`
+    (a compiled graph; XLA when `extractor.jit_compile` is True)."""
     import keras
 
     bar = keras.utils.Progbar(None, unit_name="batch") if progress else None
     for step, (images, labels) in enumerate(data, start=1):
-        features = keras.ops.convert_to_numpy(extractor(images, training=False))
+        features = np.asarray(extractor.predict_on_batch(images))
         if bar is not None:
             bar.update(step)
         yield features.astype(np.float32), np.asarray(labels).reshape(-1)
@@ -271,7 +309,9 @@ def fewshot_evaluate(
 
     Args:
         model: a keras_vit ViT or hybrid; its "pre_logits" output (or "pool" without one) is
-            the representation (`layer` names another layer).
+            the representation (`layer` names another layer), computed under the model's
+            dtype policy and its `jit_compile` (`keras_vit.distribute.with_dtype_policy`
+            gives a model another policy).
         train: `tf.data.Dataset` of (images `(batch, height, width, channels)` in [-1, 1],
             int labels `(batch,)`) batches: the pool the shots and the l2 holdout are drawn
             from. Its features are kept in memory.

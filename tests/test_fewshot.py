@@ -90,6 +90,16 @@ def test_shots_and_holdout_are_disjoint_seeded_and_per_class():
         fewshot.sample_shots(np.array([0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3]), 3, 0, seed=0)
 
 
+def test_check_shots_per_class_or_from_the_pool_size():
+    fewshot.check_shots([1, 5], {"cat": 5, "dog": 7})
+    with pytest.raises(ValueError, match="^6-shot evaluation needs 6 .* class cat has 5.$"):
+        fewshot.check_shots([6, 2], {"cat": 5, "dog": 7})
+    fewshot.check_shots([5], num_examples=10, num_classes=2)  # only the size is known
+    with pytest.raises(ValueError, match="each of the 2 classes, 12 in all; the pool has 10."):
+        fewshot.check_shots([6], num_examples=10, num_classes=2)
+    fewshot.check_shots([500])  # nothing known: nothing to check before extraction
+
+
 def test_l2_is_chosen_on_the_held_out_training_images():
     """Every l2 of the grid classifies this holdout right: the tie goes to the largest; with
     no holdout, the middle of the grid."""

@@ -12,8 +12,10 @@ separable memory is `benchmarks/throughput.py`; it uses the same `keras_vit.benc
 
 from __future__ import annotations
 
+import argparse
 import logging
 
+from keras_vit import configs
 from keras_vit._atomic import write_json
 from keras_vit.benchmarking import (
     FRAMEWORKS,
@@ -39,9 +41,18 @@ def add_parser(subparsers):
         description=__doc__.split("\n\n")[0],
     )
     parser.add_argument(
-        "--variant",
+        "--model",
         default="Ti/16",
-        help="named variant (default Ti/16) or 'patch,hidden,mlp,heads,layers'",
+        help="the architecture timed, named as in `keras-vit train --model`: a variant ("
+        f"{configs.variant_list()}; default Ti/16; also spelled ViT_Ti16 or ti16), or a "
+        "custom 'patch,hidden,mlp,heads,layers' such as 8,32,64,4,2",
+    )
+    parser.add_argument(  # the old spelling: warns and names --model; hidden in --help
+        "--variant",
+        dest="model",
+        action=common.DeprecatedAlias,
+        new_flag="--model",
+        help=argparse.SUPPRESS,
     )
     parser.add_argument("--image-size", type=int, default=224, help="square side (224)")
     parser.add_argument("--batch-size", type=int, default=16, help="batch size (16)")
@@ -69,10 +80,11 @@ def add_parser(subparsers):
 
 def check_args(args):
     """Validates arguments before any work; raises UsageError naming the value and rule."""
+    args.model = variant_name(args.model)
     try:
-        patch = variant_arch(args.variant)["patch_size"]
+        patch = variant_arch(args.model)["patch_size"]
     except ValueError as error:
-        raise UsageError(f"--variant: {error}") from None
+        raise UsageError(f"--model: {error}") from None
     if args.image_size <= 0 or args.image_size % patch:
         raise UsageError(
             f"--image-size {args.image_size} must be a positive multiple of the patch ({patch})"
@@ -83,6 +95,27 @@ def check_args(args):
     if args.warmup < 1:
         raise UsageError(f"--warmup must be >= 1 (the first step compiles), got {args.warmup}")
     return parse_sizes(args.gemm_sizes)
+
+
+def variant_name(text: str) -> str:
+    """The table name ("Ti/16") of a variant spelled as `train --model` takes it ("Ti/16",
+    "ViT_Ti16", "ti16"); a custom "patch,hidden,mlp,heads,layers" spec unchanged.
+
+    Raises:
+        UsageError: a name that is no variant of `keras_vit.configs.VIT_CONFIGS`.
+    """
+    if "," in text:
+        return text
+    from keras_vit import run_plan
+
+    try:
+        config = run_plan.named_variant(text)
+    except run_plan.ConfigError:
+        raise UsageError(
+            f"--model {text!r} is not a named variant ({configs.variant_list()}) nor a custom "
+            "'patch,hidden,mlp,heads,layers'"
+        ) from None
+    return next(name for name, value in configs.VIT_CONFIGS.items() if value is config)
 
 
 def parse_sizes(text):
@@ -109,7 +142,7 @@ def run(args):
     from keras_vit import distribute
 
     choice = distribute.choose_precision(
-        variant_arch(args.variant)["hidden_dim"],
+        variant_arch(args.model)["hidden_dim"],
         mixed_precision=args.mixed_precision,
         jit_compile=args.jit_compile,
     )
@@ -129,7 +162,7 @@ def run(args):
             results.append(
                 measure(
                     framework,
-                    args.variant,
+                    args.model,
                     args.image_size,
                     args.batch_size,
                     mode,
@@ -140,9 +173,9 @@ def run(args):
                 )
             )
     peak, per_size = gemm_roof(sizes) if sizes else (None, {})
-    add_derived(results, args.variant, args.image_size, peak)
+    add_derived(results, args.model, args.image_size, peak)
     note = (
-        f"ViT-{args.variant} @{args.image_size}, batch {args.batch_size}, {choice.policy}, "
+        f"ViT-{args.model} @{args.image_size}, batch {args.batch_size}, {choice.policy}, "
         f"XLA {'on' if choice.jit_compile else 'off'}; GEMM roof (best of float32/bfloat16, "
         "XLA on/off) "
         + (f"{peak:.1f} GFLOP/s" if peak else "not measured")

@@ -1,4 +1,5 @@
-"""Argument helpers shared by `keras-vit train`, `finetune`, `evaluate` and `predict`."""
+"""Argument helpers shared by the `keras-vit` subcommands (data, run, precision flags; the
+output flags are in `keras_vit.cli.progress`)."""
 
 from __future__ import annotations
 
@@ -123,16 +124,48 @@ def jit_compile_value(text: str):
         ) from None
 
 
+class ValueRequired(argparse.Action):
+    """A flag that needs a value, whose bare use gets an error listing the values (argparse's
+    own says only "expected one argument"). It parses with nargs="?" to see the bare flag;
+    `HelpFormatter` shows the value as required all the same."""
+
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, **{**kwargs, "nargs": "?"})
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if values is None:
+            choices = list(self.choices or ())
+            raise argparse.ArgumentError(
+                self,
+                f"needs a value, one of {', '.join(choices)} (e.g. {option_string} "
+                f"{choices[-1]}); a bare {option_string} has no meaning",
+            )
+        setattr(namespace, self.dest, values)
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """argparse's help layout, with the value of a `ValueRequired` flag shown as required
+    (`--mixed-precision {auto,...}`, not `[{auto,...}]`)."""
+
+    def _format_args(self, action, default_metavar):
+        if isinstance(action, ValueRequired):
+            (metavar,) = self._metavar_formatter(action, default_metavar)(1)
+            return metavar
+        return super()._format_args(action, default_metavar)
+
+
 def add_precision_arguments(parser) -> None:
     """--mixed-precision and --jit-compile/--no-jit-compile (every subcommand that runs a
-    model); both default to "auto": `keras_vit.distribute.choose_precision` picks."""
+    model); both default to "auto": `keras_vit.distribute.choose_precision` picks.
+    --mixed-precision always takes a value; --jit-compile alone means true."""
     parser.add_argument(
         "--mixed-precision",
+        action=ValueRequired,
         choices=PRECISION_CHOICES,
         default="auto",
-        help="dtype policy; auto (default) picks the fastest for this device and model width "
-        "(mixed_bfloat16 on CPUs with bfloat16 units for wide models, else float32; mixed "
-        "precision on GPUs/TPUs)",
+        help="dtype policy (a value is always needed, unlike --jit-compile); auto (default) "
+        "picks the fastest for this device and model width (mixed_bfloat16 on CPUs with "
+        "bfloat16 units for wide models, else float32; mixed precision on GPUs/TPUs)",
     )
     parser.add_argument(
         "--jit-compile",
@@ -393,12 +426,20 @@ def outputs_logits(model) -> bool:
     return getattr(activation, "__name__", "linear") != "softmax"
 
 
+def read_run_config(path: str) -> dict | None:
+    """The config.json of the run RUN_OR_MODEL belongs to (None outside a run), without
+    loading the model; UsageError as `resolve_model_path`."""
+    from keras_vit import runs
+
+    _, run_dir = resolve_model_path(path)
+    return runs.read_config(run_dir) if run_dir else None
+
+
 def load_model(path: str):
     """Loads RUN_OR_MODEL (safe mode for .keras); returns (model, run config dict or None)."""
-    from keras_vit import run_plan, runs
+    from keras_vit import run_plan
 
-    model_file, run_dir = resolve_model_path(path)
+    model_file, _ = resolve_model_path(path)
     with usage_errors():
         model = run_plan.load_source_model(model_file)
-    config = runs.read_config(run_dir) if run_dir else None
-    return model, config
+    return model, read_run_config(path)

@@ -106,5 +106,7 @@ def run(args) -> int:
         raise UsageError(str(error)) from error
     print(f"Exported {model_path} to {target} ({precision.describe()})")
     if progress.output_mode(args) != "quiet":
-        print("Signatures: serving_default (images), serving_bytes (image_bytes), features (images)")
+        print(
+            "Signatures: serving_default (images), serving_bytes (image_bytes), features (images)"
+        )
     return 0

@@ -26,7 +26,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     common.add_data_arguments(parser, default_dataset_help="default: the run's dataset")
     parser.add_argument(
         "--shots", type=common.positive_int, nargs="+", default=[1, 5, 10, 25],
-        help="training images per class, one evaluation each (default: 1 5 10 25)",
+        help="training images per class, one evaluation each (default: 1 5 10 25); every "
+        "class of --train-split needs the largest, checked before features are computed",
     )  # fmt: skip
     parser.add_argument(
         "--seeds", type=common.positive_int, default=3, help="draws per shot count (default 3)"
@@ -40,6 +41,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument(
         "--batch-size", type=common.positive_int, default=256, help="batch size (default 256)"
     )
+    common.add_precision_arguments(parser)
     progress.add_output_arguments(parser, log_every=False)
     parser.set_defaults(func=run)
     return parser
@@ -70,28 +72,54 @@ def _power_of_two(value: float) -> str:
     return f"2^{exponent:g}" if exponent == int(exponent) else f"{value:g}"
 
 
+def check_shots(args, dataset, info) -> None:
+    """UsageError, before the model is loaded, when --train-split cannot give max(--shots)
+    images of every class: counted per class where the source knows its labels or files
+    (embedded sets, arrays, folders), else (TFDS) only against the split's size; a folder
+    image that turns out not to decode can still make the draw fail after extraction."""
+    from keras_vit import data, fewshot
+
+    split, kwargs = args.train_split, dict(data_dir=args.data_dir)
+    try:
+        counts = data.class_counts(dataset, split, **kwargs)
+        size = data.split_size(dataset, split, **kwargs) if counts is None else None
+    except (ValueError, FileNotFoundError) as error:
+        raise UsageError(f"--train-split: {' '.join(str(error).split())}") from None
+    try:
+        fewshot.check_shots(args.shots, counts, num_examples=size, num_classes=info.num_classes)
+    except ValueError as error:
+        raise UsageError(
+            f"--shots {max(args.shots)} is too many for --train-split {split!r} of "
+            f"{info.name!r}: {error}"
+        ) from None
+
+
 def run(args) -> int:
     from keras_vit import data, fewshot
 
     if args.holdout_per_class < 0:
         raise UsageError(f"--holdout-per-class must be >= 0, got {args.holdout_per_class}.")
-    model, config = common.load_model(args.model)
-    dataset, info = _dataset(args, config)
+    dataset, info = _dataset(args, common.read_run_config(args.model))
+    check_shots(args, dataset, info)
+    model, _ = common.load_model(args.model)
     try:
         layer = fewshot.feature_layer_name(model)
     except ValueError as error:
         raise UsageError(str(error)) from None
+    model, precision = common.model_with_precision(args, model)  # the features' dtype and XLA
     common_kwargs = dict(
         image_size=tuple(model.input_shape[1:3]),
         batch_size=args.batch_size,
         training=False,
         channels=int(model.input_shape[-1]),
         data_dir=args.data_dir,
+        bad_images=args.bad_images,
     )
     # a Progbar only on a terminal (no control codes in log files), never with --quiet
     bar = progress.output_mode(args) == "batch"
-    train = data.load(dataset, args.train_split, **common_kwargs)
-    test = data.load(dataset, args.test_split, **common_kwargs)
+    with common.usage_errors():
+        train = data.load(dataset, args.train_split, **common_kwargs)
+        test = data.load(dataset, args.test_split, **common_kwargs)
     try:
         results = fewshot.fewshot_evaluate(
             model,
@@ -114,7 +142,8 @@ def run(args) -> int:
         f"Few-shot linear evaluation of {args.model} on {info.name} at {size}: '{layer}' "
         f"features ({width}-d), ridge regression to {{-1, 1}}^{info.num_classes} with a bias "
         f"column; l2 chosen per draw on {args.holdout_per_class} other '{args.train_split}' "
-        f"images per class; {args.seeds} seed(s); {first.num_test} '{args.test_split}' images."
+        f"images per class; {args.seeds} seed(s); {first.num_test} '{args.test_split}' images; "
+        f"precision {precision.policy}, XLA {'on' if precision.jit_compile else 'off'}."
     )
     print(f"{'shots':>5}  {'accuracy':>8}  {'± std':>6}  l2 chosen per seed")
     for shots, result in results.items():

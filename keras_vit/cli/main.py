@@ -19,7 +19,7 @@ import sys
 import warnings
 
 from keras_vit.cli import startup
-from keras_vit.cli.common import UsageError
+from keras_vit.cli.common import HelpFormatter, UsageError
 
 # Subcommand modules, in the order `keras-vit --help` lists them.
 SUBCOMMAND_MODULES: list[str] = [
@@ -45,12 +45,14 @@ def build_parser() -> argparse.ArgumentParser:
             "evaluate, predict, "
             "export, convert, benchmark and explain."
         ),
+        formatter_class=HelpFormatter,
     )
     _add_verbose(parser, default=False)
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     subparsers.required = True
     for module_name in SUBCOMMAND_MODULES:
         subparser = importlib.import_module(f"keras_vit.cli.{module_name}").add_parser(subparsers)
+        subparser.formatter_class = HelpFormatter  # the usage of flags that need a value
         # also after the subcommand (`keras-vit train -v`); SUPPRESS keeps a `-v` given
         # before it from being reset by the subcommand's default
         _add_verbose(subparser, default=argparse.SUPPRESS)

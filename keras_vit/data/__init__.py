@@ -1,7 +1,7 @@
 """Data pipelines for keras_vit: embedded real images, TFDS, image folders, NumPy arrays.
 
-Public API: `load`, `describe`, `split_size`, `DatasetInfo`, `Augmentation`, `default_augmentation`,
-`EMBEDDED_SOURCES`; per-image functions in `keras_vit.data.preprocess`.
+Public API: `load`, `describe`, `split_size`, `class_counts`, `DatasetInfo`, `Augmentation`,
+`default_augmentation`, `EMBEDDED_SOURCES`; per-image functions in `keras_vit.data.preprocess`.
 See docs/data_and_recipes.md.
 """
 
@@ -9,6 +9,7 @@ from keras_vit.data.embedded import EMBEDDED_SOURCES
 from keras_vit.data.info import DatasetInfo
 from keras_vit.data.pipeline import (
     DEFAULT_SOURCE,
+    class_counts,
     default_augmentation,
     describe,
     load,
@@ -21,6 +22,7 @@ __all__ = [
     "EMBEDDED_SOURCES",
     "Augmentation",
     "DatasetInfo",
+    "class_counts",
     "default_augmentation",
     "describe",
     "load",

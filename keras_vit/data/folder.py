@@ -62,9 +62,9 @@ def class_root(root, split_name: str) -> Path:
     return roots[split_name]
 
 
-def class_counts(root, split_name: str) -> list[int]:
-    """Images per class of `split_name`, classes in sorted order."""
-    return [len(_images(d)) for d in _subdirs(class_root(root, split_name))]
+def class_counts(root, split_name: str) -> dict[str, int]:
+    """{class (sub-folder) name: image files}, of `split_name`, classes in sorted order."""
+    return {d.name: len(_images(d)) for d in _subdirs(class_root(root, split_name))}
 
 
 def _channels_of(paths) -> int:

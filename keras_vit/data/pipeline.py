@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 
+import numpy as np
 import tensorflow as tf
 
 from keras_vit._validation import check_positive_int, to_pair
@@ -23,7 +24,7 @@ from keras_vit.data.preprocess import (
 )
 from keras_vit.data.sources import KNOWN_SOURCES_TEXT as KNOWN_SOURCES_TEXT
 from keras_vit.data.sources import DataSource, ExampleOptions, find_source
-from keras_vit.data.splits import parse_split, slice_indices, slice_size
+from keras_vit.data.splits import parse_split, slice_counts, slice_indices
 
 logger = logging.getLogger(__name__)
 
@@ -73,8 +74,7 @@ def split_size(source, split, *, data_dir=None, shots_per_class=None, shot_seed=
     Raises:
         ValueError: unknown source or split.
     """
-    from keras_vit.data import arrays as arrays_source
-    from keras_vit.data import folder, tfds_source
+    from keras_vit.data import tfds_source
 
     kind = find_source(source)
     _check_shots(kind, shots_per_class)
@@ -84,14 +84,42 @@ def split_size(source, split, *, data_dir=None, shots_per_class=None, shot_seed=
             return int(builder.info.splits[split].num_examples)
         except (KeyError, ValueError, TypeError):
             return None
+    counts = class_counts(
+        source, split, data_dir=data_dir, shots_per_class=shots_per_class, shot_seed=shot_seed
+    )
+    return sum(counts.values())
+
+
+def class_counts(
+    source, split, *, data_dir=None, shots_per_class=None, shot_seed=0
+) -> dict[str, int] | None:
+    """Examples of each class in `split` of `source`, {class name: count} (a slice such as
+    "train[:90%]" counted exactly as `load` takes it, per class), without decoding an image:
+    the labels of the embedded and array sources, the file lists of a folder (a file that
+    turns out not to decode is still counted). None for a TFDS source: TFDS records the
+    sizes of splits, not of classes.
+
+    Raises:
+        ValueError: unknown source or split.
+    """
+    from keras_vit.data import arrays as arrays_source
+    from keras_vit.data import folder
+
+    kind = find_source(source)
+    _check_shots(kind, shots_per_class)
+    if kind.kind == "tfds":
+        return None
     spec = parse_split(split)
     if kind.kind == "folder":
-        return slice_size(folder.class_counts(source, spec.name), spec)
+        counts = folder.class_counts(source, spec.name)
+        return dict(zip(counts, slice_counts(counts.values(), spec), strict=True))
     if kind.kind == "embedded":
         labels = embedded.embedded_arrays(source, spec.name, shots_per_class, shot_seed)[1]
     else:
         labels = arrays_source.check_arrays(source)[1]
-    return len(slice_indices(labels, spec))
+    names = kind.describe(source, data_dir, shots_per_class, shot_seed).class_names
+    kept = np.bincount(labels[slice_indices(labels, spec)], minlength=len(names))
+    return {name: int(count) for name, count in zip(names, kept, strict=True)}
 
 
 def _check_shots(kind: DataSource, shots_per_class):

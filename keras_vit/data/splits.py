@@ -102,10 +102,10 @@ def slice_indices(labels: np.ndarray, spec: SplitSpec, seed: int | None = None) 
     return np.sort(np.concatenate(kept)) if kept else np.zeros((0,), np.int64)
 
 
-def slice_size(class_counts, spec: SplitSpec) -> int:
-    """Examples kept by `spec` from classes of `class_counts` examples each (as
-    `slice_indices`, without the labels: the count does not depend on the order)."""
-    total = 0
-    for count in class_counts:
-        total += max(0, _bound(spec.stop, count, count) - _bound(spec.start, count, 0))
-    return total
+def slice_counts(class_counts, spec: SplitSpec) -> list[int]:
+    """Examples kept by `spec` of each class, from classes of `class_counts` examples each
+    (as `slice_indices`, without the labels: the counts do not depend on the order)."""
+    return [
+        max(0, _bound(spec.stop, count, count) - _bound(spec.start, count, 0))
+        for count in class_counts
+    ]

@@ -1,4 +1,5 @@
-"""The flags every model-running subcommand shares: --mixed-precision and --jit-compile."""
+"""The flags subcommands share: --mixed-precision and --jit-compile (every subcommand that
+runs a model), --quiet (every one that prints progress or chatter besides its result)."""
 
 import pytest
 
@@ -12,7 +13,12 @@ SUBCOMMANDS = {
     "predict": ["run", "image.png"],
     "export": ["run", "serving"],
     "benchmark": [],
+    "fewshot": ["run"],
+    "transfer-suite": ["run"],
 }
+
+# and the subcommands with --quiet (explain prints only its result: no flag)
+QUIET_SUBCOMMANDS = {**SUBCOMMANDS, "convert": ["src.npz", "dst.keras"]}
 
 
 @pytest.mark.parametrize("command", sorted(SUBCOMMANDS))
@@ -38,3 +44,34 @@ def test_bad_values_are_argparse_errors(flags, capsys):
         build_parser().parse_args(["train", *flags])
     assert raised.value.code == 2
     assert flags[1] in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", sorted(QUIET_SUBCOMMANDS))
+def test_quiet_in_every_subcommand_that_prints_more_than_its_result(command):
+    parser = build_parser()
+    assert parser.parse_args([command, *QUIET_SUBCOMMANDS[command]]).quiet is False
+    assert parser.parse_args([command, *QUIET_SUBCOMMANDS[command], "--quiet"]).quiet is True
+
+
+@pytest.mark.parametrize("command", sorted(SUBCOMMANDS))
+@pytest.mark.parametrize("after", [[], ["--no-jit-compile"]])
+def test_a_bare_mixed_precision_is_an_error_listing_the_values(command, after, capsys):
+    with pytest.raises(SystemExit) as raised:
+        build_parser().parse_args([command, *SUBCOMMANDS[command], "--mixed-precision", *after])
+    assert raised.value.code == 2
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert error == (
+        f"keras-vit {command}: error: argument --mixed-precision: needs a value, one of auto, "
+        "float32, mixed_float16, mixed_bfloat16 (e.g. --mixed-precision mixed_bfloat16); a "
+        "bare --mixed-precision has no meaning"
+    )
+
+
+@pytest.mark.parametrize("command", sorted(SUBCOMMANDS))
+def test_help_shows_which_value_is_optional(command, capsys):
+    with pytest.raises(SystemExit):
+        build_parser().parse_args([command, "--help"])
+    text = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
+    assert "[--mixed-precision {auto,float32,mixed_float16,mixed_bfloat16}]" in text
+    assert "[--jit-compile [{auto,true,false}]]" in text
+    assert "dtype policy (a value is always needed, unlike" in text

@@ -149,3 +149,38 @@ def test_pytorch_pickle_source_is_refused_with_advice(tmp_path, capsys):
     assert main(["convert", str(src), str(tmp_path / "o.npz")]) == 2
     assert "safetensors" in capsys.readouterr().err
     assert not (tmp_path / "o.npz").exists()
+
+
+def test_quiet_prints_the_result_line_only(tmp_path, caplog):
+    """Without --quiet, writing a Hugging Face folder also logs what it wrote (INFO, on
+    stderr from the command); with it, a fresh `keras-vit convert` prints its one result
+    line and nothing on stderr."""
+    import logging
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    params = random_official_params(
+        np.random.default_rng(0), image_size=32, channels=3, num_classes=7, **ARCH
+    )
+    path = tmp_path / "tiny.npz"
+    np.savez(path, **params)
+    with caplog.at_level(logging.INFO, logger="keras_vit"):
+        assert main(["convert", str(path), str(tmp_path / "hf_chatty")]) == 0
+    assert "Wrote a Hugging Face ViTForImageClassification to " in caplog.text
+    root = Path(__file__).resolve().parents[2]
+    code = "import sys; from keras_vit.cli.main import main; sys.exit(main())"
+    target = tmp_path / "hf_quiet"
+    done = subprocess.run(
+        [sys.executable, "-c", code, "convert", str(path), str(target), "--quiet"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(root), "KERAS_VIT_VERBOSE": "0"},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stderr == ""
+    assert done.stdout.splitlines() == [
+        f"Wrote {target} (hf): {len(params)} arrays from {path} (npz)"
+    ]

@@ -118,7 +118,9 @@ def test_bfloat16_export_serves_logits_close_to_the_float32_export(run_export, c
     export_dir = run_export["run_dir"].parent / "serving_bf16"
     argv = ["export", str(run_export["run_dir"]), str(export_dir), "--mixed-precision"]
     assert main([*argv, "mixed_bfloat16"]) == 0
-    assert "precision mixed_bfloat16, XLA off" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "precision mixed_bfloat16, XLA off" in out
+    assert "\nSignatures: serving_default (images), serving_bytes" in out  # without --quiet
     images = np.random.default_rng(5).uniform(0, 255, (16, 32, 32, 3)).astype("float32")
     reference = served_logits(run_export["export_dir"], images)
     logits = served_logits(export_dir, images)
@@ -128,10 +130,13 @@ def test_bfloat16_export_serves_logits_close_to_the_float32_export(run_export, c
     assert (logits.argmax(-1) == reference.argmax(-1)).mean() >= 0.9
 
 
-def test_float32_export_with_xla_matches_the_model(run_export):
+def test_float32_export_with_xla_matches_the_model(run_export, capsys):
     export_dir = run_export["run_dir"].parent / "serving_xla"
-    argv = ["export", str(run_export["run_dir"]), str(export_dir)]
+    argv = ["export", str(run_export["run_dir"]), str(export_dir), "--quiet"]
     assert main([*argv, "--mixed-precision", "float32", "--jit-compile"]) == 0
+    out = capsys.readouterr().out.splitlines()  # --quiet: the result line only
+    assert len(out) == 1 and out[0].startswith("Exported "), out
+    assert f"to {export_dir / '1'} (precision float32, XLA on (" in out[0]
     images = np.random.default_rng(6).uniform(0, 255, (4, 32, 32, 3)).astype("float32")
     expected = run_export["model"].predict(preprocess_reference(images, (32, 32)), verbose=0)
     np.testing.assert_allclose(served_logits(export_dir, images), expected, atol=1e-4)

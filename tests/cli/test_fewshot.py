@@ -1,7 +1,9 @@
 """Tests of `keras-vit fewshot` on the shared tiny `keras-vit train` run."""
 
 import re
+import sys
 
+import numpy as np
 import pytest
 
 from keras_vit.cli.main import main
@@ -35,6 +37,29 @@ def test_fewshot_prints_mean_and_spread_per_shot_count(trained, capsys):
         assert float(rows[str(shots)]) == pytest.approx(100 * result.mean, abs=0.006)
 
 
+# a small pool and test set: 10 images per class, 5 per class scored
+SMALL = ["--shots", "2", "--seeds", "1", "--holdout-per-class", "0"]
+SMALL += ["--train-split", "train[:10]", "--test-split", "test[:5]"]
+
+
+@pytest.mark.parametrize("quiet", [False, True])
+def test_a_progress_bar_on_a_terminal_and_only_the_result_with_quiet(
+    trained, capsys, monkeypatch, quiet
+):
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    argv = ["fewshot", str(trained), "--dataset", "digits", *SMALL]
+    assert main(argv + ["--quiet"] * quiet) == 0
+    out = capsys.readouterr().out
+    result = [line for line in out.splitlines() if line.strip()][-3:]
+    assert result[0].startswith("Few-shot linear evaluation of ")
+    assert result[1].split() == ["shots", "accuracy", "±", "std", "l2", "chosen", "per", "seed"]
+    assert re.fullmatch(r"\s+2\s+\d+\.\d+%\s+0\.00\s+2\^-?\d+", result[2]), result[2]
+    if quiet:
+        assert out.splitlines() == result
+    else:
+        assert "/Unknown" in out  # the Keras progress bar of the feature extraction
+
+
 @pytest.mark.parametrize(
     "extra, message",
     [
@@ -47,3 +72,68 @@ def test_bad_arguments_exit_2(trained, capsys, extra, message):
     assert main(["fewshot", str(trained), "--dataset", "digits", *extra]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and message in err, err
+
+
+@pytest.mark.parametrize(
+    "flags, policy, xla",
+    [
+        (["--mixed-precision", "mixed_bfloat16", "--no-jit-compile"], "mixed_bfloat16", False),
+        (["--mixed-precision", "float32", "--jit-compile"], "float32", True),
+    ],
+)
+def test_features_are_computed_under_the_chosen_precision(
+    trained, capsys, monkeypatch, flags, policy, xla
+):
+    from keras_vit import fewshot
+
+    seen, collect = [], fewshot.collect_features
+
+    def spy(extractor, data, **kwargs):
+        seen.append((extractor.outputs[0].dtype, extractor.jit_compile))
+        return collect(extractor, data, **kwargs)
+
+    monkeypatch.setattr(fewshot, "collect_features", spy)
+    assert main(["fewshot", str(trained), "--dataset", "digits", *SMALL, *flags]) == 0
+    compute_dtype = "bfloat16" if policy == "mixed_bfloat16" else "float32"
+    assert seen == [(compute_dtype, xla)]
+    assert f"precision {policy}, XLA {'on' if xla else 'off'}." in capsys.readouterr().out
+
+
+def _no_model_loading(monkeypatch):
+    from keras_vit.cli import common
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the model was loaded before the arguments were checked")
+
+    monkeypatch.setattr(common, "load_model", refuse)
+
+
+def test_too_many_shots_are_refused_before_the_model_is_loaded(trained, capsys, monkeypatch):
+    from keras_vit.data import embedded
+
+    _no_model_loading(monkeypatch)
+    per_class = np.bincount(embedded.read_embedded("digits")["y_train"])  # the file's labels
+    assert main(["fewshot", str(trained), "--dataset", "digits", "--shots", "5", "500"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "keras-vit fewshot: error: --shots 500 is too many for --train-split 'train' of "
+        "'digits': 500-shot evaluation needs 500 training examples of every class; class 0 "
+        f"has {per_class[0]}."
+    )
+    argv = ["fewshot", str(trained), "--dataset", "digits", "--train-split", "train[:20]"]
+    assert main([*argv, "--shots", "21"]) == 2  # a slice: 20 images of each class
+    assert "needs 21 training examples of every class; class 0 has 20." in capsys.readouterr().err
+
+
+def test_a_folder_class_with_too_few_images_is_named(trained, tmp_path, capsys, monkeypatch):
+    import tensorflow as tf
+
+    _no_model_loading(monkeypatch)
+    for name, count in (("cat", 3), ("dog", 1)):
+        (tmp_path / name).mkdir()
+        for index in range(count):
+            image = tf.fill((8, 8, 1), tf.constant(40 * index, tf.uint8))
+            (tmp_path / name / f"{index}.png").write_bytes(tf.io.encode_png(image).numpy())
+    argv = ["fewshot", str(trained), "--dataset", str(tmp_path), "--test-split", "train"]
+    assert main([*argv, "--shots", "2"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith("needs 2 training examples of every class; class dog has 1."), err

@@ -17,13 +17,18 @@ def trained(tmp_path_factory):
 def test_suite_fine_tunes_on_800_of_1000_and_reports_test_accuracy(trained, tmp_path, capsys):
     run_dir = tmp_path / "suite"
     argv = ["transfer-suite", str(trained), "--tasks", "digits", "--steps", "2"]
-    argv += ["--batch-size", "25", "--no-jit-compile", "--run-dir", str(run_dir)]
+    argv += ["--batch-size", "25", "--no-jit-compile", "--run-dir", str(run_dir), "--quiet"]
     assert main(argv) == 0
     out = capsys.readouterr().out
     row = re.search(r"^digits\s+10\s+800\s+200\s+500\s+(\d+\.\d+)%\s+(\d+\.\d+)%$", out, re.M)
     assert row, out
     mean = re.search(r"^mean\s+(\d+\.\d+)%$", out, re.M)
     assert mean and mean[1] == row[2]
+    # --quiet: the table only, no epoch lines of the fine-tuning
+    lines = out.splitlines()
+    assert len(lines) == 5 and lines[0].startswith("Transfer suite (VTAB-1k style) of "), out
+    assert lines[1].split()[:2] == ["task", "classes"] and lines[2:4] == [row[0], mean[0]]
+    assert lines[4] == f"Run directories: {run_dir}/<task>"
     config = json.loads((run_dir / "digits" / "config.json").read_text())
     assert config["run"]["task"] == "finetune" and config["run"]["recipe"]["steps"] == 2
     assert config["run"]["recipe"]["learning_rate"] == 0.01  # the paper's VTAB rate

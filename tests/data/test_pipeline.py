@@ -94,3 +94,22 @@ def test_bad_arguments_are_refused(kwargs, match):
 def test_shots_per_class_only_for_embedded_sets():
     with pytest.raises(ValueError, match="shots_per_class"):
         data.load(_tiny(), image_size=16, batch_size=4, training=False, shots_per_class=2)
+
+
+def test_class_counts_of_sliced_splits_without_decoding(tmp_path):
+    from keras_vit.data import embedded
+
+    labels = embedded.read_embedded("digits")["y_train"]
+    by_class = {str(k): int(n) for k, n in enumerate(np.bincount(labels))}
+    assert data.class_counts("digits", "train") == by_class
+    assert data.class_counts("digits", "train[:20]") == {str(k): 20 for k in range(10)}
+    assert data.split_size("digits", "train[:20]") == 200
+    x, y = np.zeros((6, 4, 4), np.uint8), np.array([0, 2, 2, 2, 0, 2])
+    assert data.class_counts((x, y), "train[1:]") == {"0": 1, "1": 0, "2": 3}  # per class
+    for name, count in (("cat", 3), ("dog", 1)):
+        (tmp_path / name).mkdir()
+        for index in range(count):  # never decoded: counting lists the files only
+            (tmp_path / name / f"{index}.png").write_bytes(b"")
+    assert data.class_counts(tmp_path, "train") == {"cat": 3, "dog": 1}
+    assert data.class_counts(tmp_path, "train[:2]") == {"cat": 2, "dog": 1}
+    assert data.split_size(tmp_path, "train[-2:]") == 3

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from keras_vit.data.splits import SplitSpec, complement, parse_split, slice_indices, slice_size
+from keras_vit.data.splits import SplitSpec, complement, parse_split, slice_counts, slice_indices
 
 
 @pytest.mark.parametrize(
@@ -64,7 +64,8 @@ def test_complement(split, expected):
 
 
 @pytest.mark.parametrize("split", ["t[:90%]", "t[90%:]", "t[-3:]", "t[2:5]", "t"])
-def test_slice_size_counts_as_slice_indices_takes(split):
+def test_slice_counts_count_as_slice_indices_takes(split):
     labels = np.repeat(np.arange(3), [7, 11, 4])
     spec = parse_split(split)
-    assert slice_size([7, 11, 4], spec) == len(slice_indices(labels, spec, seed=1))
+    kept = labels[slice_indices(labels, spec, seed=1)]
+    assert slice_counts([7, 11, 4], spec) == np.bincount(kept, minlength=3).tolist()

@@ -1,0 +1,55 @@
+"""`keras-vit benchmark`: the model flag spelled as in `train`, and --quiet (a tiny run)."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+
+from keras_vit.cli import benchmark
+from keras_vit.cli.main import UsageError, build_parser, main
+
+TINY = "8,32,64,4,2"  # patch, hidden, mlp, heads, layers (the tests' tiny ViT)
+TINY_RUN = ["--image-size", "16", "--batch-size", "2", "--mode", "infer", "--no-jit-compile"]
+TINY_RUN += ["--steps", "1", "--repeats", "1", "--warmup", "1", "--gemm-sizes", "none"]
+
+
+@pytest.mark.parametrize("quiet", [False, True])
+def test_quiet_prints_the_table_only(tmp_path, capsys, quiet):
+    out_file = tmp_path / "bench.json"
+    argv = ["benchmark", "--model", TINY, *TINY_RUN, "--json", str(out_file)]
+    assert main(argv + ["--quiet"] * quiet) == 0
+    out = capsys.readouterr().out
+    assert "| infer | keras_vit" in out and f"ViT-{TINY} @16, batch 2" in out
+    chatter = [line for line in out.splitlines() if line.startswith(("Precision: ", "timing "))]
+    assert len(chatter) == (0 if quiet else 2), out
+    assert json.loads(out_file.read_text())["config"]["model"] == TINY
+
+
+def test_model_is_the_flag_and_variant_a_deprecated_alias(capsys, caplog):
+    parser = build_parser()
+    assert parser.parse_args(["benchmark"]).model == "Ti/16"
+    assert parser.parse_args(["benchmark", "--model", "B/16"]).model == "B/16"
+    with caplog.at_level(logging.WARNING):
+        assert parser.parse_args(["benchmark", "--variant", "S/32"]).model == "S/32"
+    assert "--variant is deprecated; use --model." in caplog.text
+    with pytest.raises(SystemExit):
+        parser.parse_args(["benchmark", "--help"])
+    help_text = capsys.readouterr().out
+    assert "--model MODEL" in help_text and "--variant" not in help_text
+
+
+@pytest.mark.parametrize(
+    "spelling, name",
+    [("Ti/16", "Ti/16"), ("ViT_B16", "B/16"), ("ti16", "Ti/16"), ("vit-l32", "L/32"), (TINY, TINY)],
+)
+def test_the_variant_spellings_of_train_model(spelling, name):
+    assert benchmark.variant_name(spelling) == name
+
+
+def test_an_unknown_model_is_a_usage_error_naming_the_flag(capsys):
+    with pytest.raises(UsageError, match=r"--model 'X/99' is not a named variant \(Ti/16, "):
+        benchmark.variant_name("X/99")
+    assert main(["benchmark", "--model", "8,32,64,5,2"]) == 2  # hidden 32 not divisible by 5
+    assert capsys.readouterr().err.startswith("keras-vit benchmark: error: --model: A custom")
