@@ -189,7 +189,10 @@ def fit_run(
         resume: continue the run in `run_dir` from its last finished epoch.
         monitor: log that picks the best model; default "val_accuracy" with validation data,
             else "accuracy".
-        steps_per_epoch: for infinite datasets.
+        steps_per_epoch: batches per epoch of a `tf.data.Dataset`; None: one pass. With a
+            finite dataset, the passes become one stream (`epoch_passes`), so an epoch may be
+            a share of a pass or span several, and a resumed run sees the uninterrupted batches
+            under the default strategy.
         batch_size: global batch size when `train_data` is a tuple of arrays (default 32).
         shuffle_seed: with arrays, epoch `e` visits the examples in the order
             `stateless_shuffle(range(n), seed=(shuffle_seed, e))`, a function of the seed and
@@ -259,6 +262,8 @@ def fit_run(
         elif _is_default_strategy(strategy):  # a finite dataset: epoch e = its pass e
             first_epoch = callback_list[-1].restored_epoch() if resume else 0
             x, steps_per_epoch = epoch_passes(x, first_epoch, steps_per_epoch)
+        elif steps_per_epoch is not None and hasattr(x, "repeat"):  # other strategies
+            x = x.repeat()  # one stream: a finite dataset would run out after its pass
         model.fit(
             x,
             y,
@@ -330,28 +335,36 @@ def epoch_ordered_batches(x, y, batch_size, first_epoch, epochs, seed):
 
 
 def epoch_passes(dataset, first_epoch: int, steps_per_epoch: int | None = None):
-    """(dataset, steps_per_epoch): a finite dataset as one stream of passes in which epoch `e`
-    is pass `e` of the dataset, also when the stream starts at `first_epoch` (a resumed run).
-    `steps_per_epoch` None or equal to the dataset's batch count: an epoch is one pass.
+    """(dataset, steps_per_epoch): a finite dataset as one stream of batches in which a
+    resumed run (starting at `first_epoch`) sees the batches the uninterrupted run saw.
 
     `shuffle(..., reshuffle_each_iteration=True)` and `Dataset.random(...,
     rerandomize_each_iteration=True)` (keras_vit.data.load's shuffle and augmentation seeds)
     draw each pass's seed from a state that advances once per iterator over the dataset, and
-    a rebuilt dataset starts that state again at pass 0. Here `first_epoch` iterators are
-    started and dropped first, then `repeat()` makes the passes; with `steps_per_epoch` given,
-    `fit` keeps one iterator across epochs (it otherwise starts new ones at its own pace).
-    Returns the dataset and `steps_per_epoch` unchanged when its size is unknown or infinite,
-    or when an epoch is not one pass.
+    a rebuilt dataset starts that state again at pass 0. `steps_per_epoch` None or equal to
+    the dataset's batch count (an epoch is one pass): `first_epoch` iterators are started and
+    dropped first, then `repeat()` makes the passes. Any other `steps_per_epoch` (an epoch is
+    a share of a step budget, as `finetune` runs it): the stream `repeat()` with its first
+    `first_epoch * steps_per_epoch` batches skipped (they are computed, not trained on).
+    `fit` keeps one iterator across epochs once `steps_per_epoch` is given. A dataset of
+    unknown size is repeated when `steps_per_epoch` is given (the resumed epochs then see
+    other batches); an infinite one, or an unknown-sized one without `steps_per_epoch`, is
+    returned unchanged.
     """
     import tensorflow as tf
 
     batches = int(dataset.cardinality())
-    if batches <= 0 or steps_per_epoch not in (None, batches):  # unknown, infinite, partial
+    if batches == tf.data.INFINITE_CARDINALITY or (batches < 0 and steps_per_epoch is None):
         return dataset, steps_per_epoch
-    for _ in range(first_epoch):
-        iterator = iter(dataset)
-        del iterator
-    return dataset.repeat().prefetch(tf.data.AUTOTUNE), batches
+    if batches < 0:  # unknown size: a stream, but where the resumed run starts is unknown
+        return dataset.repeat(), steps_per_epoch
+    if steps_per_epoch in (None, batches):
+        for _ in range(first_epoch):
+            iterator = iter(dataset)
+            del iterator
+        return dataset.repeat().prefetch(tf.data.AUTOTUNE), batches
+    stream = dataset.repeat().skip(first_epoch * steps_per_epoch)
+    return stream.prefetch(tf.data.AUTOTUNE), steps_per_epoch
 
 
 def _is_default_strategy(strategy) -> bool:
@@ -512,10 +525,10 @@ def train(
 
 
 def _datasets(plan: RunPlan):
-    """(repeated training data, validation data, test data or None) of the plan.
+    """(training data, validation data, test data or None) of the plan, each one pass.
 
-    The training data is repeated: each "epoch" is `plan.steps_per_epoch` steps (whole passes
-    for `train`, a share of the step budget for `finetune`)."""
+    Each "epoch" is `plan.steps_per_epoch` steps (whole passes for `train`, a share of the
+    step budget for `finetune`); `fit_run` makes the training passes one stream."""
     from keras_vit import data
 
     config = plan.config
@@ -534,7 +547,7 @@ def _datasets(plan: RunPlan):
     test = None
     if plan.test_split is not None:
         test = data.load(config.recipe.dataset, plan.test_split, training=False, **common)
-    return train_data.repeat(), validation, test
+    return train_data, validation, test
 
 
 def _build_model(plan: RunPlan) -> keras.Model:

@@ -494,7 +494,8 @@ def _pipeline_run(run_dir, resume=False, callbacks=(), steps_per_epoch=None):
     )  # fmt: skip
 
 
-@pytest.mark.parametrize("steps", [None, 6])  # 6: one pass, as `keras-vit train` gives it
+@pytest.mark.parametrize("steps", [None, 6, 4])  # 6: one pass, as `keras-vit train` gives
+# it; 4: an epoch is two thirds of a pass, as `keras-vit finetune` may give it
 def test_a_resumed_pipeline_run_sees_the_uninterrupted_batches(tmp_path, steps):
     """keras_vit.data.load's shuffle and crop seeds advance once per pass; the resumed run
     skips the finished passes (runs.epoch_passes), so it equals the run that was
@@ -509,6 +510,32 @@ def test_a_resumed_pipeline_run_sees_the_uninterrupted_batches(tmp_path, steps):
     reference = _pipeline_run(tmp_path / "uninterrupted", steps_per_epoch=steps)
     for row, expected in zip(resumed.history, reference.history, strict=True):
         assert row["epoch"] == expected["epoch"]
+        for key in ("loss", "accuracy", "val_loss"):
+            np.testing.assert_allclose(
+                row[key], expected[key], rtol=RESUME_RTOL, err_msg=(row["epoch"], key)
+            )
+    for got, expected in zip(
+        resumed.model.get_weights(), reference.model.get_weights(), strict=True
+    ):
+        np.testing.assert_allclose(got, expected, rtol=RESUME_RTOL, atol=RESUME_ATOL)
+
+
+def test_train_resumed_after_a_crash_repeats_the_uninterrupted_epochs(tmp_path):
+    """`runs.train` (what `keras-vit train` runs: keras_vit.data.load's shuffled, augmented
+    pipeline) crashed mid-epoch 2 and resumed ends with the losses and weights of the run that
+    was never interrupted. It used to hand `fit_run` an endless `repeat()` of the data, whose
+    passes a resumed run cannot skip: epoch 2 then saw pass 0's batches again."""
+    recipe = training.TrainConfig(
+        image_size=8, batch_size=10, epochs=3, jit_compile=False, seed=4, resnet_width=8,
+        resnet_groups=4, hidden_dim=16, num_heads=2, mlp_dim=32, num_layers=1,
+    )  # fmt: skip
+    config = runs.RunConfig(recipe=recipe, shots_per_class=5, mixed_precision="float32")
+    with pytest.raises(RuntimeError, match="crash"):
+        runs.train(config, tmp_path / "crashed", extra_callbacks=[CrashAt(2, 1)], verbose=0)
+    resumed = runs.train(run_dir=tmp_path / "crashed", resume=True, verbose=0)
+    reference = runs.train(config, tmp_path / "uninterrupted", verbose=0)
+    assert [row["epoch"] for row in resumed.history] == [0, 1, 2]
+    for row, expected in zip(resumed.history, reference.history, strict=True):
         for key in ("loss", "accuracy", "val_loss"):
             np.testing.assert_allclose(
                 row[key], expected[key], rtol=RESUME_RTOL, err_msg=(row["epoch"], key)

@@ -120,7 +120,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         if num_queries is not None:
             num_queries = check_num_queries(num_queries, tokens.shape[1])
             queries = tokens[:, :num_queries]
-        if self.compute_dtype == "bfloat16":
+        if self.compute_dtype == "bfloat16" and not self._quantized():
             return self._call_heads_major(queries, tokens, training, num_queries is None)
         query, key, value = self.query(queries), self.key(tokens), self.value(tokens)
         use_dropout = training and self.attention_dropout_rate > 0
@@ -133,6 +133,12 @@ class MultiHeadSelfAttention(keras.layers.Layer):
                 query, key, value, scale=1.0 / math.sqrt(self.head_dim)
             )
         return self.out(context)
+
+    def _quantized(self) -> bool:
+        """True once `keras.Model.quantize` has replaced the projections' kernels (their
+        `kernel` is then an integer tensor that only EinsumDense's own call can apply)."""
+        layers = (self.query, self.key, self.value, self.out)
+        return any(getattr(layer, "quantization_mode", None) for layer in layers)
 
     def _call_heads_major(self, queries, tokens, training, self_attention):
         """`call` under bfloat16: every product a 2-D or heads-major batched matmul.

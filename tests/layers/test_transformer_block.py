@@ -1,3 +1,5 @@
+import warnings
+
 import keras
 import numpy as np
 import pytest
@@ -344,3 +346,24 @@ def test_bfloat16_inference_softmax_matches_the_float32_softmax():
     reference = np.asarray(keras.ops.cast(attention(x, training=True), "float32"))
     assert np.abs(reference).max() > 1.0
     np.testing.assert_allclose(inference, reference, rtol=2**-7, atol=2**-7)
+
+
+def test_bfloat16_attention_after_int8_quantization_keeps_einsum_dense_path():
+    """`keras.Model.quantize("int8")` swaps the projections' kernels for int8 ones that only
+    EinsumDense applies: the quantized bfloat16 model stays within int8 error of the float32
+    result (the heads-major path would read the raw int8 kernel: errors of ~1e5)."""
+    rng = np.random.default_rng(9)
+    tokens = keras.Input((17, 64))
+    attention = MultiHeadSelfAttention(num_heads=4, dtype="mixed_bfloat16")
+    model = keras.Model(tokens, attention(tokens))
+    for weight in model.weights:
+        weight.assign(rng.standard_normal(weight.shape).astype(np.float32) * 0.3)
+    x = rng.standard_normal((2, 17, 64)).astype(np.float32)
+    reference = np.asarray(keras.ops.cast(model(x), "float32"))
+    assert np.abs(reference).max() > 1.0
+    with warnings.catch_warnings():  # Keras names each layer without a quantize method
+        warnings.simplefilter("ignore", UserWarning)
+        model.quantize("int8")
+    assert attention.query.quantization_mode == "int8"
+    quantized = np.asarray(keras.ops.cast(model(x), "float32"))
+    assert_outputs_close(quantized, reference, atol=0.05 * np.abs(reference).max(), what="int8")
