@@ -308,7 +308,7 @@ def test_cli_benchmark_tiny_run(tmp_path, capsys):
     code = main(
         [
             "benchmark",
-            *("--variant", TINY, "--image-size", "16", "--batch-size", "2"),
+            *("--model", TINY, "--image-size", "16", "--batch-size", "2"),
             *("--mixed-precision", "mixed_bfloat16", "--no-jit-compile"),
             *("--steps", "1", "--repeats", "1", "--warmup", "1", "--gemm-sizes", "none"),
             *("--json", str(out)),
