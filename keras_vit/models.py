@@ -135,3 +135,31 @@ ViT_B32 = _named_builder("B/32")
 ViT_L16 = _named_builder("L/16")
 ViT_L32 = _named_builder("L/32")
 ViT_H14 = _named_builder("H/14")
+
+
+def image_shape_of(model) -> tuple[int, int, int]:
+    """`(height, width, channels)` of the images a model takes: its fixed input size, or for a
+    ViT built with `dynamic_image_size=True` (input `(batch, None, None, channels)`) the size
+    of its position table (`PatchEmbed`'s `image_size`), the size it was built for.
+
+    Raises:
+        ValueError: the model's input is not one `(batch, height, width, channels)` image, or
+            has no known size.
+    """
+    from keras_vit.layers import PatchEmbed
+
+    shape = tuple(model.inputs[0].shape[1:]) if len(model.inputs) == 1 else ()
+    if len(shape) != 3 or shape[-1] is None:
+        raise ValueError(
+            f"The model needs one (height, width, channels) image input; it has {shape}."
+        )
+    if None in shape[:2]:
+        native = [
+            layer.native_image_size
+            for layer in model._flatten_layers()
+            if isinstance(layer, PatchEmbed) and layer.native_image_size
+        ]
+        if not native:
+            raise ValueError(f"The model's input has no fixed size to feed it at: {shape}.")
+        shape = (*native[0], shape[-1])
+    return tuple(int(s) for s in shape)

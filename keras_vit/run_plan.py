@@ -497,6 +497,7 @@ def source_model_kwargs(model) -> dict:
     """`keras_vit.ViT` arguments of a built keras_vit model, read from its layers; for a
     hybrid with the built-in ResNet, `keras_vit.HybridViT` arguments (with `resnet_stages`)."""
     from keras_vit.checkpoints.architecture import Architecture
+    from keras_vit.models import image_shape_of
 
     try:
         arch = Architecture.from_model(model)
@@ -516,6 +517,6 @@ def source_model_kwargs(model) -> dict:
         "patch_size": list(arch.patch_size),
         **arch.transformer_kwargs(),
         **arch.pooling_kwargs(),
-        "image_size": [int(s) for s in model.input_shape[1:3]],
+        "image_size": list(image_shape_of(model)[:2]),
         "position_embedding": arch.position_embedding,
     }

@@ -330,3 +330,17 @@ def test_preprocess_inputs_maps_to_minus_one_one():
     out = np.asarray(keras_vit.preprocess_inputs(np.array([0.0, 127.5, 255.0])))
     np.testing.assert_array_equal(out, [-1.0, 0.0, 1.0])
     assert np.asarray(keras_vit.preprocess_inputs(np.array([0, 255], np.uint8))).dtype == np.float32
+
+
+def test_image_shape_of_fixed_and_dynamic_models():
+    """The fixed input size, or a dynamic model's position-table size; ValueError without."""
+    from keras_vit.models import image_shape_of
+
+    kwargs = dict(patch_size=8, hidden_dim=16, num_heads=2, mlp_dim=32, num_layers=1)
+    fixed = keras_vit.ViT(image_size=16, channels=1, num_classes=3, **kwargs)
+    dynamic = keras_vit.ViT(image_size=(16, 24), num_classes=3, dynamic_image_size=True, **kwargs)
+    assert image_shape_of(fixed) == (16, 16, 1)
+    assert image_shape_of(dynamic) == (16, 24, 3)
+    no_table = keras.Model(dynamic.inputs, dynamic.inputs[0])
+    with pytest.raises(ValueError, match="no fixed size"):
+        image_shape_of(no_table)

@@ -195,6 +195,8 @@ class DeprecatedAlias(argparse.Action):
         super().__init__(option_strings, dest, **kwargs)
 
     def __call__(self, parser, namespace, values, option_string=None):
+        if getattr(namespace, self.dest, None) != parser.get_default(self.dest):
+            parser.error(f"{option_string} is the old spelling of {self.new_flag}; give one")
         logger.warning("%s is deprecated; use %s.", option_string, self.new_flag)
         setattr(namespace, self.dest, self.const if values in (None, []) else values)
 
@@ -433,6 +435,16 @@ def read_run_config(path: str) -> dict | None:
 
     _, run_dir = resolve_model_path(path)
     return runs.read_config(run_dir) if run_dir else None
+
+
+def model_image_shape(model) -> tuple[int, int, int]:
+    """`keras_vit.models.image_shape_of(model)`, a UsageError where it has none."""
+    from keras_vit.models import image_shape_of
+
+    try:
+        return image_shape_of(model)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
 
 
 def load_model(path: str):

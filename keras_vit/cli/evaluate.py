@@ -83,7 +83,7 @@ def run(args) -> int:
         dataset_split = data.load(
             dataset,
             args.split,
-            image_size=tuple(model.input_shape[1:3]),
+            image_size=common.model_image_shape(model)[:2],
             batch_size=args.batch_size,
             training=False,
             channels=int(model.input_shape[-1]),

@@ -14,7 +14,12 @@ import os
 
 import numpy as np
 
-from keras_vit.cli.common import UsageError, class_names_from_run, resolve_model_path
+from keras_vit.cli.common import (
+    UsageError,
+    class_names_from_run,
+    model_image_shape,
+    resolve_model_path,
+)
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -84,14 +89,6 @@ def read_image(path: str) -> np.ndarray:
     except (tf.errors.InvalidArgumentError, tf.errors.NotFoundError) as error:
         raise UsageError(f"cannot decode image {path!r}: {error.message}") from error
     return image.numpy()
-
-
-def model_image_shape(model) -> tuple[int, int, int]:
-    """`(height, width, channels)` of the model's input; UsageError if not fixed."""
-    shape = tuple(model.inputs[0].shape[1:])
-    if len(shape) != 3 or None in shape:
-        raise UsageError(f"the model needs a fixed (height, width, channels) input; has {shape}")
-    return shape
 
 
 def prepare(image: np.ndarray, shape: tuple[int, int, int]) -> np.ndarray:

@@ -108,7 +108,7 @@ def run(args) -> int:
         raise UsageError(str(error)) from None
     model, precision = common.model_with_precision(args, model)  # the features' dtype and XLA
     common_kwargs = dict(
-        image_size=tuple(model.input_shape[1:3]),
+        image_size=common.model_image_shape(model)[:2],
         batch_size=args.batch_size,
         training=False,
         channels=int(model.input_shape[-1]),
@@ -136,7 +136,7 @@ def run(args) -> int:
     if bar:
         print()  # end the progress bar's line
     width = int(model.get_layer(layer).output.shape[-1])
-    size = "x".join(str(s) for s in model.input_shape[1:3])
+    size = "x".join(str(s) for s in common.model_image_shape(model)[:2])
     first = next(iter(results.values()))
     print(
         f"Few-shot linear evaluation of {args.model} on {info.name} at {size}: '{layer}' "

@@ -121,7 +121,8 @@ def run(args) -> int:
     model, config = common.load_model(args.model)
     found = find_images(args.inputs)
     files = usable_images(found, args.bad_images)
-    images = read_images(files, tuple(model.input_shape[1:3]), int(model.input_shape[-1]))
+    height, width, channels = common.model_image_shape(model)
+    images = read_images(files, (height, width), channels)
     images = np.asarray(from_unit_range(images, model_input_preprocessing(model)))
     model, _ = common.model_with_precision(args, model)
     bar = len(files) > 1000 and progress.output_mode(args) == "batch"  # a terminal only

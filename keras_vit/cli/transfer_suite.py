@@ -66,7 +66,7 @@ def run(args) -> int:
 
     model_file, _ = common.resolve_model_path(args.model)
     model, _ = common.load_model(args.model)
-    size = tuple(int(s) for s in model.input_shape[1:3])
+    size = common.model_image_shape(model)[:2]
     run_dir = args.run_dir or common.default_run_dir("transfer-suite")
     if os.path.exists(run_dir) and not os.path.isdir(run_dir):
         raise UsageError(f"--run-dir {run_dir!r} exists and is not a folder.")

@@ -34,6 +34,12 @@ def test_model_is_the_flag_and_variant_a_deprecated_alias(capsys, caplog):
     with caplog.at_level(logging.WARNING):
         assert parser.parse_args(["benchmark", "--variant", "S/32"]).model == "S/32"
     assert "--variant is deprecated; use --model." in caplog.text
+    # both spellings: the new one given first is not silently replaced by the old one
+    with pytest.raises(SystemExit) as raised:
+        parser.parse_args(["benchmark", "--model", "B/16", "--variant", "Ti/16"])
+    assert raised.value.code == 2
+    assert "--variant is the old spelling of --model; give one" in capsys.readouterr().err
+    assert parser.parse_args(["benchmark", "--variant", "Ti/16", "--model", "B/16"]).model == "B/16"
     with pytest.raises(SystemExit):
         parser.parse_args(["benchmark", "--help"])
     help_text = capsys.readouterr().out

@@ -169,3 +169,25 @@ def test_predict_reads_rgb_rgba_and_gif_like_gray(decisive, digits_folder, capsy
         ranked = predictions[str(tmp_path / name)]
         assert [c for c, _ in ranked] == [c for c, _ in reference], name
         np.testing.assert_allclose([p for _, p in ranked], [p for _, p in reference], atol=0.11)
+
+
+def test_a_dynamic_image_size_model_is_fed_at_its_table_size(digits_folder, tmp_path, capsys):
+    """A ViT built with dynamic_image_size=True has input (None, None, 1): predict, evaluate
+    and fewshot feed it at its position table's size (they used to crash on the None)."""
+    model = keras_vit.ViT(
+        image_size=28, channels=1, num_classes=10, patch_size=7, hidden_dim=16,
+        num_heads=2, mlp_dim=32, num_layers=1, dynamic_image_size=True,
+    )  # fmt: skip
+    assert tuple(model.input_shape) == (None, None, None, 1)
+    randomize_weights(model, seed=3)
+    path = tmp_path / "dynamic.keras"
+    model.save(path)
+    _, paths, _ = digits_folder
+    assert main(["predict", str(path), paths[0], "--quiet"]) == 0
+    assert "digit_0.png" in capsys.readouterr().out
+    common = ["--dataset", "mnist", "--quiet"]
+    assert main(["evaluate", str(path), "--split", "test[:40]", *common]) == 0
+    assert "accuracy" in capsys.readouterr().out.lower()
+    assert main(["fewshot", str(path), "--shots", "1", "--seeds", "1", *common]) == 0
+    out = capsys.readouterr().out
+    assert "Few-shot linear evaluation" in out and "\n    1 " in out
