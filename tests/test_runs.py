@@ -466,6 +466,21 @@ def test_arrays_with_steps_per_epoch_are_refused_before_work_starts(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
+def assert_same_run(resumed, reference):
+    """The resumed run's epochs (loss, accuracy, val_loss) and final weights equal the
+    uninterrupted run's within RESUME_RTOL / RESUME_ATOL."""
+    for row, expected in zip(resumed.history, reference.history, strict=True):
+        assert row["epoch"] == expected["epoch"]
+        for key in ("loss", "accuracy", "val_loss"):
+            np.testing.assert_allclose(
+                row[key], expected[key], rtol=RESUME_RTOL, err_msg=(row["epoch"], key)
+            )
+    for got, expected in zip(
+        resumed.model.get_weights(), reference.model.get_weights(), strict=True
+    ):
+        np.testing.assert_allclose(got, expected, rtol=RESUME_RTOL, atol=RESUME_ATOL)
+
+
 class CrashAt(keras.callbacks.Callback):
     """Raises in the middle of `epoch` (a crash that leaves the backup of epoch - 1)."""
 
@@ -508,16 +523,7 @@ def test_a_resumed_pipeline_run_sees_the_uninterrupted_batches(tmp_path, steps):
     resumed = _pipeline_run(tmp_path / "crashed", resume=True, steps_per_epoch=steps)
     keras.utils.set_random_seed(0)
     reference = _pipeline_run(tmp_path / "uninterrupted", steps_per_epoch=steps)
-    for row, expected in zip(resumed.history, reference.history, strict=True):
-        assert row["epoch"] == expected["epoch"]
-        for key in ("loss", "accuracy", "val_loss"):
-            np.testing.assert_allclose(
-                row[key], expected[key], rtol=RESUME_RTOL, err_msg=(row["epoch"], key)
-            )
-    for got, expected in zip(
-        resumed.model.get_weights(), reference.model.get_weights(), strict=True
-    ):
-        np.testing.assert_allclose(got, expected, rtol=RESUME_RTOL, atol=RESUME_ATOL)
+    assert_same_run(resumed, reference)
 
 
 def test_train_resumed_after_a_crash_repeats_the_uninterrupted_epochs(tmp_path):
@@ -535,12 +541,4 @@ def test_train_resumed_after_a_crash_repeats_the_uninterrupted_epochs(tmp_path):
     resumed = runs.train(run_dir=tmp_path / "crashed", resume=True, verbose=0)
     reference = runs.train(config, tmp_path / "uninterrupted", verbose=0)
     assert [row["epoch"] for row in resumed.history] == [0, 1, 2]
-    for row, expected in zip(resumed.history, reference.history, strict=True):
-        for key in ("loss", "accuracy", "val_loss"):
-            np.testing.assert_allclose(
-                row[key], expected[key], rtol=RESUME_RTOL, err_msg=(row["epoch"], key)
-            )
-    for got, expected in zip(
-        resumed.model.get_weights(), reference.model.get_weights(), strict=True
-    ):
-        np.testing.assert_allclose(got, expected, rtol=RESUME_RTOL, atol=RESUME_ATOL)
+    assert_same_run(resumed, reference)

@@ -188,8 +188,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
                 bias = bias * ops.cast(scale, bias.dtype)
             kernels.append(kernel)
             biases.append(bias)
-        kernel = kernels[0] if len(kernels) == 1 else ops.concatenate(kernels, axis=1)
-        bias = biases[0] if len(biases) == 1 else ops.concatenate(biases, axis=0)
+        kernel, bias = ops.concatenate(kernels, axis=1), ops.concatenate(biases, axis=0)
         x = ops.add(ops.matmul(ops.reshape(tokens, (-1, hidden_dim)), kernel), bias)
         batch, num_tokens = ops.shape(tokens)[0], ops.shape(tokens)[1]
         x = ops.reshape(x, (batch, num_tokens, len(layers), self.num_heads, self.head_dim))
