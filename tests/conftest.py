@@ -17,8 +17,26 @@ if importlib.util.find_spec("triton") is not None:
 
 import keras  # noqa: E402
 import pytest  # noqa: E402
+from hypothesis import HealthCheck, settings  # noqa: E402
 
 from tests.tiny_config import TINY_ARCH  # noqa: E402
+
+# Property tests draw a bounded number of examples in the default run (each builds Keras
+# models, so no per-example deadline); HYPOTHESIS_PROFILE=long draws more (optional lanes).
+settings.register_profile(
+    "ci",
+    max_examples=10,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+    derandomize=True,
+)
+settings.register_profile(
+    "long",
+    max_examples=200,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 TINY_VIT = {key: value for key, value in TINY_ARCH.items() if key != "channels"}
 
