@@ -27,6 +27,7 @@ _EXPORTS = {
     "fewshot": "",
     "transfer_suite": "",
     "load_npz": "keras_vit.checkpoints",
+    "load_weights": "keras_vit.checkpoints",
     "save_npz": "keras_vit.checkpoints",
     "export_saved_model": "keras_vit.export",
     "fewshot_evaluate": "keras_vit.fewshot",

@@ -447,7 +447,7 @@ def _model_from_npz(path) -> keras.Model:
 
     kwargs = _kwargs_from_run_config(path) or vit_kwargs_from_npz(checkpoints.read_npz(path))
     model = training.build_model(kwargs)
-    checkpoints.load_npz(model, path)
+    checkpoints.load_weights(model, path)
     return model
 
 

@@ -6,7 +6,11 @@ names.
   `keras_vit.from_checkpoint(path)` (module `from_checkpoint`) builds the model a file
   describes.
 
-- `load_npz(model, path, ...)` / `save_npz(model, path)`: the release's flat-key layout.
+- `load_weights(model, path, ...)`: the one loader, every format (`load_npz` and
+  `load_checkpoint` are its deprecated names); `save_npz(model, path)`: the release's
+  flat-key layout.
+- `FORMAT_TABLE` (module `format_table`): one record per format: how it is recognised,
+  reader, writer, suffix, what it can express.
 - `load_weights_argument(model, weights)`: what the builders' `weights=` does.
 - `PUBLISHED_CHECKPOINTS` and `resolve_checkpoint(name)`: the release's files in the
   `vit_models` bucket, fetched with `keras.utils.get_file` into the Keras cache.
@@ -14,12 +18,14 @@ names.
 
 from keras_vit.checkpoints.contents import CheckpointContents
 from keras_vit.checkpoints.detect import UnsupportedCheckpointError, detect_format
+from keras_vit.checkpoints.format_table import FORMAT_TABLE, CheckpointFormat
 from keras_vit.checkpoints.formats import model_contents, read_checkpoint, write_checkpoint
 from keras_vit.checkpoints.loading import (
     LoadReport,
     SaveReport,
     load_checkpoint,
     load_npz,
+    load_weights,
     load_weights_argument,
     save_npz,
 )
@@ -32,6 +38,9 @@ from keras_vit.checkpoints.registry import (
 )
 
 __all__ = [
+    "FORMAT_TABLE",
+    "CheckpointFormat",
+    "load_weights",
     "NAMING_RULES",
     "PUBLISHED_CHECKPOINTS",
     "CheckpointContents",

@@ -1,8 +1,10 @@
 """Which checkpoint format a path holds, decided by its content (never by its name).
 
-Formats read by keras_vit:
+Formats read by keras_vit (rows of `format_table.FORMAT_TABLE`, each with its own
+`recognise`; this module gives the container's names to them and words the refusals):
 
-- "npz": the release's `.npz` (and big_vision's), a zip of `.npy` arrays;
+- "npz": the release's `.npz`, a zip of `.npy` arrays; "big_vision": big_vision's
+  (`params/...` members);
 - "hf": a Hugging Face `transformers` ViT: a folder with `config.json` and
   `model.safetensors`, or such a `.safetensors` file with `config.json` beside it;
 - "timm": a timm ViT state dict saved as `.safetensors` (keys `patch_embed.proj.weight`,
@@ -21,9 +23,10 @@ import os
 import zipfile
 
 from keras_vit.checkpoints import safetensors_io
+from keras_vit.checkpoints.format_table import FORMATS as FORMATS  # re-exported
+from keras_vit.checkpoints.format_table import Probe, recognise
 from keras_vit.checkpoints.npz_io import CheckpointError
 
-FORMATS = ("npz", "hf", "timm", "keras")
 HF_CONFIG = "config.json"
 HF_WEIGHTS = "model.safetensors"
 TORCH_NAMES = ("pytorch_model.bin", "model.pth", "model.pt")
@@ -75,29 +78,19 @@ def _zip_format(path) -> str:
         raise UnsupportedCheckpointError(
             f"{path} is a PyTorch checkpoint (torch.save zip with data.pkl). {TORCH_ADVICE}"
         )
-    if names and all(name.endswith(".npy") for name in names):
-        return "npz"
-    if "config.json" in names and any(name.endswith(".weights.h5") for name in names):
-        return "keras"
+    kind = recognise(Probe("zip", tuple(names)))
+    if kind is not None:
+        return kind
     shown = ", ".join(names[:5]) or "no members"
     raise UnsupportedCheckpointError(
         f"{path} is a zip archive but not a checkpoint keras_vit reads (members: {shown})."
     )
 
 
-def _is_hf_keys(names) -> bool:
-    return any(name.endswith("embeddings.patch_embeddings.projection.weight") for name in names)
-
-
-def _is_timm_keys(names) -> bool:
-    return "patch_embed.proj.weight" in names or any(
-        name.startswith("patch_embed.backbone.") for name in names
-    )
-
-
 def _safetensors_format(path, header) -> str:
     names = safetensors_io.tensor_names(header)
-    if _is_hf_keys(names):
+    kind = recognise(Probe("safetensors", tuple(names)))
+    if kind == "hf":
         config = os.path.join(os.path.dirname(os.path.abspath(path)), HF_CONFIG)
         if not os.path.isfile(config):
             raise UnsupportedCheckpointError(
@@ -106,8 +99,8 @@ def _safetensors_format(path, header) -> str:
                 "the same folder (or pass the folder)."
             )
         return "hf"
-    if _is_timm_keys(names):
-        return "timm"
+    if kind is not None:
+        return kind
     shown = ", ".join(names[:5]) or "no tensors"
     raise UnsupportedCheckpointError(
         f"{path} is a safetensors file, but its keys are neither a Hugging Face ViT's "
@@ -118,8 +111,9 @@ def _safetensors_format(path, header) -> str:
 
 def _folder_format(path) -> str:
     names = set(os.listdir(path))
-    if HF_CONFIG in names and HF_WEIGHTS in names:
-        return "hf"
+    kind = recognise(Probe("folder", tuple(sorted(names))))
+    if kind is not None:
+        return kind
     if "model.safetensors.index.json" in names:
         raise UnsupportedCheckpointError(
             f"{path} holds a sharded safetensors checkpoint; ViT checkpoints fit one file: "
@@ -148,7 +142,7 @@ def detect_format(path) -> str:
         path: a file or a folder.
 
     Returns:
-        One of `FORMATS`: "npz", "hf", "timm" or "keras".
+        One of `FORMATS`: "npz", "big_vision", "hf", "timm" or "keras".
 
     Raises:
         FileNotFoundError: `path` does not exist.

@@ -2,8 +2,10 @@
 
 `read_checkpoint(path)` detects the format (`keras_vit.checkpoints.detect`) and returns a
 `CheckpointContents` in the release's layout with the numerics and preprocessing the file
-implies; `write_checkpoint(contents, path, format)` writes one. `model_contents(model)` gives
-the contents of a built keras_vit model, so a model and a file convert the same way.
+implies; `write_checkpoint(contents, path, format)` writes one, after checking that the
+format can express the model (`format_table.check_expressible`). Both go through the table
+of formats (`keras_vit.checkpoints.format_table`). `model_contents(model)` gives the
+contents of a built keras_vit model, so a model and a file convert the same way.
 """
 
 from __future__ import annotations
@@ -11,45 +13,33 @@ from __future__ import annotations
 import logging
 import os
 
-import keras
-import numpy as np
-
-from keras_vit.checkpoints import hf_io, timm_io
-from keras_vit.checkpoints.architecture import Architecture
 from keras_vit.checkpoints.contents import CheckpointContents
-from keras_vit.checkpoints.detect import FORMATS, detect_format
-from keras_vit.checkpoints.layouts import normalise_layout
-from keras_vit.checkpoints.naming import find_vit_model, official_arrays
-from keras_vit.checkpoints.npz_io import CheckpointError, read_npz, write_npz
-from keras_vit.layers import TransformerBlock
+from keras_vit.checkpoints.detect import detect_format
+from keras_vit.checkpoints.format_table import (
+    FORMAT_TABLE,
+    FORMATS,
+    WRITE_FORMATS,
+    ReadOptions,
+    check_expressible,
+)
+from keras_vit.checkpoints.model_io import model_contents, model_numerics, model_preprocessing
 
 logger = logging.getLogger(__name__)
 
-WRITE_FORMATS = ("npz", "keras", "hf", "timm")
 
-
-def _read_npz(path) -> CheckpointContents:
-    arrays, steps = normalise_layout(read_npz(path))
-    heads = Architecture.from_arrays(arrays).num_heads
-    return CheckpointContents(
-        path=path, format="npz", arrays=arrays, num_heads=heads, layout_steps=steps
-    )
-
-
-def _read_keras(path) -> CheckpointContents:
-    model = keras.saving.load_model(path, safe_mode=True, compile=False)
-    contents = model_contents(model)
-    contents.path, contents.format = path, "keras"
-    return contents
-
-
-def read_checkpoint(path, *, num_heads=None) -> CheckpointContents:
+def read_checkpoint(
+    path, *, num_heads=None, no_embed_class=None, image_size=None
+) -> CheckpointContents:
     """Reads any checkpoint keras_vit knows into the release's layout.
 
     Args:
         path: a release/big_vision `.npz`, a `.keras` file, a Hugging Face ViT folder (or its
             `model.safetensors`), or a timm `.safetensors` file.
         num_heads: for timm files, which do not record it (default: see `timm_io`).
+        no_embed_class: for timm class-token files that do not say whether `pos_embed` has a
+            class row (default None: read from the file; see `timm_options`).
+        image_size: `(height, width)` of the model the file goes into (a hint for timm's
+            `no_embed_class`; ignored by the other formats).
 
     Returns:
         A `CheckpointContents`.
@@ -57,18 +47,15 @@ def read_checkpoint(path, *, num_heads=None) -> CheckpointContents:
     Raises:
         FileNotFoundError: nothing at `path`.
         CheckpointError (a ValueError): a PyTorch pickle (refused, with how to convert it),
-            a file of another kind (named), or tensors that do not form a ViT.
+            a file of another kind (named), tensors that do not form a ViT, or an option the
+            reader cannot hold (named).
     """
     path = os.fspath(path)
     kind = detect_format(path)
-    if kind == "npz":
-        contents = _read_npz(path)
-    elif kind == "hf":
-        contents = hf_io.read_hf(path)
-    elif kind == "timm":
-        contents = timm_io.read_timm(path, num_heads=num_heads)
-    else:
-        contents = _read_keras(path)
+    options = ReadOptions(num_heads, no_embed_class, image_size)
+    contents = FORMAT_TABLE[kind].reader(path, options)
+    if contents.format != "keras":
+        contents.format = kind  # "big_vision" for the npz reader's big_vision files
     logger.debug(
         "Read %s as a %s checkpoint (%d arrays; GELU %s, LayerNorm eps %g, inputs %s).",
         path,
@@ -81,70 +68,22 @@ def read_checkpoint(path, *, num_heads=None) -> CheckpointContents:
     return contents
 
 
-def model_numerics(model) -> dict:
-    """`{"gelu_approximate", "layer_norm_epsilon"}` of a keras_vit model's blocks."""
-    vit = find_vit_model(model)
-    for layer in vit.layers:
-        if isinstance(layer, TransformerBlock):
-            return {
-                "gelu_approximate": layer.gelu_approximate,
-                "layer_norm_epsilon": layer.layer_norm_epsilon,
-            }
-    raise CheckpointError(f"Model {model.name!r} has no Transformer blocks.")
-
-
-def model_preprocessing(model) -> str:
-    """The input scaling a keras_vit model expects: "[-1,1]" (default) or "imagenet"."""
-    from keras_vit.data.preprocess import model_input_preprocessing
-
-    return model_input_preprocessing(model)
-
-
-def model_contents(model) -> CheckpointContents:
-    """The weights of a built keras_vit model in the release layout, with its numerics.
-
-    Raises:
-        CheckpointError: weights that no release key covers (layers added to the model).
-    """
-    arrays = official_arrays(model)
-    arch = Architecture.from_checkpoint_model(model)
-    grid, patch = arch.grid, arch.patch_size
-    image_size = None if grid is None else (grid[0] * patch[0], grid[1] * patch[1])
-    return CheckpointContents(
-        path=model.name,
-        format="model",
-        arrays=arrays,
-        num_heads=arch.num_heads,
-        image_size=image_size if arch.resnet_stages is None else None,
-        preprocessing=model_preprocessing(model),
-        **model_numerics(model),
-    )
-
-
 def write_checkpoint(contents: CheckpointContents, path, format: str) -> None:
     """Writes `contents` as `format` ("npz", "hf" folder, "timm" .safetensors), atomically.
 
-    ("keras" needs a model: see `keras_vit.checkpoints.from_checkpoint`.)
+    ("keras" needs a model: `model.save`, or `keras-vit convert`.)
 
     Raises:
-        ValueError: an unknown format.
-        CheckpointError: a model the format cannot hold (named).
+        ValueError: an unknown format, or one keras_vit only reads.
+        CheckpointError: a model the format cannot express (the option is named, with the
+            formats that can hold it).
     """
-    if format == "npz":
-        if not contents.gelu_approximate or contents.layer_norm_epsilon != 1e-6:
-            logger.warning(
-                "The release's .npz layout implies the tanh GELU and LayerNorm eps 1e-6; these "
-                "weights were trained with GELU %s and eps %g, which the file cannot record.",
-                "tanh" if contents.gelu_approximate else "exact",
-                contents.layer_norm_epsilon,
-            )
-        write_npz(path, {k: np.asarray(v, np.float32) for k, v in contents.arrays.items()})
-    elif format == "hf":
-        hf_io.write_hf(path, contents)
-    elif format == "timm":
-        timm_io.write_timm(path, contents)
-    else:
-        raise ValueError(f"format must be one of ('npz', 'hf', 'timm'). Received: {format!r}")
+    row = FORMAT_TABLE.get(format)
+    if row is None or row.writer is None:
+        writable = tuple(name for name, r in FORMAT_TABLE.items() if r.writer is not None)
+        raise ValueError(f"format must be one of {writable}. Received: {format!r}")
+    check_expressible(format, contents)
+    row.writer(path, contents)
 
 
 __all__ = [

@@ -20,7 +20,37 @@ from keras_vit.checkpoints.npz_io import CheckpointError
 logger = logging.getLogger(__name__)
 
 
-def architecture_kwargs(contents: CheckpointContents) -> dict:
+def _grid_choices(tokens: int) -> str:
+    """Every (rows, cols) grid of `tokens` patches, e.g. "3x5, 5x3, 1x15, 15x1"."""
+    pairs = [(r, tokens // r) for r in range(1, tokens + 1) if tokens % r == 0]
+    pairs.sort(key=lambda pair: (abs(pair[0] - pair[1]), pair[0] > pair[1]))
+    return ", ".join(f"{r}x{c}" for r, c in pairs[:6])
+
+
+def _image_size(contents, arch, image_size):
+    """The size to build at: `image_size` (the caller's), the file's, or the square grid's.
+
+    Raises:
+        CheckpointError: a table whose patch count is no square grid and no size is given.
+    """
+    if image_size is not None:
+        return image_size
+    if contents.image_size is not None:
+        return contents.image_size
+    if arch.grid is None:
+        tokens = arch.num_patch_tokens
+        patch = arch.patch_size
+        raise CheckpointError(
+            f"{contents.path}: the position table's {tokens} patch rows are not a square grid "
+            f"and the file ({contents.format}) does not record its grid ({_grid_choices(tokens)} "
+            f"all fit); pass image_size=(rows * {patch[0]}, cols * {patch[1]})."
+        )
+    stages = arch.resnet_stages
+    stride = 1 if stages is None else configs.resnet_total_stride(stages)
+    return tuple(g * p * stride for g, p in zip(arch.grid, arch.patch_size, strict=True))
+
+
+def architecture_kwargs(contents: CheckpointContents, image_size=None) -> dict:
     """`keras_vit.ViT` keyword arguments for the ViT a checkpoint holds, or
     `keras_vit.HybridViT` ones (with `resnet_stages`, `resnet_width`) for a hybrid.
 
@@ -30,9 +60,14 @@ def architecture_kwargs(contents: CheckpointContents) -> dict:
     hybrid); numerics and input scaling from the source. A hybrid file does not record its
     GroupNorm groups: the builder's default (32, the release's and timm's) applies.
 
+    Args:
+        contents: the file read.
+        image_size: the size to build at (int or pair); default the file's (see above).
+
     Raises:
-        CheckpointError: a missing key, a non-square table without an image size, or an
-            unknown number of heads.
+        CheckpointError: a missing key, a non-square table without an image size (the
+            message lists the grids that fit and names `image_size=`), or an unknown
+            number of heads.
     """
     arch = Architecture.from_arrays(contents.arrays)
     missing = arch.missing_key("patch_size", "mlp_dim")
@@ -41,16 +76,7 @@ def architecture_kwargs(contents: CheckpointContents) -> dict:
     num_heads = contents.num_heads or arch.num_heads
     if num_heads is None:
         raise CheckpointError(f"The number of heads of {contents.path} is unknown.")
-    image_size = contents.image_size
-    if image_size is None:
-        if arch.grid is None:
-            raise CheckpointError(
-                f"The position table's {arch.num_patch_tokens} grid rows are not a square "
-                "grid; pass image_size=."
-            )
-        stages = arch.resnet_stages
-        stride = 1 if stages is None else configs.resnet_total_stride(stages)
-        image_size = tuple(g * p * stride for g, p in zip(arch.grid, arch.patch_size, strict=True))
+    image_size = _image_size(contents, arch, image_size)
     kwargs = dict(
         patch_size=arch.patch_size,
         hidden_dim=arch.hidden_dim,
@@ -93,6 +119,7 @@ def from_checkpoint(
     image_size=None,
     num_heads=None,
     resize_method="bilinear",
+    no_embed_class=None,
     **overrides,
 ):
     """Builds the ViT a checkpoint describes and loads it.
@@ -110,12 +137,17 @@ def from_checkpoint(
         image_size: int or (height, width); default the file's (config.json or the position
             table's grid). Another size resizes the position table with `resize_method`.
         num_heads: heads for timm files, which do not record them.
+        no_embed_class: for a timm class-token file that does not say whether its
+            `pos_embed` has a class row (DeiT-3's `no_embed_class=True`) and whose row
+            count fits both readings; default None (read it from the file and its config).
         resize_method: "bilinear" (default, the release's), "bicubic" (timm's
             `dynamic_img_size` / `resample_abs_pos_embed`) or "torch_bicubic" (Hugging
             Face's `interpolate_pos_encoding`); see `keras_vit.resize_position_embeddings`.
         **overrides: other `keras_vit.ViT` arguments (dropout_rate, drop_path_rate, name,
             dynamic_image_size, ...), also the numerics `gelu_approximate` and
-            `layer_norm_epsilon` when you mean to change them.
+            `layer_norm_epsilon` when you mean to change them, and `channels`: another
+            number than the file's adapts the patch kernel by timm's rule (see
+            `keras_vit.load_weights`), with a warning.
 
     Returns:
         A functional `keras.Model` whose input is `(batch, height, width, channels)`, scaled
@@ -132,23 +164,23 @@ def from_checkpoint(
 
     check_choice("resize_method", resize_method, RESIZE_METHODS)
     from keras_vit.checkpoints.formats import read_checkpoint
-    from keras_vit.checkpoints.loading import load_npz
+    from keras_vit.checkpoints.loading import load_weights
 
-    contents = read_checkpoint(path, num_heads=num_heads)
+    contents = read_checkpoint(path, num_heads=num_heads, no_embed_class=no_embed_class)
     if contents.format == "keras" and num_classes is None and image_size is None and not overrides:
         return keras.saving.load_model(contents.path, safe_mode=True)
-    kwargs = architecture_kwargs(contents)
+    kwargs = architecture_kwargs(contents, image_size=image_size)
     head = "load"
     if num_classes is not None and num_classes != kwargs.get("num_classes"):
         kwargs.update(num_classes=num_classes, include_top=True)
         kwargs.pop("representation_size", None)
         head = "auto"
-    if image_size is not None:
-        kwargs["image_size"] = image_size
+    file_channels = kwargs["channels"]
     kwargs.update(overrides)
     if kwargs.get("include_top") is False:
         head = "auto"  # a feature model: the file's head (if any) is not loaded
     model = build_from_kwargs(kwargs)
-    load_npz(model, contents, head=head, resize_method=resize_method)
+    adapt = kwargs["channels"] != file_channels  # asked for by `channels=`
+    load_weights(model, contents, head=head, resize_method=resize_method, adapt_channels=adapt)
     logger.info("Built %s from %s (%s).", model.name, contents.path, contents.format)
     return model

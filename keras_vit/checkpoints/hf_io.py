@@ -158,7 +158,7 @@ def read_hf(path) -> CheckpointContents:
     processor = _read_json(os.path.join(folder, PREPROCESSOR))
     if processor and processor.get("do_normalize") is not False and "image_mean" in processor:
         preprocessing = tl.preprocessing_from_mean_std(
-            processor["image_mean"], processor["image_std"]
+            processor["image_mean"], processor.get("image_std"), config.get("num_channels", 3)
         )
     return CheckpointContents(
         path=os.fspath(path),
@@ -277,8 +277,8 @@ def hf_config(contents: CheckpointContents) -> dict:
     return config
 
 
-def _preprocessor_config(contents, image_size) -> dict:
-    mean, std = tl.mean_std(contents.preprocessing)
+def _preprocessor_config(contents, image_size, channels) -> dict:
+    mean, std = tl.mean_std(contents.preprocessing, channels)
     return {
         "image_processor_type": "ViTImageProcessor",
         "do_resize": True,
@@ -333,7 +333,7 @@ def write_hf(folder, contents: CheckpointContents) -> dict:
         write_safetensors(os.path.join(temporary, WEIGHTS), state, metadata={"format": "pt"})
         for name, data in (
             (CONFIG, config),
-            (PREPROCESSOR, _preprocessor_config(contents, image_size)),
+            (PREPROCESSOR, _preprocessor_config(contents, image_size, config["num_channels"])),
         ):
             with open(os.path.join(temporary, name), "w", encoding="utf-8") as stream:
                 json.dump(data, stream, indent=2)

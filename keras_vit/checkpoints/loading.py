@@ -1,4 +1,4 @@
-"""`load_npz` / `save_npz`: official `.npz` checkpoints in and out of keras_vit models.
+"""`load_weights` / `save_npz`: official `.npz` checkpoints in and out of keras_vit models.
 
 Loading is a short pipeline of named steps, each logging what it did (as big_vision does):
 read the file safely -> normalise legacy layouts -> map model variables to official keys ->
@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import warnings
 
 import numpy as np
 
@@ -20,6 +21,12 @@ from keras_vit import layer_names as names
 from keras_vit._validation import check_choice
 from keras_vit._warnings import warn_weights
 from keras_vit.checkpoints import architecture, registry
+from keras_vit.checkpoints.channels import (
+    adapt_input_kernel,
+    can_adapt,
+    channel_mismatch,
+    input_kernel_key,
+)
 from keras_vit.checkpoints.layouts import PLAIN_POSITION_KEY
 from keras_vit.checkpoints.naming import find_vit_model, official_arrays, official_variables
 from keras_vit.checkpoints.npz_io import CheckpointError, write_npz
@@ -33,7 +40,7 @@ _LIST_LIMIT = 12
 
 @dataclasses.dataclass(repr=False)
 class LoadReport:
-    """What `load_npz` did.
+    """What `load_weights` did.
 
     Attributes:
         path: the file read.
@@ -195,7 +202,7 @@ def _model_heads(model) -> int | None:
 
 def _warn_numerics(model, contents) -> None:
     """Warns when the model's GELU / LayerNorm eps differ from those the weights expect."""
-    from keras_vit.checkpoints.formats import model_numerics
+    from keras_vit.checkpoints.model_io import model_numerics
 
     have, want = model_numerics(model), contents.numerics
     if have != want:
@@ -208,7 +215,7 @@ def _warn_numerics(model, contents) -> None:
         )
 
 
-def load_npz(
+def load_weights(
     model,
     path,
     *,
@@ -217,24 +224,33 @@ def load_npz(
     head: str = "load",
     resize_method: str = "bilinear",
     source_grid=None,
+    no_embed_class=None,
+    adapt_channels=None,
 ) -> LoadReport:
     """Loads a ViT checkpoint of any format keras_vit reads into a keras_vit model.
 
-    The format is picked by content (`keras_vit.checkpoints.detect_format`): the release's
-    `.npz` (vit_jax/checkpoint.py), a Hugging Face ViT folder, a timm `.safetensors` file or
-    a `.keras` file; all are converted to the release's layout first. A warning says when the
-    model's GELU form or LayerNorm epsilon differ from the ones the weights were trained with.
+    The one public loader (`keras_vit.load_weights`; `load_npz` and `load_checkpoint` are
+    deprecated names of it). The format is picked by content (the table of
+    `keras_vit.checkpoints.format_table`): the release's `.npz` (vit_jax/checkpoint.py),
+    big_vision's, a Hugging Face ViT folder, a timm `.safetensors` file or a `.keras` file;
+    all are converted to the release's layout first. A warning says when the model's GELU
+    form or LayerNorm epsilon differ from the ones the weights were trained with.
 
     Handles every layout real files have: plain keys, an `opt/target/` prefix, big_vision
     `params/` files (top-level `pos_embedding`, sub-layers numbered from 0, "scanned" blocks
     stacked on a leading axis), GroupNorm arrays stored as (1, 1, 1, C), optional
     `pre_logits`, heads of any size. A position table for another grid is resized to the
-    model's (one INFO line "... grid a x b -> c x d ..."; nothing when grids match); the class
-    token row is taken from the model's config (its `cls` layer), never guessed.
+    model's (a WeightsWarning "... grid a x b -> c x d ..."; nothing when grids match); the
+    class token row is taken from the model's config (its `cls` layer), never guessed.
 
     If the file has `pre_logits` and the model has none, pre_logits and the head trained on it
     are dropped with a warning (the release's fine-tuning behaviour). The opposite (the model
     has `pre_logits`, the file not) is a missing-key error.
+
+    A patch kernel (a hybrid's root convolution) with other input channels than the model
+    is adapted by timm's `adapt_input_conv` rule (3 -> 1 sums the RGB kernel, 3 -> N repeats
+    it scaled by 3 / N; `keras_vit.checkpoints.channels`) with a WeightsWarning naming both
+    channel counts, unless `adapt_channels` is False (then it is a shape mismatch).
 
     Args:
         model: a keras_vit ViT or hybrid model, or a keras.Model that contains one.
@@ -242,7 +258,7 @@ def load_npz(
             `CheckpointContents` of one already read.
         strict: if True (default), any missing, unexpected or shape-mismatched key raises one
             `CheckpointError` listing them all, and nothing is loaded. If False, they are
-            logged as a warning and the matching keys are loaded.
+            warned about and the matching keys are loaded.
         skip: official key prefixes not to load (e.g. `("head",)`); they keep their values.
         head: "load" (default; the head must match), "skip" (keep the model's head), or
             "auto" (load it when its shape fits, else keep the model's head; what
@@ -251,6 +267,11 @@ def load_npz(
             (Hugging Face's `interpolate_pos_encoding`); see
             `keras_vit.resize_position_embeddings`.
         source_grid: (rows, cols) of the file's position table when it is not square.
+        no_embed_class: for a timm class-token file that does not say whether its
+            `pos_embed` has a class row (default None: the file's config, else the model's
+            grid decides).
+        adapt_channels: adapt another number of input channels (default None: when
+            strict=False; strict=True refuses it with an error that names the channels).
 
     Returns:
         A `LoadReport`.
@@ -258,25 +279,21 @@ def load_npz(
     Raises:
         FileNotFoundError: `path` does not exist.
         CheckpointError (a ValueError): an unreadable, truncated or pickled file, object
-            arrays, or (strict) keys that do not fit; the message names every key.
+            arrays, other input channels (strict, not adapted), or (strict) keys that do not
+            fit; the message names every key.
         ValueError: a bad `head` or `resize_method`.
     """
     check_choice("head", head, HEAD_MODES)
     check_choice("resize_method", resize_method, RESIZE_METHODS)
-    from keras_vit.checkpoints.contents import CheckpointContents
-
-    contents = path if isinstance(path, CheckpointContents) else None
-    path = contents.path if contents is not None else os.fspath(path)
+    contents = _contents(model, path, no_embed_class)
     variables, unnamed = official_variables(model)
     if unnamed:
         warn_weights(f"Weights without an official checkpoint name keep their values: {unnamed}")
-    from keras_vit.checkpoints.formats import read_checkpoint
-
-    if contents is None:  # a timm state dict does not record the heads: the model's
-        contents = read_checkpoint(path, num_heads=_model_heads(model))
     _warn_numerics(model, contents)
-    arrays, steps = dict(contents.arrays), contents.layout_steps
+    arrays = dict(contents.arrays)
     skip = _skip_prefixes(arrays, variables, tuple(skip), head)
+    adapt = (not strict) if adapt_channels is None else bool(adapt_channels)
+    channel_note = _fit_channels(arrays, variables, skip, adapt, contents.path)
     resized, hint = None, None
     if PLAIN_POSITION_KEY in arrays and PLAIN_POSITION_KEY in variables:
         if not _under(PLAIN_POSITION_KEY, skip):
@@ -287,7 +304,74 @@ def load_npz(
                 resize_method,
                 source_grid,
             )
-    report = LoadReport(path=path, resized_grid=resized, layout_steps=steps)
+    report = LoadReport(
+        path=contents.path, resized_grid=resized, layout_steps=contents.layout_steps
+    )
+    fits = _check_keys(report, arrays, variables, skip, {PLAIN_POSITION_KEY: hint, **channel_note})
+    _refuse_or_warn(report, model, strict)
+    for key in fits:
+        variable = variables[key]
+        variable.assign(np.asarray(arrays[key], dtype=variable.dtype))
+    report.loaded = fits
+    if resized is not None:
+        (old_rows, old_cols), (new_rows, new_cols) = resized
+        old_length = architecture.num_prefix_tokens(model) + old_rows * old_cols
+        warn_weights(
+            f"Position embeddings resized: grid {old_rows}x{old_cols} -> {new_rows}x{new_cols} "
+            f"({resize_method}; {old_length} -> {variables[PLAIN_POSITION_KEY].shape[1]} rows)."
+        )
+    _warn_if_zero_head(arrays, fits, contents.path)
+    logger.debug("Loaded %d arrays from %s", len(fits), contents.path)
+    return report
+
+
+def _contents(model, path, no_embed_class):
+    """The `CheckpointContents` of `path` (read with the model's heads and image size as
+    hints for timm files, which do not always record them), or `path` itself."""
+    from keras_vit.checkpoints.contents import CheckpointContents
+    from keras_vit.checkpoints.formats import read_checkpoint
+
+    if isinstance(path, CheckpointContents):
+        return path
+    arch = architecture.Architecture.from_checkpoint_model(model)
+    size = arch.image_size if arch.image_size and None not in arch.image_size else None
+    return read_checkpoint(
+        os.fspath(path),
+        num_heads=arch.num_heads,
+        no_embed_class=no_embed_class,
+        image_size=size if arch.resnet_stages is None else None,
+    )
+
+
+def _fit_channels(arrays, variables, skip, adapt, path) -> dict:
+    """Adapts the input kernel's channels in `arrays` (timm's rule) when `adapt`; returns
+    `{key: note}` for the shape-mismatch line when it is not adapted."""
+    key = input_kernel_key(variables)
+    if key is None or key not in arrays or _under(key, skip):
+        return {}
+    mismatch = channel_mismatch(arrays[key], variables[key].shape)
+    if mismatch is None:
+        return {}
+    source, target = mismatch
+    if adapt and can_adapt(source, target):
+        arrays[key] = adapt_input_kernel(arrays[key], target)
+        rule = "summed" if target == 1 else f"repeated and scaled by 3/{target}"
+        warn_weights(
+            f"{path}: the checkpoint's {key} has {source} input channels, the model {target}; "
+            f"the kernel was adapted ({rule}, timm's adapt_input_conv)."
+        )
+        return {}
+    how = (
+        "load with strict=False (or adapt_channels=True) to adapt it by timm's rule"
+        if can_adapt(source, target)
+        else "timm's rule adapts only to 1 channel or from 3"
+    )
+    return {key: f"{source} input channels in the file, {target} in the model; {how}"}
+
+
+def _check_keys(report, arrays, variables, skip, notes) -> list:
+    """Fills the report's skipped / missing / unexpected / mismatched keys; returns the keys
+    that fit (`notes`: `{key: text}` appended to a key's mismatch line)."""
     report.skipped = [k for k in arrays if _under(k, skip)]
     expected = [k for k in variables if not _under(k, skip)]
     provided = {k for k in arrays if not _under(k, skip)}
@@ -301,8 +385,13 @@ def load_npz(
         if file_shape == model_shape:
             fits.append(key)
         else:
-            note = f" ({hint})" if key == PLAIN_POSITION_KEY and hint else ""
+            note = f" ({notes[key]})" if notes.get(key) else ""
             report.mismatched.append(f"{key}: file {file_shape} vs model {model_shape}{note}")
+    return fits
+
+
+def _refuse_or_warn(report, model, strict) -> None:
+    """Raises (strict) or warns about the report's missing / unexpected / mismatched keys."""
     problems = ""
     if report.missing:
         problems += _format_list("missing in the file", report.missing)
@@ -312,26 +401,32 @@ def load_npz(
         problems += _format_list("shape mismatch", report.mismatched)
     if problems and strict:
         raise CheckpointError(
-            f"Checkpoint {path} does not fit the model {model.name!r}:{problems}\n"
+            f"Checkpoint {report.path} does not fit the model {model.name!r}:{problems}\n"
             "Nothing was loaded. Use skip=[...] or head='skip' to leave keys out, or "
             "strict=False to load what fits."
         )
     if problems:
-        warn_weights(f"Checkpoint {path} loaded partially (the rest is ignored):{problems}")
-    for key in fits:
-        variable = variables[key]
-        variable.assign(np.asarray(arrays[key], dtype=variable.dtype))
-    report.loaded = fits
-    if resized is not None:
-        (old_rows, old_cols), (new_rows, new_cols) = resized
-        old_length = architecture.num_prefix_tokens(model) + old_rows * old_cols
-        warn_weights(
-            f"Position embeddings resized: grid {old_rows}x{old_cols} -> {new_rows}x{new_cols} "
-            f"({resize_method}; {old_length} -> {variables[PLAIN_POSITION_KEY].shape[1]} rows)."
-        )
-    _warn_if_zero_head(arrays, fits, path)
-    logger.debug("Loaded %d arrays from %s", len(fits), path)
-    return report
+        warn_weights(f"Checkpoint {report.path} loaded partially (the rest is ignored):{problems}")
+
+
+def load_npz(model, path, **kwargs) -> LoadReport:
+    """Deprecated name of `load_weights` (which reads every format, not only `.npz`)."""
+    warnings.warn(
+        "keras_vit.checkpoints.load_npz is deprecated; use keras_vit.load_weights.",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return load_weights(model, path, **kwargs)
+
+
+def load_checkpoint(model, path, **kwargs) -> LoadReport:
+    """Deprecated name of `load_weights`."""
+    warnings.warn(
+        "keras_vit.checkpoints.load_checkpoint is deprecated; use keras_vit.load_weights.",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return load_weights(model, path, **kwargs)
 
 
 def _warn_if_zero_head(arrays, loaded, path) -> None:
@@ -373,14 +468,14 @@ def load_weights_argument(model, weights, *, base_url=None, cache_dir=None) -> L
 
     Args:
         model: the built keras_vit model.
-        weights: a local checkpoint path (any format `load_npz` reads); a published name
+        weights: a local checkpoint path (any format `load_weights` reads); a published name
             ("ViT-B_16", "imagenet21k/ViT-B_16",
             "imagenet21k+imagenet2012/ViT-L_16-224", "augreg/<file>"); or "imagenet21k" /
             "imagenet21k+imagenet2012", resolved to the file of the model's architecture.
         base_url, cache_dir: see `keras_vit.checkpoints.resolve_checkpoint`.
 
     Returns:
-        The `LoadReport` of `load_npz(..., head="auto")`: a head of another size stays
+        The `LoadReport` of `load_weights(..., head="auto")`: a head of another size stays
         zero-initialised, the position table is resized to the model's image size.
 
     Raises:
@@ -396,7 +491,7 @@ def load_weights_argument(model, weights, *, base_url=None, cache_dir=None) -> L
             f"name. Received: weights={weights!r}"
         )
     if os.path.isfile(weights) or os.path.isdir(weights):
-        return load_npz(model, weights, head="auto")
+        return load_weights(model, weights, head="auto")
     model_name = architecture.release_model_name(model)
     if registry.is_collection_name(weights):
         embed = find_vit_model(model).get_layer(names.EMBEDDING)
@@ -420,7 +515,4 @@ def load_weights_argument(model, weights, *, base_url=None, cache_dir=None) -> L
                 f"{model_name}."
             )
     local = registry.resolve_checkpoint(entry, base_url=base_url, cache_dir=cache_dir)
-    return load_npz(model, local, head="auto")
-
-
-load_checkpoint = load_npz
+    return load_weights(model, local, head="auto")

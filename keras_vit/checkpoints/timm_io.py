@@ -31,6 +31,7 @@ import re
 import numpy as np
 
 from keras_vit import configs
+from keras_vit.checkpoints import timm_options
 from keras_vit.checkpoints import torch_layout as tl
 from keras_vit.checkpoints.contents import CheckpointContents
 from keras_vit.checkpoints.npz_io import CheckpointError
@@ -115,8 +116,19 @@ def _preprocessing(metadata, config) -> str:
     return "[-1,1]"
 
 
-def timm_to_release(state: dict, num_heads=None, path="checkpoint", metadata=None, config=None):
+def timm_to_release(
+    state: dict,
+    num_heads=None,
+    path="checkpoint",
+    metadata=None,
+    config=None,
+    no_embed_class=False,
+):
     """Converts a timm ViT state dict to release keys.
+
+    `no_embed_class=True` (DeiT-3's layout: `pos_embed` has no class row) inserts a zero
+    class row, which is what the class token gets; see `no_embed_class_of` for where the
+    choice comes from.
 
     Returns:
         `(arrays, num_heads)`.
@@ -151,8 +163,7 @@ def timm_to_release(state: dict, num_heads=None, path="checkpoint", metadata=Non
     table = get("pos_embed")
     if "cls_token" in state:
         out["cls"] = get("cls_token")
-        if table.shape[1] == int(round((table.shape[1]) ** 0.5)) ** 2:
-            # no_embed_class: the class token gets no position embedding = a zero row.
+        if no_embed_class:  # the class token gets no position embedding = a zero row
             zero = np.zeros((1, 1, table.shape[-1]), table.dtype)
             table = np.concatenate([zero, table], axis=1)
     out[tl.POSITION] = table
@@ -229,19 +240,43 @@ def _resnet_to_timm(key: str, array) -> dict:
     return {f"{BACKBONE}{layer}.{leaf}": np.asarray(array).reshape(-1)}
 
 
-def read_timm(path, num_heads=None) -> CheckpointContents:
+def read_timm(path, num_heads=None, *, no_embed_class=None, image_size=None) -> CheckpointContents:
     """Reads a timm ViT `.safetensors` state dict into the release layout.
+
+    The class token is the `cls_token` key; `global_pool` and `no_embed_class` come from
+    the file's metadata or the `config.json` beside it (see `timm_options`).
 
     Args:
         path: the `.safetensors` file.
         num_heads: overrides the number of heads (which a state dict does not record).
+        no_embed_class: True/False settles whether `pos_embed` has a class row when the file
+            does not say; default None (read it from the file).
+        image_size: `(height, width)` of the model the file is loaded into, used for
+            `no_embed_class` only when the file names no image size.
 
     Raises:
-        FileNotFoundError, CheckpointError: see `timm_to_release`.
+        FileNotFoundError, CheckpointError: see `timm_to_release` and
+            `timm_options.no_embed_class_of` / `check_global_pool`.
     """
     state, metadata = read_safetensors(path)
     config = _sibling_config(path)
-    arrays, heads = timm_to_release(state, num_heads, path, metadata, config)
+    class_token = "cls_token" in state
+    timm_options.check_global_pool(metadata, config, class_token, path)
+    table, kernel = state.get("pos_embed"), state.get("patch_embed.proj.weight")
+    if class_token and table is not None and table.ndim == 3:
+        patch = None if kernel is None else tuple(int(s) for s in kernel.shape[2:])
+        no_embed_class = timm_options.no_embed_class_of(
+            int(table.shape[1]),
+            patch,
+            metadata,
+            config,
+            given=no_embed_class,
+            image_size=image_size,
+            path=path,
+        )
+    arrays, heads = timm_to_release(
+        state, num_heads, path, metadata, config, no_embed_class=bool(no_embed_class)
+    )
     gelu = metadata.get(META + "gelu_approximate", "false") == "true"
     return CheckpointContents(
         path=os.fspath(path),
@@ -251,6 +286,7 @@ def read_timm(path, num_heads=None) -> CheckpointContents:
         gelu_approximate=gelu,
         layer_norm_epsilon=float(metadata.get(META + "layer_norm_epsilon", 1e-6)),
         preprocessing=_preprocessing(metadata, config),
+        image_size=timm_options.image_size_of(metadata, config),
     )
 
 
@@ -326,6 +362,10 @@ def write_timm(path, contents: CheckpointContents) -> dict:
         META + "gelu_approximate": "true" if contents.gelu_approximate else "false",
         META + "layer_norm_epsilon": repr(float(contents.layer_norm_epsilon)),
         META + "preprocessing": contents.preprocessing,
+        META + "no_embed_class": "false",
+        META + "global_pool": "token" if "cls" in contents.arrays else "avg",
     }
+    if contents.image_size is not None:
+        metadata[META + "image_size"] = ",".join(str(int(s)) for s in contents.image_size)
     write_safetensors(path, state, metadata=metadata)
     return {key: tuple(value.shape) for key, value in state.items()}

@@ -129,14 +129,26 @@ def take(state: dict, key: str, path) -> np.ndarray:
         raise CheckpointError(f"{path} has no tensor {key!r}.") from None
 
 
-def preprocessing_from_mean_std(mean, std) -> str:
-    """ "[-1,1]" for mean = std = 0.5, "imagenet" for ImageNet's mean/std.
+def preprocessing_from_mean_std(mean, std, channels=None) -> str:
+    """ "[-1,1]" for mean = std = 0.5 on every channel, "imagenet" for ImageNet's mean/std.
+
+    Args:
+        mean, std: one value per channel in [0, 1] pixel units (a single number: every
+            channel).
+        channels: the model's image channels; the lists must have that many values.
 
     Raises:
-        CheckpointError: for any other normalisation.
+        CheckpointError: another count of values than `channels`, or any other
+            normalisation.
     """
-    mean, std = tuple(np.round(mean, 3)), tuple(np.round(std, 3))
-    if mean == (0.5,) * 3 and std == (0.5,) * 3:
+    mean = tuple(np.round(np.atleast_1d(mean), 3))
+    std = tuple(np.round(np.atleast_1d(std), 3))
+    if (channels is not None and len(mean) != channels) or len(std) != len(mean):
+        raise CheckpointError(
+            f"Input normalisation mean={mean}, std={std} has {len(mean)} values for a model "
+            f"of {channels} channel(s); it needs one mean and one std per channel."
+        )
+    if set(mean) == {0.5} and set(std) == {0.5}:
         return "[-1,1]"
     if mean == tuple(np.round(IMAGENET_MEAN, 3)) and std == tuple(np.round(IMAGENET_STD, 3)):
         return "imagenet"
@@ -146,8 +158,16 @@ def preprocessing_from_mean_std(mean, std) -> str:
     )
 
 
-def mean_std(preprocessing: str) -> tuple[tuple, tuple]:
-    """The (mean, std) in [0, 1] pixel units of a preprocessing name."""
+def mean_std(preprocessing: str, channels: int = 3) -> tuple[tuple, tuple]:
+    """The (mean, std) in [0, 1] pixel units of a preprocessing name, one per channel.
+
+    Raises:
+        CheckpointError: "imagenet" for other than 3 channels (ImageNet's are RGB).
+    """
     if preprocessing == "imagenet":
+        if channels != 3:
+            raise CheckpointError(
+                f"ImageNet's mean/std are for 3 channels; the model has {channels}."
+            )
         return IMAGENET_MEAN, IMAGENET_STD
-    return (0.5,) * 3, (0.5,) * 3
+    return (0.5,) * channels, (0.5,) * channels

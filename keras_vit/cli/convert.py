@@ -209,7 +209,7 @@ def _auto_kwargs(contents, args) -> dict:
 
 def _build_model(contents, args):
     """The model the checkpoint is loaded into (named variant, or read from the file)."""
-    from keras_vit.checkpoints import CheckpointError, load_npz
+    from keras_vit.checkpoints import CheckpointError, load_weights
     from keras_vit.checkpoints.architecture import Architecture
     from keras_vit.checkpoints.from_checkpoint import build_from_kwargs
 
@@ -224,7 +224,7 @@ def _build_model(contents, args):
         new_head = args.num_classes is not None and (
             file_classes is None or file_classes.shape[0] != args.num_classes
         )
-        report = load_npz(
+        report = load_weights(
             model, contents, resize_method=args.resize_method, head="auto" if new_head else "load"
         )
     except (CheckpointError, ValueError) as error:

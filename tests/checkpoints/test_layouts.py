@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import keras_vit
-from keras_vit.checkpoints import load_npz, save_npz
+from keras_vit.checkpoints import load_weights, save_npz
 from tests.numpy_reference import random_official_params, vit_forward
 
 ARCH = dict(patch_size=8, hidden_dim=32, num_heads=4, mlp_dim=64, num_layers=2)
@@ -60,7 +60,7 @@ def _check(tmp_path, arrays, reference, pooling="token"):
     path = tmp_path / "file.npz"
     np.savez(path, **arrays)
     model = keras_vit.ViT(image_size=32, num_classes=10, pooling=pooling, **ARCH)
-    report = load_npz(model, path)
+    report = load_weights(model, path)
     x = np.random.default_rng(1).uniform(-1, 1, (2, 32, 32, 3)).astype("float32")
     expected = vit_forward(reference, x, num_heads=4, pooling=pooling)
     np.testing.assert_allclose(model.predict(x, verbose=0), expected, atol=1e-4)
@@ -110,7 +110,7 @@ def test_group_norm_arrays_stored_as_1_1_1_c(tmp_path):
     }
     np.savez(tmp_path / "old.npz", **old_style)
     target = keras_vit.HybridViT(**kwargs)
-    report = load_npz(target, tmp_path / "old.npz")
+    report = load_weights(target, tmp_path / "old.npz")
     assert any("GroupNorm" in step for step in report.layout_steps)
     x = rng.uniform(-1, 1, (2, 32, 32, 3)).astype("float32")
     np.testing.assert_array_equal(source.predict(x, verbose=0), target.predict(x, verbose=0))

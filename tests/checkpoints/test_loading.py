@@ -1,4 +1,4 @@
-"""load_npz / save_npz against the official layout (vit_facts.md section 3) and the NumPy
+"""load_weights / save_npz against the official layout (vit_facts.md section 3) and the NumPy
 reference forward pass (tests/numpy_reference.py), plus user-report rows B22-B24, B26, B28,
 B29, B30, B32, B33."""
 
@@ -14,7 +14,7 @@ import tensorflow as tf
 
 import keras_vit
 from keras_vit import WeightsWarning
-from keras_vit.checkpoints import CheckpointError, load_npz, save_npz
+from keras_vit.checkpoints import CheckpointError, load_weights, save_npz
 from tests.numpy_reference import random_official_params, vit_forward
 
 POS = "Transformer/posembed_input/pos_embedding"
@@ -91,7 +91,7 @@ def b16_file(tmp_path_factory):
 def test_b16_load_then_save_gives_the_official_200_key_table(b16_file, tmp_path):
     path, params = b16_file
     model = keras_vit.ViT_B16()
-    report = load_npz(model, path)
+    report = load_weights(model, path)
     assert len(report.loaded) == 200
     out = tmp_path / "saved.npz"
     saved = save_npz(model, out)
@@ -113,7 +113,7 @@ def test_b22_224_checkpoint_loads_into_384_model(b16_file):
     model = keras_vit.ViT_B16(image_size=384)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        report = load_npz(model, path)
+        report = load_weights(model, path)
     table = model.get_layer("posembed_input").pos_embedding.numpy()
     assert table.shape == (1, 577, 768)
     np.testing.assert_array_equal(table[0, 0], params[POS][0, 0])
@@ -127,7 +127,7 @@ def test_b24_224_checkpoint_into_non_square_model(b16_file):
     """B24: ViT_B16(image_size=(224, 320)) + 224x224 checkpoint; call on (2, 224, 320, 3)."""
     path, params = b16_file
     model = keras_vit.ViT_B16(num_classes=1000, image_size=(224, 320))
-    load_npz(model, path)
+    load_weights(model, path)
     assert tuple(model.get_layer("posembed_input").pos_embedding.shape) == (1, 1 + 14 * 20, 768)
     out = model(_images(1, 224, 320), training=False)
     assert tuple(out.shape) == (2, 1000)
@@ -142,7 +142,7 @@ def test_tiny_official_file_matches_numpy_reference(tmp_path, pooling):
     params = _tiny_params(pooling=pooling)
     path = _write(tmp_path, params)
     model = keras_vit.ViT(image_size=32, num_classes=10, pooling=pooling, **TINY_ARCH)
-    load_npz(model, path)
+    load_weights(model, path)
     x = _images(1)
     expected = vit_forward(params, x, num_heads=4, pooling=pooling)
     np.testing.assert_allclose(model.predict(x, verbose=0), expected, atol=1e-4)
@@ -156,7 +156,7 @@ def test_save_then_load_round_trip_gives_identical_logits(tmp_path):
     path = tmp_path / "roundtrip.npz"
     save_npz(source, path)
     target = keras_vit.ViT(image_size=32, num_classes=10, representation_size=16, **TINY_ARCH)
-    load_npz(target, path)
+    load_weights(target, path)
     x = _images(2)
     np.testing.assert_array_equal(source.predict(x, verbose=0), target.predict(x, verbose=0))
     # and the saved arrays are what the reference expects under official names
@@ -173,7 +173,7 @@ def test_vit_nested_in_another_model_saves_and_loads(tmp_path):
     inner = keras_vit.ViT(image_size=32, num_classes=10, **TINY_ARCH)
     images = keras.Input((32, 32, 3))
     outer = keras.Model(images, keras.layers.Softmax(name="probs")(inner(images)), name="outer")
-    load_npz(outer, path)
+    load_weights(outer, path)
     x = _images(5)
     expected = vit_forward(params, x, num_heads=4)
     np.testing.assert_allclose(inner.predict(x, verbose=0), expected, atol=1e-4)
@@ -191,7 +191,7 @@ def test_missing_key_error_names_the_key_and_loads_nothing(tmp_path):
     model = keras_vit.ViT(image_size=32, num_classes=10, **TINY_ARCH)
     before = [w.numpy().copy() for w in model.weights]
     with pytest.raises(CheckpointError, match="encoderblock_1/MlpBlock_3/Dense_0/bias"):
-        load_npz(model, path)
+        load_weights(model, path)
     for old, variable in zip(before, model.weights, strict=True):
         np.testing.assert_array_equal(old, variable.numpy())
 
@@ -202,7 +202,7 @@ def test_wrong_model_file_lists_mismatched_and_unexpected_keys(tmp_path):
     path = _write(tmp_path, params)
     model = keras_vit.ViT(image_size=32, num_classes=10, **TINY_ARCH)
     with pytest.raises(CheckpointError) as info:
-        load_npz(model, path)
+        load_weights(model, path)
     message = str(info.value)
     assert "unexpected in the file" in message and "encoderblock_2" in message
     assert "shape mismatch" in message
@@ -215,9 +215,9 @@ def test_unexpected_key_error_and_non_strict_load(tmp_path):
     path = _write(tmp_path, params)
     model = keras_vit.ViT(image_size=32, num_classes=10, **TINY_ARCH)
     with pytest.raises(CheckpointError, match="extra/kernel"):
-        load_npz(model, path)
+        load_weights(model, path)
     with pytest.warns(WeightsWarning, match="(?s)partially.*extra/kernel"):
-        report = load_npz(model, path, strict=False)
+        report = load_weights(model, path, strict=False)
     assert report.unexpected == ["extra/kernel"]
     x = _images(0)
     np.testing.assert_allclose(
@@ -230,22 +230,22 @@ def test_head_options(tmp_path):
     path = _write(tmp_path, params)
     model = keras_vit.ViT(image_size=32, num_classes=10, **TINY_ARCH)
     with pytest.raises(CheckpointError, match=r"head/kernel: file \(32, 21\) vs model \(32, 10\)"):
-        load_npz(model, path)
-    report = load_npz(model, path, head="auto")
+        load_weights(model, path)
+    report = load_weights(model, path, head="auto")
     assert set(report.skipped) == {"head/kernel", "head/bias"}
     assert not model.get_layer("head").kernel.numpy().any()
-    report = load_npz(model, path, skip=("head",))
+    report = load_weights(model, path, skip=("head",))
     assert "head/bias" in report.skipped
     same = keras_vit.ViT(image_size=32, num_classes=21, **TINY_ARCH)
-    load_npz(same, path, head="auto")
+    load_weights(same, path, head="auto")
     np.testing.assert_array_equal(same.get_layer("head").kernel.numpy(), params["head/kernel"])
     with pytest.raises(ValueError, match="head"):
-        load_npz(same, path, head="maybe")
+        load_weights(same, path, head="maybe")
     # weights= uses head="auto": a headless model, and a headless file, both load the body
     features = keras_vit.ViT(image_size=32, include_top=False, **TINY_ARCH)
-    assert "head/kernel" in load_npz(features, path, head="auto").skipped
+    assert "head/kernel" in load_weights(features, path, head="auto").skipped
     headless = _write(tmp_path, {k: v for k, v in params.items() if "head" not in k}, "body.npz")
-    report = load_npz(model, headless, head="auto")
+    report = load_weights(model, headless, head="auto")
     assert report.missing == [] and "cls" in report.loaded
 
 
@@ -254,7 +254,7 @@ def test_gap_model_refuses_a_class_token_file(tmp_path):
     path = _write(tmp_path, _tiny_params(pooling="token"))
     model = keras_vit.ViT(image_size=32, num_classes=10, pooling="gap", **TINY_ARCH)
     with pytest.raises(CheckpointError) as info:
-        load_npz(model, path)
+        load_weights(model, path)
     assert "unexpected in the file (1): cls" in str(info.value)
     assert "not a square grid" in str(info.value)
 
@@ -268,12 +268,12 @@ def test_b23_no_message_when_grids_match_one_when_they_differ(tmp_path, caplog):
     same = keras_vit.ViT(image_size=32, num_classes=10, **TINY_ARCH)
     with caplog.at_level(logging.DEBUG, logger="keras_vit"), warnings.catch_warnings():
         warnings.simplefilter("error")  # any warning fails the load
-        load_npz(same, path)
+        load_weights(same, path)
     assert [r for r in _keras_vit_logs(caplog) if r.levelno >= logging.INFO] == []
     bigger = keras_vit.ViT(image_size=(32, 48), num_classes=10, **TINY_ARCH)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        load_npz(bigger, path)
+        load_weights(bigger, path)
     assert [w.category for w in caught] == [WeightsWarning]
     assert "4x4 -> 4x6" in str(caught[0].message)
 
@@ -285,7 +285,7 @@ def test_b26_loading_under_mixed_bfloat16_resizes_in_float32(tmp_path):
     path = _write(tmp_path, params)
     arch = {**TINY_ARCH, "patch_size": 16}
     model = keras_vit.ViT(image_size=(224, 480), num_classes=10, **arch)
-    load_npz(model, path)
+    load_weights(model, path)
     variable = model.get_layer("posembed_input").pos_embedding
     assert variable.dtype == "float32" and tuple(variable.shape) == (1, 1 + 14 * 30, 32)
     import scipy.ndimage
@@ -299,7 +299,7 @@ def _resized_tiny_model(tmp_path):
     """A 64-px tiny model loaded from a 32-px checkpoint (interpolated once at load time)."""
     path = _write(tmp_path, _tiny_params())
     model = keras_vit.ViT(image_size=64, num_classes=10, **TINY_ARCH)
-    load_npz(model, path)
+    load_weights(model, path)
     return model
 
 
@@ -358,13 +358,13 @@ def test_b32_pre_logits_combinations(tmp_path, file_has_pre_logits, representati
     )
     x = _images(6)
     if file_has_pre_logits and representation_size:
-        load_npz(model, path)
+        load_weights(model, path)
         expected = vit_forward(params, x, num_heads=4)
         np.testing.assert_allclose(model.predict(x, verbose=0), expected, atol=1e-4)
     elif file_has_pre_logits:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            report = load_npz(model, path)
+            report = load_weights(model, path)
         assert len(caught) == 1 and "pre_logits" in str(caught[0].message)
         assert caught[0].category is WeightsWarning
         assert {"pre_logits/kernel", "pre_logits/bias", "head/kernel"} <= set(report.skipped)
@@ -375,9 +375,9 @@ def test_b32_pre_logits_combinations(tmp_path, file_has_pre_logits, representati
         np.testing.assert_allclose(features.predict(x, verbose=0), pooled, atol=1e-4)
     elif representation_size:
         with pytest.raises(CheckpointError, match="missing in the file.*pre_logits/kernel"):
-            load_npz(model, path)
+            load_weights(model, path)
     else:
-        load_npz(model, path)
+        load_weights(model, path)
         expected = vit_forward(params, x, num_heads=4)
         np.testing.assert_allclose(model.predict(x, verbose=0), expected, atol=1e-4)
 
@@ -391,8 +391,8 @@ def test_b33_preprocessing_and_pooled_feature_is_class_token_of_final_norm(tmp_p
     path = _write(tmp_path, params)
     features = keras_vit.ViT(image_size=32, include_top=False, **TINY_ARCH)
     sequence = keras_vit.ViT(image_size=32, include_top=False, return_sequence=True, **TINY_ARCH)
-    load_npz(features, path, skip=("head",))
-    load_npz(sequence, path, skip=("head",))
+    load_weights(features, path, skip=("head",))
+    load_weights(sequence, path, skip=("head",))
     x = _images(8)
     pooled = features.predict(x, verbose=0)
     np.testing.assert_allclose(pooled, sequence.predict(x, verbose=0)[:, 0], atol=1e-6)
@@ -440,12 +440,12 @@ def test_loading_an_all_zero_head_warns(tmp_path):
     path = _write(tmp_path, params)
     model = keras_vit.ViT(image_size=32, num_classes=10, **TINY_ARCH)
     with pytest.warns(WeightsWarning, match="all zero: every logit is 0"):
-        load_npz(model, path)
+        load_weights(model, path)
 
 
 def test_load_report_repr_is_one_short_line(b16_file):
     path, _ = b16_file
-    report = load_npz(keras_vit.ViT_B16(image_size=384), path)
+    report = load_weights(keras_vit.ViT_B16(image_size=384), path)
     text = repr(report)
     assert text == (
         f"LoadReport(path={str(path)!r}, loaded=200, skipped=0, missing=0, unexpected=0, "

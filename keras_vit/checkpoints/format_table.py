@@ -1,0 +1,348 @@
+"""The table of checkpoint formats: one `CheckpointFormat` record per format.
+
+Each record says how the format's content is recognised (by content, never by name), its
+reader and writer, its default suffix and what it can express (`expresses`: the values of
+each option in `OPTIONS` its files hold). Detection (`detect.py`), `read_checkpoint` /
+`write_checkpoint` (`formats.py`), `from_checkpoint`, `load_weights` and `keras-vit
+convert` read it; writers refuse, by the option's name, a model the format cannot express.
+A new format is its own module (reader, writer) plus one row of `FORMAT_TABLE`.
+
+Sources of what each format holds: the release's `vit_jax/checkpoint.py` and
+`models_vit.py`; big_vision's `models/vit.py`; transformers' `modeling_vit.py` /
+`configuration_vit.py`; timm's `vision_transformer.py` (and `_hub.py`'s `config.json`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+from keras_vit import layer_names as names
+from keras_vit.checkpoints import hf_io, timm_io
+from keras_vit.checkpoints.architecture import Architecture
+from keras_vit.checkpoints.model_io import read_keras
+from keras_vit.checkpoints.npz_io import CheckpointError
+from keras_vit.checkpoints.release_io import read_release_npz, write_release_npz
+
+ANY = "any"
+# option -> (what it means, the values a model can take). Values of "channels" are ints.
+OPTIONS = {
+    "pooling": ("token: the class token; gap: mean of the tokens; map: attention pooling",),
+    "final_norm": ("tokens: LayerNorm before pooling; pooled: timm's fc_norm after it",),
+    "pre_logits": ("none; feature: dense+tanh, no head; under_head: dense+tanh then head",),
+    "grid": ("square or non-square patch grid",),
+    "patch": ("square or non-square patches",),
+    "channels": ("image channels (1, 3, 4, ...)",),
+    "hybrid": ("False: a ViT; True: a ResNet stem (R50+B/16)",),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class ReadOptions:
+    """What a reader may need that a file does not always say.
+
+    Attributes:
+        num_heads: heads of a timm file (a state dict does not record them).
+        no_embed_class: True/False for a timm class-token file that does not say.
+        image_size: `(height, width)` of the model the file is loaded into (a hint for
+            timm's `no_embed_class` only).
+    """
+
+    num_heads: int | None = None
+    no_embed_class: bool | None = None
+    image_size: tuple | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Probe:
+    """What detection saw: `container` ("zip", "safetensors" or "folder") and the member,
+    tensor or file `names` in it."""
+
+    container: str
+    names: tuple
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointFormat:
+    """One checkpoint format.
+
+    Attributes:
+        name: the format's name ("npz", "big_vision", "hf", "timm", "keras").
+        title: for messages and docs.
+        recognised_by: how detection recognises it (prose, for docs).
+        recognise: `Probe -> bool`.
+        reader: `(path, ReadOptions) -> CheckpointContents`.
+        writer: `(path, CheckpointContents) -> ...`, or None (read only; `.keras`: a
+            model's `save`).
+        suffix: the default file suffix ("" for a folder).
+        expresses: `{option: values}` (`ANY` for every value) of the options in `OPTIONS`.
+        reads: other things it holds, for docs: `{what: how}`.
+    """
+
+    name: str
+    title: str
+    recognised_by: str
+    recognise: Callable[[Probe], bool]
+    reader: Callable
+    writer: Callable | None
+    suffix: str
+    expresses: dict
+    reads: dict = dataclasses.field(default_factory=dict)
+
+    def can_express(self, option: str, value) -> bool:
+        allowed = self.expresses.get(option, ANY)
+        return allowed == ANY or value in allowed
+
+
+def _npy_members(probe: Probe) -> bool:
+    return (
+        probe.container == "zip"
+        and bool(probe.names)
+        and all(n.endswith(".npy") for n in probe.names)
+    )
+
+
+def _is_big_vision(probe: Probe) -> bool:
+    return _npy_members(probe) and any(
+        n.startswith("params/") or n == "pos_embedding.npy" or "/encoderblock/" in n
+        for n in probe.names
+    )
+
+
+def _is_release_npz(probe: Probe) -> bool:
+    return _npy_members(probe) and not _is_big_vision(probe)
+
+
+def _is_keras(probe: Probe) -> bool:
+    return (
+        probe.container == "zip"
+        and "config.json" in probe.names
+        and any(n.endswith(".weights.h5") for n in probe.names)
+    )
+
+
+def _is_hf(probe: Probe) -> bool:
+    if probe.container == "folder":
+        return {hf_io.CONFIG, hf_io.WEIGHTS} <= set(probe.names)
+    return probe.container == "safetensors" and any(
+        n.endswith("embeddings.patch_embeddings.projection.weight") for n in probe.names
+    )
+
+
+def _is_timm(probe: Probe) -> bool:
+    return probe.container == "safetensors" and (
+        "patch_embed.proj.weight" in probe.names
+        or any(n.startswith("patch_embed.backbone.") for n in probe.names)
+    )
+
+
+def _read_timm(path, options: ReadOptions):
+    return timm_io.read_timm(
+        path,
+        num_heads=options.num_heads,
+        no_embed_class=options.no_embed_class,
+        image_size=options.image_size,
+    )
+
+
+_EVERY_POOLING = ("token", "gap", "map")
+_EVERY_NORM = ("tokens", "pooled")
+_EVERY_PRE_LOGITS = ("none", "feature", "under_head")
+
+FORMAT_TABLE: dict[str, CheckpointFormat] = {
+    row.name: row
+    for row in (
+        CheckpointFormat(
+            name="npz",
+            title="the release's .npz",
+            recognised_by="a zip of .npy members with the release's flat keys "
+            "(`embedding/kernel`, `Transformer/encoderblock_0/...`; `opt/target/` prefix too)",
+            recognise=_is_release_npz,
+            reader=lambda path, options: read_release_npz(path),
+            writer=write_release_npz,
+            suffix=".npz",
+            expresses={
+                "pooling": _EVERY_POOLING,
+                "final_norm": _EVERY_NORM,
+                "pre_logits": _EVERY_PRE_LOGITS,
+            },
+            reads={
+                "class token": "the `cls` key",
+                "no_embed_class": "never (the release's table always has the class row)",
+                "fc_norm": "keras_vit's `fc_norm/scale` key (no release file has it)",
+                "grid / image size": "not recorded: the square grid of the table, else "
+                "`image_size=` (a non-square table is an error naming it)",
+                "numerics": "not recorded: the release's tanh GELU, LayerNorm eps 1e-6",
+                "arrays": "float32, float16, bfloat16 (as raw 2-byte void); written float32",
+            },
+        ),
+        CheckpointFormat(
+            name="big_vision",
+            title="big_vision's .npz",
+            recognised_by="a zip of .npy members under `params/` (or a top-level "
+            "`pos_embedding`, or scanned `Transformer/encoderblock/` arrays)",
+            recognise=_is_big_vision,
+            reader=lambda path, options: read_release_npz(path),
+            writer=None,
+            suffix=".npz",
+            expresses={
+                "pooling": _EVERY_POOLING,
+                "final_norm": ("tokens",),
+                "pre_logits": _EVERY_PRE_LOGITS,
+                "hybrid": (False,),
+            },
+            reads={
+                "class token": "the `cls` key",
+                "position table": "a top-level `pos_embedding` (added before the class "
+                "token) is moved to the release's key",
+                "grid / image size": "not recorded: as the release's .npz",
+                "arrays": "bfloat16 (big_vision's default), float32; read only",
+            },
+        ),
+        CheckpointFormat(
+            name="hf",
+            title="a Hugging Face ViT folder",
+            recognised_by="a folder with `config.json` + `model.safetensors` (or that file) "
+            "whose keys include `embeddings.patch_embeddings.projection.weight`",
+            recognise=_is_hf,
+            reader=lambda path, options: hf_io.read_hf(path),
+            writer=hf_io.write_hf,
+            suffix="",
+            expresses={
+                "pooling": ("token",),
+                "final_norm": ("tokens",),
+                "pre_logits": ("none", "feature"),
+                "patch": ("square",),
+                "hybrid": (False,),
+            },
+            reads={
+                "class token": "always (ViTModel has one)",
+                "no_embed_class": "never",
+                "grid / image size": "config.json `image_size` (int or [h, w])",
+                "channels": "config.json `num_channels`; preprocessor mean/std per channel",
+                "numerics": "config.json `hidden_act`, `layer_norm_eps`",
+                "arrays": "float32, float16, bfloat16 safetensors",
+            },
+        ),
+        CheckpointFormat(
+            name="timm",
+            title="a timm .safetensors state dict",
+            recognised_by="a safetensors file with `patch_embed.proj.weight` (or a hybrid's "
+            "`patch_embed.backbone.`) keys",
+            recognise=_is_timm,
+            reader=_read_timm,
+            writer=timm_io.write_timm,
+            suffix=".safetensors",
+            expresses={
+                "pooling": ("token", "gap"),
+                "final_norm": _EVERY_NORM,
+                "pre_logits": _EVERY_PRE_LOGITS,
+            },
+            reads={
+                "class token": "the `cls_token` key",
+                "no_embed_class": "keras_vit metadata, config.json `model_args` or its "
+                "image size; else an error naming `no_embed_class=` when both fit",
+                "global_pool": "config.json / metadata: 'token' with a class token, 'avg' "
+                "without; others refused by name",
+                "fc_norm": "the `fc_norm.*` keys",
+                "grid / image size": "keras_vit metadata, config.json `pretrained_cfg."
+                "input_size`; else the table's square grid",
+                "numerics": "keras_vit metadata; else exact GELU, eps 1e-6 (timm's)",
+                "arrays": "float32, float16, bfloat16 safetensors",
+            },
+        ),
+        CheckpointFormat(
+            name="keras",
+            title="a .keras model file",
+            recognised_by="a zip with `config.json` and a `.weights.h5` member",
+            recognise=_is_keras,
+            reader=lambda path, options: read_keras(path),
+            writer=None,
+            suffix=".keras",
+            expresses={},
+            reads={"everything": "the model's own config (written by `model.save`)"},
+        ),
+    )
+}
+FORMATS = tuple(FORMAT_TABLE)
+WRITE_FORMATS = ("npz", "keras", "hf", "timm")  # "keras" needs a model (`model.save`)
+
+
+def format_of(name: str) -> CheckpointFormat:
+    """The table's row `name`.
+
+    Raises:
+        ValueError: an unknown name.
+    """
+    if name not in FORMAT_TABLE:
+        raise ValueError(f"format must be one of {FORMATS}. Received: {name!r}")
+    return FORMAT_TABLE[name]
+
+
+def recognise(probe: Probe) -> str | None:
+    """The first format whose `recognise` accepts `probe`, or None."""
+    return next((row.name for row in FORMAT_TABLE.values() if row.recognise(probe)), None)
+
+
+def options_of(contents) -> dict:
+    """`{option: value}` of the model `contents` holds (see `OPTIONS`).
+
+    The grid is "non-square" when `contents.image_size` or the table says so; a table
+    whose count is no square grid and no image size counts as "non-square".
+    """
+    arrays = contents.arrays
+    arch = Architecture.from_arrays(arrays)
+    if f"{names.MAP_HEAD}/probe" in arrays:
+        pooling = "map"
+    else:
+        pooling = arch.pooling
+    if arch.representation_size is None:
+        pre_logits = "none"
+    else:
+        pre_logits = "under_head" if arch.num_classes is not None else "feature"
+    grid = arch.grid
+    if (
+        contents.image_size is not None
+        and arch.patch_size is not None
+        and arch.resnet_stages is None
+    ):
+        size, patch = contents.image_size, arch.patch_size
+        grid = (int(size[0]) // patch[0], int(size[1]) // patch[1])
+    patch = arch.patch_size or (1, 1)
+    return {
+        "pooling": pooling,
+        "final_norm": arch.final_norm,
+        "pre_logits": pre_logits,
+        "grid": "square" if grid is not None and grid[0] == grid[1] else "non-square",
+        "patch": "square" if patch[0] == patch[1] else "non-square",
+        "channels": arch.channels,
+        "hybrid": arch.resnet_stages is not None,
+    }
+
+
+def refusal(name: str, contents) -> str | None:
+    """Why format `name` cannot hold `contents` (every option it cannot express, each named
+    with the formats that can), or None when it can."""
+    row = format_of(name)
+    reasons = []
+    for option, value in options_of(contents).items():
+        if not row.can_express(option, value):
+            able = [
+                other.name
+                for other in FORMAT_TABLE.values()
+                if other.writer is not None and other.can_express(option, value)
+            ]
+            reasons.append(
+                f"{option}={value!r} ({OPTIONS[option][0]}; it holds {row.expresses[option]}; "
+                f"write it as {' or '.join([*able, 'keras'])})"
+            )
+    if not reasons:
+        return None
+    return f"{row.title} cannot express " + "; nor ".join(reasons) + "."
+
+
+def check_expressible(name: str, contents) -> None:
+    """Raises `CheckpointError` with `refusal(name, contents)` when there is one."""
+    reason = refusal(name, contents)
+    if reason:
+        raise CheckpointError(reason)

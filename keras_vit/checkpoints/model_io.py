@@ -1,0 +1,65 @@
+"""The checkpoint contents of a built keras_vit model (`model_contents`), so a model and a
+file convert the same way, and the `.keras` format's reader."""
+
+from __future__ import annotations
+
+import keras
+
+from keras_vit.checkpoints.architecture import Architecture
+from keras_vit.checkpoints.contents import CheckpointContents
+from keras_vit.checkpoints.naming import find_vit_model, official_arrays
+from keras_vit.checkpoints.npz_io import CheckpointError
+from keras_vit.layers import TransformerBlock
+
+
+def model_numerics(model) -> dict:
+    """`{"gelu_approximate", "layer_norm_epsilon"}` of a keras_vit model's blocks.
+
+    Raises:
+        CheckpointError: a model without Transformer blocks.
+    """
+    vit = find_vit_model(model)
+    for layer in vit.layers:
+        if isinstance(layer, TransformerBlock):
+            return {
+                "gelu_approximate": layer.gelu_approximate,
+                "layer_norm_epsilon": layer.layer_norm_epsilon,
+            }
+    raise CheckpointError(f"Model {model.name!r} has no Transformer blocks.")
+
+
+def model_preprocessing(model) -> str:
+    """The input scaling a keras_vit model expects: "[-1,1]" (default) or "imagenet"."""
+    from keras_vit.data.preprocess import model_input_preprocessing
+
+    return model_input_preprocessing(model)
+
+
+def model_contents(model) -> CheckpointContents:
+    """The weights of a built keras_vit model in the release layout, with its numerics and
+    image size (a ViT's grid x patch; None for a hybrid, whose stride the file does not say).
+
+    Raises:
+        CheckpointError: weights that no release key covers (layers added to the model).
+    """
+    arrays = official_arrays(model)
+    arch = Architecture.from_checkpoint_model(model)
+    grid, patch = arch.grid, arch.patch_size
+    image_size = None if grid is None else (grid[0] * patch[0], grid[1] * patch[1])
+    return CheckpointContents(
+        path=model.name,
+        format="model",
+        arrays=arrays,
+        num_heads=arch.num_heads,
+        image_size=image_size if arch.resnet_stages is None else None,
+        preprocessing=model_preprocessing(model),
+        **model_numerics(model),
+    )
+
+
+def read_keras(path, options=None) -> CheckpointContents:
+    """A `.keras` file's contents (loaded with `safe_mode=True`); `options` are not needed."""
+    model = keras.saving.load_model(path, safe_mode=True, compile=False)
+    contents = model_contents(model)
+    contents.path, contents.format = path, "keras"
+    return contents
