@@ -346,3 +346,34 @@ def check_expressible(name: str, contents) -> None:
     reason = refusal(name, contents)
     if reason:
         raise CheckpointError(reason)
+
+
+def _expressed(row: CheckpointFormat) -> str:
+    shown = []
+    for option in OPTIONS:
+        allowed = row.expresses.get(option, ANY)
+        shown.append(f"{option}: {'any' if allowed == ANY else '/'.join(map(str, allowed))}")
+    return "; ".join(shown)
+
+
+def format_table_markdown() -> str:
+    """The table as Markdown (docs/checkpoints.md holds this text; a test compares): one
+    row per format, then what each reads, per format."""
+    lines = [
+        "| format | recognised by (content) | read | written | can express (else the "
+        "writer refuses, naming the option) | suffix |",
+        "|---|---|---|---|---|---|",
+    ]
+    for row in FORMAT_TABLE.values():
+        writer = "yes" if row.writer is not None else "no"
+        if row.name == "keras":
+            writer = "`model.save`"
+        lines.append(
+            f"| `{row.name}`: {row.title} | {row.recognised_by} | yes | {writer} | "
+            f"{_expressed(row)} | `{row.suffix or '(folder)'}` |"
+        )
+    for row in FORMAT_TABLE.values():
+        lines.append("")
+        lines.append(f"`{row.name}` reads:")
+        lines.extend(f"- {what}: {how}" for what, how in row.reads.items())
+    return "\n".join(lines) + "\n"

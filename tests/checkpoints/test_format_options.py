@@ -224,3 +224,17 @@ def test_old_loader_names_warn_and_load(tmp_path, old):
     assert report.loaded and keras_vit.load_weights is checkpoints.load_weights
     x = images_for(model)
     np.testing.assert_allclose(logits(model, x), logits(source, x), atol=1e-6, rtol=0)
+
+
+def test_big_vision_files_are_their_own_row_of_the_table(tmp_path):
+    from keras_vit.checkpoints import detect_format, read_checkpoint
+    from keras_vit.checkpoints.npz_io import write_npz
+
+    arrays = model_contents(tiny_vit()).arrays
+    write_npz(tmp_path / "bv.npz", {"params/" + key: value for key, value in arrays.items()})
+    write_npz(tmp_path / "release.npz", arrays)
+    assert detect_format(tmp_path / "bv.npz") == "big_vision"
+    assert detect_format(tmp_path / "release.npz") == "npz"
+    assert read_checkpoint(tmp_path / "bv.npz").format == "big_vision"
+    with pytest.raises(ValueError, match="format must be one of"):
+        write_checkpoint(read_checkpoint(tmp_path / "bv.npz"), tmp_path / "x.npz", "big_vision")

@@ -1,0 +1,144 @@
+"""The matrix of issue 24: architectures drawn over the option space, written in every
+format of the table and read back.
+
+For each draw (pooling token/gap/map, final norm on the tokens or timm's `fc_norm` after
+pooling, a pre-logits layer or none, a head or none, square and non-square grids, 1/3/4
+channels) and each format: if the format can express the draw, write -> read gives the same
+logits (1e-5) both through `from_checkpoint` and loaded into a freshly built model; if not,
+the writer refuses, naming the option, and leaves no file. What each format can express is
+written here from the formats' own definitions (transformers' `ViTModel` /
+`ViTForImageClassification`, timm's `VisionTransformer`, the release's `.npz`), not taken
+from keras_vit's table, which is checked against it.
+"""
+
+from __future__ import annotations
+
+import os
+
+import keras
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import keras_vit
+from keras_vit.checkpoints import (
+    CheckpointError,
+    load_weights,
+    model_contents,
+    write_checkpoint,
+)
+from keras_vit.checkpoints.format_table import FORMAT_TABLE, options_of, refusal
+from tests.checkpoints.random_models import TINY_SIZES, images_for, logits, randomise
+
+PATCH = 4
+WRITTEN = ("npz", "hf", "timm")  # plus .keras through model.save
+
+
+@st.composite
+def architectures(draw):
+    """ViT keyword arguments over the option space (tiny: patch 4, grid 2-5 per side)."""
+    pooling = draw(st.sampled_from(["token", "gap", "map"]))
+    final_norm = "tokens" if pooling == "map" else draw(st.sampled_from(["tokens", "pooled"]))
+    grid = draw(st.sampled_from([(2, 2), (3, 3), (2, 3), (3, 5)]))  # 1 + 3x5 = 4x4
+    return dict(
+        TINY_SIZES,
+        patch_size=PATCH,
+        image_size=(grid[0] * PATCH, grid[1] * PATCH),
+        channels=draw(st.sampled_from([1, 3, 4])),
+        pooling=pooling,
+        final_norm=final_norm,
+        representation_size=draw(st.sampled_from([None, 16])),
+        include_top=draw(st.booleans()),
+        num_classes=5,
+    )
+
+
+def expected_refusals(kwargs) -> dict:
+    """`{format: option it cannot express}` for the draw, from the formats' definitions."""
+    out = {}
+    pre_logits_under_head = kwargs["representation_size"] is not None and kwargs["include_top"]
+    if kwargs["pooling"] != "token":  # ViTModel always pools its class token
+        out["hf"] = "pooling"
+    elif kwargs["final_norm"] == "pooled":  # no LayerNorm after ViT's pooler
+        out["hf"] = "final_norm"
+    elif pre_logits_under_head:  # ViTForImageClassification has no pooler
+        out["hf"] = "pre_logits"
+    if kwargs["pooling"] == "map":  # timm's attn_pool is no layout keras_vit writes
+        out["timm"] = "pooling"
+    return out
+
+
+def _round_trip(model, fresh, kwargs, kind, folder, x, expected):
+    """Writes `model` as `kind`, reads it back both ways, compares with `expected`."""
+    path = os.path.join(folder, {"npz": "m.npz", "hf": "hf", "timm": "m.safetensors"}[kind])
+    write_checkpoint(model_contents(model), path, kind)
+    size = kwargs["image_size"]
+    # The release's .npz records no grid: a non-square one is told by image_size=.
+    extra = {"image_size": size} if kind == "npz" and size[0] != size[1] else {}
+    back = keras_vit.from_checkpoint(path, **extra)
+    np.testing.assert_allclose(logits(back, x), expected, atol=1e-5, rtol=0, err_msg=kind)
+    randomise(fresh, seed=7)
+    load_weights(fresh, path)
+    np.testing.assert_allclose(logits(fresh, x), expected, atol=1e-5, rtol=0, err_msg=kind)
+
+
+@given(kwargs=architectures())
+def test_every_format_round_trips_or_refuses_by_name(tmp_path_factory, kwargs):
+    folder = str(tmp_path_factory.mktemp("matrix"))
+    model = randomise(keras_vit.ViT(**kwargs), seed=1)
+    fresh = keras_vit.ViT(**kwargs)
+    x = images_for(model)
+    expected = logits(model, x)
+    refused = expected_refusals(kwargs)
+    contents = model_contents(model)
+    for kind in WRITTEN:
+        table_says = refusal(kind, contents)
+        assert (table_says is None) == (kind not in refused), (kind, table_says, kwargs)
+        if kind in refused:
+            target = os.path.join(folder, f"refused_{kind}")
+            with pytest.raises(CheckpointError, match=f"{refused[kind]}="):
+                write_checkpoint(contents, target, kind)
+            assert not os.path.exists(target)
+        else:
+            _round_trip(model, fresh, kwargs, kind, folder, x, expected)
+    model.save(os.path.join(folder, "m.keras"))
+    back = keras_vit.from_checkpoint(os.path.join(folder, "m.keras"))
+    np.testing.assert_allclose(logits(back, x), expected, atol=1e-5, rtol=0, err_msg="keras")
+    keras.backend.clear_session()
+
+
+def test_options_of_a_model_are_what_it_was_built_with():
+    model = keras_vit.ViT(
+        **dict(TINY_SIZES, patch_size=4, image_size=(8, 12), channels=4),
+        pooling="gap",
+        final_norm="pooled",
+        representation_size=16,
+        include_top=False,
+    )
+    assert options_of(model_contents(model)) == {
+        "pooling": "gap",
+        "final_norm": "pooled",
+        "pre_logits": "feature",
+        "grid": "non-square",
+        "patch": "square",
+        "channels": 4,
+        "hybrid": False,
+    }
+
+
+def test_every_row_of_the_table_reads_what_detection_names():
+    for name, row in FORMAT_TABLE.items():
+        assert row.name == name and callable(row.reader) and callable(row.recognise)
+        assert row.recognised_by and isinstance(row.expresses, dict)
+
+
+def test_docs_hold_the_table_as_rendered():
+    from pathlib import Path
+
+    from keras_vit.checkpoints.format_table import format_table_markdown
+
+    text = (Path(__file__).parents[2] / "docs" / "checkpoints.md").read_text()
+    start = text.index("-->\n", text.index("<!-- format-table: start")) + 4
+    end = text.index("<!-- format-table: end -->")
+    assert text[start:end] == format_table_markdown()
