@@ -17,7 +17,8 @@ which uses TensorFlow ops only, so it runs inside a SavedModel as in a `tf.data`
    1 and 3 channels, an opaque alpha (255) added for 4.
 
 Not read (refused with TensorFlow's error, never silently): 1-, 4- and 16-bit or
-RLE-compressed BMP, TIFF, and every other format.
+RLE-compressed BMP, JPEG XL (which `tf.io.decode_image` would read: refused so that every
+entry point accepts the same files), TIFF, and every other format.
 """
 
 from __future__ import annotations
@@ -33,6 +34,23 @@ IMAGE_EXTENSIONS = (".bmp", ".gif", ".jpeg", ".jpg", ".png", ".webp")
 CHANNELS = (1, 3, 4)
 
 _BMP_INFO_HEADER = 54  # 14-byte file header + 40-byte BITMAPINFOHEADER
+
+
+_JPEG_XL_SIGNATURES = (b"\xff\x0a", b"\x00\x00\x00\x0cJXL \r\n\x87\n")
+
+
+def _refuse_jpeg_xl(data):
+    """`data`, after an assertion that it is no JPEG XL file (TensorFlow's `decode_image`
+    reads JPEG XL, which Pillow, and so the file checks of `image_check`, cannot)."""
+    is_jxl = tf.reduce_any(
+        [tf.strings.substr(data, 0, len(sig)) == sig for sig in _JPEG_XL_SIGNATURES]
+    )
+    check = tf.debugging.Assert(
+        tf.logical_not(is_jxl),
+        ["JPEG XL data; keras_vit decodes " + ", ".join(DECODED_FORMATS)],
+    )
+    with tf.control_dependencies([check]):
+        return tf.identity(data)
 
 
 def _little_endian(data, position: int, size: int):
@@ -137,7 +155,7 @@ def decode_pixels(data, channels: int = 0):
         raise ValueError(
             f"Images decode to 0 (own), 1, 3 or 4 channels. Received: channels={channels!r}"
         )
-    data = tf.convert_to_tensor(data, tf.string)
+    data = _refuse_jpeg_xl(tf.convert_to_tensor(data, tf.string))
     image = tf.io.decode_image(data, channels=0, expand_animations=False)
     image = _bmp_fixed(data, image)
     image.set_shape([None, None, None])

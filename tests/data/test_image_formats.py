@@ -227,3 +227,11 @@ def test_one_bit_bmp_is_named_not_called_corrupt(tmp_path):
 def test_unknown_channel_count_is_refused():
     with pytest.raises(ValueError, match="channels=2"):
         decode.decode_pixels(tf.constant(encoded("PNG", "RGB", {})), 2)
+
+
+def test_jpeg_xl_is_refused_with_its_name():
+    """tf.io.decode_image reads JPEG XL, Pillow (the file checks) does not: refused by the
+    one rule so that serving_bytes accepts exactly what the other entry points accept."""
+    codestream = b"\xff\x0a" + bytes(64)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="JPEG XL"):
+        decode.decode_pixels(tf.constant(codestream), 3)
