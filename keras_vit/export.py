@@ -38,6 +38,7 @@ import tensorflow as tf
 
 from keras_vit import _atomic, layer_names
 from keras_vit._validation import check_positive_int
+from keras_vit.builder import ONE_CLASS_HINT
 from keras_vit.data.decode import decode_pixels
 from keras_vit.data.preprocess import (
     from_unit_range,
@@ -188,14 +189,18 @@ def model_image_shape(model: keras.Model) -> tuple[int, int, int]:
 
 
 def find_head(model: keras.Model) -> keras.layers.Layer:
-    """The classifier layer named `head`; raises ValueError for a headless model."""
+    """The classifier layer named `head`; raises ValueError for a headless model or a
+    one-output head (its softmax is 1.0 for every image; `builder.ONE_CLASS_HINT`)."""
     try:
-        return model.get_layer(layer_names.HEAD)
+        head = model.get_layer(layer_names.HEAD)
     except ValueError:
         raise ValueError(
             "export_saved_model needs a classifier with a `head` layer (include_top=True). "
             f"Received model {model.name!r} with layers {[x.name for x in model.layers][-4:]}"
         ) from None
+    if getattr(head, "units", None) == 1:
+        raise ValueError(f"{ONE_CLASS_HINT} Received: a head of 1 output in {model.name!r}")
+    return head
 
 
 def find_feature_layer(model: keras.Model) -> keras.layers.Layer:

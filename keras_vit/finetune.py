@@ -13,7 +13,7 @@ import keras
 from keras_vit import layer_names as names
 from keras_vit._validation import check_positive_int, to_pair
 from keras_vit._warnings import warn_weights
-from keras_vit.builder import zero_head
+from keras_vit.builder import check_num_classes, zero_head
 from keras_vit.checkpoints.architecture import num_prefix_tokens, patch_grid
 from keras_vit.layers import AddSinCosPositionEmbs, PatchEmbed
 from keras_vit.layers.position_resize import resize_position_embeddings
@@ -133,10 +133,11 @@ def finetune(
         activation (None when the source had no head).
 
     Raises:
-        ValueError: bad `num_classes`, `image_size` or `representation_size`, an image size
+        ValueError: bad `num_classes` (1 included: see `keras_vit.builder.ONE_CLASS_HINT`),
+            `image_size` or `representation_size`, an image size
             not divisible by the patch, or a model that is not a keras_vit classifier.
     """
-    check_positive_int("num_classes", num_classes)
+    check_num_classes(num_classes)
     if representation_size is not None:
         check_positive_int("representation_size", representation_size)
     _check_model(model)

@@ -121,6 +121,7 @@ def test_hybrid_model():
     "kwargs, match",
     [
         (dict(num_classes=0), "num_classes"),
+        (dict(num_classes=1), "num_classes=2.*sigmoid"),
         (dict(num_classes=3, representation_size=-1), "representation_size"),
         (dict(num_classes=3, image_size=30), "divisible"),
     ],
