@@ -150,6 +150,28 @@ def classification_head(
     return zero_head(num_classes, classifier_activation)(x)
 
 
+ONE_CLASS_HINT = (
+    "num_classes=1 gives a single logit, whose softmax is 1.0 for every image. Spell a "
+    "two-class task as num_classes=2 (softmax; what keras_vit's training, evaluation, "
+    "predict and export handle), or, for one sigmoid output with a binary loss, build "
+    "include_top=False and add keras.layers.Dense(1, activation='sigmoid') yourself "
+    "(keras_vit's export and CLI serve softmax classifiers only)."
+)
+
+
+def check_num_classes(num_classes, include_top=True):
+    """`num_classes`, a positive integer; at least 2 for a model with a head.
+
+    Raises:
+        ValueError: not a positive integer, or 1 with a head (`ONE_CLASS_HINT` names the two
+            spellings that work).
+    """
+    check_positive_int("num_classes", num_classes)
+    if include_top and num_classes == 1:
+        raise ValueError(f"{ONE_CLASS_HINT} Received: num_classes=1")
+    return num_classes
+
+
 def zero_head(num_classes, activation=None):
     """The zero-initialised D x K head (`head`, float32 logits under every dtype policy;
     paper section 3.2: "a zero-initialized D x K feedforward layer")."""
@@ -199,7 +221,7 @@ def check_arguments(
     ):
         check_positive_int(arg, value)
     check_heads(hidden_dim, num_heads)
-    check_positive_int("num_classes", num_classes)
+    check_num_classes(num_classes, include_top)
     check_choice("pooling", pooling, (*POOLING_MODES, "map"))
     check_choice("position_embedding", position_embedding, POSITION_EMBEDDINGS)
     check_choice("final_norm", final_norm, names.FINAL_NORMS)

@@ -6,8 +6,10 @@ and carries three signatures (all with a dynamic batch dimension):
 
 - `serving_default`: input `images`, float32 `(batch, height, width, channels)`, pixel
   values in [0, 255], any height and width.
-- `serving_bytes`: input `image_bytes`, string `(batch,)`, each an encoded JPEG or PNG
-  (also GIF (first frame), BMP, WebP: whatever `tf.io.decode_image` reads).
+- `serving_bytes`: input `image_bytes`, string `(batch,)`, each an encoded PNG, JPEG, BMP,
+  GIF (first frame) or WebP image, decoded by keras_vit's one rule
+  (`keras_vit.data.decode.decode_pixels`: gray, palette, CMYK JPEG, 16-bit PNG and alpha
+  into 1, 3 or 4 channels; other data is refused with TensorFlow's decoding error).
 - `features`: input `images` as in `serving_default`; output `features` `(batch, D)`, the
   pooled representation (output of `pre_logits` when the model has one, else of `pool`).
 
@@ -36,6 +38,8 @@ import tensorflow as tf
 
 from keras_vit import _atomic, layer_names
 from keras_vit._validation import check_positive_int
+from keras_vit.builder import ONE_CLASS_HINT
+from keras_vit.data.decode import decode_pixels
 from keras_vit.data.preprocess import (
     from_unit_range,
     model_input_preprocessing,
@@ -185,14 +189,18 @@ def model_image_shape(model: keras.Model) -> tuple[int, int, int]:
 
 
 def find_head(model: keras.Model) -> keras.layers.Layer:
-    """The classifier layer named `head`; raises ValueError for a headless model."""
+    """The classifier layer named `head`; raises ValueError for a headless model or a
+    one-output head (its softmax is 1.0 for every image; `builder.ONE_CLASS_HINT`)."""
     try:
-        return model.get_layer(layer_names.HEAD)
+        head = model.get_layer(layer_names.HEAD)
     except ValueError:
         raise ValueError(
             "export_saved_model needs a classifier with a `head` layer (include_top=True). "
             f"Received model {model.name!r} with layers {[x.name for x in model.layers][-4:]}"
         ) from None
+    if getattr(head, "units", None) == 1:
+        raise ValueError(f"{ONE_CLASS_HINT} Received: a head of 1 output in {model.name!r}")
+    return head
 
 
 def find_feature_layer(model: keras.Model) -> keras.layers.Layer:
@@ -311,9 +319,9 @@ def resize_and_scale(images: tf.Tensor, image_size: tuple[int, int]) -> tf.Tenso
 def decode_images(image_bytes: tf.Tensor, image_size: tuple[int, int], channels: int):
     """Decodes a `(batch,)` string tensor of encoded images to `(batch, *image_size, c)`.
 
-    Each image is decoded with `tf.io.decode_image(channels=channels,
-    expand_animations=False)` and resized on its own (sizes may differ within a batch).
-    Undecodable bytes raise `tf.errors.InvalidArgumentError`.
+    Each image is decoded by `keras_vit.data.decode.decode_pixels` (the rule of folder
+    datasets, `predict` and `explain`) and resized on its own (sizes may differ within a
+    batch). Undecodable bytes raise `tf.errors.InvalidArgumentError`.
     """
     if channels not in DECODABLE_CHANNELS:
         raise ValueError(
@@ -321,7 +329,7 @@ def decode_images(image_bytes: tf.Tensor, image_size: tuple[int, int], channels:
         )
 
     def decode_one(data):
-        image = tf.io.decode_image(data, channels=channels, expand_animations=False)
+        image = decode_pixels(data, channels)
         return tf.image.resize(tf.cast(image, tf.float32), image_size, method="bilinear")
 
     return tf.map_fn(

@@ -13,7 +13,7 @@ import keras
 from keras_vit import layer_names as names
 from keras_vit._validation import check_positive_int, to_pair
 from keras_vit._warnings import warn_weights
-from keras_vit.builder import zero_head
+from keras_vit.builder import check_num_classes, zero_head
 from keras_vit.checkpoints.architecture import num_prefix_tokens, patch_grid
 from keras_vit.layers import AddSinCosPositionEmbs, PatchEmbed
 from keras_vit.layers.position_resize import resize_position_embeddings
@@ -24,13 +24,27 @@ _REPLACED = (names.PRE_LOGITS, names.HEAD)
 
 def _check_model(model):
     present = {layer.name for layer in model.layers}
-    needed = {names.EMBEDDING, names.POOL}
-    if not needed <= present:
+    if names.EMBEDDING not in present or not present & {names.POOL, names.MAP_HEAD}:
         raise ValueError(
             "finetune needs a keras_vit classification model (ViT or hybrid) with the layers "
-            f"{sorted(needed)}; model {model.name!r} lacks {sorted(needed - present)}. "
+            f"{names.EMBEDDING!r} and {names.POOL!r} (or {names.MAP_HEAD!r} for map pooling); "
+            f"model {model.name!r} has {sorted(present & {names.EMBEDDING, names.POOL})}. "
             "(Models built with return_sequence=True cannot be fine-tuned this way.)"
         )
+
+
+def body_features(model):
+    """The symbolic pooled feature `(batch, D)` that `model`'s pre-logits or head reads.
+
+    Everything before `pre_logits` and `head` is body: the pooling (class token, mean or
+    the MAP head) and, with `final_norm="pooled"`, timm's `fc_norm` after it. For a model
+    without pre-logits and head (include_top=False) it is the model's output.
+    """
+    layers = {layer.name for layer in model.layers}
+    for name in _REPLACED:
+        if name in layers:
+            return model.get_layer(name).input
+    return model.outputs[0]
 
 
 def _rebuild(model, image_size):
@@ -95,11 +109,14 @@ def finetune(
 ):
     """Returns a new model with `model`'s pre-trained body and a zero-initialised head.
 
-    Works on every keras_vit ViT and hybrid classification model. The source model is not
-    changed and shares no variables with the result.
+    Works on every keras_vit ViT and hybrid classification model, for every pooling
+    ("token", "gap", "map") and final norm ("tokens", or "pooled" = timm's `fc_norm`): every
+    layer up to the pooled feature is kept (`body_features`), only `pre_logits` and `head`
+    are replaced. The source model is not changed and shares no variables with the result.
 
     Args:
-        model: a keras_vit model with a `pool` layer (include_top True or False).
+        model: a keras_vit model with a `pool` (or `MAPHead_0`) layer (include_top True or
+            False).
         num_classes: classes K of the new head, a zero-initialised D x K (or R x K) dense.
         image_size: int or (height, width) for the new model; None keeps the current size.
             With another size (same patch) the position table is resized (class-token row
@@ -116,17 +133,18 @@ def finetune(
         activation (None when the source had no head).
 
     Raises:
-        ValueError: bad `num_classes`, `image_size` or `representation_size`, an image size
+        ValueError: bad `num_classes` (1 included: see `keras_vit.builder.ONE_CLASS_HINT`),
+            `image_size` or `representation_size`, an image size
             not divisible by the patch, or a model that is not a keras_vit classifier.
     """
-    check_positive_int("num_classes", num_classes)
+    check_num_classes(num_classes)
     if representation_size is not None:
         check_positive_int("representation_size", representation_size)
     _check_model(model)
     clone = _rebuild(model, image_size)
     _copy_body(model, clone, resize_method)
 
-    x = clone.get_layer(names.POOL).output
+    x = body_features(clone)
     layers = {layer.name for layer in model.layers}
     if representation_size is not None:
         pre_logits = None

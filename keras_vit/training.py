@@ -5,7 +5,8 @@ All are plain Keras objects usable with `model.fit`:
 - `warmup_schedule` / `WarmupSchedule`: linear warmup then linear or cosine decay, as the
   release's `create_learning_rate_schedule` (vit_jax/utils.py).
 - `pretrain_optimizer`: AdamW (beta1 0.9, beta2 0.999, decoupled weight decay on kernels),
-  the paper's pre-training recipe (section 4.1 and appendix B.1).
+  the paper's pre-training recipe (section 4.1 and appendix B.1); a `ViTAdamW`, whose
+  exclusions a `.keras` file keeps.
 - `finetune_optimizer`: SGD momentum 0.9, global-norm clipping 1.0, no weight decay, linear
   warmup then cosine decay to 0 (paper appendix B.1.1; the release's vit_jax/train.py).
 - `loss`: cross-entropy from logits, with optional label smoothing for integer labels.
@@ -97,6 +98,32 @@ class WarmupSchedule(keras.optimizers.schedules.LearningRateSchedule):
         }
 
 
+@keras.saving.register_keras_serializable(package="keras_vit")
+class ViTAdamW(keras.optimizers.AdamW):
+    """`keras.optimizers.AdamW` whose weight-decay exclusions are part of its config.
+
+    Keras' `exclude_from_weight_decay` is optimizer state that `get_config` leaves out, so a
+    plain AdamW saved in a `.keras` file reloads decaying every variable. This subclass
+    takes the exclusions as an argument and saves them, so a model reloaded to continue
+    training decays what it decayed before (`pretrain_optimizer` returns one).
+
+    Args:
+        no_decay_pattern: a regular expression; variables whose name it matches (Keras'
+            `exclude_from_weight_decay(var_names=...)`) are not decayed. Default:
+            `NO_WEIGHT_DECAY_PATTERN` (biases, LayerNorm, class token, position table).
+        **kwargs: those of `keras.optimizers.AdamW`.
+    """
+
+    def __init__(self, *args, no_decay_pattern=NO_WEIGHT_DECAY_PATTERN, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.no_decay_pattern = no_decay_pattern
+        if no_decay_pattern:
+            self.exclude_from_weight_decay(var_names=[no_decay_pattern])
+
+    def get_config(self):
+        return {**super().get_config(), "no_decay_pattern": self.no_decay_pattern}
+
+
 def warmup_schedule(base_lr, total_steps, warmup_steps=0, decay="cosine", end_lr=0.0):
     """A `WarmupSchedule` (see there): linear warmup, then "linear" or "cosine" decay."""
     return WarmupSchedule(base_lr, total_steps, warmup_steps, decay, end_lr)
@@ -128,18 +155,18 @@ def pretrain_optimizer(
         end_lr: final learning rate.
 
     Returns:
-        A `keras.optimizers.AdamW` with a `WarmupSchedule` learning rate.
+        A `ViTAdamW` (a `keras.optimizers.AdamW` that saves its exclusions in `.keras`
+        files) with a `WarmupSchedule` learning rate.
     """
-    optimizer = keras.optimizers.AdamW(
+    return ViTAdamW(
         learning_rate=warmup_schedule(base_lr, total_steps, warmup_steps, decay, end_lr),
         weight_decay=weight_decay,
         beta_1=0.9,
         beta_2=0.999,
         epsilon=1e-8,
         global_clipnorm=global_clipnorm,
+        no_decay_pattern=NO_WEIGHT_DECAY_PATTERN,
     )
-    optimizer.exclude_from_weight_decay(var_names=[NO_WEIGHT_DECAY_PATTERN])
-    return optimizer
 
 
 def default_finetune_warmup(total_steps: int) -> int:

@@ -552,3 +552,20 @@ def test_disk_full_export_leaves_the_old_version_and_no_temporary_folder(exporte
         assert str(info.value) == f"cannot write {root / '1'}: No space left on device"
         assert tree_listing(root) == before
         assert sorted(os.listdir(root)) == ["1"]
+
+
+def test_one_output_head_is_refused(tmp_path):
+    """A 1-output head's softmax is 1.0 for every image: refused, naming the spellings."""
+    body = keras_vit.ViT(
+        image_size=16,
+        patch_size=8,
+        hidden_dim=16,
+        num_heads=2,
+        mlp_dim=32,
+        num_layers=1,
+        include_top=False,
+    )
+    model = keras.Model(body.input, keras.layers.Dense(1, name="head")(body.output))
+    with pytest.raises(ValueError, match="num_classes=2.*sigmoid"):
+        export_saved_model(model, tmp_path / "one")
+    assert not (tmp_path / "one").exists()

@@ -121,6 +121,7 @@ def test_hybrid_model():
     "kwargs, match",
     [
         (dict(num_classes=0), "num_classes"),
+        (dict(num_classes=1), "num_classes=2.*sigmoid"),
         (dict(num_classes=3, representation_size=-1), "representation_size"),
         (dict(num_classes=3, image_size=30), "divisible"),
     ],
@@ -135,3 +136,71 @@ def test_sequence_model_is_refused():
     source = keras_vit.ViT(image_size=32, include_top=False, return_sequence=True, **ARCH)
     with pytest.raises(ValueError, match="pool"):
         keras_vit.finetune(source, num_classes=3)
+
+
+def _option_grid():
+    """Every pooling x final_norm x representation_size x include_top the builder accepts
+    (the class token comes with pooling="token"; map has no pooled norm)."""
+    for pooling in ("token", "gap", "map"):
+        for final_norm in ("tokens", "pooled"):
+            if pooling == "map" and final_norm == "pooled":
+                continue
+            for representation_size in (None, 8):
+                for include_top in (True, False):
+                    yield pooling, final_norm, representation_size, include_top
+
+
+@pytest.mark.parametrize("pooling, final_norm, representation_size, include_top", _option_grid())
+def test_the_new_head_sees_the_source_models_features(
+    pooling, final_norm, representation_size, include_top
+):
+    """Kept pre-logits + the source's head weights give the source's logits: so every body
+    layer (pooling, MAP head, fc_norm, encoder_norm) is carried over, none dropped."""
+    source = _randomised(
+        keras_vit.ViT(
+            image_size=16,
+            num_classes=3,
+            pooling=pooling,
+            final_norm=final_norm,
+            representation_size=representation_size,
+            include_top=include_top,
+            **ARCH,
+        ),
+        seed=5,
+    )
+    model = keras_vit.finetune(source, num_classes=3, representation_size=representation_size)
+    rng = np.random.default_rng(6)
+    x = rng.uniform(-1, 1, (2, 16, 16, 3)).astype("float32")
+    if include_top:
+        model.get_layer("head").set_weights(source.get_layer("head").get_weights())
+        expected = source(x).numpy()
+    else:  # the source's output is the feature the new head reads
+        kernel = rng.standard_normal((representation_size or 32, 3)).astype("float32")
+        model.get_layer("head").set_weights([kernel, np.ones(3, "float32")])
+        expected = source(x).numpy() @ kernel + 1.0
+    assert np.abs(expected).max() > 1e-3
+    names = {layer.name for layer in model.layers}
+    assert ("fc_norm" in names) == (final_norm == "pooled")
+    assert ("MAPHead_0" in names) == (pooling == "map")
+    np.testing.assert_allclose(model(x).numpy(), expected, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("position_embedding", ["learned", "sincos2d", "none"])
+def test_position_embedding_options_are_kept(position_embedding):
+    source = _randomised(
+        keras_vit.ViT(
+            image_size=16,
+            num_classes=3,
+            pooling="gap",
+            final_norm="pooled",
+            position_embedding=position_embedding,
+            **ARCH,
+        ),
+        seed=7,
+    )
+    model = keras_vit.finetune(source, num_classes=3)
+    model.get_layer("head").set_weights(source.get_layer("head").get_weights())
+    x = np.random.default_rng(8).uniform(-1, 1, (2, 16, 16, 3)).astype("float32")
+    expected = source(x).numpy()
+    assert np.abs(expected).max() > 1e-3
+    np.testing.assert_allclose(model(x).numpy(), expected, rtol=1e-4, atol=1e-5)

@@ -344,3 +344,24 @@ def test_image_shape_of_fixed_and_dynamic_models():
     no_table = keras.Model(dynamic.inputs, dynamic.inputs[0])
     with pytest.raises(ValueError, match="no fixed size"):
         image_shape_of(no_table)
+
+
+@pytest.mark.parametrize("builder", ["ViT", "HybridViT"])
+def test_one_class_head_is_refused_naming_both_working_spellings(builder):
+    """num_classes=1 built a head whose softmax is 1.0 for every image (issue 24)."""
+    kwargs = dict(
+        image_size=16,
+        patch_size=8,
+        hidden_dim=16,
+        num_heads=2,
+        mlp_dim=32,
+        num_layers=1,
+        num_classes=1,
+    )
+    if builder == "HybridViT":
+        kwargs.update(resnet_stages=(1,), patch_size=1)
+    with pytest.raises(ValueError, match="num_classes=2") as info:
+        getattr(keras_vit, builder)(**kwargs)
+    assert "sigmoid" in str(info.value) and "num_classes=1" in str(info.value)
+    headless = getattr(keras_vit, builder)(**{**kwargs, "include_top": False})
+    assert headless.output.shape[-1] == 16

@@ -94,3 +94,40 @@ def test_b07_no_lambda_layers_and_safe_mode_load(tiny_vit_kwargs, tmp_path):
     reloaded = keras.models.load_model(tmp_path / "m.keras", safe_mode=True)
     x = random_images(np.random.default_rng(1), 2, 32, 32)
     assert_outputs_close(reloaded(x), model(x), atol=1e-6)
+
+
+def _int8_tiny():
+    kwargs = dict(
+        image_size=16,
+        patch_size=8,
+        hidden_dim=16,
+        num_heads=2,
+        mlp_dim=32,
+        num_layers=1,
+        num_classes=3,
+    )
+    return kwargs, randomize_weights(keras_vit.ViT(**kwargs), seed=3)
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_int8_model_is_refused_at_save_time_and_the_named_remedy_works(tmp_path):
+    """A .keras file of an int8 model did not load back (the projections are rebuilt as
+    float layers): the save is refused naming the reason; saving the float model and
+    quantizing after loading gives the quantized model's outputs exactly."""
+    kwargs, model = _int8_tiny()
+    model.save(tmp_path / "float.keras")
+    x = random_images(np.random.default_rng(1), 2, 16, 16)
+    model.quantize("int8")
+    expected = np.asarray(model(x))
+    assert np.abs(expected).max() > 1e-3
+    with pytest.raises(ValueError, match=r"quantize.*does not load back.*save the float model"):
+        model.save(tmp_path / "int8.keras")
+    reloaded = keras.saving.load_model(tmp_path / "float.keras")
+    reloaded.quantize("int8")
+    np.testing.assert_array_equal(np.asarray(reloaded(x)), expected)
+    # save_weights stays available: its file loads into a model quantized the same way
+    model.save_weights(tmp_path / "int8.weights.h5")
+    again = keras_vit.ViT(**kwargs)
+    again.quantize("int8")
+    again.load_weights(tmp_path / "int8.weights.h5")
+    np.testing.assert_array_equal(np.asarray(again(x)), expected)

@@ -181,3 +181,44 @@ def test_finetune_config_defaults():
     assert isinstance(optimizer, keras.optimizers.SGD) and optimizer.global_clipnorm == 1.0
     assert optimizer._learning_rate.total_steps == config.total_steps(100)
     assert math.isclose(optimizer._learning_rate.base_lr, config.learning_rate)
+
+
+def _fit_steps(model, x, y, steps):
+    for _ in range(steps):
+        model.train_on_batch(x, y)
+
+
+def test_reloaded_keras_file_continues_training_as_in_memory(tmp_path):
+    """The saved optimizer is the optimizer: weight-decay exclusions (biases, LayerNorm,
+    class token, position table), schedule position and moments survive `.keras`, so
+    continuing from the reloaded file gives the weights of continuing in memory."""
+    import keras_vit
+
+    model = keras_vit.ViT(
+        image_size=16,
+        patch_size=8,
+        hidden_dim=16,
+        num_heads=2,
+        mlp_dim=32,
+        num_layers=1,
+        num_classes=3,
+    )
+    optimizer = training.pretrain_optimizer(0.01, 20, 2, weight_decay=0.5, decay="cosine")
+    model.compile(optimizer=optimizer, loss=training.loss())
+    rng = np.random.default_rng(0)
+    x = rng.uniform(-1, 1, (4, 16, 16, 3)).astype("float32")
+    y = np.array([0, 1, 2, 0])
+    _fit_steps(model, x, y, 3)
+    path = tmp_path / "mid.keras"
+    model.save(path)
+    reloaded = keras.saving.load_model(path)
+    assert int(reloaded.optimizer.iterations.numpy()) == 3
+    assert reloaded.optimizer.get_config() == model.optimizer.get_config()
+    _fit_steps(model, x, y, 3)
+    _fit_steps(reloaded, x, y, 3)
+    for mine, theirs in zip(model.weights, reloaded.weights, strict=True):
+        np.testing.assert_allclose(theirs.numpy(), mine.numpy(), atol=1e-6, err_msg=mine.path)
+    # the exclusions are still in force after the reload (a zero-gradient step on a bias)
+    bias = reloaded.get_layer("head").bias
+    assert not reloaded.optimizer._use_weight_decay(bias)
+    assert reloaded.optimizer._use_weight_decay(reloaded.get_layer("head").kernel)

@@ -75,31 +75,39 @@ def check_arguments(args) -> None:
 
 
 def read_image(path: str) -> np.ndarray:
-    """Decodes an image file to a uint8 `(height, width, channels)` array; UsageError naming
-    the problem (`keras_vit.data.image_check`, as `predict`) for a file that is no image."""
+    """Decodes an image file to a uint8 `(height, width, channels)` array in its own channels
+    (`keras_vit.data.decode`, the rule of `predict`, folder datasets and `serving_bytes`);
+    UsageError naming the problem (`keras_vit.data.image_check`) for a file that is no image."""
     import tensorflow as tf
 
     from keras_vit.data import image_check
+    from keras_vit.data.decode import decode_file
 
     problem = image_check.image_problem(path) if os.path.isfile(path) else None
     if problem:
         raise UsageError(f"Cannot read {path} as an image: {problem}.")
     try:
-        image = tf.io.decode_image(tf.io.read_file(path), expand_animations=False)
+        image = decode_file(path)
     except (tf.errors.InvalidArgumentError, tf.errors.NotFoundError) as error:
         raise UsageError(f"cannot decode image {path!r}: {error.message}") from error
     return image.numpy()
 
 
+def displayed(image: np.ndarray) -> np.ndarray:
+    """The image as drawn under the heat map: gray + alpha shows its gray channel."""
+    return image[..., :1] if image.shape[-1] == 2 else image
+
+
 def prepare(image: np.ndarray, shape: tuple[int, int, int]) -> np.ndarray:
-    """The evaluation preprocessing (keras_vit.data): resize, channels, [-1, 1]; `(1, H, W, C)`."""
+    """The evaluation preprocessing (keras_vit.data): resize, channels (1, 3 or 4, by
+    `keras_vit.data.decode.to_channels`), [-1, 1]; `(1, H, W, C)`."""
     from keras_vit.data.preprocess import eval_preprocess
 
     height, width, channels = shape
-    if channels not in (1, 3):
-        raise UsageError(f"explain supports models with 1 or 3 channels; this one has {channels}")
-    if image.shape[-1] == 4:
-        image = image[..., :3]
+    if channels not in (1, 3, 4):
+        raise UsageError(
+            f"explain supports models with 1, 3 or 4 channels; this one has {channels}"
+        )
     return eval_preprocess(image, (height, width), channels).numpy()[None]
 
 
@@ -150,11 +158,13 @@ def run(args) -> int:
         maps, model, head_fusion=args.head_fusion, discard_ratio=args.discard_ratio
     )[0]
     title = "\n".join(f"{p:6.1%}  {name}" for name, p in ranked)
-    written = [save_png(overlay_figure(image, rollout, title), args.out)]
+    written = [save_png(overlay_figure(displayed(image), rollout, title), args.out)]
     if args.grid:
         per_block = [block_attention_map(m, model)[0] for m in maps]
         titles = [f"block {i}" for i in range(len(maps))]
-        written.append(save_png(layer_grid_figure(image, per_block, titles), layers_path(args.out)))
+        written.append(
+            save_png(layer_grid_figure(displayed(image), per_block, titles), layers_path(args.out))
+        )
     for name, p in ranked:
         print(f"{p:7.2%}  {name}")
     for path in written:

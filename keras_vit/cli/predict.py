@@ -9,7 +9,9 @@ import os
 from keras_vit.cli import common, progress
 from keras_vit.cli.common import UsageError, outputs_logits
 
-IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".gif")
+# keras_vit.data.decode.IMAGE_EXTENSIONS (not imported: it loads TensorFlow; a test checks
+# they are equal).
+IMAGE_EXTENSIONS = (".bmp", ".gif", ".jpeg", ".jpg", ".png", ".webp")
 DEFAULT_TOP_K = 5
 
 logger = logging.getLogger(__name__)
@@ -66,14 +68,14 @@ def find_images(inputs) -> list[str]:
     return files
 
 
-def usable_images(files, bad_images: str) -> list[str]:
+def usable_images(files, bad_images: str, channels: int = 3) -> list[str]:
     """The files that decode (`keras_vit.data.image_check`); each bad one is reported on
     stderr ("skip"), or the first one stops the command ("fail"); UsageError if none is left."""
     import sys
 
     from keras_vit.data import image_check
 
-    usable, bad = image_check.check_images(files, "skip")
+    usable, bad = image_check.check_images(files, "skip", channels=channels)
     if bad and bad_images == "fail":
         path, reason = next(iter(bad.items()))
         raise UsageError(f"Bad image {path}: {reason} (--bad-images skip predicts the others).")
@@ -92,16 +94,15 @@ def read_images(files, image_size, channels):
     import numpy as np
     import tensorflow as tf
 
+    from keras_vit.data.decode import decode_file
     from keras_vit.data.preprocess import eval_preprocess
 
     images = []
     for path in files:
         try:
-            raw = tf.io.decode_image(tf.io.read_file(path), expand_animations=False)
+            raw = decode_file(path, channels)
         except (tf.errors.InvalidArgumentError, tf.errors.NotFoundError):
             raise UsageError(f"Cannot read {path} as an image.") from None
-        if raw.shape[-1] == 2:  # gray + alpha
-            raw = raw[..., :1]
         images.append(eval_preprocess(tf.cast(raw, tf.float32), image_size, channels))
     return np.stack([image.numpy() for image in images])
 
@@ -120,8 +121,8 @@ def run(args) -> int:
 
     model, config = common.load_model(args.model)
     found = find_images(args.inputs)
-    files = usable_images(found, args.bad_images)
     height, width, channels = common.model_image_shape(model)
+    files = usable_images(found, args.bad_images, channels)
     images = read_images(files, (height, width), channels)
     images = np.asarray(from_unit_range(images, model_input_preprocessing(model)))
     model, _ = common.model_with_precision(args, model)

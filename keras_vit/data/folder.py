@@ -2,10 +2,11 @@
 
 Layouts: `root/<class>/<image>` (the only split is "train"; hold out with slices such as
 "train[:90%]" / "train[90%:]"), or `root/<split>/<class>/<image>` (splits are the sub-folder
-names, e.g. "train", "test"). Images (bmp, gif, jpeg, jpg, png) are checked by
+names, e.g. "train", "test"). Images (bmp, gif, jpeg, jpg, png, webp) are checked by
 `keras_vit.data.image_check` (bad files skipped or refused), then decoded at their own
-resolution (`tf.io.decode_image`); the pipeline then crops (training) and resizes them. Class
-names are the sorted sub-folder names, labels their indices.
+resolution by keras_vit's one decoding rule (`keras_vit.data.decode`); the pipeline then
+crops (training) and resizes them. Class names are the sorted sub-folder names, labels
+their indices.
 """
 
 from __future__ import annotations
@@ -17,10 +18,9 @@ import numpy as np
 import tensorflow as tf
 
 from keras_vit.data import image_check
+from keras_vit.data.decode import IMAGE_EXTENSIONS, decode_file, decode_pixels
 from keras_vit.data.info import DatasetInfo
 from keras_vit.data.splits import SplitSpec, slice_indices
-
-IMAGE_EXTENSIONS = (".bmp", ".gif", ".jpeg", ".jpg", ".png")
 
 
 def _subdirs(path: Path) -> list[Path]:
@@ -71,8 +71,7 @@ def _channels_of(paths) -> int:
     """1 or 3: the channels of the first image that decodes (3 if none does)."""
     for path in paths:
         if image_check.image_problem(path) is None:
-            image = tf.io.decode_image(tf.io.read_file(str(path)), expand_animations=False)
-            return 1 if image.shape[-1] in (1, 2) else 3
+            return 1 if decode_file(path).shape[-1] in (1, 2) else 3
     return 3
 
 
@@ -111,21 +110,10 @@ def folder_files(root, split_name: str, class_names) -> tuple[list[str], np.ndar
     return paths, np.asarray(labels, np.int32)
 
 
-def decode(path, channels: int, cmyk=False):
+def decode(path, channels: int):
     """One image file decoded at its own resolution: float32 `(h, w, channels)` in [0, 255]
-    (`tf.io.decode_image`; the first frame of a GIF). A CMYK JPEG (`cmyk`, a bool tensor)
-    wanted in gray is decoded to RGB, then converted (`tf.image.rgb_to_grayscale`), as
-    libjpeg does not decode CMYK to gray."""
-    data = tf.io.read_file(path)
-
-    def as_decoded():
-        return tf.io.decode_image(data, channels=channels, expand_animations=False)
-
-    def via_rgb():
-        rgb = tf.io.decode_image(data, channels=3, expand_animations=False)
-        return tf.cast(tf.round(tf.image.rgb_to_grayscale(tf.cast(rgb, tf.float32))), tf.uint8)
-
-    image = tf.cond(cmyk, via_rgb, as_decoded) if channels == 1 else as_decoded()
+    (`keras_vit.data.decode.decode_pixels`; the first frame of a GIF)."""
+    image = decode_pixels(tf.io.read_file(path), channels)
     image.set_shape([None, None, channels])
     return tf.cast(image, tf.float32)
 
@@ -151,10 +139,9 @@ def folder_examples(root, spec: SplitSpec, channels: int, split_seed=None, bad_i
     )
     indices = np.asarray(indices)[np.asarray(usable, bool)]
     kept_paths = np.asarray(paths, dtype=object)[indices].astype(str)
-    cmyk = np.array([channels == 1 and image_check.is_cmyk(path) for path in kept_paths], bool)
-    chosen = tf.data.Dataset.from_tensor_slices((kept_paths, labels[indices], cmyk))
+    chosen = tf.data.Dataset.from_tensor_slices((kept_paths, labels[indices]))
     dataset = chosen.map(
-        lambda path, label, gray_cmyk: (decode(path, channels, gray_cmyk), label),
+        lambda path, label: (decode(path, channels), label),
         num_parallel_calls=tf.data.AUTOTUNE,
     )
     return dataset, len(indices)

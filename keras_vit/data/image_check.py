@@ -8,12 +8,17 @@ no file. `check_images` finds them first, in three steps per file, cheapest firs
 
 1. size and readability (`os.stat`, `open`);
 2. the header, read by Pillow without decoding the pixels (`PIL.Image.open` is lazy):
-   the format must be one TensorFlow decodes (`DECODABLE_FORMATS`) and width x height at
-   most `max_pixels`, so a bomb is refused before any decoding;
-3. a full `tf.io.decode_image`, which finds corrupt and truncated data.
+   the format must be one keras_vit decodes (`DECODABLE_FORMATS`; a BMP of 8, 24 or 32
+   bits, uncompressed) and width x height at most `max_pixels`, so a bomb is refused
+   before any decoding;
+3. a full decode by keras_vit's one rule (`keras_vit.data.decode.decode_pixels`, the
+   decoder of the pipeline itself), which finds corrupt and truncated data.
 
-What TensorFlow decodes is kept: a CMYK JPEG (decoded to RGB), a 16-bit PNG (scaled to
-8 bits), a PNG saved with a `.jpg` extension (the format is read from the content).
+Every image that rule reads is kept, in every channel count: gray, palette, CMYK JPEG,
+16-bit PNG, alpha, a GIF or BMP into a gray model, a PNG saved with a `.jpg` extension
+(the format is read from the content). A file is called corrupt only when the decoder of
+its format fails on it; a valid file of a format or variant keras_vit does not read is
+named as such ("1-bit BMP", "TIFF data").
 
 `policy` says what happens to bad files: "skip" (leave them out; their count and names are
 logged) or "fail" (`BadImageError` naming the first bad file).
@@ -27,10 +32,13 @@ import os
 import re
 import warnings
 
+from keras_vit.data.decode import DECODED_FORMATS
+
 logger = logging.getLogger(__name__)
 
 BAD_IMAGE_POLICIES = ("skip", "fail")
-DECODABLE_FORMATS = ("JPEG", "PNG", "GIF", "BMP")
+DECODABLE_FORMATS = DECODED_FORMATS
+BMP_BITS = (8, 24, 32)
 MAX_PIXELS = 40_000_000  # width x height; ~120 MB as decoded RGB uint8
 LOGGED_NAMES = 20
 REFUSED = "decompression bomb refused before decoding"
@@ -55,8 +63,7 @@ def image_problem(path, max_pixels: int = MAX_PIXELS, channels: int = 3) -> str 
         path: the image file.
         max_pixels: largest width x height accepted (checked from the header, before any
             decoding).
-        channels: the channels the pipeline decodes to (1 or 3). A CMYK JPEG is checked
-            with 3 (libjpeg decodes it to RGB but not to gray; see `is_cmyk`).
+        channels: the channels the pipeline decodes to (1, 3 or 4).
 
     Returns:
         None, or a short reason such as "empty file (0 bytes)" or "header claims
@@ -71,41 +78,52 @@ def image_problem(path, max_pixels: int = MAX_PIXELS, channels: int = 3) -> str 
         with open(path, "rb") as handle, warnings.catch_warnings():
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)
             with Image.open(handle) as image:
-                image_format, (width, height), mode = image.format, image.size, image.mode
+                image_format, (width, height) = image.format, image.size
+            variant = _unread_variant(handle, image_format)
     except Image.DecompressionBombError as error:  # Pillow's own, higher limit
         pixels = re.search(r"\((\d+) pixels\)", str(error))
         claimed = f"{pixels.group(1)} pixels" if pixels else "too many pixels"
         return f"header claims {claimed}, more than the limit of {max_pixels}; {REFUSED}"
     except UnidentifiedImageError:
-        return "not image data TensorFlow can decode (unrecognised content)"
+        return "not image data keras_vit can decode (unrecognised content)"
     except OSError as error:
         return f"cannot be read ({error.strerror or error})"
     if image_format not in DECODABLE_FORMATS:
-        return f"{image_format} data; TensorFlow decodes {', '.join(DECODABLE_FORMATS)}"
+        return f"{image_format} data; keras_vit decodes {', '.join(DECODABLE_FORMATS)}"
+    if variant:
+        return variant
     if width * height > max_pixels:
         return (
             f"header claims {width} x {height} pixels, more than the limit of {max_pixels}; "
             f"{REFUSED}"
         )
-    return _decode_problem(path, 3 if mode == "CMYK" else channels)
+    return _decode_problem(path, channels)
 
 
-def is_cmyk(path) -> bool:
-    """True for a CMYK (or YCCK) JPEG, which libjpeg decodes to RGB but not to gray."""
-    from PIL import Image
-
-    try:
-        with Image.open(path) as image:
-            return image.mode == "CMYK"
-    except (OSError, Image.DecompressionBombError):
-        return False
+def _unread_variant(handle, image_format: str) -> str | None:
+    """Why a valid file of a decoded format is still not read (BMP: TensorFlow's decoder
+    reads uncompressed 8-, 24- and 32-bit files), or None."""
+    if image_format != "BMP":
+        return None
+    handle.seek(0)
+    header = handle.read(34)
+    bits = int.from_bytes(header[28:30], "little")
+    compression = int.from_bytes(header[30:34], "little")
+    if bits not in BMP_BITS or compression not in (0, 3):
+        return (
+            f"a {bits}-bit BMP (compression {compression}); keras_vit reads uncompressed "
+            "BMP of 8, 24 or 32 bits: save it as PNG"
+        )
+    return None
 
 
 def _decode_problem(path: str, channels: int = 3) -> str | None:
     import tensorflow as tf
 
+    from keras_vit.data.decode import decode_file
+
     try:
-        tf.io.decode_image(tf.io.read_file(path), channels=channels, expand_animations=False)
+        decode_file(path, channels)
     except (tf.errors.InvalidArgumentError, tf.errors.OpError) as error:
         message = " ".join(str(error.message).split())
         message = message.split("}} ", 1)[-1].split(" [Op:")[0][:120]  # TF's framing off

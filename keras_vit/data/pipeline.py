@@ -200,7 +200,8 @@ def load(
         batch_size: global batch size, or None for unbatched examples.
         training: True for the shuffled, augmented training pipeline.
         channels: None keeps the source's channels (1 for the embedded digit sets, 3 for RGB);
-            1 or 3 converts (gray is repeated to RGB; RGB becomes luma).
+            1, 3 or 4 converts (gray is repeated to RGB; RGB becomes luma; alpha is dropped,
+            or added opaque for 4; `keras_vit.data.decode.to_channels`).
         data_dir: TFDS data directory (default: TFDS's own). Nothing is ever downloaded.
         shuffle_seed: seed of the shuffle and of every random augmentation (reproducible).
         augment: None (the source's default, see `default_augmentation`), "none", or an
@@ -231,8 +232,8 @@ def load(
     size = to_pair("image_size", image_size)
     if batch_size is not None:
         check_positive_int("batch_size", batch_size)
-    if channels is not None and channels not in (1, 3):
-        raise ValueError(f"`channels` must be None, 1 or 3. Received: channels={channels!r}")
+    if channels is not None and channels not in (1, 3, 4):
+        raise ValueError(f"`channels` must be None, 1, 3 or 4. Received: channels={channels!r}")
     _check_shots(find_source(source), shots_per_class)
     info = describe(source, data_dir=data_dir, shots_per_class=shots_per_class, shot_seed=shot_seed)
     channels = info.channels if channels is None else channels

@@ -140,24 +140,19 @@ def from_unit_range(images, preprocessing: str):
 
 
 def convert_channels(image, channels: int):
-    """Converts a float `(height, width, c)` image to `channels` (1 or 3) channels.
+    """Converts a `(height, width, c)` image (c in 1-4) to `channels` (1, 3 or 4) channels,
+    by keras_vit's one rule (`keras_vit.data.decode.to_channels`): 1 -> 3 repeats the gray
+    value; 3 or 4 -> 1 takes the ITU-R 601 luma (`tf.image.rgb_to_grayscale`); alpha is
+    dropped for 1 and 3 channels and added opaque (255) for 4.
 
-    1 -> 3 repeats the gray value; 3 or 4 -> 1 takes the ITU-R 601 luma
-    (`tf.image.rgb_to_grayscale`); 4 -> 3 drops alpha.
+    Raises:
+        ValueError: `channels` not 1, 3 or 4.
     """
-    have = image.shape[-1]
-    if have == channels:
+    from keras_vit.data.decode import to_channels
+
+    if image.shape[-1] == channels:
         return image
-    if have == 4:
-        image = image[..., :3]
-        have = 3
-    if have == channels:
-        return image
-    if channels == 3 and have == 1:
-        return tf.image.grayscale_to_rgb(image)
-    if channels == 1 and have == 3:
-        return tf.image.rgb_to_grayscale(image)
-    raise ValueError(f"Cannot convert images with {have} channels to {channels} channels.")
+    return to_channels(image, channels)
 
 
 def resize(image, image_size):
@@ -177,7 +172,7 @@ def eval_preprocess(image, image_size, channels: int):
     Args:
         image: `(height, width, c)` pixel values in [0, 255] (any size, any real dtype).
         image_size: int or (height, width).
-        channels: 1 or 3.
+        channels: 1, 3 or 4.
 
     Returns:
         float32 `(image_height, image_width, channels)` in [-1, 1].
@@ -214,7 +209,7 @@ def train_preprocess(image, seed, image_size, channels: int, augmentation: Augme
         image: `(height, width, c)` pixel values in [0, 255].
         seed: int32/int64 tensor of shape (2,), the stateless random seed of this example.
         image_size: int or (height, width).
-        channels: 1 or 3.
+        channels: 1, 3 or 4.
         augmentation: an `Augmentation` (RandAugment and MixUp are applied by the pipeline).
 
     Returns:

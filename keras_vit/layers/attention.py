@@ -9,6 +9,14 @@ from keras import ops
 
 from keras_vit._validation import check_heads, check_positive_int, check_rate
 
+QUANTIZED_SAVE_MESSAGE = (
+    "Cannot save layer {name!r}: it was quantized with keras.Model.quantize, and a quantized "
+    "keras_vit model does not load back (its attention and MLP projections are built from "
+    "layer configs that record no quantization, as in Keras' own MultiHeadAttention). "
+    "Quantization is deterministic: save the float model (before quantize) and call "
+    "model.quantize('int8') again after loading it."
+)
+
 
 def flattened_glorot_uniform(hidden_dim: int) -> keras.initializers.Initializer:
     """Xavier-uniform over the flattened (D, D) matrix, as the release initialises q/k/v/out.
@@ -139,6 +147,25 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         `kernel` is then an integer tensor that only EinsumDense's own call can apply)."""
         layers = (self.query, self.key, self.value, self.out)
         return any(getattr(layer, "quantization_mode", None) for layer in layers)
+
+    def save_own_variables(self, store):
+        """Refuses to write an int8-quantized attention into a `.keras` file.
+
+        `keras.Model.quantize("int8")` swaps the projections' float kernels for int8 kernels
+        and scales, but the quantization is part of no layer config that rebuilds them
+        (keras_vit's attention and MLP create their projections in `build`, as Keras' own
+        MultiHeadAttention does), so the `.keras` file would not load back. Quantization is
+        deterministic: save the float model and call `quantize("int8")` after loading it.
+        `save_weights` (`.weights.h5`, no archive) still works: its file loads into a model
+        quantized the same way first.
+
+        Raises:
+            ValueError: the layer's projections are quantized and `store` belongs to a
+                `.keras` archive.
+        """
+        if self._quantized() and getattr(store, "archive", None) is not None:
+            raise ValueError(QUANTIZED_SAVE_MESSAGE.format(name=self.name))
+        super().save_own_variables(store)
 
     def _call_heads_major(self, queries, tokens, training, self_attention):
         """`call` under bfloat16: every product a 2-D or heads-major batched matmul.
