@@ -2,7 +2,7 @@
 (Keras picks its backend once per process). Skipped where torch is not installed (the default
 environment); the optional lane .ci/run_torch_backend runs it with `pytest -m torch_backend`.
 
-Supported there (docs/architecture.md, "Backends"): layers, models, every checkpoint format,
+Supported there (docs/performance.md, "Backends"): layers, models, every checkpoint format,
 fit/evaluate/predict, `.keras`/`.weights.h5` files, mixed precision copies. Not there:
 tf.data pipelines, tf.distribute strategies, SavedModel export (TensorFlow only)."""
 
