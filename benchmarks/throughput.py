@@ -49,6 +49,21 @@ def setting_label(policy, xla):
     return f"{policy}+xla" if xla else policy
 
 
+def add_timm_arguments(parser):
+    """--timm-settings and --torch-python (the timm peer, benchmarks/torch_peer.py)."""
+    parser.add_argument(
+        "--timm-settings",
+        default=",".join(torch_peer.TIMM_SETTINGS),
+        help="comma-separated timm settings: float32, bfloat16_autocast, float32+compile, "
+        f"bfloat16_autocast+compile (default {','.join(torch_peer.TIMM_SETTINGS)})",
+    )
+    parser.add_argument(
+        "--torch-python",
+        help="interpreter with torch and timm for the timm points and the torch GEMM roof "
+        "(default: --python)",
+    )
+
+
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     common.add_model_arguments(parser)
@@ -66,17 +81,7 @@ def parse_args(argv=None):
         help=f"comma-separated subset of {','.join(ALL_FRAMEWORKS)} (all; a peer that does "
         "not import in its interpreter is skipped)",
     )
-    parser.add_argument(
-        "--timm-settings",
-        default=",".join(torch_peer.TIMM_SETTINGS),
-        help="comma-separated timm settings: float32, bfloat16_autocast, float32+compile, "
-        f"bfloat16_autocast+compile (default {','.join(torch_peer.TIMM_SETTINGS)})",
-    )
-    parser.add_argument(
-        "--torch-python",
-        help="interpreter with torch and timm for the timm points and the torch GEMM roof "
-        "(default: --python)",
-    )
+    add_timm_arguments(parser)
     parser.add_argument("--steps", type=int, default=3, help="steps per timed repeat (3)")
     parser.add_argument("--repeats", type=int, default=5, help="timed repeats (5)")
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps (2)")
