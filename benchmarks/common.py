@@ -40,14 +40,29 @@ def median(values):
     return statistics.median(values)
 
 
-POLICIES = ("float32", "mixed_bfloat16", "mixed_float16")
+def host_record() -> dict:
+    """The host every figure of a run is measured on: CPU model, cores this process may use,
+    the CPU's flags, and those of them that are bfloat16 matrix units."""
+    from keras_vit import precision, precision_probe
+
+    flags = precision.cpu_flags()
+    return {
+        "cpu": precision_probe.cpu_model(),
+        "cores": precision_probe.core_count(),
+        "bfloat16_flags": [f for f in precision.BFLOAT16_CPU_FLAGS if f in flags],
+        "cpu_flags": sorted(flags),
+    }
 
 
 def parse_setting(text):
     """ "mixed_bfloat16+xla" -> ("mixed_bfloat16", True); "float32" -> ("float32", False)."""
+    from keras_vit import precision
+
     policy, _, compiler = text.strip().partition("+")
-    if policy not in POLICIES or compiler not in ("", "xla"):
-        raise ValueError(f"{text!r} is not POLICY or POLICY+xla with POLICY in {POLICIES}")
+    if policy not in precision.POLICIES or compiler not in ("", "xla"):
+        raise ValueError(
+            f"{text!r} is not POLICY or POLICY+xla with POLICY in {precision.POLICIES}"
+        )
     return policy, compiler == "xla"
 
 

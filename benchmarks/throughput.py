@@ -35,13 +35,33 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import common  # noqa: E402
+import torch_peer  # noqa: E402
 
 GEMM = "gemm"
+GEMM_TORCH = "gemm_torch"
+TIMM = "timm"
+ALL_FRAMEWORKS = (*common.FRAMEWORKS, TIMM)
+ROOF_NAMES = {GEMM: "TensorFlow", GEMM_TORCH: "torch"}
 DEFAULT_SETTINGS = "float32+xla,mixed_bfloat16+xla,mixed_bfloat16"
 
 
 def setting_label(policy, xla):
     return f"{policy}+xla" if xla else policy
+
+
+def add_timm_arguments(parser):
+    """--timm-settings and --torch-python (the timm peer, benchmarks/torch_peer.py)."""
+    parser.add_argument(
+        "--timm-settings",
+        default=",".join(torch_peer.TIMM_SETTINGS),
+        help="comma-separated timm settings: float32, bfloat16_autocast, float32+compile, "
+        f"bfloat16_autocast+compile (default {','.join(torch_peer.TIMM_SETTINGS)})",
+    )
+    parser.add_argument(
+        "--torch-python",
+        help="interpreter with torch and timm for the timm points and the torch GEMM roof "
+        "(default: --python)",
+    )
 
 
 def parse_args(argv=None):
@@ -57,9 +77,11 @@ def parse_args(argv=None):
     parser.add_argument("--no-xla", action="store_true", help=argparse.SUPPRESS)  # deprecated
     parser.add_argument(
         "--frameworks",
-        default=",".join(common.FRAMEWORKS),
-        help="comma-separated subset of keras_vit,keras_hub,vit_keras (all)",
+        default=",".join(ALL_FRAMEWORKS),
+        help=f"comma-separated subset of {','.join(ALL_FRAMEWORKS)} (all; a peer that does "
+        "not import in its interpreter is skipped)",
     )
+    add_timm_arguments(parser)
     parser.add_argument("--steps", type=int, default=3, help="steps per timed repeat (3)")
     parser.add_argument("--repeats", type=int, default=5, help="timed repeats (5)")
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps (2)")
@@ -93,9 +115,14 @@ def parse_args(argv=None):
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     args.frameworks = [f.strip() for f in args.frameworks.split(",") if f.strip()]
-    unknown = set(args.frameworks) - set(common.FRAMEWORKS)
+    unknown = set(args.frameworks) - set(ALL_FRAMEWORKS)
     if unknown:
-        parser.error(f"unknown --frameworks {sorted(unknown)}; choose from {common.FRAMEWORKS}")
+        parser.error(f"unknown --frameworks {sorted(unknown)}; choose from {ALL_FRAMEWORKS}")
+    args.torch_python = args.torch_python or args.python
+    try:
+        args.timm_list = [torch_peer.parse_timm_setting(p) for p in args.timm_settings.split(",")]
+    except ValueError as error:
+        parser.error(f"--timm-settings: {error}")
     if args.dtype_policy or args.no_xla:  # the old spelling: one setting
         print("--dtype-policy/--no-xla are deprecated; use --settings", file=sys.stderr)
         args.settings = (args.dtype_policy or "float32") + ("" if args.no_xla else "+xla")
@@ -118,6 +145,10 @@ def worker_main(args):
     common.exit_with_parent()
     try:
         common.set_threads(args.threads)
+        if args.worker == GEMM_TORCH:
+            return torch_gemm_worker(args)
+        if args.worker.startswith(TIMM + ":"):
+            return timm_worker(args)
         if args.worker == GEMM:
             common.gemm_gflops(min(args.sizes))  # import and warm up TF before READY
 
@@ -157,11 +188,51 @@ def worker_main(args):
         return 1
 
 
+def torch_gemm_worker(args):
+    """The torch GEMM roof: `torch.matmul` in float32 and bfloat16 at `--gemm-sizes`."""
+    torch_peer.set_threads(args.threads)
+    torch_peer.gemm_gflops(min(args.sizes), "float32")
+
+    def handle():
+        best, figures = torch_peer.gemm_roof(args.sizes, repeats=1)
+        return {"gemm_gflops": best, "per_setting": figures}
+
+    common.serve(handle, {"framework": GEMM_TORCH})
+    return 0
+
+
+def timm_worker(args):
+    """One timm point (`--worker timm:train:mixed_bfloat16:eager`)."""
+    _, mode, policy, compiler = args.worker.split(":")
+    if not torch_peer.available():
+        raise ImportError(f"torch and timm are not installed for {sys.executable}")
+    torch_peer.set_threads(args.threads)
+    model = torch_peer.build_model(common.variant_arch(args.variant), args.image_size)
+    step = torch_peer.make_step(model, mode, args.batch_size, args.image_size, policy, compiler)
+    start = time.perf_counter()
+    for _ in range(args.warmup):
+        step()
+    ready = {
+        "framework": TIMM,
+        "params": sum(p.numel() for p in model.parameters()),
+        "warmup_s": time.perf_counter() - start,
+    }
+
+    def handle():
+        seconds = common.time_call(step, args.steps)
+        return {"images_per_s": args.steps * args.batch_size / seconds}
+
+    common.serve(handle, ready)
+    return 0
+
+
 # ---- parent side ------------------------------------------------------------------------
 
 
 def worker_argv(args, worker):
-    argv = [args.python, os.path.abspath(__file__), "--worker", worker]
+    torch_side = worker == GEMM_TORCH or worker.startswith(TIMM + ":")
+    python = args.torch_python if torch_side else args.python
+    argv = [python, os.path.abspath(__file__), "--worker", worker]
     for name in ("variant", "image_size", "batch_size", "steps", "warmup"):
         argv += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
     return argv + ["--gemm-sizes", args.gemm_sizes or "none", "--threads", str(args.threads)]
@@ -214,43 +285,58 @@ def worker_name(framework, mode, policy, xla):
     return f"{framework}:{mode}:{policy}:{'xla' if xla else 'noxla'}"
 
 
+def framework_points(args, framework, mode):
+    """The worker names of one framework's settings (timm's: `--timm-settings`)."""
+    if framework == TIMM:
+        return [f"{TIMM}:{mode}:{policy}:{compiler}" for policy, compiler in args.timm_list]
+    return [worker_name(framework, mode, policy, xla) for policy, xla in args.setting_list]
+
+
 def rotation_groups(args, mode):
-    """The groups of worker names timed together (each with a GEMM worker when asked)."""
-    points = [
-        [worker_name(f, mode, policy, xla) for policy, xla in args.setting_list]
-        for f in args.frameworks
-    ]
+    """The groups of worker names timed together (each with the GEMM workers when asked:
+    TensorFlow's, and torch's when timm is timed)."""
+    points = [framework_points(args, f, mode) for f in args.frameworks]
     if args.one_at_a_time:
         groups = [[name] for group in points for name in group]
     elif args.interleave == "all":
         groups = [[name for group in points for name in group]]
     else:
         groups = points
-    gemm = [GEMM] if args.sizes else []
+    gemm = ([GEMM] + ([GEMM_TORCH] if TIMM in args.frameworks else [])) if args.sizes else []
     return [group + gemm for group in groups] if not args.one_at_a_time else groups + [gemm]
+
+
+def record_of(name, mode, rates, ready, peak):
+    """The result record of worker `name` (settings labelled as `--settings`/`--timm-settings`
+    spell them)."""
+    framework, _, policy, compiler = name.split(":")
+    record = common.result_record_from(framework, mode, rates, ready)
+    record.update(policy=policy, xla=compiler == "xla", compiler=compiler)
+    if framework == TIMM:
+        record["setting"] = torch_peer.timm_label(policy, compiler)
+    else:
+        record["setting"] = setting_label(policy, record["xla"])
+    record["peak_rss_mb"] = peak
+    return record
 
 
 def measure_mode(args, mode):
     """Times every point of `mode`; returns the records and the GEMM worker's figures."""
-    payloads, ready, peaks, gemm = {}, {}, {}, []
+    payloads, ready, peaks, gemm = {}, {}, {}, {GEMM: [], GEMM_TORCH: []}
     for group in rotation_groups(args, mode):
         if not group:
             continue
         print(f"{mode}: timing {', '.join(group)}", flush=True)
         group_payloads, group_ready, group_peaks = time_workers(args, group)
-        gemm += group_payloads.pop(GEMM, [])
+        for kind in gemm:
+            gemm[kind] += group_payloads.pop(kind, [])
         payloads.update(group_payloads)
         ready.update(group_ready)
         peaks.update(group_peaks)
-    records = []
-    for name, results in payloads.items():
-        rates = [r["images_per_s"] for r in results]
-        framework, _, policy, compiler = name.split(":")
-        record = common.result_record_from(framework, mode, rates, ready[name])
-        record.update(policy=policy, xla=compiler == "xla")
-        record["setting"] = setting_label(policy, record["xla"])
-        record["peak_rss_mb"] = peaks[name]
-        records.append(record)
+    records = [
+        record_of(name, mode, [r["images_per_s"] for r in results], ready[name], peaks[name])
+        for name, results in payloads.items()
+    ]
     return records, gemm
 
 
@@ -274,11 +360,14 @@ def add_ratios(results):
 
 
 def auto_summary(args, results):
-    """What `choose_precision` picks for keras_vit, and how it fares against the fastest."""
-    from keras_vit import distribute
+    """What `choose_precision` picks for keras_vit (measuring on CPU, as a run does), and how
+    it fares against the fastest."""
+    from keras_vit import precision
 
-    choice = distribute.choose_precision(common.variant_arch(args.variant)["hidden_dim"])
-    label = setting_label(choice.policy, choice.jit_compile)
+    arch = common.variant_arch(args.variant)
+    tokens = (args.image_size // arch["patch_size"]) ** 2 + 1
+    choice = precision.choose_precision(arch["hidden_dim"], tokens=tokens)
+    label = choice.setting
     lines, summary = [f"auto: {choice.describe()}"], {"choice": choice.as_dict(), "modes": {}}
     for mode in sorted({r["mode"] for r in results}):
         ours = [r for r in results if r["mode"] == mode and r["framework"] == "keras_vit"]
@@ -361,22 +450,31 @@ def main(argv=None):
         return worker_main(args)
     modes = ("infer", "train") if args.mode == "both" else (args.mode,)
     load_before = load_average()
-    results, gemm_runs = [], []
+    results, gemm_runs = [], {GEMM: [], GEMM_TORCH: []}
     for mode in modes:
         records, gemm = measure_mode(args, mode)
         results += records
-        gemm_runs += gemm
+        for kind, runs in gemm.items():
+            gemm_runs[kind] += runs
     load_after = load_average()
-    roof = common.median([g["gemm_gflops"] for g in gemm_runs]) if gemm_runs else None
+    roofs = {
+        kind: common.median([g["gemm_gflops"] for g in runs])
+        for kind, runs in gemm_runs.items()
+        if runs
+    }
+    roof = max(roofs.values()) if roofs else None
+    host = common.host_record()
     common.add_derived(results, args.variant, args.image_size, roof)
     best = add_ratios(results)
     auto_text, auto = auto_summary(args, results)
+    roof_text = ", ".join(f"{ROOF_NAMES[kind]} {value:.1f}" for kind, value in roofs.items())
     note = (
         f"ViT-{args.variant} @{args.image_size}, batch {args.batch_size}, "
         f"{args.repeats} repeats x {args.steps} steps, interleaved by {args.interleave}; "
-        f"roof (best GEMM, float32/bfloat16, XLA on/off) "
-        f"{f'{roof:.1f} GFLOP/s' if roof else 'not measured'}; "
-        f"load average {load_before} before, {load_after} after"
+        f"roof (best GEMM of the run: float32/bfloat16, XLA on/off; torch float32/bfloat16) "
+        f"{f'{roof:.1f} GFLOP/s ({roof_text})' if roof else 'not measured'}; "
+        f"load average {load_before} before, {load_after} after; host {host['cpu']}, "
+        f"{host['cores']} cores, bfloat16 units: {', '.join(host['bfloat16_flags']) or 'none'}"
     )
     print(note)
     print(format_tables(results, best))
@@ -386,13 +484,16 @@ def main(argv=None):
         payload = {
             "config": config,
             "machine": {
+                **host,
                 "cpus": os.cpu_count(),
                 "platform": platform.platform(),
                 "load_average_before": load_before,
                 "load_average_after": load_after,
             },
             "roof_gflops": roof,
-            "gemm_runs": gemm_runs,
+            "roof_by_framework_gflops": roofs,
+            "gemm_runs": gemm_runs[GEMM],
+            "gemm_runs_torch": gemm_runs[GEMM_TORCH],
             "results": results,
             "auto": auto,
         }

@@ -1,4 +1,4 @@
-"""Choosing a `tf.distribute` strategy, splitting the batch, mixed precision and XLA switches.
+"""Choosing a `tf.distribute` strategy, splitting the batch, and the strategies' Keras fixes.
 
 The model must be built and compiled inside `strategy.scope()` so that every variable (patch
 embedding, class token, position table, blocks, head) is created as a mirrored variable;
@@ -21,23 +21,39 @@ Strategies (`STRATEGY_NAMES`):
     variable (https://www.tensorflow.org/guide/distributed_training#TF_CONFIG).
   - "tpu": `TPUStrategy` from a `TPUClusterResolver` (the TPU name, or "local" on a TPU VM).
 
-TensorFlow-specific by design (see DESIGN.md): the model code itself stays backend-neutral.
+The dtype policy and XLA choice live in `keras_vit.precision` (the names below that it
+defines are re-exported here for code written against earlier releases).
+
+TensorFlow-specific by design: the model code itself stays backend-neutral.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import os
 
-import keras
 import tensorflow as tf
+
+from keras_vit.precision import (  # noqa: F401  (re-exported: their home is keras_vit.precision)
+    AUTO,
+    BFLOAT16_CPU_FLAGS,
+    FLOAT32_LAYERS,
+    MIN_BFLOAT16_WIDTH,
+    PrecisionChoice,
+    choose_precision,
+    cpu_flags,
+    model_width,
+    resolve_jit_compile,
+    set_mixed_precision,
+    with_dtype_policy,
+    xla_unsupported_reason,
+)
+from keras_vit.precision import POLICIES as PRECISION_POLICIES  # noqa: F401
 
 logger = logging.getLogger(__name__)
 
 STRATEGY_NAMES = ("auto", "one_device", "mirrored", "multi_worker", "tpu")
-PRECISION_POLICIES = ("float32", "mixed_float16", "mixed_bfloat16")
 
 
 class StrategyUnavailableError(RuntimeError):
@@ -266,79 +282,6 @@ def per_replica_batch_size(global_batch_size: int, strategy: tf.distribute.Strat
     return global_batch_size // replicas
 
 
-def set_mixed_precision(policy: str | None) -> str:
-    """Sets Keras' global dtype policy before the model is built.
-
-    Args:
-        policy: "mixed_float16" (GPUs), "mixed_bfloat16" (TPUs, recent CPUs/GPUs), or
-            "float32"/None for full precision. The ViT head keeps float32 logits under any
-            policy, so losses are computed in float32.
-
-    Returns:
-        The policy name now in force.
-
-    Raises:
-        ValueError: an unknown policy name.
-    """
-    name = policy or "float32"
-    if name not in PRECISION_POLICIES:
-        raise ValueError(
-            f"Unknown mixed precision policy {policy!r}; expected one of "
-            f"{list(PRECISION_POLICIES)}."
-        )
-    keras.config.set_dtype_policy(name)
-    return name
-
-
-def resolve_jit_compile(jit_compile: bool | str | None, strategy: tf.distribute.Strategy):
-    """The `jit_compile` value to pass to `model.compile` (XLA on or off).
-
-    Args:
-        jit_compile: True (compile steps with XLA), False, or None/"auto" to let Keras decide
-            (XLA on GPUs/TPUs, off on CPU-only machines and under a distribution strategy).
-        strategy: the strategy the model will train under. XLA is always on with TPUStrategy,
-            and off (True and "auto" become False, logged) where `xla_unsupported_reason`
-            gives a reason: several replicas on CPUs.
-
-    Returns:
-        True, False or "auto", for `model.compile(jit_compile=...)`.
-    """
-    if isinstance(strategy, tf.distribute.TPUStrategy):
-        return True
-    reason = xla_unsupported_reason(strategy)
-    if reason and (jit_compile is True or jit_compile == "auto" or jit_compile is None):
-        logger.info("XLA off (jit_compile=False): %s", reason)
-        return False
-    if jit_compile is None or jit_compile == "auto":
-        return "auto"
-    return bool(jit_compile)
-
-
-def xla_unsupported_reason(strategy: tf.distribute.Strategy) -> str | None:
-    """Why `strategy` cannot run XLA-compiled steps here, or None if it can.
-
-    The one home of the "several CPU replicas: no XLA" rule (`resolve_jit_compile`,
-    `choose_precision` and the CLI's refusal of an explicit `--jit-compile` all ask it).
-    TensorFlow 2.21's XLA has no CPU collectives: a multi-worker strategy on CPUs fails in
-    the first step ("Collectives are not yet implemented for CPU devices when compiling with
-    XLA", then the process aborts), and `MirroredStrategy` over several (logical) CPUs fails
-    with "Trying to access resource ... located in device CPU:1 from device CPU:0". Both work
-    without XLA.
-    """
-    multi_worker = isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
-    mirrored = isinstance(strategy, tf.distribute.MirroredStrategy)
-    if not (multi_worker or (mirrored and strategy.num_replicas_in_sync > 1)):
-        return None
-    devices = strategy.extended.worker_devices
-    on_cpu = all((tf.DeviceSpec.from_string(d).device_type or "").upper() == "CPU" for d in devices)
-    if not on_cpu:
-        return None
-    return (
-        f"{type(strategy).__name__} runs several replicas or workers on CPU devices, and "
-        "TensorFlow's XLA has no collectives for CPUs"
-    )
-
-
 def clip_after_all_reduce(optimizer) -> None:
     """Makes `optimizer`'s `global_clipnorm` clip the gradient summed over replicas.
 
@@ -369,234 +312,3 @@ def clip_after_all_reduce(optimizer) -> None:
         return [None if g is None else g * tf.cast(scale, g.dtype) for g in grads]
 
     optimizer._clip_gradients = clip_gradients
-
-
-# --- choosing the precision and the compiler ------------------------------------------------
-
-AUTO = "auto"
-BFLOAT16_CPU_FLAGS = ("amx_bf16", "avx512_bf16")
-"""/proc/cpuinfo flags of x86 CPUs with bfloat16 matrix instructions (AMX tiles, AVX-512
-BF16 dot products), which TensorFlow's oneDNN kernels use for bfloat16 matrix products."""
-MIN_BFLOAT16_WIDTH = 192
-"""Narrowest `hidden_dim` for which mixed_bfloat16 through oneDNN is picked over float32 with
-XLA on a CPU with bfloat16 units. Measured (docs/performance.md, training step @224, batch
-16): Ti/16 (D 192) 1.44x faster in bfloat16 on an AVX-512 BF16 CPU, within 4% of float32 +
-XLA on an AMX one; S/16 (D 384) and B/16 (D 768) faster on both. Narrower models (the
-default `keras-vit train` model has D 64) keep float32 with XLA: no measurement shows
-bfloat16 paying there."""
-
-
-@dataclasses.dataclass(frozen=True)
-class PrecisionChoice:
-    """The dtype policy and XLA setting for a model on this device, and why.
-
-    Attributes:
-        policy: a Keras dtype policy name of `PRECISION_POLICIES`.
-        jit_compile: the `model.compile(jit_compile=...)` value (True: XLA, False: TensorFlow's
-            own kernels, oneDNN on CPU).
-        reason: one sentence saying why (the device and what was detected).
-    """
-
-    policy: str
-    jit_compile: bool
-    reason: str
-
-    def describe(self) -> str:
-        """One line: `precision mixed_bfloat16, XLA off (reason)`."""
-        return f"precision {self.policy}, XLA {'on' if self.jit_compile else 'off'} ({self.reason})"
-
-    def as_dict(self) -> dict:
-        """`{"mixed_precision": ..., "jit_compile": ..., "reason": ...}` (for config.json)."""
-        return {
-            "mixed_precision": self.policy,
-            "jit_compile": self.jit_compile,
-            "reason": self.reason,
-        }
-
-
-def cpu_flags(path: str = "/proc/cpuinfo") -> frozenset[str]:
-    """The feature flags the CPU reports (the `flags` line of /proc/cpuinfo on Linux).
-
-    Returns an empty set where the file is missing or unreadable (other systems): then no
-    bfloat16 matrix units are assumed.
-    """
-    try:
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            for line in handle:
-                key, _, value = line.partition(":")
-                if key.strip() == "flags":
-                    return frozenset(value.split())
-    except OSError:
-        pass
-    return frozenset()
-
-
-def model_width(model) -> int | None:
-    """The token width (`hidden_dim`) of a keras_vit model, or None when it has no
-    `embedding` layer with one."""
-    try:
-        return int(model.get_layer("embedding").hidden_dim)
-    except (ValueError, AttributeError, TypeError):
-        return None
-
-
-def _device_kind(strategy) -> str:
-    if isinstance(strategy, tf.distribute.TPUStrategy):
-        return "tpu"
-    return "gpu" if tf.config.list_logical_devices("GPU") else "cpu"
-
-
-def _gpu_policy() -> tuple[str, str]:
-    """(policy, reason) for the first GPU, from its compute capability."""
-    details = {}
-    gpus = tf.config.list_physical_devices("GPU")
-    if gpus:
-        details = tf.config.experimental.get_device_details(gpus[0])
-    capability = tuple(details.get("compute_capability") or (0, 0))
-    name = (
-        f"{details.get('device_name', 'GPU')} (compute capability {capability[0]}.{capability[1]})"
-    )
-    if capability >= (8, 0):
-        return "mixed_bfloat16", f"{name}: bfloat16 tensor cores"
-    if capability >= (7, 0):
-        return "mixed_float16", f"{name}: float16 tensor cores"
-    return "float32", f"{name}: no tensor cores"
-
-
-def choose_precision(
-    hidden_dim: int | None = None,
-    *,
-    strategy: tf.distribute.Strategy | None = None,
-    mixed_precision: str | None = AUTO,
-    jit_compile: bool | str | None = AUTO,
-    flags: frozenset[str] | None = None,
-) -> PrecisionChoice:
-    """The dtype policy and XLA setting that run a ViT of width `hidden_dim` fastest here.
-
-    `"auto"` (the default of both) picks:
-      - TPU: mixed_bfloat16 with XLA (TPUStrategy always compiles).
-      - GPU: mixed_bfloat16 (compute capability >= 8.0) or mixed_float16 (7.x) with XLA.
-      - CPU with bfloat16 matrix units (`amx_bf16` or `avx512_bf16` in the CPU flags) and
-        `hidden_dim >= MIN_BFLOAT16_WIDTH`: mixed_bfloat16 without XLA (TensorFlow's oneDNN
-        kernels use those units, XLA's CPU backend does not).
-      - any other CPU case: float32 with XLA.
-      - on CPU, XLA is off under a strategy with several replicas or workers, even when
-        `jit_compile=True` is given (`xla_unsupported_reason`: XLA's collectives do not run
-        on CPU).
-    A value given for one of the two is kept and the other is chosen to suit it (XLA given
-    on CPU: float32, as XLA's bfloat16 products do not use the bfloat16 units; a reduced
-    precision given on CPU: XLA off).
-
-    Args:
-        hidden_dim: the model's token width (`model_width(model)`); None: unknown, treated
-            as narrow.
-        strategy: the `tf.distribute.Strategy` the model will run under (default: current).
-        mixed_precision: "auto", or a policy of `PRECISION_POLICIES` (None means float32).
-        jit_compile: "auto" (or None), True or False.
-        flags: the CPU flags (default: `cpu_flags()`, read at run time).
-
-    Returns:
-        A `PrecisionChoice`; `choice.describe()` is the line to log.
-
-    Raises:
-        ValueError: an unknown policy or a `jit_compile` other than "auto"/None/True/False.
-    """
-    if mixed_precision is not None and mixed_precision not in (AUTO, *PRECISION_POLICIES):
-        raise ValueError(
-            f"Unknown mixed precision policy {mixed_precision!r}; expected 'auto' or one of "
-            f"{list(PRECISION_POLICIES)}."
-        )
-    if jit_compile not in (AUTO, None, True, False):
-        raise ValueError(f"`jit_compile` must be 'auto', True or False. Received: {jit_compile!r}")
-    policy = "float32" if mixed_precision is None else mixed_precision
-    jit = AUTO if jit_compile is None else jit_compile
-    strategy = strategy or tf.distribute.get_strategy()
-    kind = _device_kind(strategy)
-    if kind == "tpu":
-        return PrecisionChoice(
-            "mixed_bfloat16" if policy == AUTO else policy, True, "TPU: XLA always"
-        )
-    if kind == "gpu":
-        auto_policy, reason = _gpu_policy()
-        return PrecisionChoice(
-            auto_policy if policy == AUTO else policy,
-            True if jit == AUTO else bool(jit),
-            reason + ("" if policy == AUTO else f"; {policy} as given") + ", XLA",
-        )
-    return _cpu_choice(hidden_dim, strategy, policy, jit, cpu_flags() if flags is None else flags)
-
-
-def _cpu_choice(hidden_dim, strategy, policy, jit, flags) -> PrecisionChoice:
-    units = [flag for flag in BFLOAT16_CPU_FLAGS if flag in flags]
-    no_xla = xla_unsupported_reason(strategy)
-    if no_xla and jit is True:  # the CLI refuses an explicit --jit-compile here first
-        logger.info("XLA off (jit_compile=False): %s", no_xla)
-        jit = AUTO
-    reasons = [f"CPU with {', '.join(units)}" if units else "CPU without bfloat16 matrix units"]
-    if policy == AUTO:
-        wide = hidden_dim is not None and hidden_dim >= MIN_BFLOAT16_WIDTH
-        width = "width unknown" if hidden_dim is None else f"hidden_dim {hidden_dim}"
-        if units and wide and jit is not True:
-            policy = "mixed_bfloat16"
-            reasons.append(f"{width} >= {MIN_BFLOAT16_WIDTH}: bfloat16 products on oneDNN")
-        else:
-            policy = "float32"
-            if units and jit is True:
-                reasons.append("XLA given, and XLA's CPU products do not use bfloat16 units")
-            elif units:
-                reasons.append(f"{width} < {MIN_BFLOAT16_WIDTH}: bfloat16 does not pay")
-    else:
-        reasons.append(f"{policy} as given")
-    if no_xla:
-        jit = False
-        reasons.append(f"XLA off: {no_xla}")
-    elif jit == AUTO:
-        jit = policy == "float32"
-        if not jit:
-            reasons.append("XLA off: XLA's CPU backend does not use the bfloat16 units")
-    else:
-        reasons.append(f"XLA {'on' if jit else 'off'} as given")
-    return PrecisionChoice(policy, bool(jit), "; ".join(reasons))
-
-
-FLOAT32_LAYERS = ("head",)
-"""Layers keras_vit builds in float32 under every policy (float32 logits)."""
-
-
-def with_dtype_policy(model: keras.Model, policy: str) -> keras.Model:
-    """A copy of a functional model whose layers compute under `policy`, same weights.
-
-    A loaded `.keras` model keeps the dtype policy it was built with; this rebuilds it from
-    its config with every layer's policy replaced (the `head` stays float32, so logits stay
-    float32) and copies the weights (variables stay float32 under the mixed policies).
-
-    Args:
-        model: a functional Keras model (keras_vit's ViT, hybrid or fine-tuned models).
-        policy: one of `PRECISION_POLICIES`.
-
-    Returns:
-        `model` itself when its layers already use `policy`, else the copy.
-
-    Raises:
-        ValueError: an unknown policy.
-    """
-    if policy not in PRECISION_POLICIES:
-        raise ValueError(
-            f"Unknown mixed precision policy {policy!r}; expected one of "
-            f"{list(PRECISION_POLICIES)}."
-        )
-    config = model.get_config()
-    target = keras.dtype_policies.serialize(keras.DTypePolicy(policy))
-    changed = False
-    for layer in config["layers"]:
-        dtype = layer["config"].get("dtype")
-        if not isinstance(dtype, dict) or layer["name"] in FLOAT32_LAYERS:
-            continue  # input layers carry a plain dtype string
-        if dtype.get("config", {}).get("name") != policy:
-            layer["config"]["dtype"] = target
-            changed = True
-    if not changed:
-        return model
-    clone = model.__class__.from_config(config)
-    clone.set_weights(model.get_weights())
-    return clone

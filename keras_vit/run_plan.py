@@ -22,6 +22,7 @@ import keras
 from keras_vit import configs, distribute, training
 from keras_vit._validation import check_choice, check_divisible, to_pair
 from keras_vit.layers.position_embedding import POSITION_EMBEDDINGS
+from keras_vit.precision import check_policy
 
 logger = logging.getLogger(__name__)
 
@@ -172,6 +173,7 @@ class RunPlan:
             "jit_compile": self.jit_compile,
             "mixed_precision": self.precision.policy if self.precision else None,
             "precision_reason": self.precision.reason if self.precision else None,
+            "precision_probe": _probe_record(self.precision),
         }
 
 
@@ -184,11 +186,10 @@ def plan_run(config: RunConfig, strategy) -> RunPlan:
     from keras_vit import data
 
     recipe = config.recipe
-    if config.mixed_precision not in (None, distribute.AUTO, *distribute.PRECISION_POLICIES):
-        raise ConfigError(
-            f"Unknown mixed precision policy {config.mixed_precision!r}; expected 'auto' or "
-            f"one of {list(distribute.PRECISION_POLICIES)}."
-        )
+    try:
+        check_policy(config.mixed_precision, allow_auto=True)
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
     try:
         info = data.describe(
             recipe.dataset, data_dir=config.data_dir, shots_per_class=config.shots_per_class
@@ -337,6 +338,14 @@ def choose_run_precision(config: RunConfig, hidden_dim, strategy):
         )
     except ValueError as error:
         raise ConfigError(str(error)) from None
+
+
+def _probe_record(choice):
+    """How the precision was chosen, for config.json: source ("rule", "probe", "cache") and
+    the probe's milliseconds per step by setting (`keras_vit.precision.PrecisionChoice`)."""
+    if choice is None:
+        return None
+    return {"source": choice.source, "figures": choice.figures}
 
 
 def _one_line(error) -> str:

@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 
 import keras_vit
-from keras_vit import distribute, run_plan, training
+from keras_vit import distribute, precision, run_plan, training
 
 AMX = frozenset({"fpu", "avx512f", "amx_bf16", "amx_tile", "avx512_bf16"})
 AVX512_BF16 = frozenset({"fpu", "avx512f", "avx512_bf16"})
@@ -160,7 +160,7 @@ def test_with_dtype_policy_computes_in_bfloat16_with_the_same_weights(tiny_vit_k
 
 
 def plan(monkeypatch, flags, **recipe):
-    monkeypatch.setattr(distribute, "cpu_flags", lambda path="/proc/cpuinfo": flags)
+    monkeypatch.setattr(precision, "cpu_flags", lambda path="/proc/cpuinfo": flags)
     config = run_plan.RunConfig(recipe=training.TrainConfig(**recipe))
     return run_plan.plan_run(config, tf.distribute.get_strategy())
 
@@ -180,6 +180,6 @@ def test_a_wide_run_records_bfloat16_without_xla(monkeypatch):
 
 
 def test_compile_kwargs_resolve_auto_for_the_recipe(monkeypatch):
-    monkeypatch.setattr(distribute, "cpu_flags", lambda path="/proc/cpuinfo": AMX)
+    monkeypatch.setattr(precision, "cpu_flags", lambda path="/proc/cpuinfo": AMX)
     assert training.TrainConfig().compile_kwargs(1000)["jit_compile"] is True
     assert training.TrainConfig(jit_compile=False).compile_kwargs(1000)["jit_compile"] is False

@@ -10,6 +10,7 @@ import json
 import logging
 import os
 
+from keras_vit import precision
 from keras_vit.cli import progress
 
 RUN_MODEL_FILE = "best.keras"
@@ -110,7 +111,7 @@ def add_run_arguments(parser, *, task: str) -> None:
     progress.add_output_arguments(parser)
 
 
-PRECISION_CHOICES = ("auto", "float32", "mixed_float16", "mixed_bfloat16")
+PRECISION_CHOICES = precision.CHOICES  # "auto" and the policies (one list)
 JIT_WORDS = {"auto": "auto", "true": True, "on": True, "false": False, "off": False}
 
 

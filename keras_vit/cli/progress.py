@@ -93,9 +93,10 @@ def start_line(run_dir: str, record: dict, precision: str) -> str:
     replicas = resolved.get("num_replicas", 1)
     strategy = resolved.get("strategy") or "default"
     strategy = "default strategy" if strategy.startswith("_Default") else strategy
+    why = f" ({resolved['precision_reason']})" if resolved.get("precision_reason") else ""
     return (
         f"Run {run_dir}: model {describe_model(run, resolved.get('model_kwargs', {}))}; "
-        f"data {data}; precision {precision}, jit_compile {resolved.get('jit_compile')}; "
+        f"data {data}; precision {precision}, jit_compile {resolved.get('jit_compile')}{why}; "
         f"{strategy}, {replicas} replica(s)"
     )
 

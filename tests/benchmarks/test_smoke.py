@@ -102,7 +102,9 @@ SCRIPT_MODULES = (
     [
         ("throughput", ["--variant", "X/99"]),
         ("throughput", ["--variant", "Ti/16", "--image-size", "100"]),
-        ("throughput", ["--frameworks", "timm"]),
+        ("throughput", ["--frameworks", "flax"]),
+        ("throughput", ["--timm-settings", "float16"]),
+        ("throughput", ["--timm-settings", "float32+xla"]),
         ("throughput", ["--repeats", "0"]),
         ("throughput", ["--settings", "float32+jit"]),
         ("throughput", ["--settings", "bfloat16"]),

@@ -1,0 +1,149 @@
+"""timm on PyTorch as a peer of the throughput harness (optional: torch and timm are not
+installed by keras_vit's extras; the workers run in `throughput.py --torch-python`).
+
+The same architecture as `keras_vit.benchmarking.build_model` builds: timm's
+`VisionTransformer` with the variant's patch, width, depth, heads and MLP ratio, class-token
+pooling, no dropout, random weights (no download). Settings (`TIMM_SETTINGS`):
+
+  - "float32": eager float32;
+  - "bfloat16_autocast": eager, inside `torch.autocast("cpu", dtype=torch.bfloat16)`
+    (the products in bfloat16, weights and optimizer state float32, as Keras' mixed policy);
+  - "float32+compile": `torch.compile` of the model (inductor), float32.
+
+A training step is AdamW (learning rate 1e-4) on cross-entropy, as `make_step` does for the
+Keras models; inference runs under `torch.inference_mode()`. Images are NCHW (PyTorch's
+layout), so the layout conversion is not timed. The torch GEMM roof (`gemm_roof`) times
+`torch.matmul` in float32 and bfloat16 at the harness' sizes.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+TIMM_SETTINGS = ("float32", "bfloat16_autocast", "float32+compile")
+"""timm's settings; each is (policy, compiler) = ("float32"|"mixed_bfloat16", "eager"|"compile")."""
+SETTING_PARTS = {
+    "float32": ("float32", "eager"),
+    "bfloat16_autocast": ("mixed_bfloat16", "eager"),
+    "float32+compile": ("float32", "compile"),
+    "bfloat16_autocast+compile": ("mixed_bfloat16", "compile"),
+}
+
+
+def parse_timm_setting(text: str) -> tuple[str, str]:
+    """ "bfloat16_autocast" -> ("mixed_bfloat16", "eager"); raises ValueError otherwise."""
+    try:
+        return SETTING_PARTS[text.strip()]
+    except KeyError:
+        raise ValueError(f"{text!r} is not one of {sorted(SETTING_PARTS)}") from None
+
+
+def timm_label(policy: str, compiler: str) -> str:
+    """The setting label of (policy, compiler), the inverse of `parse_timm_setting`."""
+    base = "bfloat16_autocast" if policy == "mixed_bfloat16" else "float32"
+    return base + ("+compile" if compiler == "compile" else "")
+
+
+def available() -> bool:
+    """Whether torch and timm import here."""
+    try:
+        import timm  # noqa: F401
+        import torch  # noqa: F401
+    except Exception:
+        return False
+    return True
+
+
+def build_model(arch: dict, image_size: int, num_classes: int = 1000):
+    """timm's ViT with `arch` (keras_vit.benchmarking.variant_arch's fields)."""
+    from timm.models.vision_transformer import VisionTransformer
+
+    return VisionTransformer(
+        img_size=image_size,
+        patch_size=arch["patch_size"],
+        embed_dim=arch["hidden_dim"],
+        depth=arch["num_layers"],
+        num_heads=arch["num_heads"],
+        mlp_ratio=arch["mlp_dim"] / arch["hidden_dim"],
+        num_classes=num_classes,
+        drop_rate=0.0,
+        attn_drop_rate=0.0,
+        drop_path_rate=0.0,
+        global_pool="token",
+    )
+
+
+def make_step(model, mode, batch_size, image_size, policy, compiler, num_classes=1000, seed=0):
+    """A no-argument function running one step of `model` (see the module docstring)."""
+    import contextlib
+
+    import torch
+
+    generator = torch.Generator().manual_seed(seed)
+    images = torch.rand((batch_size, 3, image_size, image_size), generator=generator) * 2 - 1
+    labels = torch.randint(0, num_classes, (batch_size,), generator=generator)
+    run = torch.compile(model) if compiler == "compile" else model
+
+    def autocast():
+        if policy == "mixed_bfloat16":
+            return torch.autocast("cpu", dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+    if mode == "infer":
+        model.eval()
+
+        def infer():
+            with torch.inference_mode(), autocast():
+                return run(images).float().sum().item()
+
+        return infer
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    model.train()
+
+    def train():
+        optimizer.zero_grad(set_to_none=True)
+        with autocast():
+            loss = loss_fn(run(images).float(), labels)
+        loss.backward()
+        optimizer.step()
+        return loss.item()
+
+    return train
+
+
+def gemm_gflops(size: int, dtype: str, repeats: int = 1) -> float:
+    """Median GFLOP/s of a `size x size` `torch.matmul` in `dtype` ("float32"/"bfloat16")."""
+    import torch
+
+    kind = torch.bfloat16 if dtype == "bfloat16" else torch.float32
+    a = torch.randn(size, size).to(kind)
+    b = torch.randn(size, size).to(kind)
+    torch.matmul(a, b)
+    steps = min(20, max(1, int(2e10 // (2 * size**3))))
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(steps):
+            torch.matmul(a, b)
+        times.append((time.perf_counter() - start) / steps)
+    return 2.0 * size**3 / statistics.median(times) / 1e9
+
+
+def gemm_roof(sizes, repeats: int = 1):
+    """(best GFLOP/s, {"torch float32": {size: GFLOP/s}, "torch bfloat16": {...}})."""
+    figures = {
+        f"torch {dtype}": {str(n): gemm_gflops(n, dtype, repeats) for n in sizes}
+        for dtype in ("float32", "bfloat16")
+    }
+    best = max(value for per_size in figures.values() for value in per_size.values())
+    return best, figures
+
+
+def set_threads(threads: int) -> None:
+    """torch's intra-op threads (0 keeps torch's default)."""
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)

@@ -1,0 +1,254 @@
+"""Measuring which precision-and-compiler setting trains a ViT fastest on this CPU, cached.
+
+CPUs differ in ways their flags do not tell: on one AMD EPYC with `avx512_bf16` TensorFlow's
+bfloat16 products run at ~1.4x float32, on an Intel Xeon reporting the same flag at half of
+float32 (docs/performance.md). So `keras_vit.precision.choose_precision` measures: the probe
+builds one encoder block of the model's shape (pre-norm attention + MLP, paper eq. 2-3;
+`hidden_dim` D, MLP 4D, heads D/64, `tokens` tokens, a batch sized to ~3 GFLOP per step) in
+plain TensorFlow, and times its training step (forward, backward) in each setting of
+`CANDIDATES`, one step of each in turn, rotated, for about `BUDGET_S` seconds after warm-up
+(XLA compiles first). The figures are cached per (CPU model, core count, TensorFlow version,
+width, token bucket) in one JSON file, so the probe runs once per host and shape class.
+
+Cache: `$KERAS_VIT_CACHE_DIR/precision_probe.json`, else
+`$XDG_CACHE_HOME/keras_vit/precision_probe.json`, else `~/.cache/keras_vit/...`. Delete the
+file to measure again (or set `KERAS_VIT_PRECISION_PROBE=refresh` for one run); a file that
+cannot be read or parsed is ignored with a warning and rewritten. `KERAS_VIT_PRECISION_PROBE=
+off` (or 0/false) never probes: the flag rule decides.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import logging
+import os
+import platform
+import statistics
+import time
+
+from keras_vit import _atomic
+
+logger = logging.getLogger(__name__)
+
+CANDIDATES = (("float32", True), ("float32", False), ("mixed_bfloat16", False))
+"""(policy, XLA) settings the probe times. XLA's CPU bfloat16 products do not use the
+bfloat16 units (measured slower than both float32 settings), so bfloat16 + XLA is left out."""
+PROBE_ENV = "KERAS_VIT_PRECISION_PROBE"
+CACHE_ENV = "KERAS_VIT_CACHE_DIR"
+CACHE_FILE = "precision_probe.json"
+CACHE_VERSION = 1
+BUDGET_S = 1.5
+"""Seconds of timed rounds (after the warm-up) of one probe."""
+MIN_ROUNDS, MAX_ROUNDS = 3, 15
+TIE = 0.05
+"""The flag rule's setting is kept when it is within 5% of the fastest measured one (the
+probe's own noise on a shared machine)."""
+STEP_GFLOP = 3.0
+"""Target size of one probe step; the batch is chosen to reach it (1 to 16 images)."""
+OFF_WORDS = ("off", "0", "false", "no")
+clock = time.perf_counter
+"""The probe's clock (seconds); tests replace it with a fake one."""
+
+
+def setting_label(policy: str, xla: bool) -> str:
+    return f"{policy}+xla" if xla else policy
+
+
+def probe_mode(probe: bool | None = None) -> str:
+    """ "off", "on" or "refresh": the `probe` argument, else `KERAS_VIT_PRECISION_PROBE`."""
+    if probe is not None:
+        return "on" if probe else "off"
+    value = os.environ.get(PROBE_ENV, "on").strip().lower()
+    if value in OFF_WORDS:
+        return "off"
+    return "refresh" if value == "refresh" else "on"
+
+
+def cache_path() -> str:
+    """Where the probe's figures live (see the module docstring for the order)."""
+    folder = os.environ.get(CACHE_ENV)
+    if not folder:
+        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        folder = os.path.join(base, "keras_vit")
+    return os.path.join(folder, CACHE_FILE)
+
+
+def cpu_model(path: str = "/proc/cpuinfo") -> str:
+    """The CPU's model name (/proc/cpuinfo `model name`), else `platform.processor()`."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            for line in handle:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name" and value.strip():
+                    return value.strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown CPU"
+
+
+def core_count() -> int:
+    """CPUs this process may run on (its affinity mask where the system has one)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def token_bucket(tokens: int) -> int:
+    """`tokens` rounded up to a power of two (197 -> 256): the shape class of the cache."""
+    return 1 << max(0, int(tokens) - 1).bit_length()
+
+
+def host_key(hidden_dim: int, tokens: int, *, tf_version: str | None = None) -> dict:
+    """What the cached figures depend on: CPU model, cores, TensorFlow, width, token bucket."""
+    if tf_version is None:
+        import tensorflow as tf
+
+        tf_version = tf.__version__
+    return {
+        "cpu": cpu_model(),
+        "cores": core_count(),
+        "tensorflow": tf_version,
+        "hidden_dim": int(hidden_dim),
+        "tokens": token_bucket(tokens),
+    }
+
+
+def key_text(key: dict) -> str:
+    return "|".join(f"{name}={key[name]}" for name in sorted(key))
+
+
+def read_cache(path: str) -> dict:
+    """{key text: entry} from the cache file; {} when it is missing, corrupt or of another
+    version (logged, never raised)."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as error:
+        logger.warning("Ignoring the precision probe cache %s (%s); probing again.", path, error)
+        return {}
+    if not isinstance(data, dict) or data.get("version") != CACHE_VERSION:
+        logger.warning(
+            "Ignoring the precision probe cache %s (not version %d).", path, CACHE_VERSION
+        )
+        return {}
+    entries = data.get("entries")
+    return (
+        {k: v for k, v in entries.items() if _valid_entry(v)} if isinstance(entries, dict) else {}
+    )
+
+
+def _valid_entry(entry) -> bool:
+    figures = entry.get("figures") if isinstance(entry, dict) else None
+    return isinstance(figures, dict) and all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in figures.values()
+    )
+
+
+def write_cache(path: str, entries: dict) -> None:
+    """Writes `entries` atomically; a failed write is logged (the run goes on)."""
+    try:
+        _atomic.write_json(path, {"version": CACHE_VERSION, "entries": entries})
+    except OSError as error:
+        logger.warning("Could not write the precision probe cache %s: %s", path, error)
+
+
+def probe_shape(hidden_dim: int, tokens: int) -> dict:
+    """The probe block's shape: D, MLP 4D, heads D/64 (at least 1, dividing D), tokens, and
+    a batch of 1-16 images that makes one training step ~`STEP_GFLOP`."""
+    d = int(hidden_dim)
+    heads = max(1, d // 64)
+    while d % heads:
+        heads -= 1
+    macs = 4 * tokens * d * d + 2 * tokens * tokens * d + 2 * tokens * d * 4 * d
+    per_image_gflop = 3 * 2 * macs / 1e9  # forward + backward
+    batch = int(min(16, max(1, round(STEP_GFLOP / per_image_gflop))))
+    return {"hidden_dim": d, "mlp_dim": 4 * d, "heads": heads, "tokens": tokens, "batch": batch}
+
+
+def block_step(shape: dict, policy: str, xla: bool):
+    """A no-argument function running one training step of one encoder block in `policy`
+    (float32 variables cast to the compute dtype, as Keras' mixed policies do), blocking
+    until done. Shapes as `probe_shape` gives them."""
+    import tensorflow as tf
+
+    d, m, h, n, b = (shape[k] for k in ("hidden_dim", "mlp_dim", "heads", "tokens", "batch"))
+    dtype = tf.bfloat16 if policy == "mixed_bfloat16" else tf.float32
+    generator = tf.random.Generator.from_seed(0)
+    sizes = [(d, 3 * d), (d, d), (d, m), (m, d)]
+    weights = [tf.Variable(generator.normal(size) * 0.02) for size in sizes]
+    x = tf.constant(generator.normal((b, n, d)))
+
+    def norm(t):
+        mean, variance = tf.nn.moments(t, axes=[-1], keepdims=True)
+        return (t - mean) * tf.math.rsqrt(variance + 1e-6)
+
+    def forward(t, w_qkv, w_out, w_up, w_down):
+        qkv = tf.reshape(norm(t) @ w_qkv, (b, n, 3, h, d // h))
+        q, k, v = (tf.transpose(qkv[:, :, i], (0, 2, 1, 3)) for i in range(3))
+        scores = tf.nn.softmax(tf.matmul(q, k, transpose_b=True) * (d // h) ** -0.5)
+        heads = tf.reshape(tf.transpose(tf.matmul(scores, v), (0, 2, 1, 3)), (b, n, d))
+        t = t + heads @ w_out
+        return t + tf.nn.gelu(norm(t) @ w_up) @ w_down
+
+    @tf.function(jit_compile=bool(xla))
+    def step():
+        with tf.GradientTape() as tape:
+            out = forward(tf.cast(x, dtype), *(tf.cast(w, dtype) for w in weights))
+            loss = tf.reduce_mean(tf.square(tf.cast(out, tf.float32)))
+        grads = tape.gradient(loss, weights)
+        return tf.add_n([tf.reduce_sum(g) for g in grads])
+
+    return lambda: step().numpy()
+
+
+def measure(steps: dict, *, timer=None, budget_s: float = BUDGET_S) -> dict:
+    """Median seconds per call of each of `steps` ({label: no-argument function}).
+
+    Each is called once untimed (tracing, XLA compilation); then rounds call each once, in
+    an order rotated every round, until `budget_s` of timed rounds (at least `MIN_ROUNDS`,
+    at most `MAX_ROUNDS`), so that the load of a shared machine hits every setting alike.
+    `timer` is a clock in seconds (default: the module's `clock`).
+    """
+    timer = timer or clock
+    labels = list(steps)
+    for label in labels:
+        steps[label]()
+    times = {label: [] for label in labels}
+    start = timer()
+    for index in range(MAX_ROUNDS):
+        shift = index % len(labels)
+        for label in labels[shift:] + labels[:shift]:
+            before = timer()
+            steps[label]()
+            times[label].append(timer() - before)
+        if index + 1 >= MIN_ROUNDS and timer() - start >= budget_s:
+            break
+    return {label: statistics.median(values) for label, values in times.items()}
+
+
+def probe_figures(hidden_dim, tokens, *, refresh=False, make_step=None, timer=None):
+    """(milliseconds per probe step by setting label, the cache entry's date, cached?).
+
+    Reads the cache; on a miss (or `refresh`) measures `CANDIDATES` with `make_step(shape,
+    policy, xla)` (default `block_step`) and stores the figures with their key and date.
+    """
+    make_step = make_step or block_step
+    key = host_key(hidden_dim, tokens)
+    path = cache_path()
+    entries = read_cache(path)
+    entry = entries.get(key_text(key))
+    if entry is not None and not refresh:
+        return entry["figures"], entry.get("date"), True
+    shape = probe_shape(hidden_dim, tokens)
+    steps = {setting_label(p, x): make_step(shape, p, x) for p, x in CANDIDATES}
+    seconds = measure(steps, timer=timer)
+    figures = {label: round(1000.0 * value, 3) for label, value in seconds.items()}
+    date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    entries[key_text(key)] = {"key": key, "shape": shape, "figures": figures, "date": date}
+    write_cache(path, entries)
+    logger.info("Precision probe (%s): %s ms per step; cached in %s", key_text(key), figures, path)
+    return figures, date, False

@@ -1,0 +1,286 @@
+"""Tests of "auto" precision by measurement (keras_vit/precision_probe.py): the probe's timing
+loop with a fake clock, the choice it leads to, the cache (key, location, corrupt files),
+and what a run records. The real block step runs once, on a tiny shape."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import os
+import types
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from hypothesis import given
+from hypothesis import strategies as st
+
+from keras_vit import precision, precision_probe, run_plan, training
+from keras_vit.cli import progress
+
+AVX512_BF16 = frozenset({"fpu", "avx512f", "avx512_bf16"})
+EXAMPLES = itertools.count()
+LABELS = [precision_probe.setting_label(p, x) for p, x in precision_probe.CANDIDATES]
+
+
+class FakeHost:
+    """A fake clock and step factory: each probe step of a setting advances the clock by that
+    setting's cost (seconds); counts the steps built and run."""
+
+    def __init__(self, costs):
+        self.now = 0.0
+        self.costs = dict(costs)
+        self.built = []
+        self.calls = []
+
+    def clock(self):
+        return self.now
+
+    def make_step(self, shape, policy, xla):
+        label = precision_probe.setting_label(policy, xla)
+        self.built.append((label, shape))
+
+        def step():
+            self.calls.append(label)
+            self.now += self.costs[label]
+
+        return step
+
+
+@pytest.fixture
+def host(monkeypatch, tmp_path):
+    """A fake host (float32+xla 30 ms, float32 50 ms, bfloat16 90 ms) with its own cache."""
+    monkeypatch.setenv("KERAS_VIT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("KERAS_VIT_PRECISION_PROBE", raising=False)
+    fake = FakeHost({"float32+xla": 0.030, "float32": 0.050, "mixed_bfloat16": 0.090})
+    monkeypatch.setattr(precision_probe, "clock", fake.clock)
+    monkeypatch.setattr(precision_probe, "block_step", fake.make_step)
+    return fake
+
+
+def choose(hidden_dim=768, **kwargs):
+    return precision.choose_precision(hidden_dim, flags=AVX512_BF16, **kwargs)
+
+
+def test_measure_rotates_the_order_and_returns_median_seconds():
+    fake = FakeHost({"a": 0.3, "b": 0.1, "c": 0.2})
+    steps = {label: fake.make_step({}, label, False) for label in "abc"}
+    seconds = precision_probe.measure(steps, timer=fake.clock, budget_s=1.0)
+    assert seconds == pytest.approx({"a": 0.3, "b": 0.1, "c": 0.2})
+    assert fake.calls[:3] == ["a", "b", "c"]  # the untimed compile call of each
+    rounds = [fake.calls[i : i + 3] for i in range(3, len(fake.calls), 3)]
+    assert [r[0] for r in rounds[:3]] == ["a", "b", "c"]  # each round starts one later
+    assert len(rounds) == 3  # 3 rounds x 0.6 s >= the 1 s budget: stops at MIN_ROUNDS
+    fake.calls.clear()
+    precision_probe.measure(steps, timer=fake.clock, budget_s=1e9)
+    assert len(fake.calls) == 3 + 3 * precision_probe.MAX_ROUNDS
+
+
+def test_measured_choice_beats_the_flag_rule_and_is_cached(host):
+    rule = choose(probe=False)
+    assert rule.setting == "mixed_bfloat16"  # the flags say bfloat16 for D 768
+    choice = choose()
+    assert (choice.policy, choice.jit_compile, choice.source) == ("float32", True, "probe")
+    assert choice.figures == {"float32+xla": 30.0, "float32": 50.0, "mixed_bfloat16": 90.0}
+    assert "float32+xla 30.0 ms" in choice.reason and "1.67x float32" in choice.reason
+    assert precision_probe.cpu_model() in choice.reason
+    built = len(host.built)
+    assert built == len(precision_probe.CANDIDATES)
+
+    cached = choose()
+    assert (cached.setting, cached.source, cached.figures) == (
+        "float32+xla",
+        "cache",
+        choice.figures,
+    )
+    assert "cached probe of" in cached.reason
+    assert len(host.built) == built  # nothing measured again
+
+    with open(precision_probe.cache_path(), encoding="utf-8") as handle:
+        entry = next(iter(json.load(handle)["entries"].values()))
+    assert entry["key"] == {
+        "cpu": precision_probe.cpu_model(),
+        "cores": precision_probe.core_count(),
+        "tensorflow": tf.__version__,
+        "hidden_dim": 768,
+        "tokens": 256,
+    }
+
+
+def test_the_cache_key_separates_hosts_widths_and_token_classes(host, monkeypatch):
+    choose(768)
+    choose(768, tokens=200)  # same token class (256)
+    assert len(host.built) == 3
+    choose(384)
+    choose(768, tokens=50)  # class 64
+    assert len(host.built) == 9
+    monkeypatch.setattr(precision_probe, "core_count", lambda: 64)
+    choose(768)
+    monkeypatch.setattr(tf, "__version__", "9.9.9")
+    choose(768)
+    assert len(host.built) == 15
+    with open(precision_probe.cache_path(), encoding="utf-8") as handle:
+        assert len(json.load(handle)["entries"]) == 5
+
+
+def test_the_flag_rule_is_kept_within_the_tie(host):
+    host.costs.update({"mixed_bfloat16": 0.0309})  # 3% slower than float32+xla
+    choice = choose()
+    assert choice.setting == "mixed_bfloat16" and "within 5%" in choice.reason
+    host.costs.update({"mixed_bfloat16": 0.0330})  # 10% slower
+    assert choose(384).setting == "float32+xla"
+
+
+def test_a_given_value_limits_the_candidates(host):
+    host.costs.update({"float32+xla": 0.010, "float32": 0.060, "mixed_bfloat16": 0.040})
+    no_xla = choose(jit_compile=False)
+    assert no_xla.setting == "mixed_bfloat16" and "XLA off as given" in no_xla.reason
+    float32 = choose(mixed_precision="float32")
+    assert float32.setting == "float32+xla" and "float32 as given" in float32.reason
+    assert choose(mixed_precision="mixed_bfloat16").source == "rule"  # one setting left
+    assert choose(jit_compile=True).setting == "float32+xla"
+    assert choose(mixed_precision="float32", jit_compile=False).source == "rule"
+
+
+@given(
+    costs=st.lists(st.floats(0.001, 1.0), min_size=3, max_size=3),
+    policy=st.sampled_from([precision.AUTO, *precision.POLICIES]),
+    jit=st.sampled_from([precision.AUTO, True, False]),
+    width=st.sampled_from([64, 192, 768]),
+)
+def test_the_choice_is_the_fastest_allowed_or_the_prior_within_the_tie(
+    costs, policy, jit, width, monkeypatch, tmp_path
+):
+    with monkeypatch.context() as patch:
+        patch.setenv("KERAS_VIT_CACHE_DIR", str(tmp_path / f"c{next(EXAMPLES)}"))
+        fake = FakeHost(dict(zip(LABELS, costs, strict=True)))
+        patch.setattr(precision_probe, "clock", fake.clock)
+        patch.setattr(precision_probe, "block_step", fake.make_step)
+        prior = choose(width, mixed_precision=policy, jit_compile=jit, probe=False)
+        choice = choose(width, mixed_precision=policy, jit_compile=jit, probe=True)
+    allowed = {
+        label: fake.costs[label]
+        for label in LABELS
+        if policy in (precision.AUTO, label.split("+")[0])
+        and jit in (precision.AUTO, label.endswith("+xla"))
+    }
+    if len(allowed) < 2:
+        assert choice == prior and not fake.built
+        return
+    assert choice.setting in allowed
+    fastest = min(allowed.values())
+    if choice.setting == prior.setting:
+        assert allowed[prior.setting] <= (1 + precision_probe.TIE) * fastest * (1 + 1e-9)
+    else:
+        assert allowed[choice.setting] == fastest
+
+
+def test_a_corrupt_cache_is_ignored_with_a_log_line(host, caplog):
+    path = precision_probe.cache_path()
+    os.makedirs(os.path.dirname(path))
+    for content in ("{not json", json.dumps({"version": 0}), json.dumps([1, 2])):
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write(content)
+        with caplog.at_level(logging.WARNING, logger="keras_vit.precision_probe"):
+            caplog.clear()
+            assert choose().source == "probe"
+        assert "Ignoring the precision probe cache" in caplog.text
+    bad_entry = {"version": precision_probe.CACHE_VERSION, "entries": {"k": {"figures": "x"}}}
+    with open(path, "w", encoding="utf-8") as handle:
+        json.dump(bad_entry, handle)
+    assert choose().source == "probe"
+    with open(path, encoding="utf-8") as handle:
+        assert "k" not in json.load(handle)["entries"]  # rewritten without the bad entry
+    assert choose().source == "cache"
+
+
+def test_an_unwritable_cache_and_a_failing_probe_never_stop_a_run(
+    host, monkeypatch, tmp_path, caplog
+):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    monkeypatch.setenv("KERAS_VIT_CACHE_DIR", str(blocker / "below"))
+    with caplog.at_level(logging.WARNING, logger="keras_vit.precision_probe"):
+        assert choose().source == "probe"
+    assert "Could not write the precision probe cache" in caplog.text
+
+    def broken(shape, policy, xla):
+        raise RuntimeError("no oneDNN here")
+
+    monkeypatch.setattr(precision_probe, "block_step", broken)
+    monkeypatch.setenv("KERAS_VIT_CACHE_DIR", str(tmp_path / "other"))
+    with caplog.at_level(logging.WARNING, logger="keras_vit.precision"):
+        choice = choose()
+    assert choice.setting == "mixed_bfloat16" and "flag rule (probe failed)" in choice.reason
+    assert "no oneDNN here" in caplog.text
+
+
+def test_probe_switches(host, monkeypatch):
+    monkeypatch.setenv("KERAS_VIT_PRECISION_PROBE", "off")
+    off = choose()
+    assert off.source == "rule" and "probe off" in off.reason and not host.built
+    monkeypatch.setenv("KERAS_VIT_PRECISION_PROBE", "on")
+    assert choose().source == "probe"
+    assert choose().source == "cache"
+    monkeypatch.setenv("KERAS_VIT_PRECISION_PROBE", "refresh")
+    assert choose().source == "probe"
+    assert len(host.built) == 6
+    unknown = choose(None)
+    assert unknown.source == "rule" and "width unknown" in unknown.reason
+
+
+def test_several_replicas_are_not_probed(host):
+    class TwoCpuReplicas(tf.distribute.MirroredStrategy):
+        def __init__(self):  # nothing started
+            pass
+
+        num_replicas_in_sync = 2
+        extended = types.SimpleNamespace(worker_devices=("/device:CPU:0", "/device:CPU:1"))
+
+    choice = choose(strategy=TwoCpuReplicas())
+    assert choice.source == "rule" and choice.jit_compile is False and not host.built
+
+
+def test_cache_path_order(monkeypatch, tmp_path):
+    monkeypatch.delenv("KERAS_VIT_CACHE_DIR", raising=False)
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    home = os.path.join(str(tmp_path / "home"), ".cache", "keras_vit", "precision_probe.json")
+    assert precision_probe.cache_path() == home
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert precision_probe.cache_path() == str(
+        tmp_path / "xdg" / "keras_vit" / "precision_probe.json"
+    )
+    monkeypatch.setenv("KERAS_VIT_CACHE_DIR", str(tmp_path / "mine"))
+    assert precision_probe.cache_path() == str(tmp_path / "mine" / "precision_probe.json")
+
+
+def test_probe_shape_and_token_bucket():
+    assert [precision_probe.token_bucket(n) for n in (1, 17, 64, 65, 197)] == [1, 32, 64, 128, 256]
+    ti = precision_probe.probe_shape(192, 197)
+    assert (ti["mlp_dim"], ti["heads"], ti["tokens"]) == (768, 3, 197)
+    assert precision_probe.probe_shape(768, 197)["batch"] == 1  # ~8.7 GFLOP per image
+    assert precision_probe.probe_shape(32, 17)["batch"] == 16
+    assert precision_probe.probe_shape(96, 17)["heads"] == 1
+
+
+@pytest.mark.parametrize("policy, xla", precision_probe.CANDIDATES)
+def test_the_real_block_step_runs_in_each_setting(policy, xla):
+    shape = {"hidden_dim": 32, "mlp_dim": 64, "heads": 2, "tokens": 5, "batch": 2}
+    value = precision_probe.block_step(shape, policy, xla)()
+    assert np.isfinite(value) and value != 0
+
+
+def test_a_run_records_the_measured_choice_and_prints_it_first(host, monkeypatch):
+    config = run_plan.RunConfig(
+        recipe=training.TrainConfig(hidden_dim=384, mlp_dim=768, num_heads=6)
+    )
+    resolved = run_plan.plan_run(config, tf.distribute.get_strategy()).resolved()
+    assert (resolved["mixed_precision"], resolved["jit_compile"]) == ("float32", True)
+    assert resolved["precision_probe"]["source"] == "probe"
+    assert resolved["precision_probe"]["figures"]["mixed_bfloat16"] == 90.0
+    assert "measured" in resolved["precision_reason"]
+    json.dumps(resolved)  # config.json can hold it
+    line = progress.start_line("runs/x", {"run": {}, "resolved": resolved}, "float32")
+    assert "jit_compile True (CPU " in line and "float32+xla 30.0 ms" in line
