@@ -35,11 +35,16 @@ the finished epochs (`epoch_passes`), so under the default strategy it also trai
 same batches (tested with a small pipeline; a resumed `keras-vit train` run still ends with
 other losses than the uninterrupted one, cause not found); with an epoch that is not one
 pass of the dataset (an infinite one), a dataset of unknown size, or under other strategies
-the resumed epochs see other batches.
+than the default and the multi-worker one the resumed epochs see other batches.
 
 Under a multi-worker strategy every worker trains and saves, but only the chief writes the
-run's files; the other workers save to temporary folders and keep their resume state in
-`.backup-worker-<index>` (removed at the end). Resuming a multi-worker run expects the run
+run's files; the other workers write their throw-away saves to `.scratch-worker-<index>`
+(emptied at each start, so a SIGKILLed worker's leftovers go at the restart) and keep their
+resume state in `.backup-worker-<index>` (both removed at the end). Each worker resumes its
+data stream at its backup's epoch (as one process does), and before training continues the
+workers compare their backups' epoch and digest through the strategy's all-reduce
+(`keras_vit.worker_restart.agreed_epoch`): backups of different epochs stop every worker with
+one `BackupMismatchError` line naming them. Resuming a multi-worker run expects the run
 directory on a file system every worker sees, and every worker restarted with `resume=True`.
 """
 

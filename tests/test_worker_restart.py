@@ -6,7 +6,7 @@ import json
 import shutil
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from keras_vit import callbacks, worker_restart
@@ -14,12 +14,15 @@ from tests.helpers import killable_run as killable
 
 RECORDS = st.dictionaries(
     st.sampled_from(["chief", "worker 0", "worker 1", "worker 2"]),
-    st.tuples(st.integers(0, 5), st.sampled_from([None, "ab" * 16, "cd" * 16])),
+    st.tuples(st.integers(0, 2), st.sampled_from([None, "ab" * 16, "cd" * 16])),
     min_size=2,
 )
 
 
 @given(RECORDS)
+@example({"worker 0": (2, "ab" * 16), "worker 1": (2, "cd" * 16)})  # same epoch, other state
+@example({"worker 0": (2, "ab" * 16), "worker 1": (1, "ab" * 16)})
+@example({"chief": (3, "ab" * 16), "worker 0": (3, "ab" * 16), "worker 1": (3, "ab" * 16)})
 def test_backups_agree_only_when_every_epoch_and_digest_is_the_same(records):
     epochs = {epoch for epoch, _ in records.values()}
     digests = {digest for _, digest in records.values()}
@@ -74,3 +77,45 @@ class CopyBackupThenStop(killable.keras.callbacks.Callback):
             )
         if epoch == 2:
             raise RuntimeError("stop")
+
+
+def test_the_cli_reports_a_backup_mismatch_as_a_usage_error_in_one_line():
+    """`keras-vit train --resume` on mismatched backups: exit 2 with one line (main prints a
+    UsageError as `keras-vit train: error: ...`), not a traceback."""
+    from keras_vit.cli import common
+
+    records = {"worker 0": (2, None), "worker 1": (1, None)}
+    with pytest.raises(common.UsageError) as info, common.usage_errors():
+        worker_restart.check_agreement(records)
+    assert str(info.value).startswith("Cannot resume: the workers' backups are of different")
+    assert "worker 0: epoch 2, worker 1: epoch 1" in str(info.value)
+
+
+class TimedOutStrategy:
+    """Stands in for a multi-worker strategy whose all-reduce times out (a worker that never
+    comes to the check); records the options the all-reduce was given."""
+
+    num_replicas_in_sync = 2
+
+    def __init__(self):
+        self.options = None
+        self.extended = self
+
+    def experimental_distribute_values_from_function(self, fn):
+        return fn
+
+    def reduce_to(self, reduce_op, value, destinations, options=None):
+        import tensorflow as tf
+
+        self.options = options
+        raise tf.errors.DeadlineExceededError(None, None, "Collective ops timed out")
+
+
+def test_a_worker_missing_at_the_check_ends_it_within_the_timeout_in_one_line():
+    strategy = TimedOutStrategy()
+    with pytest.raises(worker_restart.BackupMismatchError) as info:
+        worker_restart._all_gather(strategy, [1, 2, 0, 0, 0, 0], timeout_s=7)
+    assert strategy.options.timeout_seconds == 7
+    message = str(info.value)
+    assert "\n" not in message
+    assert "did not come to the backup check within 7 s (Collective ops timed out)" in message
