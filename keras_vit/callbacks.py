@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import glob
+import hashlib
 import io
 import logging
 import math
@@ -37,6 +38,30 @@ def random_state_variables(model) -> list:
     (`model.variables` that are not `model.weights`), in layer order."""
     weights = {id(v) for v in model.weights}
     return [v for v in model.variables if id(v) not in weights]
+
+
+class BackupError(ValueError):
+    """A backup that cannot be resumed from (its files do not hold the state its state.json
+    records, or, under several workers, backups that disagree: `keras_vit.worker_restart`)."""
+
+
+def state_digest(model) -> str:
+    """SHA-256 (hex) of everything a backup restores: the model's weights, the optimizer's
+    variables (step counter included) and the layers' random state, in that order, each as
+    its dtype, shape and bytes. Under a multi-worker strategy every worker holds the same
+    values (the updates come from one all-reduce), so workers at the same epoch agree."""
+    digest = hashlib.sha256()
+    optimizer = getattr(model, "optimizer", None)
+    variables = [
+        *model.weights,
+        *(optimizer.variables if optimizer is not None else []),
+        *random_state_variables(model),
+    ]
+    for variable in variables:
+        value = np.ascontiguousarray(keras.ops.convert_to_numpy(variable))
+        digest.update(f"{value.dtype.str}{value.shape}".encode())
+        digest.update(value.tobytes())
+    return digest.hexdigest()
 
 
 def _restore_random_state(model, path) -> None:
@@ -67,6 +92,13 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
     dropout and stochastic depth: `model.variables` that are not `model.weights`, which
     `save_weights` leaves out) goes to `epoch-NNNNN.rng.npz` beside the weights, so the
     resumed epochs draw the same masks as an uninterrupted run would.
+
+    `state.json` also records `steps` (the optimizer's step counter) and `digest`
+    (`state_digest` of what was saved); a restore recomputes the digest of what it loaded and
+    raises `BackupError` when it differs (weights of another epoch or run under this state).
+    The epoch is also the position in the training data: `keras_vit.runs` rebuilds the data
+    stream from it (`epoch_ordered_batches`, `epoch_passes`), and under several workers
+    `keras_vit.worker_restart.agreed_epoch` checks that every worker restores the same one.
 
     Only the epoch-end schedule (`save_freq="epoch"`) is supported: runs resume from their
     last epoch boundary. Restoring sets `model._initial_epoch`, the hook Keras' own callback
@@ -106,6 +138,7 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
         model.load_weights(os.path.join(self.backup_dir, state["weights"]))
         if state.get("rng"):
             _restore_random_state(model, os.path.join(self.backup_dir, state["rng"]))
+        _check_digest(model, state, self.backup_dir)
         model._initial_epoch = int(state["epoch"])
         logger.info("Resumed from the backup of epoch %d in %s", state["epoch"], self.backup_dir)
 
@@ -118,7 +151,9 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
         with _atomic.atomic_path(os.path.join(self.backup_dir, rng)) as tmp:
             with open(tmp, "wb") as handle:
                 np.savez(handle, *[np.asarray(v) for v in random_state_variables(self.model)])
-        _atomic.write_json(self.state_path, {"epoch": epoch + 1, "weights": name, "rng": rng})
+        steps = int(keras.ops.convert_to_numpy(self.model.optimizer.iterations))
+        state = {"epoch": epoch + 1, "weights": name, "rng": rng, "steps": steps}
+        _atomic.write_json(self.state_path, {**state, "digest": state_digest(self.model)})
         for old in glob.glob(os.path.join(self.backup_dir, "epoch-*")):
             if os.path.basename(old) not in (name, rng):
                 os.remove(old)
@@ -129,6 +164,18 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
     def on_train_end(self, logs=None):
         if self.delete_checkpoint and os.path.exists(self.backup_dir):
             shutil.rmtree(self.backup_dir, ignore_errors=True)
+
+
+def _check_digest(model, state, backup_dir) -> None:
+    """Raises `BackupError` when the restored state's digest differs from the one recorded
+    in `state` (backups written before digests were recorded are not checked)."""
+    recorded = state.get("digest")
+    if recorded and state_digest(model) != recorded:
+        raise BackupError(
+            f"Cannot resume from {backup_dir}: {state['weights']} does not hold the state its "
+            f"{BACKUP_STATE} records for epoch {state['epoch']} (digest differs); the backup "
+            "was mixed with files of another epoch or run."
+        )
 
 
 class HistoryCSV(keras.callbacks.Callback):
@@ -211,14 +258,18 @@ class ModelSnapshots(keras.callbacks.Callback):
         run_dir: folder of the files.
         monitor: the log to compare, e.g. "val_accuracy" (higher is better) or "val_loss"
             (lower is better: any name containing "loss").
-        write: False on non-chief workers: the model is saved to a temporary folder that is
-            removed again (every worker takes part in saving, as Keras expects under a
-            multi-worker strategy), and nothing is written to `run_dir`.
+        write: False on non-chief workers: the model is saved to `scratch_dir` (or a
+            temporary folder) and removed again (every worker takes part in saving, as Keras
+            expects under a multi-worker strategy), and nothing is written to `run_dir`.
+        scratch_dir: where a non-writing worker saves (`keras_vit.worker_restart.scratch_dir`:
+            a fixed folder that a restart empties, so a SIGKILL leaves nothing behind);
+            None: a new temporary folder per save.
     """
 
-    def __init__(self, run_dir, monitor="val_accuracy", write=True):
+    def __init__(self, run_dir, monitor="val_accuracy", write=True, scratch_dir=None):
         super().__init__()
         self.run_dir = os.fspath(run_dir)
+        self.scratch_dir = scratch_dir
         self.monitor = monitor
         self.write = write
         self.lower_is_better = "loss" in monitor
@@ -256,11 +307,17 @@ class ModelSnapshots(keras.callbacks.Callback):
 
     def _save(self, stem: str) -> None:
         if not self.write:
-            folder = tempfile.mkdtemp(prefix="keras_vit_worker_")
+            if self.scratch_dir:
+                os.makedirs(self.scratch_dir, exist_ok=True)
+            folder = self.scratch_dir or tempfile.mkdtemp(prefix="keras_vit_worker_")
             try:
                 self.model.save(os.path.join(folder, f"{stem}.keras"))
             finally:
-                shutil.rmtree(folder, ignore_errors=True)
+                if self.scratch_dir:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.remove(os.path.join(folder, f"{stem}.keras"))
+                else:
+                    shutil.rmtree(folder, ignore_errors=True)
             return
         save_model(self.model, os.path.join(self.run_dir, f"{stem}.keras"))
         if self._npz_ok:

@@ -35,11 +35,16 @@ the finished epochs (`epoch_passes`), so under the default strategy it also trai
 same batches (tested with a small pipeline; a resumed `keras-vit train` run still ends with
 other losses than the uninterrupted one, cause not found); with an epoch that is not one
 pass of the dataset (an infinite one), a dataset of unknown size, or under other strategies
-the resumed epochs see other batches.
+than the default and the multi-worker one the resumed epochs see other batches.
 
 Under a multi-worker strategy every worker trains and saves, but only the chief writes the
-run's files; the other workers save to temporary folders and keep their resume state in
-`.backup-worker-<index>` (removed at the end). Resuming a multi-worker run expects the run
+run's files; the other workers write their throw-away saves to `.scratch-worker-<index>`
+(emptied at each start, so a SIGKILLed worker's leftovers go at the restart) and keep their
+resume state in `.backup-worker-<index>` (both removed at the end). Each worker resumes its
+data stream at its backup's epoch (as one process does), and before training continues the
+workers compare their backups' epoch and digest through the strategy's all-reduce
+(`keras_vit.worker_restart.agreed_epoch`): backups of different epochs stop every worker with
+one `BackupMismatchError` line naming them. Resuming a multi-worker run expects the run
 directory on a file system every worker sees, and every worker restarted with `resume=True`.
 """
 
@@ -49,13 +54,12 @@ import dataclasses
 import logging
 import os
 import shutil
-import tempfile
 import time
 from collections.abc import Callable
 
 import keras
 
-from keras_vit import _atomic, callbacks, distribute, run_lock, training
+from keras_vit import _atomic, callbacks, distribute, run_lock, training, worker_restart
 from keras_vit.run_plan import ConfigError, RunConfig, RunPlan, load_model, plan_run
 
 __all__ = [
@@ -235,11 +239,11 @@ def fit_run(
             raise ValueError("`build_model` must return a compiled model (model.compile(...)).")
         distribute.check_variables_in_scope(model, strategy)
         monitor = monitor or ("val_accuracy" if validation_data is not None else "accuracy")
-        scratch = None if chief else tempfile.mkdtemp(prefix="keras_vit_worker_")
+        scratch = None if chief else worker_restart.scratch_dir(run_dir, strategy)
         history = callbacks.HistoryCSV(os.path.join(run_dir, HISTORY_FILE), write=chief)
         callback_list = [
             history,
-            callbacks.ModelSnapshots(run_dir, monitor=monitor, write=chief),
+            callbacks.ModelSnapshots(run_dir, monitor=monitor, write=chief, scratch_dir=scratch),
             callbacks.LearningCurvePlot(
                 history,
                 os.path.join(run_dir, PLOT_FILE),
@@ -251,16 +255,16 @@ def fit_run(
             *extra_callbacks,
             callbacks.AtomicBackupAndRestore(_backup_dir(run_dir, strategy, chief)),
         ]
+        # the backup's epoch is also the data position; every worker must restore the same one
+        first_epoch = worker_restart.agreed_epoch(callback_list[-1].backup_dir, strategy)
         start = time.perf_counter()
         x, y = train_data, None
         if isinstance(train_data, tuple):  # in-memory arrays: the order is ours to fix
-            first_epoch = callback_list[-1].restored_epoch() if resume else 0
             x, steps_per_epoch = epoch_ordered_batches(
                 *train_data, batch_size or 32, first_epoch, epochs, shuffle_seed
             )
             batch_size = None
-        elif _is_default_strategy(strategy):  # a finite dataset: epoch e = its pass e
-            first_epoch = callback_list[-1].restored_epoch() if resume else 0
+        elif _passes_resume(strategy):  # a finite dataset: epoch e = its pass e
             x, steps_per_epoch = epoch_passes(x, first_epoch, steps_per_epoch)
         elif steps_per_epoch is not None and hasattr(x, "repeat"):  # other strategies
             x = x.repeat()  # one stream: a finite dataset would run out after its pass
@@ -370,6 +374,16 @@ def epoch_passes(dataset, first_epoch: int, steps_per_epoch: int | None = None):
 def _is_default_strategy(strategy) -> bool:
     """True for TensorFlow's default strategy (no `tf.distribute` strategy in use)."""
     return type(strategy).__name__ == "_DefaultDistributionStrategy"
+
+
+def _passes_resume(strategy) -> bool:
+    """True where `epoch_passes` makes a resumed run see the uninterrupted batches: the
+    default strategy, and a multi-worker one (each worker's pipeline is its own copy, sharded
+    by Keras' `experimental_distribute_dataset`; tests/test_multi_worker_restart.py)."""
+    import tensorflow as tf
+
+    multi_worker = isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
+    return _is_default_strategy(strategy) or multi_worker
 
 
 def _lock(run_dir) -> str:

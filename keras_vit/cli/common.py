@@ -272,7 +272,7 @@ def resolve_strategy(name: str):
 @contextlib.contextmanager
 def usage_errors():
     """Turns the configuration errors found before any work into `UsageError`."""
-    from keras_vit import distribute, run_plan, runs
+    from keras_vit import callbacks, distribute, run_plan, runs
     from keras_vit.data.image_check import BadImageError
 
     try:
@@ -280,6 +280,7 @@ def usage_errors():
     except (
         run_plan.ConfigError,
         runs.RunDirError,
+        callbacks.BackupError,  # a backup that cannot be resumed from (workers disagree)
         distribute.StrategyUnavailableError,
         BadImageError,
     ) as e:
