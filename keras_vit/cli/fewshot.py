@@ -75,9 +75,11 @@ def _power_of_two(value: float) -> str:
 def check_shots(args, dataset, info) -> None:
     """UsageError, before the model is loaded, when --train-split cannot give max(--shots)
     images of every class: counted per class where the source knows its labels or files
-    (embedded sets, arrays, folders), else (TFDS) only against the split's size; a folder
-    image that turns out not to decode can still make the draw fail after extraction."""
+    (embedded sets, arrays, folders), else (TFDS) only against the split's size. A folder's
+    files are counted twice: by name first (cheap), then only those that decode
+    (`keras_vit.fewshot.usable_class_counts`: the files `data.load` keeps)."""
     from keras_vit import data, fewshot
+    from keras_vit.data import pipeline
 
     split, kwargs = args.train_split, dict(data_dir=args.data_dir)
     try:
@@ -87,6 +89,10 @@ def check_shots(args, dataset, info) -> None:
         raise UsageError(f"--train-split: {' '.join(str(error).split())}") from None
     try:
         fewshot.check_shots(args.shots, counts, num_examples=size, num_classes=info.num_classes)
+        if pipeline.source_kind(dataset) == "folder":  # the files of a class that decode
+            with common.usage_errors():
+                counts = fewshot.usable_class_counts(dataset, split, bad_images=args.bad_images)
+            fewshot.check_shots(args.shots, counts)
     except ValueError as error:
         raise UsageError(
             f"--shots {max(args.shots)} is too many for --train-split {split!r} of "

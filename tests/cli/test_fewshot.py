@@ -137,3 +137,19 @@ def test_a_folder_class_with_too_few_images_is_named(trained, tmp_path, capsys, 
     assert main([*argv, "--shots", "2"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.endswith("needs 2 training examples of every class; class dog has 1."), err
+
+
+def test_the_shot_check_counts_only_files_that_decode(trained, tmp_path, capsys, monkeypatch):
+    from tests.helpers import bad_images
+
+    _no_model_loading(monkeypatch)
+    bad_images.write_folder(tmp_path)  # digit_1: 3 good files and 5 that do not decode
+    good = bad_images.GOOD_PER_CLASS
+    argv = ["fewshot", str(trained), "--dataset", str(tmp_path), "--test-split", "train"]
+    assert main([*argv, "--shots", str(good + 1)]) == 2  # 8 files of digit_1, 3 images
+    err = capsys.readouterr().err.strip()
+    assert err.endswith(
+        f"needs {good + 1} training examples of every class; class digit_1 has {good}."
+    ), err
+    assert main([*argv, "--shots", str(good + 1), "--bad-images", "fail"]) == 2
+    assert "Bad image" in capsys.readouterr().err  # refused before the model is loaded
