@@ -90,6 +90,7 @@ def add_run_arguments(parser, *, task: str) -> None:
     parser.add_argument(
         "--split-seed", type=int, default=0, help="seed of the validation carve (default 0)"
     )
+    add_allow_test_selection_argument(parser, "--validation-split")
     parser.add_argument(
         "--strategy",
         default="auto",
@@ -108,6 +109,16 @@ def add_run_arguments(parser, *, task: str) -> None:
         "configuration",
     )
     progress.add_output_arguments(parser)
+
+
+def add_allow_test_selection_argument(parser, selecting_flag: str) -> None:
+    """--allow-test-selection: `selecting_flag` may share images with the test split."""
+    parser.add_argument(
+        "--allow-test-selection",
+        action="store_true",
+        help=f"allow {selecting_flag} to share images with the test split (refused by "
+        "default: the test figure would no longer be held out); recorded and warned about",
+    )
 
 
 PRECISION_CHOICES = ("auto", "float32", "mixed_float16", "mixed_bfloat16")

@@ -38,6 +38,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     )  # fmt: skip
     parser.add_argument("--train-split", default="train", help="pool of the shots (train)")
     parser.add_argument("--test-split", default="test", help="split scored (test)")
+    common.add_allow_test_selection_argument(parser, "--train-split (shots and l2)")
     parser.add_argument(
         "--batch-size", type=common.positive_int, default=256, help="batch size (default 256)"
     )
@@ -64,7 +65,24 @@ def _dataset(args, config):
                 f"{flag}: dataset {info.name!r} has no split {split!r}; "
                 f"it has {sorted(info.num_examples)}."
             )
+    check_test_selection(args, info)
     return dataset, info
+
+
+def check_test_selection(args, info) -> None:
+    """UsageError when --train-split (the shots, and the images that choose l2) shares
+    images with --test-split (the split scored), unless --allow-test-selection."""
+    from keras_vit import test_selection
+
+    try:  # an allowed overlap is logged as a warning (stderr), by check_selection
+        test_selection.check_selection(
+            {"--train-split": args.train_split},
+            ("--test-split", args.test_split),
+            sizes=info.num_examples,
+            allow=args.allow_test_selection,
+        )
+    except ValueError as error:
+        raise UsageError(" ".join(str(error).split())) from None
 
 
 def _power_of_two(value: float) -> str:
