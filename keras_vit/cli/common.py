@@ -305,8 +305,11 @@ def run_training(config, args, task: str) -> int:
     run_dir = args.run_dir = args.run_dir or default_run_dir(task)  # main's --resume hint
     mode = progress.output_mode(args)
     if args.resume:
+        from keras_vit.cli.resume_flags import check_resume_flags
+
         with usage_errors():
-            config = runs.RunConfig.from_dict(runs.read_config(run_dir)["run"])
+            stored = runs.RunConfig.from_dict(runs.read_config(run_dir)["run"])
+        config = check_resume_flags(args, config, stored, task) or stored
     strategy = resolve_strategy(args.strategy if not args.resume else config.strategy)
     check_jit_compile(args, strategy)
 

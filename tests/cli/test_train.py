@@ -261,3 +261,17 @@ def test_allow_test_selection_is_recorded_and_warned_about(capsys, caplog, tmp_p
     config = json.loads((run_dir / "config.json").read_text())
     assert config["run"]["allow_test_selection"] is True
     assert config["resolved"]["validation_split"] == "test"
+
+
+def test_resume_refuses_flags_that_differ_from_the_stored_run(trained, capsys):
+    before = (trained / "metrics.json").read_text()
+    resume = ["--run-dir", str(trained), "--resume"]
+    argv = ["train", *resume, "--epochs", "4", "--learning-rate", "0.5", "--stem", "patch"]
+    expect_usage_error(capsys, argv, "which these flags would change: --stem patch (the run")
+    expect_usage_error(capsys, argv, "--epochs 4 (the run has 1)")
+    expect_usage_error(capsys, argv, "--learning-rate 0.5 (the run has 0.002)")
+    expect_usage_error(capsys, argv, "--stem patch (the run has resnet), --epochs 4")
+    assert (trained / "metrics.json").read_text() == before
+    # the original command line with --resume added is the same run: accepted
+    assert main([*TRAIN_ARGS, "--seed", "3", *resume, "--quiet"]) == 0
+    assert capsys.readouterr().out.startswith("Test accuracy: ")
