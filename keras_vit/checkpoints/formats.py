@@ -14,7 +14,7 @@ import os
 import keras
 import numpy as np
 
-from keras_vit.checkpoints import hf_io, timm_io
+from keras_vit.checkpoints import hf_io, limits, timm_io
 from keras_vit.checkpoints.architecture import Architecture
 from keras_vit.checkpoints.contents import CheckpointContents
 from keras_vit.checkpoints.detect import FORMATS, detect_format
@@ -37,6 +37,7 @@ def _read_npz(path) -> CheckpointContents:
 
 
 def _read_keras(path) -> CheckpointContents:
+    limits.check_keras_archive(path)
     model = keras.saving.load_model(path, safe_mode=True, compile=False)
     contents = model_contents(model)
     contents.path, contents.format = path, "keras"

@@ -31,6 +31,7 @@ import re
 import numpy as np
 
 from keras_vit import configs
+from keras_vit.checkpoints import limits
 from keras_vit.checkpoints import torch_layout as tl
 from keras_vit.checkpoints.contents import CheckpointContents
 from keras_vit.checkpoints.npz_io import CheckpointError
@@ -241,6 +242,7 @@ def read_timm(path, num_heads=None) -> CheckpointContents:
     """
     state, metadata = read_safetensors(path)
     config = _sibling_config(path)
+    limits.check_timm_config(path, config, state, metadata)
     arrays, heads = timm_to_release(state, num_heads, path, metadata, config)
     gelu = metadata.get(META + "gelu_approximate", "false") == "true"
     return CheckpointContents(
