@@ -70,6 +70,7 @@ def read_checkpoint(path, *, num_heads=None) -> CheckpointContents:
         contents = timm_io.read_timm(path, num_heads=num_heads)
     else:
         contents = _read_keras(path)
+    limits.check_release_arrays(path, contents.arrays)
     logger.debug(
         "Read %s as a %s checkpoint (%d arrays; GELU %s, LayerNorm eps %g, inputs %s).",
         path,

@@ -290,3 +290,82 @@ def check_keras_archive(path) -> None:
         ) from None
     if bad is not None:
         raise CheckpointError(f"{path}: zip entry {bad!r} is corrupt (its CRC-32 differs).")
+
+
+# release-layout key suffix -> (rank, which axes hold the width: `hidden` of embedding/bias)
+RELEASE_SHAPES = {
+    "embedding/kernel": (4, (3,)),
+    "embedding/bias": (1, (0,)),
+    "cls": (3, (2,)),
+    "posembed_input/pos_embedding": (3, (2,)),
+    "encoder_norm/scale": (1, (0,)),
+    "encoder_norm/bias": (1, (0,)),
+    "LayerNorm_0/scale": (1, (0,)),
+    "LayerNorm_0/bias": (1, (0,)),
+    "LayerNorm_2/scale": (1, (0,)),
+    "LayerNorm_2/bias": (1, (0,)),
+    "query/kernel": (3, (0,)),
+    "key/kernel": (3, (0,)),
+    "value/kernel": (3, (0,)),
+    "query/bias": (2, ()),
+    "key/bias": (2, ()),
+    "value/bias": (2, ()),
+    "out/kernel": (3, (2,)),
+    "out/bias": (1, (0,)),
+    "Dense_0/kernel": (2, (0,)),
+    "Dense_0/bias": (1, ()),
+    "Dense_1/kernel": (2, (1,)),
+    "Dense_1/bias": (1, (0,)),
+    "head/kernel": (2, ()),
+    "head/bias": (1, ()),
+    "pre_logits/kernel": (2, ()),
+    "pre_logits/bias": (1, ()),
+}
+
+
+def check_release_arrays(path, arrays: dict) -> None:
+    """CheckpointError unless the release-layout `arrays` a reader produced have the ranks of
+    the release's layout (vit_jax/checkpoint.py), no empty dimension, and one Transformer
+    width throughout (the embedding's output width), before an architecture is inferred.
+    Keys of other parts (a hybrid's ResNet) are checked for empty dimensions only."""
+    width = None
+    kernel = arrays.get("embedding/kernel")
+    if isinstance(kernel, np.ndarray) and kernel.ndim == 4:
+        width = kernel.shape[3]
+    for key, array in arrays.items():
+        shape = tuple(getattr(array, "shape", ()))
+        if any(side == 0 for side in shape):
+            raise CheckpointError(f"{path}: array {key!r} has an empty dimension {shape}.")
+        suffix = next((s for s in RELEASE_SHAPES if key == s or key.endswith("/" + s)), None)
+        if suffix is None or "conv_root" in key or "block" in key and "encoderblock" not in key:
+            continue
+        rank, width_axes = RELEASE_SHAPES[suffix]
+        if len(shape) != rank:
+            raise CheckpointError(
+                f"{path}: array {key!r} has shape {shape}; the release layout has {rank} axes."
+            )
+        if width is not None and any(shape[axis] != width for axis in width_axes):
+            raise CheckpointError(
+                f"{path}: array {key!r} has shape {shape}, not of the embedding's width {width}."
+            )
+    _check_mlp_and_heads(path, arrays)
+
+
+def _check_mlp_and_heads(path, arrays: dict) -> None:
+    for key, first in arrays.items():
+        if key.endswith("MlpBlock_3/Dense_0/kernel"):
+            second = arrays.get(key.replace("Dense_0", "Dense_1"))
+            if (
+                getattr(second, "ndim", 0) == 2
+                and first.ndim == 2
+                and second.shape[0] != first.shape[1]
+            ):
+                raise CheckpointError(
+                    f"{path}: {key!r} {first.shape} and its Dense_1 {second.shape} disagree."
+                )
+        if key.endswith("query/kernel") and first.ndim == 3:
+            out = arrays.get(key.replace("query/kernel", "out/kernel"))
+            if getattr(out, "ndim", 0) == 3 and out.shape[:2] != first.shape[1:]:
+                raise CheckpointError(
+                    f"{path}: {key!r} {first.shape} and its out/kernel {out.shape} disagree."
+                )

@@ -21,9 +21,16 @@ import zipfile
 import numpy as np
 from hypothesis import strategies as st
 
-from keras_vit.checkpoints import limits
-
 TIME_LIMIT_S = 60
+ALLOCATION_FACTOR = 8
+ALLOCATION_SLACK = 64 << 20
+"""The stated bound: a reader allocates at most 8 x the input's size + 64 MiB (Python and
+NumPy allocations, as tracemalloc sees them)."""
+SAFETENSORS_DTYPES = ("BOOL", "U8", "I8", "I16", "U16", "F16", "BF16", "I32", "U32", "F32",
+                      "I64", "U64", "F64")  # fmt: skip
+SIZE_FIELDS = ("hidden_size", "embed_dim", "num_hidden_layers", "depth", "num_attention_heads",
+               "num_heads", "intermediate_size", "patch_size", "num_channels", "in_chans",
+               "num_classes")  # fmt: skip
 SECRET = "outside_secret.bin"
 _opened: list[str] = []
 
@@ -129,7 +136,7 @@ def safetensors_header_mutation(draw, data: bytes) -> bytes:
         length = draw(st.sampled_from([0, 1, length - 1, length + 1, 2**40, 2**64 - 1]))
         return struct.pack("<Q", length) + data[8:]
     if field == "dtype":
-        header[name]["dtype"] = draw(st.sampled_from([*limits.SAFETENSORS_ITEMSIZE, "X", 7]))
+        header[name]["dtype"] = draw(st.sampled_from([*SAFETENSORS_DTYPES, "X", 7]))
     elif field == "shape":
         header[name]["shape"] = draw(st.lists(st.integers(-2, 10**9), max_size=4) | JSON_VALUES)
     elif field == "data_offsets":
@@ -150,7 +157,7 @@ def json_field_mutation(draw, text: bytes, section: str = "") -> bytes:
     """Set one field (existing or a size field) of a config.json to a drawn value."""
     config = json.loads(text)
     target = config.setdefault(section, {}) if section else config
-    fields = sorted({*target, *limits.SIZE_FIELDS, "image_size", "layer_norm_eps"})
+    fields = sorted({*target, *SIZE_FIELDS, "image_size", "layer_norm_eps"})
     for _ in range(draw(st.integers(1, 3))):
         target[draw(st.sampled_from(fields))] = draw(JSON_VALUES)
     if draw(st.booleans()):
@@ -229,7 +236,7 @@ def outcome(load, path, *, names=None) -> str:
         signal.signal(signal.SIGALRM, previous)
         _, peak = tracemalloc.get_traced_memory()
         tracemalloc.stop()
-    bound = limits.ALLOCATION_FACTOR * size + limits.ALLOCATION_SLACK
+    bound = ALLOCATION_FACTOR * size + ALLOCATION_SLACK
     if peak > bound:
         raise Violation(f"allocated {peak} bytes for a {size}-byte input (bound {bound})")
     if _opened:
@@ -241,3 +248,77 @@ def _size(path) -> int:
     if os.path.isdir(path):
         return sum(os.path.getsize(os.path.join(path, f)) for f in os.listdir(path))
     return os.path.getsize(path)
+
+
+# ------------------------------------------------------------------------ campaigns
+
+
+def read(path):
+    """Everything before a model is built: read the file, infer the architecture."""
+    from keras_vit.checkpoints import read_checkpoint
+    from keras_vit.checkpoints.from_checkpoint import architecture_kwargs
+
+    architecture_kwargs(read_checkpoint(path))
+
+
+def _target(reader: str, path: str, part: str) -> str:
+    """The file a campaign mutates: the weights, or the config.json beside them."""
+    folder = path if reader == "hf" else os.path.dirname(path)
+    if part == "config":
+        return os.path.join(folder, "config.json")
+    return os.path.join(path, "model.safetensors") if reader == "hf" else path
+
+
+CAMPAIGNS = {
+    # name: (reader of valid_files, file mutated, mutation strategy of its bytes)
+    "npz bytes": ("npz", "weights", byte_mutation),
+    "npz members": ("npz", "weights", npz_member_mutation),
+    "hf safetensors bytes": ("hf", "weights", byte_mutation),
+    "hf safetensors header": ("hf", "weights", safetensors_header_mutation),
+    "hf config.json": ("hf", "config", json_field_mutation),
+    "timm safetensors bytes": ("timm", "weights", byte_mutation),
+    "timm safetensors header": ("timm", "weights", safetensors_header_mutation),
+    "timm config.json": ("timm", "config", lambda text: json_field_mutation(text, "model_args")),
+    ".keras bytes": ("keras", "weights", byte_mutation),
+}
+
+
+def run_campaign_case(valid: dict, campaign: str, draw, workdir: str) -> str:
+    """One input of `campaign`: a fresh copy of the valid file, mutated with `draw`, read;
+    returns `outcome`'s answer (raises `Violation`)."""
+    reader, part, mutation = CAMPAIGNS[campaign]
+    path = copy_case(valid[reader], workdir)
+    target = _target(reader, path, part)
+    with open(target, "rb") as stream:
+        original = stream.read()
+    with open(target, "wb") as stream:
+        stream.write(draw(mutation(original)))
+    names = [os.path.basename(path), os.path.dirname(os.path.abspath(target))]
+    return outcome(read, path, names=[*names, os.path.abspath(path)])
+
+
+def run_image_case(draw, workdir: str) -> str:
+    """One mutated PNG/JPEG/GIF/BMP: `image_check.image_problem` names a reason, or the
+    file decodes as the pipeline decodes it."""
+    import tensorflow as tf
+    from PIL import Image
+
+    from keras_vit.data import image_check
+
+    os.makedirs(workdir, exist_ok=True)
+    image = np.random.default_rng(0).integers(0, 256, (12, 10, 3), dtype=np.uint8)
+    kind = draw(st.sampled_from(["PNG", "JPEG", "GIF", "BMP"]))
+    buffer = io.BytesIO()
+    Image.fromarray(image).save(buffer, format=kind)
+    path = os.path.join(workdir, f"x.{kind.lower()}")
+    with open(path, "wb") as stream:
+        stream.write(draw(byte_mutation(buffer.getvalue())))
+
+    def check(file):
+        problem = image_check.image_problem(file)
+        if problem is None:  # promised to decode
+            tf.io.decode_image(tf.io.read_file(file), channels=3, expand_animations=False)
+        elif not isinstance(problem, str):
+            raise Violation(f"image_problem returned {problem!r}")
+
+    return outcome(check, path)

@@ -22,7 +22,6 @@ from hypothesis import strategies as st
 
 import keras_vit
 from keras_vit.checkpoints import CheckpointError, read_checkpoint
-from keras_vit.data import image_check
 from tests.fuzz import readers
 
 
@@ -46,81 +45,24 @@ def load(path):
     keras_vit.from_checkpoint(path)
 
 
-def read(path):
-    """Everything before a model is built: read the file, infer the architecture."""
-    from keras_vit.checkpoints.from_checkpoint import architecture_kwargs
-
-    architecture_kwargs(read_checkpoint(path))
-
-
 def test_the_valid_files_load(valid):
     for reader in ("npz", "hf", "timm", "keras"):
         assert readers.outcome(load, valid[reader]) == "loaded", reader
 
 
-READERS = {"npz": "vit.npz", "timm": "model.safetensors", "keras": "vit.keras"}
-
-
-@pytest.mark.parametrize("reader", ["npz", "timm", "keras", "hf"])
+@pytest.mark.parametrize("campaign", sorted(readers.CAMPAIGNS))
 @given(data=st.data())
-def test_byte_mutations_load_or_are_named(valid, tmp_path_factory, reader, data):
-    path = _case(valid, reader, tmp_path_factory)
-    target = os.path.join(path, "model.safetensors") if reader == "hf" else path
-    with open(target, "rb") as stream:
-        original = stream.read()
-    _write(target, data.draw(readers.byte_mutation(original)))
-    readers.outcome(read, path)
-
-
-@pytest.mark.parametrize("reader", ["hf", "timm"])
-@given(data=st.data())
-def test_safetensors_header_edits_load_or_are_named(valid, tmp_path_factory, reader, data):
-    path = _case(valid, reader, tmp_path_factory)
-    target = os.path.join(path, "model.safetensors") if reader == "hf" else path
-    with open(target, "rb") as stream:
-        original = stream.read()
-    _write(target, data.draw(readers.safetensors_header_mutation(original)))
-    readers.outcome(read, path)
-
-
-@pytest.mark.parametrize("reader", ["hf", "timm"])
-@given(data=st.data())
-def test_config_json_edits_load_or_are_named(valid, tmp_path_factory, reader, data):
-    path = _case(valid, reader, tmp_path_factory)
-    folder = path if reader == "hf" else os.path.dirname(path)
-    config = os.path.join(folder, "config.json")
-    with open(config, "rb") as stream:
-        original = stream.read()
-    section = "model_args" if reader == "timm" else ""
-    _write(config, data.draw(readers.json_field_mutation(original, section)))
-    readers.outcome(read, path, names=[folder, os.path.basename(path)])
+def test_mutated_files_load_or_are_named(valid, tmp_path_factory, campaign, data):
+    """Truncated, flipped, spliced bytes; edited safetensors headers (dtype, shape, offsets,
+    length), config.json fields, npz members (shape, dtype): see `readers.CAMPAIGNS`."""
+    work = os.path.join(str(tmp_path_factory.getbasetemp()), "fuzz_case")
+    readers.run_campaign_case(valid, campaign, data.draw, work)
 
 
 @given(data=st.data())
-def test_npz_member_edits_load_or_are_named(valid, tmp_path_factory, data):
-    path = _case(valid, "npz", tmp_path_factory)
-    with open(path, "rb") as stream:
-        original = stream.read()
-    _write(path, data.draw(readers.npz_member_mutation(original)))
-    readers.outcome(read, path)
-
-
-@given(data=st.data())
-def test_image_header_mutations_are_named_or_decode(tmp_path_factory, data):
-    import tensorflow as tf
-
-    from tests.helpers import bad_images
-
-    folder = tmp_path_factory.mktemp("images")
-    image = np.random.default_rng(0).integers(0, 256, (12, 10, 3), dtype=np.uint8)
-    kind = data.draw(st.sampled_from(["PNG", "JPEG", "GIF", "BMP"]))
-    original = bad_images._encoded(image, kind)
-    path = str(folder / f"x.{kind.lower()}")
-    _write(path, data.draw(readers.byte_mutation(original)))
-    problem = image_check.image_problem(path)
-    assert problem is None or isinstance(problem, str)
-    if problem is None:  # promised to decode: the pipeline's decode must work
-        tf.io.decode_image(tf.io.read_file(path), channels=3, expand_animations=False)
+def test_mutated_image_headers_are_named_or_decode(tmp_path_factory, data):
+    work = os.path.join(str(tmp_path_factory.getbasetemp()), "fuzz_image")
+    readers.run_image_case(data.draw, work)
 
 
 # ---------------------------------------------------------------- hand-made hostile files
