@@ -19,6 +19,7 @@ file's size, plus `ALLOCATION_SLACK` bytes.
 from __future__ import annotations
 
 import math
+import tokenize
 import zipfile
 import zlib
 
@@ -119,7 +120,15 @@ def _check_npy_member(path, archive, info) -> None:
             read = getattr(np.lib.format, f"read_array_header_{version[0]}_0")
             shape, _, dtype = read(stream, max_header_size=10000)
             header_bytes = stream.tell()
-    except (ValueError, zipfile.BadZipFile, OSError, EOFError, AttributeError) as error:
+    except (
+        ValueError,
+        SyntaxError,
+        tokenize.TokenError,
+        zipfile.BadZipFile,
+        OSError,
+        EOFError,
+        AttributeError,
+    ) as error:  # TokenError, SyntaxError: NumPy parses the header as a Python literal
         raise CheckpointError(
             f"{path}: zip entry {info.filename!r} is not a readable .npy array "
             f"({type(error).__name__}: {' '.join(str(error).split())[:160]})."

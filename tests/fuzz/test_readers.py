@@ -207,3 +207,16 @@ def test_a_truncated_keras_zip_is_named(valid, tmp_path_factory):
     for cut in (len(data) // 2, len(data) - 30, 100):
         _write(path, data[:cut])
         assert readers.outcome(load, path).split(":")[0].endswith("CheckpointError"), cut
+
+
+def test_an_npy_header_cut_inside_its_dict_is_named(tmp_path):
+    """Found by benchmarks/fuzz_readers.py: NumPy's header parser raised tokenize's
+    TokenError ('EOF in multi-line statement') or a SyntaxError, naming no file."""
+    import struct
+
+    path = tmp_path / "cut.npz"
+    text = b"{'descr': '<f4', 'fortran_order': False, 'shape': (1,".ljust(117) + b"\n"
+    member = b"\x93NUMPY\x01\x00" + struct.pack("<H", len(text)) + text + b"\0" * 4
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("cls.npy", member)
+    _expect(path, r"zip entry 'cls.npy' is not a readable .npy array", read_checkpoint)
