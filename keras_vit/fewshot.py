@@ -151,6 +151,31 @@ def check_shots(
         )
 
 
+def usable_class_counts(root, split: str, *, bad_images: str = "skip") -> dict[str, int]:
+    """{class name: images that decode} of `split` (a slice such as "train[:90%]" taken as
+    `keras_vit.data.load` takes it, before bad files are left out) of the image folder
+    `root`: the files `load` keeps, so that `check_shots` counts what a draw can take (a
+    corrupt, empty, oversized or unknown file is not an image of its class).
+
+    Raises:
+        keras_vit.data.image_check.BadImageError: with `bad_images="fail"`, the first bad
+            file (as `load` would raise later).
+        ValueError: unknown split.
+    """
+    from keras_vit.data import folder, image_check
+    from keras_vit.data.splits import parse_split, slice_indices
+
+    spec = parse_split(split)
+    info = folder.describe_folder(root)
+    paths, labels = folder.folder_files(root, spec.name, info.class_names)
+    chosen = np.asarray(slice_indices(labels, spec), dtype=np.int64)
+    usable, _ = image_check.check_images(
+        [paths[i] for i in chosen], bad_images, channels=info.channels, where=str(root)
+    )
+    kept = np.bincount(labels[chosen[np.asarray(usable, bool)]], minlength=info.num_classes)
+    return {name: int(count) for name, count in zip(info.class_names, kept, strict=True)}
+
+
 def sample_shots(labels, shots: int, holdout_per_class: int, seed: int):
     """(few-shot indices, l2-holdout indices) into `labels`: `shots` and then up to
     `holdout_per_class` more per class, drawn with `seed` (disjoint).

@@ -74,6 +74,8 @@ class RunConfig:
             decoded (`keras_vit.data.image_check`).
         shots_per_class: embedded datasets only: train on N images per class, hold out the
             rest (see `keras_vit.data.load`).
+        allow_test_selection: False (default) refuses a validation or training split that
+            shares images with `test_split` (`keras_vit.test_selection`); True allows it.
     """
 
     task: str = "train"
@@ -90,6 +92,7 @@ class RunConfig:
     train_split: str | None = None
     shots_per_class: int | None = None
     bad_images: str = "skip"
+    allow_test_selection: bool = False
 
     def __post_init__(self):
         if self.task not in TASKS:
@@ -299,6 +302,7 @@ def resolve_splits(config: RunConfig, info) -> tuple[str, str | None]:
                 "trains on 'train[:90%]'), or name another split."
             )
     test_split = config.test_split
+    _check_test_selection(config, info)
     if test_split is not None and test_split.split("[")[0] not in info.num_examples:
         logger.info(
             "Dataset %s has no split %r: the validation split is the only held-out figure.",
@@ -307,6 +311,22 @@ def resolve_splits(config: RunConfig, info) -> tuple[str, str | None]:
         )
         test_split = None
     return train_split, test_split
+
+
+def _check_test_selection(config: RunConfig, info) -> None:
+    """ConfigError for selection on `config.test_split` (see `keras_vit.test_selection`)."""
+    from keras_vit import test_selection
+
+    chosen = {"--validation-split": config.validation_split, "train_split": config.train_split}
+    try:
+        test_selection.check_selection(
+            chosen,
+            ("the test split", config.test_split),
+            sizes=info.num_examples,
+            allow=config.allow_test_selection,
+        )
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
 
 
 def _split_counter(config: RunConfig):

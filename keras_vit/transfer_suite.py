@@ -135,7 +135,8 @@ def run_suite(
 
     Args:
         weights: the pre-trained model: a run directory, a `.keras` or an official `.npz`.
-        run_dir: parent folder; task `t` runs in `run_dir/<t>` (a finished task is reused).
+        run_dir: parent folder; task `t` runs in `run_dir/<t>` (a finished task is reused,
+            a killed one resumed, only when made with the same settings: `check_reusable`).
         tasks: embedded set names, TFDS names (prepared in `data_dir`) or image folders.
         source_image_size: default image size of the tasks when `image_size` is not given:
             the pre-trained model's (its position table then needs no resize).
@@ -144,13 +145,16 @@ def run_suite(
             batch_size, seed, split_seed, jit_compile, mixed_precision).
 
     Raises:
-        ConfigError: a bad task, checked for every task before any training.
+        ConfigError: a bad task, or a task folder of other settings, checked for every task
+            before any training.
     """
     from keras_vit import data, runs
 
     if not task_kwargs.get("image_size") and source_image_size:
         task_kwargs["image_size"] = source_image_size
     configs = {task: task_config(task, weights, **task_kwargs) for task in tasks}
+    for task, config in configs.items():
+        check_reusable(config, os.path.join(os.fspath(run_dir), _folder_name(task)))
     results = []
     for task, config in configs.items():
         task_dir = os.path.join(os.fspath(run_dir), _folder_name(task))
@@ -174,6 +178,44 @@ def run_suite(
             )
         )
     return results
+
+
+def check_reusable(config, task_dir) -> None:
+    """ConfigError unless the run in `task_dir` (if any: a finished or killed task of an
+    earlier suite) was made with `config`, so that reusing or resuming it reports what the
+    new settings ask for; the differences are named ("steps 2 (the folder has 5)").
+
+    Args:
+        config: the task's `RunConfig` (`task_config`).
+        task_dir: its run directory; a folder without config.json is not checked.
+    """
+    import json
+
+    from keras_vit import runs
+    from keras_vit.run_plan import ConfigError, RunConfig
+
+    if not os.path.isfile(os.path.join(task_dir, runs.CONFIG_FILE)):
+        return
+    try:
+        stored = RunConfig.from_dict(runs.read_config(task_dir)["run"])
+    except (KeyError, TypeError, ValueError) as error:
+        raise ConfigError(f"{task_dir!r} holds a config.json that is no run's: {error}") from None
+    old, new = (_flat_fields(json.loads(json.dumps(c.to_dict()))) for c in (stored, config))
+    differences = [
+        f"{key} {new.get(key)!r} (the folder has {old.get(key)!r})"
+        for key in sorted(set(old) | set(new))
+        if old.get(key) != new.get(key)
+    ]
+    if differences:
+        raise ConfigError(
+            f"{task_dir!r} holds a run of other settings: {', '.join(differences)}. It is "
+            "reused only with the same settings; give another --run-dir, or the same flags."
+        )
+
+
+def _flat_fields(values: dict) -> dict:
+    recipe = {f"recipe.{key}": value for key, value in values.pop("recipe", {}).items()}
+    return {**values, **recipe}
 
 
 def mean_accuracy(results: Sequence[TaskResult]) -> float:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 
+from keras_vit.checkpoints import limits
 from keras_vit.checkpoints.contents import CheckpointContents
 from keras_vit.checkpoints.detect import detect_format
 from keras_vit.checkpoints.format_table import (
@@ -56,6 +57,7 @@ def read_checkpoint(
     contents = FORMAT_TABLE[kind].reader(path, options)
     if contents.format != "keras":
         contents.format = kind  # "big_vision" for the npz reader's big_vision files
+    limits.check_release_arrays(path, contents.arrays)
     logger.debug(
         "Read %s as a %s checkpoint (%d arrays; GELU %s, LayerNorm eps %g, inputs %s).",
         path,

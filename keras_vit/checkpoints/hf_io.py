@@ -21,6 +21,7 @@ import os
 import shutil
 import tempfile
 
+from keras_vit.checkpoints import limits
 from keras_vit.checkpoints import torch_layout as tl
 from keras_vit.checkpoints.architecture import Architecture
 from keras_vit.checkpoints.contents import CheckpointContents
@@ -147,6 +148,7 @@ def read_hf(path) -> CheckpointContents:
     config = _read_json(os.path.join(folder, CONFIG))
     if config is None:
         raise CheckpointError(f"{folder} has no {CONFIG}; a Hugging Face ViT needs it.")
+    limits.check_hf_config(os.path.join(folder, CONFIG), config)
     model_type = config.get("model_type", "vit")
     if model_type != "vit":
         raise CheckpointError(
@@ -154,6 +156,7 @@ def read_hf(path) -> CheckpointContents:
             "(ViTModel / ViTForImageClassification) is read."
         )
     state, _ = read_safetensors(weights)
+    limits.check_hf_config(os.path.join(folder, CONFIG), config, state)
     preprocessing = "[-1,1]"
     processor = _read_json(os.path.join(folder, PREPROCESSOR))
     if processor and processor.get("do_normalize") is not False and "image_mean" in processor:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import keras
 
+from keras_vit.checkpoints import limits
 from keras_vit.checkpoints.architecture import Architecture
 from keras_vit.checkpoints.contents import CheckpointContents
 from keras_vit.checkpoints.naming import find_vit_model, official_arrays
@@ -59,6 +60,7 @@ def model_contents(model) -> CheckpointContents:
 
 def read_keras(path, options=None) -> CheckpointContents:
     """A `.keras` file's contents (loaded with `safe_mode=True`); `options` are not needed."""
+    limits.check_keras_archive(path)
     model = keras.saving.load_model(path, safe_mode=True, compile=False)
     contents = model_contents(model)
     contents.path, contents.format = path, "keras"

@@ -80,6 +80,9 @@ def read_npz(path) -> dict[str, np.ndarray]:
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise FileNotFoundError(f"Checkpoint file not found: {path}")
+    from keras_vit.checkpoints import limits  # (limits imports CheckpointError from here)
+
+    limits.check_npz_archive(path, os.path.getsize(path))  # zip bombs, lying .npy headers
     try:
         archive = np.load(path, allow_pickle=False)
     except ValueError as error:  # neither zip nor .npy: numpy would have to unpickle it

@@ -16,6 +16,7 @@ import struct
 import numpy as np
 
 from keras_vit._atomic import atomic_path
+from keras_vit.checkpoints import limits
 from keras_vit.checkpoints.npz_io import CheckpointError
 
 logger = logging.getLogger(__name__)
@@ -53,7 +54,11 @@ def read_header(path) -> dict | None:
     ends = [
         entry["data_offsets"][1]
         for key, entry in header.items()
-        if key != "__metadata__" and isinstance(entry, dict) and "data_offsets" in entry
+        if key != "__metadata__"
+        and isinstance(entry, dict)
+        and isinstance(entry.get("data_offsets"), list)
+        and len(entry["data_offsets"]) == 2
+        and isinstance(entry["data_offsets"][1], int)
     ]
     needed = 8 + length + max(ends, default=0)
     if needed > size:
@@ -61,6 +66,7 @@ def read_header(path) -> dict | None:
             f"{path} is a truncated safetensors file: its tensors need {needed} bytes, the "
             f"file has {size}. Download it again."
         )
+    limits.check_safetensors_header(path, header, size - 8 - length)
     return header
 
 
@@ -81,9 +87,11 @@ def read_safetensors(path) -> tuple[dict[str, np.ndarray], dict[str, str]]:
 
     Raises:
         FileNotFoundError: `path` does not exist.
-        CheckpointError: not a safetensors file, or a truncated one.
+        CheckpointError: not a safetensors file, a truncated one, or a header whose
+            entries are unsound (`keras_vit.checkpoints.limits.check_safetensors_header`:
+            reading then allocates at most what the file holds, twice that for bfloat16).
     """
-    from safetensors import deserialize, safe_open
+    from safetensors import SafetensorError
 
     path = os.fspath(path)
     if not os.path.isfile(path):
@@ -93,6 +101,18 @@ def read_safetensors(path) -> tuple[dict[str, np.ndarray], dict[str, str]]:
         raise CheckpointError(f"{path} is not a safetensors file.")
     metadata = dict(header.get("__metadata__") or {})
     names = tensor_names(header)
+    try:
+        arrays = _read_arrays(path, header, names)
+    except SafetensorError as error:  # the checks above leave little; name the file
+        raise CheckpointError(f"{path} is not a readable safetensors file ({error}).") from None
+    logger.debug("Read %d tensors from %s", len(arrays), path)
+    return arrays, metadata
+
+
+def _read_arrays(path, header: dict, names: list) -> dict[str, np.ndarray]:
+    """{name: array} of a checked safetensors file (bfloat16 as float32)."""
+    from safetensors import deserialize, safe_open
+
     if any(header[name]["dtype"] == "BF16" for name in names):
         import ml_dtypes
 
@@ -107,8 +127,7 @@ def read_safetensors(path) -> tuple[dict[str, np.ndarray], dict[str, str]]:
     else:
         with safe_open(path, framework="np") as stream:
             arrays = {name: stream.get_tensor(name) for name in names}
-    logger.debug("Read %d tensors from %s", len(arrays), path)
-    return arrays, metadata
+    return arrays
 
 
 def _numpy_dtype(entry) -> np.dtype:

@@ -31,7 +31,7 @@ import re
 import numpy as np
 
 from keras_vit import configs
-from keras_vit.checkpoints import timm_options
+from keras_vit.checkpoints import limits, timm_options
 from keras_vit.checkpoints import torch_layout as tl
 from keras_vit.checkpoints.contents import CheckpointContents
 from keras_vit.checkpoints.npz_io import CheckpointError
@@ -260,6 +260,7 @@ def read_timm(path, num_heads=None, *, no_embed_class=None, image_size=None) -> 
     """
     state, metadata = read_safetensors(path)
     config = _sibling_config(path)
+    limits.check_timm_config(path, config, state, metadata)
     class_token = "cls_token" in state
     timm_options.check_global_pool(metadata, config, class_token, path)
     table, kernel = state.get("pos_embed"), state.get("patch_embed.proj.weight")

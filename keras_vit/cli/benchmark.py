@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 
 from keras_vit import configs
 from keras_vit._atomic import write_json
@@ -94,7 +95,24 @@ def check_args(args):
             raise UsageError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     if args.warmup < 1:
         raise UsageError(f"--warmup must be >= 1 (the first step compiles), got {args.warmup}")
+    if args.json_path:
+        check_json_path(args.json_path)
     return parse_sizes(args.gemm_sizes)
+
+
+def check_json_path(path: str) -> None:
+    """UsageError, before any work, unless `path` can be written as the --json file: its
+    folder must exist and be writable (no folder is created), and `path` not be a folder."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise UsageError(
+            f"--json {path!r}: the folder {folder!r} does not exist (create it first; "
+            "benchmark creates no folders)"
+        )
+    if os.path.isdir(path):
+        raise UsageError(f"--json {path!r} is a folder; give a file name such as results.json")
+    if not os.access(folder, os.W_OK):
+        raise UsageError(f"--json {path!r}: the folder {folder!r} is not writable")
 
 
 def variant_name(text: str) -> str:

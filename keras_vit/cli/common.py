@@ -91,6 +91,7 @@ def add_run_arguments(parser, *, task: str) -> None:
     parser.add_argument(
         "--split-seed", type=int, default=0, help="seed of the validation carve (default 0)"
     )
+    add_allow_test_selection_argument(parser, "--validation-split")
     parser.add_argument(
         "--strategy",
         default="auto",
@@ -109,6 +110,16 @@ def add_run_arguments(parser, *, task: str) -> None:
         "configuration",
     )
     progress.add_output_arguments(parser)
+
+
+def add_allow_test_selection_argument(parser, selecting_flag: str) -> None:
+    """--allow-test-selection: `selecting_flag` may share images with the test split."""
+    parser.add_argument(
+        "--allow-test-selection",
+        action="store_true",
+        help=f"allow {selecting_flag} to share images with the test split (refused by "
+        "default: the test figure would no longer be held out); recorded and warned about",
+    )
 
 
 PRECISION_CHOICES = precision.CHOICES  # "auto" and the policies (one list)
@@ -296,8 +307,11 @@ def run_training(config, args, task: str) -> int:
     run_dir = args.run_dir = args.run_dir or default_run_dir(task)  # main's --resume hint
     mode = progress.output_mode(args)
     if args.resume:
+        from keras_vit.cli.resume_flags import check_resume_flags
+
         with usage_errors():
-            config = runs.RunConfig.from_dict(runs.read_config(run_dir)["run"])
+            stored = runs.RunConfig.from_dict(runs.read_config(run_dir)["run"])
+        config = check_resume_flags(args, config, stored, task) or stored
     strategy = resolve_strategy(args.strategy if not args.resume else config.strategy)
     check_jit_compile(args, strategy)
 

@@ -38,6 +38,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     )  # fmt: skip
     parser.add_argument("--train-split", default="train", help="pool of the shots (train)")
     parser.add_argument("--test-split", default="test", help="split scored (test)")
+    common.add_allow_test_selection_argument(parser, "--train-split (shots and l2)")
     parser.add_argument(
         "--batch-size", type=common.positive_int, default=256, help="batch size (default 256)"
     )
@@ -64,7 +65,24 @@ def _dataset(args, config):
                 f"{flag}: dataset {info.name!r} has no split {split!r}; "
                 f"it has {sorted(info.num_examples)}."
             )
+    check_test_selection(args, info)
     return dataset, info
+
+
+def check_test_selection(args, info) -> None:
+    """UsageError when --train-split (the shots, and the images that choose l2) shares
+    images with --test-split (the split scored), unless --allow-test-selection."""
+    from keras_vit import test_selection
+
+    try:  # an allowed overlap is logged as a warning (stderr), by check_selection
+        test_selection.check_selection(
+            {"--train-split": args.train_split},
+            ("--test-split", args.test_split),
+            sizes=info.num_examples,
+            allow=args.allow_test_selection,
+        )
+    except ValueError as error:
+        raise UsageError(" ".join(str(error).split())) from None
 
 
 def _power_of_two(value: float) -> str:
@@ -75,9 +93,11 @@ def _power_of_two(value: float) -> str:
 def check_shots(args, dataset, info) -> None:
     """UsageError, before the model is loaded, when --train-split cannot give max(--shots)
     images of every class: counted per class where the source knows its labels or files
-    (embedded sets, arrays, folders), else (TFDS) only against the split's size; a folder
-    image that turns out not to decode can still make the draw fail after extraction."""
+    (embedded sets, arrays, folders), else (TFDS) only against the split's size. A folder's
+    files are counted twice: by name first (cheap), then only those that decode
+    (`keras_vit.fewshot.usable_class_counts`: the files `data.load` keeps)."""
     from keras_vit import data, fewshot
+    from keras_vit.data import pipeline
 
     split, kwargs = args.train_split, dict(data_dir=args.data_dir)
     try:
@@ -87,6 +107,10 @@ def check_shots(args, dataset, info) -> None:
         raise UsageError(f"--train-split: {' '.join(str(error).split())}") from None
     try:
         fewshot.check_shots(args.shots, counts, num_examples=size, num_classes=info.num_classes)
+        if pipeline.source_kind(dataset) == "folder":  # the files of a class that decode
+            with common.usage_errors():
+                counts = fewshot.usable_class_counts(dataset, split, bad_images=args.bad_images)
+            fewshot.check_shots(args.shots, counts)
     except ValueError as error:
         raise UsageError(
             f"--shots {max(args.shots)} is too many for --train-split {split!r} of "

@@ -62,6 +62,7 @@ def build_config(args):
             bad_images=args.bad_images,
             validation_split=args.validation_split,
             split_seed=args.split_seed,
+            allow_test_selection=args.allow_test_selection,
         )
 
 

@@ -59,3 +59,18 @@ def test_an_unknown_model_is_a_usage_error_naming_the_flag(capsys):
         benchmark.variant_name("X/99")
     assert main(["benchmark", "--model", "8,32,64,5,2"]) == 2  # hidden 32 not divisible by 5
     assert capsys.readouterr().err.startswith("keras-vit benchmark: error: --model: A custom")
+
+
+def test_a_json_path_in_a_missing_folder_is_refused_before_work(tmp_path, capsys, monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("the benchmark ran before --json was checked")
+
+    monkeypatch.setattr(benchmark, "measure", refuse)
+    missing = tmp_path / "no" / "such" / "dir"
+    argv = ["benchmark", "--model", TINY, *TINY_RUN, "--json", str(missing / "x.json")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"--json '{missing / 'x.json'}': the folder '{missing}' does not exist" in err, err
+    assert not (tmp_path / "no").exists()  # no folder created
+    assert main(["benchmark", "--model", TINY, *TINY_RUN, "--json", str(tmp_path)]) == 2
+    assert "is a folder" in capsys.readouterr().err

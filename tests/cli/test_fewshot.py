@@ -134,6 +134,50 @@ def test_a_folder_class_with_too_few_images_is_named(trained, tmp_path, capsys, 
             image = tf.fill((8, 8, 1), tf.constant(40 * index, tf.uint8))
             (tmp_path / name / f"{index}.png").write_bytes(tf.io.encode_png(image).numpy())
     argv = ["fewshot", str(trained), "--dataset", str(tmp_path), "--test-split", "train"]
+    argv += ["--allow-test-selection"]  # a folder with one split, scored on its shots' pool
     assert main([*argv, "--shots", "2"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.endswith("needs 2 training examples of every class; class dog has 1."), err
+
+
+def test_the_shot_check_counts_only_files_that_decode(trained, tmp_path, capsys, monkeypatch):
+    from tests.helpers import bad_images
+
+    _no_model_loading(monkeypatch)
+    bad_images.write_folder(tmp_path)  # digit_1: 3 good files and 5 that do not decode
+    good = bad_images.GOOD_PER_CLASS
+    argv = ["fewshot", str(trained), "--dataset", str(tmp_path), "--test-split", "train"]
+    argv += ["--allow-test-selection"]  # a folder with one split, scored on its shots' pool
+    assert main([*argv, "--shots", str(good + 1)]) == 2  # 8 files of digit_1, 3 images
+    err = capsys.readouterr().err.strip()
+    assert err.endswith(
+        f"needs {good + 1} training examples of every class; class digit_1 has {good}."
+    ), err
+    assert main([*argv, "--shots", str(good + 1), "--bad-images", "fail"]) == 2
+    assert "Bad image" in capsys.readouterr().err  # refused before the model is loaded
+
+
+@pytest.mark.parametrize(
+    "splits", [["--train-split", "test", "--test-split", "test"], ["--train-split", "test[:20]"]]
+)
+def test_shots_drawn_from_the_scored_split_are_refused_unless_asked(
+    trained, capsys, monkeypatch, splits
+):
+    _no_model_loading(monkeypatch)
+    argv = ["fewshot", str(trained), "--dataset", "digits", "--shots", "2", *splits]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"--train-split '{splits[1]}' shares images with --test-split 'test'" in err, err
+    assert "pass --allow-test-selection to do this on purpose" in err
+
+
+def test_allowed_selection_on_the_scored_split_runs_and_warns(trained, capsys, caplog):
+    argv = ["fewshot", str(trained), "--dataset", "digits", "--shots", "2", "--seeds", "1"]
+    argv += ["--train-split", "test[:10]", "--test-split", "test[:5]", "--holdout-per-class", "0"]
+    assert main([*argv, "--allow-test-selection"]) == 0
+    assert "Selection on the test split, as asked (--allow-test-selection)" in caplog.text
+    assert "Few-shot linear evaluation of " in capsys.readouterr().out
+    caplog.clear()
+    argv[argv.index("test[:5]")] = "test[10:15]"  # disjoint slices: no overlap, no warning
+    assert main(argv) == 0
+    assert "as asked" not in caplog.text

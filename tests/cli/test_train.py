@@ -241,3 +241,37 @@ def test_a_folder_without_test_split_trains_on_a_carved_validation_split(tmp_pat
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert "test" not in metrics and "accuracy" in metrics["validation"]
     assert metrics["steps"] == 18 // 6
+
+
+@pytest.mark.parametrize("split", ["test", "test[:50%]"])
+def test_validation_on_the_test_split_is_refused_unless_asked(capsys, tmp_path, split):
+    run_dir = tmp_path / "run"
+    argv = ["train", *TRAIN_ARGS[1:], "--validation-split", split, "--run-dir", str(run_dir)]
+    message = f"--validation-split '{split}' shares images with the test split 'test': "
+    expect_usage_error(capsys, argv, message)
+    assert not run_dir.exists()
+
+
+def test_allow_test_selection_is_recorded_and_warned_about(capsys, caplog, tmp_path):
+    run_dir = tmp_path / "run"
+    argv = ["train", *TRAIN_ARGS[1:], "--validation-split", "test", "--run-dir", str(run_dir)]
+    assert main([*argv, "--allow-test-selection"]) == 0
+    warned = "Selection on the test split, as asked (--allow-test-selection): "
+    assert warned in caplog.text  # on stderr (main's logging), one WARNING line
+    config = json.loads((run_dir / "config.json").read_text())
+    assert config["run"]["allow_test_selection"] is True
+    assert config["resolved"]["validation_split"] == "test"
+
+
+def test_resume_refuses_flags_that_differ_from_the_stored_run(trained, capsys):
+    before = (trained / "metrics.json").read_text()
+    resume = ["--run-dir", str(trained), "--resume"]
+    argv = ["train", *resume, "--epochs", "4", "--learning-rate", "0.5", "--stem", "patch"]
+    expect_usage_error(capsys, argv, "which these flags would change: --stem patch (the run")
+    expect_usage_error(capsys, argv, "--epochs 4 (the run has 1)")
+    expect_usage_error(capsys, argv, "--learning-rate 0.5 (the run has 0.002)")
+    expect_usage_error(capsys, argv, "--stem patch (the run has resnet), --epochs 4")
+    assert (trained / "metrics.json").read_text() == before
+    # the original command line with --resume added is the same run: accepted
+    assert main([*TRAIN_ARGS, "--seed", "3", *resume, "--quiet"]) == 0
+    assert capsys.readouterr().out.startswith("Test accuracy: ")

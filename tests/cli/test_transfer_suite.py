@@ -64,3 +64,22 @@ def test_an_unknown_task_exits_2_before_any_training(trained, tmp_path, capsys):
     assert main(argv) == 2
     assert "Unknown data source" in capsys.readouterr().err
     assert not run_dir.exists()
+
+
+def test_a_task_folder_is_reused_only_with_the_same_settings(trained, tmp_path, capsys):
+    run_dir = tmp_path / "suite"
+    argv = ["transfer-suite", str(trained), "--tasks", "digits", "--steps", "2", "--quiet"]
+    argv += ["--batch-size", "25", "--no-jit-compile", "--run-dir", str(run_dir)]
+    assert main(argv) == 0
+    first = capsys.readouterr().out
+    metrics = (run_dir / "digits" / "metrics.json").read_text()
+    assert main(argv) == 0  # the same settings: the finished task is reused
+    assert capsys.readouterr().out == first
+    changed = [*argv, "--learning-rate", "0.5", "--split-seed", "1"]
+    assert main(changed) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert f"{run_dir / 'digits'}' holds a run of other settings: " in err, err
+    assert "recipe.learning_rate 0.5 (the folder has 0.01)" in err
+    assert "split_seed 1 (the folder has 0)" in err
+    assert (run_dir / "digits" / "metrics.json").read_text() == metrics
