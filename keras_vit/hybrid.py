@@ -209,8 +209,7 @@ def _named_hybrid(variant: str):
     return named_builder(HybridViT, config, configs.builder_name(variant), summary)
 
 
-R_Ti16 = _named_hybrid("R+Ti/16")
-R26_S32 = _named_hybrid("R26+S/32")
-R26_B32 = _named_hybrid("R26+B/32")
-R50_B16 = _named_hybrid("R50+B/16")
-R50_L32 = _named_hybrid("R50+L/32")
+NAMED_BUILDERS = {configs.builder_name(v): _named_hybrid(v) for v in configs.HYBRID_CONFIGS}
+"""`R_Ti16`, `R26_S32`, `R26_B32`, `R50_B16`, `R50_L32`: one shortcut per row of
+`configs.HYBRID_CONFIGS`, named by `configs.builder_name`."""
+globals().update(NAMED_BUILDERS)

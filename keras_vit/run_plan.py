@@ -14,7 +14,6 @@ import dataclasses
 import json
 import logging
 import os
-import re
 from typing import Any
 
 import keras
@@ -26,8 +25,7 @@ from keras_vit.layers.position_embedding import POSITION_EMBEDDINGS
 logger = logging.getLogger(__name__)
 
 TASKS = ("train", "finetune")
-DEFAULT_MODEL = "default"
-DEFAULT_MODEL_ALIASES = (DEFAULT_MODEL, "tiny", None)
+DEFAULT_MODEL = configs.RECIPE_NAMES[0]
 
 
 class ConfigError(ValueError):
@@ -44,8 +42,9 @@ class RunConfig:
         recipe: the recipe dataclass; its `dataset`, `image_size`, `batch_size`, epochs or
             steps, `learning_rate`, `seed` and `jit_compile` are used as they are.
         model: "default" or "tiny" (the recipe's small model: a hybrid, or with
-            `recipe.stem="patch"` a pure ViT) or a named variant of
-            `keras_vit.configs.VIT_CONFIGS` such as "Ti/16" (train only).
+            `recipe.stem="patch"` a pure ViT) or a named model of
+            `keras_vit.configs.MODEL_CONFIGS` in any spelling `configs.resolve_model`
+            takes ("Ti/16", "ti16", "R50+B/16", "R50_B16"; train only).
         patch_size: overrides the patch size of the model (train only).
         data_dir: TFDS data directory.
         weights: finetune only: the pre-trained model, a run directory (its best.keras), a
@@ -351,19 +350,21 @@ def _image_size(value) -> tuple[int, int]:
 
 
 def model_names() -> list[str]:
-    """Accepted `--model` values: "default" (alias "tiny") and the named variants."""
-    return [DEFAULT_MODEL, "tiny", *configs.VIT_CONFIGS]
+    """Accepted `--model` values: "default" (alias "tiny") and the named models (any
+    spelling `keras_vit.configs.resolve_model` takes)."""
+    return configs.valid_names(recipes=True)
 
 
 def train_model_kwargs(config: RunConfig, num_classes, channels, image_size) -> dict:
-    """`keras_vit.ViT` arguments of a from-scratch run."""
+    """`keras_vit.ViT` (or, for a hybrid, `keras_vit.HybridViT`) arguments of a from-scratch
+    run; `image_size` is the checked (height, width) pair."""
     recipe = config.recipe
-    if config.model in DEFAULT_MODEL_ALIASES:
+    named = resolve_model_name(config.model)
+    if named.is_recipe:
         kwargs = recipe.model_kwargs(num_classes, channels)
     else:
-        variant = named_variant(config.model)
         kwargs = {
-            **variant.as_kwargs(),
+            **named.config.as_kwargs(),
             "num_classes": num_classes,
             "channels": channels,
             "pooling": getattr(recipe, "pooling", "token"),
@@ -375,15 +376,25 @@ def train_model_kwargs(config: RunConfig, num_classes, channels, image_size) -> 
     return kwargs
 
 
+def resolve_model_name(name) -> configs.ModelName:
+    """`keras_vit.configs.resolve_model` with the recipe names, as a `ConfigError`."""
+    try:
+        return configs.resolve_model(name, recipes=True)
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
+
+
 def named_variant(name: str):
-    """A named variant by its table name ("Ti/16") or builder name ("ViT_Ti16", "ti16")."""
-    if name in configs.VIT_CONFIGS:
-        return configs.VIT_CONFIGS[name]
-    key = re.sub(r"^vit[-_]?", "", name.lower()).replace("/", "").replace("_", "")
-    for variant, config in configs.VIT_CONFIGS.items():
-        if variant.lower().replace("/", "") == key:
-            return config
-    raise ConfigError(f"Unknown model {name!r}; expected one of {model_names()}.")
+    """The table row of a named model, any spelling ("Ti/16", "ViT_Ti16", "ti16",
+    "R50+B/16"); see `keras_vit.configs.resolve_model`.
+
+    Raises:
+        ConfigError: an unknown name, or a recipe name.
+    """
+    try:
+        return configs.resolve_model(name).config
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
 
 
 # --- pre-trained models for fine-tuning ----------------------------------------------------

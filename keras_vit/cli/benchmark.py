@@ -98,24 +98,23 @@ def check_args(args):
 
 
 def variant_name(text: str) -> str:
-    """The table name ("Ti/16") of a variant spelled as `train --model` takes it ("Ti/16",
-    "ViT_Ti16", "ti16"); a custom "patch,hidden,mlp,heads,layers" spec unchanged.
+    """The table name ("Ti/16") of a ViT variant in any spelling
+    `keras_vit.configs.resolve_model` takes ("Ti/16", "ViT_Ti16", "ti16", "ViT-Ti_16"); a
+    custom "patch,hidden,mlp,heads,layers" spec unchanged.
 
     Raises:
-        UsageError: a name that is no variant of `keras_vit.configs.VIT_CONFIGS`.
+        UsageError: a name that is no ViT variant of `keras_vit.configs.VIT_CONFIGS`
+            (hybrids are not timed), listing the valid names.
     """
     if "," in text:
         return text
-    from keras_vit import run_plan
-
     try:
-        config = run_plan.named_variant(text)
-    except run_plan.ConfigError:
+        return configs.resolve_model(text, hybrids=False).name
+    except ValueError as error:
         raise UsageError(
             f"--model {text!r} is not a named variant ({configs.variant_list()}) nor a custom "
-            "'patch,hidden,mlp,heads,layers'"
+            f"'patch,hidden,mlp,heads,layers': {error}"
         ) from None
-    return next(name for name, value in configs.VIT_CONFIGS.items() if value is config)
 
 
 def parse_sizes(text):

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 
 from keras_vit._atomic import atomic_path
 from keras_vit.cli import progress
@@ -124,28 +123,23 @@ def builder_for(name: str):
     """`(builder, patch_on_image)` for a model name; `patch_on_image` is the pixel stride of
     one token (patch times the ResNet stride for hybrids).
 
-    Accepts "B/16", "ViT-B_16", "ViT_B16", "R50+B/16", "R50+ViT-B_16", "R50_B16".
+    Takes every spelling `keras_vit.configs.resolve_model` reads: "B/16", "ViT-B_16",
+    "ViT_B16", "b16", "R50+B/16", "R50+ViT-B_16", "R50_B16".
 
     Raises:
-        UsageError: an unknown name.
+        UsageError: an unknown name (the message lists the valid ones).
     """
     import keras_vit
     from keras_vit import configs
 
-    variant = configs.table_name(name)
-    if variant in configs.VIT_CONFIGS:
-        return getattr(keras_vit, configs.builder_name(variant)), configs.get_config(
-            variant
-        ).patch_size
-    if variant in configs.HYBRID_CONFIGS:
-        config = configs.HYBRID_CONFIGS[variant]
-        builder = getattr(keras_vit, configs.builder_name(variant))
-        return builder, config.patch_size * config.total_stride
-    builder = getattr(keras_vit, name, None)
-    if callable(builder) and re.fullmatch(r"(ViT|R\w*)_\w+", name):
-        return builder, None
-    known = sorted(configs.VIT_CONFIGS) + sorted(configs.HYBRID_CONFIGS)
-    raise UsageError(f"unknown --model {name!r}; expected 'auto' or one of {known}")
+    try:
+        named = configs.resolve_model(name)
+    except ValueError:
+        raise UsageError(
+            f"unknown --model {name!r}; expected 'auto' or one of {configs.valid_names()} "
+            "(also spelled as the builder, ViT_B16 / R50_B16, or the release file, ViT-B_16)"
+        ) from None
+    return getattr(keras_vit, named.builder_name), named.pixels_per_token
 
 
 def _file_defaults(arch, args, pixels_per_token):
