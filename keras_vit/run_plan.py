@@ -39,8 +39,9 @@ class RunConfig:
     Attributes:
         task: "train" (from scratch, `training.TrainConfig` recipe) or "finetune" (the
             paper's transfer step, `training.FinetuneConfig` recipe).
-        recipe: the recipe dataclass; its `dataset`, `image_size`, `batch_size`, epochs or
-            steps, `learning_rate`, `seed` and `jit_compile` are used as they are.
+        recipe: the recipe dataclass; its `dataset`, `batch_size`, epochs or steps,
+            `learning_rate`, `seed` and `jit_compile` are used as they are; its `image_size`
+            (an int or a pair) is checked here and replaced by the `(height, width)` pair.
         model: "default" or "tiny" (the recipe's small model: a hybrid, or with
             `recipe.stem="patch"` a pure ViT) or a named model of
             `keras_vit.configs.MODEL_CONFIGS` in any spelling `configs.resolve_model`
@@ -94,6 +95,11 @@ class RunConfig:
             raise ConfigError(f"Unknown task {self.task!r}; expected one of {list(TASKS)}.")
         if self.recipe is None:
             self.recipe = recipe_class(self.task)()
+        # Parsed once, here where the setting enters: the (height, width) pair every later
+        # step (plan, model arguments, data pipeline, PatchEmbed) receives as it is.
+        pair = _image_size(self.recipe.image_size)
+        if self.recipe.image_size != pair:
+            self.recipe = dataclasses.replace(self.recipe, image_size=pair)
 
     def to_dict(self) -> dict:
         return {**dataclasses.asdict(self), "recipe": dataclasses.asdict(self.recipe)}
@@ -178,7 +184,8 @@ def plan_run(config: RunConfig, strategy) -> RunPlan:
     """Resolves and checks `config` for `strategy` (see the module docstring).
 
     Raises:
-        ConfigError: with one line that says what is wrong and what would work.
+        ConfigError: with one line that says what is wrong and what would work (an image
+            size that is no positive int or pair already when the `RunConfig` is made).
     """
     from keras_vit import data
 
@@ -198,7 +205,7 @@ def plan_run(config: RunConfig, strategy) -> RunPlan:
         global_batch = distribute.per_replica_batch_size(recipe.batch_size, strategy)
     except ValueError as error:
         raise ConfigError(str(error)) from None
-    image_size = _image_size(recipe.image_size)
+    image_size = recipe.image_size  # the pair `RunConfig` checked
     if config.task == "finetune":
         source = load_source_model(config.weights)
         source_kwargs = source_model_kwargs(source)

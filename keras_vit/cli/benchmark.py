@@ -27,8 +27,8 @@ from keras_vit.benchmarking import (
     peer_available,
     variant_arch,
 )
-from keras_vit.cli import common, progress
-from keras_vit.cli.common import UsageError
+from keras_vit.cli import flags, progress
+from keras_vit.cli.flags import UsageError
 
 logger = logging.getLogger(__name__)
 
@@ -50,7 +50,7 @@ def add_parser(subparsers):
     parser.add_argument(  # the old spelling: warns and names --model; hidden in --help
         "--variant",
         dest="model",
-        action=common.DeprecatedAlias,
+        action=flags.DeprecatedAlias,
         new_flag="--model",
         help=argparse.SUPPRESS,
     )
@@ -59,8 +59,8 @@ def add_parser(subparsers):
     parser.add_argument(
         "--mode", choices=(*MODES, "both"), default="both", help="what to time (both)"
     )
-    common.add_precision_arguments(parser)
-    common.add_deprecated_precision_aliases(parser)
+    flags.add_precision_arguments(parser)
+    flags.add_deprecated_precision_aliases(parser)
     parser.add_argument("--steps", type=int, default=3, help="steps per repeat (3)")
     parser.add_argument("--repeats", type=int, default=5, help="timed repeats, median (5)")
     parser.add_argument("--warmup", type=int, default=2, help="untimed warm-up steps (2)")

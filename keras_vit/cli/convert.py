@@ -20,8 +20,8 @@ import argparse
 import os
 
 from keras_vit._atomic import atomic_path
-from keras_vit.cli import progress
-from keras_vit.cli.common import UsageError
+from keras_vit.cli import flags, progress
+from keras_vit.cli.flags import UsageError
 
 TARGETS = ("npz", "keras", "hf", "timm")
 SUFFIXES = {".npz": "npz", ".keras": "keras", ".safetensors": "timm"}
@@ -63,12 +63,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
             "read it from the file"
         ),
     )
-    parser.add_argument(
-        "--image-size",
-        type=int,
-        nargs="+",
-        default=None,
-        metavar="PIXELS",
+    flags.add_image_size_argument(
+        parser,
         help="image size (one int, or height width); default: the file's position-table grid",
     )
     parser.add_argument(
@@ -156,9 +152,7 @@ def _file_defaults(arch, args, pixels_per_token):
     elif arch.representation_size is not None:
         kwargs["representation_size"] = arch.representation_size
     if args.image_size is not None:
-        if len(args.image_size) not in (1, 2):
-            raise UsageError(f"--image-size takes 1 or 2 ints. Received: {args.image_size}")
-        kwargs["image_size"] = tuple(args.image_size) * (3 - len(args.image_size))
+        kwargs["image_size"] = args.image_size  # the (height, width) pair of the flag
     elif arch.num_patch_tokens is not None and pixels_per_token is not None:
         if arch.grid is None:
             raise UsageError(
@@ -195,9 +189,7 @@ def _auto_kwargs(contents, args) -> dict:
     if args.representation_size is not None:
         kwargs["representation_size"] = args.representation_size
     if args.image_size is not None:
-        if len(args.image_size) not in (1, 2):
-            raise UsageError(f"--image-size takes 1 or 2 ints. Received: {args.image_size}")
-        kwargs["image_size"] = tuple(args.image_size) * (3 - len(args.image_size))
+        kwargs["image_size"] = args.image_size  # the (height, width) pair of the flag
     return kwargs
 
 
@@ -236,6 +228,8 @@ def run(args) -> int:
         raise UsageError(f"SRC not found: {args.src!r}")
     if os.path.exists(args.dst) and not args.overwrite:
         raise UsageError(f"DST exists: {args.dst!r} (pass --overwrite to replace it)")
+    if args.model not in (None, "auto"):
+        builder_for(args.model)  # an unknown name fails here, before the file is read
     contents = _read(args)
     if _needs_model(args, target):
         model, report = _build_model(contents, args)
