@@ -53,13 +53,14 @@ class ImageSize(argparse.Action):
 
     def __call__(self, parser, namespace, values, option_string=None):
         if len(values) not in (1, 2):
-            raise argparse.ArgumentError(
-                self, f"takes 1 or 2 ints (side, or height width). Received: {values}"
+            parser.error(
+                f"argument {option_string}: takes 1 or 2 ints (side, or height width). "
+                f"Received: {' '.join(values)}"
             )
         try:
             sides = [positive_int(value) for value in values]
         except argparse.ArgumentTypeError as error:
-            raise argparse.ArgumentError(self, str(error)) from None
+            parser.error(f"argument {option_string}: {error}")
         setattr(namespace, self.dest, (sides[0], sides[-1]))
 
 
