@@ -11,14 +11,12 @@ returned `RunPlan`.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
-import os
 from typing import Any
 
 import keras
 
-from keras_vit import configs, distribute, training
+from keras_vit import configs, distribute, model_source, training
 from keras_vit._validation import check_choice, check_divisible, to_pair
 from keras_vit.layers.position_embedding import POSITION_EMBEDDINGS
 
@@ -408,7 +406,8 @@ def named_variant(name: str):
 
 
 def load_source_model(weights) -> keras.Model:
-    """Loads the pre-trained model named by `--weights` (see `RunConfig.weights`).
+    """Loads the pre-trained model named by `--weights` (see `RunConfig.weights`) with
+    `keras_vit.model_source.load`.
 
     Accepts a run directory (its best.keras), a `.keras` file, any checkpoint
     `keras_vit.from_checkpoint` reads (release `.npz`, Hugging Face folder, timm
@@ -420,121 +419,37 @@ def load_source_model(weights) -> keras.Model:
             a failed download (the message gives the URL and the cache path), or a file that
             cannot be read.
     """
-    from keras_vit.checkpoints import registry
-
     if not weights:
         raise ConfigError(
             "finetune needs --weights: a run directory, a .keras, .npz, .safetensors or "
             "Hugging Face folder, or a published checkpoint name."
         )
-    path = os.fspath(weights)
-    if os.path.isdir(path) and os.path.isfile(os.path.join(path, "best.keras")):
-        path = os.path.join(path, "best.keras")
-    if not os.path.exists(path):
-        entry = registry.lookup(path)
-        if entry is None:
-            raise ConfigError(
-                f"Weights file not found: {path} (neither a file or folder nor a published "
-                "checkpoint name such as imagenet21k/ViT-B_32 or augreg/ViT-S_16-224)"
-            )
-        try:
-            path = registry.resolve_checkpoint(entry)
-        except (OSError, ValueError) as error:
-            raise ConfigError(_one_line(error)) from None
     try:
-        if path.endswith(".keras"):
-            return load_model(path, compile=False)
-        if path.endswith(".npz") and _kwargs_from_run_config(path) is not None:
-            return _model_from_npz(path)
-        from keras_vit.checkpoints.from_checkpoint import from_checkpoint
-
-        return from_checkpoint(path)
+        path = model_source.locate(weights)
+    except (OSError, ValueError) as error:
+        raise ConfigError(_one_line(error)) from None
+    try:
+        return model_source.load(path)
     except (ValueError, OSError) as error:
         raise ConfigError(f"Cannot load weights {path}: {_one_line(error)}") from None
 
 
-def load_model(path, *, compile: bool = True) -> keras.Model:
-    """Loads a `.keras` file with `safe_mode=True` (keras_vit's layers are registered)."""
-    from keras_vit import layers, visualize  # noqa: F401  (registers the custom layers)
-
-    return keras.saving.load_model(path, compile=compile, safe_mode=True)
-
-
-def _model_from_npz(path) -> keras.Model:
-    from keras_vit import checkpoints
-
-    kwargs = _kwargs_from_run_config(path) or vit_kwargs_from_npz(checkpoints.read_npz(path))
-    model = training.build_model(kwargs)
-    checkpoints.load_npz(model, path)
-    return model
-
-
-def _kwargs_from_run_config(npz_path) -> dict | None:
-    """The model arguments stored in the config.json of the run the `.npz` belongs to."""
-    config_path = os.path.join(os.path.dirname(os.path.abspath(npz_path)), "config.json")
-    try:
-        with open(config_path, encoding="utf-8") as f:
-            return json.load(f)["resolved"]["model_kwargs"]
-    except (OSError, KeyError, ValueError, TypeError):
-        return None
+load_model = model_source.load_keras  # the former name, kept for callers
 
 
 def vit_kwargs_from_npz(arrays: dict) -> dict:
-    """`keras_vit.ViT` arguments read from an official checkpoint's array shapes.
-
-    Read by `keras_vit.checkpoints.architecture.Architecture.from_arrays`: patch size and
-    channels from `embedding/kernel`, heads, MLP width and depth from the blocks, the pooling
-    from `cls`, the image size from the (square) position table, classes from `head/kernel`,
-    `representation_size` from `pre_logits/kernel`.
-
-    Raises:
-        ConfigError: the arrays are not an official ViT checkpoint.
-    """
-    from keras_vit.checkpoints.architecture import Architecture
-    from keras_vit.checkpoints.layouts import normalise_layout
-
-    arrays, _ = normalise_layout(arrays)
-    arch = Architecture.from_arrays(arrays)
-    missing = arch.missing_key(
-        "patch_size", "num_heads", "mlp_dim", "num_patch_tokens", "num_classes"
-    )
-    if missing:
-        raise ConfigError(f"Not an official ViT checkpoint: missing key {missing!r}.")
-    side = int(round(arch.num_patch_tokens**0.5))
-    return {
-        "patch_size": arch.patch_size[0],
-        **arch.transformer_kwargs(),
-        **arch.pooling_kwargs(),
-        "image_size": side * arch.patch_size[0],
-        "num_classes": arch.num_classes,
-        "representation_size": arch.representation_size,
-    }
+    """`keras_vit.model_source.vit_kwargs_from_npz`, a `ConfigError` for arrays that are no
+    official ViT checkpoint."""
+    try:
+        return model_source.vit_kwargs_from_npz(arrays)
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
 
 
 def source_model_kwargs(model) -> dict:
-    """`keras_vit.ViT` arguments of a built keras_vit model, read from its layers; for a
-    hybrid with the built-in ResNet, `keras_vit.HybridViT` arguments (with `resnet_stages`)."""
-    from keras_vit.checkpoints.architecture import Architecture
-    from keras_vit.models import image_shape_of
-
+    """`keras_vit.model_source.kwargs_of_model`, a `ConfigError` for a model that is no
+    keras_vit ViT."""
     try:
-        arch = Architecture.from_model(model)
-    except ValueError:
-        arch = None
-    if arch is None or not arch.num_layers:
-        raise ConfigError(f"The weights are not a keras_vit ViT model ({model.name!r}).")
-    resnet = {}
-    if arch.resnet_stages is not None and "conv_root" in {layer.name for layer in model.layers}:
-        resnet = {
-            "resnet_stages": list(arch.resnet_stages),
-            "resnet_width": int(model.get_layer("conv_root").filters),
-            "resnet_groups": int(model.get_layer("gn_root").groups),
-        }
-    return {
-        **resnet,
-        "patch_size": list(arch.patch_size),
-        **arch.transformer_kwargs(),
-        **arch.pooling_kwargs(),
-        "image_size": list(image_shape_of(model)[:2]),
-        "position_embedding": arch.position_embedding,
-    }
+        return model_source.kwargs_of_model(model)
+    except ValueError as error:
+        raise ConfigError(str(error)) from None

@@ -125,17 +125,17 @@ def builder_for(name: str):
     Raises:
         UsageError: an unknown name (the message lists the valid ones).
     """
-    import keras_vit
-    from keras_vit import configs
+    from keras_vit import configs, model_source
 
     try:
         named = configs.resolve_model(name)
+        builder = model_source.named(name).builder
     except ValueError:
         raise UsageError(
             f"unknown --model {name!r}; expected 'auto' or one of {configs.valid_names()} "
             "(also spelled as the builder, ViT_B16 / R50_B16, or the release file, ViT-B_16)"
         ) from None
-    return getattr(keras_vit, named.builder_name), named.pixels_per_token
+    return builder, named.pixels_per_token
 
 
 def _file_defaults(arch, args, pixels_per_token):
@@ -195,13 +195,13 @@ def _auto_kwargs(contents, args) -> dict:
 
 def _build_model(contents, args):
     """The model the checkpoint is loaded into (named variant, or read from the file)."""
+    from keras_vit.build_any import build
     from keras_vit.checkpoints import CheckpointError, load_npz
     from keras_vit.checkpoints.architecture import Architecture
-    from keras_vit.checkpoints.from_checkpoint import build_from_kwargs
 
     try:
         if args.model in (None, "auto"):
-            model = build_from_kwargs(_auto_kwargs(contents, args))
+            model = build(_auto_kwargs(contents, args))
         else:
             builder, pixels = builder_for(args.model)
             defaults = _file_defaults(Architecture.from_arrays(contents.arrays), args, pixels)
