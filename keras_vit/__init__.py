@@ -12,7 +12,7 @@ import importlib
 import sys
 import types
 
-from keras_vit import _registration
+from keras_vit import _registration, configs
 from keras_vit._version import __version__ as __version__
 
 # public name -> the module that defines it ("" for a sub-module of the same name)
@@ -34,21 +34,7 @@ _EXPORTS = {
     "finetune": "keras_vit.finetune",
     "from_checkpoint": "keras_vit.checkpoints.from_checkpoint",
     "HybridViT": "keras_vit.hybrid",
-    "R26_B32": "keras_vit.hybrid",
-    "R26_S32": "keras_vit.hybrid",
-    "R50_B16": "keras_vit.hybrid",
-    "R50_L32": "keras_vit.hybrid",
-    "R_Ti16": "keras_vit.hybrid",
     "ViT": "keras_vit.models",
-    "ViT_B8": "keras_vit.models",
-    "ViT_B16": "keras_vit.models",
-    "ViT_B32": "keras_vit.models",
-    "ViT_H14": "keras_vit.models",
-    "ViT_L16": "keras_vit.models",
-    "ViT_L32": "keras_vit.models",
-    "ViT_S16": "keras_vit.models",
-    "ViT_S32": "keras_vit.models",
-    "ViT_Ti16": "keras_vit.models",
     "resize_position_embeddings": "keras_vit.layers.position_resize",
     "preprocess_inputs": "keras_vit.data.preprocess",
     "attention_maps": "keras_vit.visualize",
@@ -56,6 +42,9 @@ _EXPORTS = {
     "feature_extractor": "keras_vit.visualize",
     "mean_attention_distance": "keras_vit.visualize",
     "WeightsWarning": "keras_vit._warnings",
+    # the named shortcuts, one per row of the size table: ViT_B16 ..., R50_B16 ...
+    **{configs.builder_name(v): "keras_vit.models" for v in configs.VIT_CONFIGS},
+    **{configs.builder_name(v): "keras_vit.hybrid" for v in configs.HYBRID_CONFIGS},
 }
 
 __all__ = sorted(_EXPORTS)

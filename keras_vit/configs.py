@@ -112,36 +112,130 @@ MODEL_CONFIGS: dict[str, ViTConfig | HybridConfig] = {**VIT_CONFIGS, **HYBRID_CO
 """Every named model, ViT and hybrid, by its table name ("B/16", "R50+B/16")."""
 
 
-def get_config(variant: str) -> ViTConfig:
-    """Returns the config of a named variant such as ``"B/16"``.
+RECIPE_NAMES = ("default", "tiny")
+"""`keras-vit train --model` names of the training recipe's own small model (not in the
+table; "tiny" is an alias of "default")."""
+
+# An AugReg run ("-i21k-300ep-..."), a resolution after the patch ("ViT-S_16-224").
+_RELEASE_SUFFIX = re.compile(r"-(?:i1k|i21k)-.*$|(?<=\d)-\d+$")
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelName:
+    """A resolved model name (see `resolve_model`).
+
+    Attributes:
+        name: the table name ("B/16", "R50+B/16") or, for the recipe, "default".
+        config: the table row (`ViTConfig` or `HybridConfig`); None for the recipe.
+    """
+
+    name: str
+    config: ViTConfig | HybridConfig | None
+
+    @property
+    def is_recipe(self) -> bool:
+        """The training recipe's small model ("default" / "tiny"), not a table row."""
+        return self.config is None
+
+    @property
+    def is_hybrid(self) -> bool:
+        return isinstance(self.config, HybridConfig)
+
+    @property
+    def builder_name(self) -> str:
+        """The public builder: "ViT_B16", "R50_B16"."""
+        return builder_name(self.name)
+
+    @property
+    def pixels_per_token(self) -> int:
+        """Image pixels per token side: the patch, times the ResNet stride for a hybrid."""
+        if self.is_hybrid:
+            return self.config.patch_size * self.config.total_stride
+        return self.config.patch_size
+
+
+def _spelling_key(text: str) -> str:
+    """The part of a name every spelling shares: "ViT-B_16", "vit_b16", "B/16" -> "b16";
+    "R50+ViT-B_16", "R50_B16" -> "r50b16"; an AugReg file or alias name ("S_16-i21k-...",
+    "augreg/ViT-S_16-224") -> that of its model."""
+    text = text.strip().removesuffix(".npz").removeprefix("augreg/")
+    text = _RELEASE_SUFFIX.sub("", text).lower().replace("vit", "")
+    return re.sub(r"[^a-z0-9]", "", text)
+
+
+def _by_spelling() -> dict[str, str]:
+    keys = {_spelling_key(name): name for name in MODEL_CONFIGS}
+    assert len(keys) == len(MODEL_CONFIGS), "two table names share a spelling"
+    return keys
+
+
+def valid_names(*, recipes: bool = False, hybrids: bool = True) -> list[str]:
+    """The table names `resolve_model` takes (with "default"/"tiny" when `recipes`)."""
+    table = MODEL_CONFIGS if hybrids else VIT_CONFIGS
+    return [*(RECIPE_NAMES if recipes else ()), *table]
+
+
+def resolve_model(name, *, recipes: bool = False, hybrids: bool = True) -> ModelName:
+    """The one reader of model names: every spelling of every named model to its table row.
+
+    Accepted spellings, for each row (shown for B/16 and R50+B/16): the table's "B/16",
+    "R50+B/16"; the builder's "ViT_B16", "R50_B16"; the release's file names "ViT-B_16",
+    "R50+ViT-B_16" (the AugReg grammar "B_16", "R50_B_16" and whole AugReg file names
+    "B_16-i21k-300ep-...", aliases "augreg/ViT-B_16-224"); any case, with or without "ViT"
+    and separators ("ti16", "vit-ti/16", "r50_b16"). With `recipes`, also "default" and
+    "tiny" (the training recipe's small model, `RECIPE_VIT`).
+
+    >>> resolve_model("ti16").name
+    'Ti/16'
+    >>> resolve_model("R50+ViT-B_16").builder_name
+    'R50_B16'
 
     Raises:
-        ValueError: if `variant` is not a key of ``VIT_CONFIGS``.
+        ValueError: an unknown name (the message lists the valid ones), a hybrid when
+            `hybrids` is False, a recipe name when `recipes` is False.
     """
-    return _lookup(VIT_CONFIGS, variant, "ViT")
+    if recipes and (name is None or str(name).lower() in RECIPE_NAMES):
+        return ModelName(RECIPE_NAMES[0], None)
+    valid = valid_names(recipes=recipes, hybrids=hybrids)
+    table_key = _by_spelling().get(_spelling_key(str(name))) if isinstance(name, str) else None
+    if table_key is None or (not hybrids and table_key in HYBRID_CONFIGS):
+        kind = " (a hybrid; this takes ViT variants)" if table_key else ""
+        raise ValueError(
+            f"Unknown model {name!r}{kind}; expected one of {valid} (also spelled as the "
+            "builder, ViT_B16 / R50_B16, or the release file, ViT-B_16 / R50+ViT-B_16)."
+        )
+    return ModelName(table_key, MODEL_CONFIGS[table_key])
+
+
+def get_config(variant: str) -> ViTConfig:
+    """Returns the config of a named ViT variant such as ``"B/16"`` (any spelling
+    `resolve_model` takes).
+
+    Raises:
+        ValueError: if `variant` names no row of ``VIT_CONFIGS``.
+    """
+    return resolve_model(variant, hybrids=False).config
 
 
 def get_hybrid_config(variant: str) -> HybridConfig:
-    """Returns the config of a named hybrid such as ``"R50+B/16"``.
+    """Returns the config of a named hybrid such as ``"R50+B/16"`` (any spelling
+    `resolve_model` takes).
 
     Raises:
-        ValueError: if `variant` is not a key of ``HYBRID_CONFIGS``.
+        ValueError: if `variant` names no row of ``HYBRID_CONFIGS``.
     """
-    return _lookup(HYBRID_CONFIGS, variant, "hybrid")
-
-
-def _lookup(table: dict, variant: str, what: str):
-    try:
-        return table[variant]
-    except KeyError:
+    config = resolve_model(variant).config
+    if not isinstance(config, HybridConfig):
         raise ValueError(
-            f"Unknown {what} variant {variant!r}; expected one of {sorted(table)}."
-        ) from None
+            f"Unknown hybrid variant {variant!r}; expected one of {sorted(HYBRID_CONFIGS)}."
+        )
+    return config
 
 
 def builder_name(variant: str) -> str:
     """The public builder of a table name: "B/16" -> "ViT_B16", "R50+B/16" -> "R50_B16",
     "R+Ti/16" -> "R_Ti16"."""
+    variant = resolve_model(variant).name
     if variant in HYBRID_CONFIGS:
         return variant.replace("+", "_").replace("/", "")
     return "ViT_" + variant.replace("/", "")
@@ -150,7 +244,7 @@ def builder_name(variant: str) -> str:
 def release_name(variant: str) -> str:
     """The release's file name of a table name: "B/16" -> "ViT-B_16", "R50+B/16" ->
     "R50+ViT-B_16"."""
-    hybrid, _, vit = variant.rpartition("+")
+    hybrid, _, vit = resolve_model(variant).name.rpartition("+")
     name = "ViT-" + vit.replace("/", "_")
     return f"{hybrid}+{name}" if hybrid else name
 

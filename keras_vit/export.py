@@ -53,7 +53,7 @@ BYTES_SIGNATURE = "serving_bytes"
 FEATURES_SIGNATURE = "features"
 IMAGES_KEY = "images"
 BYTES_KEY = "image_bytes"
-FEATURE_LAYER_NAMES = (layer_names.PRE_LOGITS, layer_names.POOL)
+FEATURE_LAYER_NAMES = layer_names.FEATURE_LAYERS
 DECODABLE_CHANNELS = (1, 3, 4)
 TINY_PROBABILITY = 1e-37  # floor before log() for softmax heads
 
@@ -204,7 +204,8 @@ def find_head(model: keras.Model) -> keras.layers.Layer:
 
 
 def find_feature_layer(model: keras.Model) -> keras.layers.Layer:
-    """The layer whose output is the pooled representation: `pre_logits`, else `pool`."""
+    """The layer whose output is the pooled representation the head reads: `pre_logits`,
+    else `fc_norm` (final_norm="pooled"), else the pooling (`pool` or the MAP head)."""
     names = {layer.name for layer in model.layers}
     for name in FEATURE_LAYER_NAMES:
         if name in names:

@@ -25,6 +25,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
+from keras_vit import layer_names
 from keras_vit._validation import check_positive_int
 
 logger = logging.getLogger(__name__)
@@ -34,7 +35,7 @@ BIAS_CONSTANT = 100.0
 WHITEN_EPSILON = 1e-5
 L2_GRID = tuple(2.0**i for i in range(-10, 20))
 """big_vision's l2 grid, 2^-10 .. 2^19."""
-FEATURE_LAYERS = ("pre_logits", "pool")
+FEATURE_LAYERS = layer_names.FEATURE_LAYERS
 
 
 @dataclasses.dataclass
@@ -152,28 +153,11 @@ def check_shots(
 
 
 def usable_class_counts(root, split: str, *, bad_images: str = "skip") -> dict[str, int]:
-    """{class name: images that decode} of `split` (a slice such as "train[:90%]" taken as
-    `keras_vit.data.load` takes it, before bad files are left out) of the image folder
-    `root`: the files `load` keeps, so that `check_shots` counts what a draw can take (a
-    corrupt, empty, oversized or unknown file is not an image of its class).
+    """{class name: images that decode} of `split` of the image folder `root`: the files
+    `keras_vit.data.load` keeps (`keras_vit.data.folder.decodable_class_counts`)."""
+    from keras_vit.data import folder
 
-    Raises:
-        keras_vit.data.image_check.BadImageError: with `bad_images="fail"`, the first bad
-            file (as `load` would raise later).
-        ValueError: unknown split.
-    """
-    from keras_vit.data import folder, image_check
-    from keras_vit.data.splits import parse_split, slice_indices
-
-    spec = parse_split(split)
-    info = folder.describe_folder(root)
-    paths, labels = folder.folder_files(root, spec.name, info.class_names)
-    chosen = np.asarray(slice_indices(labels, spec), dtype=np.int64)
-    usable, _ = image_check.check_images(
-        [paths[i] for i in chosen], bad_images, channels=info.channels, where=str(root)
-    )
-    kept = np.bincount(labels[chosen[np.asarray(usable, bool)]], minlength=info.num_classes)
-    return {name: int(count) for name, count in zip(info.class_names, kept, strict=True)}
+    return folder.decodable_class_counts(root, split, bad_images=bad_images)
 
 
 def sample_shots(labels, shots: int, holdout_per_class: int, seed: int):
@@ -272,8 +256,9 @@ def fewshot_from_features(
 
 
 def feature_layer_name(model) -> str:
-    """The layer whose output is the representation: "pre_logits" when the model has one,
-    else "pool" (the pooled class token or GAP output the head reads)."""
+    """The layer whose output is the representation the head reads: "pre_logits" when the
+    model has one, else "fc_norm" (final_norm="pooled"), else the pooling ("pool", or the
+    MAP head)."""
     names = {layer.name for layer in model.layers}
     for name in FEATURE_LAYERS:
         if name in names:

@@ -126,7 +126,7 @@ def HybridViT(
 
     Paper: https://arxiv.org/abs/2010.11929, section 3.1 "Hybrid Architecture". The CNN is
     either the release's BiT ResNet (`resnet_stages`; layer names `conv_root`, `gn_root`,
-    `block{s}_unit{u}` mirror the official checkpoint, so `keras_vit.checkpoints.load_npz`
+    `block{s}_unit{u}` mirror the official checkpoint, so `keras_vit.checkpoints.load_weights`
     maps them) or any `backbone` model returning a feature map. Its feature map is cut into
     `patch_size` patches by `embedding` (a `PatchEmbed`), and the tokens go through the same
     encoder, pooling and head as `keras_vit.ViT`. The token grid is read from the real
@@ -144,7 +144,7 @@ def HybridViT(
             `(batch, h, w, c)`, used instead of the built-in ResNet (e.g. a
             `keras.applications.ResNet50(include_top=False, weights=None)` cut at a named
             layer). It receives the model's `images` input as they are (in [-1, 1]); put any
-            preprocessing it needs inside it. Its weights are not covered by `load_npz`.
+            preprocessing it needs inside it. Its weights are not covered by `load_weights`.
         patch_size: int or (height, width) patch on the feature map. Default 1.
         hidden_dim, num_heads, mlp_dim, num_layers, gelu_approximate, layer_norm_epsilon:
             the Transformer, as in `keras_vit.ViT`.
@@ -209,8 +209,7 @@ def _named_hybrid(variant: str):
     return named_builder(HybridViT, config, configs.builder_name(variant), summary)
 
 
-R_Ti16 = _named_hybrid("R+Ti/16")
-R26_S32 = _named_hybrid("R26+S/32")
-R26_B32 = _named_hybrid("R26+B/32")
-R50_B16 = _named_hybrid("R50+B/16")
-R50_L32 = _named_hybrid("R50+L/32")
+NAMED_BUILDERS = {configs.builder_name(v): _named_hybrid(v) for v in configs.HYBRID_CONFIGS}
+"""`R_Ti16`, `R26_S32`, `R26_B32`, `R50_B16`, `R50_L32`: one shortcut per row of
+`configs.HYBRID_CONFIGS`, named by `configs.builder_name`."""
+globals().update(NAMED_BUILDERS)

@@ -21,6 +21,9 @@ POOL = "pool"
 MAP_HEAD = "MAPHead_0"
 PRE_LOGITS = "pre_logits"
 HEAD = "head"
+# The layers whose output is the pooled representation (features for probes and the export),
+# first found wins: the pre-logits dense, timm's fc_norm after pooling, the pooling itself.
+FEATURE_LAYERS = (PRE_LOGITS, POOLED_NORM, POOL, MAP_HEAD)
 ROOT_CONV = "conv_root"
 ROOT_NORM = "gn_root"
 

@@ -37,7 +37,7 @@ def ViT(
     """Builds a Vision Transformer as a functional `keras.Model` (Dosovitskiy et al. 2021).
 
     Paper: https://arxiv.org/abs/2010.11929, section 3.1. Layer and weight names follow the
-    official checkpoints, so `keras_vit.checkpoints.load_npz` maps them one to one.
+    official checkpoints, so `keras_vit.checkpoints.load_weights` maps them one to one.
 
     Args:
         patch_size: int or (height, width) of a patch in pixels.
@@ -126,15 +126,10 @@ def _named_builder(variant: str):
     return named_builder(ViT, config, configs.builder_name(variant), summary)
 
 
-ViT_Ti16 = _named_builder("Ti/16")
-ViT_S16 = _named_builder("S/16")
-ViT_S32 = _named_builder("S/32")
-ViT_B8 = _named_builder("B/8")
-ViT_B16 = _named_builder("B/16")
-ViT_B32 = _named_builder("B/32")
-ViT_L16 = _named_builder("L/16")
-ViT_L32 = _named_builder("L/32")
-ViT_H14 = _named_builder("H/14")
+NAMED_BUILDERS = {configs.builder_name(v): _named_builder(v) for v in configs.VIT_CONFIGS}
+"""`ViT_Ti16`, `ViT_S16`, ... `ViT_H14`: one shortcut per row of `configs.VIT_CONFIGS`, named
+by `configs.builder_name` (a new row is a new shortcut)."""
+globals().update(NAMED_BUILDERS)
 
 
 def image_shape_of(model) -> tuple[int, int, int]:

@@ -11,15 +11,12 @@ returned `RunPlan`.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
-import os
-import re
 from typing import Any
 
 import keras
 
-from keras_vit import configs, distribute, training
+from keras_vit import configs, distribute, model_source, training
 from keras_vit._validation import check_choice, check_divisible, to_pair
 from keras_vit.layers.position_embedding import POSITION_EMBEDDINGS
 from keras_vit.precision import check_policy
@@ -27,8 +24,7 @@ from keras_vit.precision import check_policy
 logger = logging.getLogger(__name__)
 
 TASKS = ("train", "finetune")
-DEFAULT_MODEL = "default"
-DEFAULT_MODEL_ALIASES = (DEFAULT_MODEL, "tiny", None)
+DEFAULT_MODEL = configs.RECIPE_NAMES[0]
 
 
 class ConfigError(ValueError):
@@ -42,11 +38,13 @@ class RunConfig:
     Attributes:
         task: "train" (from scratch, `training.TrainConfig` recipe) or "finetune" (the
             paper's transfer step, `training.FinetuneConfig` recipe).
-        recipe: the recipe dataclass; its `dataset`, `image_size`, `batch_size`, epochs or
-            steps, `learning_rate`, `seed` and `jit_compile` are used as they are.
+        recipe: the recipe dataclass; its `dataset`, `batch_size`, epochs or steps,
+            `learning_rate`, `seed` and `jit_compile` are used as they are; its `image_size`
+            (an int or a pair) is checked here and replaced by the `(height, width)` pair.
         model: "default" or "tiny" (the recipe's small model: a hybrid, or with
-            `recipe.stem="patch"` a pure ViT) or a named variant of
-            `keras_vit.configs.VIT_CONFIGS` such as "Ti/16" (train only).
+            `recipe.stem="patch"` a pure ViT) or a named model of
+            `keras_vit.configs.MODEL_CONFIGS` in any spelling `configs.resolve_model`
+            takes ("Ti/16", "ti16", "R50+B/16", "R50_B16"; train only).
         patch_size: overrides the patch size of the model (train only).
         data_dir: TFDS data directory.
         weights: finetune only: the pre-trained model, a run directory (its best.keras), a
@@ -99,6 +97,11 @@ class RunConfig:
             raise ConfigError(f"Unknown task {self.task!r}; expected one of {list(TASKS)}.")
         if self.recipe is None:
             self.recipe = recipe_class(self.task)()
+        # Parsed once, here where the setting enters: the (height, width) pair every later
+        # step (plan, model arguments, data pipeline, PatchEmbed) receives as it is.
+        pair = _image_size(self.recipe.image_size)
+        if self.recipe.image_size != pair:
+            self.recipe = dataclasses.replace(self.recipe, image_size=pair)
 
     def to_dict(self) -> dict:
         return {**dataclasses.asdict(self), "recipe": dataclasses.asdict(self.recipe)}
@@ -184,7 +187,8 @@ def plan_run(config: RunConfig, strategy) -> RunPlan:
     """Resolves and checks `config` for `strategy` (see the module docstring).
 
     Raises:
-        ConfigError: with one line that says what is wrong and what would work.
+        ConfigError: with one line that says what is wrong and what would work (an image
+            size that is no positive int or pair already when the `RunConfig` is made).
     """
     from keras_vit import data
 
@@ -203,7 +207,7 @@ def plan_run(config: RunConfig, strategy) -> RunPlan:
         global_batch = distribute.per_replica_batch_size(recipe.batch_size, strategy)
     except ValueError as error:
         raise ConfigError(str(error)) from None
-    image_size = _image_size(recipe.image_size)
+    image_size = recipe.image_size  # the pair `RunConfig` checked
     if config.task == "finetune":
         source = load_source_model(config.weights)
         source_kwargs = source_model_kwargs(source)
@@ -380,19 +384,21 @@ def _image_size(value) -> tuple[int, int]:
 
 
 def model_names() -> list[str]:
-    """Accepted `--model` values: "default" (alias "tiny") and the named variants."""
-    return [DEFAULT_MODEL, "tiny", *configs.VIT_CONFIGS]
+    """Accepted `--model` values: "default" (alias "tiny") and the named models (any
+    spelling `keras_vit.configs.resolve_model` takes)."""
+    return configs.valid_names(recipes=True)
 
 
 def train_model_kwargs(config: RunConfig, num_classes, channels, image_size) -> dict:
-    """`keras_vit.ViT` arguments of a from-scratch run."""
+    """`keras_vit.ViT` (or, for a hybrid, `keras_vit.HybridViT`) arguments of a from-scratch
+    run; `image_size` is the checked (height, width) pair."""
     recipe = config.recipe
-    if config.model in DEFAULT_MODEL_ALIASES:
+    named = resolve_model_name(config.model)
+    if named.is_recipe:
         kwargs = recipe.model_kwargs(num_classes, channels)
     else:
-        variant = named_variant(config.model)
         kwargs = {
-            **variant.as_kwargs(),
+            **named.config.as_kwargs(),
             "num_classes": num_classes,
             "channels": channels,
             "pooling": getattr(recipe, "pooling", "token"),
@@ -404,22 +410,33 @@ def train_model_kwargs(config: RunConfig, num_classes, channels, image_size) -> 
     return kwargs
 
 
+def resolve_model_name(name) -> configs.ModelName:
+    """`keras_vit.configs.resolve_model` with the recipe names, as a `ConfigError`."""
+    try:
+        return configs.resolve_model(name, recipes=True)
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
+
+
 def named_variant(name: str):
-    """A named variant by its table name ("Ti/16") or builder name ("ViT_Ti16", "ti16")."""
-    if name in configs.VIT_CONFIGS:
-        return configs.VIT_CONFIGS[name]
-    key = re.sub(r"^vit[-_]?", "", name.lower()).replace("/", "").replace("_", "")
-    for variant, config in configs.VIT_CONFIGS.items():
-        if variant.lower().replace("/", "") == key:
-            return config
-    raise ConfigError(f"Unknown model {name!r}; expected one of {model_names()}.")
+    """The table row of a named model, any spelling ("Ti/16", "ViT_Ti16", "ti16",
+    "R50+B/16"); see `keras_vit.configs.resolve_model`.
+
+    Raises:
+        ConfigError: an unknown name, or a recipe name.
+    """
+    try:
+        return configs.resolve_model(name).config
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
 
 
 # --- pre-trained models for fine-tuning ----------------------------------------------------
 
 
 def load_source_model(weights) -> keras.Model:
-    """Loads the pre-trained model named by `--weights` (see `RunConfig.weights`).
+    """Loads the pre-trained model named by `--weights` (see `RunConfig.weights`) with
+    `keras_vit.model_source.load`.
 
     Accepts a run directory (its best.keras), a `.keras` file, any checkpoint
     `keras_vit.from_checkpoint` reads (release `.npz`, Hugging Face folder, timm
@@ -431,121 +448,37 @@ def load_source_model(weights) -> keras.Model:
             a failed download (the message gives the URL and the cache path), or a file that
             cannot be read.
     """
-    from keras_vit.checkpoints import registry
-
     if not weights:
         raise ConfigError(
             "finetune needs --weights: a run directory, a .keras, .npz, .safetensors or "
             "Hugging Face folder, or a published checkpoint name."
         )
-    path = os.fspath(weights)
-    if os.path.isdir(path) and os.path.isfile(os.path.join(path, "best.keras")):
-        path = os.path.join(path, "best.keras")
-    if not os.path.exists(path):
-        entry = registry.lookup(path)
-        if entry is None:
-            raise ConfigError(
-                f"Weights file not found: {path} (neither a file or folder nor a published "
-                "checkpoint name such as imagenet21k/ViT-B_32 or augreg/ViT-S_16-224)"
-            )
-        try:
-            path = registry.resolve_checkpoint(entry)
-        except (OSError, ValueError) as error:
-            raise ConfigError(_one_line(error)) from None
     try:
-        if path.endswith(".keras"):
-            return load_model(path, compile=False)
-        if path.endswith(".npz") and _kwargs_from_run_config(path) is not None:
-            return _model_from_npz(path)
-        from keras_vit.checkpoints.from_checkpoint import from_checkpoint
-
-        return from_checkpoint(path)
+        path = model_source.locate(weights)
+    except (OSError, ValueError) as error:
+        raise ConfigError(_one_line(error)) from None
+    try:
+        return model_source.load(path)
     except (ValueError, OSError) as error:
         raise ConfigError(f"Cannot load weights {path}: {_one_line(error)}") from None
 
 
-def load_model(path, *, compile: bool = True) -> keras.Model:
-    """Loads a `.keras` file with `safe_mode=True` (keras_vit's layers are registered)."""
-    from keras_vit import layers, visualize  # noqa: F401  (registers the custom layers)
-
-    return keras.saving.load_model(path, compile=compile, safe_mode=True)
-
-
-def _model_from_npz(path) -> keras.Model:
-    from keras_vit import checkpoints
-
-    kwargs = _kwargs_from_run_config(path) or vit_kwargs_from_npz(checkpoints.read_npz(path))
-    model = training.build_model(kwargs)
-    checkpoints.load_weights(model, path)
-    return model
-
-
-def _kwargs_from_run_config(npz_path) -> dict | None:
-    """The model arguments stored in the config.json of the run the `.npz` belongs to."""
-    config_path = os.path.join(os.path.dirname(os.path.abspath(npz_path)), "config.json")
-    try:
-        with open(config_path, encoding="utf-8") as f:
-            return json.load(f)["resolved"]["model_kwargs"]
-    except (OSError, KeyError, ValueError, TypeError):
-        return None
+load_model = model_source.load_keras  # the former name, kept for callers
 
 
 def vit_kwargs_from_npz(arrays: dict) -> dict:
-    """`keras_vit.ViT` arguments read from an official checkpoint's array shapes.
-
-    Read by `keras_vit.checkpoints.architecture.Architecture.from_arrays`: patch size and
-    channels from `embedding/kernel`, heads, MLP width and depth from the blocks, the pooling
-    from `cls`, the image size from the (square) position table, classes from `head/kernel`,
-    `representation_size` from `pre_logits/kernel`.
-
-    Raises:
-        ConfigError: the arrays are not an official ViT checkpoint.
-    """
-    from keras_vit.checkpoints.architecture import Architecture
-    from keras_vit.checkpoints.layouts import normalise_layout
-
-    arrays, _ = normalise_layout(arrays)
-    arch = Architecture.from_arrays(arrays)
-    missing = arch.missing_key(
-        "patch_size", "num_heads", "mlp_dim", "num_patch_tokens", "num_classes"
-    )
-    if missing:
-        raise ConfigError(f"Not an official ViT checkpoint: missing key {missing!r}.")
-    side = int(round(arch.num_patch_tokens**0.5))
-    return {
-        "patch_size": arch.patch_size[0],
-        **arch.transformer_kwargs(),
-        **arch.pooling_kwargs(),
-        "image_size": side * arch.patch_size[0],
-        "num_classes": arch.num_classes,
-        "representation_size": arch.representation_size,
-    }
+    """`keras_vit.model_source.vit_kwargs_from_npz`, a `ConfigError` for arrays that are no
+    official ViT checkpoint."""
+    try:
+        return model_source.vit_kwargs_from_npz(arrays)
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
 
 
 def source_model_kwargs(model) -> dict:
-    """`keras_vit.ViT` arguments of a built keras_vit model, read from its layers; for a
-    hybrid with the built-in ResNet, `keras_vit.HybridViT` arguments (with `resnet_stages`)."""
-    from keras_vit.checkpoints.architecture import Architecture
-    from keras_vit.models import image_shape_of
-
+    """`keras_vit.model_source.kwargs_of_model`, a `ConfigError` for a model that is no
+    keras_vit ViT."""
     try:
-        arch = Architecture.from_model(model)
-    except ValueError:
-        arch = None
-    if arch is None or not arch.num_layers:
-        raise ConfigError(f"The weights are not a keras_vit ViT model ({model.name!r}).")
-    resnet = {}
-    if arch.resnet_stages is not None and "conv_root" in {layer.name for layer in model.layers}:
-        resnet = {
-            "resnet_stages": list(arch.resnet_stages),
-            "resnet_width": int(model.get_layer("conv_root").filters),
-            "resnet_groups": int(model.get_layer("gn_root").groups),
-        }
-    return {
-        **resnet,
-        "patch_size": list(arch.patch_size),
-        **arch.transformer_kwargs(),
-        **arch.pooling_kwargs(),
-        "image_size": list(image_shape_of(model)[:2]),
-        "position_embedding": arch.position_embedding,
-    }
+        return model_source.kwargs_of_model(model)
+    except ValueError as error:
+        raise ConfigError(str(error)) from None

@@ -215,11 +215,7 @@ def fit_run(
     """
     import tensorflow as tf
 
-    if isinstance(train_data, tuple) and steps_per_epoch is not None:
-        raise ValueError(
-            "`steps_per_epoch` is for infinite datasets; with (images, labels) arrays an "
-            f"epoch is one pass over them. Received: steps_per_epoch={steps_per_epoch!r}"
-        )
+    _check_fit_input(train_data, steps_per_epoch)
     run_dir = os.path.abspath(os.fspath(run_dir))
     strategy = strategy or tf.distribute.get_strategy()
     chief = distribute.is_chief(strategy)
@@ -233,44 +229,21 @@ def fit_run(
     try:
         if chief and not resume:
             _atomic.write_json(os.path.join(run_dir, CONFIG_FILE), config or {})
-        with strategy.scope():
-            model = build_model()
-        if model.optimizer is None:
-            raise ValueError("`build_model` must return a compiled model (model.compile(...)).")
-        distribute.check_variables_in_scope(model, strategy)
+        model = _build_in_scope(build_model, strategy)
         monitor = monitor or ("val_accuracy" if validation_data is not None else "accuracy")
         scratch = None if chief else worker_restart.scratch_dir(run_dir, strategy)
-        history = callbacks.HistoryCSV(os.path.join(run_dir, HISTORY_FILE), write=chief)
-        callback_list = [
-            history,
-            callbacks.ModelSnapshots(run_dir, monitor=monitor, write=chief, scratch_dir=scratch),
-            callbacks.LearningCurvePlot(
-                history,
-                os.path.join(run_dir, PLOT_FILE),
-                write=chief,
-                title=f"{os.path.basename(run_dir)}: learning curves",
-                monitor=monitor,
-            ),
-            keras.callbacks.TensorBoard(os.path.join(scratch or run_dir, LOG_DIR)),
-            *extra_callbacks,
-            callbacks.AtomicBackupAndRestore(_backup_dir(run_dir, strategy, chief)),
-        ]
+        history, callback_list = _run_callbacks(
+            run_dir, monitor, strategy, chief, scratch, extra_callbacks
+        )
         # the backup's epoch is also the data position; every worker must restore the same one
         first_epoch = worker_restart.agreed_epoch(callback_list[-1].backup_dir, strategy)
         start = time.perf_counter()
-        x, y = train_data, None
-        if isinstance(train_data, tuple):  # in-memory arrays: the order is ours to fix
-            x, steps_per_epoch = epoch_ordered_batches(
-                *train_data, batch_size or 32, first_epoch, epochs, shuffle_seed
-            )
-            batch_size = None
-        elif _passes_resume(strategy):  # a finite dataset: epoch e = its pass e
-            x, steps_per_epoch = epoch_passes(x, first_epoch, steps_per_epoch)
-        elif steps_per_epoch is not None and hasattr(x, "repeat"):  # other strategies
-            x = x.repeat()  # one stream: a finite dataset would run out after its pass
+        x, steps_per_epoch, batch_size = _fit_input(
+            train_data, steps_per_epoch, batch_size, first_epoch, epochs, shuffle_seed, strategy
+        )
         model.fit(
             x,
-            y,
+            None,
             batch_size=batch_size,
             shuffle=False,  # arrays: epoch_ordered_batches; datasets: their own pipeline
             epochs=epochs,
@@ -279,24 +252,10 @@ def fit_run(
             callbacks=callback_list,
             verbose=verbose,
         )
-        metrics = {
-            "epochs": len(history.rows),
-            "steps": int(keras.ops.convert_to_numpy(model.optimizer.iterations)),
-            "monitor": monitor,
-            "best": _atomic.read_json(os.path.join(run_dir, "best.json")),
-            "fit_wall_time_s": round(time.perf_counter() - start, 3),
-            "num_replicas": strategy.num_replicas_in_sync,
-        }
-        if validation_data is not None:
-            rows = history.rows
-            metrics["validation"] = _held_out_metrics(rows, model, validation_data, batch_size)
-            metrics["held_out"] = metrics["validation"]
-        if test_data is not None and chief:
-            metrics["test"] = evaluate_saved(
-                os.path.join(run_dir, "best.keras"), test_data, batch_size=batch_size
-            )
-            metrics["test"]["epoch"] = (metrics["best"] or {}).get("epoch")
-            metrics["held_out"] = metrics["test"]
+        metrics = _fit_metrics(model, history, run_dir, monitor, strategy, start)
+        metrics.update(
+            _held_out(model, history, run_dir, validation_data, test_data, batch_size, chief)
+        )
         if chief:
             _atomic.write_json(os.path.join(run_dir, METRICS_FILE), metrics)
     finally:
@@ -305,6 +264,91 @@ def fit_run(
         if lock:
             run_lock.release(lock)
     return RunResult(run_dir, model, history.rows, metrics)
+
+
+def _check_fit_input(train_data, steps_per_epoch) -> None:
+    """`fit_run` step 1: arrays take no `steps_per_epoch` (an epoch is one pass)."""
+    if isinstance(train_data, tuple) and steps_per_epoch is not None:
+        raise ValueError(
+            "`steps_per_epoch` is for infinite datasets; with (images, labels) arrays an "
+            f"epoch is one pass over them. Received: steps_per_epoch={steps_per_epoch!r}"
+        )
+
+
+def _build_in_scope(build_model, strategy) -> keras.Model:
+    """`fit_run` step 2: the compiled model, every variable created by `strategy`."""
+    with strategy.scope():
+        model = build_model()
+    if model.optimizer is None:
+        raise ValueError("`build_model` must return a compiled model (model.compile(...)).")
+    distribute.check_variables_in_scope(model, strategy)
+    return model
+
+
+def _run_callbacks(run_dir, monitor, strategy, chief, scratch, extra_callbacks):
+    """`fit_run` step 3: (the history callback, every callback of the run in order: history,
+    snapshots, learning curves, TensorBoard, `extra_callbacks`, then the backup last)."""
+    history = callbacks.HistoryCSV(os.path.join(run_dir, HISTORY_FILE), write=chief)
+    callback_list = [
+        history,
+        callbacks.ModelSnapshots(run_dir, monitor=monitor, write=chief, scratch_dir=scratch),
+        callbacks.LearningCurvePlot(
+            history,
+            os.path.join(run_dir, PLOT_FILE),
+            write=chief,
+            title=f"{os.path.basename(run_dir)}: learning curves",
+            monitor=monitor,
+        ),
+        keras.callbacks.TensorBoard(os.path.join(scratch or run_dir, LOG_DIR)),
+        *extra_callbacks,
+        callbacks.AtomicBackupAndRestore(_backup_dir(run_dir, strategy, chief)),
+    ]
+    return history, callback_list
+
+
+def _fit_input(train_data, steps_per_epoch, batch_size, first_epoch, epochs, seed, strategy):
+    """`fit_run` step 4: (x, steps_per_epoch, batch_size) for `model.fit`, so that a run
+    resumed at `first_epoch` sees the batches of the uninterrupted one."""
+    if isinstance(train_data, tuple):  # in-memory arrays: the order is ours to fix
+        x, steps_per_epoch = epoch_ordered_batches(
+            *train_data, batch_size or 32, first_epoch, epochs, seed
+        )
+        return x, steps_per_epoch, None
+    if _passes_resume(strategy):  # a finite dataset: epoch e = its pass e
+        x, steps_per_epoch = epoch_passes(train_data, first_epoch, steps_per_epoch)
+        return x, steps_per_epoch, batch_size
+    if steps_per_epoch is not None and hasattr(train_data, "repeat"):  # other strategies
+        return train_data.repeat(), steps_per_epoch, batch_size  # one stream
+    return train_data, steps_per_epoch, batch_size
+
+
+def _fit_metrics(model, history, run_dir, monitor, strategy, start) -> dict:
+    """`fit_run` step 5: what the fit did (epochs, steps, the best epoch, wall time)."""
+    return {
+        "epochs": len(history.rows),
+        "steps": int(keras.ops.convert_to_numpy(model.optimizer.iterations)),
+        "monitor": monitor,
+        "best": _atomic.read_json(os.path.join(run_dir, "best.json")),
+        "fit_wall_time_s": round(time.perf_counter() - start, 3),
+        "num_replicas": strategy.num_replicas_in_sync,
+    }
+
+
+def _held_out(model, history, run_dir, validation_data, test_data, batch_size, chief) -> dict:
+    """`fit_run` step 6: the validation figures after the last epoch and the test figures of
+    best.keras (chief only); "held_out" is the test's where there is one."""
+    metrics = {}
+    if validation_data is not None:
+        metrics["validation"] = _held_out_metrics(history.rows, model, validation_data, batch_size)
+        metrics["held_out"] = metrics["validation"]
+    if test_data is not None and chief:
+        best = _atomic.read_json(os.path.join(run_dir, "best.json"))
+        metrics["test"] = evaluate_saved(
+            os.path.join(run_dir, "best.keras"), test_data, batch_size=batch_size
+        )
+        metrics["test"]["epoch"] = (best or {}).get("epoch")
+        metrics["held_out"] = metrics["test"]
+    return metrics
 
 
 def epoch_ordered_batches(x, y, batch_size, first_epoch, epochs, seed):

@@ -254,14 +254,9 @@ def loss(label_smoothing=0.0, one_hot=False):
 def build_model(model_kwargs: dict):
     """`keras_vit.HybridViT(**model_kwargs)` when they name `resnet_stages`, else
     `keras_vit.ViT(**model_kwargs)` (the form config.json records a run's model in)."""
-    from keras_vit.hybrid import HybridViT
-    from keras_vit.models import ViT
+    from keras_vit.build_any import build
 
-    kwargs = dict(model_kwargs)
-    if "resnet_stages" in kwargs:
-        kwargs["resnet_stages"] = tuple(kwargs["resnet_stages"])
-        return HybridViT(**kwargs)
-    return ViT(**kwargs)
+    return build(model_kwargs)
 
 
 def _compile_kwargs(config, num_train_examples):

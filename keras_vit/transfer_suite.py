@@ -55,10 +55,10 @@ def vtab_splits(task: str, num_classes: int, *, data_dir=None) -> tuple[str, str
     Raises:
         ConfigError: more than 1,000 classes (fewer than one example per class).
     """
-    from keras_vit import data
+    from keras_vit.data.sources import find_source
     from keras_vit.run_plan import ConfigError
 
-    if data.pipeline.source_kind(task) == "tfds":
+    if not find_source(task).per_class_slices:  # TFDS: its stored order
         return f"train[:{VTAB_TRAIN}]", f"train[{VTAB_TRAIN}:{VTAB_TRAIN + VTAB_VAL}]"
     per_class = (VTAB_TRAIN + VTAB_VAL) // num_classes
     if per_class < 2:

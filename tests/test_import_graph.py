@@ -126,3 +126,46 @@ def test_no_subcommand_imports_another():
     assert subcommands <= set(MODULES)
     offenders = {m: imports_of(m) & subcommands for m in subcommands if imports_of(m) & subcommands}
     assert offenders == {}
+
+
+# The layers, bottom up: what a lower module may not import (imports inside functions count).
+BELOW_THE_BUILDERS = ("keras_vit.checkpoints", "keras_vit.layers")
+BELOW_THE_BUILDERS_MODULES = ("keras_vit.configs", "keras_vit.builder", "keras_vit.layer_names")
+ABOVE_THE_BUILDERS = (
+    "keras_vit.models",
+    "keras_vit.hybrid",
+    "keras_vit.model_source",
+    "keras_vit.run_plan",
+    "keras_vit.runs",
+    "keras_vit.training",
+    "keras_vit.finetune",
+    "keras_vit.cli",
+)
+# The one door left open: `keras_vit.from_checkpoint` builds the model it reads, through
+# build_any (which alone imports models.py / hybrid.py for it).
+KNOWN_UPWARD = {("keras_vit.checkpoints.from_checkpoint", "keras_vit.build_any")}
+
+
+def _is_below(module: str) -> bool:
+    return module.startswith(BELOW_THE_BUILDERS) or module in BELOW_THE_BUILDERS_MODULES
+
+
+def test_no_import_runs_up_from_below_the_builders():
+    upward = {
+        (module, imported)
+        for module in MODULES
+        if _is_below(module)
+        for imported in imports_of(module)
+        if imported.startswith(ABOVE_THE_BUILDERS) or imported == "keras_vit.build_any"
+    }
+    assert upward == KNOWN_UPWARD
+    # ...and that door opens on the builders only, never on the resolver above them.
+    assert imports_of("keras_vit.build_any") <= {"keras_vit.models", "keras_vit.hybrid"}
+
+
+def test_the_model_from_anything_module_is_what_its_callers_use():
+    assert "keras_vit.model_source" in imports_of("keras_vit.run_plan")
+    assert "keras_vit.model_source" in imports_of("keras_vit.cli.convert")
+    for caller in ("keras_vit.run_plan", "keras_vit.cli.convert"):
+        assert "keras_vit.models" not in imports_of(caller)
+        assert "keras_vit.hybrid" not in imports_of(caller)

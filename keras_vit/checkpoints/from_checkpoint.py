@@ -106,10 +106,9 @@ def architecture_kwargs(contents: CheckpointContents, image_size=None) -> dict:
 def build_from_kwargs(kwargs: dict):
     """`keras_vit.HybridViT(**kwargs)` when `kwargs` name `resnet_stages`, else
     `keras_vit.ViT(**kwargs)` (the model `architecture_kwargs` describes)."""
-    from keras_vit.hybrid import HybridViT
-    from keras_vit.models import ViT
+    from keras_vit.build_any import build
 
-    return (HybridViT if "resnet_stages" in kwargs else ViT)(**kwargs)
+    return build(kwargs)
 
 
 def from_checkpoint(

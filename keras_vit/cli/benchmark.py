@@ -28,8 +28,8 @@ from keras_vit.benchmarking import (
     peer_available,
     variant_arch,
 )
-from keras_vit.cli import common, progress
-from keras_vit.cli.common import UsageError
+from keras_vit.cli import flags, progress
+from keras_vit.cli.flags import UsageError
 
 logger = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ def add_parser(subparsers):
     parser.add_argument(  # the old spelling: warns and names --model; hidden in --help
         "--variant",
         dest="model",
-        action=common.DeprecatedAlias,
+        action=flags.DeprecatedAlias,
         new_flag="--model",
         help=argparse.SUPPRESS,
     )
@@ -60,8 +60,8 @@ def add_parser(subparsers):
     parser.add_argument(
         "--mode", choices=(*MODES, "both"), default="both", help="what to time (both)"
     )
-    common.add_precision_arguments(parser)
-    common.add_deprecated_precision_aliases(parser)
+    flags.add_precision_arguments(parser)
+    flags.add_deprecated_precision_aliases(parser)
     parser.add_argument("--steps", type=int, default=3, help="steps per repeat (3)")
     parser.add_argument("--repeats", type=int, default=5, help="timed repeats, median (5)")
     parser.add_argument("--warmup", type=int, default=2, help="untimed warm-up steps (2)")
@@ -116,24 +116,23 @@ def check_json_path(path: str) -> None:
 
 
 def variant_name(text: str) -> str:
-    """The table name ("Ti/16") of a variant spelled as `train --model` takes it ("Ti/16",
-    "ViT_Ti16", "ti16"); a custom "patch,hidden,mlp,heads,layers" spec unchanged.
+    """The table name ("Ti/16") of a ViT variant in any spelling
+    `keras_vit.configs.resolve_model` takes ("Ti/16", "ViT_Ti16", "ti16", "ViT-Ti_16"); a
+    custom "patch,hidden,mlp,heads,layers" spec unchanged.
 
     Raises:
-        UsageError: a name that is no variant of `keras_vit.configs.VIT_CONFIGS`.
+        UsageError: a name that is no ViT variant of `keras_vit.configs.VIT_CONFIGS`
+            (hybrids are not timed), listing the valid names.
     """
     if "," in text:
         return text
-    from keras_vit import run_plan
-
     try:
-        config = run_plan.named_variant(text)
-    except run_plan.ConfigError:
+        return configs.resolve_model(text, hybrids=False).name
+    except ValueError as error:
         raise UsageError(
             f"--model {text!r} is not a named variant ({configs.variant_list()}) nor a custom "
-            "'patch,hidden,mlp,heads,layers'"
+            f"'patch,hidden,mlp,heads,layers': {error}"
         ) from None
-    return next(name for name, value in configs.VIT_CONFIGS.items() if value is config)
 
 
 def parse_sizes(text):

@@ -18,11 +18,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 
 from keras_vit._atomic import atomic_path
-from keras_vit.cli import progress
-from keras_vit.cli.common import UsageError
+from keras_vit.cli import flags, progress
+from keras_vit.cli.flags import UsageError
 
 TARGETS = ("npz", "keras", "hf", "timm")
 SUFFIXES = {".npz": "npz", ".keras": "keras", ".safetensors": "timm"}
@@ -64,12 +63,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
             "read it from the file"
         ),
     )
-    parser.add_argument(
-        "--image-size",
-        type=int,
-        nargs="+",
-        default=None,
-        metavar="PIXELS",
+    flags.add_image_size_argument(
+        parser,
         help="image size (one int, or height width); default: the file's position-table grid",
     )
     parser.add_argument(
@@ -124,28 +119,23 @@ def builder_for(name: str):
     """`(builder, patch_on_image)` for a model name; `patch_on_image` is the pixel stride of
     one token (patch times the ResNet stride for hybrids).
 
-    Accepts "B/16", "ViT-B_16", "ViT_B16", "R50+B/16", "R50+ViT-B_16", "R50_B16".
+    Takes every spelling `keras_vit.configs.resolve_model` reads: "B/16", "ViT-B_16",
+    "ViT_B16", "b16", "R50+B/16", "R50+ViT-B_16", "R50_B16".
 
     Raises:
-        UsageError: an unknown name.
+        UsageError: an unknown name (the message lists the valid ones).
     """
-    import keras_vit
-    from keras_vit import configs
+    from keras_vit import configs, model_source
 
-    variant = configs.table_name(name)
-    if variant in configs.VIT_CONFIGS:
-        return getattr(keras_vit, configs.builder_name(variant)), configs.get_config(
-            variant
-        ).patch_size
-    if variant in configs.HYBRID_CONFIGS:
-        config = configs.HYBRID_CONFIGS[variant]
-        builder = getattr(keras_vit, configs.builder_name(variant))
-        return builder, config.patch_size * config.total_stride
-    builder = getattr(keras_vit, name, None)
-    if callable(builder) and re.fullmatch(r"(ViT|R\w*)_\w+", name):
-        return builder, None
-    known = sorted(configs.VIT_CONFIGS) + sorted(configs.HYBRID_CONFIGS)
-    raise UsageError(f"unknown --model {name!r}; expected 'auto' or one of {known}")
+    try:
+        named = configs.resolve_model(name)
+        builder = model_source.named(name).builder
+    except ValueError:
+        raise UsageError(
+            f"unknown --model {name!r}; expected 'auto' or one of {configs.valid_names()} "
+            "(also spelled as the builder, ViT_B16 / R50_B16, or the release file, ViT-B_16)"
+        ) from None
+    return builder, named.pixels_per_token
 
 
 def _file_defaults(arch, args, pixels_per_token):
@@ -162,9 +152,7 @@ def _file_defaults(arch, args, pixels_per_token):
     elif arch.representation_size is not None:
         kwargs["representation_size"] = arch.representation_size
     if args.image_size is not None:
-        if len(args.image_size) not in (1, 2):
-            raise UsageError(f"--image-size takes 1 or 2 ints. Received: {args.image_size}")
-        kwargs["image_size"] = tuple(args.image_size) * (3 - len(args.image_size))
+        kwargs["image_size"] = args.image_size  # the (height, width) pair of the flag
     elif arch.num_patch_tokens is not None and pixels_per_token is not None:
         if arch.grid is None:
             raise UsageError(
@@ -201,21 +189,19 @@ def _auto_kwargs(contents, args) -> dict:
     if args.representation_size is not None:
         kwargs["representation_size"] = args.representation_size
     if args.image_size is not None:
-        if len(args.image_size) not in (1, 2):
-            raise UsageError(f"--image-size takes 1 or 2 ints. Received: {args.image_size}")
-        kwargs["image_size"] = tuple(args.image_size) * (3 - len(args.image_size))
+        kwargs["image_size"] = args.image_size  # the (height, width) pair of the flag
     return kwargs
 
 
 def _build_model(contents, args):
     """The model the checkpoint is loaded into (named variant, or read from the file)."""
+    from keras_vit.build_any import build
     from keras_vit.checkpoints import CheckpointError, load_weights
     from keras_vit.checkpoints.architecture import Architecture
-    from keras_vit.checkpoints.from_checkpoint import build_from_kwargs
 
     try:
         if args.model in (None, "auto"):
-            model = build_from_kwargs(_auto_kwargs(contents, args))
+            model = build(_auto_kwargs(contents, args))
         else:
             builder, pixels = builder_for(args.model)
             defaults = _file_defaults(Architecture.from_arrays(contents.arrays), args, pixels)
@@ -242,6 +228,8 @@ def run(args) -> int:
         raise UsageError(f"SRC not found: {args.src!r}")
     if os.path.exists(args.dst) and not args.overwrite:
         raise UsageError(f"DST exists: {args.dst!r} (pass --overwrite to replace it)")
+    if args.model not in (None, "auto"):
+        builder_for(args.model)  # an unknown name fails here, before the file is read
     contents = _read(args)
     if _needs_model(args, target):
         model, report = _build_model(contents, args)

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from keras_vit.cli import common, progress
-from keras_vit.cli.common import UsageError, outputs_logits
+from keras_vit.cli import flags, model_files, progress
+from keras_vit.cli.flags import UsageError
+from keras_vit.cli.model_files import outputs_logits
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -20,17 +21,17 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         ),
     )
     parser.add_argument("model", metavar="RUN_OR_MODEL", help="run directory, .keras or .npz")
-    common.add_data_arguments(
+    flags.add_data_arguments(
         parser, default_dataset_help="default: the run's dataset", bad_images="fail"
     )
     parser.add_argument("--split", default="test", help="split to evaluate (default: test)")
     parser.add_argument(
-        "--batch-size", type=common.positive_int, default=256, help="batch size (default 256)"
+        "--batch-size", type=flags.positive_int, default=256, help="batch size (default 256)"
     )
     parser.add_argument(
-        "--top-k", type=common.positive_int, default=5, help="also report top-k accuracy"
+        "--top-k", type=flags.positive_int, default=5, help="also report top-k accuracy"
     )
-    common.add_precision_arguments(parser)
+    flags.add_precision_arguments(parser)
     progress.add_output_arguments(parser, log_every=False)
     parser.set_defaults(func=run)
     return parser
@@ -74,16 +75,16 @@ def run(args) -> int:
     from keras_vit import data
     from keras_vit.data.preprocess import from_unit_range, model_input_preprocessing
 
-    model, config = common.load_model(args.model)
+    model, config = model_files.load_model(args.model)
     dataset, shots, info = resolve_dataset(args, config)
-    model, precision = common.model_with_precision(args, model)
+    model, precision = model_files.model_with_precision(args, model)
     num_classes = check_classes(model, info)
     top_k = min(args.top_k, num_classes)
-    with common.usage_errors():
+    with flags.usage_errors():
         dataset_split = data.load(
             dataset,
             args.split,
-            image_size=common.model_image_shape(model)[:2],
+            image_size=model_files.model_image_shape(model)[:2],
             batch_size=args.batch_size,
             training=False,
             channels=int(model.input_shape[-1]),

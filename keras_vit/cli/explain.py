@@ -14,12 +14,8 @@ import os
 
 import numpy as np
 
-from keras_vit.cli.common import (
-    UsageError,
-    class_names_from_run,
-    model_image_shape,
-    resolve_model_path,
-)
+from keras_vit.cli.flags import UsageError
+from keras_vit.cli.model_files import class_names_from_run, model_image_shape, resolve_model_path
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:

@@ -12,12 +12,9 @@ import argparse
 import json
 import os
 
-from keras_vit.cli import common, progress
-from keras_vit.cli.common import (  # noqa: F401  (re-exported)
-    UsageError,
-    class_names_from_run,
-    resolve_model_path,
-)
+from keras_vit.cli import flags, model_files, progress
+from keras_vit.cli.flags import UsageError
+from keras_vit.cli.model_files import class_names_from_run, resolve_model_path  # noqa: F401
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -47,7 +44,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument(
         "--overwrite", action="store_true", help="replace an existing version folder"
     )
-    common.add_precision_arguments(parser)
+    flags.add_precision_arguments(parser)
     progress.add_output_arguments(parser, log_every=False)
     parser.set_defaults(func=run)
     return parser
@@ -91,7 +88,7 @@ def run(args) -> int:
     import keras_vit
 
     model = keras.saving.load_model(model_path, compile=False)
-    model, precision = common.model_with_precision(args, model)
+    model, precision = model_files.model_with_precision(args, model)
     try:
         target = keras_vit.export_saved_model(
             model,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import math
 
-from keras_vit.cli import common, progress
-from keras_vit.cli.common import UsageError
+from keras_vit.cli import flags, model_files, progress
+from keras_vit.cli.flags import UsageError
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -23,14 +23,14 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         ),
     )
     parser.add_argument("model", metavar="RUN_OR_MODEL", help="run directory, .keras or .npz")
-    common.add_data_arguments(parser, default_dataset_help="default: the run's dataset")
+    flags.add_data_arguments(parser, default_dataset_help="default: the run's dataset")
     parser.add_argument(
-        "--shots", type=common.positive_int, nargs="+", default=[1, 5, 10, 25],
+        "--shots", type=flags.positive_int, nargs="+", default=[1, 5, 10, 25],
         help="training images per class, one evaluation each (default: 1 5 10 25); every "
         "class of --train-split needs the largest, checked before features are computed",
     )  # fmt: skip
     parser.add_argument(
-        "--seeds", type=common.positive_int, default=3, help="draws per shot count (default 3)"
+        "--seeds", type=flags.positive_int, default=3, help="draws per shot count (default 3)"
     )
     parser.add_argument(
         "--holdout-per-class", type=int, default=10,
@@ -38,11 +38,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     )  # fmt: skip
     parser.add_argument("--train-split", default="train", help="pool of the shots (train)")
     parser.add_argument("--test-split", default="test", help="split scored (test)")
-    common.add_allow_test_selection_argument(parser, "--train-split (shots and l2)")
+    flags.add_allow_test_selection_argument(parser, "--train-split (shots and l2)")
     parser.add_argument(
-        "--batch-size", type=common.positive_int, default=256, help="batch size (default 256)"
+        "--batch-size", type=flags.positive_int, default=256, help="batch size (default 256)"
     )
-    common.add_precision_arguments(parser)
+    flags.add_precision_arguments(parser)
     progress.add_output_arguments(parser, log_every=False)
     parser.set_defaults(func=run)
     return parser
@@ -95,9 +95,8 @@ def check_shots(args, dataset, info) -> None:
     images of every class: counted per class where the source knows its labels or files
     (embedded sets, arrays, folders), else (TFDS) only against the split's size. A folder's
     files are counted twice: by name first (cheap), then only those that decode
-    (`keras_vit.fewshot.usable_class_counts`: the files `data.load` keeps)."""
+    (`keras_vit.data.decodable_class_counts`: the files `data.load` keeps)."""
     from keras_vit import data, fewshot
-    from keras_vit.data import pipeline
 
     split, kwargs = args.train_split, dict(data_dir=args.data_dir)
     try:
@@ -107,10 +106,10 @@ def check_shots(args, dataset, info) -> None:
         raise UsageError(f"--train-split: {' '.join(str(error).split())}") from None
     try:
         fewshot.check_shots(args.shots, counts, num_examples=size, num_classes=info.num_classes)
-        if pipeline.source_kind(dataset) == "folder":  # the files of a class that decode
-            with common.usage_errors():
-                counts = fewshot.usable_class_counts(dataset, split, bad_images=args.bad_images)
-            fewshot.check_shots(args.shots, counts)
+        with flags.usage_errors():  # the files of a class that decode (folders)
+            usable = data.decodable_class_counts(dataset, split, bad_images=args.bad_images)
+        if usable is not None:
+            fewshot.check_shots(args.shots, usable)
     except ValueError as error:
         raise UsageError(
             f"--shots {max(args.shots)} is too many for --train-split {split!r} of "
@@ -123,16 +122,16 @@ def run(args) -> int:
 
     if args.holdout_per_class < 0:
         raise UsageError(f"--holdout-per-class must be >= 0, got {args.holdout_per_class}.")
-    dataset, info = _dataset(args, common.read_run_config(args.model))
+    dataset, info = _dataset(args, model_files.read_run_config(args.model))
     check_shots(args, dataset, info)
-    model, _ = common.load_model(args.model)
+    model, _ = model_files.load_model(args.model)
     try:
         layer = fewshot.feature_layer_name(model)
     except ValueError as error:
         raise UsageError(str(error)) from None
-    model, precision = common.model_with_precision(args, model)  # the features' dtype and XLA
+    model, precision = model_files.model_with_precision(args, model)  # the features' dtype and XLA
     common_kwargs = dict(
-        image_size=common.model_image_shape(model)[:2],
+        image_size=model_files.model_image_shape(model)[:2],
         batch_size=args.batch_size,
         training=False,
         channels=int(model.input_shape[-1]),
@@ -141,7 +140,7 @@ def run(args) -> int:
     )
     # a Progbar only on a terminal (no control codes in log files), never with --quiet
     bar = progress.output_mode(args) == "batch"
-    with common.usage_errors():
+    with flags.usage_errors():
         train = data.load(dataset, args.train_split, **common_kwargs)
         test = data.load(dataset, args.test_split, **common_kwargs)
     try:
@@ -160,7 +159,7 @@ def run(args) -> int:
     if bar:
         print()  # end the progress bar's line
     width = int(model.get_layer(layer).output.shape[-1])
-    size = "x".join(str(s) for s in common.model_image_shape(model)[:2])
+    size = "x".join(str(s) for s in model_files.model_image_shape(model)[:2])
     first = next(iter(results.values()))
     print(
         f"Few-shot linear evaluation of {args.model} on {info.name} at {size}: '{layer}' "

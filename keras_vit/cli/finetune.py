@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from keras_vit.cli import common
+from keras_vit.cli import flags, run_driver
 
 # flag (argparse dest) -> field of keras_vit.training.FinetuneConfig
 RECIPE_FLAGS = {
@@ -37,11 +37,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "an .npz, a timm .safetensors or a Hugging Face ViT folder, or a published name "
         "(imagenet21k/ViT-B_32, augreg/ViT-S_16-224, ...); the architecture is read from it",
     )
-    common.add_data_arguments(parser, default_dataset_help="default: digits")
+    flags.add_data_arguments(parser, default_dataset_help="default: digits")
     parser.add_argument(
-        "--steps", type=common.positive_int, help="optimizer steps (rounded up to whole epochs)"
+        "--steps", type=flags.positive_int, help="optimizer steps (rounded up to whole epochs)"
     )
-    common.add_run_arguments(parser, task="finetune")
+    flags.add_run_arguments(parser, task="finetune")
     parser.set_defaults(func=run)
     return parser
 
@@ -49,8 +49,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 def build_config(args):
     from keras_vit import runs, training
 
-    overrides = common.recipe_overrides(args, RECIPE_FLAGS)
-    with common.usage_errors():
+    overrides = flags.recipe_overrides(args, RECIPE_FLAGS)
+    with flags.usage_errors():
         return runs.RunConfig(
             task="finetune",
             recipe=training.FinetuneConfig(**overrides),
@@ -68,10 +68,10 @@ def build_config(args):
 
 def run(args) -> int:
     if not args.resume and not args.weights:
-        from keras_vit.cli.common import UsageError
+        from keras_vit.cli.flags import UsageError
 
         raise UsageError(
             "--weights is required: a run directory, a checkpoint file or folder, or a "
             "published checkpoint name."
         )
-    return common.run_training(build_config(args), args, "finetune")
+    return run_driver.run_training(build_config(args), args, "finetune")

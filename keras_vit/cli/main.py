@@ -3,11 +3,11 @@
 Each subcommand lives in its own module under `keras_vit.cli` and exposes
 `add_parser(subparsers) -> argparse.ArgumentParser`; the parser it returns must call
 `set_defaults(func=run)` where `run(args) -> int` does the work. Bad arguments found before
-any work starts raise `keras_vit.cli.common.UsageError`, which `main` turns into one line on
+any work starts raise `keras_vit.cli.flags.UsageError`, which `main` turns into one line on
 stderr and exit code 2; a file that cannot be written (`OSError`: disk full, I/O error) gives
 one line naming the path and the cause and exit code 1; Ctrl-C gives one line saying how to
-continue and exit code 130. Helpers two subcommands share live in `keras_vit.cli.common`; no
-subcommand imports another.
+continue and exit code 130. Helpers two subcommands share live in
+`keras_vit.cli.flags`, `model_files` and `run_driver`; no subcommand imports another.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import sys
 import warnings
 
 from keras_vit.cli import startup
-from keras_vit.cli.common import HelpFormatter, UsageError
+from keras_vit.cli.flags import HelpFormatter, UsageError
 
 # Subcommand modules, in the order `keras-vit --help` lists them.
 SUBCOMMAND_MODULES: list[str] = [

@@ -6,8 +6,9 @@ import argparse
 import logging
 import os
 
-from keras_vit.cli import common, progress
-from keras_vit.cli.common import UsageError, outputs_logits
+from keras_vit.cli import flags, model_files, progress
+from keras_vit.cli.flags import UsageError
+from keras_vit.cli.model_files import outputs_logits
 
 # keras_vit.data.decode.IMAGE_EXTENSIONS (not imported: it loads TensorFlow; a test checks
 # they are equal).
@@ -34,14 +35,14 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--top-k",
-        type=common.positive_int,
+        type=flags.positive_int,
         help=f"classes per image (default {DEFAULT_TOP_K}, at most the model's class count)",
     )
     parser.add_argument(
-        "--batch-size", type=common.positive_int, default=64, help="batch size (default 64)"
+        "--batch-size", type=flags.positive_int, default=64, help="batch size (default 64)"
     )
-    common.add_bad_images_argument(parser, default="skip")
-    common.add_precision_arguments(parser)
+    flags.add_bad_images_argument(parser, default="skip")
+    flags.add_precision_arguments(parser)
     progress.add_output_arguments(parser, log_every=False)
     parser.set_defaults(func=run)
     return parser
@@ -119,13 +120,13 @@ def run(args) -> int:
 
     from keras_vit.data.preprocess import from_unit_range, model_input_preprocessing
 
-    model, config = common.load_model(args.model)
+    model, config = model_files.load_model(args.model)
     found = find_images(args.inputs)
-    height, width, channels = common.model_image_shape(model)
+    height, width, channels = model_files.model_image_shape(model)
     files = usable_images(found, args.bad_images, channels)
     images = read_images(files, (height, width), channels)
     images = np.asarray(from_unit_range(images, model_input_preprocessing(model)))
-    model, _ = common.model_with_precision(args, model)
+    model, _ = model_files.model_with_precision(args, model)
     bar = len(files) > 1000 and progress.output_mode(args) == "batch"  # a terminal only
     outputs = model.predict(images, batch_size=args.batch_size, verbose=1 if bar else 0)
     if outputs_logits(model):

@@ -63,7 +63,7 @@ def _shown(value) -> str:
 
 def check_resume_flags(args, flagged, stored, task: str) -> None:
     """UsageError naming the flags given with --resume that differ from the stored run."""
-    from keras_vit.cli.common import UsageError
+    from keras_vit.cli.flags import UsageError
 
     conflicts = resume_conflicts(args, flagged, stored, task)
     if conflicts:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 
 from keras_vit import configs
-from keras_vit.cli import common
+from keras_vit.cli import flags, run_driver
 
 # flag (argparse dest) -> field of keras_vit.training.TrainConfig
 RECIPE_FLAGS = {
@@ -37,12 +37,13 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
             "held-out accuracy. A killed run continues with --resume."
         ),
     )
-    common.add_data_arguments(parser, default_dataset_help="default: mnist")
+    flags.add_data_arguments(parser, default_dataset_help="default: mnist")
     parser.add_argument(
         "--model",
         default="default",
-        help="'default' or 'tiny' (the recipe's small model; see --stem) or a named variant: "
-        + configs.variant_list(),
+        help="'default' or 'tiny' (the recipe's small model; see --stem) or a named model: "
+        + configs.variant_list(configs.MODEL_CONFIGS)
+        + " (also spelled ti16, ViT_Ti16, ViT-Ti_16, R50_B16, R50+ViT-B_16)",
     )
     parser.add_argument(
         "--stem",
@@ -53,11 +54,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--patch-size",
-        type=common.positive_int,
+        type=flags.positive_int,
         help="patch side (overrides the model's; with the resnet stem, on its feature map)",
     )
-    parser.add_argument("--epochs", type=common.positive_int, help="number of epochs")
-    common.add_run_arguments(parser, task="train")
+    parser.add_argument("--epochs", type=flags.positive_int, help="number of epochs")
+    flags.add_run_arguments(parser, task="train")
     parser.set_defaults(func=run)
     return parser
 
@@ -66,8 +67,8 @@ def build_config(args):
     """The `RunConfig` of the flags; raises UsageError for bad combinations."""
     from keras_vit import runs, training
 
-    overrides = common.recipe_overrides(args, RECIPE_FLAGS)
-    with common.usage_errors():
+    overrides = flags.recipe_overrides(args, RECIPE_FLAGS)
+    with flags.usage_errors():
         return runs.RunConfig(
             task="train",
             recipe=training.TrainConfig(**overrides),
@@ -85,4 +86,4 @@ def build_config(args):
 
 
 def run(args) -> int:
-    return common.run_training(build_config(args), args, "train")
+    return run_driver.run_training(build_config(args), args, "train")

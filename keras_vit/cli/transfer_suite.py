@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import os
 
-from keras_vit.cli import common, progress
-from keras_vit.cli.common import UsageError
+from keras_vit.cli import flags, model_files, progress, run_driver
+from keras_vit.cli.flags import UsageError
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -34,23 +34,23 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "or image folders",
     )  # fmt: skip
     parser.add_argument("--data-dir", help="TFDS data directory (never downloads)")
-    parser.add_argument(
-        "--image-size", type=common.positive_int, help="input side (default: the model's)"
+    flags.add_image_size_argument(
+        parser, help="input size: one side or height width (default: the model's)"
     )
     parser.add_argument(
-        "--steps", type=common.positive_int, default=transfer_suite.VTAB_STEPS,
+        "--steps", type=flags.positive_int, default=transfer_suite.VTAB_STEPS,
         help=f"optimizer steps per task (default {transfer_suite.VTAB_STEPS}, the paper's)",
     )  # fmt: skip
     parser.add_argument(
-        "--learning-rate", type=common.positive_float,
+        "--learning-rate", type=flags.positive_float,
         default=transfer_suite.VTAB_LEARNING_RATE, help="SGD base learning rate (default 0.01)",
     )  # fmt: skip
     parser.add_argument(
-        "--batch-size", type=common.positive_int, default=32, help="batch size (default 32)"
+        "--batch-size", type=flags.positive_int, default=32, help="batch size (default 32)"
     )
     parser.add_argument("--seed", type=int, default=0, help="training seed (default 0)")
     parser.add_argument("--split-seed", type=int, default=0, help="seed of the 800/200 draw")
-    common.add_precision_arguments(parser)
+    flags.add_precision_arguments(parser)
     parser.add_argument(
         "--run-dir",
         help="parent of the tasks' run directories (default: runs/transfer-suite-<date>-<time>);"
@@ -64,18 +64,18 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 def run(args) -> int:
     from keras_vit import transfer_suite
 
-    model_file, _ = common.resolve_model_path(args.model)
-    model, _ = common.load_model(args.model)
-    size = common.model_image_shape(model)[:2]
-    run_dir = args.run_dir or common.default_run_dir("transfer-suite")
+    model_file, _ = model_files.resolve_model_path(args.model)
+    model, _ = model_files.load_model(args.model)
+    size = model_files.model_image_shape(model)[:2]
+    run_dir = args.run_dir or run_driver.default_run_dir("transfer-suite")
     if os.path.exists(run_dir) and not os.path.isdir(run_dir):
         raise UsageError(f"--run-dir {run_dir!r} exists and is not a folder.")
-    with common.usage_errors():
+    with flags.usage_errors():
         results = transfer_suite.run_suite(
             args.model,
             run_dir,
             args.tasks,
-            source_image_size=size[0] if size[0] == size[1] else list(size),
+            source_image_size=tuple(size),
             data_dir=args.data_dir,
             image_size=args.image_size,
             steps=args.steps,

@@ -10,6 +10,7 @@ from keras_vit.data.info import DatasetInfo
 from keras_vit.data.pipeline import (
     DEFAULT_SOURCE,
     class_counts,
+    decodable_class_counts,
     default_augmentation,
     describe,
     load,
@@ -23,6 +24,7 @@ __all__ = [
     "Augmentation",
     "DatasetInfo",
     "class_counts",
+    "decodable_class_counts",
     "default_augmentation",
     "describe",
     "load",

@@ -145,3 +145,27 @@ def folder_examples(root, spec: SplitSpec, channels: int, split_seed=None, bad_i
         num_parallel_calls=tf.data.AUTOTUNE,
     )
     return dataset, len(indices)
+
+
+def decodable_class_counts(root, split: str, *, bad_images: str = "skip") -> dict[str, int]:
+    """{class name: images that decode} of `split` (a slice such as "train[:90%]" taken as
+    `keras_vit.data.load` takes it, before bad files are left out) of the image folder
+    `root`: the files `load` keeps, so that `check_shots` counts what a draw can take (a
+    corrupt, empty, oversized or unknown file is not an image of its class).
+
+    Raises:
+        keras_vit.data.image_check.BadImageError: with `bad_images="fail"`, the first bad
+            file (as `load` would raise later).
+        ValueError: unknown split.
+    """
+    from keras_vit.data.splits import parse_split
+
+    spec = parse_split(split)
+    info = describe_folder(root)
+    paths, labels = folder_files(root, spec.name, info.class_names)
+    chosen = np.asarray(slice_indices(labels, spec), dtype=np.int64)
+    usable, _ = image_check.check_images(
+        [paths[i] for i in chosen], bad_images, channels=info.channels, where=str(root)
+    )
+    kept = np.bincount(labels[chosen[np.asarray(usable, bool)]], minlength=info.num_classes)
+    return {name: int(count) for name, count in zip(info.class_names, kept, strict=True)}

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 
-import numpy as np
 import tensorflow as tf
 
 from keras_vit._validation import check_positive_int, to_pair
@@ -24,7 +23,6 @@ from keras_vit.data.preprocess import (
 )
 from keras_vit.data.sources import KNOWN_SOURCES_TEXT as KNOWN_SOURCES_TEXT
 from keras_vit.data.sources import DataSource, ExampleOptions, find_source
-from keras_vit.data.splits import parse_split, slice_counts, slice_indices
 
 logger = logging.getLogger(__name__)
 
@@ -74,19 +72,11 @@ def split_size(source, split, *, data_dir=None, shots_per_class=None, shot_seed=
     Raises:
         ValueError: unknown source or split.
     """
-    from keras_vit.data import tfds_source
-
     kind = find_source(source)
     _check_shots(kind, shots_per_class)
-    if kind.kind == "tfds":
-        builder = tfds_source.prepared_builder(source, data_dir)
-        try:
-            return int(builder.info.splits[split].num_examples)
-        except (KeyError, ValueError, TypeError):
-            return None
-    counts = class_counts(
-        source, split, data_dir=data_dir, shots_per_class=shots_per_class, shot_seed=shot_seed
-    )
+    if kind.split_size is not None:  # a source that records its split sizes (TFDS)
+        return kind.split_size(source, split, data_dir)
+    counts = kind.class_counts(source, split, data_dir, shots_per_class, shot_seed)
     return sum(counts.values())
 
 
@@ -102,24 +92,23 @@ def class_counts(
     Raises:
         ValueError: unknown source or split.
     """
-    from keras_vit.data import arrays as arrays_source
-    from keras_vit.data import folder
-
     kind = find_source(source)
     _check_shots(kind, shots_per_class)
-    if kind.kind == "tfds":
+    return kind.class_counts(source, split, data_dir, shots_per_class, shot_seed)
+
+
+def decodable_class_counts(source, split, *, bad_images="skip") -> dict[str, int] | None:
+    """Like `class_counts`, counting only the files that decode (the examples `load` keeps),
+    for sources of files (folders); None for the others, whose `class_counts` are exact.
+
+    Raises:
+        ValueError: unknown source or split.
+        keras_vit.data.image_check.BadImageError: `bad_images="fail"` and a file is bad.
+    """
+    kind = find_source(source)
+    if kind.decodable_counts is None:
         return None
-    spec = parse_split(split)
-    if kind.kind == "folder":
-        counts = folder.class_counts(source, spec.name)
-        return dict(zip(counts, slice_counts(counts.values(), spec), strict=True))
-    if kind.kind == "embedded":
-        labels = embedded.embedded_arrays(source, spec.name, shots_per_class, shot_seed)[1]
-    else:
-        labels = arrays_source.check_arrays(source)[1]
-    names = kind.describe(source, data_dir, shots_per_class, shot_seed).class_names
-    kept = np.bincount(labels[slice_indices(labels, spec)], minlength=len(names))
-    return {name: int(count) for name, count in zip(names, kept, strict=True)}
+    return kind.decodable_counts(source, split, bad_images)
 
 
 def _check_shots(kind: DataSource, shots_per_class):

@@ -1,8 +1,11 @@
 """The data sources behind `keras_vit.data.load` / `describe`, each behind one small interface.
 
-A `DataSource` says which inputs it takes (`accepts`), describes them (`describe`) and yields
-unbatched examples (`examples`); `find_source` picks the first in `SOURCES` that accepts an
-input, and the pipeline dispatches once on it. To add a source: write its module (reading
+A `DataSource` says which inputs it takes (`accepts`), describes them (`describe`), counts
+them (`class_counts`, `split_size`), says how its splits are sliced (`per_class_slices`) and
+how to name it in an error (`help`), and yields unbatched examples (`examples`);
+`find_source` picks the first in `SOURCES` that accepts an input (or raises), and the
+callers (`keras_vit.data.pipeline`, `keras_vit.transfer_suite`) call its fields: nothing
+outside this module branches on a source's kind. To add a source: write its module (reading
 and checking the data), then one `DataSource` entry here.
 """
 
@@ -12,12 +15,13 @@ import dataclasses
 import os
 from collections.abc import Callable
 
+import numpy as np
 import tensorflow as tf
 
 from keras_vit.data import arrays as arrays_source
 from keras_vit.data import embedded, folder, tfds_source
 from keras_vit.data.preprocess import DIGIT_AUGMENTATION, NATURAL_AUGMENTATION, Augmentation
-from keras_vit.data.splits import parse_split, slice_indices
+from keras_vit.data.splits import parse_split, slice_counts, slice_indices
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,16 +53,31 @@ class DataSource:
         describe: `describe(source, data_dir, shots_per_class, shot_seed) -> DatasetInfo`.
         examples: `examples(source, split, options) -> (dataset, count or None, in_memory)`:
             unbatched `(image (h, w, c) in [0, 255], label int32)` pairs.
+        class_counts: `class_counts(source, split, data_dir, shots_per_class, shot_seed)
+            -> {class name: count} or None` (None: the source records no per-class sizes).
+        help: how the source is named in the "Unknown data source" error.
+        split_size: `split_size(source, split, data_dir) -> int or None` where the source
+            records split sizes itself (TFDS); None (default): the sum of `class_counts`.
         augmentation: its default training augmentation.
         few_shot: whether it takes `shots_per_class`.
+        per_class_slices: True (default) if a slice "train[:800]" is cut per class
+            (stratified, `keras_vit.data.splits`); False if it takes the stored order (TFDS).
+        decodable_counts: `decodable_counts(source, split, bad_images) -> {class: count}`
+            for sources of files that may not decode (folders), counting only those that
+            do; None (default): `class_counts` already counts usable examples.
     """
 
     kind: str
     accepts: Callable
     describe: Callable
     examples: Callable
+    class_counts: Callable
+    help: str
+    split_size: Callable | None = None
     augmentation: Augmentation = NATURAL_AUGMENTATION
     few_shot: bool = False
+    per_class_slices: bool = True
+    decodable_counts: Callable | None = None
 
 
 def _in_memory(x, y, split, split_seed=None):
@@ -95,12 +114,44 @@ def _tfds_examples(source, split, options):
     return dataset, None, False
 
 
+def _label_counts(labels, class_names, split) -> dict[str, int]:
+    keep = slice_indices(labels, parse_split(split))
+    kept = np.bincount(labels[keep], minlength=len(class_names))
+    return {name: int(count) for name, count in zip(class_names, kept, strict=True)}
+
+
+def _embedded_counts(source, split, data_dir, shots, seed):
+    labels = embedded.embedded_arrays(source, parse_split(split).name, shots, seed)[1]
+    return _label_counts(labels, embedded.describe_embedded(source, shots, seed).class_names, split)
+
+
+def _array_counts(source, split, data_dir, shots, seed):
+    labels = arrays_source.check_arrays(source)[1]
+    return _label_counts(labels, arrays_source.describe_arrays(source).class_names, split)
+
+
+def _folder_counts(source, split, data_dir, shots, seed):
+    spec = parse_split(split)
+    counts = folder.class_counts(source, spec.name)
+    return dict(zip(counts, slice_counts(counts.values(), spec), strict=True))
+
+
+def _tfds_split_size(source, split, data_dir):
+    builder = tfds_source.prepared_builder(source, data_dir)
+    try:
+        return int(builder.info.splits[split].num_examples)
+    except (KeyError, ValueError, TypeError):
+        return None
+
+
 SOURCES: tuple[DataSource, ...] = (
     DataSource(
         "arrays",
         accepts=lambda source: isinstance(source, (tuple, list)),
         describe=lambda source, data_dir, shots, seed: arrays_source.describe_arrays(source),
         examples=_array_examples,
+        class_counts=_array_counts,
+        help="a pair of NumPy arrays (x, y)",
     ),
     DataSource(
         "folder",
@@ -109,6 +160,11 @@ SOURCES: tuple[DataSource, ...] = (
         ),
         describe=lambda source, data_dir, shots, seed: folder.describe_folder(source),
         examples=_folder_examples,
+        class_counts=_folder_counts,
+        decodable_counts=lambda source, split, bad_images: folder.decodable_class_counts(
+            source, split, bad_images=bad_images
+        ),
+        help="an existing folder with one sub-folder per class",
     ),
     DataSource(
         "embedded",
@@ -117,6 +173,8 @@ SOURCES: tuple[DataSource, ...] = (
             source, shots, seed
         ),
         examples=_embedded_examples,
+        class_counts=_embedded_counts,
+        help=f"{list(embedded.EMBEDDED_SOURCES)} (embedded)",
         augmentation=DIGIT_AUGMENTATION,
         few_shot=True,
     ),
@@ -125,14 +183,17 @@ SOURCES: tuple[DataSource, ...] = (
         accepts=lambda source: isinstance(source, str) and tfds_source.is_tfds_name(source),
         describe=lambda source, data_dir, shots, seed: tfds_source.describe_tfds(source, data_dir),
         examples=_tfds_examples,
+        class_counts=lambda source, split, data_dir, shots, seed: None,
+        help="a TFDS dataset name (optionally 'tfds:'-prefixed)",
+        split_size=_tfds_split_size,
+        per_class_slices=False,
     ),
 )
 
-KNOWN_SOURCES_TEXT = (
-    f"{list(embedded.EMBEDDED_SOURCES)} (embedded), a TFDS dataset name (optionally "
-    "'tfds:'-prefixed), an existing folder with one sub-folder per class, or a pair of "
-    "NumPy arrays (x, y)"
-)
+_HELP_ORDER = ("embedded", "tfds", "folder", "arrays")  # the order the error lists them
+_helps = [next(s.help for s in SOURCES if s.kind == kind) for kind in _HELP_ORDER]
+KNOWN_SOURCES_TEXT = ", ".join(_helps[:-1]) + ", or " + _helps[-1]
+"""Every source, as the "Unknown data source" error lists them (from the `help` fields)."""
 
 
 def find_source(source) -> DataSource:

@@ -65,7 +65,7 @@ def test_variant_names_map_to_builders():
 
     assert convert.builder_for("B/16") == (keras_vit.ViT_B16, 16)
     assert convert.builder_for("ViT-L_32") == (keras_vit.ViT_L32, 32)
-    assert convert.builder_for("ViT_Ti16") == (keras_vit.ViT_Ti16, None)
+    assert convert.builder_for("ViT_Ti16") == (keras_vit.ViT_Ti16, 16)
     assert convert.builder_for("R50+ViT-B_16") == (keras_vit.R50_B16, 16)
     assert convert.builder_for("R+Ti/16") == (keras_vit.R_Ti16, 32)
     assert convert.builder_for("R26+S/32") == (keras_vit.R26_S32, 32)

@@ -100,12 +100,12 @@ def test_features_are_computed_under_the_chosen_precision(
 
 
 def _no_model_loading(monkeypatch):
-    from keras_vit.cli import common
+    from keras_vit.cli import model_files
 
     def refuse(*args, **kwargs):
         raise AssertionError("the model was loaded before the arguments were checked")
 
-    monkeypatch.setattr(common, "load_model", refuse)
+    monkeypatch.setattr(model_files, "load_model", refuse)
 
 
 def test_too_many_shots_are_refused_before_the_model_is_loaded(trained, capsys, monkeypatch):

@@ -1,0 +1,286 @@
+"""The `keras-vit` subcommands' shared flags: argparse types and actions, the data, run and
+precision flags, and `UsageError` (the output flags are in `keras_vit.cli.progress`).
+
+Each flag is parsed and checked here, where it enters, and reaches the library as the checked
+value (`--image-size` as a `(height, width)` pair, `--jit-compile` as auto/True/False).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+
+from keras_vit import precision
+from keras_vit.cli import progress
+
+logger = logging.getLogger(__name__)
+
+
+class UsageError(ValueError):
+    """A bad command-line argument, reported as one line with exit code 2 before work starts."""
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer > 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """argparse type: a number > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+    return value
+
+
+class ImageSize(argparse.Action):
+    """--image-size PIXELS [PIXELS]: one side (square) or height and width, positive ints,
+    stored as the checked `(height, width)` pair that flows unchanged to the model's layer
+    (argparse's error for anything else)."""
+
+    def __init__(self, option_strings, dest, **kwargs):
+        kwargs.setdefault("metavar", "PIXELS")
+        super().__init__(option_strings, dest, **{**kwargs, "nargs": "+"})
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if len(values) not in (1, 2):
+            parser.error(
+                f"argument {option_string}: takes 1 or 2 ints (side, or height width). "
+                f"Received: {' '.join(values)}"
+            )
+        try:
+            sides = [positive_int(value) for value in values]
+        except argparse.ArgumentTypeError as error:
+            parser.error(f"argument {option_string}: {error}")
+        setattr(namespace, self.dest, (sides[0], sides[-1]))
+
+
+def add_image_size_argument(parser, *, help: str, default=None) -> None:
+    """--image-size as an `ImageSize` pair (train, finetune, convert, transfer-suite)."""
+    parser.add_argument("--image-size", action=ImageSize, default=default, help=help)
+
+
+def add_bad_images_argument(parser, *, default: str) -> None:
+    """--bad-images: what to do with image files that cannot be decoded."""
+    parser.add_argument(
+        "--bad-images",
+        choices=["skip", "fail"],
+        default=default,
+        help="image files that cannot be decoded (corrupt, empty, too large, unknown format): "
+        f"skip them and log their names, or stop at the first one (default: {default})",
+    )
+
+
+def add_data_arguments(parser, *, default_dataset_help: str, bad_images: str = "skip") -> None:
+    parser.add_argument(
+        "--dataset",
+        help=(
+            "data source: 'mnist' or 'digits' (embedded), a TFDS name such as 'cifar100', "
+            f"or a folder with one sub-folder per class ({default_dataset_help})"
+        ),
+    )
+    parser.add_argument("--data-dir", help="TFDS data directory (never downloads)")
+    add_bad_images_argument(parser, default=bad_images)
+
+
+def add_run_arguments(parser, *, task: str) -> None:
+    """Image size, schedule, distribution and run-directory flags of train/finetune."""
+    add_image_size_argument(
+        parser, help="input size in pixels: one side (square) or height and width"
+    )
+    parser.add_argument("--batch-size", type=positive_int, help="global batch size")
+    parser.add_argument("--learning-rate", type=positive_float, help="base learning rate")
+    parser.add_argument("--seed", type=int, help="random seed (weights, shuffling, augmentation)")
+    parser.add_argument(
+        "--shots-per-class",
+        type=positive_int,
+        help="embedded datasets: train on N images per class, evaluate on all the others",
+    )
+    parser.add_argument(
+        "--validation-split",
+        default="train[90%:]",
+        help="split that picks the best epoch (default 'train[90%%:]': a stratified tenth of "
+        "train drawn with --split-seed, which is then not trained on); the 'test' split is "
+        "only evaluated at the end, with the best model",
+    )
+    parser.add_argument(
+        "--split-seed", type=int, default=0, help="seed of the validation carve (default 0)"
+    )
+    add_allow_test_selection_argument(parser, "--validation-split")
+    parser.add_argument(
+        "--strategy",
+        default="auto",
+        help="tf.distribute strategy: auto, one_device, mirrored, multi_worker (TF_CONFIG), "
+        "tpu (default: auto)",
+    )
+    add_precision_arguments(parser)
+    parser.add_argument(
+        "--run-dir",
+        help=f"run directory (default: runs/{task}-<date>-<time>); must be new unless --resume",
+    )
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the run in --run-dir from its last finished epoch, with its stored "
+        "configuration",
+    )
+    progress.add_output_arguments(parser)
+
+
+def add_allow_test_selection_argument(parser, selecting_flag: str) -> None:
+    """--allow-test-selection: `selecting_flag` may share images with the test split."""
+    parser.add_argument(
+        "--allow-test-selection",
+        action="store_true",
+        help=f"allow {selecting_flag} to share images with the test split (refused by "
+        "default: the test figure would no longer be held out); recorded and warned about",
+    )
+
+
+PRECISION_CHOICES = precision.CHOICES  # "auto" and the policies (one list)
+JIT_WORDS = {"auto": "auto", "true": True, "on": True, "false": False, "off": False}
+
+
+def jit_compile_value(text: str):
+    """argparse type of --jit-compile: auto, true/on or false/off."""
+    try:
+        return JIT_WORDS[text.lower()]
+    except KeyError:
+        raise argparse.ArgumentTypeError(
+            f"expected auto, true/on or false/off, got {text!r}"
+        ) from None
+
+
+class ValueRequired(argparse.Action):
+    """A flag that needs a value, whose bare use gets an error listing the values (argparse's
+    own says only "expected one argument"). It parses with nargs="?" to see the bare flag;
+    `HelpFormatter` shows the value as required all the same."""
+
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, **{**kwargs, "nargs": "?"})
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if values is None:
+            choices = list(self.choices or ())
+            raise argparse.ArgumentError(
+                self,
+                f"needs a value, one of {', '.join(choices)} (e.g. {option_string} "
+                f"{choices[-1]}); a bare {option_string} has no meaning",
+            )
+        setattr(namespace, self.dest, values)
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """argparse's help layout, with the value of a `ValueRequired` flag shown as required
+    (`--mixed-precision {auto,...}`, not `[{auto,...}]`)."""
+
+    def _format_args(self, action, default_metavar):
+        if isinstance(action, ValueRequired):
+            (metavar,) = self._metavar_formatter(action, default_metavar)(1)
+            return metavar
+        return super()._format_args(action, default_metavar)
+
+
+def add_precision_arguments(parser) -> None:
+    """--mixed-precision and --jit-compile/--no-jit-compile (every subcommand that runs a
+    model); both default to "auto": `keras_vit.distribute.choose_precision` picks.
+    --mixed-precision always takes a value; --jit-compile alone means true."""
+    parser.add_argument(
+        "--mixed-precision",
+        action=ValueRequired,
+        choices=PRECISION_CHOICES,
+        default="auto",
+        help="dtype policy (a value is always needed, unlike --jit-compile); auto (default) "
+        "picks the fastest for this device and model width (mixed_bfloat16 on CPUs with "
+        "bfloat16 units for wide models, else float32; mixed precision on GPUs/TPUs)",
+    )
+    parser.add_argument(
+        "--jit-compile",
+        nargs="?",
+        const=True,
+        default="auto",
+        type=jit_compile_value,
+        metavar="{auto,true,false}",
+        help="compile with XLA; auto (default) picks with the precision (XLA off for "
+        "bfloat16 on CPU and for several CPU replicas); the bare flag means true",
+    )
+    parser.add_argument(
+        "--no-jit-compile",
+        dest="jit_compile",
+        action="store_const",
+        const=False,
+        help="same as --jit-compile false",
+    )
+
+
+class DeprecatedAlias(argparse.Action):
+    """An old flag that stores `const` (or its value) into the new flag's dest, with a
+    warning naming the new spelling."""
+
+    def __init__(self, option_strings, dest, new_flag, **kwargs):
+        self.new_flag = new_flag
+        super().__init__(option_strings, dest, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if getattr(namespace, self.dest, None) != parser.get_default(self.dest):
+            parser.error(f"{option_string} is the old spelling of {self.new_flag}; give one")
+        logger.warning("%s is deprecated; use %s.", option_string, self.new_flag)
+        setattr(namespace, self.dest, self.const if values in (None, []) else values)
+
+
+def add_deprecated_precision_aliases(parser) -> None:
+    """`keras-vit benchmark`'s old --dtype-policy POLICY and --no-xla (hidden in --help)."""
+    parser.add_argument(
+        "--dtype-policy",
+        dest="mixed_precision",
+        choices=PRECISION_CHOICES,
+        action=DeprecatedAlias,
+        new_flag="--mixed-precision",
+        help=argparse.SUPPRESS,
+    )
+    parser.add_argument(
+        "--no-xla",
+        dest="jit_compile",
+        nargs=0,
+        const=False,
+        action=DeprecatedAlias,
+        new_flag="--no-jit-compile",
+        help=argparse.SUPPRESS,
+    )
+
+
+def recipe_overrides(args, fields: dict[str, str]) -> dict:
+    """{recipe field: value} for the flags the user gave (`fields`: arg name -> field)."""
+    return {
+        field: getattr(args, arg)
+        for arg, field in fields.items()
+        if getattr(args, arg, None) is not None
+    }
+
+
+@contextlib.contextmanager
+def usage_errors():
+    """Turns the configuration errors found before any work into `UsageError`."""
+    from keras_vit import callbacks, distribute, run_plan, runs
+    from keras_vit.data.image_check import BadImageError
+
+    try:
+        yield
+    except (
+        run_plan.ConfigError,
+        runs.RunDirError,
+        callbacks.BackupError,  # a backup that cannot be resumed from (workers disagree)
+        distribute.StrategyUnavailableError,
+        BadImageError,
+    ) as e:
+        raise UsageError(" ".join(str(e).split())) from None

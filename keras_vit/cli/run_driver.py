@@ -1,0 +1,111 @@
+"""The training driver `keras-vit train` and `finetune` share: strategy, run directory,
+`keras_vit.runs.train`, progress lines and the closing summary."""
+
+from __future__ import annotations
+
+import datetime
+import os
+
+from keras_vit.cli import progress
+from keras_vit.cli.flags import UsageError, usage_errors
+
+
+def default_run_dir(task: str) -> str:
+    return os.path.join("runs", f"{task}-{datetime.datetime.now():%Y%m%d-%H%M%S}")
+
+
+def resolve_strategy(name: str):
+    """The strategy, or UsageError for an unknown name or one that cannot run here."""
+    from keras_vit import distribute
+
+    try:
+        return distribute.resolve_strategy(name)
+    except (ValueError, distribute.StrategyUnavailableError) as error:
+        raise UsageError(str(error)) from None
+
+
+def run_training(config, args, task: str) -> int:
+    """Shared body of `train` and `finetune`: resolve, train, print the summary."""
+    from keras_vit import runs
+
+    if args.resume and not args.run_dir:
+        raise UsageError("--resume needs the --run-dir of the run to continue.")
+    run_dir = args.run_dir = args.run_dir or default_run_dir(task)  # main's --resume hint
+    mode = progress.output_mode(args)
+    if args.resume:
+        from keras_vit.cli.resume_flags import resume_refusal
+
+        with usage_errors():
+            stored = runs.RunConfig.from_dict(runs.read_config(run_dir)["run"])
+        if refusal := resume_refusal(args, config, stored, task):  # flags it would ignore
+            raise UsageError(refusal)
+        config = stored
+    strategy = resolve_strategy(args.strategy if not args.resume else config.strategy)
+    check_jit_compile(args, strategy)
+
+    def announce(record):
+        if mode != "quiet":
+            precision = record["resolved"]["dtype_policy"]
+            print(progress.start_line(run_dir, record, precision), flush=True)
+            if args.resume:
+                print(f"Resuming {run_dir} with its stored configuration.", flush=True)
+
+    with usage_errors():
+        result = runs.train(
+            config,
+            run_dir,
+            strategy=strategy,
+            resume=args.resume,
+            verbose=progress.keras_verbose(mode),
+            extra_callbacks=[progress.interrupt_guard()]
+            + ([progress.epoch_lines()] if mode == "epoch" else []),
+            on_start=announce,
+        )
+    print_summary(result)
+    return 0
+
+
+def check_jit_compile(args, strategy) -> None:
+    """UsageError for an explicit --jit-compile that the strategy cannot run on this device
+    (without the flag, the recipe's XLA default is turned off there instead)."""
+    from keras_vit import distribute
+
+    reason = distribute.xla_unsupported_reason(strategy)
+    if getattr(args, "jit_compile", None) is True and reason:
+        raise UsageError(f"--jit-compile cannot run here: {reason}; drop the flag.")
+
+
+def print_summary(result) -> None:
+    """The few lines `train`/`finetune` end with: the test figures of best.keras (the model
+    `evaluate` and `export` use), how the best epoch was picked, where the files are."""
+    from keras_vit import runs
+
+    metrics = result.metrics
+    run_dir = result.run_dir
+    resolved = (runs.read_config(run_dir) or {}).get("resolved", {})
+    best = metrics.get("best") or {}
+    test = metrics.get("test")
+    if test:
+        print(
+            f"Test accuracy: {100 * test['accuracy']:.2f}% on '{resolved.get('test_split')}' "
+            f"(best.keras; test loss {test['loss']:.4f}, {test['loss_name']})"
+        )
+    elif "validation" in metrics:
+        validation = metrics["validation"]
+        print(
+            f"Validation accuracy: {100 * validation['accuracy']:.2f}% after the last epoch "
+            "(no test split; loss with the training label smoothing "
+            f"{validation['loss']:.4f})"
+        )
+    if best:
+        images = resolved.get("num_validation_examples")
+        print(
+            f"Best epoch: {best['epoch'] + 1} of {metrics['epochs']} by {best['monitor']} "
+            f"{best['value']:.4f} on '{resolved.get('validation_split')}' "
+            f"({images} images, not trained on)"
+        )
+    print(
+        f"Trained {metrics['epochs']} epochs, {metrics['steps']} steps on "
+        f"{metrics['num_replicas']} replica(s); run directory: {run_dir}"
+    )
+    print(f"Models: {os.path.join(run_dir, 'best.keras')} (best), last.keras, best.npz")
