@@ -147,3 +147,35 @@ def test_bad_arguments_are_refused():
         )
     with pytest.raises(ValueError, match="features"):
         fewshot.RidgeProbe(np.zeros((3,)), [0, 1, 2], 3)
+
+
+@pytest.mark.parametrize("representation_size", [None, 12])
+@pytest.mark.parametrize("final_norm", ["tokens", "pooled"])
+@pytest.mark.parametrize("pooling", ["token", "gap", "map"])
+def test_features_are_what_the_head_reads(
+    tiny_vit_kwargs, pooling, final_norm, representation_size
+):
+    """Few-shot features and the export's `features` signature read the representation the
+    head reads (after timm's fc_norm for final_norm="pooled", after pre_logits when there is
+    one), for every pooling: the reference is the head layer's own input."""
+    import keras
+
+    import keras_vit
+    from keras_vit import export
+    from tests.output_checks import randomize_weights
+
+    if pooling == "map" and final_norm == "pooled":
+        pytest.skip("refused by the builder (fc_norm needs token or gap pooling)")
+    kwargs = {**tiny_vit_kwargs, "num_layers": 1}
+    model = keras_vit.ViT(
+        **kwargs, pooling=pooling, final_norm=final_norm, representation_size=representation_size
+    )
+    randomize_weights(model)
+    images = np.random.default_rng(1).uniform(-1, 1, (3, 32, 32, 3)).astype("float32")
+    expected = keras.Model(model.inputs, model.get_layer("head").input).predict(images, verbose=0)
+    assert np.abs(expected).max() > 0
+    features = fewshot.feature_model(model).predict(images, verbose=0)
+    np.testing.assert_allclose(features, expected, atol=1e-6)
+    layer = export.find_feature_layer(model)
+    exported = keras.Model(model.inputs, layer.output).predict(images, verbose=0)
+    np.testing.assert_allclose(exported, expected, atol=1e-6)
