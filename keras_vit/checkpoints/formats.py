@@ -30,6 +30,7 @@ WRITE_FORMATS = ("npz", "keras", "hf", "timm")
 
 def _read_npz(path) -> CheckpointContents:
     arrays, steps = normalise_layout(read_npz(path))
+    limits.check_release_arrays(path, arrays)
     heads = Architecture.from_arrays(arrays).num_heads
     return CheckpointContents(
         path=path, format="npz", arrays=arrays, num_heads=heads, layout_steps=steps
