@@ -305,11 +305,13 @@ def run_training(config, args, task: str) -> int:
     run_dir = args.run_dir = args.run_dir or default_run_dir(task)  # main's --resume hint
     mode = progress.output_mode(args)
     if args.resume:
-        from keras_vit.cli.resume_flags import check_resume_flags
+        from keras_vit.cli.resume_flags import resume_refusal
 
         with usage_errors():
             stored = runs.RunConfig.from_dict(runs.read_config(run_dir)["run"])
-        config = check_resume_flags(args, config, stored, task) or stored
+        if refusal := resume_refusal(args, config, stored, task):  # flags it would ignore
+            raise UsageError(refusal)
+        config = stored
     strategy = resolve_strategy(args.strategy if not args.resume else config.strategy)
     check_jit_compile(args, strategy)
 
