@@ -25,7 +25,7 @@ import zlib
 
 import numpy as np
 
-from keras_vit.checkpoints.npz_io import CheckpointError
+from keras_vit.checkpoints.errors import CheckpointError
 
 MAX_EXPANSION = 16
 """Largest uncompressed / file size ratio of an npz member (float weights deflate ~1.1x)."""
@@ -180,7 +180,7 @@ def check_config_sizes(path, config, array_sizes: dict, *, section: str = "") ->
     _check_heads(path, values, array_sizes)
     _check_image_size(path, values, array_sizes)
     eps = values.get("layer_norm_eps")
-    if eps is not None and not (
+    if "layer_norm_eps" in values and not (
         isinstance(eps, (int, float)) and not isinstance(eps, bool) and 0 < eps < 1
     ):
         raise CheckpointError(f"{path}: layer_norm_eps={eps!r} must be a number in (0, 1).")

@@ -17,12 +17,12 @@ import zlib
 import numpy as np
 
 from keras_vit._atomic import atomic_path
+from keras_vit.checkpoints import limits
+from keras_vit.checkpoints.errors import CheckpointError
+
+__all__ = ["CheckpointError", "read_npz", "write_npz"]
 
 logger = logging.getLogger(__name__)
-
-
-class CheckpointError(ValueError):
-    """A checkpoint file that cannot be read, or that does not fit the model."""
 
 
 def _read_member(archive, path, key):
@@ -80,8 +80,6 @@ def read_npz(path) -> dict[str, np.ndarray]:
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise FileNotFoundError(f"Checkpoint file not found: {path}")
-    from keras_vit.checkpoints import limits  # (limits imports CheckpointError from here)
-
     limits.check_npz_archive(path, os.path.getsize(path))  # zip bombs, lying .npy headers
     try:
         archive = np.load(path, allow_pickle=False)

@@ -7,6 +7,7 @@ import logging
 
 import numpy as np
 
+from keras_vit.checkpoints import limits
 from keras_vit.checkpoints.architecture import Architecture
 from keras_vit.checkpoints.contents import CheckpointContents
 from keras_vit.checkpoints.layouts import normalise_layout
@@ -26,6 +27,7 @@ def read_release_npz(path, options=None) -> CheckpointContents:
         FileNotFoundError, CheckpointError: see `npz_io.read_npz`, `layouts`.
     """
     arrays, steps = normalise_layout(read_npz(path))
+    limits.check_release_arrays(path, arrays)  # before the architecture is inferred
     heads = Architecture.from_arrays(arrays).num_heads
     return CheckpointContents(
         path=path, format="npz", arrays=arrays, num_heads=heads, layout_steps=steps

@@ -17,7 +17,7 @@ import numpy as np
 
 from keras_vit._atomic import atomic_path
 from keras_vit.checkpoints import limits
-from keras_vit.checkpoints.npz_io import CheckpointError
+from keras_vit.checkpoints.errors import CheckpointError
 
 logger = logging.getLogger(__name__)
 

@@ -220,3 +220,23 @@ def test_an_npy_header_cut_inside_its_dict_is_named(tmp_path):
     with zipfile.ZipFile(path, "w") as archive:
         archive.writestr("cls.npy", member)
     _expect(path, r"zip entry 'cls.npy' is not a readable .npy array", read_checkpoint)
+
+
+def test_release_arrays_of_the_wrong_rank_are_named_before_the_architecture(tmp_path):
+    """Found by benchmarks/fuzz_readers.py: a head kernel of one axis raised IndexError in
+    the architecture inference; a config.json "layer_norm_eps": null raised TypeError."""
+    from keras_vit.checkpoints.npz_io import write_npz
+    from tests.numpy_reference import tiny_official_params
+
+    params = tiny_official_params(seed=0)
+    params["head/kernel"] = params["head/kernel"][:, 0]
+    write_npz(tmp_path / "rank.npz", params)
+    _expect(tmp_path / "rank.npz", r"array 'head/kernel' has shape \(32,\); the release layout")
+
+
+def test_a_null_layer_norm_eps_is_named(valid, tmp_path_factory):
+    folder = _case(valid, "hf", tmp_path_factory)
+    config = json.loads(open(os.path.join(folder, "config.json")).read())
+    config["layer_norm_eps"] = None
+    _write(os.path.join(folder, "config.json"), json.dumps(config).encode())
+    _expect(folder, "layer_norm_eps=None must be a number in")
