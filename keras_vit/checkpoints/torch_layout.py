@@ -129,6 +129,23 @@ def take(state: dict, key: str, path) -> np.ndarray:
         raise CheckpointError(f"{path} has no tensor {key!r}.") from None
 
 
+def _normalisation_values(name: str, value) -> tuple:
+    """`value` (a number or a list of numbers) rounded to 3 digits, as a tuple.
+
+    Raises:
+        CheckpointError: anything else (missing, text, nested lists), naming `name`.
+    """
+    try:
+        values = np.atleast_1d(np.asarray(value, dtype=np.float64))
+    except (TypeError, ValueError):
+        values = None
+    if values is None or values.ndim != 1 or not np.isfinite(values).all():
+        raise CheckpointError(
+            f"Input normalisation {name}={value!r} is not a number or a list of numbers."
+        )
+    return tuple(np.round(values, 3))
+
+
 def preprocessing_from_mean_std(mean, std, channels=None) -> str:
     """ "[-1,1]" for mean = std = 0.5 on every channel, "imagenet" for ImageNet's mean/std.
 
@@ -141,8 +158,7 @@ def preprocessing_from_mean_std(mean, std, channels=None) -> str:
         CheckpointError: another count of values than `channels`, or any other
             normalisation.
     """
-    mean = tuple(np.round(np.atleast_1d(mean), 3))
-    std = tuple(np.round(np.atleast_1d(std), 3))
+    mean, std = _normalisation_values("mean", mean), _normalisation_values("std", std)
     if (channels is not None and len(mean) != channels) or len(std) != len(mean):
         raise CheckpointError(
             f"Input normalisation mean={mean}, std={std} has {len(mean)} values for a model "

@@ -155,6 +155,20 @@ def test_hf_folder_with_mean_std_of_another_length_than_its_channels_is_refused(
         keras_vit.from_checkpoint(tmp_path / "hf")
 
 
+@pytest.mark.parametrize(
+    "edit", [{"image_std": None}, {"image_mean": "half"}, {"image_std": [[0.5]]}]
+)
+def test_hf_folder_with_a_malformed_mean_or_std_is_refused_by_name(tmp_path, edit):
+    model = tiny_vit(channels=1)
+    write_checkpoint(model_contents(model), tmp_path / "hf", "hf")
+    path = tmp_path / "hf" / "preprocessor_config.json"
+    processor = {k: v for k, v in json.loads(path.read_text()).items() if k != "image_std"}
+    path.write_text(json.dumps({**processor, **edit}))
+    name = "std" if "image_std" in edit else "mean"
+    with pytest.raises(CheckpointError, match=f"normalisation {name}=.*not a number"):
+        keras_vit.from_checkpoint(tmp_path / "hf")
+
+
 # --- channel adaptation (timm's adapt_input_conv) ---------------------------------------
 
 
