@@ -199,9 +199,13 @@ def resolve_model(name, *, recipes: bool = False, hybrids: bool = True) -> Model
     valid = valid_names(recipes=recipes, hybrids=hybrids)
     table_key = _by_spelling().get(_spelling_key(str(name))) if isinstance(name, str) else None
     if table_key is None or (not hybrids and table_key in HYBRID_CONFIGS):
-        kind = " (a hybrid; this takes ViT variants)" if table_key else ""
+        if table_key:  # a hybrid where only ViT variants are taken
+            raise ValueError(
+                f"Model {name!r} is a hybrid; this takes ViT variants only: one of {valid} "
+                "(also spelled as the builder, ViT_B16, or the release file, ViT-B_16)."
+            )
         raise ValueError(
-            f"Unknown model {name!r}{kind}; expected one of {valid} (also spelled as the "
+            f"Unknown model {name!r}; expected one of {valid} (also spelled as the "
             "builder, ViT_B16 / R50_B16, or the release file, ViT-B_16 / R50+ViT-B_16)."
         )
     return ModelName(table_key, MODEL_CONFIGS[table_key])

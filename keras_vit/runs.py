@@ -314,7 +314,7 @@ def _fit_input(train_data, steps_per_epoch, batch_size, first_epoch, epochs, see
             *train_data, batch_size or 32, first_epoch, epochs, seed
         )
         return x, steps_per_epoch, None
-    if _passes_resume(strategy):  # a finite dataset: epoch e = its pass e
+    if _is_default_strategy(strategy):  # a finite dataset: epoch e = its pass e
         x, steps_per_epoch = epoch_passes(train_data, first_epoch, steps_per_epoch)
         return x, steps_per_epoch, batch_size
     if steps_per_epoch is not None and hasattr(train_data, "repeat"):  # other strategies
@@ -418,16 +418,6 @@ def epoch_passes(dataset, first_epoch: int, steps_per_epoch: int | None = None):
 def _is_default_strategy(strategy) -> bool:
     """True for TensorFlow's default strategy (no `tf.distribute` strategy in use)."""
     return type(strategy).__name__ == "_DefaultDistributionStrategy"
-
-
-def _passes_resume(strategy) -> bool:
-    """True where `epoch_passes` makes a resumed run see the uninterrupted batches: the
-    default strategy, and a multi-worker one (each worker's pipeline is its own copy, sharded
-    by Keras' `experimental_distribute_dataset`; tests/test_multi_worker_restart.py)."""
-    import tensorflow as tf
-
-    multi_worker = isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
-    return _is_default_strategy(strategy) or multi_worker
 
 
 def _lock(run_dir) -> str:

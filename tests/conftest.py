@@ -45,6 +45,16 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 TINY_VIT = {key: value for key, value in TINY_ARCH.items() if key != "channels"}
 
 
+def pytest_collection_modifyitems(config, items):
+    """Tests marked `large` run only when asked for (`-m large`): skipped in the default run."""
+    if "large" in (config.getoption("-m") or ""):
+        return
+    skip = pytest.mark.skip(reason="large: run with -m large")
+    for item in items:
+        if "large" in item.keywords:
+            item.add_marker(skip)
+
+
 @pytest.fixture
 def tiny_vit_kwargs():
     """The tiny config of ../shared/cases/user_reports.md (a fresh dict per test)."""

@@ -5,8 +5,9 @@ weights, and a SIGKILLed worker's scratch folder does not outlive the restart.
 Two worker processes on 127.0.0.1 run tests/helpers/multi_worker_restart.py: a run SIGKILLed
 mid-epoch 2 (both workers, after their backups of epoch 2); a copy of it in which worker 1's
 backup is its older one of epoch 1, resumed (refused); the killed run resumed; and the same
-run uninterrupted. About 110 s of CPU in all (four two-worker jobs; most of it is starting
-TensorFlow in eight processes), so the tests are `slow`.
+run uninterrupted (only for the `large` same-losses test, a known failure). About 80 s of CPU
+in the default run (three two-worker jobs; most of it is starting TensorFlow in six
+processes), so the tests are `slow`.
 """
 
 import glob
@@ -77,16 +78,14 @@ def restarts(tmp_path_factory):
     shutil.copytree(root / "old-backup-worker-1", root / "mixed" / ".backup-worker-1")
     refused = workers(root, cluster, "resume", root, "mixed", timeout=REFUSAL_TIMEOUT_S)
     resumed = workers(root, cluster, "resume", root, "killed")
-    uninterrupted = workers(root, cluster, "uninterrupted", root)
-    assert all(code == 0 for code, _, _ in uninterrupted), outputs(uninterrupted)
-    return root, after_kill, refused, resumed
+    return root, after_kill, refused, resumed, cluster
 
 
 @pytest.mark.slow
 def test_workers_restored_from_different_epochs_are_refused(restarts):
     """Today's restore lets worker 0 start at epoch 2 and worker 1 at epoch 1: their steps
     pair up across epochs and the job ran on (it used to exit 0 on both workers)."""
-    root, after_kill, refused, _ = restarts
+    root, after_kill, refused, _, _ = restarts
     assert [state["epoch"] for state in after_kill["state"]] == [KILL_EPOCH, KILL_EPOCH]
     expected = (
         "BackupMismatchError: Cannot resume: the workers' backups are of different epochs "
@@ -104,7 +103,7 @@ def test_workers_restored_from_different_epochs_are_refused(restarts):
     assert not (root / "mixed" / ".lock").exists()
 
 
-@pytest.mark.slow
+@pytest.mark.large  # a known failure that costs a fourth two-worker job: not in the default run
 @pytest.mark.xfail(
     strict=False,
     reason="the uninterrupted two-worker run is not repeatable between processes (two runs "
@@ -115,7 +114,9 @@ def test_restarted_workers_repeat_the_uninterrupted_losses_and_weights(restarts)
     """Each worker resumes the data stream at its backup's epoch (runs.epoch_passes under the
     multi-worker strategy): it used to start the pipeline's shuffle and crops again, so the
     resumed epoch saw pass 0's batches."""
-    root, _, _, resumed = restarts
+    root, _, _, resumed, cluster = restarts
+    uninterrupted = workers(root, cluster, "uninterrupted", root)
+    assert all(code == 0 for code, _, _ in uninterrupted), outputs(uninterrupted)
     for code, _, _ in resumed:
         assert code == 0, outputs(resumed)
     for index in range(2):
@@ -145,7 +146,7 @@ def test_a_sigkilled_workers_scratch_folder_is_gone_after_the_restart(restarts):
     """A worker's TensorBoard logs and throw-away saves went to `$TMPDIR/keras_vit_worker_*`,
     which a SIGKILL left there for good; now they go to RUN/.scratch-worker-<index>, which
     the restarted worker empties and the finished run removes."""
-    root, after_kill, _, resumed = restarts
+    root, after_kill, _, resumed, _ = restarts
     assert all(code == 0 for code, _, _ in resumed), outputs(resumed)
     leftovers = [
         *glob.glob(str(root / "tmp*" / "keras_vit_worker_*")),

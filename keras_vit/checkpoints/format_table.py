@@ -34,6 +34,7 @@ OPTIONS = {
     "patch": ("square or non-square patches",),
     "channels": ("image channels (1, 3, 4, ...)",),
     "hybrid": ("False: a ViT; True: a ResNet stem (R50+B/16)",),
+    "preprocessing": ("the input scaling the weights expect: [-1,1] or imagenet (mean/std)",),
 }
 
 
@@ -165,6 +166,7 @@ FORMAT_TABLE: dict[str, CheckpointFormat] = {
                 "pooling": _EVERY_POOLING,
                 "final_norm": _EVERY_NORM,
                 "pre_logits": _EVERY_PRE_LOGITS,
+                "preprocessing": ("[-1,1]",),
             },
             reads={
                 "class token": "the `cls` key",
@@ -173,6 +175,8 @@ FORMAT_TABLE: dict[str, CheckpointFormat] = {
                 "grid / image size": "not recorded: the square grid of the table, else "
                 "`image_size=` (a non-square table is an error naming it)",
                 "numerics": "not recorded: the release's tanh GELU, LayerNorm eps 1e-6",
+                "input scaling": "not recorded: [-1, 1]; a model that expects ImageNet's "
+                "mean/std is refused",
                 "arrays": "float32, float16, bfloat16 (as raw 2-byte void); written float32",
             },
         ),
@@ -190,6 +194,7 @@ FORMAT_TABLE: dict[str, CheckpointFormat] = {
                 "final_norm": ("tokens",),
                 "pre_logits": _EVERY_PRE_LOGITS,
                 "hybrid": (False,),
+                "preprocessing": ("[-1,1]",),
             },
             reads={
                 "class token": "the `cls` key",
@@ -317,6 +322,7 @@ def options_of(contents) -> dict:
         "patch": "square" if patch[0] == patch[1] else "non-square",
         "channels": arch.channels,
         "hybrid": arch.resnet_stages is not None,
+        "preprocessing": contents.preprocessing,
     }
 
 

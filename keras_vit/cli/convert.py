@@ -183,7 +183,7 @@ def _auto_kwargs(contents, args) -> dict:
     """`keras_vit.ViT` arguments read from the file, with the command line's overrides."""
     from keras_vit.checkpoints.from_checkpoint import architecture_kwargs
 
-    kwargs = architecture_kwargs(contents)
+    kwargs = architecture_kwargs(contents, image_size=args.image_size)  # a non-square grid
     if args.num_classes is not None:
         kwargs.update(num_classes=args.num_classes, include_top=True)
     if args.representation_size is not None:

@@ -78,7 +78,10 @@ def describe_model(run: dict, model_kwargs: dict) -> str:
     ]
     kind = "ViT"
     if "resnet_stages" in model_kwargs:  # the default recipe's hybrid stem
-        kind = f"hybrid: BiT ResNet root, {model_kwargs.get('resnet_width')} channels, + ViT"
+        width = model_kwargs.get("resnet_width")  # absent: the named hybrid's default
+        stages = tuple(model_kwargs["resnet_stages"] or ())
+        root = f"BiT ResNet root, {width} channels" if width else f"BiT ResNet {stages}"
+        kind = f"hybrid: {root}, + ViT"
     return f"{name} ({kind} {', '.join(parts)})" if parts else name
 
 

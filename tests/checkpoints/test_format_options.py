@@ -252,3 +252,19 @@ def test_big_vision_files_are_their_own_row_of_the_table(tmp_path):
     assert read_checkpoint(tmp_path / "bv.npz").format == "big_vision"
     with pytest.raises(ValueError, match="format must be one of"):
         write_checkpoint(read_checkpoint(tmp_path / "bv.npz"), tmp_path / "x.npz", "big_vision")
+
+
+@pytest.mark.parametrize("kind", ["npz", "hf", "timm"])
+def test_input_scaling_is_kept_or_refused_never_dropped(tmp_path, kind):
+    """A model that expects ImageNet's mean/std: the formats that record the scaling keep it,
+    the release's .npz (which cannot) refuses it; none reads back as [-1, 1]."""
+    model = tiny_vit(input_preprocessing="imagenet")
+    path = tmp_path / {"npz": "m.npz", "hf": "hf", "timm": "m.safetensors"}[kind]
+    if kind == "npz":
+        with pytest.raises(CheckpointError, match="preprocessing='imagenet'"):
+            write_checkpoint(model_contents(model), path, kind)
+        assert not path.exists()
+        return
+    write_checkpoint(model_contents(model), path, kind)
+    back = keras_vit.from_checkpoint(path)
+    assert back.get_layer("embedding").input_preprocessing == "imagenet"

@@ -115,6 +115,7 @@ def test_options_of_a_model_are_what_it_was_built_with():
         final_norm="pooled",
         representation_size=16,
         include_top=False,
+        input_preprocessing="imagenet",
     )
     assert options_of(model_contents(model)) == {
         "pooling": "gap",
@@ -124,6 +125,7 @@ def test_options_of_a_model_are_what_it_was_built_with():
         "patch": "square",
         "channels": 4,
         "hybrid": False,
+        "preprocessing": "imagenet",
     }
 
 

@@ -184,3 +184,22 @@ def test_quiet_prints_the_result_line_only(tmp_path, caplog):
     assert done.stdout.splitlines() == [
         f"Wrote {target} (hf): {len(params)} arrays from {path} (npz)"
     ]
+
+
+@pytest.mark.parametrize("destination", ["m.keras", "m.safetensors"])
+def test_a_non_square_npz_converts_with_its_image_size(tmp_path, destination):
+    """A release .npz records no grid: a non-square one needs --image-size, which convert
+    passes to the file's reading (it used to be refused whatever the flag said)."""
+    import keras_vit
+    from keras_vit.checkpoints import save_npz
+    from tests.output_checks import randomize_weights
+
+    model = randomize_weights(keras_vit.ViT(**ARCH, image_size=(24, 40), num_classes=3))
+    save_npz(model, tmp_path / "ns.npz")
+    argv = ["convert", str(tmp_path / "ns.npz"), str(tmp_path / destination)]
+    assert main([*argv, "--image-size", "24", "40"]) == 0
+    back = keras_vit.from_checkpoint(tmp_path / destination)
+    x = np.random.default_rng(1).uniform(-1, 1, (2, 24, 40, 3)).astype("float32")
+    expected = np.asarray(model(x))
+    assert np.abs(expected).max() > 0
+    np.testing.assert_allclose(np.asarray(back(x)), expected, atol=1e-5)

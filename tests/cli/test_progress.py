@@ -91,3 +91,14 @@ def test_interrupt_guard_raises_again_when_the_first_interrupt_was_lost():
         guard.on_train_batch_end(1)
     guard.on_train_end()
     assert signal.getsignal(signal.SIGINT) == before
+
+
+def test_a_named_hybrid_is_described_by_its_stages_not_a_missing_width():
+    from keras_vit.cli.progress import describe_model
+
+    kwargs = dict(resnet_stages=[3, 4, 9], patch_size=1, hidden_dim=768, num_layers=12)
+    text = describe_model({"model": "R50+B/16"}, kwargs)
+    assert text.startswith("R50+B/16 (hybrid: BiT ResNet (3, 4, 9), + ViT patch 1")
+    assert "None" not in text
+    default = describe_model({}, dict(kwargs, resnet_stages=[], resnet_width=32))
+    assert "BiT ResNet root, 32 channels" in default
