@@ -3,40 +3,20 @@
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-
 import pytest
 
-pytestmark = pytest.mark.jax
+from tests.backends.subset import run_subset
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+pytestmark = pytest.mark.jax
 
 
 @pytest.fixture(scope="module")
 def jax_results(tmp_path_factory):
     pytest.importorskip("jax")
-    env = {
-        **os.environ,
-        "KERAS_BACKEND": "jax",
-        "TF_CPP_MIN_LOG_LEVEL": "2",
-        "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
-        "JAX_PLATFORMS": "cpu",
-    }
     folder = tmp_path_factory.mktemp("jax")
-    completed = subprocess.run(
-        [sys.executable, "-m", "tests.helpers.jax_subset", str(folder)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=env,
-        cwd=ROOT,
+    return run_subset(
+        "jax", "tests.helpers.jax_subset", folder, env={"JAX_PLATFORMS": "cpu"}, timeout=600
     )
-    lines = [line for line in completed.stdout.splitlines() if line.startswith("RESULT ")]
-    assert completed.returncode == 0 and lines, completed.stderr[-3000:]
-    return json.loads(lines[-1][len("RESULT ") :])
 
 
 def test_runs_on_jax(jax_results):

@@ -8,40 +8,20 @@ tf.data pipelines, tf.distribute strategies, SavedModel export (TensorFlow only)
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-
 import pytest
 
-pytestmark = pytest.mark.torch_backend
+from tests.backends.subset import run_subset
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+pytestmark = pytest.mark.torch_backend
 
 
 @pytest.fixture(scope="module")
 def torch_results(tmp_path_factory):
     pytest.importorskip("torch")
-    env = {
-        **os.environ,
-        "KERAS_BACKEND": "torch",
-        "TF_CPP_MIN_LOG_LEVEL": "2",
-        "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
-        "CUDA_VISIBLE_DEVICES": "",
-    }
     folder = tmp_path_factory.mktemp("torch")
-    completed = subprocess.run(
-        [sys.executable, "-m", "tests.helpers.torch_subset", str(folder)],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        env=env,
-        cwd=ROOT,
+    return run_subset(
+        "torch", "tests.helpers.torch_subset", folder, env={"CUDA_VISIBLE_DEVICES": ""}, timeout=900
     )
-    lines = [line for line in completed.stdout.splitlines() if line.startswith("RESULT ")]
-    assert completed.returncode == 0 and lines, completed.stderr[-3000:]
-    return json.loads(lines[-1][len("RESULT ") :])
 
 
 def test_runs_on_torch(torch_results):
