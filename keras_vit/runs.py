@@ -317,6 +317,9 @@ def _fit_input(train_data, steps_per_epoch, batch_size, first_epoch, epochs, see
     if _is_default_strategy(strategy):  # a finite dataset: epoch e = its pass e
         x, steps_per_epoch = epoch_passes(train_data, first_epoch, steps_per_epoch)
         return x, steps_per_epoch, batch_size
+    if _is_multi_worker(strategy):  # each worker's own copy of the pipeline, at its pass
+        x, steps_per_epoch = worker_passes(train_data, first_epoch, steps_per_epoch)
+        return x, steps_per_epoch, batch_size
     if steps_per_epoch is not None and hasattr(train_data, "repeat"):  # other strategies
         return train_data.repeat(), steps_per_epoch, batch_size  # one stream
     return train_data, steps_per_epoch, batch_size
@@ -413,6 +416,52 @@ def epoch_passes(dataset, first_epoch: int, steps_per_epoch: int | None = None):
         return dataset.repeat().prefetch(tf.data.AUTOTUNE), batches
     stream = dataset.repeat().skip(first_epoch * steps_per_epoch)
     return stream.prefetch(tf.data.AUTOTUNE), steps_per_epoch
+
+
+def worker_passes(dataset, first_epoch: int, steps_per_epoch: int | None = None):
+    """(dataset, steps_per_epoch): a worker's training stream under a multi-worker strategy,
+    in which a run resumed at `first_epoch` sees the batches the uninterrupted run saw.
+
+    Every worker runs the whole pipeline and Keras' `experimental_distribute_dataset` gives
+    it its share of each global batch (TensorFlow's auto-shard), so a worker's data position
+    is its pipeline's: the passes begun so far (each new iterator over the dataset draws the
+    next pass's shuffle and augmentation seeds from one state, see `epoch_passes`) and the
+    batches taken in the current pass. How many iterators `fit` makes is Keras' business:
+    under a strategy it first takes one batch from an iterator of its own to build the model
+    (`_maybe_symbolic_build`, Keras 3.15), and with a finite dataset it starts a new
+    iterator at every epoch's start and one more at its end. So the stream is made one
+    iterator: `repeat()`, with `steps_per_epoch` (the dataset's batch count when None), and
+    nothing after it that reads ahead (a `prefetch` there lets the build's iterator begin
+    the next pass in the background, a timing-dependent draw: runs of the same seed then
+    differed). In a fresh run the build's iterator draws pass 0 and epoch `e` trains on
+    batches `e * steps_per_epoch` onwards of the passes that follow.
+
+    A run resumed at `first_epoch` (the epoch of the worker's backup, which
+    `keras_vit.worker_restart.agreed_epoch` checked to be every worker's) starts and drops
+    as many iterators as the uninterrupted run had begun passes before that epoch's first
+    batch, less the one the build's iterator will take, and skips the batches of that pass
+    already trained on (computed, not trained on; none when an epoch is a whole pass).
+
+    A dataset of unknown or infinite size is repeated when `steps_per_epoch` is given and
+    returned as it is otherwise (where the resumed run is in it cannot be found again).
+    """
+    batches = int(dataset.cardinality())
+    if batches < 0:  # infinite (-1) or unknown (-2)
+        stream = dataset.repeat() if steps_per_epoch is not None else dataset
+        return stream, steps_per_epoch
+    steps_per_epoch = batches if steps_per_epoch is None else steps_per_epoch
+    passes, offset = divmod(first_epoch * steps_per_epoch, batches)
+    for _ in range(passes):
+        iterator = iter(dataset)
+        del iterator
+    stream = dataset.repeat()
+    return (stream.skip(offset) if offset else stream), steps_per_epoch
+
+
+def _is_multi_worker(strategy) -> bool:
+    import tensorflow as tf
+
+    return isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
 
 
 def _is_default_strategy(strategy) -> bool:
