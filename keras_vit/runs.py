@@ -431,10 +431,11 @@ def worker_passes(dataset, first_epoch: int, steps_per_epoch: int | None = None)
     (`_maybe_symbolic_build`, Keras 3.15), and with a finite dataset it starts a new
     iterator at every epoch's start and one more at its end. So the stream is made one
     iterator: `repeat()`, with `steps_per_epoch` (the dataset's batch count when None), and
-    nothing after it that reads ahead (a `prefetch` there lets the build's iterator begin
-    the next pass in the background, a timing-dependent draw: runs of the same seed then
-    differed). In a fresh run the build's iterator draws pass 0 and epoch `e` trains on
-    batches `e * steps_per_epoch` onwards of the passes that follow.
+    nothing after it that reads ahead (a `prefetch` there, ours or the one tf.data injects,
+    lets the build's iterator begin the next pass in the background: a timing-dependent
+    draw, so runs of the same seed differed). In a fresh run the build's iterator draws
+    pass 0 and epoch `e` trains on batches `e * steps_per_epoch` onwards of the passes that
+    follow.
 
     A run resumed at `first_epoch` (the epoch of the worker's backup, which
     `keras_vit.worker_restart.agreed_epoch` checked to be every worker's) starts and drops
@@ -454,8 +455,21 @@ def worker_passes(dataset, first_epoch: int, steps_per_epoch: int | None = None)
     for _ in range(passes):
         iterator = iter(dataset)
         del iterator
-    stream = dataset.repeat()
-    return (stream.skip(offset) if offset else stream), steps_per_epoch
+    stream = dataset.repeat().skip(offset) if offset else dataset.repeat()
+    return stream.with_options(_no_read_ahead_across_passes()), steps_per_epoch
+
+
+def _no_read_ahead_across_passes():
+    """tf.data options without the `prefetch` that tf.data injects at a pipeline's end by
+    default (`experimental_optimization.inject_prefetch`): after `repeat()` it lets an
+    iterator that was read once (Keras' build batch) begin the next pass in the background,
+    drawing that pass's seeds or not depending on timing (seen with a pipeline that ends in
+    `batch`: 2 different streams in 15 reads of the same seed). The batches are unchanged."""
+    import tensorflow as tf
+
+    options = tf.data.Options()
+    options.experimental_optimization.inject_prefetch = False
+    return options
 
 
 def _is_multi_worker(strategy) -> bool:

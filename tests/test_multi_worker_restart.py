@@ -20,8 +20,10 @@ import sys
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from keras_vit import callbacks
+from keras_vit import callbacks, runs
 from tests.process_helpers import finish, free_ports
 
 HELPER = os.path.join(os.path.dirname(__file__), "helpers", "multi_worker_restart.py")
@@ -163,3 +165,45 @@ def test_a_sigkilled_workers_scratch_folder_is_gone_after_the_restart(restarts):
     assert ".scratch-worker-1" in after_kill["run_dir"], after_kill  # what the kill left
     names = set(os.listdir(root / "killed"))
     assert not names & {".lock", "backup", ".backup-worker-1"}, names
+
+
+def reshuffled_pipeline(batches):
+    """`batches` batches of 2 examples in the way keras_vit.data.load draws its randomness: a
+    seeded shuffle and a seeded random stream (the crop seeds), both new at every pass."""
+    import tensorflow as tf
+
+    examples = tf.data.Dataset.range(2 * batches).shuffle(8, seed=3, reshuffle_each_iteration=True)
+    noise = tf.data.Dataset.random(seed=4, rerandomize_each_iteration=True)
+    return tf.data.Dataset.zip((examples, noise)).batch(2, drop_remainder=True)
+
+
+def stream_as_fit_reads_it(first_epoch, epochs, batches, steps_per_epoch):
+    """The batches a worker's `fit` trains on in epochs `first_epoch`..`epochs - 1` of
+    `runs.worker_passes`' stream, read as Keras 3.15's `fit` reads it under a strategy: one
+    batch from an iterator of its own to build the model (`_maybe_symbolic_build`), then one
+    iterator for the run."""
+    stream, steps = runs.worker_passes(reshuffled_pipeline(batches), first_epoch, steps_per_epoch)
+    next(iter(stream))
+    iterator = iter(stream)
+    return [
+        tuple(np.asarray(t).tolist() for t in next(iterator))
+        for _ in range((epochs - first_epoch) * steps)
+    ]
+
+
+@given(
+    batches=st.integers(1, 4),
+    steps_per_epoch=st.one_of(st.none(), st.integers(1, 6)),
+    first_epoch=st.integers(1, 3),
+)
+def test_a_resumed_worker_stream_continues_the_uninterrupted_one(
+    batches, steps_per_epoch, first_epoch
+):
+    """The resumed stream (built afresh, as in a restarted worker) is the uninterrupted
+    stream from its epoch on, for epochs of one pass (None), of part of one and of several;
+    the two-worker tests above only reach the first."""
+    epochs = first_epoch + 2
+    uninterrupted = stream_as_fit_reads_it(0, epochs, batches, steps_per_epoch)
+    resumed = stream_as_fit_reads_it(first_epoch, epochs, batches, steps_per_epoch)
+    steps = steps_per_epoch or batches
+    assert resumed == uninterrupted[first_epoch * steps :]
