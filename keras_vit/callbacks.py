@@ -97,8 +97,9 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
     (`state_digest` of what was saved); a restore recomputes the digest of what it loaded and
     raises `BackupError` when it differs (weights of another epoch or run under this state).
     The epoch is also the position in the training data: `keras_vit.runs` rebuilds the data
-    stream from it (`epoch_ordered_batches`, `epoch_passes`), and under several workers
-    `keras_vit.worker_restart.agreed_epoch` checks that every worker restores the same one.
+    stream from it (`epoch_ordered_batches`, `epoch_passes`; each worker's own with
+    `worker_passes`), and under several workers `keras_vit.worker_restart.agreed_epoch`
+    checks that every worker restores the same one.
 
     Only the epoch-end schedule (`save_freq="epoch"`) is supported: runs resume from their
     last epoch boundary. Restoring sets `model._initial_epoch`, the hook Keras' own callback

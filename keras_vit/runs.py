@@ -41,7 +41,9 @@ Under a multi-worker strategy every worker trains and saves, but only the chief 
 run's files; the other workers write their throw-away saves to `.scratch-worker-<index>`
 (emptied at each start, so a SIGKILLed worker's leftovers go at the restart) and keep their
 resume state in `.backup-worker-<index>` (both removed at the end). Each worker resumes its
-data stream at its backup's epoch (as one process does), and before training continues the
+data stream at its backup's epoch (`worker_passes`: one `repeat()` of its pipeline, the
+finished passes and batches skipped), so a restarted job ends with the uninterrupted run's
+losses and weights, and before training continues the
 workers compare their backups' epoch and digest through the strategy's all-reduce
 (`keras_vit.worker_restart.agreed_epoch`): backups of different epochs stop every worker with
 one `BackupMismatchError` line naming them. Resuming a multi-worker run expects the run

@@ -20,6 +20,8 @@ crops), EPOCHS epochs of one pass each, the dataset built afresh in every proces
 Each run is the first of its process (seed 0): under the multi-worker strategy a second
 `fit_run` in the same process trains on other batches or masks than the first (seen with
 this helper: epoch 0's loss differs in the 3rd digit; cause not found).
+Two runs of one mode in fresh processes give the same history and weights to the bit
+(tests/test_multi_worker_restart.py relies on it).
 """
 
 import json
