@@ -440,16 +440,17 @@ def worker_passes(dataset, first_epoch: int, steps_per_epoch: int | None = None)
     follow.
 
     A run resumed at `first_epoch` (the epoch of the worker's backup, which
-    `keras_vit.worker_restart.agreed_epoch` checked to be every worker's) starts and drops
-    as many iterators as the uninterrupted run had begun passes before that epoch's first
-    batch, less the one the build's iterator will take, and skips the batches of that pass
-    already trained on (computed, not trained on; none when an epoch is a whole pass).
+    `keras_vit.worker_restart.agreed_epoch` checked to be every worker's) first starts and
+    drops one iterator per whole pass trained on before that epoch (the build's iterator
+    then draws in place of the fresh run's), and its stream skips the batches of the current
+    pass already trained on (computed, not trained on; none when an epoch is a whole pass).
 
-    A dataset of unknown or infinite size is repeated when `steps_per_epoch` is given and
-    returned as it is otherwise (where the resumed run is in it cannot be found again).
+    A dataset of unknown or infinite size (or an empty one) is repeated when
+    `steps_per_epoch` is given and returned as it is otherwise (where the resumed run is in
+    it cannot be found again).
     """
     batches = int(dataset.cardinality())
-    if batches < 0:  # infinite (-1) or unknown (-2)
+    if batches <= 0:  # infinite (-1), unknown (-2) or empty
         stream = dataset.repeat() if steps_per_epoch is not None else dataset
         return stream, steps_per_epoch
     steps_per_epoch = batches if steps_per_epoch is None else steps_per_epoch
