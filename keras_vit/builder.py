@@ -285,6 +285,12 @@ def vision_transformer(
     input_preprocessing="[-1,1]",
     dynamic_image_size=False,
     final_norm="tokens",
+    layer_scale_init=None,
+    num_register_tokens=0,
+    distilled=False,
+    no_embed_class=False,
+    norm_pre=False,
+    mlp_activation="gelu",
 ):
     """Builds a ViT-family `keras.Model` around a stem (see the module docstring).
 
@@ -302,6 +308,14 @@ def vision_transformer(
             divisible by the patch, `dynamic_image_size=True` with a stem or with
             `position_embedding="sincos2d"`.
     """
+    if (layer_scale_init, num_register_tokens, distilled, no_embed_class, norm_pre) != (
+        None,
+        0,
+        False,
+        False,
+        False,
+    ) or mlp_activation != "gelu":
+        raise NotImplementedError("the ViT-family switches are being built")
     patch, size = check_arguments(
         patch_size=patch_size,
         image_size=image_size,

@@ -35,6 +35,21 @@ OPTIONS = {
     "channels": ("image channels (1, 3, 4, ...)",),
     "hybrid": ("False: a ViT; True: a ResNet stem (R50+B/16)",),
     "preprocessing": ("the input scaling the weights expect: [-1,1] or imagenet (mean/std)",),
+    "layer_scale": ("LayerScale gammas on both residual branches of each block (DeiT III)",),
+    "registers": ("the number of register tokens (DINOv2 -reg)",),
+    "distillation": ("DeiT's distillation token and its head_dist",),
+    "no_embed_class": ("a position table without the class row (timm no_embed_class)",),
+    "norm_pre": ("a LayerNorm before the blocks (timm norm_pre, CLIP towers)",),
+    "mlp_activation": ("the MLP's activation: gelu or quick_gelu (OpenAI CLIP)",),
+}
+# What a format that holds none of the ViT-family switches expresses of them.
+PLAIN_FAMILY = {
+    "layer_scale": (False,),
+    "registers": (0,),
+    "distillation": (False,),
+    "no_embed_class": (False,),
+    "norm_pre": (False,),
+    "mlp_activation": ("gelu",),
 }
 
 
@@ -167,6 +182,7 @@ FORMAT_TABLE: dict[str, CheckpointFormat] = {
                 "final_norm": _EVERY_NORM,
                 "pre_logits": _EVERY_PRE_LOGITS,
                 "preprocessing": ("[-1,1]",),
+                **PLAIN_FAMILY,
             },
             reads={
                 "class token": "the `cls` key",
@@ -195,6 +211,7 @@ FORMAT_TABLE: dict[str, CheckpointFormat] = {
                 "pre_logits": _EVERY_PRE_LOGITS,
                 "hybrid": (False,),
                 "preprocessing": ("[-1,1]",),
+                **PLAIN_FAMILY,
             },
             reads={
                 "class token": "the `cls` key",
@@ -219,6 +236,7 @@ FORMAT_TABLE: dict[str, CheckpointFormat] = {
                 "pre_logits": ("none", "feature"),
                 "patch": ("square",),
                 "hybrid": (False,),
+                **PLAIN_FAMILY,
             },
             reads={
                 "class token": "always (ViTModel has one)",
@@ -242,6 +260,7 @@ FORMAT_TABLE: dict[str, CheckpointFormat] = {
                 "pooling": ("token", "gap"),
                 "final_norm": _EVERY_NORM,
                 "pre_logits": _EVERY_PRE_LOGITS,
+                **PLAIN_FAMILY,
             },
             reads={
                 "class token": "the `cls_token` key",
@@ -296,7 +315,7 @@ def options_of(contents) -> dict:
     whose count is no square grid and no image size counts as "non-square".
     """
     arrays = contents.arrays
-    arch = Architecture.from_arrays(arrays)
+    arch = Architecture.from_contents(contents)
     if f"{names.MAP_HEAD}/probe" in arrays:
         pooling = "map"
     else:
@@ -323,6 +342,12 @@ def options_of(contents) -> dict:
         "channels": arch.channels,
         "hybrid": arch.resnet_stages is not None,
         "preprocessing": contents.preprocessing,
+        "layer_scale": arch.layer_scale,
+        "registers": arch.num_register_tokens,
+        "distillation": arch.distilled,
+        "no_embed_class": arch.no_embed_class,
+        "norm_pre": arch.norm_pre,
+        "mlp_activation": arch.mlp_activation,
     }
 
 

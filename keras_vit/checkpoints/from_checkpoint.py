@@ -69,7 +69,7 @@ def architecture_kwargs(contents: CheckpointContents, image_size=None) -> dict:
             message lists the grids that fit and names `image_size=`), or an unknown
             number of heads.
     """
-    arch = Architecture.from_arrays(contents.arrays)
+    arch = Architecture.from_contents(contents)
     missing = arch.missing_key("patch_size", "mlp_dim")
     if missing:
         raise CheckpointError(f"{contents.path} is not a ViT checkpoint: no {missing!r}.")
@@ -86,9 +86,10 @@ def architecture_kwargs(contents: CheckpointContents, image_size=None) -> dict:
         num_layers=arch.num_layers,
         image_size=image_size,
         input_preprocessing=contents.preprocessing,
-        **contents.numerics,
         **arch.pooling_kwargs(),
     )
+    kwargs.update(contents.numerics)
+    kwargs.update(arch.family_kwargs())  # LayerScale, registers, ... (mlp_activation again)
     if f"{names.MAP_HEAD}/probe" in contents.arrays:
         kwargs["pooling"] = "map"
     if arch.representation_size is not None:

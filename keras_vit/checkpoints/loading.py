@@ -174,7 +174,7 @@ def _fit_position_table(model, table, variable, method, source_grid):
         return table, None, None
     if table.shape[1] == target[1] and source_grid is None:
         return table, None, None
-    prefix = architecture.num_prefix_tokens(model)
+    prefix = architecture.num_position_prefix_rows(model)
     new_grid = architecture.patch_grid(model)
     if prefix + new_grid[0] * new_grid[1] != target[1]:
         return table, None, None
@@ -315,7 +315,7 @@ def load_weights(
     report.loaded = fits
     if resized is not None:
         (old_rows, old_cols), (new_rows, new_cols) = resized
-        old_length = architecture.num_prefix_tokens(model) + old_rows * old_cols
+        old_length = architecture.num_position_prefix_rows(model) + old_rows * old_cols
         warn_weights(
             f"Position embeddings resized: grid {old_rows}x{old_cols} -> {new_rows}x{new_cols} "
             f"({resize_method}; {old_length} -> {variables[PLAIN_POSITION_KEY].shape[1]} rows)."
