@@ -223,7 +223,7 @@ FORMAT_TABLE: dict[str, CheckpointFormat] = {
         ),
         CheckpointFormat(
             name="hf",
-            title="a Hugging Face ViT folder",
+            title="a Hugging Face ViT / DeiT / DINOv2 folder",
             recognised_by="a folder with `config.json` + `model.safetensors` (or that file) "
             "whose keys include `embeddings.patch_embeddings.projection.weight`",
             recognise=_is_hf,
@@ -236,14 +236,23 @@ FORMAT_TABLE: dict[str, CheckpointFormat] = {
                 "pre_logits": ("none", "feature"),
                 "patch": ("square",),
                 "hybrid": (False,),
-                **PLAIN_FAMILY,
+                "no_embed_class": (False,),
+                "norm_pre": (False,),
             },
             reads={
                 "class token": "always (ViTModel has one)",
+                "model type": "config.json `model_type`: vit, deit (distillation token, "
+                "`cls_classifier` + `distillation_classifier`), dinov2 (LayerScale "
+                "`layer_scale1/2.lambda1`), dinov2_with_registers (`register_tokens`); "
+                "`use_swiglu_ffn` and Dinov2ForImageClassification refused by name",
+                "writes": "the model type of the switches: deit with a distillation token, "
+                "dinov2_with_registers with registers, dinov2 with LayerScale (no head), "
+                "else vit",
                 "no_embed_class": "never",
                 "grid / image size": "config.json `image_size` (int or [h, w])",
                 "channels": "config.json `num_channels`; preprocessor mean/std per channel",
-                "numerics": "config.json `hidden_act`, `layer_norm_eps`",
+                "numerics": "config.json `hidden_act` (gelu, tanh forms, quick_gelu), "
+                "`layer_norm_eps` (default: the model type's config class)",
                 "arrays": "float32, float16, bfloat16 safetensors",
             },
         ),
@@ -260,18 +269,23 @@ FORMAT_TABLE: dict[str, CheckpointFormat] = {
                 "pooling": ("token", "gap"),
                 "final_norm": _EVERY_NORM,
                 "pre_logits": _EVERY_PRE_LOGITS,
-                **PLAIN_FAMILY,
             },
             reads={
                 "class token": "the `cls_token` key",
+                "family": "`dist_token` + `head_dist` (deit.py), `reg_token` (only with "
+                "no_embed_class=True), `blocks.i.ls1/ls2.gamma`, `norm_pre`; q/k norm, "
+                "SwiGLU, attention pooling refused by name",
                 "no_embed_class": "keras_vit metadata, config.json `model_args` or its "
-                "image size; else an error naming `no_embed_class=` when both fit",
+                "image size (True with `reg_token`); else an error naming "
+                "`no_embed_class=` when both fit",
                 "global_pool": "config.json / metadata: 'token' with a class token, 'avg' "
                 "without; others refused by name",
                 "fc_norm": "the `fc_norm.*` keys",
                 "grid / image size": "keras_vit metadata, config.json `pretrained_cfg."
                 "input_size`; else the table's square grid",
-                "numerics": "keras_vit metadata; else exact GELU, eps 1e-6 (timm's)",
+                "numerics": "keras_vit metadata; else config.json `model_args.act_layer` "
+                "/ `architecture` (`*quickgelu*`: quick_gelu; `*_clip_*`: eps 1e-5); else "
+                "exact GELU, eps 1e-6 (timm's)",
                 "arrays": "float32, float16, bfloat16 safetensors",
             },
         ),

@@ -32,8 +32,7 @@ from keras_vit.checkpoints import torch_layout as tl
 from keras_vit.checkpoints.npz_io import CheckpointError
 
 MODEL_TYPES = ("vit", "deit", "dinov2", "dinov2_with_registers")
-LAYER_SCALE_1 = "LayerScale_1/scale"
-LAYER_SCALE_3 = "LayerScale_3/scale"
+LAYER_SCALE_1, LAYER_SCALE_3 = timm_family.LAYER_SCALES.values()
 
 
 @dataclasses.dataclass(frozen=True)

@@ -196,6 +196,20 @@ def _fit_position_table(model, table, variable, method, source_grid):
     return resized, (tuple(old_grid), tuple(new_grid)), None
 
 
+def _add_class_rows(model, contents, arrays):
+    """A file's table without class rows (`no_embed_class`, DeiT III) for a model whose
+    table has them: zero rows in front, which is what the class (and distillation) token
+    then get, so the model computes what the file's model does."""
+    table = arrays[PLAIN_POSITION_KEY]
+    if not contents.no_embed_class or np.ndim(table) != 3:
+        return table
+    rows = architecture.num_position_prefix_rows(model)
+    if not rows:
+        return table
+    zeros = np.zeros((1, rows, table.shape[-1]), np.asarray(table).dtype)
+    return np.concatenate([zeros, table], axis=1)
+
+
 def _model_heads(model) -> int | None:
     return architecture.Architecture.from_checkpoint_model(model).num_heads
 
@@ -297,6 +311,7 @@ def load_weights(
     resized, hint = None, None
     if PLAIN_POSITION_KEY in arrays and PLAIN_POSITION_KEY in variables:
         if not _under(PLAIN_POSITION_KEY, skip):
+            arrays[PLAIN_POSITION_KEY] = _add_class_rows(model, contents, arrays)
             arrays[PLAIN_POSITION_KEY], resized, hint = _fit_position_table(
                 model,
                 arrays[PLAIN_POSITION_KEY],

@@ -23,6 +23,7 @@ import logging
 
 import numpy as np
 
+from keras_vit import layer_names as names
 from keras_vit.checkpoints import timm_options
 from keras_vit.checkpoints import torch_layout as tl
 from keras_vit.checkpoints.npz_io import CheckpointError
@@ -30,11 +31,14 @@ from keras_vit.checkpoints.npz_io import CheckpointError
 logger = logging.getLogger(__name__)
 
 META = "keras_vit."
-DIST, REG = "dist", "reg"
-HEAD_DIST = "head_dist/"
-NORM_PRE = f"{tl.ENCODER_NORM.split('/')[0]}/norm_pre/"
+DIST, REG = names.DIST_TOKEN, names.REGISTERS
+HEAD_DIST = names.HEAD_DIST + "/"
+NORM_PRE = f"{names.TRANSFORMER}/{names.NORM_PRE}/"
 # timm sub-layer of a block -> the release-style LayerScale key inside the block.
-LAYER_SCALES = {"ls1.gamma": "LayerScale_1/scale", "ls2.gamma": "LayerScale_3/scale"}
+LAYER_SCALES = {
+    "ls1.gamma": f"{names.LAYER_SCALE_ATTENTION}/scale",
+    "ls2.gamma": f"{names.LAYER_SCALE_MLP}/scale",
+}
 # Tensors of timm ViT variants keras_vit has no layer for, refused by name.
 UNSUPPORTED = {
     "blocks.0.attn.q_norm.weight": "q/k normalisation (qk_norm=True)",

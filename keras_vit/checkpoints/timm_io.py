@@ -65,6 +65,8 @@ RELEASE_RESNET_KEY = re.compile(
     r"(?:(?P<root>conv_root|gn_root)|block(?P<stage>\d+)/unit(?P<unit>\d+)/"
     r"(?P<layer>conv[123]|gn[123]|conv_proj|gn_proj))/(?P<leaf>kernel|scale|bias)"
 )
+
+
 def _sibling_config(path):
     config = os.path.join(os.path.dirname(os.path.abspath(path)), "config.json")
     try:
