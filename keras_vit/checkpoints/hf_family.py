@@ -114,9 +114,23 @@ def layout_of(config: dict, path) -> HFLayout:
 
 
 def check_classifier(state: dict, layout: HFLayout, path) -> None:
-    """Refuses a DINOv2 classifier: `Dinov2ForImageClassification`'s head reads the class
-    token concatenated with the mean of the patch tokens (2D inputs), which keras_vit's
-    head (on the pooled D features) is not."""
+    """Refuses the classifiers keras_vit's heads do not compute.
+
+    `Dinov2ForImageClassification`'s head reads the class token concatenated with the mean
+    of the patch tokens (2D inputs); `DeiTForImageClassification` has one `classifier` on
+    the class token beside a distillation token, where keras_vit's distilled model (as
+    `DeiTForImageClassificationWithTeacher`) averages two heads.
+
+    Raises:
+        CheckpointError: naming the class.
+    """
+    if layout.model_type == "deit" and "classifier.weight" in state:
+        raise CheckpointError(
+            f"{path} is a DeiTForImageClassification: one classifier on the class token beside "
+            "a distillation token, which keras_vit's distilled model (logits the mean of "
+            "head and head_dist, as DeiTForImageClassificationWithTeacher) does not compute. "
+            "Read the DeiTModel or DeiTForImageClassificationWithTeacher weights instead."
+        )
     if layout.model_type.startswith("dinov2") and "classifier.weight" in state:
         raise CheckpointError(
             f"{path} is a Dinov2ForImageClassification: its classifier reads the class token "

@@ -88,15 +88,16 @@ def test_hf_family_keys_match_timm_and_map_back(model_type, options):
     _assert_same(hf_io.release_to_hf(arrays, 4), state)
 
 
-def test_deit_for_image_classification_reads_its_classifier_as_the_head():
+def test_deit_for_image_classification_is_refused_by_name():
+    """One classifier on the class token beside a distillation token: no keras_vit head
+    computes it (the distilled model averages two heads)."""
     params = random_params(np.random.default_rng(0), dist=True, head=True)
     state = to_hf(params, "deit")
     state["classifier.weight"] = state.pop("cls_classifier.weight")
     state["classifier.bias"] = state.pop("cls_classifier.bias")
     del state["distillation_classifier.weight"], state["distillation_classifier.bias"]
-    arrays = hf_io.hf_to_release(state, hf_config("deit", head=True))
-    np.testing.assert_array_equal(arrays["head/kernel"], params["head.w"].T)
-    assert "head_dist/kernel" not in arrays and arrays["dist"].shape == (1, 1, TINY["hidden"])
+    with pytest.raises(CheckpointError, match="DeiTForImageClassification:"):
+        hf_io.hf_to_release(state, hf_config("deit", head=True))
 
 
 def _timm_dinov2():
