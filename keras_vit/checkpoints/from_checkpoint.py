@@ -10,6 +10,7 @@ and the model records the scaling for `predict`, `evaluate` and the SavedModel e
 from __future__ import annotations
 
 import logging
+import os
 
 from keras_vit import configs
 from keras_vit import layer_names as names
@@ -112,6 +113,16 @@ def build_from_kwargs(kwargs: dict):
     return build(kwargs)
 
 
+def _local_path(path):
+    """`path`, or the local copy of a published ViT-family name (`registry.resolve_family`)
+    when no such file or folder exists."""
+    from keras_vit.checkpoints import registry
+
+    if isinstance(path, str) and not os.path.exists(path) and registry.family_entry(path):
+        return registry.resolve_family(path)
+    return path
+
+
 def from_checkpoint(
     path,
     num_classes=None,
@@ -130,7 +141,9 @@ def from_checkpoint(
     Args:
         path: a release/big_vision `.npz`, a `.keras` file, a Hugging Face ViT folder (or its
             `model.safetensors`), or a timm `.safetensors` file; the format is read from the
-            content.
+            content. Also a published ViT-family name (`registry.FAMILY_CHECKPOINTS`:
+            "deit_small_patch16_224", "facebook/dinov2-small", ...), read from its local
+            folder under the Keras cache (`registry.resolve_family`).
         num_classes: None (default) keeps the file's head (a file without one gives a
             feature model, `include_top=False`); another number builds a zero-initialised
             head of that size (the release's fine-tuning recipe), dropping `pre_logits`.
@@ -166,6 +179,7 @@ def from_checkpoint(
     from keras_vit.checkpoints.formats import read_checkpoint
     from keras_vit.checkpoints.loading import load_weights
 
+    path = _local_path(path)
     contents = read_checkpoint(path, num_heads=num_heads, no_embed_class=no_embed_class)
     if contents.format == "keras" and num_classes is None and image_size is None and not overrides:
         return keras.saving.load_model(contents.path, safe_mode=True)

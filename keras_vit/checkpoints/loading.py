@@ -486,7 +486,9 @@ def load_weights_argument(model, weights, *, base_url=None, cache_dir=None) -> L
         weights: a local checkpoint path (any format `load_weights` reads); a published name
             ("ViT-B_16", "imagenet21k/ViT-B_16",
             "imagenet21k+imagenet2012/ViT-L_16-224", "augreg/<file>"); or "imagenet21k" /
-            "imagenet21k+imagenet2012", resolved to the file of the model's architecture.
+            "imagenet21k+imagenet2012", resolved to the file of the model's architecture;
+            or a ViT-family name of `registry.FAMILY_CHECKPOINTS` ("facebook/dinov2-small",
+            "deit_small_patch16_224"), read from its local folder in the cache.
         base_url, cache_dir: see `keras_vit.checkpoints.resolve_checkpoint`.
 
     Returns:
@@ -507,6 +509,9 @@ def load_weights_argument(model, weights, *, base_url=None, cache_dir=None) -> L
         )
     if os.path.isfile(weights) or os.path.isdir(weights):
         return load_weights(model, weights, head="auto")
+    if registry.family_entry(weights) is not None:
+        local = registry.resolve_family(weights, cache_dir=cache_dir)
+        return load_weights(model, local, head="auto")
     model_name = architecture.release_model_name(model)
     if registry.is_collection_name(weights):
         embed = find_vit_model(model).get_layer(names.EMBEDDING)
