@@ -174,8 +174,9 @@ def writing_layout(arrays: dict) -> HFLayout:
     return LAYOUTS["dinov2_with_registers" if registers else "dinov2"]
 
 
-def mlp_ratio(hidden: int, mlp: int) -> float:
-    """DINOv2's `mlp_ratio` (its MLP width is `int(hidden * mlp_ratio)`).
+def mlp_ratio(hidden: int, mlp: int) -> int | float:
+    """DINOv2's `mlp_ratio` (its MLP width is `int(hidden * mlp_ratio)`): an int when whole
+    (transformers 5's `Dinov2Config` takes only ints), else a float.
 
     Raises:
         CheckpointError: an MLP width that no ratio reproduces exactly.
@@ -186,7 +187,7 @@ def mlp_ratio(hidden: int, mlp: int) -> float:
             f"DINOv2 sizes its MLP as int(hidden_size * mlp_ratio); {mlp} from {hidden} is "
             "not reproduced exactly."
         )
-    return float(ratio)
+    return int(ratio) if ratio == int(ratio) else float(ratio)
 
 
 def family_config(layout: HFLayout, arch, contents) -> dict:

@@ -172,6 +172,8 @@ def check_config_sizes(path, config, array_sizes: dict, *, section: str = "") ->
     if not isinstance(values, dict):
         raise CheckpointError(f"{path}: {section} must be a JSON object.")
     for field in {*SIZE_FIELDS, *array_sizes} & set(values):
+        if field == "num_classes" and values[field] == 0:
+            continue  # timm's feature models (num_classes=0: no head)
         positive_size(path, field, values[field])
         if field in array_sizes and values[field] != array_sizes[field]:
             raise CheckpointError(

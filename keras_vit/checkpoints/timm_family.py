@@ -107,6 +107,36 @@ def extras_from_timm(get, state: dict, depth: int) -> dict:
     return out
 
 
+def patch_bias(get, state: dict, path):
+    """`patch_embed.proj.bias`, or zeros for timm's `pre_norm` models (CLIP towers), whose
+    patch embedding has no bias (`PatchEmbed(bias=not pre_norm)`).
+
+    Raises:
+        CheckpointError: no bias in a model without `norm_pre`.
+    """
+    if "patch_embed.proj.bias" in state or "norm_pre.weight" not in state:
+        return get("patch_embed.proj.bias")
+    width = state["patch_embed.proj.weight"].shape[0]
+    return np.zeros((width,), state["patch_embed.proj.weight"].dtype)
+
+
+def drop_patch_bias(state: dict, arrays: dict) -> None:
+    """Removes the patch-embedding bias of a `norm_pre` model from a timm state dict (timm's
+    `pre_norm=True` builds its patch embedding without one).
+
+    Raises:
+        CheckpointError: a non-zero bias, which timm's layout would lose.
+    """
+    if NORM_PRE + "scale" not in arrays:
+        return
+    bias = state.pop("patch_embed.proj.bias")
+    if np.any(np.asarray(bias) != 0):
+        raise CheckpointError(
+            "timm's pre_norm models (norm_pre, CLIP towers) have no patch-embedding bias; "
+            "this model's is not zero, so timm's layout cannot hold it. Write it as .keras."
+        )
+
+
 def extras_to_timm(arrays: dict, depth: int) -> dict:
     """The inverse of `extras_from_timm`: `{timm key: tensor}` of the family's extras."""
     out = {}

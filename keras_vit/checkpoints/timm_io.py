@@ -147,7 +147,7 @@ def timm_to_release(
     torch_norm = "fc_norm" if final_norm == tl.POOLED_NORM else "norm"
     out = {
         "embedding/kernel": tl.conv_to_kernel(get("patch_embed.proj.weight")),
-        "embedding/bias": get("patch_embed.proj.bias"),
+        "embedding/bias": timm_family.patch_bias(get, state, path),
         final_norm + "scale": get(torch_norm + ".weight"),
         final_norm + "bias": get(torch_norm + ".bias"),
     }
@@ -325,6 +325,7 @@ def release_to_timm(arrays: dict) -> dict:
         )
         out[f"{timm}attn.proj.weight"] = tl.flat_linear(arrays[attention + "out/kernel"])
         out[f"{timm}attn.proj.bias"] = arrays[attention + "out/bias"]
+    timm_family.drop_patch_bias(out, arrays)
     for key, array in arrays.items():
         out.update(_resnet_to_timm(key, array))
     if "pre_logits/kernel" in arrays:

@@ -54,8 +54,9 @@ def random_params(
         params["dist"] = _r(rng, 1, 1, d)
     if registers:
         params["reg"] = _r(rng, 1, registers, d)
-    if norm_pre:
+    if norm_pre:  # timm's pre_norm models (CLIP towers) have no patch-embedding bias
         params["norm_pre.w"], params["norm_pre.b"] = 1 + _r(rng, d), _r(rng, d)
+        params["patch.b"] = np.zeros((d,), np.float32)
     for _ in range(cfg["layers"]):
         block = {}
         for name in ("n1", "n2"):
@@ -93,6 +94,7 @@ def to_timm(params) -> dict:
             params["norm_pre.w"],
             params["norm_pre.b"],
         )
+        del state["patch_embed.proj.bias"]
     for i, block in enumerate(params["blocks"]):
         t = f"blocks.{i}."
         for ours, timm in (
