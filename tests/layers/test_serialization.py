@@ -95,7 +95,7 @@ EVERY_ARGUMENT = [
             mlp_activation="quick_gelu",
         ),
     ),
-    (layers.TokenPooling, dict(pooling="gap")),
+    (layers.TokenPooling, dict(pooling="gap", token_index=1, num_prefix_tokens=2)),
     (
         StdConv2D,
         dict(
