@@ -54,3 +54,32 @@ def test_a_family_name_resolves_to_its_local_folder(tmp_path):
     assert registry.resolve_family("facebook/dinov2-small", cache_dir=tmp_path) == str(hf)
     with pytest.raises(ValueError, match="not a published ViT-family"):
         registry.resolve_family("facebook/dinov3", cache_dir=tmp_path)
+
+
+def test_from_checkpoint_and_weights_take_a_family_name(tmp_path, monkeypatch):
+    """The name resolves to its folder in the cache ($KERAS_VIT_CACHE_DIR), read as any
+    local folder: a hand-written HF Dinov2Model folder here."""
+    import json
+
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    import keras_vit
+    from tests.checkpoints.family_state import TINY, forward, hf_config, random_params, to_hf
+
+    monkeypatch.setenv("KERAS_VIT_CACHE_DIR", str(tmp_path))
+    folder = tmp_path / "keras_vit" / "facebook--dinov2-small"
+    folder.mkdir(parents=True)
+    params = random_params(np.random.default_rng(0), layer_scale=True, head=False)
+    save_file(to_hf(params, "dinov2"), str(folder / "model.safetensors"))
+    (folder / "config.json").write_text(json.dumps(hf_config("dinov2")))
+    model = keras_vit.from_checkpoint("facebook/dinov2-small")
+    x = np.random.default_rng(1).uniform(-1, 1, (2, 28, 28, 3)).astype("float32")
+    want = forward(params, x, heads=TINY["heads"])
+    np.testing.assert_allclose(np.asarray(model(x)), want, atol=1e-4, rtol=0)
+    again = keras_vit.ViT(
+        image_size=28, patch_size=7, hidden_dim=32, num_heads=4, mlp_dim=64, num_layers=2,
+        include_top=False, layer_scale_init=1.0, gelu_approximate=False,
+        weights="facebook/dinov2-small",
+    )  # fmt: skip
+    np.testing.assert_allclose(np.asarray(again(x)), want, atol=1e-4, rtol=0)
