@@ -173,3 +173,18 @@ def test_timm_activation_and_epsilon_come_from_the_architecture(config, activati
 def test_timm_unknown_activation_is_refused_by_name():
     with pytest.raises(CheckpointError, match="act_layer='silu'"):
         timm_family.mlp_activation_of({}, {"model_args": {"act_layer": "silu"}}, "f")
+
+
+def test_timm_writer_refuses_registers_with_a_class_position_row(tmp_path):
+    """HF DINOv2-with-registers (registers after a class row) has no timm layout: timm would
+    give the registers position rows."""
+    from keras_vit.checkpoints import write_checkpoint
+    from keras_vit.checkpoints.contents import CheckpointContents
+
+    params = random_params(np.random.default_rng(0), layer_scale=True, registers=4, head=False)
+    state = to_hf(params, "dinov2_with_registers")
+    arrays = hf_io.hf_to_release(state, hf_config("dinov2_with_registers", registers=4))
+    contents = CheckpointContents("x", "hf", arrays, num_heads=4, gelu_approximate=False)
+    with pytest.raises(CheckpointError, match="register tokens"):
+        write_checkpoint(contents, tmp_path / "m.safetensors", "timm")
+    assert not (tmp_path / "m.safetensors").exists()
