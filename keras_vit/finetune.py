@@ -124,8 +124,9 @@ def finetune(
         representation_size: None (default) drops `pre_logits`, as the release does for
             fine-tuning. The current `pre_logits` width keeps the pre-trained layer; another
             width adds a freshly initialised `pre_logits` (dense + tanh).
-        resize_method: "bilinear" (release, default), "bicubic" (timm's) or "torch_bicubic"
-            (Hugging Face's); see `keras_vit.resize_position_embeddings`.
+        resize_method: "bilinear" (release, default), "bicubic" (timm's), "torch_bicubic"
+            (Hugging Face's) or "dinov2" (original DINOv2's); see
+            `keras_vit.resize_position_embeddings`.
 
     Returns:
         A functional `keras.Model` with input `images` `(batch, height, width, channels)`

@@ -263,8 +263,8 @@ def load_weights(
         head: "load" (default; the head must match), "skip" (keep the model's head), or
             "auto" (load it when its shape fits, else keep the model's head; what
             `weights=` uses).
-        resize_method: "bilinear" (release, default), "bicubic" (timm) or "torch_bicubic"
-            (Hugging Face's `interpolate_pos_encoding`); see
+        resize_method: "bilinear" (release, default), "bicubic" (timm), "torch_bicubic"
+            (Hugging Face's `interpolate_pos_encoding`) or "dinov2" (original DINOv2); see
             `keras_vit.resize_position_embeddings`.
         source_grid: (rows, cols) of the file's position table when it is not square.
         no_embed_class: for a timm class-token file that does not say whether its
