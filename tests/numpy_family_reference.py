@@ -53,7 +53,9 @@ def _block(x, params, i, *, num_heads, eps, kind, approximate):
     x = x + y * params.get(p + "LayerScale_1/scale", 1.0)
     y = layer_norm(x, params[p + "LayerNorm_2/scale"], params[p + "LayerNorm_2/bias"], eps)
     mlp = p + "MlpBlock_3/"
-    h = activation(y @ params[mlp + "Dense_0/kernel"] + params[mlp + "Dense_0/bias"], kind, approximate)
+    h = activation(
+        y @ params[mlp + "Dense_0/kernel"] + params[mlp + "Dense_0/bias"], kind, approximate
+    )
     y = h @ params[mlp + "Dense_1/kernel"] + params[mlp + "Dense_1/bias"]
     return x + y * params.get(p + "LayerScale_3/scale", 1.0)
 

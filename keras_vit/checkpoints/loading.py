@@ -141,6 +141,8 @@ def _skip_prefixes(arrays, variables, skip, head):
             else:
                 logger.info("Head not loaded: %s.", reason)  # include_top=False: expected
             prefixes.append("head")
+    if _under("head", prefixes) and not _under(names.HEAD_DIST, prefixes):
+        prefixes.append(names.HEAD_DIST)  # DeiT's distillation head goes with the head
     return prefixes
 
 
