@@ -232,26 +232,27 @@ def classification_head(
     if not include_top:
         return x
     if distilled:
-        return distilled_logits(sequence, x, num_classes, classifier_activation)
+        dist = TokenPooling("token", token_index=1, name=names.POOL_DIST)(sequence)
+        return distilled_logits(x, dist, num_classes, classifier_activation)
     return zero_head(num_classes, classifier_activation)(x)
 
 
-def distilled_logits(sequence, pooled, num_classes, activation=None):
+def distilled_logits(pooled, dist, num_classes, activation=None):
     """DeiT's inference logits: (head(class token) + head_dist(distillation token)) / 2.
 
     timm deit.py `VisionTransformerDistilled.forward_head` (not `distilled_training`) and HF
     `DeiTForImageClassificationWithTeacher`. The mean (`head_mean`) is the model's output
     in training too, so the ordinary loss trains both zero-initialised heads (DeiT's
     hard-distillation loss on the teacher's labels is not built in). `activation` (e.g.
-    "softmax") is applied to the mean.
+    "softmax") is applied to the mean. `pooled`: the class token's feature, `dist`: the
+    distillation token's (`pool_dist`), each `(batch, D)`.
     """
     head = zero_head(num_classes)(pooled)
-    dist = TokenPooling("token", token_index=1, name=names.POOL_DIST)(sequence)
     head_dist = zero_head(num_classes, name=names.HEAD_DIST)(dist)
     logits = keras.layers.Average(dtype="float32", name=names.HEAD_MEAN)([head, head_dist])
     if activation is None:
         return logits
-    return keras.layers.Activation(activation, dtype="float32", name="head_activation")(logits)
+    return keras.layers.Activation(activation, dtype="float32", name=names.HEAD_ACTIVATION)(logits)
 
 
 ONE_CLASS_HINT = (

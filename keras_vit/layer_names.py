@@ -18,6 +18,9 @@ REGISTERS = "reg"
 HEAD_DIST = "head_dist"
 POOL_DIST = "pool_dist"  # reads the distillation token (token 1) for `head_dist`
 HEAD_MEAN = "head_mean"  # (head + head_dist) / 2, the logits of a distilled model
+HEAD_ACTIVATION = "head_activation"  # a distilled model's classifier_activation on head_mean
+# The layers whose output is a classifier's output, first found wins (export, finetune).
+CLASSIFIER_OUTPUTS = (HEAD_ACTIVATION, HEAD_MEAN, "head")
 # The LayerNorm after the position embedding, before the blocks (timm `norm_pre`, CLIP).
 NORM_PRE = "norm_pre"
 # LayerScale gammas inside each block (CaiT / DeiT III; timm `ls1`, `ls2`), named after the

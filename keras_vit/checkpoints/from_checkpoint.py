@@ -154,8 +154,9 @@ def from_checkpoint(
             `pos_embed` has a class row (DeiT-3's `no_embed_class=True`) and whose row
             count fits both readings; default None (read it from the file and its config).
         resize_method: "bilinear" (default, the release's), "bicubic" (timm's
-            `dynamic_img_size` / `resample_abs_pos_embed`) or "torch_bicubic" (Hugging
-            Face's `interpolate_pos_encoding`); see `keras_vit.resize_position_embeddings`.
+            `dynamic_img_size` / `resample_abs_pos_embed`), "torch_bicubic" (Hugging
+            Face's `interpolate_pos_encoding`) or "dinov2" (the original DINOv2's, with its
+            0.1 offset); see `keras_vit.resize_position_embeddings`.
         **overrides: other `keras_vit.ViT` arguments (dropout_rate, drop_path_rate, name,
             dynamic_image_size, ...), also the numerics `gelu_approximate` and
             `layer_norm_epsilon` when you mean to change them, and `channels`: another

@@ -141,6 +141,8 @@ def _skip_prefixes(arrays, variables, skip, head):
             else:
                 logger.info("Head not loaded: %s.", reason)  # include_top=False: expected
             prefixes.append("head")
+    if _under("head", prefixes) and not _under(names.HEAD_DIST, prefixes):
+        prefixes.append(names.HEAD_DIST)  # DeiT's distillation head goes with the head
     return prefixes
 
 
@@ -277,8 +279,8 @@ def load_weights(
         head: "load" (default; the head must match), "skip" (keep the model's head), or
             "auto" (load it when its shape fits, else keep the model's head; what
             `weights=` uses).
-        resize_method: "bilinear" (release, default), "bicubic" (timm) or "torch_bicubic"
-            (Hugging Face's `interpolate_pos_encoding`); see
+        resize_method: "bilinear" (release, default), "bicubic" (timm), "torch_bicubic"
+            (Hugging Face's `interpolate_pos_encoding`) or "dinov2" (original DINOv2); see
             `keras_vit.resize_position_embeddings`.
         source_grid: (rows, cols) of the file's position table when it is not square.
         no_embed_class: for a timm class-token file that does not say whether its

@@ -78,10 +78,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--resize-method",
-        choices=("bilinear", "bicubic", "torch_bicubic"),  # position_resize.RESIZE_METHODS
+        choices=("bilinear", "bicubic", "torch_bicubic", "dinov2"),  # RESIZE_METHODS
         default="bilinear",
         help="position-table resize when --image-size differs from the file: bilinear (the "
-        "release's, default), bicubic (timm's), torch_bicubic (Hugging Face's)",
+        "release's, default), bicubic (timm's), torch_bicubic (Hugging Face's), dinov2 (the "
+        "original DINOv2's, 0.1 offset)",
     )
     parser.add_argument(
         "--num-heads",
