@@ -241,7 +241,8 @@ def check_hf_config(config_path, config, state: dict | None = None) -> None:
         raise CheckpointError(f"{config_path}: config.json must hold a JSON object.")
     if state is None:
         return
-    prefix = "vit." if any(k.startswith("vit.") for k in state) else ""
+    prefixes = ("vit.", "deit.", "dinov2.", "dinov2_with_registers.")  # classification models
+    prefix = next((p for p in prefixes if any(k.startswith(p) for k in state)), "")
     projection = prefix + "embeddings.patch_embeddings.projection.weight"
     sizes = _conv_sizes(state, projection, "hidden_size", "num_channels")
     layers = {
