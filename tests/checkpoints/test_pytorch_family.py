@@ -91,14 +91,15 @@ def _timm(name, size=SIZE, **kwargs):
     return timm.create_model(name, pretrained=False, **kwargs).eval()
 
 
-def _save_timm(model, folder, name):
+def _save_timm(model, folder, name, size=SIZE, patch=PATCH):
     """timm's own hub format; the config's input size is the tiny model's (as in real files,
     where `pretrained_cfg.input_size` is the model's)."""
-    timm.models.save_for_hf(model, str(folder), model_args=TINY_TIMM, safe_serialization=True)
+    args = dict(TINY_TIMM, img_size=size, patch_size=patch)
+    timm.models.save_for_hf(model, str(folder), model_args=args, safe_serialization=True)
     config_path = folder / "config.json"
     config = json.loads(config_path.read_text())
     assert config["architecture"] == name
-    config["pretrained_cfg"]["input_size"] = [3, SIZE, SIZE]
+    config["pretrained_cfg"]["input_size"] = [3, size, size]
     config_path.write_text(json.dumps(config))
     return folder / "model.safetensors"
 
@@ -208,3 +209,32 @@ def test_hugging_face_family_reads_and_writes_back(tmp_path, case):
     assert not any(info.values()), info
     _check(f"keras_vit->hf-{case}", _torch(loaded.eval(), x), want)
     assert os.path.isfile(tmp_path / "back" / "model.safetensors")
+
+
+@pytest.mark.parametrize("library", ["timm", "hf", "hf-registers"])
+def test_dinov2_at_518_used_at_224(tmp_path, library):
+    """DINOv2's own sizes: patch 14, a 37x37 table (518 px) used at 224 px (16x16), where
+    timm's antialiased bicubic and transformers 5's plain bicubic part ways (shrinking)."""
+    x = _images(224)
+    if library == "timm":
+        kwargs = dict(TINY_TIMM, img_size=518, patch_size=14, num_classes=0)
+        reference = _randomise(timm.create_model("vit_small_patch14_dinov2", **kwargs))
+        path = _save_timm(
+            reference, tmp_path / "timm", "vit_small_patch14_dinov2", size=518, patch=14
+        )
+        dynamic = timm.create_model("vit_small_patch14_dinov2", dynamic_img_size=True, **kwargs)
+        dynamic.load_state_dict(reference.state_dict())
+        model = keras_vit.from_checkpoint(path, image_size=224, resize_method="bicubic")
+        want = _torch(dynamic.eval(), x)
+    else:
+        registers = library == "hf-registers"
+        model_type = "dinov2_with_registers" if registers else "dinov2"
+        cls = transformers.Dinov2WithRegistersModel if registers else transformers.Dinov2Model
+        config = _hf_config(model_type)
+        config.image_size, config.patch_size = 518, 14
+        reference = _randomise(cls(config))
+        reference.save_pretrained(tmp_path / "hf")
+        method = "bicubic" if registers else "torch_bicubic"
+        model = keras_vit.from_checkpoint(tmp_path / "hf", image_size=224, resize_method=method)
+        want = _torch(reference, x)
+    _check(f"{library}-dinov2-518->224", _keras(model, x), want)
