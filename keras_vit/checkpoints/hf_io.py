@@ -9,7 +9,9 @@ Layout of `ViTModel` / `ViTForImageClassification` (transformers' `modeling_vit.
 `pre_logits`), all under `vit.` in `ViTForImageClassification`, whose `classifier` is the
 head on the class token. `config.json` gives the architecture, `layer_norm_eps` and
 `hidden_act` ("gelu" is the exact erf GELU; "gelu_new" / "gelu_pytorch_tanh" the tanh one);
-`preprocessor_config.json`, when present, the input mean/std.
+`preprocessor_config.json`, when present, the input mean/std. DeiT, DINOv2 and DINOv2 with
+registers (`model_type` "deit", "dinov2", "dinov2_with_registers") differ in a few keys,
+described by `hf_family.LAYOUTS`; the writer picks the model type from the model's switches.
 """
 
 from __future__ import annotations

@@ -15,6 +15,10 @@ pooling) to keras_vit's `final_norm="pooled"` (key `fc_norm/scale`). Hybrids
 standardises their conv weights with eps 1e-8 inside the square root and uses GroupNorm eps
 1e-5, where the release (and keras_vit) use 1e-5 outside it and 1e-6.
 
+The ViT family's extra tensors (distilled DeiT's `dist_token` / `head_dist`, DINOv2's
+`reg_token`, LayerScale `ls1` / `ls2`, CLIP's `norm_pre`) and options (QuickGELU, CLIP's
+LayerNorm eps) are mapped by `timm_family`; `no_embed_class` is recorded in the contents.
+
 A state dict does not record the number of heads; it is taken from the file's metadata
 (files keras_vit writes), a timm `config.json` beside the file, the variant table (by
 width, MLP width and depth), or else head_dim 64 (every timm ViT but H/14). timm models use
