@@ -223,12 +223,25 @@ def _warn_numerics(model, contents) -> None:
     have, want = model_numerics(model), contents.numerics
     if have != want:
         warn_weights(
-            f"{contents.path} ({contents.format}) was trained with gelu_approximate="
-            f"{want['gelu_approximate']}, layer_norm_epsilon={want['layer_norm_epsilon']:g} but "
-            f"the model uses gelu_approximate={have['gelu_approximate']}, layer_norm_epsilon="
-            f"{have['layer_norm_epsilon']:g}; outputs will differ slightly. "
+            f"{contents.path} ({contents.format}) was trained with {_numerics_text(want)} but "
+            f"the model uses {_numerics_text(have)}; outputs will differ"
+            f"{'' if _activation(have) != _activation(want) else ' slightly'}. "
             "keras_vit.from_checkpoint builds the model with the file's numerics."
         )
+
+
+def _activation(numerics) -> str:
+    return numerics.get("mlp_activation", "gelu")
+
+
+def _numerics_text(numerics) -> str:
+    text = (
+        f"gelu_approximate={numerics['gelu_approximate']}, "
+        f"layer_norm_epsilon={numerics['layer_norm_epsilon']:g}"
+    )
+    if _activation(numerics) != "gelu":
+        text += f", mlp_activation={_activation(numerics)!r}"
+    return text
 
 
 def load_weights(

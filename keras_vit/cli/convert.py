@@ -141,7 +141,7 @@ def builder_for(name: str):
 
 def _file_defaults(arch, args, pixels_per_token):
     """Builder arguments taken from the file unless given on the command line."""
-    kwargs = arch.pooling_kwargs()
+    kwargs = {**arch.pooling_kwargs(), **arch.family_kwargs()}
     if args.num_classes is not None:
         kwargs["num_classes"] = args.num_classes
     elif arch.num_classes is not None:
@@ -205,8 +205,8 @@ def _build_model(contents, args):
             model = build(_auto_kwargs(contents, args))
         else:
             builder, pixels = builder_for(args.model)
-            defaults = _file_defaults(Architecture.from_arrays(contents.arrays), args, pixels)
-            model = builder(**defaults, **contents.numerics)
+            defaults = _file_defaults(Architecture.from_contents(contents), args, pixels)
+            model = builder(**{**defaults, **contents.numerics})
         file_classes = contents.arrays.get("head/bias")
         new_head = args.num_classes is not None and (
             file_classes is None or file_classes.shape[0] != args.num_classes
