@@ -25,9 +25,29 @@ from keras_vit._validation import (
     check_rate,
     to_pair,
 )
-from keras_vit.layers import ClassToken, MAPHead, PatchEmbed, TokenPooling, TransformerBlock
+from keras_vit.layers import (
+    ClassToken,
+    LearnedTokens,
+    MAPHead,
+    PatchEmbed,
+    TokenPooling,
+    TransformerBlock,
+)
+from keras_vit.layers.layer_scale import check_layer_scale_init
+from keras_vit.layers.mlp import MLP_ACTIVATIONS
 from keras_vit.layers.pooling import POOLING_MODES
 from keras_vit.layers.position_embedding import POSITION_EMBEDDINGS, position_embedding_layer
+
+FAMILY_DEFAULTS = {
+    "layer_scale_init": None,
+    "num_register_tokens": 0,
+    "distilled": False,
+    "no_embed_class": False,
+    "norm_pre": False,
+    "mlp_activation": "gelu",
+}
+"""The ViT-family switches (DeiT, DeiT III, DINOv2, CLIP towers) and their off values; see
+`keras_vit.ViT` for each."""
 
 
 def encode_tokens(
@@ -48,18 +68,20 @@ def encode_tokens(
     dynamic_grid=None,
     grid_images=None,
     final_norm="tokens",
+    **family,
 ):
     """The Transformer encoder on a symbolic patch-token sequence.
 
-    Adds the class token (for "token" pooling), the position embedding (`position_embedding`
-    of `keras_vit.layers.position_embedding.POSITION_EMBEDDINGS`; "sincos2d" needs the
-    `grid_size` of the patches), dropout, `num_layers` blocks and the final LayerNorm
+    Adds the prefix tokens and the position embedding (`embed_positions`), dropout, the
+    optional `norm_pre` LayerNorm, `num_layers` blocks and the final LayerNorm
     (`encoder_norm`; with `final_norm="pooled"` none here: `classification_head` normalises
-    the pooled feature instead).
+    the pooled feature instead). `position_embedding` is one of
+    `keras_vit.layers.position_embedding.POSITION_EMBEDDINGS` ("sincos2d" needs the
+    `grid_size` of the patches). `**family`: the switches of `FAMILY_DEFAULTS`.
     Stochastic depth grows linearly from 0 at the first block to `drop_path_rate` at the
     last. With `class_token_only=True` (token pooling only) the last block computes just the
-    class token (`TransformerBlock(num_output_tokens=1)`): the same pooled feature for ~7%
-    fewer FLOPs in a 12-block model.
+    class token (and the distillation token when distilled; `TransformerBlock(
+    num_output_tokens=...)`): the same pooled feature for ~7% fewer FLOPs in a 12-block model.
 
     With `dynamic_grid=(grid_size, patch_size)` the learned position table (stored for
     `grid_size`) is resized in the forward pass to the grid of `grid_images` (see
@@ -67,9 +89,10 @@ def encode_tokens(
 
     Returns:
         The symbolic `(batch, num_tokens, hidden_dim)` output of `encoder_norm` (of the last
-        block with `final_norm="pooled"`), or `(batch, 1, hidden_dim)` with
+        block with `final_norm="pooled"`), or `(batch, 1 or 2, hidden_dim)` with
         `class_token_only=True`.
     """
+    family = {**FAMILY_DEFAULTS, **family}
     check_positive_int("num_layers", num_layers)
     if not isinstance(class_token_only, bool):
         raise ValueError(
@@ -79,40 +102,96 @@ def encode_tokens(
         raise ValueError(
             f"class_token_only=True needs pooling='token'. Received: pooling={pooling!r}"
         )
-    if pooling == "token":
-        tokens = ClassToken(name=names.CLASS_TOKEN)(tokens)
-    dynamic = dynamic_grid is not None
-    position = position_embedding_layer(
-        position_embedding,
-        dynamic_grid[0] if dynamic else grid_size,
-        int(pooling == "token"),
-        names.POSITION_EMBEDDING,
-        dynamic_image_size=dynamic,
-        patch_size=dynamic_grid[1] if dynamic else None,
+    x = embed_positions(
+        tokens,
+        class_token=pooling == "token",
+        position_embedding=position_embedding,
+        grid_size=grid_size,
+        dynamic_grid=dynamic_grid,
+        grid_images=grid_images,
+        distilled=family["distilled"],
+        no_embed_class=family["no_embed_class"],
+        num_register_tokens=family["num_register_tokens"],
     )
-    if position is None:
-        x = tokens
-    elif dynamic:
-        x = position(tokens, images=grid_images)
-    else:
-        x = position(tokens)
     x = keras.layers.Dropout(dropout_rate, name="dropout")(x)
+    if family["norm_pre"]:
+        x = keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, name=names.NORM_PRE)(x)
+    block_kwargs = dict(
+        num_heads=num_heads,
+        mlp_dim=mlp_dim,
+        dropout_rate=dropout_rate,
+        attention_dropout_rate=attention_dropout_rate,
+        layer_norm_epsilon=layer_norm_epsilon,
+        gelu_approximate=gelu_approximate,
+        layer_scale_init=family["layer_scale_init"],
+        mlp_activation=family["mlp_activation"],
+    )
+    last_tokens = (1 + int(family["distilled"])) if class_token_only else None
     for i in range(num_layers):
-        rate = drop_path_rate * i / max(num_layers - 1, 1)
         x = TransformerBlock(
-            num_heads=num_heads,
-            mlp_dim=mlp_dim,
-            dropout_rate=dropout_rate,
-            attention_dropout_rate=attention_dropout_rate,
-            drop_path_rate=rate,
-            layer_norm_epsilon=layer_norm_epsilon,
-            gelu_approximate=gelu_approximate,
-            num_output_tokens=1 if class_token_only and i == num_layers - 1 else None,
+            **block_kwargs,
+            drop_path_rate=drop_path_rate * i / max(num_layers - 1, 1),
+            num_output_tokens=last_tokens if i == num_layers - 1 else None,
             name=names.block_name(i),
         )(x)
     if final_norm == "pooled":
         return x
     return keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, name=names.ENCODER_NORM)(x)
+
+
+def embed_positions(
+    tokens,
+    *,
+    class_token,
+    position_embedding,
+    grid_size,
+    dynamic_grid=None,
+    grid_images=None,
+    distilled=False,
+    no_embed_class=False,
+    num_register_tokens=0,
+):
+    """Patch tokens -> `[cls][dist][registers...][patches]` with the position embedding.
+
+    The position table covers `[cls][dist][patches]`, or the patches only with
+    `no_embed_class` (then the class and distillation tokens are added after it, timm
+    vision_transformer.py `_pos_embed`); the register tokens are inserted after the class
+    and distillation tokens last, with no position (HF `Dinov2WithRegistersEmbeddings`).
+    """
+    dynamic = dynamic_grid is not None
+    rows = 0 if no_embed_class else int(class_token) + int(distilled)
+    position = position_embedding_layer(
+        position_embedding,
+        dynamic_grid[0] if dynamic else grid_size,
+        rows,
+        names.POSITION_EMBEDDING,
+        dynamic_image_size=dynamic,
+        patch_size=dynamic_grid[1] if dynamic else None,
+    )
+    x = tokens if no_embed_class else _prepend(tokens, class_token, distilled)
+    if position is not None:
+        x = position(x, images=grid_images) if dynamic else position(x)
+    if no_embed_class:
+        x = _prepend(x, class_token, distilled)
+    if num_register_tokens:
+        x = LearnedTokens(
+            num_register_tokens,
+            insert_at=int(class_token) + int(distilled),
+            weight_name=names.REGISTERS,
+            name=names.REGISTERS,
+        )(x)
+    return x
+
+
+def _prepend(tokens, class_token, distilled):
+    """The class token, then DeiT's distillation token after it."""
+    if class_token:
+        tokens = ClassToken(name=names.CLASS_TOKEN)(tokens)
+    if distilled:
+        tokens = LearnedTokens(1, insert_at=1, weight_name=names.DIST_TOKEN, name=names.DIST_TOKEN)(
+            tokens
+        )
+    return tokens
 
 
 def classification_head(
@@ -127,12 +206,17 @@ def classification_head(
     map_head=None,
     final_norm="tokens",
     layer_norm_epsilon=1e-6,
+    num_register_tokens=0,
+    distilled=False,
 ):
     """Pooling, optional pre-logits (dense + tanh) and the zero-initialised head.
 
-    `pooling="map"` pools with big_vision's MAP head (`MAPHead(**map_head)`). With
+    `pooling="map"` pools with big_vision's MAP head (`MAPHead(**map_head)`); "gap" averages
+    the patch tokens (after the `num_register_tokens` registers). With
     `final_norm="pooled"` a LayerNorm (`fc_norm`, epsilon `layer_norm_epsilon`) follows the
-    pooling, as timm's `fc_norm` (vision_transformer.py: `norm` is then Identity).
+    pooling, as timm's `fc_norm` (vision_transformer.py: `norm` is then Identity). With
+    `distilled` the logits are the mean of `head` on the class token and `head_dist` on
+    the distillation token (`distilled_logits`).
     Returns the symbolic model output: the sequence, the pooled feature or the logits.
     """
     if return_sequence:
@@ -140,14 +224,35 @@ def classification_head(
     if pooling == "map":
         x = MAPHead(**(map_head or {}), name=names.MAP_HEAD)(sequence)
     else:
-        x = TokenPooling(pooling, name=names.POOL)(sequence)
+        x = TokenPooling(pooling, num_prefix_tokens=num_register_tokens, name=names.POOL)(sequence)
     if final_norm == "pooled":
         x = keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, name=names.POOLED_NORM)(x)
     if representation_size is not None:
         x = keras.layers.Dense(representation_size, activation="tanh", name=names.PRE_LOGITS)(x)
     if not include_top:
         return x
+    if distilled:
+        dist = TokenPooling("token", token_index=1, name=names.POOL_DIST)(sequence)
+        return distilled_logits(x, dist, num_classes, classifier_activation)
     return zero_head(num_classes, classifier_activation)(x)
+
+
+def distilled_logits(pooled, dist, num_classes, activation=None):
+    """DeiT's inference logits: (head(class token) + head_dist(distillation token)) / 2.
+
+    timm deit.py `VisionTransformerDistilled.forward_head` (not `distilled_training`) and HF
+    `DeiTForImageClassificationWithTeacher`. The mean (`head_mean`) is the model's output
+    in training too, so the ordinary loss trains both zero-initialised heads (DeiT's
+    hard-distillation loss on the teacher's labels is not built in). `activation` (e.g.
+    "softmax") is applied to the mean. `pooled`: the class token's feature, `dist`: the
+    distillation token's (`pool_dist`), each `(batch, D)`.
+    """
+    head = zero_head(num_classes)(pooled)
+    head_dist = zero_head(num_classes, name=names.HEAD_DIST)(dist)
+    logits = keras.layers.Average(dtype="float32", name=names.HEAD_MEAN)([head, head_dist])
+    if activation is None:
+        return logits
+    return keras.layers.Activation(activation, dtype="float32", name=names.HEAD_ACTIVATION)(logits)
 
 
 ONE_CLASS_HINT = (
@@ -172,16 +277,17 @@ def check_num_classes(num_classes, include_top=True):
     return num_classes
 
 
-def zero_head(num_classes, activation=None):
+def zero_head(num_classes, activation=None, name=names.HEAD):
     """The zero-initialised D x K head (`head`, float32 logits under every dtype policy;
-    paper section 3.2: "a zero-initialized D x K feedforward layer")."""
+    paper section 3.2: "a zero-initialized D x K feedforward layer"); `name="head_dist"`
+    for DeiT's distillation head."""
     return keras.layers.Dense(
         num_classes,
         activation=activation,
         kernel_initializer="zeros",
         bias_initializer="zeros",
         dtype="float32",
-        name=names.HEAD,
+        name=name,
     )
 
 
@@ -247,6 +353,74 @@ def check_arguments(
     return patch, size
 
 
+def check_family_arguments(
+    *,
+    layer_scale_init,
+    num_register_tokens,
+    distilled,
+    no_embed_class,
+    norm_pre,
+    mlp_activation,
+    pooling="token",
+    representation_size=None,
+    final_norm="tokens",
+    position_embedding="learned",
+):
+    """Checks the ViT-family switches (`FAMILY_DEFAULTS`) and how they combine.
+
+    Raises:
+        ValueError: naming the argument and the rule: a LayerScale value that is not a
+            positive number, a register count that is not an int >= 0, a switch that is not
+            True/False, an unknown `mlp_activation`; `distilled` without pooling "token" or
+            with `representation_size` / `final_norm="pooled"` (DeiT has neither);
+            `no_embed_class` without a class token or a position table; registers with
+            pooling "map".
+    """
+    if layer_scale_init is not None:
+        check_layer_scale_init(layer_scale_init)
+    if (
+        isinstance(num_register_tokens, bool)
+        or not isinstance(num_register_tokens, int)
+        or num_register_tokens < 0
+    ):
+        raise ValueError(
+            "`num_register_tokens` must be an int >= 0. "
+            f"Received: num_register_tokens={num_register_tokens!r}"
+        )
+    for name, value in (
+        ("distilled", distilled),
+        ("no_embed_class", no_embed_class),
+        ("norm_pre", norm_pre),
+    ):
+        if not isinstance(value, bool):
+            raise ValueError(f"`{name}` must be True or False. Received: {name}={value!r}")
+    check_choice("mlp_activation", mlp_activation, MLP_ACTIVATIONS)
+    rules = (
+        (distilled and pooling != "token", "distilled=True needs pooling='token'"),
+        (
+            distilled and (representation_size is not None or final_norm != "tokens"),
+            "distilled=True takes no representation_size and final_norm='tokens' (DeiT's "
+            "two heads read the normalised tokens)",
+        ),
+        (
+            no_embed_class and (pooling != "token" or position_embedding == "none"),
+            "no_embed_class=True needs a class token (pooling='token') and a position table",
+        ),
+        (
+            num_register_tokens and pooling == "map",
+            "register tokens need pooling 'token' or 'gap' (no source pools them by MAP)",
+        ),
+    )
+    for broken, rule in rules:
+        if broken:
+            raise ValueError(
+                f"{rule}. Received: distilled={distilled}, no_embed_class={no_embed_class}, "
+                f"num_register_tokens={num_register_tokens}, pooling={pooling!r}, "
+                f"representation_size={representation_size}, final_norm={final_norm!r}, "
+                f"position_embedding={position_embedding!r}"
+            )
+
+
 def _check_feature_grid(features, patch, size):
     grid = features.shape[1:3]
     if any(g is None or g % p for g, p in zip(grid, patch, strict=True)):
@@ -256,6 +430,36 @@ def _check_feature_grid(features, patch, size):
             "feature map is a multiple of the patch (for the release's ResNet the map is the "
             "image size divided by its total stride, rounded up at each stride)."
         )
+
+
+def _check_dynamic(dynamic, stem, position_embedding):
+    if dynamic and stem is not None:
+        raise ValueError("dynamic_image_size=True is for plain ViTs (stem=None).")
+    if dynamic and position_embedding == "sincos2d":
+        raise ValueError(
+            "dynamic_image_size=True needs position_embedding='learned' or 'none'. "
+            f"Received: position_embedding={position_embedding!r}"
+        )
+
+
+def _patch_tokens(stem, patch, size, *, channels, hidden_dim, input_preprocessing, dynamic):
+    """The `images` input and its patch tokens: `(images, embed, tokens)`."""
+    if stem is None:
+        check_divisible(size, patch)
+    images = keras.Input((None, None, channels) if dynamic else (*size, channels), name="images")
+    features = images
+    if stem is not None:
+        features = stem(images)
+        _check_feature_grid(features, patch, size)
+    embed = PatchEmbed(
+        patch,
+        hidden_dim,
+        input_preprocessing=input_preprocessing,
+        dynamic_image_size=dynamic,
+        image_size=size if dynamic else None,
+        name=names.EMBEDDING,
+    )
+    return images, embed, embed(features)
 
 
 def vision_transformer(
@@ -285,6 +489,7 @@ def vision_transformer(
     input_preprocessing="[-1,1]",
     dynamic_image_size=False,
     final_norm="tokens",
+    **family,
 ):
     """Builds a ViT-family `keras.Model` around a stem (see the module docstring).
 
@@ -292,16 +497,24 @@ def vision_transformer(
         stem: None (patches of the image itself) or a function `stem(images) -> features`
             on the symbolic `(batch, height, width, channels)` images returning a feature map
             `(batch, h, w, c)` whose h and w divide by the patch size.
+        **family: the ViT-family switches of `FAMILY_DEFAULTS` (`layer_scale_init`,
+            `num_register_tokens`, `distilled`, `no_embed_class`, `norm_pre`,
+            `mlp_activation`), each off by default.
         The others: as in `keras_vit.ViT` (`dynamic_image_size` needs `stem=None`).
 
     Returns:
         A functional `keras.Model` with input `images`.
 
     Raises:
-        ValueError: a bad argument (see `check_arguments`), an image or feature map not
-            divisible by the patch, `dynamic_image_size=True` with a stem or with
-            `position_embedding="sincos2d"`.
+        ValueError: a bad argument (see `check_arguments`, `check_family_arguments`), an
+            image or feature map not divisible by the patch, `dynamic_image_size=True` with
+            a stem or with `position_embedding="sincos2d"`.
+        TypeError: an unknown keyword argument.
     """
+    unknown = sorted(set(family) - set(FAMILY_DEFAULTS))
+    if unknown:
+        raise TypeError(f"vision_transformer() got unexpected keyword arguments {unknown}")
+    family = {**FAMILY_DEFAULTS, **family}
     patch, size = check_arguments(
         patch_size=patch_size,
         image_size=image_size,
@@ -321,35 +534,29 @@ def vision_transformer(
         drop_path_rate=drop_path_rate,
         final_norm=final_norm,
     )
+    check_family_arguments(
+        **family,
+        pooling=pooling,
+        representation_size=representation_size,
+        final_norm=final_norm,
+        position_embedding=position_embedding,
+    )
     dynamic = bool(dynamic_image_size)
-    if dynamic and stem is not None:
-        raise ValueError("dynamic_image_size=True is for plain ViTs (stem=None).")
-    if dynamic and position_embedding == "sincos2d":
-        raise ValueError(
-            "dynamic_image_size=True needs position_embedding='learned' or 'none'. "
-            f"Received: position_embedding={position_embedding!r}"
-        )
-    if stem is None:
-        check_divisible(size, patch)
+    _check_dynamic(dynamic, stem, position_embedding)
     if weights is not None and include_top and representation_size is None:
         from keras_vit.checkpoints.prediction_head import prediction_representation_size
 
         representation_size = prediction_representation_size(weights, num_classes, hidden_dim)
-    images = keras.Input((None, None, channels) if dynamic else (*size, channels), name="images")
-    features = images
-    if stem is not None:
-        features = stem(images)
-        _check_feature_grid(features, patch, size)
-    embed = PatchEmbed(
+    images, embed, tokens = _patch_tokens(
+        stem,
         patch,
-        hidden_dim,
+        size,
+        channels=channels,
+        hidden_dim=hidden_dim,
         input_preprocessing=input_preprocessing,
-        dynamic_image_size=dynamic,
-        image_size=size if dynamic else None,
-        name=names.EMBEDDING,
+        dynamic=dynamic,
     )
-    tokens = embed(features)
-    class_token_only = pooling == "token" and not return_sequence
+    numerics = dict(layer_norm_epsilon=layer_norm_epsilon, gelu_approximate=gelu_approximate)
     sequence = encode_tokens(
         tokens,
         num_heads=num_heads,
@@ -359,14 +566,14 @@ def vision_transformer(
         dropout_rate=dropout_rate,
         attention_dropout_rate=attention_dropout_rate,
         drop_path_rate=drop_path_rate,
-        layer_norm_epsilon=layer_norm_epsilon,
-        gelu_approximate=gelu_approximate,
-        class_token_only=class_token_only,
+        class_token_only=pooling == "token" and not return_sequence,
         position_embedding=position_embedding,
         grid_size=embed.grid_size,
         dynamic_grid=((size[0] // patch[0], size[1] // patch[1]), patch) if dynamic else None,
         grid_images=images if dynamic else None,
         final_norm=final_norm,
+        **numerics,
+        **family,
     )
     outputs = classification_head(
         sequence,
@@ -376,16 +583,17 @@ def vision_transformer(
         num_classes=num_classes,
         representation_size=representation_size,
         classifier_activation=classifier_activation,
-        map_head={
-            "num_heads": num_heads,
-            "mlp_dim": mlp_dim,
-            "layer_norm_epsilon": layer_norm_epsilon,
-            "gelu_approximate": gelu_approximate,
-        },
+        map_head={"num_heads": num_heads, "mlp_dim": mlp_dim, **numerics},
         final_norm=final_norm,
         layer_norm_epsilon=layer_norm_epsilon,
+        num_register_tokens=family["num_register_tokens"],
+        distilled=family["distilled"],
     )
-    model = keras.Model(images, outputs, name=name)
+    return _finish(keras.Model(images, outputs, name=name), weights)
+
+
+def _finish(model, weights):
+    """`model` with `weights` loaded (None: as initialised)."""
     if weights is not None:
         from keras_vit.checkpoints import load_weights_argument
 

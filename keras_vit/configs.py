@@ -49,6 +49,12 @@ VIT_CONFIGS: dict[str, ViTConfig] = {
     "L/16": ViTConfig(16, 1024, 4096, 16, 24, dropout_rate=0.1),
     "L/32": ViTConfig(32, 1024, 4096, 16, 24),
     "H/14": ViTConfig(14, 1280, 5120, 16, 32, dropout_rate=0.1),
+    # Patch 14 at the S/B/L widths: DINOv2 (Oquab et al. 2024, table 17; timm
+    # `vit_small_patch14_dinov2` ...) and CLIP's ViT-L/14 (Radford et al. 2021, table 20).
+    # DINOv2's g/14 has a SwiGLU MLP, which keras_vit does not build: no row.
+    "S/14": ViTConfig(14, 384, 1536, 6, 12),
+    "B/14": ViTConfig(14, 768, 3072, 12, 12),
+    "L/14": ViTConfig(14, 1024, 4096, 16, 24),
 }
 
 RECIPE_VIT = ViTConfig(patch_size=4, hidden_dim=64, mlp_dim=128, num_heads=4, num_layers=4)
@@ -118,6 +124,9 @@ table; "tiny" is an alias of "default")."""
 
 # An AugReg run ("-i21k-300ep-..."), a resolution after the patch ("ViT-S_16-224").
 _RELEASE_SUFFIX = re.compile(r"-(?:i1k|i21k)-.*$|(?<=\d)-\d+$")
+# timm's model names: "vit_base_patch16", "vit_small_patch14_224" (timm vision_transformer.py).
+_TIMM_NAME = re.compile(r"vit_(tiny|small|base|large|huge)_patch(\d+)(?:_\d+)?")
+_TIMM_SIZES = {"tiny": "ti", "small": "s", "base": "b", "large": "l", "huge": "h"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -155,10 +164,14 @@ class ModelName:
 
 
 def _spelling_key(text: str) -> str:
-    """The part of a name every spelling shares: "ViT-B_16", "vit_b16", "B/16" -> "b16";
+    """The part of a name every spelling shares: "ViT-B_16", "vit_b16", "B/16",
+    "vit_base_patch16" -> "b16";
     "R50+ViT-B_16", "R50_B16" -> "r50b16"; an AugReg file or alias name ("S_16-i21k-...",
     "augreg/ViT-S_16-224") -> that of its model."""
     text = text.strip().removesuffix(".npz").removeprefix("augreg/")
+    timm = _TIMM_NAME.fullmatch(text.lower())
+    if timm:
+        return _TIMM_SIZES[timm[1]] + timm[2]
     text = _RELEASE_SUFFIX.sub("", text).lower().replace("vit", "")
     return re.sub(r"[^a-z0-9]", "", text)
 
@@ -181,8 +194,9 @@ def resolve_model(name, *, recipes: bool = False, hybrids: bool = True) -> Model
     Accepted spellings, for each row (shown for B/16 and R50+B/16): the table's "B/16",
     "R50+B/16"; the builder's "ViT_B16", "R50_B16"; the release's file names "ViT-B_16",
     "R50+ViT-B_16" (the AugReg grammar "B_16", "R50_B_16" and whole AugReg file names
-    "B_16-i21k-300ep-...", aliases "augreg/ViT-B_16-224"); any case, with or without "ViT"
-    and separators ("ti16", "vit-ti/16", "r50_b16"). With `recipes`, also "default" and
+    "B_16-i21k-300ep-...", aliases "augreg/ViT-B_16-224"); timm's "vit_base_patch16" (with
+    or without a resolution, "vit_base_patch16_224"); any case, with or without "ViT" and
+    separators ("ti16", "vit-ti/16", "r50_b16"). With `recipes`, also "default" and
     "tiny" (the training recipe's small model, `RECIPE_VIT`).
 
     >>> resolve_model("ti16").name

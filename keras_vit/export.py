@@ -189,16 +189,20 @@ def model_image_shape(model: keras.Model) -> tuple[int, int, int]:
 
 
 def find_head(model: keras.Model) -> keras.layers.Layer:
-    """The classifier layer named `head`; raises ValueError for a headless model or a
-    one-output head (its softmax is 1.0 for every image; `builder.ONE_CLASS_HINT`)."""
+    """The classifier layer whose output is the model's: `head`, or for a distilled model
+    (DeiT) `head_mean` (the mean of `head` and `head_dist`) or the `head_activation` after
+    it; raises ValueError for a headless model or a one-output head (its softmax is 1.0
+    for every image; `builder.ONE_CLASS_HINT`)."""
+    present = {layer.name for layer in model.layers}
+    found = [name for name in layer_names.CLASSIFIER_OUTPUTS if name in present]
     try:
-        head = model.get_layer(layer_names.HEAD)
+        head = model.get_layer(found[0] if found else layer_names.HEAD)
     except ValueError:
         raise ValueError(
             "export_saved_model needs a classifier with a `head` layer (include_top=True). "
             f"Received model {model.name!r} with layers {[x.name for x in model.layers][-4:]}"
         ) from None
-    if getattr(head, "units", None) == 1:
+    if head.output.shape[-1] == 1:
         raise ValueError(f"{ONE_CLASS_HINT} Received: a head of 1 output in {model.name!r}")
     return head
 

@@ -13,13 +13,13 @@ import keras
 from keras_vit import layer_names as names
 from keras_vit._validation import check_positive_int, to_pair
 from keras_vit._warnings import warn_weights
-from keras_vit.builder import check_num_classes, zero_head
-from keras_vit.checkpoints.architecture import num_prefix_tokens, patch_grid
+from keras_vit.builder import check_num_classes, distilled_logits, zero_head
+from keras_vit.checkpoints.architecture import num_position_prefix_rows, patch_grid
 from keras_vit.layers import AddSinCosPositionEmbs, PatchEmbed
 from keras_vit.layers.position_resize import resize_position_embeddings
 
 _POSITION_LAYER = names.POSITION_EMBEDDING
-_REPLACED = (names.PRE_LOGITS, names.HEAD)
+_REPLACED = (names.PRE_LOGITS, names.HEAD, names.HEAD_DIST)
 
 
 def _check_model(model):
@@ -89,7 +89,7 @@ def _copy_body(source, target, method):
             if old != new:
                 values = [
                     resize_position_embeddings(
-                        values[0], old, new, num_prefix_tokens(source), method
+                        values[0], old, new, num_position_prefix_rows(source), method
                     )
                 ]
                 warn_weights(
@@ -113,6 +113,11 @@ def finetune(
     ("token", "gap", "map") and final norm ("tokens", or "pooled" = timm's `fc_norm`): every
     layer up to the pooled feature is kept (`body_features`), only `pre_logits` and `head`
     are replaced. The source model is not changed and shares no variables with the result.
+    A distilled model (DeiT, `distilled=True`) gets BOTH heads replaced by zero-initialised
+    ones, `head` and `head_dist`, its logits still their mean (timm's
+    `VisionTransformerDistilled.reset_classifier` resets both too), so the fine-tuned model
+    keeps the source's architecture and writes back to the same formats; the distillation
+    token is kept. Register tokens, LayerScale and the other switches are body and kept.
 
     Args:
         model: a keras_vit model with a `pool` (or `MAPHead_0`) layer (include_top True or
@@ -124,8 +129,9 @@ def finetune(
         representation_size: None (default) drops `pre_logits`, as the release does for
             fine-tuning. The current `pre_logits` width keeps the pre-trained layer; another
             width adds a freshly initialised `pre_logits` (dense + tanh).
-        resize_method: "bilinear" (release, default), "bicubic" (timm's) or "torch_bicubic"
-            (Hugging Face's); see `keras_vit.resize_position_embeddings`.
+        resize_method: "bilinear" (release, default), "bicubic" (timm's), "torch_bicubic"
+            (Hugging Face's) or "dinov2" (original DINOv2's); see
+            `keras_vit.resize_position_embeddings`.
 
     Returns:
         A functional `keras.Model` with input `images` `(batch, height, width, channels)`
@@ -134,13 +140,19 @@ def finetune(
 
     Raises:
         ValueError: bad `num_classes` (1 included: see `keras_vit.builder.ONE_CLASS_HINT`),
-            `image_size` or `representation_size`, an image size
-            not divisible by the patch, or a model that is not a keras_vit classifier.
+            `image_size` or `representation_size` (none with a distilled model), an image
+            size not divisible by the patch, or a model that is not a keras_vit classifier.
     """
     check_num_classes(num_classes)
     if representation_size is not None:
         check_positive_int("representation_size", representation_size)
     _check_model(model)
+    distilled = names.POOL_DIST in {layer.name for layer in model.layers}
+    if distilled and representation_size is not None:
+        raise ValueError(
+            "A distilled model's two heads read the tokens directly (DeiT has no pre_logits); "
+            f"pass representation_size=None. Received: representation_size={representation_size}"
+        )
     clone = _rebuild(model, image_size)
     _copy_body(model, clone, resize_method)
 
@@ -159,6 +171,19 @@ def finetune(
                 representation_size, activation="tanh", name=names.PRE_LOGITS
             )
         x = pre_logits(x)
-    activation = model.get_layer(names.HEAD).activation if names.HEAD in layers else None
-    logits = zero_head(num_classes, activation)(x)
+    activation = _head_activation(model, layers)
+    if distilled:
+        dist = clone.get_layer(names.POOL_DIST).output
+        logits = distilled_logits(x, dist, num_classes, activation)
+    else:
+        logits = zero_head(num_classes, activation)(x)
     return keras.Model(clone.input, logits, name=model.name)
+
+
+def _head_activation(model, layers):
+    """The source classifier's activation (None without a head)."""
+    for name in (names.HEAD_ACTIVATION, names.HEAD):
+        if name in layers:
+            activation = model.get_layer(name).activation
+            return None if keras.activations.serialize(activation) == "linear" else activation
+    return None

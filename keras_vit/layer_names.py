@@ -11,6 +11,22 @@ import re
 
 EMBEDDING = "embedding"
 CLASS_TOKEN = "cls"
+# DeiT's distillation token (timm deit.py `dist_token`) and its head, and the register tokens
+# (Darcet et al. 2024, DINOv2 "-reg"; timm `reg_token`): layers and release-style keys alike.
+DIST_TOKEN = "dist"
+REGISTERS = "reg"
+HEAD_DIST = "head_dist"
+POOL_DIST = "pool_dist"  # reads the distillation token (token 1) for `head_dist`
+HEAD_MEAN = "head_mean"  # (head + head_dist) / 2, the logits of a distilled model
+HEAD_ACTIVATION = "head_activation"  # a distilled model's classifier_activation on head_mean
+# The layers whose output is a classifier's output, first found wins (export, finetune).
+CLASSIFIER_OUTPUTS = (HEAD_ACTIVATION, HEAD_MEAN, "head")
+# The LayerNorm after the position embedding, before the blocks (timm `norm_pre`, CLIP).
+NORM_PRE = "norm_pre"
+# LayerScale gammas inside each block (CaiT / DeiT III; timm `ls1`, `ls2`), named after the
+# block sublayer they follow: the attention (`..._1`) and the MLP (`..._3`).
+LAYER_SCALE_ATTENTION = "LayerScale_1"
+LAYER_SCALE_MLP = "LayerScale_3"
 POSITION_EMBEDDING = "posembed_input"
 ENCODER_NORM = "encoder_norm"
 # The LayerNorm after pooling that replaces `encoder_norm` in timm's `fc_norm` models
@@ -36,6 +52,9 @@ POSITION_KEY = f"{TRANSFORMER}/{POSITION_EMBEDDING}/pos_embedding"
 BLOCK_KEY_PATTERN = rf"{TRANSFORMER}/{BLOCK_PATTERN}/"
 QUERY_KERNEL = "MultiHeadDotProductAttention_1/query/kernel"
 MLP_IN_KERNEL = "MlpBlock_3/Dense_0/kernel"
+LAYER_SCALE_KEY = f"{LAYER_SCALE_ATTENTION}/scale"  # inside a block: block_key(i, ...)
+NORM_PRE_KEY = f"{TRANSFORMER}/{NORM_PRE}/scale"
+HEAD_DIST_KERNEL = f"{HEAD_DIST}/kernel"
 
 
 def block_name(index: int) -> str:

@@ -209,6 +209,7 @@ def vit_kwargs_from_npz(arrays: dict) -> dict:
         "patch_size": arch.patch_size[0],
         **arch.transformer_kwargs(),
         **arch.pooling_kwargs(),
+        **arch.family_kwargs(),
         "image_size": side * arch.patch_size[0],
         "num_classes": arch.num_classes,
         "representation_size": arch.representation_size,
@@ -243,6 +244,7 @@ def kwargs_of_model(model) -> dict:
         "patch_size": list(arch.patch_size),
         **arch.transformer_kwargs(),
         **arch.pooling_kwargs(),
+        **arch.family_kwargs(),
         "image_size": list(image_shape_of(model)[:2]),
         "position_embedding": arch.position_embedding,
     }

@@ -31,6 +31,12 @@ def ViT(
     input_preprocessing="[-1,1]",
     dynamic_image_size=False,
     final_norm="tokens",
+    layer_scale_init=None,
+    num_register_tokens=0,
+    distilled=False,
+    no_embed_class=False,
+    norm_pre=False,
+    mlp_activation="gelu",
     weights=None,
     name="vit",
 ):
@@ -88,6 +94,27 @@ def ViT(
             no `encoder_norm`). "pooled" needs pooling "token" or "gap" and
             return_sequence=False. Kept in the model (its `fc_norm` layer) and read back
             from files (timm `fc_norm.*`, keras_vit's `.npz` key `fc_norm/scale`).
+        layer_scale_init: LayerScale (Touvron et al. 2021, CaiT section 2 / DeiT III; timm
+            `init_values`, HF Dinov2 `layerscale_value`): a learned per-channel gamma,
+            initialised to this value, on both residual branches of every block,
+            x = x + ls1 * MSA(LN(x)); x = x + ls2 * MLP(LN(x)). None (default): none.
+        num_register_tokens: register tokens (Darcet et al. 2024, "Vision Transformers Need
+            Registers"; DINOv2 "-reg"): R learned tokens after the class (and distillation)
+            token, with no position; excluded from pooling and attention-map grids.
+            Default 0.
+        distilled: DeiT's distillation token (Touvron et al. 2021, "Training data-efficient
+            image transformers", section 5; timm deit.py `VisionTransformerDistilled`, HF
+            `DeiTForImageClassificationWithTeacher`): a second learned token and its own
+            zero-initialised head `head_dist`; the logits are (head(token 0) +
+            head_dist(token 1)) / 2, in training too, so both heads are trained. Needs
+            pooling="token" and no representation_size. Default False.
+        no_embed_class: the position table has rows for the patch tokens only; the class
+            and distillation tokens get no position (timm `no_embed_class=True`; DeiT III,
+            timm's register models). Default False.
+        norm_pre: a LayerNorm (`norm_pre`) after the position embedding, before the blocks
+            (timm `pre_norm=True`, CLIP image towers). Default False.
+        mlp_activation: "gelu" (default; its form as `gelu_approximate` says) or
+            "quick_gelu" (x * sigmoid(1.702 x); OpenAI CLIP, timm `act_layer="quick_gelu"`).
         weights: None, a checkpoint path of any format keras_vit reads (`.npz`, `.keras`, a
             Hugging Face folder, a timm `.safetensors`), or a published checkpoint name
             (see `keras_vit.checkpoints`).

@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 
+from keras_vit import layer_names as names
 from keras_vit.precision_probe import setting_label
 
 logger = logging.getLogger(__name__)
@@ -48,7 +49,7 @@ float32 + XLA on an AMX one; S/16 (D 384) and B/16 (D 768) faster on both. Other
 (docs/performance.md: an Intel host with `avx512_bf16` runs bfloat16 at half the float32
 rate), which is why "auto" measures on CPUs and uses this rule only as the prior."""
 
-FLOAT32_LAYERS = ("head",)
+FLOAT32_LAYERS = (names.HEAD, names.HEAD_DIST, names.HEAD_MEAN, names.HEAD_ACTIVATION)
 """Layers keras_vit builds in float32 under every policy (float32 logits)."""
 
 

@@ -569,3 +569,22 @@ def test_one_output_head_is_refused(tmp_path):
     with pytest.raises(ValueError, match="num_classes=2.*sigmoid"):
         export_saved_model(model, tmp_path / "one")
     assert not (tmp_path / "one").exists()
+
+
+def test_a_distilled_softmax_model_exports_its_mean_of_heads(tmp_path):
+    """Issue 27, DeiT: the classifier output is `head_activation` on the mean of `head` and
+    `head_dist`; the export reads it as probabilities (not softmax applied twice), and the
+    `features` signature gives the pooled class token."""
+    model = tiny_vit(distilled=True, num_register_tokens=1, classifier_activation="softmax")
+    path = export_saved_model(model, tmp_path, top_k=2)
+    served = tf.saved_model.load(path)
+    values = np.random.default_rng(3).integers(0, 256, (2, 32, 32, 3)).astype(np.float32)
+    images = tf.constant(values)  # pixel values, at the model's size
+    pixels = values / 127.5 - 1.0
+    expected = np.asarray(model(pixels, training=False))
+    assert np.abs(expected - expected.mean()).max() > 1e-4  # not uniform: heads randomised
+    out = served.signatures["serving_default"](images=images)
+    np.testing.assert_allclose(out["probabilities"].numpy(), expected, atol=1e-5)
+    features = served.signatures["features"](images=images)
+    pooled = feature_model(model).predict(pixels, verbose=0)
+    np.testing.assert_allclose(features["features"].numpy(), pooled, atol=1e-5)

@@ -179,3 +179,41 @@ def test_features_are_what_the_head_reads(
     layer = export.find_feature_layer(model)
     exported = keras.Model(model.inputs, layer.output).predict(images, verbose=0)
     np.testing.assert_allclose(exported, expected, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "switches",
+    [
+        dict(distilled=True, num_register_tokens=2),
+        dict(pooling="gap", num_register_tokens=3, layer_scale_init=0.5),
+    ],
+    ids=["distilled_registers", "gap_registers"],
+)
+def test_family_features_are_the_class_token_or_the_patch_mean(switches):
+    """Issue 27: few-shot features of a DeiT / DINOv2-reg model are the normalised class
+    token (not the distillation token), or for "gap" the mean of the patch tokens only
+    (registers left out), as the NumPy reference of the equations computes them."""
+    import keras_vit
+    from keras_vit.checkpoints.naming import official_arrays
+    from tests.checkpoints.random_models import images_for, randomise
+    from tests.numpy_family_reference import family_forward
+
+    model = randomise(
+        keras_vit.ViT(
+            hidden_dim=16,
+            num_heads=2,
+            mlp_dim=32,
+            num_layers=1,
+            num_classes=3,
+            patch_size=4,
+            image_size=(8, 12),
+            **switches,
+        )
+    )
+    images = images_for(model)
+    assert fewshot.feature_layer_name(model) == "pool"
+    features = fewshot.feature_model(model).predict(images, verbose=0)
+    params = {k: v for k, v in official_arrays(model).items() if not k.startswith("head")}
+    expected = family_forward(params, images, num_heads=2, pooling=switches.get("pooling", "token"))
+    assert np.abs(expected).max() > 1e-3
+    np.testing.assert_allclose(features, expected, atol=1e-5)

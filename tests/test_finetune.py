@@ -204,3 +204,43 @@ def test_position_embedding_options_are_kept(position_embedding):
     expected = source(x).numpy()
     assert np.abs(expected).max() > 1e-3
     np.testing.assert_allclose(model(x).numpy(), expected, rtol=1e-4, atol=1e-5)
+
+
+def test_a_distilled_model_gets_both_heads_replaced_by_zero_ones():
+    """Issue 27, DeiT: finetune replaces `head` and `head_dist` (zero-initialised, logits
+    still their mean), keeps the distillation and register tokens, LayerScale and the body;
+    a one-step fit moves both heads."""
+    family = dict(distilled=True, num_register_tokens=2, layer_scale_init=0.1)
+    source = _randomised(
+        keras_vit.ViT(
+            image_size=(16, 24), num_classes=7, classifier_activation="softmax", **family, **ARCH
+        )
+    )
+    tuned = keras_vit.finetune(source, 3)
+    for name in ("head", "head_dist"):
+        assert tuned.get_layer(name).units == 3
+        assert not any(np.any(w) for w in tuned.get_layer(name).get_weights())
+    assert tuned.get_layer("head_activation").activation is keras.activations.softmax
+    body = _weights_by_path(source, exclude=("head", "head_dist"))
+    assert _weights_by_path(tuned, exclude=("head", "head_dist")).keys() == body.keys()
+    for path, value in _weights_by_path(tuned, exclude=("head", "head_dist")).items():
+        np.testing.assert_array_equal(value, body[path])
+    x = np.random.default_rng(2).uniform(-1, 1, (2, 16, 24, 3)).astype("float32")
+    np.testing.assert_allclose(tuned(x), np.full((2, 3), 1 / 3), atol=1e-6)
+    fresh = keras_vit.ViT(image_size=(16, 24), num_classes=3, **family, **ARCH)
+    fresh.set_weights(tuned.get_weights())  # the same architecture as a fresh build
+    with pytest.raises(ValueError, match="representation_size"):
+        keras_vit.finetune(source, 3, representation_size=8)
+
+
+def test_the_loss_reaches_both_distilled_heads():
+    import tensorflow as tf
+
+    source = _randomised(keras_vit.ViT(image_size=16, num_classes=5, distilled=True, **ARCH))
+    tuned = keras_vit.finetune(source, 3)
+    x = np.random.default_rng(1).uniform(-1, 1, (2, 16, 16, 3)).astype("float32")
+    heads = [tuned.get_layer(name).kernel for name in ("head", "head_dist")]
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(tuned(x, training=True) * tf.constant([[1.0, -1.0, 0.5]]))
+    for gradient in tape.gradient(loss, heads):
+        assert np.abs(gradient.numpy()).max() > 0

@@ -36,7 +36,13 @@ def _spellings(table_name: str) -> list[str]:
         forms += [f"{hybrid}+ViT-{size}/{patch}", f"{hybrid.lower()}{size.lower()}{patch}"]
     else:
         forms += [f"ViT-{vit}", f"{size.lower()}{patch}", f"vit-{size.lower()}/{patch}"]
+        timm_size = TIMM_SIZES[size]
+        forms += [f"vit_{timm_size}_patch{patch}", f"vit_{timm_size}_patch{patch}_224"]
     return forms
+
+
+# timm's size words (timm vision_transformer.py: vit_tiny_patch16_224 ... vit_huge_patch14_224).
+TIMM_SIZES = {"Ti": "tiny", "S": "small", "B": "base", "L": "large", "H": "huge"}
 
 
 CASES = [(name, s) for name in configs.MODEL_CONFIGS for s in _spellings(name)]

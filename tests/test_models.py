@@ -23,7 +23,36 @@ RELEASE_PARAMS = {
     "ViT_L16": 304_326_632,
     "ViT_L32": 306_535_400,
     "ViT_H14": 632_045_800,
+    # Patch-14 rows of DINOv2 / CLIP (not release files): counted by `_hand_count` below.
+    "ViT_S14": 22_004_584,
+    "ViT_B14": 86_475_496,
+    "ViT_L14": 304_203_752,
 }
+
+
+def _hand_count(patch, hidden, mlp, layers, image=224, classes=1000, channels=3):
+    """Parameters of a class-token ViT from paper section 3.1, term by term."""
+    tokens = (image // patch) ** 2
+    embedding = patch * patch * channels * hidden + hidden
+    block = 2 * 2 * hidden + 4 * (hidden * hidden + hidden) + 2 * hidden * mlp + mlp + hidden
+    return (
+        embedding
+        + hidden
+        + (1 + tokens) * hidden
+        + layers * block
+        + 2 * hidden
+        + (hidden * classes + classes)
+    )
+
+
+def test_the_hand_count_gives_the_release_counts_and_the_patch14_rows():
+    assert _hand_count(16, 768, 3072, 12) == RELEASE_PARAMS["ViT_B16"]
+    assert _hand_count(14, 1280, 5120, 32) == RELEASE_PARAMS["ViT_H14"]
+    assert _hand_count(14, 384, 1536, 12) == RELEASE_PARAMS["ViT_S14"]
+    assert _hand_count(14, 768, 3072, 12) == RELEASE_PARAMS["ViT_B14"]
+    assert _hand_count(14, 1024, 4096, 24) == RELEASE_PARAMS["ViT_L14"]
+
+
 RELEASE_GAP_PARAMS = {
     "ViT_S16": 22_049_896,
     "ViT_B16": 86_566_120,

@@ -34,6 +34,9 @@ FIELD_KEYS = {
     "num_patch_tokens": names.POSITION_KEY,
     "num_classes": "head/kernel",
 }
+# The LayerScale value a model read from a file or model is built with (then overwritten by
+# the loaded gammas); DINOv2's `layerscale_value` (HF Dinov2Config), timm's `init_values`.
+LAYER_SCALE_INIT = 1e-5
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,6 +61,14 @@ class Architecture:
             cannot tell).
         final_norm: "tokens" (`encoder_norm` before pooling) or "pooled" (timm's `fc_norm`
             after pooling: a `fc_norm` layer, or `fc_norm/scale` in a file).
+        layer_scale: LayerScale gammas in the blocks (`LayerScale_1/scale` in a file).
+        num_register_tokens: register tokens (the `reg` layer or array, `(1, R, D)`).
+        distilled: a DeiT distillation token and its head (`dist`, `head_dist`).
+        norm_pre: a LayerNorm before the blocks (`Transformer/norm_pre/scale`).
+        no_embed_class: the position table has patch rows only (a model: a class token
+            with a table of exactly the grid's rows; a file: what the reader recorded,
+            `CheckpointContents.no_embed_class`).
+        mlp_activation: "gelu" or "quick_gelu" (a model's blocks; a file: the contents').
     """
 
     patch_size: tuple[int, int] | None = None
@@ -75,11 +86,48 @@ class Architecture:
     resnet_stages: tuple[int, ...] | None = None
     position_embedding: str | None = None
     final_norm: str = "tokens"
+    layer_scale: bool = False
+    num_register_tokens: int = 0
+    distilled: bool = False
+    norm_pre: bool = False
+    no_embed_class: bool = False
+    mlp_activation: str = "gelu"
 
     @property
     def num_prefix_tokens(self) -> int:
-        """1 with a class token ("token" pooling), else 0."""
-        return int(self.pooling == "token")
+        """Tokens before the patch tokens in the encoder's sequence: the class token
+        ("token" pooling), the distillation token and the register tokens
+        ([cls][dist][registers...][patches])."""
+        return int(self.pooling == "token") + int(self.distilled) + self.num_register_tokens
+
+    @property
+    def num_position_prefix_rows(self) -> int:
+        """Rows of the position table before the patch grid: 0 with `no_embed_class`, else
+        the class token's and the distillation token's (registers never have rows)."""
+        if self.no_embed_class:
+            return 0
+        return int(self.pooling == "token") + int(self.distilled)
+
+    def family_kwargs(self) -> dict:
+        """The builder keywords of the ViT-family switches that are not off (e.g.
+        `{"num_register_tokens": 4, "layer_scale_init": 1e-5}`), to pass with
+        `transformer_kwargs` and `pooling_kwargs` so a file's switches reach the builder.
+
+        A file or model records LayerScale's gammas, not their initial value: the model is
+        built with `layer_scale_init=LAYER_SCALE_INIT` (1e-5, DINOv2's) and the gammas are
+        then loaded over it.
+        """
+        kwargs = {}
+        if self.layer_scale:
+            kwargs["layer_scale_init"] = LAYER_SCALE_INIT
+        if self.num_register_tokens:
+            kwargs["num_register_tokens"] = self.num_register_tokens
+        for switch in ("distilled", "norm_pre", "no_embed_class"):
+            if getattr(self, switch):
+                kwargs[switch] = True
+        if self.mlp_activation != "gelu":
+            kwargs["mlp_activation"] = self.mlp_activation
+        return kwargs
 
     @property
     def pixels_per_token(self) -> tuple[int, int] | None:
@@ -156,6 +204,8 @@ class Architecture:
         by_name = {layer.name: layer for layer in layers}
         grid = None if embed.grid_size is None else tuple(int(g) for g in embed.grid_size)
         shape = model.inputs[0].shape if model.inputs else None
+        has_class = any(isinstance(x, ClassToken) for x in layers)
+        registers = by_name.get(names.REGISTERS)
         return cls(
             patch_size=tuple(int(p) for p in embed.patch_size),
             hidden_dim=int(embed.hidden_dim),
@@ -163,7 +213,7 @@ class Architecture:
             mlp_dim=int(blocks[0].mlp_dim) if blocks else None,
             num_layers=len(blocks),
             channels=None if shape is None or shape[-1] is None else int(shape[-1]),
-            pooling="token" if any(isinstance(x, ClassToken) for x in layers) else "gap",
+            pooling="token" if has_class else "gap",
             num_patch_tokens=None if grid is None else grid[0] * grid[1],
             grid=grid,
             image_size=None if shape is None else tuple(shape[1:3]),
@@ -174,6 +224,22 @@ class Architecture:
                 (kind for x in layers if (kind := position_embedding_kind(x))), "none"
             ),
             final_norm="pooled" if names.POOLED_NORM in by_name else "tokens",
+            layer_scale=bool(blocks) and blocks[0].layer_scale_init is not None,
+            num_register_tokens=0 if registers is None else int(registers.num_tokens),
+            distilled=names.DIST_TOKEN in by_name,
+            norm_pre=names.NORM_PRE in by_name,
+            no_embed_class=has_class and _model_no_embed_class(layers, grid),
+            mlp_activation=blocks[0].mlp_activation if blocks else "gelu",
+        )
+
+    @classmethod
+    def from_contents(cls, contents) -> Architecture:
+        """`from_arrays` of a `CheckpointContents`, with what its reader recorded
+        (`no_embed_class`, `mlp_activation`)."""
+        return cls.from_arrays(
+            contents.arrays,
+            no_embed_class=contents.no_embed_class,
+            mlp_activation=contents.mlp_activation,
         )
 
     @classmethod
@@ -186,22 +252,29 @@ class Architecture:
         return cls.from_model(find_vit_model(model))
 
     @classmethod
-    def from_arrays(cls, arrays) -> Architecture:
+    def from_arrays(cls, arrays, *, no_embed_class=False, mlp_activation="gelu") -> Architecture:
         """Reads official checkpoint arrays in the plain layout (after
         `keras_vit.checkpoints.layouts.normalise_layout`); fields of missing keys are None.
 
         Patch size and channels from `embedding/kernel` (P, P, C, D), heads from block 0's
         query kernel (D, H, hd), MLP width from its `Dense_0`, depth from the block count,
         pooling from a `cls` array, `final_norm` from `fc_norm/scale`, the grid from the
-        position table (when square), classes from `head/kernel`, `representation_size` from
-        `pre_logits/kernel`.
+        position table (when square; its rows minus the class and distillation rows, none
+        with `no_embed_class`), classes from `head/kernel`, `representation_size` from
+        `pre_logits/kernel`; LayerScale from block 0's `LayerScale_1/scale`, registers from
+        `reg` (1, R, D), the distillation token from `dist`, `norm_pre` from
+        `Transformer/norm_pre/scale`. `no_embed_class` and `mlp_activation` are not in the
+        arrays: the reader's (see `from_contents`).
         """
         kernel = arrays.get(FIELD_KEYS["hidden_dim"])
         query = arrays.get(FIELD_KEYS["num_heads"])
         mlp = arrays.get(FIELD_KEYS["mlp_dim"])
         table = arrays.get(names.POSITION_KEY)
         root = arrays.get(f"{names.ROOT_CONV}/kernel")
-        prefix = int(names.CLASS_TOKEN in arrays)
+        distilled = names.DIST_TOKEN in arrays
+        has_class = names.CLASS_TOKEN in arrays
+        prefix = 0 if no_embed_class else int(has_class) + int(distilled)
+        registers = arrays.get(names.REGISTERS)
         blocks = {m[1] for key in arrays if (m := re.match(names.BLOCK_KEY_PATTERN, key))}
         tokens = None if table is None else int(table.shape[1]) - prefix
         side = None if tokens is None or tokens < 0 else math.isqrt(tokens)
@@ -215,7 +288,7 @@ class Architecture:
             channels=None
             if kernel is None
             else int((root if root is not None else kernel).shape[2]),
-            pooling="token" if prefix else "gap",
+            pooling="token" if has_class else "gap",
             num_patch_tokens=tokens,
             grid=(side, side) if side is not None and side * side == tokens else None,
             num_classes=_width(arrays.get("head/kernel")),
@@ -223,7 +296,28 @@ class Architecture:
             resnet_stages=None if root is None else _resnet_stages([names.ROOT_CONV, *units]),
             position_embedding=None if table is None else "learned",
             final_norm="pooled" if f"{names.POOLED_NORM}/scale" in arrays else "tokens",
+            layer_scale=names.block_key(0, names.LAYER_SCALE_KEY) in arrays,
+            num_register_tokens=0 if registers is None else int(registers.shape[1]),
+            distilled=distilled,
+            norm_pre=names.NORM_PRE_KEY in arrays,
+            no_embed_class=bool(no_embed_class) and has_class,
+            mlp_activation=mlp_activation,
         )
+
+
+def _model_no_embed_class(layers, grid) -> bool:
+    """A class-token model's position layer has no class row: a learned table of exactly
+    the grid's rows (its stored grid when dynamic), or a sine-cosine layer with no prefix."""
+    for layer in layers:
+        kind = position_embedding_kind(layer)
+        if kind == "sincos2d":
+            return int(layer.num_prefix_tokens) == 0
+        if kind == "learned":
+            stored = layer.grid_size if layer.dynamic_image_size else grid
+            if stored is None or not hasattr(layer, "pos_embedding"):
+                return False
+            return int(layer.pos_embedding.shape[1]) == stored[0] * stored[1]
+    return False
 
 
 def _units(layer) -> int | None:
@@ -248,8 +342,14 @@ def _resnet_stages(layer_names: list[str]) -> tuple[int, ...] | None:
 
 
 def num_prefix_tokens(model) -> int:
-    """1 if the ViT has a class token (`cls` layer, "token" pooling), else 0."""
+    """Tokens before the patches in the ViT's sequence (class, distillation, registers)."""
     return Architecture.from_checkpoint_model(model).num_prefix_tokens
+
+
+def num_position_prefix_rows(model) -> int:
+    """Rows of the ViT's position table before the grid (see
+    `Architecture.num_position_prefix_rows`)."""
+    return Architecture.from_checkpoint_model(model).num_position_prefix_rows
 
 
 def patch_grid(model) -> tuple[int, int]:

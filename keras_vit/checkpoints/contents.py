@@ -27,6 +27,16 @@ class CheckpointContents:
         image_size: (height, width) the file names (HF config.json), else None (then the
             position table's grid gives it).
         layout_steps: layout normalisations applied to the file (logged at INFO).
+        no_embed_class: True when the position table has rows for the patch tokens only
+            (timm `no_embed_class=True`: DeiT III, timm's register models); the class and
+            distillation tokens then get no position. The arrays cannot say it (a table's
+            row count fits both readings), so the reader records it.
+        mlp_activation: the MLP's activation: "gelu" (its form as `gelu_approximate` says)
+            or "quick_gelu" (x * sigmoid(1.702 x), OpenAI CLIP; timm `act_layer="quick_gelu"`).
+
+    LayerScale, register tokens, the distillation token and `norm_pre` are seen from the
+    keys (`Transformer/encoderblock_{i}/LayerScale_1/scale`, `reg`, `dist`,
+    `Transformer/norm_pre/scale`; see `keras_vit.checkpoints.naming`).
     """
 
     path: str
@@ -38,11 +48,17 @@ class CheckpointContents:
     preprocessing: str = "[-1,1]"
     image_size: tuple | None = None
     layout_steps: list = dataclasses.field(default_factory=list)
+    no_embed_class: bool = False
+    mlp_activation: str = "gelu"
 
     @property
     def numerics(self) -> dict:
-        """`{"gelu_approximate": ..., "layer_norm_epsilon": ...}` as builder arguments."""
-        return {
+        """`{"gelu_approximate": ..., "layer_norm_epsilon": ...}` as builder arguments, with
+        `"mlp_activation"` too when it is not "gelu"."""
+        numerics = {
             "gelu_approximate": self.gelu_approximate,
             "layer_norm_epsilon": self.layer_norm_epsilon,
         }
+        if self.mlp_activation != "gelu":
+            numerics["mlp_activation"] = self.mlp_activation
+        return numerics

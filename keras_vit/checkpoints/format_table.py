@@ -35,6 +35,21 @@ OPTIONS = {
     "channels": ("image channels (1, 3, 4, ...)",),
     "hybrid": ("False: a ViT; True: a ResNet stem (R50+B/16)",),
     "preprocessing": ("the input scaling the weights expect: [-1,1] or imagenet (mean/std)",),
+    "layer_scale": ("LayerScale gammas on both residual branches of each block (DeiT III)",),
+    "registers": ("the number of register tokens (DINOv2 -reg)",),
+    "distillation": ("DeiT's distillation token and its head_dist",),
+    "no_embed_class": ("a position table without the class row (timm no_embed_class)",),
+    "norm_pre": ("a LayerNorm before the blocks (timm norm_pre, CLIP towers)",),
+    "mlp_activation": ("the MLP's activation: gelu or quick_gelu (OpenAI CLIP)",),
+}
+# What a format that holds none of the ViT-family switches expresses of them.
+PLAIN_FAMILY = {
+    "layer_scale": (False,),
+    "registers": (0,),
+    "distillation": (False,),
+    "no_embed_class": (False,),
+    "norm_pre": (False,),
+    "mlp_activation": ("gelu",),
 }
 
 
@@ -167,6 +182,7 @@ FORMAT_TABLE: dict[str, CheckpointFormat] = {
                 "final_norm": _EVERY_NORM,
                 "pre_logits": _EVERY_PRE_LOGITS,
                 "preprocessing": ("[-1,1]",),
+                **PLAIN_FAMILY,
             },
             reads={
                 "class token": "the `cls` key",
@@ -195,6 +211,7 @@ FORMAT_TABLE: dict[str, CheckpointFormat] = {
                 "pre_logits": _EVERY_PRE_LOGITS,
                 "hybrid": (False,),
                 "preprocessing": ("[-1,1]",),
+                **PLAIN_FAMILY,
             },
             reads={
                 "class token": "the `cls` key",
@@ -206,7 +223,7 @@ FORMAT_TABLE: dict[str, CheckpointFormat] = {
         ),
         CheckpointFormat(
             name="hf",
-            title="a Hugging Face ViT folder",
+            title="a Hugging Face ViT / DeiT / DINOv2 folder",
             recognised_by="a folder with `config.json` + `model.safetensors` (or that file) "
             "whose keys include `embeddings.patch_embeddings.projection.weight`",
             recognise=_is_hf,
@@ -219,13 +236,23 @@ FORMAT_TABLE: dict[str, CheckpointFormat] = {
                 "pre_logits": ("none", "feature"),
                 "patch": ("square",),
                 "hybrid": (False,),
+                "no_embed_class": (False,),
+                "norm_pre": (False,),
             },
             reads={
                 "class token": "always (ViTModel has one)",
+                "model type": "config.json `model_type`: vit, deit (distillation token, "
+                "`cls_classifier` + `distillation_classifier`), dinov2 (LayerScale "
+                "`layer_scale1/2.lambda1`), dinov2_with_registers (`register_tokens`); "
+                "`use_swiglu_ffn` and Dinov2ForImageClassification refused by name",
+                "writes": "the model type of the switches: deit with a distillation token, "
+                "dinov2_with_registers with registers, dinov2 with LayerScale (no head), "
+                "else vit",
                 "no_embed_class": "never",
                 "grid / image size": "config.json `image_size` (int or [h, w])",
                 "channels": "config.json `num_channels`; preprocessor mean/std per channel",
-                "numerics": "config.json `hidden_act`, `layer_norm_eps`",
+                "numerics": "config.json `hidden_act` (gelu, tanh forms, quick_gelu), "
+                "`layer_norm_eps` (default: the model type's config class)",
                 "arrays": "float32, float16, bfloat16 safetensors",
             },
         ),
@@ -245,14 +272,20 @@ FORMAT_TABLE: dict[str, CheckpointFormat] = {
             },
             reads={
                 "class token": "the `cls_token` key",
+                "family": "`dist_token` + `head_dist` (deit.py), `reg_token` (only with "
+                "no_embed_class=True), `blocks.i.ls1/ls2.gamma`, `norm_pre`; q/k norm, "
+                "SwiGLU, attention pooling refused by name",
                 "no_embed_class": "keras_vit metadata, config.json `model_args` or its "
-                "image size; else an error naming `no_embed_class=` when both fit",
+                "image size (True with `reg_token`); else an error naming "
+                "`no_embed_class=` when both fit",
                 "global_pool": "config.json / metadata: 'token' with a class token, 'avg' "
                 "without; others refused by name",
                 "fc_norm": "the `fc_norm.*` keys",
                 "grid / image size": "keras_vit metadata, config.json `pretrained_cfg."
                 "input_size`; else the table's square grid",
-                "numerics": "keras_vit metadata; else exact GELU, eps 1e-6 (timm's)",
+                "numerics": "keras_vit metadata; else config.json `model_args.act_layer` "
+                "/ `architecture` (`*quickgelu*`: quick_gelu; `*_clip_*`: eps 1e-5); else "
+                "exact GELU, eps 1e-6 (timm's)",
                 "arrays": "float32, float16, bfloat16 safetensors",
             },
         ),
@@ -296,7 +329,7 @@ def options_of(contents) -> dict:
     whose count is no square grid and no image size counts as "non-square".
     """
     arrays = contents.arrays
-    arch = Architecture.from_arrays(arrays)
+    arch = Architecture.from_contents(contents)
     if f"{names.MAP_HEAD}/probe" in arrays:
         pooling = "map"
     else:
@@ -323,6 +356,12 @@ def options_of(contents) -> dict:
         "channels": arch.channels,
         "hybrid": arch.resnet_stages is not None,
         "preprocessing": contents.preprocessing,
+        "layer_scale": arch.layer_scale,
+        "registers": arch.num_register_tokens,
+        "distillation": arch.distilled,
+        "no_embed_class": arch.no_embed_class,
+        "norm_pre": arch.norm_pre,
+        "mlp_activation": arch.mlp_activation,
     }
 
 

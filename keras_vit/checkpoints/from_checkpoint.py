@@ -10,6 +10,7 @@ and the model records the scaling for `predict`, `evaluate` and the SavedModel e
 from __future__ import annotations
 
 import logging
+import os
 
 from keras_vit import configs
 from keras_vit import layer_names as names
@@ -69,7 +70,7 @@ def architecture_kwargs(contents: CheckpointContents, image_size=None) -> dict:
             message lists the grids that fit and names `image_size=`), or an unknown
             number of heads.
     """
-    arch = Architecture.from_arrays(contents.arrays)
+    arch = Architecture.from_contents(contents)
     missing = arch.missing_key("patch_size", "mlp_dim")
     if missing:
         raise CheckpointError(f"{contents.path} is not a ViT checkpoint: no {missing!r}.")
@@ -86,9 +87,10 @@ def architecture_kwargs(contents: CheckpointContents, image_size=None) -> dict:
         num_layers=arch.num_layers,
         image_size=image_size,
         input_preprocessing=contents.preprocessing,
-        **contents.numerics,
         **arch.pooling_kwargs(),
     )
+    kwargs.update(contents.numerics)
+    kwargs.update(arch.family_kwargs())  # LayerScale, registers, ... (mlp_activation again)
     if f"{names.MAP_HEAD}/probe" in contents.arrays:
         kwargs["pooling"] = "map"
     if arch.representation_size is not None:
@@ -111,6 +113,16 @@ def build_from_kwargs(kwargs: dict):
     return build(kwargs)
 
 
+def _local_path(path):
+    """`path`, or the local copy of a published ViT-family name (`registry.resolve_family`)
+    when no such file or folder exists."""
+    from keras_vit.checkpoints import registry
+
+    if isinstance(path, str) and not os.path.exists(path) and registry.family_entry(path):
+        return registry.resolve_family(path)
+    return path
+
+
 def from_checkpoint(
     path,
     num_classes=None,
@@ -129,7 +141,9 @@ def from_checkpoint(
     Args:
         path: a release/big_vision `.npz`, a `.keras` file, a Hugging Face ViT folder (or its
             `model.safetensors`), or a timm `.safetensors` file; the format is read from the
-            content.
+            content. Also a published ViT-family name (`registry.FAMILY_CHECKPOINTS`:
+            "deit_small_patch16_224", "facebook/dinov2-small", ...), read from its local
+            folder under the Keras cache (`registry.resolve_family`).
         num_classes: None (default) keeps the file's head (a file without one gives a
             feature model, `include_top=False`); another number builds a zero-initialised
             head of that size (the release's fine-tuning recipe), dropping `pre_logits`.
@@ -140,8 +154,9 @@ def from_checkpoint(
             `pos_embed` has a class row (DeiT-3's `no_embed_class=True`) and whose row
             count fits both readings; default None (read it from the file and its config).
         resize_method: "bilinear" (default, the release's), "bicubic" (timm's
-            `dynamic_img_size` / `resample_abs_pos_embed`) or "torch_bicubic" (Hugging
-            Face's `interpolate_pos_encoding`); see `keras_vit.resize_position_embeddings`.
+            `dynamic_img_size` / `resample_abs_pos_embed`), "torch_bicubic" (Hugging
+            Face's `interpolate_pos_encoding`) or "dinov2" (the original DINOv2's, with its
+            0.1 offset); see `keras_vit.resize_position_embeddings`.
         **overrides: other `keras_vit.ViT` arguments (dropout_rate, drop_path_rate, name,
             dynamic_image_size, ...), also the numerics `gelu_approximate` and
             `layer_norm_epsilon` when you mean to change them, and `channels`: another
@@ -165,6 +180,7 @@ def from_checkpoint(
     from keras_vit.checkpoints.formats import read_checkpoint
     from keras_vit.checkpoints.loading import load_weights
 
+    path = _local_path(path)
     contents = read_checkpoint(path, num_heads=num_heads, no_embed_class=no_embed_class)
     if contents.format == "keras" and num_classes is None and image_size is None and not overrides:
         return keras.saving.load_model(contents.path, safe_mode=True)

@@ -9,7 +9,9 @@ Layout of `ViTModel` / `ViTForImageClassification` (transformers' `modeling_vit.
 `pre_logits`), all under `vit.` in `ViTForImageClassification`, whose `classifier` is the
 head on the class token. `config.json` gives the architecture, `layer_norm_eps` and
 `hidden_act` ("gelu" is the exact erf GELU; "gelu_new" / "gelu_pytorch_tanh" the tanh one);
-`preprocessor_config.json`, when present, the input mean/std.
+`preprocessor_config.json`, when present, the input mean/std. DeiT, DINOv2 and DINOv2 with
+registers (`model_type` "deit", "dinov2", "dinov2_with_registers") differ in a few keys,
+described by `hf_family.LAYOUTS`; the writer picks the model type from the model's switches.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import os
 import shutil
 import tempfile
 
-from keras_vit.checkpoints import limits
+from keras_vit.checkpoints import hf_family, limits, timm_family
 from keras_vit.checkpoints import torch_layout as tl
 from keras_vit.checkpoints.architecture import Architecture
 from keras_vit.checkpoints.contents import CheckpointContents
@@ -35,11 +37,10 @@ WEIGHTS = "model.safetensors"
 PREPROCESSOR = "preprocessor_config.json"
 EXACT_GELU = ("gelu",)
 TANH_GELU = ("gelu_new", "gelu_pytorch_tanh", "gelu_fast")
+QUICK_GELU = "quick_gelu"  # x * sigmoid(1.702 x), transformers' ACT2FN["quick_gelu"]
+# LayerNorm eps of each model type's config class when config.json does not say.
+DEFAULT_EPS = {"vit": 1e-12, "deit": 1e-12, "dinov2": 1e-6, "dinov2_with_registers": 1e-6}
 LAYER = "encoder.layer.{}."
-# HF sub-layer -> release sub-layer, for the plain (non-attention-projection) parameters.
-NORMS = {"layernorm_before": "LayerNorm_0", "layernorm_after": "LayerNorm_2"}
-DENSES = {"intermediate.dense": "Dense_0", "output.dense": "Dense_1"}
-IGNORED = ("embeddings.mask_token",)
 
 
 def _paths(path) -> tuple[str, str]:
@@ -62,14 +63,20 @@ def _read_json(path):
 
 def _gelu_approximate(config, path) -> bool:
     act = config.get("hidden_act", "gelu")
-    if act in EXACT_GELU:
+    if act in EXACT_GELU or act == QUICK_GELU:
         return False
     if act in TANH_GELU:
         return True
     raise CheckpointError(
-        f"{path}: hidden_act={act!r} is not a GELU keras_vit has (exact 'gelu' or the tanh "
-        f"forms {TANH_GELU})."
+        f"{path}: hidden_act={act!r} is not an activation keras_vit has (exact 'gelu', the "
+        f"tanh forms {TANH_GELU}, or {QUICK_GELU!r})."
     )
+
+
+def _hidden_act(contents) -> str:
+    if contents.mlp_activation == QUICK_GELU:
+        return QUICK_GELU
+    return "gelu_pytorch_tanh" if contents.gelu_approximate else "gelu"
 
 
 def _image_size(config):
@@ -79,59 +86,94 @@ def _image_size(config):
     return tuple(size) if isinstance(size, (list, tuple)) else (int(size), int(size))
 
 
-def hf_to_release(state: dict, config: dict, path="checkpoint") -> dict:
-    """Converts a HF ViT state dict (with or without the `vit.` prefix) to release keys.
+def _prefix(state: dict, layout) -> str:
+    """The classification models' base prefix ("vit.", "deit.", ...) when the keys have it."""
+    return layout.prefix if any(k.startswith(layout.prefix) for k in state) else ""
 
-    Raises:
-        CheckpointError: a missing tensor, or tensors no release key covers.
-    """
-    prefix = "vit." if any(k.startswith("vit.") for k in state) else ""
-    heads = int(config["num_attention_heads"])
-    used = set()
 
-    def get(key):
-        used.add(prefix + key)
-        return tl.take(state, prefix + key, path)
+def _block_from_hf(get, state, layout, i, heads) -> dict:
+    """Block `i` of a HF state dict in release keys (`get` takes keys without the prefix)."""
+    hf, block = LAYER.format(i), tl.BLOCK.format(i)
+    out = tl.norms_and_mlp_from_torch(get, hf, block, layout.norms, layout.denses)
+    for name in ("query", "key", "value"):
+        weight = get(f"{hf}attention.attention.{name}.weight")
+        out[f"{block}{tl.ATTENTION}{name}/kernel"] = tl.head_kernel(weight, heads)
+        bias_key = f"{hf}attention.attention.{name}.bias"
+        bias = get(bias_key) if get.has(bias_key) else weight[:, 0] * 0
+        out[f"{block}{tl.ATTENTION}{name}/bias"] = tl.head_bias(bias, heads)
+    out[f"{block}{tl.ATTENTION}out/kernel"] = tl.out_kernel(
+        get(f"{hf}attention.output.dense.weight"), heads
+    )
+    out[f"{block}{tl.ATTENTION}out/bias"] = get(f"{hf}attention.output.dense.bias")
+    for name, release in layout.scales.items():
+        out[block + release] = get(hf + name)
+    return out
 
-    embed = "embeddings."
-    out = {
-        "embedding/kernel": tl.conv_to_kernel(get(embed + "patch_embeddings.projection.weight")),
-        "embedding/bias": get(embed + "patch_embeddings.projection.bias"),
-        "cls": get(embed + "cls_token"),
-        tl.POSITION: get(embed + "position_embeddings"),
-        tl.ENCODER_NORM + "scale": get("layernorm.weight"),
-        tl.ENCODER_NORM + "bias": get("layernorm.bias"),
-    }
-    depth = tl.num_blocks(state, rf"{prefix}encoder\.layer\.(\d+)\.")
-    for i in range(depth):
-        hf, block = LAYER.format(i), tl.BLOCK.format(i)
-        out.update(tl.norms_and_mlp_from_torch(get, hf, block, NORMS, DENSES))
-        for name in ("query", "key", "value"):
-            weight = get(f"{hf}attention.attention.{name}.weight")
-            out[f"{block}{tl.ATTENTION}{name}/kernel"] = tl.head_kernel(weight, heads)
-            bias_key = f"{prefix}{hf}attention.attention.{name}.bias"
-            bias = get(bias_key[len(prefix) :]) if bias_key in state else weight[:, 0] * 0
-            out[f"{block}{tl.ATTENTION}{name}/bias"] = tl.head_bias(bias, heads)
-        out[f"{block}{tl.ATTENTION}out/kernel"] = tl.out_kernel(
-            get(f"{hf}attention.output.dense.weight"), heads
-        )
-        out[f"{block}{tl.ATTENTION}out/bias"] = get(f"{hf}attention.output.dense.bias")
-    if prefix + "pooler.dense.weight" in state:
+
+class _Getter:
+    """`get(key)`: the tensor of `prefix + key`, recorded as used; `has(key)`: present."""
+
+    def __init__(self, state, prefix, path):
+        self.state, self.prefix, self.path, self.used = state, prefix, path, set()
+
+    def __call__(self, key):
+        self.used.add(self.prefix + key)
+        return tl.take(self.state, self.prefix + key, self.path)
+
+    def has(self, key) -> bool:
+        return self.prefix + key in self.state
+
+
+def _heads_from_hf(state, layout, config, get, path) -> dict:
+    out = {}
+    if get.has("pooler.dense.weight"):
         act = config.get("pooler_act", "tanh")
         if act != "tanh":
             raise CheckpointError(f"{path}: pooler_act={act!r}; the release's pre_logits is tanh.")
         out["pre_logits/kernel"] = tl.linear_to_kernel(get("pooler.dense.weight"))
         out["pre_logits/bias"] = get("pooler.dense.bias")
-    if "classifier.weight" in state:
-        used.update(("classifier.weight", "classifier.bias"))
-        out["head/kernel"] = tl.linear_to_kernel(state["classifier.weight"])
-        out["head/bias"] = tl.take(state, "classifier.bias", path)
-    used.update(prefix + k for k in IGNORED)
-    left = sorted(set(state) - used)
+    heads = dict(hf_family.HEADS[layout.model_type], classifier="head")
+    for name, release in heads.items():
+        if name + ".weight" in state:
+            get.used.update((name + ".weight", name + ".bias"))
+            out[release + "/kernel"] = tl.linear_to_kernel(state[name + ".weight"])
+            out[release + "/bias"] = tl.take(state, name + ".bias", path)
+    return out
+
+
+def hf_to_release(state: dict, config: dict, path="checkpoint") -> dict:
+    """Converts a HF ViT / DeiT / DINOv2 state dict (with or without the classification
+    models' prefix) to release keys; the layout comes from `config["model_type"]`
+    (`hf_family.LAYOUTS`).
+
+    Raises:
+        CheckpointError: a model type or variant keras_vit lacks (named), a missing tensor,
+            or tensors no release key covers.
+    """
+    layout = hf_family.layout_of(config, path)
+    hf_family.check_classifier(state, layout, path)
+    prefix = _prefix(state, layout)
+    heads = int(config["num_attention_heads"])
+    get = _Getter(state, prefix, path)
+    embed = "embeddings."
+    out = {
+        "embedding/kernel": tl.conv_to_kernel(get(embed + "patch_embeddings.projection.weight")),
+        "embedding/bias": get(embed + "patch_embeddings.projection.bias"),
+        tl.POSITION: get(embed + "position_embeddings"),
+        tl.ENCODER_NORM + "scale": get("layernorm.weight"),
+        tl.ENCODER_NORM + "bias": get("layernorm.bias"),
+    }
+    out.update({release: get(key) for key, release in layout.tokens.items()})
+    depth = tl.num_blocks(state, rf"{prefix}encoder\.layer\.(\d+)\.")
+    for i in range(depth):
+        out.update(_block_from_hf(get, state, layout, i, heads))
+    out.update(_heads_from_hf(state, layout, config, get, path))
+    get.used.update(prefix + k for k in layout.ignored)
+    left = sorted(set(state) - get.used)
     if left:
         raise CheckpointError(
-            f"{path} has tensors that are not part of a ViT ({len(left)}): "
-            f"{', '.join(left[:8])}{', ...' if len(left) > 8 else ''}"
+            f"{path} has tensors that are not part of a {layout.model_type} model "
+            f"({len(left)}): {', '.join(left[:8])}{', ...' if len(left) > 8 else ''}"
         )
     return out
 
@@ -149,12 +191,7 @@ def read_hf(path) -> CheckpointContents:
     if config is None:
         raise CheckpointError(f"{folder} has no {CONFIG}; a Hugging Face ViT needs it.")
     limits.check_hf_config(os.path.join(folder, CONFIG), config)
-    model_type = config.get("model_type", "vit")
-    if model_type != "vit":
-        raise CheckpointError(
-            f"{folder}/{CONFIG} describes model_type={model_type!r}; only 'vit' "
-            "(ViTModel / ViTForImageClassification) is read."
-        )
+    hf_family.layout_of(config, os.path.join(folder, CONFIG))
     state, _ = read_safetensors(weights)
     limits.check_hf_config(os.path.join(folder, CONFIG), config, state)
     preprocessing = "[-1,1]"
@@ -163,28 +200,44 @@ def read_hf(path) -> CheckpointContents:
         preprocessing = tl.preprocessing_from_mean_std(
             processor["image_mean"], processor.get("image_std"), config.get("num_channels", 3)
         )
+    arrays = hf_to_release(state, config, weights)
+    _check_registers(arrays, config, folder)
+    model_type = config.get("model_type", "vit")
     return CheckpointContents(
         path=os.fspath(path),
         format="hf",
-        arrays=hf_to_release(state, config, weights),
+        arrays=arrays,
         num_heads=int(config["num_attention_heads"]),
         gelu_approximate=_gelu_approximate(config, folder),
-        layer_norm_epsilon=float(config.get("layer_norm_eps", 1e-12)),
+        layer_norm_epsilon=float(config.get("layer_norm_eps", DEFAULT_EPS[model_type])),
         preprocessing=preprocessing,
         image_size=_image_size(config),
+        mlp_activation=QUICK_GELU if config.get("hidden_act") == QUICK_GELU else "gelu",
     )
 
 
-def release_to_hf(arrays: dict, num_heads: int) -> dict:
-    """Release-layout arrays -> a HF ViT state dict.
+def _check_registers(arrays, config, folder) -> None:
+    """config.json's `num_register_tokens` must match `embeddings.register_tokens`."""
+    count = config.get("num_register_tokens")
+    have = arrays[timm_family.REG].shape[1] if timm_family.REG in arrays else 0
+    if count is not None and int(count) != have:
+        raise CheckpointError(
+            f"{folder}/{CONFIG}: num_register_tokens={count} but the weights have {have}."
+        )
 
-    With a `head`, the keys of `ViTForImageClassification` (`vit.` prefix, `classifier`);
-    without one, those of `ViTModel` (no prefix; `pre_logits` becomes `pooler.dense`).
+
+def release_to_hf(arrays: dict, num_heads: int) -> dict:
+    """Release-layout arrays -> a HF state dict of the model type `hf_family.writing_layout`
+    picks: ViT, DeiT (distillation token), DINOv2 (LayerScale), DINOv2 with registers.
+
+    With a head, the classification model's keys (`vit.` / `deit.` prefix, `classifier` /
+    `cls_classifier` + `distillation_classifier`); without one, the base model's (no prefix;
+    `pre_logits` becomes `pooler.dense`).
 
     Raises:
         CheckpointError: a LayerNorm after pooling (`fc_norm`), no class token (HF ViT has
-            no global-average-pooling model), or a
-            `pre_logits` layer under a head (ViTForImageClassification has no pooler).
+            no global-average-pooling model), a `pre_logits` layer under a head (the
+            classification models have no pooler), or what `writing_layout` refuses.
     """
     if tl.POOLED_NORM + "scale" in arrays:
         raise CheckpointError(
@@ -203,7 +256,7 @@ def release_to_hf(arrays: dict, num_heads: int) -> dict:
             "model with both cannot be written in the Hugging Face layout. Write it as timm "
             "or .npz, or drop the head (include_top=False) to write a ViTModel with pooler."
         )
-    prefix = "vit." if has_head else ""
+    layout = hf_family.writing_layout(arrays)
     out = {
         "embeddings.cls_token": arrays["cls"],
         "embeddings.position_embeddings": arrays[tl.POSITION],
@@ -216,35 +269,51 @@ def release_to_hf(arrays: dict, num_heads: int) -> dict:
     }
     depth = tl.num_release_blocks(arrays)
     for i in range(depth):
-        hf, block = LAYER.format(i), tl.BLOCK.format(i)
-        out.update(tl.norms_and_mlp_to_torch(arrays, hf, block, NORMS, DENSES))
-        for name in ("query", "key", "value"):
-            attention = f"{block}{tl.ATTENTION}{name}/"
-            out[f"{hf}attention.attention.{name}.weight"] = tl.flat_head_linear(
-                arrays[attention + "kernel"]
-            )
-            out[f"{hf}attention.attention.{name}.bias"] = arrays[attention + "bias"].reshape(-1)
-        out[f"{hf}attention.output.dense.weight"] = tl.flat_linear(
-            arrays[f"{block}{tl.ATTENTION}out/kernel"]
-        )
-        out[f"{hf}attention.output.dense.bias"] = arrays[f"{block}{tl.ATTENTION}out/bias"]
+        out.update(_block_to_hf(arrays, layout, i))
+    hidden = int(arrays["embedding/bias"].shape[0])
+    out.update(hf_family.extras_to_hf(layout, arrays, depth, hidden))
     if "pre_logits/kernel" in arrays:
         out["pooler.dense.weight"] = tl.kernel_to_linear(arrays["pre_logits/kernel"])
         out["pooler.dense.bias"] = arrays["pre_logits/bias"]
-    out = {prefix + key: value for key, value in out.items()}
-    if has_head:
-        out["classifier.weight"] = tl.kernel_to_linear(arrays["head/kernel"])
-        out["classifier.bias"] = arrays["head/bias"]
+    if not has_head:
+        return out
+    out = {layout.prefix + key: value for key, value in out.items()}
+    for name, release in hf_family.HEADS[layout.model_type].items():
+        out[name + ".weight"] = tl.kernel_to_linear(arrays[release + "/kernel"])
+        out[name + ".bias"] = arrays[release + "/bias"]
+    return out
+
+
+def _block_to_hf(arrays, layout, i) -> dict:
+    hf, block = LAYER.format(i), tl.BLOCK.format(i)
+    out = tl.norms_and_mlp_to_torch(arrays, hf, block, layout.norms, layout.denses)
+    for name in ("query", "key", "value"):
+        attention = f"{block}{tl.ATTENTION}{name}/"
+        out[f"{hf}attention.attention.{name}.weight"] = tl.flat_head_linear(
+            arrays[attention + "kernel"]
+        )
+        out[f"{hf}attention.attention.{name}.bias"] = arrays[attention + "bias"].reshape(-1)
+    out[f"{hf}attention.output.dense.weight"] = tl.flat_linear(
+        arrays[f"{block}{tl.ATTENTION}out/kernel"]
+    )
+    out[f"{hf}attention.output.dense.bias"] = arrays[f"{block}{tl.ATTENTION}out/bias"]
     return out
 
 
 def hf_config(contents: CheckpointContents) -> dict:
-    """The `config.json` of a HF ViT for `contents` (architecture from the array shapes)."""
+    """The `config.json` of the HF model for `contents` (architecture from the array shapes,
+    model type from `hf_family.writing_layout`)."""
     arrays = contents.arrays
     arch = Architecture.from_arrays(arrays)
     patch = arch.patch_size
     if patch[0] != patch[1]:
         raise CheckpointError(f"Hugging Face ViT needs square patches; this one is {patch}.")
+    if contents.no_embed_class:
+        raise CheckpointError(
+            "Hugging Face ViT/DeiT/DINOv2 give the class token a position row; a model "
+            "without one (no_embed_class=True, e.g. DeiT III, timm's DINOv2 '-reg') cannot "
+            "be written in their layout. Write it as timm or .keras."
+        )
     if contents.image_size is not None:
         image_size = contents.image_size
     elif arch.grid is not None:
@@ -254,15 +323,16 @@ def hf_config(contents: CheckpointContents) -> dict:
             f"The position table's {arch.num_patch_tokens} grid rows are not a square grid; "
             "give the image size."
         )
+    layout = hf_family.writing_layout(arrays)
     has_head = "head/kernel" in arrays
     config = {
         "architectures": ["ViTForImageClassification" if has_head else "ViTModel"],
-        "model_type": "vit",
+        "model_type": layout.model_type,
         "hidden_size": arch.hidden_dim,
         "num_hidden_layers": arch.num_layers,
         "num_attention_heads": int(contents.num_heads),
         "intermediate_size": arch.mlp_dim,
-        "hidden_act": "gelu_pytorch_tanh" if contents.gelu_approximate else "gelu",
+        "hidden_act": _hidden_act(contents),
         "layer_norm_eps": float(contents.layer_norm_epsilon),
         "hidden_dropout_prob": 0.0,
         "attention_probs_dropout_prob": 0.0,
@@ -273,6 +343,7 @@ def hf_config(contents: CheckpointContents) -> dict:
         "qkv_bias": True,
         "encoder_stride": int(patch[0]),
     }
+    config.update(hf_family.family_config(layout, arch, contents))
     if has_head:
         classes = int(arrays["head/bias"].shape[0])
         config["id2label"] = {str(i): f"LABEL_{i}" for i in range(classes)}

@@ -172,6 +172,8 @@ def check_config_sizes(path, config, array_sizes: dict, *, section: str = "") ->
     if not isinstance(values, dict):
         raise CheckpointError(f"{path}: {section} must be a JSON object.")
     for field in {*SIZE_FIELDS, *array_sizes} & set(values):
+        if field == "num_classes" and values[field] == 0:
+            continue  # timm's feature models (num_classes=0: no head)
         positive_size(path, field, values[field])
         if field in array_sizes and values[field] != array_sizes[field]:
             raise CheckpointError(
@@ -239,7 +241,8 @@ def check_hf_config(config_path, config, state: dict | None = None) -> None:
         raise CheckpointError(f"{config_path}: config.json must hold a JSON object.")
     if state is None:
         return
-    prefix = "vit." if any(k.startswith("vit.") for k in state) else ""
+    prefixes = ("vit.", "deit.", "dinov2.", "dinov2_with_registers.")  # classification models
+    prefix = next((p for p in prefixes if any(k.startswith(p) for k in state)), "")
     projection = prefix + "embeddings.patch_embeddings.projection.weight"
     sizes = _conv_sizes(state, projection, "hidden_size", "num_channels")
     layers = {

@@ -141,6 +141,8 @@ def _skip_prefixes(arrays, variables, skip, head):
             else:
                 logger.info("Head not loaded: %s.", reason)  # include_top=False: expected
             prefixes.append("head")
+    if _under("head", prefixes) and not _under(names.HEAD_DIST, prefixes):
+        prefixes.append(names.HEAD_DIST)  # DeiT's distillation head goes with the head
     return prefixes
 
 
@@ -174,7 +176,7 @@ def _fit_position_table(model, table, variable, method, source_grid):
         return table, None, None
     if table.shape[1] == target[1] and source_grid is None:
         return table, None, None
-    prefix = architecture.num_prefix_tokens(model)
+    prefix = architecture.num_position_prefix_rows(model)
     new_grid = architecture.patch_grid(model)
     if prefix + new_grid[0] * new_grid[1] != target[1]:
         return table, None, None
@@ -196,6 +198,20 @@ def _fit_position_table(model, table, variable, method, source_grid):
     return resized, (tuple(old_grid), tuple(new_grid)), None
 
 
+def _add_class_rows(model, contents, arrays):
+    """A file's table without class rows (`no_embed_class`, DeiT III) for a model whose
+    table has them: zero rows in front, which is what the class (and distillation) token
+    then get, so the model computes what the file's model does."""
+    table = arrays[PLAIN_POSITION_KEY]
+    if not contents.no_embed_class or np.ndim(table) != 3:
+        return table
+    rows = architecture.num_position_prefix_rows(model)
+    if not rows:
+        return table
+    zeros = np.zeros((1, rows, table.shape[-1]), np.asarray(table).dtype)
+    return np.concatenate([zeros, table], axis=1)
+
+
 def _model_heads(model) -> int | None:
     return architecture.Architecture.from_checkpoint_model(model).num_heads
 
@@ -207,12 +223,25 @@ def _warn_numerics(model, contents) -> None:
     have, want = model_numerics(model), contents.numerics
     if have != want:
         warn_weights(
-            f"{contents.path} ({contents.format}) was trained with gelu_approximate="
-            f"{want['gelu_approximate']}, layer_norm_epsilon={want['layer_norm_epsilon']:g} but "
-            f"the model uses gelu_approximate={have['gelu_approximate']}, layer_norm_epsilon="
-            f"{have['layer_norm_epsilon']:g}; outputs will differ slightly. "
+            f"{contents.path} ({contents.format}) was trained with {_numerics_text(want)} but "
+            f"the model uses {_numerics_text(have)}; outputs will differ"
+            f"{'' if _activation(have) != _activation(want) else ' slightly'}. "
             "keras_vit.from_checkpoint builds the model with the file's numerics."
         )
+
+
+def _activation(numerics) -> str:
+    return numerics.get("mlp_activation", "gelu")
+
+
+def _numerics_text(numerics) -> str:
+    text = (
+        f"gelu_approximate={numerics['gelu_approximate']}, "
+        f"layer_norm_epsilon={numerics['layer_norm_epsilon']:g}"
+    )
+    if _activation(numerics) != "gelu":
+        text += f", mlp_activation={_activation(numerics)!r}"
+    return text
 
 
 def load_weights(
@@ -263,8 +292,8 @@ def load_weights(
         head: "load" (default; the head must match), "skip" (keep the model's head), or
             "auto" (load it when its shape fits, else keep the model's head; what
             `weights=` uses).
-        resize_method: "bilinear" (release, default), "bicubic" (timm) or "torch_bicubic"
-            (Hugging Face's `interpolate_pos_encoding`); see
+        resize_method: "bilinear" (release, default), "bicubic" (timm), "torch_bicubic"
+            (Hugging Face's `interpolate_pos_encoding`) or "dinov2" (original DINOv2); see
             `keras_vit.resize_position_embeddings`.
         source_grid: (rows, cols) of the file's position table when it is not square.
         no_embed_class: for a timm class-token file that does not say whether its
@@ -297,6 +326,7 @@ def load_weights(
     resized, hint = None, None
     if PLAIN_POSITION_KEY in arrays and PLAIN_POSITION_KEY in variables:
         if not _under(PLAIN_POSITION_KEY, skip):
+            arrays[PLAIN_POSITION_KEY] = _add_class_rows(model, contents, arrays)
             arrays[PLAIN_POSITION_KEY], resized, hint = _fit_position_table(
                 model,
                 arrays[PLAIN_POSITION_KEY],
@@ -315,7 +345,7 @@ def load_weights(
     report.loaded = fits
     if resized is not None:
         (old_rows, old_cols), (new_rows, new_cols) = resized
-        old_length = architecture.num_prefix_tokens(model) + old_rows * old_cols
+        old_length = architecture.num_position_prefix_rows(model) + old_rows * old_cols
         warn_weights(
             f"Position embeddings resized: grid {old_rows}x{old_cols} -> {new_rows}x{new_cols} "
             f"({resize_method}; {old_length} -> {variables[PLAIN_POSITION_KEY].shape[1]} rows)."
@@ -471,7 +501,9 @@ def load_weights_argument(model, weights, *, base_url=None, cache_dir=None) -> L
         weights: a local checkpoint path (any format `load_weights` reads); a published name
             ("ViT-B_16", "imagenet21k/ViT-B_16",
             "imagenet21k+imagenet2012/ViT-L_16-224", "augreg/<file>"); or "imagenet21k" /
-            "imagenet21k+imagenet2012", resolved to the file of the model's architecture.
+            "imagenet21k+imagenet2012", resolved to the file of the model's architecture;
+            or a ViT-family name of `registry.FAMILY_CHECKPOINTS` ("facebook/dinov2-small",
+            "deit_small_patch16_224"), read from its local folder in the cache.
         base_url, cache_dir: see `keras_vit.checkpoints.resolve_checkpoint`.
 
     Returns:
@@ -492,6 +524,9 @@ def load_weights_argument(model, weights, *, base_url=None, cache_dir=None) -> L
         )
     if os.path.isfile(weights) or os.path.isdir(weights):
         return load_weights(model, weights, head="auto")
+    if registry.family_entry(weights) is not None:
+        local = registry.resolve_family(weights, cache_dir=cache_dir)
+        return load_weights(model, local, head="auto")
     model_name = architecture.release_model_name(model)
     if registry.is_collection_name(weights):
         embed = find_vit_model(model).get_layer(names.EMBEDDING)

@@ -14,7 +14,8 @@ from keras_vit.layers import TransformerBlock
 
 
 def model_numerics(model) -> dict:
-    """`{"gelu_approximate", "layer_norm_epsilon"}` of a keras_vit model's blocks.
+    """`{"gelu_approximate", "layer_norm_epsilon"}` of a keras_vit model's blocks, with
+    `"mlp_activation"` when it is not "gelu" (as `CheckpointContents.numerics`).
 
     Raises:
         CheckpointError: a model without Transformer blocks.
@@ -22,10 +23,13 @@ def model_numerics(model) -> dict:
     vit = find_vit_model(model)
     for layer in vit.layers:
         if isinstance(layer, TransformerBlock):
-            return {
+            numerics = {
                 "gelu_approximate": layer.gelu_approximate,
                 "layer_norm_epsilon": layer.layer_norm_epsilon,
             }
+            if layer.mlp_activation != "gelu":
+                numerics["mlp_activation"] = layer.mlp_activation
+            return numerics
     raise CheckpointError(f"Model {model.name!r} has no Transformer blocks.")
 
 
@@ -54,6 +58,7 @@ def model_contents(model) -> CheckpointContents:
         num_heads=arch.num_heads,
         image_size=image_size if arch.resnet_stages is None else None,
         preprocessing=model_preprocessing(model),
+        no_embed_class=arch.no_embed_class,
         **model_numerics(model),
     )
 

@@ -4,12 +4,15 @@ Official keys are derived by rules from the layer names (which mirror the releas
 variable path inside each layer, so no per-variant table is needed:
 
 - `embedding` (PatchEmbed): `conv/kernel`, `conv/bias` -> `embedding/kernel`, `embedding/bias`
-- `cls`: `cls` -> `cls`
+- `cls`: `cls` -> `cls`; `dist` (DeiT's distillation token): `dist` -> `dist`; `reg` (register
+  tokens, `(1, R, D)`): `reg` -> `reg` (keras_vit's keys; no release file has them)
 - `posembed_input`: `pos_embedding` -> `Transformer/posembed_input/pos_embedding`
-- `encoderblock_{i}`: `LayerNorm_0/gamma` ... -> `Transformer/encoderblock_{i}/LayerNorm_0/scale`
+- `encoderblock_{i}`: `LayerNorm_0/gamma` ... -> `Transformer/encoderblock_{i}/LayerNorm_0/scale`;
+  LayerScale: `LayerScale_1/scale` (attention branch), `LayerScale_3/scale` (MLP branch)
+- `norm_pre` (timm's LayerNorm before the blocks): -> `Transformer/norm_pre/scale`, `.../bias`
 - `encoder_norm`: `gamma`, `beta` -> `Transformer/encoder_norm/scale`, `.../bias`
 - `fc_norm` (final_norm="pooled", timm's; no release key): -> `fc_norm/scale`, `fc_norm/bias`
-- `pre_logits`, `head`: `kernel`, `bias` -> unchanged
+- `pre_logits`, `head`, `head_dist` (DeiT's distillation head): `kernel`, `bias` -> unchanged
 - hybrids: `conv_root/kernel`, `gn_root/gamma` -> `conv_root/kernel`, `gn_root/scale`;
   `block{s}_unit{u}` with `conv1/kernel`, `gn1/gamma` ... -> `block{s}/unit{u}/conv1/kernel` ...
 
@@ -65,11 +68,14 @@ def _in_transformer(match: re.Match) -> str:
 
 NAMING_RULES: tuple[NamingRule, ...] = (
     NamingRule(names.EMBEDDING, _same, drop_segments=("conv",)),
-    NamingRule(names.CLASS_TOKEN, lambda m: ""),
+    NamingRule(f"{names.CLASS_TOKEN}|{names.DIST_TOKEN}|{names.REGISTERS}", lambda m: ""),
     NamingRule(names.POSITION_EMBEDDING, _in_transformer),
     NamingRule(names.BLOCK_PATTERN, _in_transformer),
-    NamingRule(names.ENCODER_NORM, _in_transformer),
-    NamingRule(f"{names.PRE_LOGITS}|{names.HEAD}|{names.MAP_HEAD}|{names.POOLED_NORM}", _same),
+    NamingRule(f"{names.ENCODER_NORM}|{names.NORM_PRE}", _in_transformer),
+    NamingRule(
+        f"{names.PRE_LOGITS}|{names.HEAD}|{names.HEAD_DIST}|{names.MAP_HEAD}|{names.POOLED_NORM}",
+        _same,
+    ),
     NamingRule(f"{names.ROOT_CONV}|{names.ROOT_NORM}", _same),
     NamingRule(names.UNIT_PATTERN, lambda m: f"block{m[1]}/unit{m[2]}"),
 )

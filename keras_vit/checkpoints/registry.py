@@ -9,6 +9,10 @@ All live in the public Google Cloud Storage bucket `vit_models` (the release's R
 - `augreg/<file>.npz`, `sam/<model>.npz`, `gsam/<model>.npz`: later releases, accepted by
   folder and file name.
 
+The ViT family's timm and Hugging Face files (DeiT, DeiT III, DINOv2, CLIP towers) are named
+in `FAMILY_CHECKPOINTS` (`family_checkpoints.py`) and read from a local folder in the same
+cache (`resolve_family`).
+
 Names resolve through `keras.utils.get_file` into the Keras cache (`<cache>/keras_vit/`), with
 a SHA-256 check where one is recorded. The base URL can be overridden for mirrors and tests
 with the `KERAS_VIT_CHECKPOINT_URL` environment variable or the `base_url` argument.
@@ -22,6 +26,13 @@ import os
 import urllib.parse
 
 import keras
+
+from keras_vit.checkpoints.family_checkpoints import (  # noqa: F401 (the family's names)
+    FAMILY_CHECKPOINTS,
+    FamilyCheckpoint,
+    family_entry,
+)
+from keras_vit.checkpoints.family_checkpoints import resolve_family as _resolve_family
 
 logger = logging.getLogger(__name__)
 
@@ -219,3 +230,10 @@ def resolve_checkpoint(name_or_entry, *, base_url=None, cache_dir=None) -> str:
             f"Without network access, download that file on another machine and put it at "
             f"{target} (it is then used as is), or pass its local path as weights=."
         ) from error
+
+
+def resolve_family(name, *, cache_dir=None) -> str:
+    """The local path of a published ViT-family checkpoint (`FAMILY_CHECKPOINTS`), looked for
+    under `<cache_dir>/keras_vit/` (default `default_cache_dir()`); see
+    `family_checkpoints.resolve_family` for the errors."""
+    return _resolve_family(name, cache_dir or default_cache_dir())

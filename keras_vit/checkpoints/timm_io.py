@@ -15,6 +15,10 @@ pooling) to keras_vit's `final_norm="pooled"` (key `fc_norm/scale`). Hybrids
 standardises their conv weights with eps 1e-8 inside the square root and uses GroupNorm eps
 1e-5, where the release (and keras_vit) use 1e-5 outside it and 1e-6.
 
+The ViT family's extra tensors (distilled DeiT's `dist_token` / `head_dist`, DINOv2's
+`reg_token`, LayerScale `ls1` / `ls2`, CLIP's `norm_pre`) and options (QuickGELU, CLIP's
+LayerNorm eps) are mapped by `timm_family`; `no_embed_class` is recorded in the contents.
+
 A state dict does not record the number of heads; it is taken from the file's metadata
 (files keras_vit writes), a timm `config.json` beside the file, the variant table (by
 width, MLP width and depth), or else head_dim 64 (every timm ViT but H/14). timm models use
@@ -31,7 +35,7 @@ import re
 import numpy as np
 
 from keras_vit import configs
-from keras_vit.checkpoints import limits, timm_options
+from keras_vit.checkpoints import limits, timm_family, timm_options
 from keras_vit.checkpoints import torch_layout as tl
 from keras_vit.checkpoints.contents import CheckpointContents
 from keras_vit.checkpoints.npz_io import CheckpointError
@@ -65,12 +69,6 @@ RELEASE_RESNET_KEY = re.compile(
     r"(?:(?P<root>conv_root|gn_root)|block(?P<stage>\d+)/unit(?P<unit>\d+)/"
     r"(?P<layer>conv[123]|gn[123]|conv_proj|gn_proj))/(?P<leaf>kernel|scale|bias)"
 )
-UNSUPPORTED = {
-    "reg_token": "register tokens",
-    "blocks.0.ls1.gamma": "LayerScale",
-    "blocks.0.attn.q_norm.weight": "q/k normalisation",
-    "attn_pool.latent": "attention pooling (a MAP head)",
-}
 
 
 def _sibling_config(path):
@@ -124,11 +122,11 @@ def timm_to_release(
     config=None,
     no_embed_class=False,
 ):
-    """Converts a timm ViT state dict to release keys.
+    """Converts a timm ViT state dict (and the family's extras: `timm_family`) to release keys.
 
-    `no_embed_class=True` (DeiT-3's layout: `pos_embed` has no class row) inserts a zero
-    class row, which is what the class token gets; see `no_embed_class_of` for where the
-    choice comes from.
+    `pos_embed` is kept as it is: with `no_embed_class=True` (DeiT III, DINOv2 "-reg": no
+    class row) the arrays' table has patch rows only, which `CheckpointContents.no_embed_class`
+    records; see `timm_options.no_embed_class_of` for where the choice comes from.
 
     Returns:
         `(arrays, num_heads)`.
@@ -137,11 +135,8 @@ def timm_to_release(
         CheckpointError: a feature keras_vit's ViT lacks (named), a missing tensor, or
             tensors no release key covers.
     """
-    for key, what in UNSUPPORTED.items():
-        if key in state:
-            raise CheckpointError(
-                f"{path} is a timm ViT with {what} ({key!r}), which keras_vit's ViT does not have."
-            )
+    timm_family.check_supported(state, config or {}, path)
+    timm_family.check_registers(state, no_embed_class, path)
     used = set()
 
     def get(key):
@@ -156,17 +151,14 @@ def timm_to_release(
     torch_norm = "fc_norm" if final_norm == tl.POOLED_NORM else "norm"
     out = {
         "embedding/kernel": tl.conv_to_kernel(get("patch_embed.proj.weight")),
-        "embedding/bias": get("patch_embed.proj.bias"),
+        "embedding/bias": timm_family.patch_bias(get, state, path),
         final_norm + "scale": get(torch_norm + ".weight"),
         final_norm + "bias": get(torch_norm + ".bias"),
     }
-    table = get("pos_embed")
     if "cls_token" in state:
         out["cls"] = get("cls_token")
-        if no_embed_class:  # the class token gets no position embedding = a zero row
-            zero = np.zeros((1, 1, table.shape[-1]), table.dtype)
-            table = np.concatenate([zero, table], axis=1)
-    out[tl.POSITION] = table
+    out[tl.POSITION] = get("pos_embed")
+    out.update(timm_family.extras_from_timm(get, state, depth))
     for i in range(depth):
         timm, block = f"blocks.{i}.", tl.BLOCK.format(i)
         out.update(tl.norms_and_mlp_from_torch(get, timm, block, NORMS, DENSES))
@@ -263,20 +255,9 @@ def read_timm(path, num_heads=None, *, no_embed_class=None, image_size=None) -> 
     limits.check_timm_config(path, config, state, metadata)
     class_token = "cls_token" in state
     timm_options.check_global_pool(metadata, config, class_token, path)
-    table, kernel = state.get("pos_embed"), state.get("patch_embed.proj.weight")
-    if class_token and table is not None and table.ndim == 3:
-        patch = None if kernel is None else tuple(int(s) for s in kernel.shape[2:])
-        no_embed_class = timm_options.no_embed_class_of(
-            int(table.shape[1]),
-            patch,
-            metadata,
-            config,
-            given=no_embed_class,
-            image_size=image_size,
-            path=path,
-        )
+    no_embed_class = _no_embed_class(state, metadata, config, no_embed_class, image_size, path)
     arrays, heads = timm_to_release(
-        state, num_heads, path, metadata, config, no_embed_class=bool(no_embed_class)
+        state, num_heads, path, metadata, config, no_embed_class=no_embed_class
     )
     gelu = metadata.get(META + "gelu_approximate", "false") == "true"
     return CheckpointContents(
@@ -285,9 +266,32 @@ def read_timm(path, num_heads=None, *, no_embed_class=None, image_size=None) -> 
         arrays=arrays,
         num_heads=heads,
         gelu_approximate=gelu,
-        layer_norm_epsilon=float(metadata.get(META + "layer_norm_epsilon", 1e-6)),
+        layer_norm_epsilon=timm_family.layer_norm_epsilon_of(metadata, config),
         preprocessing=_preprocessing(metadata, config),
         image_size=timm_options.image_size_of(metadata, config),
+        no_embed_class=no_embed_class,
+        mlp_activation=timm_family.mlp_activation_of(metadata, config, path),
+    )
+
+
+def _no_embed_class(state, metadata, config, given, image_size, path) -> bool:
+    """Whether `pos_embed` lacks the class (and distillation) rows (`no_embed_class_of`);
+    a file without a class token: True with register tokens (their only timm layout
+    keras_vit holds), else False."""
+    table, kernel = state.get("pos_embed"), state.get("patch_embed.proj.weight")
+    if "cls_token" not in state or table is None or table.ndim != 3:
+        return "reg_token" in state if given is None else bool(given)
+    patch = None if kernel is None else tuple(int(s) for s in kernel.shape[2:])
+    return timm_options.no_embed_class_of(
+        int(table.shape[1]),
+        patch,
+        metadata,
+        config,
+        given=given,
+        image_size=image_size,
+        path=path,
+        prefix=timm_family.class_rows(state),
+        registers="reg_token" in state,
     )
 
 
@@ -311,6 +315,7 @@ def release_to_timm(arrays: dict) -> dict:
     if "cls" in arrays:
         out["cls_token"] = arrays["cls"]
     depth = tl.num_release_blocks(arrays)
+    out.update(timm_family.extras_to_timm(arrays, depth))
     for i in range(depth):
         timm, block = f"blocks.{i}.", tl.BLOCK.format(i)
         out.update(tl.norms_and_mlp_to_torch(arrays, timm, block, NORMS, DENSES))
@@ -324,6 +329,7 @@ def release_to_timm(arrays: dict) -> dict:
         )
         out[f"{timm}attn.proj.weight"] = tl.flat_linear(arrays[attention + "out/kernel"])
         out[f"{timm}attn.proj.bias"] = arrays[attention + "out/bias"]
+    timm_family.drop_patch_bias(out, arrays)
     for key, array in arrays.items():
         out.update(_resnet_to_timm(key, array))
     if "pre_logits/kernel" in arrays:
@@ -356,6 +362,11 @@ def write_timm(path, contents: CheckpointContents) -> dict:
             "timm's hybrids standardise conv weights with eps 1e-8 and use GroupNorm eps 1e-5 "
             "(keras_vit: the release's 1e-5 and 1e-6); their outputs differ slightly."
         )
+    timm_family.check_registers(
+        {"reg_token": 0} if timm_family.REG in contents.arrays else {},
+        _no_class_rows(contents),
+        "This model",
+    )
     state = release_to_timm(contents.arrays)
     metadata = {
         "format": "pt",
@@ -363,10 +374,19 @@ def write_timm(path, contents: CheckpointContents) -> dict:
         META + "gelu_approximate": "true" if contents.gelu_approximate else "false",
         META + "layer_norm_epsilon": repr(float(contents.layer_norm_epsilon)),
         META + "preprocessing": contents.preprocessing,
-        META + "no_embed_class": "false",
+        META + "no_embed_class": "true" if _no_class_rows(contents) else "false",
+        META + "mlp_activation": contents.mlp_activation,
         META + "global_pool": "token" if "cls" in contents.arrays else "avg",
     }
     if contents.image_size is not None:
         metadata[META + "image_size"] = ",".join(str(int(s)) for s in contents.image_size)
     write_safetensors(path, state, metadata=metadata)
     return {key: tuple(value.shape) for key, value in state.items()}
+
+
+def _no_class_rows(contents) -> bool:
+    """timm's `no_embed_class` of `contents`: its own, or True for a model without a class
+    token that has register tokens (timm then gives the registers no position either)."""
+    if "cls" not in contents.arrays:
+        return timm_family.REG in contents.arrays
+    return bool(contents.no_embed_class)

@@ -102,20 +102,33 @@ def _ambiguous(rows: int, path) -> CheckpointError:
 
 
 def no_embed_class_of(
-    rows: int, patch, metadata: dict, config: dict, *, given=None, image_size=None, path=""
+    rows: int,
+    patch,
+    metadata: dict,
+    config: dict,
+    *,
+    given=None,
+    image_size=None,
+    path="",
+    prefix: int = 1,
+    registers: bool = False,
 ) -> bool:
     """Whether a class-token file's `pos_embed` lacks the class row (timm's `no_embed_class`).
 
     Decided, first that says: `given` (the caller's argument), keras_vit's metadata, the
     config's `model_args.no_embed_class`, the image size (the file's or its config's, else
     `image_size` of the model it is loaded into: `rows` equal to its patch count means no
-    class row, one more means one). Otherwise timm's default False, unless `rows` is itself
-    a square grid (then both readings fit one): an error naming `no_embed_class=`.
+    class row, `prefix` more means one). A file with register tokens is True (timm's
+    DINOv2 "-reg" models; see `timm_family.check_registers`). Otherwise timm's default
+    False, unless `rows` is itself a square grid (then both readings fit one): an error
+    naming `no_embed_class=`.
 
     Args:
         rows: rows of `pos_embed` (second axis).
         patch: `(height, width)` of a patch on the embedding's input.
         image_size: the size to compare with when the file names none.
+        prefix: rows of the class (and distillation) token when the table has them.
+        registers: the file has register tokens (`reg_token`).
 
     Raises:
         CheckpointError: the ambiguous case above, or an image size neither reading fits.
@@ -125,17 +138,19 @@ def no_embed_class_of(
     recorded = _recorded(metadata, config, "no_embed_class")
     if recorded is not None:
         return _as_bool(recorded)
+    if registers:
+        return True
     size = image_size_of(metadata, config) or image_size
     if size is not None and patch is not None:
         tokens = (int(size[0]) // patch[0]) * (int(size[1]) // patch[1])
-        if rows in (tokens, tokens + 1):
+        if rows in (tokens, tokens + prefix):
             return rows == tokens
         if image_size_of(metadata, config) is not None:
             raise CheckpointError(
                 f"{path}: pos_embed has {rows} rows; image size {tuple(size)} with patch "
                 f"{tuple(patch)} gives {tokens} patch tokens, so neither {tokens} (no class "
-                f"row) nor {tokens + 1} rows."
+                f"row) nor {tokens + prefix} rows."
             )
-    if math.isqrt(rows) ** 2 == rows:
+    if prefix == 1 and math.isqrt(rows) ** 2 == rows:
         raise _ambiguous(rows, path)
     return False

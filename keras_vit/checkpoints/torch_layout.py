@@ -15,7 +15,7 @@ import numpy as np
 
 from keras_vit import layer_names as names
 from keras_vit.checkpoints.npz_io import CheckpointError
-from keras_vit.data.preprocess import IMAGENET_MEAN, IMAGENET_STD
+from keras_vit.data.preprocess import MEAN_STD
 
 BLOCK = names.block_key(0).replace("_0/", "_{}/")
 ATTENTION = names.QUERY_KERNEL.split("/")[0] + "/"
@@ -147,7 +147,8 @@ def _normalisation_values(name: str, value) -> tuple:
 
 
 def preprocessing_from_mean_std(mean, std, channels=None) -> str:
-    """ "[-1,1]" for mean = std = 0.5 on every channel, "imagenet" for ImageNet's mean/std.
+    """ "[-1,1]" for mean = std = 0.5 on every channel, "imagenet" for ImageNet's mean/std,
+    "clip" for OpenAI CLIP's.
 
     Args:
         mean, std: one value per channel in [0, 1] pixel units (a single number: every
@@ -166,11 +167,12 @@ def preprocessing_from_mean_std(mean, std, channels=None) -> str:
         )
     if set(mean) == {0.5} and set(std) == {0.5}:
         return "[-1,1]"
-    if mean == tuple(np.round(IMAGENET_MEAN, 3)) and std == tuple(np.round(IMAGENET_STD, 3)):
-        return "imagenet"
+    for name, (known_mean, known_std) in MEAN_STD.items():
+        if mean == tuple(np.round(known_mean, 3)) and std == tuple(np.round(known_std, 3)):
+            return name
     raise CheckpointError(
-        f"Input normalisation mean={mean}, std={std} is neither [-1, 1] (0.5, 0.5) nor "
-        "ImageNet's mean/std, the two keras_vit applies."
+        f"Input normalisation mean={mean}, std={std} is neither [-1, 1] (0.5, 0.5), "
+        "ImageNet's nor OpenAI CLIP's mean/std, the scalings keras_vit applies."
     )
 
 
@@ -178,12 +180,12 @@ def mean_std(preprocessing: str, channels: int = 3) -> tuple[tuple, tuple]:
     """The (mean, std) in [0, 1] pixel units of a preprocessing name, one per channel.
 
     Raises:
-        CheckpointError: "imagenet" for other than 3 channels (ImageNet's are RGB).
+        CheckpointError: "imagenet" / "clip" for other than 3 channels (theirs are RGB).
     """
-    if preprocessing == "imagenet":
+    if preprocessing in MEAN_STD:
         if channels != 3:
             raise CheckpointError(
-                f"ImageNet's mean/std are for 3 channels; the model has {channels}."
+                f"The {preprocessing} mean/std are for 3 channels; the model has {channels}."
             )
-        return IMAGENET_MEAN, IMAGENET_STD
+        return MEAN_STD[preprocessing]
     return (0.5,) * channels, (0.5,) * channels

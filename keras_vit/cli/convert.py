@@ -78,10 +78,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--resize-method",
-        choices=("bilinear", "bicubic", "torch_bicubic"),  # position_resize.RESIZE_METHODS
+        choices=("bilinear", "bicubic", "torch_bicubic", "dinov2"),  # RESIZE_METHODS
         default="bilinear",
         help="position-table resize when --image-size differs from the file: bilinear (the "
-        "release's, default), bicubic (timm's), torch_bicubic (Hugging Face's)",
+        "release's, default), bicubic (timm's), torch_bicubic (Hugging Face's), dinov2 (the "
+        "original DINOv2's, 0.1 offset)",
     )
     parser.add_argument(
         "--num-heads",
@@ -140,7 +141,7 @@ def builder_for(name: str):
 
 def _file_defaults(arch, args, pixels_per_token):
     """Builder arguments taken from the file unless given on the command line."""
-    kwargs = arch.pooling_kwargs()
+    kwargs = {**arch.pooling_kwargs(), **arch.family_kwargs()}
     if args.num_classes is not None:
         kwargs["num_classes"] = args.num_classes
     elif arch.num_classes is not None:
@@ -204,8 +205,8 @@ def _build_model(contents, args):
             model = build(_auto_kwargs(contents, args))
         else:
             builder, pixels = builder_for(args.model)
-            defaults = _file_defaults(Architecture.from_arrays(contents.arrays), args, pixels)
-            model = builder(**defaults, **contents.numerics)
+            defaults = _file_defaults(Architecture.from_contents(contents), args, pixels)
+            model = builder(**{**defaults, **contents.numerics})
         file_classes = contents.arrays.get("head/bias")
         new_head = args.num_classes is not None and (
             file_classes is None or file_classes.shape[0] != args.num_classes

@@ -94,6 +94,11 @@ scale_to_unit_range = preprocess_inputs
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
+# OpenAI CLIP's input normalisation (timm's OPENAI_CLIP_MEAN / _STD; CLIP image towers).
+CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
+CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
+# Input scaling -> (mean, std) in [0, 1] pixel units, for the modes other than "[-1,1]".
+MEAN_STD = {"imagenet": (IMAGENET_MEAN, IMAGENET_STD), "clip": (CLIP_MEAN, CLIP_STD)}
 
 
 def model_input_preprocessing(model) -> str:
@@ -117,25 +122,26 @@ def from_unit_range(images, preprocessing: str):
 
     Args:
         images: tensor `(..., channels)` in [-1, 1].
-        preprocessing: "[-1,1]" (returned unchanged) or "imagenet": pixel/255 = (x + 1) / 2,
-            then `(p - mean) / std` per channel with ImageNet's mean (0.485, 0.456, 0.406)
-            and std (0.229, 0.224, 0.225) (timm's IMAGENET_DEFAULT_MEAN / _STD).
+        preprocessing: "[-1,1]" (returned unchanged), "imagenet" or "clip": pixel/255 =
+            (x + 1) / 2, then `(p - mean) / std` per channel with ImageNet's mean (0.485,
+            0.456, 0.406) and std (0.229, 0.224, 0.225) (timm's IMAGENET_DEFAULT_MEAN /
+            _STD), or OpenAI CLIP's (`CLIP_MEAN`, `CLIP_STD`; timm's OPENAI_CLIP_MEAN / _STD).
 
     Raises:
-        ValueError: an unknown `preprocessing`, or "imagenet" on images without 3 channels.
+        ValueError: an unknown `preprocessing`, or a mean/std on images without 3 channels.
     """
     if preprocessing == "[-1,1]":
         return images
-    if preprocessing != "imagenet":
+    if preprocessing not in MEAN_STD:
         raise ValueError(
-            f"preprocessing must be '[-1,1]' or 'imagenet'. Received: {preprocessing!r}"
+            f"preprocessing must be '[-1,1]', 'imagenet' or 'clip'. Received: {preprocessing!r}"
         )
     if images.shape[-1] != 3:
         raise ValueError(
-            f"ImageNet mean/std needs 3 channels. Received: shape {tuple(images.shape)}"
+            f"The {preprocessing} mean/std needs 3 channels. Received: shape {tuple(images.shape)}"
         )
-    mean = ops.convert_to_tensor(IMAGENET_MEAN, "float32")
-    std = ops.convert_to_tensor(IMAGENET_STD, "float32")
+    mean = ops.convert_to_tensor(MEAN_STD[preprocessing][0], "float32")
+    std = ops.convert_to_tensor(MEAN_STD[preprocessing][1], "float32")
     return ((ops.cast(images, "float32") + 1.0) * 0.5 - mean) / std
 
 

@@ -2,6 +2,8 @@
 
 from keras_vit.layers.attention import MultiHeadSelfAttention
 from keras_vit.layers.class_token import ClassToken
+from keras_vit.layers.layer_scale import LayerScale
+from keras_vit.layers.learned_tokens import LearnedTokens
 from keras_vit.layers.map_head import MAPHead
 from keras_vit.layers.mlp import MlpBlock
 from keras_vit.layers.patch_embed import PatchEmbed
@@ -15,6 +17,8 @@ __all__ = [
     "AddSinCosPositionEmbs",
     "BottleneckUnit",
     "ClassToken",
+    "LayerScale",
+    "LearnedTokens",
     "MAPHead",
     "MlpBlock",
     "MultiHeadSelfAttention",

@@ -5,7 +5,15 @@ from __future__ import annotations
 import keras
 from keras import ops
 
-from keras_vit._validation import check_positive_int, check_rate
+from keras_vit._validation import check_choice, check_positive_int, check_rate
+
+MLP_ACTIVATIONS = ("gelu", "quick_gelu")
+
+
+def quick_gelu(x):
+    """x * sigmoid(1.702 x): OpenAI CLIP's GELU approximation (CLIP model.py `QuickGELU`,
+    timm `QuickGELU`)."""
+    return x * ops.sigmoid(ops.cast(1.702, x.dtype) * x)
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -20,6 +28,8 @@ class MlpBlock(keras.layers.Layer):
         dropout_rate: dropout after the GELU and after the second dense, in [0, 1).
         gelu_approximate: True (default) for the tanh approximation of the JAX release,
             False for the exact erf form (timm); they differ by at most ~4.7e-4.
+        activation: "gelu" (default, the form `gelu_approximate` says) or "quick_gelu"
+            (`quick_gelu`, OpenAI CLIP towers).
         **kwargs: `name`, `dtype`, `trainable`.
 
     Call arguments:
@@ -27,13 +37,19 @@ class MlpBlock(keras.layers.Layer):
 
     Returns:
         `(batch, num_tokens, hidden_dim)`.
+
+    Raises:
+        ValueError: a non-positive `mlp_dim`, a rate outside [0, 1), an unknown activation.
     """
 
-    def __init__(self, mlp_dim, dropout_rate=0.0, gelu_approximate=True, **kwargs):
+    def __init__(
+        self, mlp_dim, dropout_rate=0.0, gelu_approximate=True, activation="gelu", **kwargs
+    ):
         super().__init__(**kwargs)
         self.mlp_dim = check_positive_int("mlp_dim", mlp_dim)
         self.dropout_rate = check_rate("dropout_rate", dropout_rate)
         self.gelu_approximate = bool(gelu_approximate)
+        self.activation = check_choice("mlp_activation", activation, MLP_ACTIVATIONS)
 
     def build(self, input_shape):
         hidden_dim = input_shape[-1]
@@ -58,7 +74,10 @@ class MlpBlock(keras.layers.Layer):
         flatten = self.compute_dtype != "float32"
         x = ops.reshape(tokens, (-1, ops.shape(tokens)[-1])) if flatten else tokens
         x = self.dense_0(x)
-        x = keras.activations.gelu(x, approximate=self.gelu_approximate)
+        if self.activation == "quick_gelu":
+            x = quick_gelu(x)
+        else:
+            x = keras.activations.gelu(x, approximate=self.gelu_approximate)
         x = self.dropout(x, training=training)
         x = self.dense_1(x)
         x = ops.reshape(x, ops.shape(tokens)) if flatten else x
@@ -73,4 +92,5 @@ class MlpBlock(keras.layers.Layer):
             "mlp_dim": self.mlp_dim,
             "dropout_rate": self.dropout_rate,
             "gelu_approximate": self.gelu_approximate,
+            "activation": self.activation,
         }

@@ -7,7 +7,7 @@ from keras import ops
 
 from keras_vit._validation import check_choice, check_divisible, check_positive_int, to_pair
 
-PREPROCESSING_MODES = ("[-1,1]", "imagenet")
+PREPROCESSING_MODES = ("[-1,1]", "imagenet", "clip")
 
 
 def _checked_at_run_time(images, patch_size):

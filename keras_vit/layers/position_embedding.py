@@ -164,7 +164,7 @@ class AddSinCosPositionEmbs(keras.layers.Layer):
 
     Args:
         grid_size: `(rows, cols)` of the patch tokens (int for a square grid).
-        num_prefix_tokens: class-token rows before the grid (default 0).
+        num_prefix_tokens: rows before the grid (class and distillation tokens; default 0).
         temperature: frequency base (default 10000, as big_vision).
         **kwargs: `name`, `dtype`.
 
@@ -182,8 +182,14 @@ class AddSinCosPositionEmbs(keras.layers.Layer):
     def __init__(self, grid_size, num_prefix_tokens=0, temperature=SINCOS_TEMPERATURE, **kwargs):
         super().__init__(**kwargs)
         self.grid_size = to_pair("grid_size", grid_size)
-        if isinstance(num_prefix_tokens, bool) or num_prefix_tokens not in (0, 1):
-            raise ValueError(f"`num_prefix_tokens` must be 0 or 1. Received: {num_prefix_tokens!r}")
+        if (
+            isinstance(num_prefix_tokens, bool)
+            or not isinstance(num_prefix_tokens, int)
+            or num_prefix_tokens < 0
+        ):
+            raise ValueError(
+                f"`num_prefix_tokens` must be an int >= 0. Received: {num_prefix_tokens!r}"
+            )
         self.num_prefix_tokens = int(num_prefix_tokens)
         if not temperature > 0:
             raise ValueError(f"`temperature` must be > 0. Received: temperature={temperature!r}")

@@ -20,7 +20,11 @@ import numpy as np
 
 from keras_vit._validation import check_choice, to_pair
 
-RESIZE_METHODS = ("bilinear", "bicubic", "torch_bicubic")
+RESIZE_METHODS = ("bilinear", "bicubic", "torch_bicubic", "dinov2")
+# facebookresearch/dinov2 vision_transformer.py `interpolate_pos_encoding`: the released
+# DINOv2 models (without registers) resize with `scale_factor=(new + 0.1) / old`
+# (`interpolate_offset=0.1`, "to avoid floating point error") and no antialiasing.
+DINOV2_OFFSET = 0.1
 
 # Keys' cubic convolution parameter used by PIL, tf.image.resize and timm's antialiased
 # bicubic resize (Keys 1981); PyTorch's plain bicubic (and OpenCV's) use -0.75.
@@ -71,16 +75,18 @@ def _cubic_weights_half_pixel(old: int, new: int) -> np.ndarray:
     return weights / weights.sum(axis=1, keepdims=True)
 
 
-def _cubic_weights_torch(old: int, new: int) -> np.ndarray:
+def _cubic_weights_torch(old: int, new: int, offset: float = 0.0) -> np.ndarray:
     """(new, old) matrix of PyTorch's `F.interpolate(mode="bicubic", align_corners=False)`
     without antialiasing (what Hugging Face's `interpolate_pos_encoding` calls).
 
-    Output sample i sits at input coordinate (i + 0.5) * old / new - 0.5; its four taps
+    Output sample i sits at input coordinate (i + 0.5) * old / (new + offset) - 0.5 (offset
+    0 when the output size is given; DINOv2's 0.1 when PyTorch is given the scale factor
+    (new + 0.1) / old, whose inverse it then uses for the coordinates); its four taps
     floor(x) - 1 ... floor(x) + 2 get Keys weights with a = -0.75 (the same kernel at any
     scale, no stretching when shrinking), taps outside the input are clamped to the border
     row (their weights added there).
     """
-    centres = (np.arange(new, dtype=np.float64) + 0.5) * (old / new) - 0.5
+    centres = (np.arange(new, dtype=np.float64) + 0.5) * (old / (new + offset)) - 0.5
     first = np.floor(centres).astype(np.int64)
     weights = np.zeros((new, old), np.float64)
     rows = np.arange(new)
@@ -101,6 +107,8 @@ def _axis_weights(old: int, new: int, method: str) -> np.ndarray:
         return _linear_weights_corner_aligned(old, new)
     if method == "torch_bicubic":
         return _cubic_weights_torch(old, new)
+    if method == "dinov2":
+        return _cubic_weights_torch(old, new, DINOV2_OFFSET)
     return _cubic_weights_half_pixel(old, new)
 
 
@@ -142,6 +150,16 @@ def resize_position_embeddings(
     timm's `resample_abs_pos_embed` for the bicubic option, and transformers'
     `ViTEmbeddings.interpolate_pos_encoding` (modeling_vit.py) for "torch_bicubic".
 
+    DINOv2 files, by source: timm's `resample_abs_pos_embed` (bicubic, antialias=True) and
+    transformers' `Dinov2WithRegistersEmbeddings.interpolate_pos_encoding` (bicubic,
+    antialias=True, output size given) are "bicubic"; transformers' `Dinov2Embeddings`
+    (v5: bicubic, no antialias, output size given) is "torch_bicubic"; the original
+    facebookresearch/dinov2 models without registers (and transformers' Dinov2 before it
+    moved to the output size) pass the scale factor (new + 0.1) / old with no antialias:
+    "dinov2". "dinov2" moves each sample by up to ~0.1 * old / new of a row from
+    "torch_bicubic"; an unchanged grid is copied, as the
+    original returns its table then.
+
     Args:
         table: `(1, num_prefix_tokens + rows * cols, hidden_dim)` or
             `(num_prefix_tokens + rows * cols, hidden_dim)`, any real dtype; grid rows in
@@ -154,7 +172,9 @@ def resize_position_embeddings(
             release's `scipy.ndimage.zoom(order=1)`; "bicubic": half-pixel Keys cubic
             (a = -0.5) with antialiasing when shrinking, as timm; "torch_bicubic": PyTorch's
             plain `F.interpolate(mode="bicubic", align_corners=False)` (a = -0.75, no
-            antialiasing, border taps clamped), as Hugging Face's `interpolate_pos_encoding`.
+            antialiasing, border taps clamped), as Hugging Face's `interpolate_pos_encoding`;
+            "dinov2": "torch_bicubic" with the released DINOv2's 0.1 offset in the scale
+            factor (see above).
 
     Returns:
         A float32 NumPy array of the input's rank with `num_prefix_tokens + new_rows *

@@ -5,19 +5,23 @@ from __future__ import annotations
 import keras
 from keras import ops
 
-from keras_vit._validation import check_heads, check_positive_int, check_rate
+from keras_vit._validation import check_choice, check_heads, check_positive_int, check_rate
 from keras_vit.layers.attention import MultiHeadSelfAttention, check_num_queries
-from keras_vit.layers.mlp import MlpBlock
+from keras_vit.layers.layer_scale import LayerScale, check_layer_scale_init
+from keras_vit.layers.mlp import MLP_ACTIVATIONS, MlpBlock
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
 class TransformerBlock(keras.layers.Layer):
-    """x = x + DropPath(Dropout(MSA(LN(x)))); x = x + DropPath(MLP(LN(x))).
+    """x = x + DropPath(ls1 * Dropout(MSA(LN(x)))); x = x + DropPath(ls2 * MLP(LN(x))).
 
     Sublayers carry the official checkpoint names (`Transformer/encoderblock_{i}/...`):
     `LayerNorm_0`, `MultiHeadDotProductAttention_1` (q/k/v kernels `(D, heads, head_dim)`,
     out kernel `(heads, head_dim, D)`), `LayerNorm_2`, `MlpBlock_3` (`Dense_0`, `Dense_1`).
-    16 weights in all, created in `build()`.
+    16 weights in all, created in `build()`; with LayerScale also `LayerScale_1/scale`
+    (ls1, attention branch) and `LayerScale_3/scale` (ls2, MLP branch), each `(D,)`
+    (CaiT section 2; timm `Block.ls1`/`ls2`, HF `Dinov2Layer.layer_scale1`/`2`). Without
+    LayerScale ls1 = ls2 = 1.
 
     Args:
         num_heads: attention heads; the token width D must be divisible by it.
@@ -28,6 +32,9 @@ class TransformerBlock(keras.layers.Layer):
             per sample (Huang et al. 2016; not in the original release, used by AugReg).
         layer_norm_epsilon: default 1e-6, as in the release (Keras' default is 1e-3).
         gelu_approximate: True (release, tanh) or False (exact erf).
+        layer_scale_init: None (default: no LayerScale) or the initial value of the
+            LayerScale gammas (a positive float, e.g. 1e-5).
+        mlp_activation: "gelu" (default) or "quick_gelu" (see `MlpBlock`).
         num_output_tokens: None (default: every token) or an int k >= 1: the block computes
             only its first k output tokens (k queries; keys and values still come from all
             tokens), which equal the first k rows of the full block's output. The ViT
@@ -58,6 +65,8 @@ class TransformerBlock(keras.layers.Layer):
         layer_norm_epsilon=1e-6,
         gelu_approximate=True,
         num_output_tokens=None,
+        layer_scale_init=None,
+        mlp_activation="gelu",
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -73,6 +82,10 @@ class TransformerBlock(keras.layers.Layer):
             )
         self.layer_norm_epsilon = float(layer_norm_epsilon)
         self.gelu_approximate = bool(gelu_approximate)
+        self.layer_scale_init = (
+            None if layer_scale_init is None else check_layer_scale_init(layer_scale_init)
+        )
+        self.mlp_activation = check_choice("mlp_activation", mlp_activation, MLP_ACTIVATIONS)
         self.num_output_tokens = (
             None
             if num_output_tokens is None
@@ -101,9 +114,21 @@ class TransformerBlock(keras.layers.Layer):
         )
         self.norm_2 = keras.layers.LayerNormalization(epsilon=eps, dtype=policy, name="LayerNorm_2")
         self.mlp = MlpBlock(
-            self.mlp_dim, self.dropout_rate, self.gelu_approximate, dtype=policy, name="MlpBlock_3"
+            self.mlp_dim,
+            self.dropout_rate,
+            self.gelu_approximate,
+            self.mlp_activation,
+            dtype=policy,
+            name="MlpBlock_3",
         )
-        for layer in (self.norm_0, self.attention, self.norm_2, self.mlp):
+        sublayers = [self.norm_0, self.attention, self.norm_2, self.mlp]
+        self.ls1 = self.ls2 = None
+        if self.layer_scale_init is not None:
+            init = self.layer_scale_init
+            self.ls1 = LayerScale(init, dtype=policy, name="LayerScale_1")
+            self.ls2 = LayerScale(init, dtype=policy, name="LayerScale_3")
+            sublayers += [self.ls1, self.ls2]
+        for layer in sublayers:
             layer.build(input_shape)
         self.dropout = keras.layers.Dropout(self.dropout_rate, dtype=policy)
 
@@ -134,9 +159,13 @@ class TransformerBlock(keras.layers.Layer):
         """
         y = self.attention(self.norm_0(tokens), training=training, num_queries=num_output_tokens)
         y = self.dropout(y, training=training)
+        if self.ls1 is not None:
+            y = self.ls1(y)
         residual = tokens if num_output_tokens is None else tokens[:, :num_output_tokens]
         x = residual + self._drop_path(y, training=training)
         y = self.mlp(self.norm_2(x), training=training)
+        if self.ls2 is not None:
+            y = self.ls2(y)
         return x + self._drop_path(y, training=training)
 
     def compute_output_shape(self, input_shape):
@@ -157,4 +186,6 @@ class TransformerBlock(keras.layers.Layer):
             "layer_norm_epsilon": self.layer_norm_epsilon,
             "gelu_approximate": self.gelu_approximate,
             "num_output_tokens": self.num_output_tokens,
+            "layer_scale_init": self.layer_scale_init,
+            "mlp_activation": self.mlp_activation,
         }

@@ -13,6 +13,7 @@ import keras
 import numpy as np
 
 from keras_vit._validation import check_positive_int
+from keras_vit.layer_names import POOL_DIST
 from keras_vit.layers import TokenPooling
 from keras_vit.visualize.graph import find_encoder, sub_graph_model
 
@@ -104,6 +105,9 @@ def attention_maps(model: keras.Model, images, batch_size: int = 32) -> list[np.
         A list with one float32 NumPy array per block, `(batch, num_heads, T, T)`, rows
         (last axis) summing to 1. T = 1 + grid_h * grid_w with a class token
         (pooling="token"), grid_h * grid_w without (pooling="gap"); token 0 is the class token.
+        A distilled model has its distillation token at 1 and register tokens follow
+        ([cls][dist][registers...][patches]); `attention_rollout` and the map grids given
+        the model leave them out.
 
     Raises:
         ValueError: if the model holds no (or several) ViT encoders, or `batch_size` is not a
@@ -177,7 +181,11 @@ def feature_extractor(model: keras.Model, layers=None, name: str | None = None) 
     path = find_encoder(model)
     chosen = _select_blocks(path.blocks, layers)
     outputs = {block.name: _block_output(block) for block in chosen}
-    pools = [layer for layer in path.host.layers if isinstance(layer, TokenPooling)]
+    pools = [
+        layer
+        for layer in path.host.layers
+        if isinstance(layer, TokenPooling) and layer.name != POOL_DIST  # DeiT's 2nd pooling
+    ]
     if len(pools) == 1:
         outputs["pooled"] = pools[0].output
     return sub_graph_model(path, outputs, name=name or f"{model.name}_features")

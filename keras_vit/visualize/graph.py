@@ -26,12 +26,22 @@ class TokenGrid:
         grid: `(grid_h, grid_w)` patch tokens in row-major order.
         patch_size: `(height, width)` in input pixels covered by one patch token (the patch
             size for a ViT; the ResNet stride times the patch for a hybrid).
-        num_prefix_tokens: 1 with a class token (pooling="token"), 0 without ("gap").
+        num_prefix_tokens: tokens before the patches: the class token (pooling="token"),
+            DeiT's distillation token and the register tokens ([cls][dist][registers...]);
+            0 for a plain "gap" model.
+        class_token: whether token 0 is a class token (the token the maps are read from);
+            None (default): when there is a prefix.
     """
 
     grid: tuple[int, int]
     patch_size: tuple[int, int]
     num_prefix_tokens: int
+    class_token: bool | None = None
+
+    @property
+    def has_class_token(self) -> bool:
+        """Token 0 is a class token (`class_token`, else any prefix)."""
+        return self.num_prefix_tokens > 0 if self.class_token is None else self.class_token
 
     @property
     def num_tokens(self) -> int:
@@ -177,4 +187,6 @@ def token_grid(model: keras.Model) -> TokenGrid:
             f"Model {model.name!r} has an input of unknown size {host.inputs[0].shape}; "
             "build it for a fixed image size."
         )
-    return TokenGrid(arch.grid, arch.pixels_per_token, arch.num_prefix_tokens)
+    return TokenGrid(
+        arch.grid, arch.pixels_per_token, arch.num_prefix_tokens, arch.pooling == "token"
+    )

@@ -36,21 +36,37 @@ def _stack_maps(maps) -> np.ndarray:
     return np.stack(arrays)
 
 
-def _resolve_grid(grid, num_tokens: int) -> TokenGrid | tuple[tuple[int, int], int]:
-    """`(grid, num_prefix_tokens)` from a model, a TokenGrid or an explicit (h, w) pair."""
+def _resolve_grid(grid, num_tokens: int) -> tuple[tuple[int, int], int, bool]:
+    """`(grid, num_prefix_tokens, class_token)` from a model, a TokenGrid or an explicit
+    (h, w) pair (then the prefix is 0, or 1 class token)."""
     if isinstance(grid, keras.Model):
         grid = token_grid(grid)
     if isinstance(grid, TokenGrid):
-        pair = grid.grid
-    else:
-        pair = to_pair("grid", grid)
+        pair, prefix, has_class = grid.grid, grid.num_prefix_tokens, grid.has_class_token
+        if prefix + pair[0] * pair[1] != num_tokens:
+            raise ValueError(
+                f"The maps have T={num_tokens} tokens but the model's grid {pair} and "
+                f"{prefix} prefix tokens make {grid.num_tokens}."
+            )
+        return pair, prefix, has_class
+    pair = to_pair("grid", grid)
     prefix = num_tokens - pair[0] * pair[1]
     if prefix not in (0, 1):
         raise ValueError(
             f"The maps have T={num_tokens} tokens but grid={pair} has {pair[0] * pair[1]} "
-            "patches; T must be grid_h * grid_w (gap) or 1 + grid_h * grid_w (class token)."
+            "patches; T must be grid_h * grid_w (gap) or 1 + grid_h * grid_w (class token). "
+            "For a model with a distillation token or register tokens pass the model."
         )
-    return pair, prefix
+    return pair, prefix, bool(prefix)
+
+
+def _patch_flow(matrix, prefix: int, has_class: bool):
+    """`(batch, patches)` from `(batch, T, T)`: the class token's row over the patch
+    columns, or without a class token the mean of the patch tokens' rows (what "gap"
+    pools) over the patch columns. Distillation and register columns are left out."""
+    if has_class:
+        return matrix[:, 0, prefix:]
+    return matrix[:, prefix:, prefix:].mean(axis=1)
 
 
 def attention_rollout(maps, grid, *, head_fusion: str = "mean", discard_ratio: float = 0.0):
@@ -98,7 +114,7 @@ def attention_rollout(maps, grid, *, head_fusion: str = "mean", discard_ratio: f
             f"`discard_ratio` must be a number in [0, 1). Received: discard_ratio={discard_ratio!r}"
         )
     num_tokens = stacked.shape[-1]
-    (grid_h, grid_w), prefix = _resolve_grid(grid, num_tokens)
+    (grid_h, grid_w), prefix, has_class = _resolve_grid(grid, num_tokens)
     fused = getattr(np, head_fusion)(stacked, axis=2)  # (layers, batch, T, T)
     if discard_ratio > 0:
         fused = _discard_lowest(fused, discard_ratio)
@@ -108,10 +124,7 @@ def attention_rollout(maps, grid, *, head_fusion: str = "mean", discard_ratio: f
     rollout = augmented[0]
     for layer in augmented[1:]:
         rollout = layer @ rollout
-    if prefix:
-        flow = rollout[:, 0, prefix:]
-    else:
-        flow = rollout.mean(axis=1)
+    flow = _patch_flow(rollout, prefix, has_class)
     return flow.reshape(-1, grid_h, grid_w).astype(np.float32)
 
 
@@ -130,9 +143,8 @@ def block_attention_map(layer_map, grid) -> np.ndarray:
         ValueError: a map that is not `(batch, heads, T, T)` or a grid that does not match T.
     """
     stacked = _stack_maps([layer_map])[0]
-    (grid_h, grid_w), prefix = _resolve_grid(grid, stacked.shape[-1])
-    fused = stacked.mean(axis=1)
-    flow = fused[:, 0, prefix:] if prefix else fused.mean(axis=1)
+    (grid_h, grid_w), prefix, has_class = _resolve_grid(grid, stacked.shape[-1])
+    flow = _patch_flow(stacked.mean(axis=1), prefix, has_class)
     return flow.reshape(-1, grid_h, grid_w).astype(np.float32)
 
 
@@ -193,7 +205,7 @@ def mean_attention_distance(maps, grid, patch_size=None) -> np.ndarray:
                 "Received: patch_size=None"
             )
         patch_size = grid.patch_size
-    pair, prefix = _resolve_grid(grid, stacked.shape[-1])
+    pair, prefix, _ = _resolve_grid(grid, stacked.shape[-1])
     distances = patch_distances(pair, patch_size)
     weights = stacked[..., prefix:, prefix:]
     weights = weights / weights.sum(axis=-1, keepdims=True)

@@ -126,6 +126,12 @@ def test_options_of_a_model_are_what_it_was_built_with():
         "channels": 4,
         "hybrid": False,
         "preprocessing": "imagenet",
+        "layer_scale": False,
+        "registers": 0,
+        "distillation": False,
+        "no_embed_class": False,
+        "norm_pre": False,
+        "mlp_activation": "gelu",
     }
 
 

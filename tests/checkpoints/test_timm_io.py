@@ -81,8 +81,8 @@ def test_heads_come_from_a_timm_config_beside_the_file(tmp_path):
 
 def test_unsupported_timm_features_are_named(tmp_path):
     state = timm_state(np.random.default_rng(0), class_token=False)
-    state["blocks.0.ls1.gamma"] = np.ones(32, np.float32)
-    with pytest.raises(CheckpointError, match="LayerScale"):
+    state["blocks.0.attn.q_norm.weight"] = np.ones(8, np.float32)
+    with pytest.raises(CheckpointError, match="q/k normalisation"):
         read_checkpoint(_write(tmp_path, state), num_heads=TINY["heads"])
 
 

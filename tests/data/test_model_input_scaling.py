@@ -28,8 +28,17 @@ def test_imagenet_scaling_equals_mean_std_on_pixels():
     got = np.asarray(from_unit_range(unit.astype("float32"), "imagenet"))
     np.testing.assert_allclose(got, (pixels / 255 - MEAN) / STD, atol=1e-5)
     assert from_unit_range(unit, "[-1,1]") is unit
-    with pytest.raises(ValueError, match="'\\[-1,1\\]' or 'imagenet'.*'zscore'"):
+    with pytest.raises(ValueError, match="'\\[-1,1\\]', 'imagenet' or 'clip'.*'zscore'"):
         from_unit_range(unit, "zscore")
+
+
+def test_clip_scaling_equals_openai_mean_std_on_pixels():
+    """OpenAI CLIP's normalisation (timm OPENAI_CLIP_MEAN / _STD), for CLIP image towers."""
+    pixels = np.random.default_rng(0).uniform(0, 255, (2, 4, 4, 3))
+    unit = ((pixels - 127.5) / 127.5).astype("float32")
+    mean, std = (0.48145466, 0.4578275, 0.40821073), (0.26862954, 0.26130258, 0.27577711)
+    got = np.asarray(from_unit_range(unit, "clip"))
+    np.testing.assert_allclose(got, (pixels / 255 - mean) / std, atol=1e-5)
 
 
 def test_record_survives_keras_save_and_load(tmp_path, tiny_vit_kwargs):

@@ -73,7 +73,35 @@ def valid_files(root) -> dict[str, str]:
         json.dump({"architecture": "vit_tiny", "model_args": {"num_heads": 4}}, stream)
     paths["keras"] = os.path.join(root, "keras", "vit.keras")
     keras_vit.from_checkpoint(paths["npz"]).save(paths["keras"])
+    paths.update(_family_files(root))
     return paths
+
+
+def _family_files(root) -> dict[str, str]:
+    """The ViT family's layouts as the source libraries spell them (tests/checkpoints/
+    family_state.py): a HF DINOv2 with registers folder and a timm distilled DeiT with
+    LayerScale, norm_pre and no_embed_class."""
+    from safetensors.numpy import save_file
+
+    from tests.checkpoints import family_state as fs
+
+    rng = np.random.default_rng(0)
+    folder = os.path.join(root, "hf_family", "folder")
+    os.makedirs(folder)
+    dino = fs.random_params(rng, layer_scale=True, registers=2, head=False)
+    save_file(fs.to_hf(dino, "dinov2_with_registers"), os.path.join(folder, "model.safetensors"))
+    with open(os.path.join(folder, "config.json"), "w") as stream:
+        json.dump(fs.hf_config("dinov2_with_registers", registers=2), stream)
+    os.makedirs(os.path.join(root, "timm_family"))
+    deit = fs.random_params(rng, dist=True, layer_scale=True, norm_pre=True, no_embed_class=True)
+    timm_path = os.path.join(root, "timm_family", "model.safetensors")
+    save_file(fs.to_timm(deit), timm_path)
+    with open(os.path.join(root, "timm_family", "config.json"), "w") as stream:
+        json.dump(
+            {"architecture": "deit3_tiny", "model_args": {"num_heads": 4, "no_embed_class": True}},
+            stream,
+        )
+    return {"hf_family": folder, "timm_family": timm_path}
 
 
 def copy_case(source: str, workdir: str) -> str:
@@ -263,10 +291,11 @@ def read(path):
 
 def _target(reader: str, path: str, part: str) -> str:
     """The file a campaign mutates: the weights, or the config.json beside them."""
-    folder = path if reader == "hf" else os.path.dirname(path)
+    hf = reader.startswith("hf")
+    folder = path if hf else os.path.dirname(path)
     if part == "config":
         return os.path.join(folder, "config.json")
-    return os.path.join(path, "model.safetensors") if reader == "hf" else path
+    return os.path.join(path, "model.safetensors") if hf else path
 
 
 CAMPAIGNS = {
@@ -280,6 +309,8 @@ CAMPAIGNS = {
     "timm safetensors header": ("timm", "weights", safetensors_header_mutation),
     "timm config.json": ("timm", "config", lambda text: json_field_mutation(text, "model_args")),
     ".keras bytes": ("keras", "weights", byte_mutation),
+    "hf family config.json": ("hf_family", "config", json_field_mutation),
+    "timm family safetensors header": ("timm_family", "weights", safetensors_header_mutation),
 }
 
 

@@ -46,7 +46,7 @@ def load(path):
 
 
 def test_the_valid_files_load(valid):
-    for reader in ("npz", "hf", "timm", "keras"):
+    for reader in ("npz", "hf", "timm", "keras", "hf_family", "timm_family"):
         assert readers.outcome(load, valid[reader]) == "loaded", reader
 
 

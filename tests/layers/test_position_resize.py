@@ -150,3 +150,47 @@ def test_bad_arguments_raise_value_error(kwargs, match):
 def test_bad_table_rank_raises():
     with pytest.raises(ValueError, match="shape"):
         resize_position_embeddings(np.zeros((2, 5, 4)), 2, 3, 1)
+
+
+@pytest.mark.parametrize("old, new", [(4, 6), (16, 37), (37, 16), (7, 5)])
+def test_dinov2_matches_opencv_given_the_offset_scale_factor(old, new):
+    """dinov2 = PyTorch's plain bicubic given scale_factor (new + 0.1) / old (facebookresearch
+    dinov2 `interpolate_offset=0.1`); OpenCV given fx = fy = that factor maps output i to
+    (i + 0.5) / factor - 0.5 as PyTorch does, and rounds the size to `new`."""
+    cv2 = pytest.importorskip("cv2")
+    rng = np.random.default_rng(old * new + 1)
+    table = _table(rng, (old, old), 3)
+    out = resize_position_embeddings(table, old, new, 1, method="dinov2")
+    grid = table[0, 1:].reshape(old, old, 3).astype(np.float32)
+    factor = (new + 0.1) / old
+    expected = cv2.resize(grid, None, fx=factor, fy=factor, interpolation=cv2.INTER_CUBIC)
+    assert expected.shape == (new, new, 3)
+    np.testing.assert_allclose(out[0, 1:].reshape(new, new, 3), expected, atol=1e-5)
+    plain = resize_position_embeddings(table, old, new, 1, method="torch_bicubic")
+    assert np.abs(out - plain).max() > 1e-3  # the offset moves the samples
+    same = resize_position_embeddings(table, old, old, 1, method="dinov2")
+    np.testing.assert_array_equal(same, table.astype(np.float32))  # the original's early return
+
+
+@pytest.mark.pytorch
+@pytest.mark.parametrize("old, new", [(16, 37), (37, 16)])
+def test_dinov2_bicubic_and_torch_bicubic_match_torch_interpolate(old, new):
+    """The PyTorch lane: each cubic method against `F.interpolate` as its source calls it
+    (facebookresearch dinov2, timm `resample_abs_pos_embed` / HF Dinov2WithRegisters, HF
+    Dinov2 v5)."""
+    torch = pytest.importorskip("torch")
+    functional = torch.nn.functional
+    rng = np.random.default_rng(old + new)
+    table = _table(rng, (old, old), 8)
+    grid = torch.tensor(table[:, 1:].astype(np.float32)).reshape(1, old, old, 8)
+    grid = grid.permute(0, 3, 1, 2)
+    factor = (new + 0.1) / old
+    calls = {
+        "dinov2": dict(scale_factor=(factor, factor), mode="bicubic", antialias=False),
+        "bicubic": dict(size=(new, new), mode="bicubic", antialias=True, align_corners=False),
+        "torch_bicubic": dict(size=(new, new), mode="bicubic", align_corners=False),
+    }
+    for method, call in calls.items():
+        expected = functional.interpolate(grid, **call).permute(0, 2, 3, 1).reshape(1, -1, 8)
+        out = resize_position_embeddings(table, old, new, 1, method=method)
+        np.testing.assert_allclose(out[:, 1:], expected.numpy(), atol=1e-5, err_msg=method)

@@ -17,6 +17,8 @@ CASES = [
     (layers.MlpBlock, dict(mlp_dim=8, dropout_rate=0.1, gelu_approximate=False), (2, 4, 16)),
     (layers.TransformerBlock, dict(num_heads=4, mlp_dim=8, drop_path_rate=0.1), (2, 4, 16)),
     (layers.TokenPooling, dict(pooling="gap"), (2, 4, 16)),
+    (layers.LayerScale, dict(init_value=1e-4), (2, 4, 16)),
+    (layers.LearnedTokens, dict(num_tokens=3, insert_at=1, weight_name="reg"), (2, 4, 16)),
 ]
 
 
@@ -69,7 +71,15 @@ EVERY_ARGUMENT = [
     ),
     (layers.MAPHead, dict(num_heads=4, mlp_dim=8, layer_norm_epsilon=1e-5, gelu_approximate=False)),
     (layers.MultiHeadSelfAttention, dict(num_heads=4, attention_dropout_rate=0.1)),
-    (layers.MlpBlock, dict(mlp_dim=8, dropout_rate=0.1, gelu_approximate=False)),
+    (
+        layers.MlpBlock,
+        dict(mlp_dim=8, dropout_rate=0.1, gelu_approximate=False, activation="quick_gelu"),
+    ),
+    (layers.LayerScale, dict(init_value=1e-4)),
+    (
+        layers.LearnedTokens,
+        dict(num_tokens=3, insert_at=1, weight_name="reg", initializer="ones"),
+    ),
     (
         layers.TransformerBlock,
         dict(
@@ -81,9 +91,11 @@ EVERY_ARGUMENT = [
             layer_norm_epsilon=1e-5,
             gelu_approximate=False,
             num_output_tokens=1,
+            layer_scale_init=1e-4,
+            mlp_activation="quick_gelu",
         ),
     ),
-    (layers.TokenPooling, dict(pooling="gap")),
+    (layers.TokenPooling, dict(pooling="gap", token_index=1, num_prefix_tokens=2)),
     (
         StdConv2D,
         dict(

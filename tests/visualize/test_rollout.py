@@ -161,3 +161,46 @@ def test_block_attention_map_by_hand():
     # gap, grid (1, 2), one head: queries [.9, .1] and [.3, .7] -> mean [.6, .4].
     gap = np.array([[[[0.9, 0.1], [0.3, 0.7]]]])
     np.testing.assert_allclose(block_attention_map(gap, (1, 2)), [[[0.6, 0.4]]], atol=1e-7)
+
+
+@pytest.mark.parametrize(
+    "switches, prefix, has_class",
+    [
+        (dict(distilled=True, num_register_tokens=2), 4, True),
+        (dict(pooling="gap", num_register_tokens=3), 3, False),
+    ],
+    ids=["distilled_registers", "gap_registers"],
+)
+def test_family_maps_leave_out_distillation_and_register_tokens(switches, prefix, has_class):
+    """Issue 27: the rollout and per-block grids of a model with a distillation token and
+    registers cover the patch tokens only ([cls][dist][registers][patches]); the reference
+    is the rollout written here from Abnar & Zuidema's section 3."""
+    import keras_vit
+    from tests.checkpoints.random_models import images_for, randomise
+
+    model = randomise(
+        keras_vit.ViT(
+            hidden_dim=16,
+            num_heads=2,
+            mlp_dim=32,
+            num_layers=2,
+            num_classes=3,
+            patch_size=4,
+            image_size=(8, 12),
+            **switches,
+        )
+    )
+    maps = keras_vit.attention_maps(model, images_for(model))
+    assert maps[0].shape[-1] == prefix + 6
+    rollout = None
+    for layer in maps:
+        fused = layer.astype(np.float64).mean(axis=1) + np.eye(prefix + 6)
+        fused /= fused.sum(axis=-1, keepdims=True)
+        rollout = fused if rollout is None else fused @ rollout
+    rows = rollout[:, :1] if has_class else rollout[:, prefix:]
+    expected = rows[:, :, prefix:].mean(axis=1).reshape(-1, 2, 3)
+    np.testing.assert_allclose(attention_rollout(maps, model), expected, atol=1e-6)
+    first = maps[0].mean(axis=1)
+    rows = first[:, :1] if has_class else first[:, prefix:]
+    per_block = rows[:, :, prefix:].mean(axis=1).reshape(-1, 2, 3)
+    np.testing.assert_allclose(block_attention_map(maps[0], model), per_block, atol=1e-6)
