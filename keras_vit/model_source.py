@@ -4,7 +4,7 @@ checkpoint file or folder, or a published checkpoint name -> `(builder, keyword 
 `describe(source)` is the one function that turns a source into a `ModelSource` (the builder,
 its keyword arguments and the file the weights are in); `load(source)` gives the model with
 its weights. `keras-vit convert`, the run plans (`keras-vit finetune --weights`, the transfer
-suite) and `keras_vit.from_checkpoint` (through `keras_vit.build_any`) go through here. It
+suite) and `keras_vit.from_checkpoint` (in `keras_vit.build_any`) go through here. It
 sits above the builders (`keras_vit.models`, `keras_vit.hybrid`) and the checkpoint readers
 (`keras_vit.checkpoints`), which never import it.
 
@@ -159,9 +159,7 @@ def load(source):
         model = build_any.build(run_kwargs)
         checkpoints.load_weights(model, path)
         return model
-    from keras_vit.checkpoints.from_checkpoint import from_checkpoint
-
-    return from_checkpoint(path)
+    return build_any.from_checkpoint(path)
 
 
 def load_keras(path, *, compile: bool = True):
