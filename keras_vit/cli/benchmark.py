@@ -55,7 +55,7 @@ def add_parser(subparsers):
         new_flag="--model",
         help=argparse.SUPPRESS,
     )
-    parser.add_argument("--image-size", type=int, default=224, help="square side (224)")
+    flags.add_image_size_argument(parser, default_text="224", default=(224, 224))
     parser.add_argument("--batch-size", type=int, default=16, help="batch size (16)")
     parser.add_argument(
         "--mode", choices=(*MODES, "both"), default="both", help="what to time (both)"
@@ -86,9 +86,10 @@ def check_args(args):
         patch = variant_arch(args.model)["patch_size"]
     except ValueError as error:
         raise UsageError(f"--model: {error}") from None
-    if args.image_size <= 0 or args.image_size % patch:
+    if any(side % patch for side in args.image_size):
         raise UsageError(
-            f"--image-size {args.image_size} must be a positive multiple of the patch ({patch})"
+            f"--image-size {size_text(args.image_size)}: each side must be a multiple of the "
+            f"patch ({patch})"
         )
     for name in ("batch_size", "steps", "repeats"):
         if getattr(args, name) < 1:
@@ -113,6 +114,12 @@ def check_json_path(path: str) -> None:
         raise UsageError(f"--json {path!r} is a folder; give a file name such as results.json")
     if not os.access(folder, os.W_OK):
         raise UsageError(f"--json {path!r}: the folder {folder!r} is not writable")
+
+
+def size_text(image_size) -> str:
+    """(224, 224) -> "224"; (224, 160) -> "224x160"."""
+    height, width = image_size
+    return str(height) if height == width else f"{height}x{width}"
 
 
 def variant_name(text: str) -> str:
@@ -192,7 +199,8 @@ def run(args):
     peak, per_size = gemm_roof(sizes) if sizes else (None, {})
     add_derived(results, args.model, args.image_size, peak)
     note = (
-        f"ViT-{args.model} @{args.image_size}, batch {args.batch_size}, {choice.policy}, "
+        f"ViT-{args.model} @{size_text(args.image_size)}, batch {args.batch_size}, "
+        f"{choice.policy}, "
         f"XLA {'on' if choice.jit_compile else 'off'}; GEMM roof (best of float32/bfloat16, "
         "XLA on/off) "
         + (f"{peak:.1f} GFLOP/s" if peak else "not measured")

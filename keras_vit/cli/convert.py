@@ -63,10 +63,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
             "read it from the file"
         ),
     )
-    flags.add_image_size_argument(
-        parser,
-        help="image size (one int, or height width); default: the file's position-table grid",
-    )
+    flags.add_image_size_argument(parser, default_text="the file's position-table grid")
     parser.add_argument(
         "--num-classes", type=int, default=None, help="head size (default: the file's head)"
     )

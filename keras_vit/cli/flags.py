@@ -43,31 +43,45 @@ def positive_float(text: str) -> float:
     return value
 
 
+IMAGE_SIZE_HELP = (
+    "input size in pixels: one side (square) or height and width (224, '224 160' or 224,160)"
+)
+"""The help of every subcommand's --image-size (each adds its default)."""
+
+
 class ImageSize(argparse.Action):
     """--image-size PIXELS [PIXELS]: one side (square) or height and width, positive ints,
-    stored as the checked `(height, width)` pair that flows unchanged to the model's layer
-    (argparse's error for anything else)."""
+    given as two words or one with a comma ("224,160"), stored as the checked
+    `(height, width)` pair that flows unchanged to the model's layer (argparse's error for
+    anything else)."""
 
     def __init__(self, option_strings, dest, **kwargs):
         kwargs.setdefault("metavar", "PIXELS")
         super().__init__(option_strings, dest, **{**kwargs, "nargs": "+"})
 
     def __call__(self, parser, namespace, values, option_string=None):
-        if len(values) not in (1, 2):
+        words = [part for value in values for part in value.split(",")]
+        if len(words) not in (1, 2):
             parser.error(
                 f"argument {option_string}: takes 1 or 2 ints (side, or height width). "
                 f"Received: {' '.join(values)}"
             )
         try:
-            sides = [positive_int(value) for value in values]
+            sides = [positive_int(word) for word in words]
         except argparse.ArgumentTypeError as error:
             parser.error(f"argument {option_string}: {error}")
         setattr(namespace, self.dest, (sides[0], sides[-1]))
 
 
-def add_image_size_argument(parser, *, help: str, default=None) -> None:
-    """--image-size as an `ImageSize` pair (train, finetune, convert, transfer-suite)."""
-    parser.add_argument("--image-size", action=ImageSize, default=default, help=help)
+def add_image_size_argument(parser, *, default_text: str, default=None) -> None:
+    """--image-size as an `ImageSize` pair (every subcommand that takes a size), with the
+    one help text `IMAGE_SIZE_HELP` and `default_text` saying what applies without it."""
+    parser.add_argument(
+        "--image-size",
+        action=ImageSize,
+        default=default,
+        help=f"{IMAGE_SIZE_HELP} (default: {default_text})",
+    )
 
 
 def add_bad_images_argument(parser, *, default: str) -> None:
@@ -96,7 +110,7 @@ def add_data_arguments(parser, *, default_dataset_help: str, bad_images: str = "
 def add_run_arguments(parser, *, task: str) -> None:
     """Image size, schedule, distribution and run-directory flags of train/finetune."""
     add_image_size_argument(
-        parser, help="input size in pixels: one side (square) or height and width"
+        parser, default_text="the recipe's" if task == "train" else "the model's"
     )
     parser.add_argument("--batch-size", type=positive_int, help="global batch size")
     parser.add_argument("--learning-rate", type=positive_float, help="base learning rate")

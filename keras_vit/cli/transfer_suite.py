@@ -34,9 +34,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "or image folders",
     )  # fmt: skip
     parser.add_argument("--data-dir", help="TFDS data directory (never downloads)")
-    flags.add_image_size_argument(
-        parser, help="input size: one side or height width (default: the model's)"
-    )
+    flags.add_image_size_argument(parser, default_text="the model's")
     parser.add_argument(
         "--steps", type=flags.positive_int, default=transfer_suite.VTAB_STEPS,
         help=f"optimizer steps per task (default {transfer_suite.VTAB_STEPS}, the paper's)",
