@@ -90,15 +90,10 @@ def architecture_kwargs(contents: CheckpointContents, image_size=None) -> dict:
         input_preprocessing=contents.preprocessing,
         **contents.numerics,
         **arch.pooling_kwargs(),
+        **arch.head_kwargs(),
     )
     if f"{names.MAP_HEAD}/probe" in contents.arrays:
         kwargs["pooling"] = "map"
-    if arch.representation_size is not None:
-        kwargs["representation_size"] = arch.representation_size
-    if arch.num_classes is not None:
-        kwargs["num_classes"] = arch.num_classes
-    else:
-        kwargs["include_top"] = False
     if arch.resnet_stages is not None:
         kwargs["resnet_stages"] = list(arch.resnet_stages)
         kwargs["resnet_width"] = int(contents.arrays[f"{names.ROOT_CONV}/kernel"].shape[-1])

@@ -55,14 +55,7 @@ def build_config(args):
             task="finetune",
             recipe=training.FinetuneConfig(**overrides),
             weights=args.weights,
-            data_dir=args.data_dir,
-            strategy=args.strategy,
-            mixed_precision=args.mixed_precision,
-            shots_per_class=args.shots_per_class,
-            bad_images=args.bad_images,
-            validation_split=args.validation_split,
-            split_seed=args.split_seed,
-            allow_test_selection=args.allow_test_selection,
+            **flags.run_config_flags(args),
         )
 
 

@@ -237,6 +237,29 @@ def add_precision_arguments(parser) -> None:
     )
 
 
+def add_model_use_arguments(parser, *, batch_size: int | None = None) -> None:
+    """The flags of every subcommand that runs a saved model (evaluate, fewshot, predict,
+    explain, export): --batch-size (when `batch_size`, its default), --mixed-precision,
+    --jit-compile and --quiet."""
+    if batch_size is not None:
+        parser.add_argument(
+            "--batch-size",
+            type=positive_int,
+            default=batch_size,
+            help=f"batch size (default {batch_size})",
+        )
+    add_precision_arguments(parser)
+    progress.add_output_arguments(parser, log_every=False)
+
+
+def run_config_flags(args) -> dict:
+    """The `keras_vit.runs.RunConfig` arguments train and finetune take from the same flags
+    (data, distribution, precision, validation carve)."""
+    names = ("data_dir", "strategy", "mixed_precision", "shots_per_class", "bad_images")
+    names += ("validation_split", "split_seed", "allow_test_selection")
+    return {name: getattr(args, name) for name in names}
+
+
 class DeprecatedAlias(argparse.Action):
     """An old flag that stores `const` (or its value) into the new flag's dest, with a
     warning naming the new spelling."""

@@ -38,12 +38,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         type=flags.positive_int,
         help=f"classes per image (default {DEFAULT_TOP_K}, at most the model's class count)",
     )
-    parser.add_argument(
-        "--batch-size", type=flags.positive_int, default=64, help="batch size (default 64)"
-    )
     flags.add_bad_images_argument(parser, default="skip")
-    flags.add_precision_arguments(parser)
-    progress.add_output_arguments(parser, log_every=False)
+    flags.add_model_use_arguments(parser, batch_size=64)
     parser.set_defaults(func=run)
     return parser
 

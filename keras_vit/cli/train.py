@@ -74,14 +74,7 @@ def build_config(args):
             recipe=training.TrainConfig(**overrides),
             model=args.model,
             patch_size=args.patch_size,
-            data_dir=args.data_dir,
-            strategy=args.strategy,
-            mixed_precision=args.mixed_precision,
-            shots_per_class=args.shots_per_class,
-            bad_images=args.bad_images,
-            validation_split=args.validation_split,
-            split_seed=args.split_seed,
-            allow_test_selection=args.allow_test_selection,
+            **flags.run_config_flags(args),
         )
 
 
