@@ -269,7 +269,8 @@ class DeprecatedAlias(argparse.Action):
         super().__init__(option_strings, dest, **kwargs)
 
     def __call__(self, parser, namespace, values, option_string=None):
-        if getattr(namespace, self.dest, None) != parser.get_default(self.dest):
+        given = getattr(namespace, self.dest, argparse.SUPPRESS)  # absent: defaults suppressed
+        if given not in (parser.get_default(self.dest), argparse.SUPPRESS):
             parser.error(f"{option_string} is the old spelling of {self.new_flag}; give one")
         logger.warning("%s is deprecated; use %s.", option_string, self.new_flag)
         setattr(namespace, self.dest, self.const if values in (None, []) else values)
@@ -294,6 +295,30 @@ def add_deprecated_precision_aliases(parser) -> None:
         new_flag="--no-jit-compile",
         help=argparse.SUPPRESS,
     )
+
+
+def _suppress_defaults(parser) -> None:
+    """Sets every default of `parser` and of its subcommands' parsers to argparse.SUPPRESS,
+    so that a parse leaves only the arguments typed on the command line in the namespace."""
+    parser._defaults.clear()  # set_defaults(func=...)
+    for action in parser._actions:
+        action.default = argparse.SUPPRESS
+        if isinstance(action, argparse._SubParsersAction):
+            for subparser in action.choices.values():
+                _suppress_defaults(subparser)
+
+
+def typed_flags(build_parser, argv) -> frozenset[str]:
+    """The argparse dests of the flags and arguments typed in `argv` (also those typed at
+    their default value), from a second parse by a fresh `build_parser()` whose defaults are
+    all suppressed. Call it after a successful parse of the same `argv`."""
+    parser = build_parser()
+    _suppress_defaults(parser)
+    logger.disabled = True  # the first parse told of deprecated spellings already
+    try:
+        return frozenset(vars(parser.parse_args(argv))) - {"command"}
+    finally:
+        logger.disabled = False
 
 
 def recipe_overrides(args, fields: dict[str, str]) -> dict:
