@@ -105,6 +105,11 @@ def check_json_path(path: str) -> None:
     """UsageError, before any work, unless `path` can be written as the --json file: its
     folder must exist and be writable (no folder is created), and `path` not be a folder."""
     folder = os.path.dirname(os.path.abspath(path))
+    existing = folder
+    while not os.path.exists(existing):  # the nearest part of the path that exists
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        raise UsageError(f"--json {path!r}: {existing!r} is a file, not a folder")
     if not os.path.isdir(folder):
         raise UsageError(
             f"--json {path!r}: the folder {folder!r} does not exist (create it first; "

@@ -116,3 +116,12 @@ def test_analytic_macs_of_a_non_square_image():
     arch = variant_arch(TINY)
     assert analytic_macs(**arch, image_size=(16, 32)) == analytic_macs(**arch, image_size=(32, 16))
     assert analytic_macs(**arch, image_size=16) == analytic_macs(**arch, image_size=(16, 16))
+
+
+@pytest.mark.parametrize("below", ["x.json", "sub/x.json"])
+def test_a_json_path_below_a_file_says_it_is_not_a_folder(tmp_path, capsys, below):
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("")
+    assert main(["benchmark", "--model", TINY, *TINY_RUN, "--json", str(a_file / below)]) == 2
+    err = capsys.readouterr().err
+    assert f"'{a_file}' is a file, not a folder" in err and "does not exist" not in err, err
