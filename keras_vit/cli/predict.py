@@ -9,10 +9,8 @@ import os
 from keras_vit.cli import flags, model_files, progress
 from keras_vit.cli.flags import UsageError
 from keras_vit.cli.model_files import outputs_logits
+from keras_vit.image_formats import FORMATS_TEXT, IMAGE_EXTENSIONS
 
-# keras_vit.data.decode.IMAGE_EXTENSIONS (not imported: it loads TensorFlow; a test checks
-# they are equal).
-IMAGE_EXTENSIONS = (".bmp", ".gif", ".jpeg", ".jpg", ".png", ".webp")
 DEFAULT_TOP_K = 5
 
 logger = logging.getLogger(__name__)
@@ -23,7 +21,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "predict",
         help="top-k classes of images (files or folders) with a trained model",
         description=(
-            "Predict the top-k classes of image files (PNG, JPEG, BMP, GIF) or of every image "
+            f"Predict the top-k classes of image files ({FORMATS_TEXT}) or of every image "
             "in the given folders (recursively), with the evaluation preprocessing (resize to "
             "the model's input size, channels converted, scaled to [-1, 1]). Class names come "
             "from the run's config.json when the model belongs to a run."
@@ -98,8 +96,10 @@ def read_images(files, image_size, channels):
     for path in files:
         try:
             raw = decode_file(path, channels)
+        except ValueError as error:  # a format it names (TIFF, ...)
+            raise UsageError(str(error)) from None
         except (tf.errors.InvalidArgumentError, tf.errors.NotFoundError):
-            raise UsageError(f"Cannot read {path} as an image.") from None
+            raise UsageError(f"Cannot read {path} as an image ({FORMATS_TEXT}).") from None
         images.append(eval_preprocess(tf.cast(raw, tf.float32), image_size, channels))
     return np.stack([image.numpy() for image in images])
 
