@@ -204,7 +204,7 @@ def _build_model(contents, args):
         )
     except (CheckpointError, ValueError) as error:
         # A file of another architecture or an impossible size: the user's arguments.
-        raise UsageError(" ".join(str(error).split())) from None
+        raise UsageError(flags.cli_message(error)) from None
     return model, report
 
 

@@ -330,6 +330,29 @@ def recipe_overrides(args, fields: dict[str, str]) -> dict:
     }
 
 
+# The Python API's advice in library messages (keras_vit.checkpoints.loading), and what the
+# command line offers instead (it has no skip= / strict= / adapt_channels= arguments).
+API_ADVICE = {
+    "Use skip=[...] or head='skip' to leave keys out, or strict=False to load what fits.": (
+        "Give the model the file holds (convert: --model auto, the default, reads it from "
+        "the file; --num-classes builds a new head)."
+    ),
+    "load with strict=False (or adapt_channels=True) to adapt it by timm's rule": (
+        "the command line does not adapt input channels (keras_vit.from_checkpoint with "
+        "channels= does)"
+    ),
+}
+
+
+def cli_message(error) -> str:
+    """`error`'s message on one line, with the Python API's advice (`skip=`, `strict=`)
+    replaced by the command line's (`API_ADVICE`)."""
+    text = " ".join(str(error).split())
+    for advice, instead in API_ADVICE.items():
+        text = text.replace(advice, instead)
+    return text
+
+
 @contextlib.contextmanager
 def usage_errors():
     """Turns the configuration errors found before any work into `UsageError`."""
@@ -345,4 +368,4 @@ def usage_errors():
         distribute.StrategyUnavailableError,
         BadImageError,
     ) as e:
-        raise UsageError(" ".join(str(e).split())) from None
+        raise UsageError(cli_message(e)) from None
