@@ -63,10 +63,28 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     return parser
 
 
+def check_stem(args) -> None:
+    """UsageError for --stem with a named model: the stem is the recipe's model's choice
+    (a table row is a ViT, patch stem, or a hybrid, ResNet stem, by itself)."""
+    if args.stem is None:
+        return
+    try:
+        named = configs.resolve_model(args.model, recipes=True)
+    except ValueError:
+        return  # an unknown name: the run's plan names the valid ones
+    if not named.is_recipe:
+        kind = "a hybrid (ResNet stem)" if named.is_hybrid else "a ViT (patch stem)"
+        raise flags.UsageError(
+            f"--stem {args.stem} applies to the recipe's model (--model default or tiny); "
+            f"--model {args.model} is {kind} by its table row: drop --stem"
+        )
+
+
 def build_config(args):
     """The `RunConfig` of the flags; raises UsageError for bad combinations."""
     from keras_vit import runs, training
 
+    check_stem(args)
     overrides = flags.recipe_overrides(args, RECIPE_FLAGS)
     with flags.usage_errors():
         return runs.RunConfig(

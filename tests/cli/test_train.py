@@ -94,6 +94,8 @@ def expect_usage_error(capsys, argv, message):
         (["--batch-size", "100000"], "larger than the 3600 training images"),
         (["--validation-split", "train"], "would select on images the model trains on"),
         (["--validation-split", "dev"], "has no split 'dev' to validate on"),
+        (["--model", "Ti/16", "--stem", "patch"], "--model Ti/16 is a ViT (patch stem)"),
+        (["--model", "r50b16", "--stem", "resnet"], "is a hybrid (ResNet stem) by its table"),
     ],
 )
 def test_bad_arguments_exit_2_before_training(capsys, tmp_path, monkeypatch, argv, message):
