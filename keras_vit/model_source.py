@@ -43,7 +43,8 @@ class ModelSource:
 
     Attributes:
         builder: `keras_vit.ViT`, `keras_vit.HybridViT` or a named shortcut (`ViT_B16`).
-        kwargs: its keyword arguments (empty for a named shortcut: the table's sizes).
+        kwargs: its keyword arguments (for a named shortcut only the image size its name
+            gives, "B/16-384"; the table has the other sizes).
         path: the file the weights are in; None for a model name.
         kind: "name", "run" (a `.npz` of a run: config.json's arguments), "keras" (a `.keras`
             file: the architecture read from its layers) or "checkpoint" (read from the file).
@@ -69,7 +70,8 @@ def named(name: str) -> ModelSource:
     import keras_vit
 
     resolved = configs.resolve_model(name)
-    return ModelSource(getattr(keras_vit, resolved.builder_name), {})
+    size = {"image_size": resolved.image_size} if resolved.image_size else {}  # "B/16-384"
+    return ModelSource(getattr(keras_vit, resolved.builder_name), size)
 
 
 def locate(source) -> str:

@@ -55,7 +55,7 @@ def add_parser(subparsers):
         new_flag="--model",
         help=argparse.SUPPRESS,
     )
-    flags.add_image_size_argument(parser, default_text="224", default=(224, 224))
+    flags.add_image_size_argument(parser, default_text="224, or the size the model's name gives")
     parser.add_argument("--batch-size", type=int, default=16, help="batch size (16)")
     parser.add_argument(
         "--mode", choices=(*MODES, "both"), default="both", help="what to time (both)"
@@ -81,6 +81,7 @@ def add_parser(subparsers):
 
 def check_args(args):
     """Validates arguments before any work; raises UsageError naming the value and rule."""
+    flags.image_size_of_name(args, default=(224, 224))  # "B/16-384": 384
     args.model = variant_name(args.model)
     try:
         patch = variant_arch(args.model)["patch_size"]

@@ -192,6 +192,7 @@ def _build_model(contents, args):
         if args.model in (None, "auto"):
             model = build(_auto_kwargs(contents, args))
         else:
+            flags.image_size_of_name(args)  # "B/16-384": image size 384
             builder, pixels = builder_for(args.model)
             defaults = _file_defaults(Architecture.from_arrays(contents.arrays), args, pixels)
             model = builder(**defaults, **contents.numerics)

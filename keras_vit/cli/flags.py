@@ -84,6 +84,35 @@ def add_image_size_argument(parser, *, default_text: str, default=None) -> None:
     )
 
 
+def image_size_of_name(args, *, default=None) -> None:
+    """Honours an image side in `args.model`'s name ("B/16-384", "ViT-B_16-384": 384, as
+    timm's and the release's names mean it): it becomes `args.image_size` when --image-size
+    is not given (else `default`); an --image-size that differs is refused, both named.
+
+    Raises:
+        UsageError: the name's size and --image-size differ, or the name's size is 0.
+    """
+    from keras_vit import configs
+
+    try:
+        size = configs.resolve_model(args.model, recipes=True).image_size
+    except ValueError:
+        size = None  # an unknown or custom name: its reader names the problem
+    if size is None:
+        if args.image_size is None:
+            args.image_size = default
+        return
+    if size <= 0:
+        raise UsageError(f"--model {args.model!r} names image size {size}; it must be > 0")
+    if args.image_size is not None and tuple(args.image_size) != (size, size):
+        height, width = args.image_size
+        raise UsageError(
+            f"--model {args.model!r} names image size {size}, --image-size {height},{width} "
+            "another: give one of them"
+        )
+    args.image_size = (size, size)
+
+
 def add_bad_images_argument(parser, *, default: str) -> None:
     """--bad-images: what to do with image files that cannot be decoded."""
     parser.add_argument(

@@ -85,6 +85,7 @@ def build_config(args):
     from keras_vit import runs, training
 
     check_stem(args)
+    flags.image_size_of_name(args)  # "B/16-384": image size 384
     overrides = flags.recipe_overrides(args, RECIPE_FLAGS)
     with flags.usage_errors():
         return runs.RunConfig(

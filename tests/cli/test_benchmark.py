@@ -83,7 +83,9 @@ def test_image_size_is_the_checked_pair_of_the_other_subcommands(words, pair, ca
     parser = build_parser()
     assert parser.parse_args(["benchmark", "--image-size", *words]).image_size == pair
     assert parser.parse_args(["train", "--image-size", *words]).image_size == pair
-    assert parser.parse_args(["benchmark"]).image_size == (224, 224)
+    default = parser.parse_args(["benchmark"])
+    benchmark.check_args(default)
+    assert default.image_size == (224, 224)
     for bad in (["0"], ["16,x"], ["16", "16", "16"]):
         with pytest.raises(SystemExit):
             parser.parse_args(["benchmark", "--image-size", *bad])
@@ -125,3 +127,13 @@ def test_a_json_path_below_a_file_says_it_is_not_a_folder(tmp_path, capsys, belo
     assert main(["benchmark", "--model", TINY, *TINY_RUN, "--json", str(a_file / below)]) == 2
     err = capsys.readouterr().err
     assert f"'{a_file}' is a file, not a folder" in err and "does not exist" not in err, err
+
+
+def test_an_image_size_in_the_model_name_is_honoured_or_refused():
+    parser = build_parser()
+    args = parser.parse_args(["benchmark", "--model", "ViT-Ti_16-384"])
+    benchmark.check_args(args)
+    assert (args.model, args.image_size) == ("Ti/16", (384, 384))  # was Ti/16 at 224
+    args = parser.parse_args(["benchmark", "--model", "Ti/16-384", "--image-size", "224"])
+    with pytest.raises(UsageError, match="names image size 384, --image-size 224,224 another"):
+        benchmark.check_args(args)
