@@ -350,12 +350,15 @@ def typed_flags(build_parser, argv) -> frozenset[str]:
         logger.disabled = False
 
 
-def recipe_overrides(args, fields: dict[str, str]) -> dict:
-    """{recipe field: value} for the flags the user gave (`fields`: arg name -> field)."""
+RUN_RECIPE_FLAGS = ("dataset", "image_size", "batch_size", "learning_rate", "jit_compile", "seed")
+"""Recipe fields that train's and finetune's flags of the same dest set."""
+
+
+def recipe_overrides(args, fields) -> dict:
+    """{recipe field: value} for the flags the user gave (`fields`: the recipe fields that
+    flags of the same dest set, e.g. ("epochs", "seed"))."""
     return {
-        field: getattr(args, arg)
-        for arg, field in fields.items()
-        if getattr(args, arg, None) is not None
+        field: getattr(args, field) for field in fields if getattr(args, field, None) is not None
     }
 
 

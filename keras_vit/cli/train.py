@@ -12,17 +12,8 @@ import argparse
 from keras_vit import configs
 from keras_vit.cli import flags, run_driver
 
-# flag (argparse dest) -> field of keras_vit.training.TrainConfig
-RECIPE_FLAGS = {
-    "dataset": "dataset",
-    "image_size": "image_size",
-    "epochs": "epochs",
-    "batch_size": "batch_size",
-    "learning_rate": "learning_rate",
-    "jit_compile": "jit_compile",
-    "stem": "stem",
-    "seed": "seed",
-}
+# the fields of keras_vit.training.TrainConfig that flags of the same dest set
+RECIPE_FLAGS = (*flags.RUN_RECIPE_FLAGS, "epochs", "stem")
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
