@@ -32,7 +32,7 @@ _EXPORTS = {
     "export_saved_model": "keras_vit.export",
     "fewshot_evaluate": "keras_vit.fewshot",
     "finetune": "keras_vit.finetune",
-    "from_checkpoint": "keras_vit.checkpoints.from_checkpoint",
+    "from_checkpoint": "keras_vit.build_any",
     "HybridViT": "keras_vit.hybrid",
     "ViT": "keras_vit.models",
     "resize_position_embeddings": "keras_vit.layers.position_resize",

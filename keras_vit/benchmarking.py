@@ -13,6 +13,8 @@ import resource
 import statistics
 import time
 
+from keras_vit._validation import to_pair
+
 logger = logging.getLogger(__name__)
 
 FRAMEWORKS = ("keras_vit", "keras_hub", "vit_keras")
@@ -69,14 +71,16 @@ def analytic_macs(
 
     Args:
         patch_size, hidden_dim, mlp_dim, num_layers: the architecture (paper table 1).
-        image_size: square image side in pixels, a multiple of `patch_size`.
+        image_size: int (square) or (height, width) in pixels, each a multiple of
+            `patch_size`.
         channels: image channels. num_classes: head outputs (0 for no head).
         class_token: whether a class token is prepended (token pooling).
 
     Returns:
         The MAC count (int); FLOPs are twice this.
     """
-    patches = (image_size // patch_size) ** 2
+    height, width = to_pair("image_size", image_size)
+    patches = (height // patch_size) * (width // patch_size)
     tokens = patches + int(class_token)
     d = hidden_dim
     embed = patches * patch_size * patch_size * channels * d
@@ -153,11 +157,12 @@ def build_model(framework, variant, image_size, num_classes=1000):
 
     keras_vit: `keras_vit.ViT`; keras_hub: `keras_hub.models.ViTBackbone` + class token +
     dense head; vit_keras: `vit_keras.vit.build_model` (linear head). The global dtype policy
-    applies; the head is float32 in every case.
+    applies; the head is float32 in every case. `image_size`: int or (height, width).
     """
     import keras
 
     arch = variant_arch(variant)
+    image_size = to_pair("image_size", image_size)
     if framework == "keras_vit":
         from keras_vit.models import ViT
 
@@ -166,7 +171,7 @@ def build_model(framework, variant, image_size, num_classes=1000):
         import keras_hub
 
         backbone = keras_hub.models.ViTBackbone(
-            image_shape=(image_size, image_size, 3),
+            image_shape=(*image_size, 3),
             patch_size=arch["patch_size"],
             num_layers=arch["num_layers"],
             num_heads=arch["num_heads"],
@@ -176,7 +181,7 @@ def build_model(framework, variant, image_size, num_classes=1000):
             attention_dropout=0.0,
             layer_norm_epsilon=1e-6,
         )
-        images = keras.Input((image_size, image_size, 3), name="images")
+        images = keras.Input((*image_size, 3), name="images")
         tokens = backbone(images)
         logits = keras.layers.Dense(num_classes, dtype="float32", name="head")(tokens[:, 0])
         return keras.Model(images, logits, name="keras_hub_vit")
@@ -211,7 +216,8 @@ def make_step(model, mode, batch_size, image_size, xla=True, num_classes=1000, s
     import numpy as np
 
     rng = np.random.default_rng(seed)
-    images = rng.uniform(-1.0, 1.0, (batch_size, image_size, image_size, 3)).astype("float32")
+    shape = (batch_size, *to_pair("image_size", image_size), 3)
+    images = rng.uniform(-1.0, 1.0, shape).astype("float32")
     labels = rng.integers(0, num_classes, (batch_size,)).astype("int32")
     model.compile(
         optimizer=keras.optimizers.AdamW(learning_rate=1e-4),

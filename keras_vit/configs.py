@@ -127,6 +127,8 @@ _RELEASE_SUFFIX = re.compile(r"-(?:i1k|i21k)-.*$|(?<=\d)-\d+$")
 # timm's model names: "vit_base_patch16", "vit_small_patch14_224" (timm vision_transformer.py).
 _TIMM_NAME = re.compile(r"vit_(tiny|small|base|large|huge)_patch(\d+)(?:_\d+)?")
 _TIMM_SIZES = {"tiny": "ti", "small": "s", "base": "b", "large": "l", "huge": "h"}
+# The image side such a name gives: "ViT-B_16-384", an AugReg fine-tune's "...-res_384".
+_NAMED_SIZE = re.compile(r"(?<=\d)-(\d+)$|-res_(\d+)(?:\.npz)?$")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -136,10 +138,14 @@ class ModelName:
     Attributes:
         name: the table name ("B/16", "R50+B/16") or, for the recipe, "default".
         config: the table row (`ViTConfig` or `HybridConfig`); None for the recipe.
+        image_size: the image side the spelling names ("B/16-384", "ViT-B_16-384", an
+            AugReg "...-res_384" file: 384, as timm's and the release's names mean it), or
+            None when it names none.
     """
 
     name: str
     config: ViTConfig | HybridConfig | None
+    image_size: int | None = None
 
     @property
     def is_recipe(self) -> bool:
@@ -199,10 +205,15 @@ def resolve_model(name, *, recipes: bool = False, hybrids: bool = True) -> Model
     separators ("ti16", "vit-ti/16", "r50_b16"). With `recipes`, also "default" and
     "tiny" (the training recipe's small model, `RECIPE_VIT`).
 
+    A trailing image side ("B/16-384", "ViT-B_16-384", AugReg's "-res_384") is kept as
+    `image_size` (the caller builds at that size or refuses another one), never dropped.
+
     >>> resolve_model("ti16").name
     'Ti/16'
     >>> resolve_model("R50+ViT-B_16").builder_name
     'R50_B16'
+    >>> resolve_model("ViT-B_16-384").image_size
+    384
 
     Raises:
         ValueError: an unknown name (the message lists the valid ones), a hybrid when
@@ -222,7 +233,13 @@ def resolve_model(name, *, recipes: bool = False, hybrids: bool = True) -> Model
             f"Unknown model {name!r}; expected one of {valid} (also spelled as the "
             "builder, ViT_B16 / R50_B16, or the release file, ViT-B_16 / R50+ViT-B_16)."
         )
-    return ModelName(table_key, MODEL_CONFIGS[table_key])
+    return ModelName(table_key, MODEL_CONFIGS[table_key], _named_size(name))
+
+
+def _named_size(name: str) -> int | None:
+    """The image side at the end of a model name ("B/16-384" -> 384), or None."""
+    found = _NAMED_SIZE.search(name.strip())
+    return int(next(g for g in found.groups() if g)) if found else None
 
 
 def get_config(variant: str) -> ViTConfig:

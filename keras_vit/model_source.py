@@ -4,7 +4,7 @@ checkpoint file or folder, or a published checkpoint name -> `(builder, keyword 
 `describe(source)` is the one function that turns a source into a `ModelSource` (the builder,
 its keyword arguments and the file the weights are in); `load(source)` gives the model with
 its weights. `keras-vit convert`, the run plans (`keras-vit finetune --weights`, the transfer
-suite) and `keras_vit.from_checkpoint` (through `keras_vit.build_any`) go through here. It
+suite) and `keras_vit.from_checkpoint` (in `keras_vit.build_any`) go through here. It
 sits above the builders (`keras_vit.models`, `keras_vit.hybrid`) and the checkpoint readers
 (`keras_vit.checkpoints`), which never import it.
 
@@ -43,7 +43,8 @@ class ModelSource:
 
     Attributes:
         builder: `keras_vit.ViT`, `keras_vit.HybridViT` or a named shortcut (`ViT_B16`).
-        kwargs: its keyword arguments (empty for a named shortcut: the table's sizes).
+        kwargs: its keyword arguments (for a named shortcut only the image size its name
+            gives, "B/16-384"; the table has the other sizes).
         path: the file the weights are in; None for a model name.
         kind: "name", "run" (a `.npz` of a run: config.json's arguments), "keras" (a `.keras`
             file: the architecture read from its layers) or "checkpoint" (read from the file).
@@ -69,7 +70,8 @@ def named(name: str) -> ModelSource:
     import keras_vit
 
     resolved = configs.resolve_model(name)
-    return ModelSource(getattr(keras_vit, resolved.builder_name), {})
+    size = {"image_size": resolved.image_size} if resolved.image_size else {}  # "B/16-384"
+    return ModelSource(getattr(keras_vit, resolved.builder_name), size)
 
 
 def locate(source) -> str:
@@ -159,9 +161,7 @@ def load(source):
         model = build_any.build(run_kwargs)
         checkpoints.load_weights(model, path)
         return model
-    from keras_vit.checkpoints.from_checkpoint import from_checkpoint
-
-    return from_checkpoint(path)
+    return build_any.from_checkpoint(path)
 
 
 def load_keras(path, *, compile: bool = True):

@@ -83,8 +83,10 @@ def task_config(
     split_seed: int = 0,
     jit_compile="auto",
     mixed_precision="auto",
+    bad_images="skip",
 ):
-    """The fine-tuning `keras_vit.runs.RunConfig` of one task (see the module docstring).
+    """The fine-tuning `keras_vit.runs.RunConfig` of one task (see the module docstring);
+    `bad_images` is `RunConfig`'s ("skip" or "fail" on image files that do not decode).
 
     Raises:
         ConfigError: an unknown task or one without a train or test split.
@@ -115,6 +117,7 @@ def task_config(
         weights=os.fspath(weights),
         data_dir=data_dir,
         mixed_precision=mixed_precision,
+        bad_images=bad_images,
         train_split=train_split,
         validation_split=validation_split,
         split_seed=split_seed,
@@ -142,7 +145,7 @@ def run_suite(
             the pre-trained model's (its position table then needs no resize).
         verbose: `fit` verbosity.
         **task_kwargs: `task_config` arguments (data_dir, image_size, steps, learning_rate,
-            batch_size, seed, split_seed, jit_compile, mixed_precision).
+            batch_size, seed, split_seed, jit_compile, mixed_precision, bad_images).
 
     Raises:
         ConfigError: a bad task, or a task folder of other settings, checked for every task

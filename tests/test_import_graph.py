@@ -141,9 +141,9 @@ ABOVE_THE_BUILDERS = (
     "keras_vit.finetune",
     "keras_vit.cli",
 )
-# The one door left open: `keras_vit.from_checkpoint` builds the model it reads, through
-# build_any (which alone imports models.py / hybrid.py for it).
-KNOWN_UPWARD = {("keras_vit.checkpoints.from_checkpoint", "keras_vit.build_any")}
+# No door left open: `keras_vit.from_checkpoint` lives in build_any, above the builders, and
+# reads the file through checkpoints/from_checkpoint.py (below them).
+KNOWN_UPWARD: set[tuple[str, str]] = set()
 
 
 def _is_below(module: str) -> bool:
@@ -159,8 +159,16 @@ def test_no_import_runs_up_from_below_the_builders():
         if imported.startswith(ABOVE_THE_BUILDERS) or imported == "keras_vit.build_any"
     }
     assert upward == KNOWN_UPWARD
-    # ...and that door opens on the builders only, never on the resolver above them.
-    assert imports_of("keras_vit.build_any") <= {"keras_vit.models", "keras_vit.hybrid"}
+    # build_any reaches up to the builders only, never to the resolver above it.
+    assert "keras_vit.model_source" not in imports_of("keras_vit.build_any")
+
+
+def test_from_checkpoint_keeps_its_public_names():
+    import keras_vit.build_any
+    import keras_vit.checkpoints.from_checkpoint as reader
+
+    assert keras_vit.from_checkpoint is keras_vit.build_any.from_checkpoint
+    assert callable(reader.architecture_kwargs) and callable(reader.model_kwargs)
 
 
 def test_the_model_from_anything_module_is_what_its_callers_use():

@@ -136,3 +136,30 @@ def test_a_new_row_is_a_new_shortcut_and_a_new_counted_model():
         assert builder in keras_vit.__all__
         assert getattr(keras_vit, builder).__name__ == builder
         assert "paper" in getattr(keras_vit, builder).__doc__
+
+
+@pytest.mark.parametrize(
+    "spelling, size",
+    [
+        ("B/16-384", 384),
+        ("ViT-B_16-384", 384),
+        ("augreg/ViT-S_16-224", 224),
+        ("B_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0--imagenet2012-steps_20k"
+         "-lr_0.01-res_384", 384),
+        ("B/16", None),
+        ("S_16-i21k-300ep-lr_0.001-aug_none-wd_0.03-do_0.0-sd_0.0", None),
+    ],
+)  # fmt: skip
+def test_an_image_side_after_the_name_is_kept_not_dropped(spelling, size):
+    assert configs.resolve_model(spelling).image_size == size
+
+
+def test_train_builds_at_the_size_the_name_gives():
+    from keras_vit.cli import train
+    from keras_vit.cli.main import UsageError, build_parser
+
+    args = build_parser().parse_args(["train", "--model", "Ti/16-64"])
+    assert tuple(train.build_config(args).recipe.image_size) == (64, 64)
+    args = build_parser().parse_args(["train", "--model", "Ti/16-64", "--image-size", "32"])
+    with pytest.raises(UsageError, match="names image size 64"):
+        train.build_config(args)

@@ -154,6 +154,18 @@ class Architecture:
             kwargs["final_norm"] = self.final_norm
         return kwargs
 
+    def head_kwargs(self) -> dict:
+        """The head as builder arguments: `num_classes` (or `include_top=False` for a file
+        without a head) and `representation_size` when the file has `pre_logits`."""
+        kwargs = {}
+        if self.num_classes is not None:
+            kwargs["num_classes"] = self.num_classes
+        else:
+            kwargs["include_top"] = False
+        if self.representation_size is not None:
+            kwargs["representation_size"] = self.representation_size
+        return kwargs
+
     def missing_key(self, *fields: str) -> str | None:
         """The checkpoint key of the first of `fields` that is None (e.g. "head/kernel" for
         `num_classes`), or None when all are known."""

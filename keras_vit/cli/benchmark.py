@@ -55,7 +55,7 @@ def add_parser(subparsers):
         new_flag="--model",
         help=argparse.SUPPRESS,
     )
-    parser.add_argument("--image-size", type=int, default=224, help="square side (224)")
+    flags.add_image_size_argument(parser, default_text="224, or the size the model's name gives")
     parser.add_argument("--batch-size", type=int, default=16, help="batch size (16)")
     parser.add_argument(
         "--mode", choices=(*MODES, "both"), default="both", help="what to time (both)"
@@ -81,14 +81,16 @@ def add_parser(subparsers):
 
 def check_args(args):
     """Validates arguments before any work; raises UsageError naming the value and rule."""
+    flags.image_size_of_name(args, default=(224, 224))  # "B/16-384": 384
     args.model = variant_name(args.model)
     try:
         patch = variant_arch(args.model)["patch_size"]
     except ValueError as error:
         raise UsageError(f"--model: {error}") from None
-    if args.image_size <= 0 or args.image_size % patch:
+    if any(side % patch for side in args.image_size):
         raise UsageError(
-            f"--image-size {args.image_size} must be a positive multiple of the patch ({patch})"
+            f"--image-size {size_text(args.image_size)}: each side must be a multiple of the "
+            f"patch ({patch})"
         )
     for name in ("batch_size", "steps", "repeats"):
         if getattr(args, name) < 1:
@@ -104,6 +106,11 @@ def check_json_path(path: str) -> None:
     """UsageError, before any work, unless `path` can be written as the --json file: its
     folder must exist and be writable (no folder is created), and `path` not be a folder."""
     folder = os.path.dirname(os.path.abspath(path))
+    existing = folder
+    while not os.path.exists(existing):  # the nearest part of the path that exists
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        raise UsageError(f"--json {path!r}: {existing!r} is a file, not a folder")
     if not os.path.isdir(folder):
         raise UsageError(
             f"--json {path!r}: the folder {folder!r} does not exist (create it first; "
@@ -113,6 +120,12 @@ def check_json_path(path: str) -> None:
         raise UsageError(f"--json {path!r} is a folder; give a file name such as results.json")
     if not os.access(folder, os.W_OK):
         raise UsageError(f"--json {path!r}: the folder {folder!r} is not writable")
+
+
+def size_text(image_size) -> str:
+    """(224, 224) -> "224"; (224, 160) -> "224x160"."""
+    height, width = image_size
+    return str(height) if height == width else f"{height}x{width}"
 
 
 def variant_name(text: str) -> str:
@@ -192,7 +205,8 @@ def run(args):
     peak, per_size = gemm_roof(sizes) if sizes else (None, {})
     add_derived(results, args.model, args.image_size, peak)
     note = (
-        f"ViT-{args.model} @{args.image_size}, batch {args.batch_size}, {choice.policy}, "
+        f"ViT-{args.model} @{size_text(args.image_size)}, batch {args.batch_size}, "
+        f"{choice.policy}, "
         f"XLA {'on' if choice.jit_compile else 'off'}; GEMM roof (best of float32/bfloat16, "
         "XLA on/off) "
         + (f"{peak:.1f} GFLOP/s" if peak else "not measured")
@@ -211,5 +225,5 @@ def run(args):
 
 
 def vars_for_json(args):
-    """The parsed arguments without the `func` callback."""
-    return {k: v for k, v in vars(args).items() if k != "func"}
+    """The parsed arguments without the `func` callback and the set of typed flags."""
+    return {k: v for k, v in vars(args).items() if k not in ("func", "typed_flags")}

@@ -63,10 +63,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
             "read it from the file"
         ),
     )
-    flags.add_image_size_argument(
-        parser,
-        help="image size (one int, or height width); default: the file's position-table grid",
-    )
+    flags.add_image_size_argument(parser, default_text="the file's position-table grid")
     parser.add_argument(
         "--num-classes", type=int, default=None, help="head size (default: the file's head)"
     )
@@ -141,20 +138,8 @@ def builder_for(name: str):
 
 def _file_defaults(arch, args, pixels_per_token):
     """Builder arguments taken from the file unless given on the command line."""
-    kwargs = {**arch.pooling_kwargs(), **arch.family_kwargs()}
-    if args.num_classes is not None:
-        kwargs["num_classes"] = args.num_classes
-    elif arch.num_classes is not None:
-        kwargs["num_classes"] = arch.num_classes
-    else:
-        kwargs["include_top"] = False
-    if args.representation_size is not None:
-        kwargs["representation_size"] = args.representation_size
-    elif arch.representation_size is not None:
-        kwargs["representation_size"] = arch.representation_size
-    if args.image_size is not None:
-        kwargs["image_size"] = args.image_size  # the (height, width) pair of the flag
-    elif arch.num_patch_tokens is not None and pixels_per_token is not None:
+    kwargs = _with_flags({**arch.pooling_kwargs(), **arch.head_kwargs(), **arch.family_kwargs()}, args)
+    if args.image_size is None and arch.num_patch_tokens is not None and pixels_per_token:
         if arch.grid is None:
             raise UsageError(
                 f"the file's position table ({arch.num_patch_tokens} grid rows) is not square; "
@@ -184,7 +169,11 @@ def _auto_kwargs(contents, args) -> dict:
     """`keras_vit.ViT` arguments read from the file, with the command line's overrides."""
     from keras_vit.checkpoints.from_checkpoint import architecture_kwargs
 
-    kwargs = architecture_kwargs(contents, image_size=args.image_size)  # a non-square grid
+    return _with_flags(architecture_kwargs(contents, image_size=args.image_size), args)
+
+
+def _with_flags(kwargs: dict, args) -> dict:
+    """`kwargs` with --num-classes, --representation-size and --image-size where given."""
     if args.num_classes is not None:
         kwargs.update(num_classes=args.num_classes, include_top=True)
     if args.representation_size is not None:
@@ -204,6 +193,7 @@ def _build_model(contents, args):
         if args.model in (None, "auto"):
             model = build(_auto_kwargs(contents, args))
         else:
+            flags.image_size_of_name(args)  # "B/16-384": image size 384
             builder, pixels = builder_for(args.model)
             defaults = _file_defaults(Architecture.from_contents(contents), args, pixels)
             model = builder(**{**defaults, **contents.numerics})
@@ -216,7 +206,7 @@ def _build_model(contents, args):
         )
     except (CheckpointError, ValueError) as error:
         # A file of another architecture or an impossible size: the user's arguments.
-        raise UsageError(" ".join(str(error).split())) from None
+        raise UsageError(flags.cli_message(error)) from None
     return model, report
 
 

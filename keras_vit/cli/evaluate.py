@@ -26,13 +26,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     )
     parser.add_argument("--split", default="test", help="split to evaluate (default: test)")
     parser.add_argument(
-        "--batch-size", type=flags.positive_int, default=256, help="batch size (default 256)"
-    )
-    parser.add_argument(
         "--top-k", type=flags.positive_int, default=5, help="also report top-k accuracy"
     )
-    flags.add_precision_arguments(parser)
-    progress.add_output_arguments(parser, log_every=False)
+    flags.add_model_use_arguments(parser, batch_size=256)
     parser.set_defaults(func=run)
     return parser
 

@@ -1,21 +1,33 @@
-"""`keras-vit explain IMAGE --model RUN_OR_MODEL --out map.png [--grid]`: what the model looks at.
+"""`keras-vit explain RUN_OR_MODEL IMAGE --out map.png [--grid]`: what the model looks at.
 
 Reads one image, prepares it as evaluation does (bilinear resize to the model's size, then
 (x - 127.5) / 127.5), computes the attention rollout of the class token
 (`keras_vit.attention_rollout`, Abnar & Zuidema 2020) and writes a PNG of the original image
 with the map overlaid and the top-5 classes, at the image's aspect ratio. `--grid` also
 writes `<out>_layers.png`, one panel per Transformer block. See docs/visualize.md.
+RUN_OR_MODEL comes first, as in `predict` and `evaluate`; the old `explain IMAGE --model
+RUN_OR_MODEL` still works, with a deprecation warning.
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 
 import numpy as np
 
+from keras_vit.cli import flags, progress
 from keras_vit.cli.flags import UsageError
-from keras_vit.cli.model_files import class_names_from_run, model_image_shape, resolve_model_path
+from keras_vit.cli.model_files import (
+    class_names_from_run,
+    model_image_shape,
+    model_with_precision,
+    resolve_model_path,
+)
+from keras_vit.image_formats import FORMATS_TEXT
+
+logger = logging.getLogger(__name__)
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -28,12 +40,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
             "overlaid and the top-k classes printed on it; --grid adds a per-block figure."
         ),
     )
-    parser.add_argument("image", metavar="IMAGE", help="a JPEG, PNG, GIF or BMP file")
     parser.add_argument(
-        "--model",
-        required=True,
-        metavar="RUN_OR_MODEL",
-        help="a .keras file or a run directory holding best.keras",
+        "model", metavar="RUN_OR_MODEL", help="a .keras file or a run directory holding best.keras"
+    )
+    parser.add_argument("image", metavar="IMAGE", nargs="?", help=f"a {FORMATS_TEXT} file")
+    parser.add_argument(  # the old spelling `explain IMAGE --model RUN_OR_MODEL`; hidden
+        "--model", dest="model_flag", metavar="RUN_OR_MODEL", help=argparse.SUPPRESS
     )
     parser.add_argument("--out", required=True, help="PNG file to write (e.g. map.png)")
     parser.add_argument(
@@ -54,12 +66,31 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         default=0.0,
         help="fraction of the weakest attention weights dropped per block (default 0)",
     )
+    flags.add_model_use_arguments(parser)
     parser.set_defaults(func=run)
     return parser
 
 
+def model_and_image(args) -> None:
+    """Sets `args.model` and `args.image` from `RUN_OR_MODEL IMAGE` or the old
+    `IMAGE --model RUN_OR_MODEL` (warned about); UsageError for anything else."""
+    if args.model_flag is not None:
+        if args.image is not None:
+            raise UsageError(
+                f"--model {args.model_flag!r} and RUN_OR_MODEL {args.model!r} both given: "
+                "give RUN_OR_MODEL IMAGE (--model is the deprecated spelling)"
+            )
+        logger.warning(
+            "explain IMAGE --model RUN_OR_MODEL is deprecated; use explain RUN_OR_MODEL IMAGE."
+        )
+        args.model, args.image = args.model_flag, args.model
+    elif args.image is None:
+        raise UsageError("explain takes RUN_OR_MODEL IMAGE (the model first, as in predict)")
+
+
 def check_arguments(args) -> None:
     """Raises UsageError for bad arguments, before anything is loaded."""
+    model_and_image(args)
     if not os.path.isfile(args.image):
         raise UsageError(f"image file not found: {args.image!r}")
     if args.top_k <= 0:
@@ -84,6 +115,8 @@ def read_image(path: str) -> np.ndarray:
         raise UsageError(f"Cannot read {path} as an image: {problem}.")
     try:
         image = decode_file(path)
+    except ValueError as error:  # a format it names (TIFF, ...)
+        raise UsageError(str(error)) from None
     except (tf.errors.InvalidArgumentError, tf.errors.NotFoundError) as error:
         raise UsageError(f"cannot decode image {path!r}: {error.message}") from error
     return image.numpy()
@@ -142,6 +175,7 @@ def run(args) -> int:
     )
 
     model = keras.saving.load_model(model_path, compile=False)
+    model, _ = model_with_precision(args, model)  # --mixed-precision / --jit-compile
     batch = prepare(image, model_image_shape(model))
     outputs = model(batch, training=False)
     if len(outputs.shape) != 2:
@@ -163,6 +197,7 @@ def run(args) -> int:
         )
     for name, p in ranked:
         print(f"{p:7.2%}  {name}")
-    for path in written:
-        print(f"Wrote {path}")
+    if progress.output_mode(args) != "quiet":  # --quiet: the classes only
+        for path in written:
+            print(f"Wrote {path}")
     return 0

@@ -44,8 +44,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument(
         "--overwrite", action="store_true", help="replace an existing version folder"
     )
-    flags.add_precision_arguments(parser)
-    progress.add_output_arguments(parser, log_every=False)
+    flags.add_model_use_arguments(parser)
     parser.set_defaults(func=run)
     return parser
 

@@ -39,11 +39,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--train-split", default="train", help="pool of the shots (train)")
     parser.add_argument("--test-split", default="test", help="split scored (test)")
     flags.add_allow_test_selection_argument(parser, "--train-split (shots and l2)")
-    parser.add_argument(
-        "--batch-size", type=flags.positive_int, default=256, help="batch size (default 256)"
-    )
-    flags.add_precision_arguments(parser)
-    progress.add_output_arguments(parser, log_every=False)
+    flags.add_model_use_arguments(parser, batch_size=256)
     parser.set_defaults(func=run)
     return parser
 

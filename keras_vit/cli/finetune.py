@@ -7,16 +7,8 @@ import argparse
 
 from keras_vit.cli import flags, run_driver
 
-# flag (argparse dest) -> field of keras_vit.training.FinetuneConfig
-RECIPE_FLAGS = {
-    "dataset": "dataset",
-    "image_size": "image_size",
-    "steps": "steps",
-    "batch_size": "batch_size",
-    "learning_rate": "learning_rate",
-    "jit_compile": "jit_compile",
-    "seed": "seed",
-}
+# the fields of keras_vit.training.FinetuneConfig that flags of the same dest set
+RECIPE_FLAGS = (*flags.RUN_RECIPE_FLAGS, "steps")
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -55,14 +47,7 @@ def build_config(args):
             task="finetune",
             recipe=training.FinetuneConfig(**overrides),
             weights=args.weights,
-            data_dir=args.data_dir,
-            strategy=args.strategy,
-            mixed_precision=args.mixed_precision,
-            shots_per_class=args.shots_per_class,
-            bad_images=args.bad_images,
-            validation_split=args.validation_split,
-            split_seed=args.split_seed,
-            allow_test_selection=args.allow_test_selection,
+            **flags.run_config_flags(args),
         )
 
 

@@ -43,31 +43,74 @@ def positive_float(text: str) -> float:
     return value
 
 
+IMAGE_SIZE_HELP = (
+    "input size in pixels: one side (square) or height and width (224, '224 160' or 224,160)"
+)
+"""The help of every subcommand's --image-size (each adds its default)."""
+
+
 class ImageSize(argparse.Action):
     """--image-size PIXELS [PIXELS]: one side (square) or height and width, positive ints,
-    stored as the checked `(height, width)` pair that flows unchanged to the model's layer
-    (argparse's error for anything else)."""
+    given as two words or one with a comma ("224,160"), stored as the checked
+    `(height, width)` pair that flows unchanged to the model's layer (argparse's error for
+    anything else)."""
 
     def __init__(self, option_strings, dest, **kwargs):
         kwargs.setdefault("metavar", "PIXELS")
         super().__init__(option_strings, dest, **{**kwargs, "nargs": "+"})
 
     def __call__(self, parser, namespace, values, option_string=None):
-        if len(values) not in (1, 2):
+        words = [part for value in values for part in value.split(",")]
+        if len(words) not in (1, 2):
             parser.error(
                 f"argument {option_string}: takes 1 or 2 ints (side, or height width). "
                 f"Received: {' '.join(values)}"
             )
         try:
-            sides = [positive_int(value) for value in values]
+            sides = [positive_int(word) for word in words]
         except argparse.ArgumentTypeError as error:
             parser.error(f"argument {option_string}: {error}")
         setattr(namespace, self.dest, (sides[0], sides[-1]))
 
 
-def add_image_size_argument(parser, *, help: str, default=None) -> None:
-    """--image-size as an `ImageSize` pair (train, finetune, convert, transfer-suite)."""
-    parser.add_argument("--image-size", action=ImageSize, default=default, help=help)
+def add_image_size_argument(parser, *, default_text: str, default=None) -> None:
+    """--image-size as an `ImageSize` pair (every subcommand that takes a size), with the
+    one help text `IMAGE_SIZE_HELP` and `default_text` saying what applies without it."""
+    parser.add_argument(
+        "--image-size",
+        action=ImageSize,
+        default=default,
+        help=f"{IMAGE_SIZE_HELP} (default: {default_text})",
+    )
+
+
+def image_size_of_name(args, *, default=None) -> None:
+    """Honours an image side in `args.model`'s name ("B/16-384", "ViT-B_16-384": 384, as
+    timm's and the release's names mean it): it becomes `args.image_size` when --image-size
+    is not given (else `default`); an --image-size that differs is refused, both named.
+
+    Raises:
+        UsageError: the name's size and --image-size differ, or the name's size is 0.
+    """
+    from keras_vit import configs
+
+    try:
+        size = configs.resolve_model(args.model, recipes=True).image_size
+    except ValueError:
+        size = None  # an unknown or custom name: its reader names the problem
+    if size is None:
+        if args.image_size is None:
+            args.image_size = default
+        return
+    if size <= 0:
+        raise UsageError(f"--model {args.model!r} names image size {size}; it must be > 0")
+    if args.image_size is not None and tuple(args.image_size) != (size, size):
+        height, width = args.image_size
+        raise UsageError(
+            f"--model {args.model!r} names image size {size}, --image-size {height},{width} "
+            "another: give one of them"
+        )
+    args.image_size = (size, size)
 
 
 def add_bad_images_argument(parser, *, default: str) -> None:
@@ -96,7 +139,7 @@ def add_data_arguments(parser, *, default_dataset_help: str, bad_images: str = "
 def add_run_arguments(parser, *, task: str) -> None:
     """Image size, schedule, distribution and run-directory flags of train/finetune."""
     add_image_size_argument(
-        parser, help="input size in pixels: one side (square) or height and width"
+        parser, default_text="the recipe's" if task == "train" else "the model's"
     )
     parser.add_argument("--batch-size", type=positive_int, help="global batch size")
     parser.add_argument("--learning-rate", type=positive_float, help="base learning rate")
@@ -223,6 +266,29 @@ def add_precision_arguments(parser) -> None:
     )
 
 
+def add_model_use_arguments(parser, *, batch_size: int | None = None) -> None:
+    """The flags of every subcommand that runs a saved model (evaluate, fewshot, predict,
+    explain, export): --batch-size (when `batch_size`, its default), --mixed-precision,
+    --jit-compile and --quiet."""
+    if batch_size is not None:
+        parser.add_argument(
+            "--batch-size",
+            type=positive_int,
+            default=batch_size,
+            help=f"batch size (default {batch_size})",
+        )
+    add_precision_arguments(parser)
+    progress.add_output_arguments(parser, log_every=False)
+
+
+def run_config_flags(args) -> dict:
+    """The `keras_vit.runs.RunConfig` arguments train and finetune take from the same flags
+    (data, distribution, precision, validation carve)."""
+    names = ("data_dir", "strategy", "mixed_precision", "shots_per_class", "bad_images")
+    names += ("validation_split", "split_seed", "allow_test_selection")
+    return {name: getattr(args, name) for name in names}
+
+
 class DeprecatedAlias(argparse.Action):
     """An old flag that stores `const` (or its value) into the new flag's dest, with a
     warning naming the new spelling."""
@@ -232,7 +298,8 @@ class DeprecatedAlias(argparse.Action):
         super().__init__(option_strings, dest, **kwargs)
 
     def __call__(self, parser, namespace, values, option_string=None):
-        if getattr(namespace, self.dest, None) != parser.get_default(self.dest):
+        given = getattr(namespace, self.dest, argparse.SUPPRESS)  # absent: defaults suppressed
+        if given not in (parser.get_default(self.dest), argparse.SUPPRESS):
             parser.error(f"{option_string} is the old spelling of {self.new_flag}; give one")
         logger.warning("%s is deprecated; use %s.", option_string, self.new_flag)
         setattr(namespace, self.dest, self.const if values in (None, []) else values)
@@ -259,13 +326,63 @@ def add_deprecated_precision_aliases(parser) -> None:
     )
 
 
-def recipe_overrides(args, fields: dict[str, str]) -> dict:
-    """{recipe field: value} for the flags the user gave (`fields`: arg name -> field)."""
+def _suppress_defaults(parser) -> None:
+    """Sets every default of `parser` and of its subcommands' parsers to argparse.SUPPRESS,
+    so that a parse leaves only the arguments typed on the command line in the namespace."""
+    parser._defaults.clear()  # set_defaults(func=...)
+    for action in parser._actions:
+        action.default = argparse.SUPPRESS
+        if isinstance(action, argparse._SubParsersAction):
+            for subparser in action.choices.values():
+                _suppress_defaults(subparser)
+
+
+def typed_flags(build_parser, argv) -> frozenset[str]:
+    """The argparse dests of the flags and arguments typed in `argv` (also those typed at
+    their default value), from a second parse by a fresh `build_parser()` whose defaults are
+    all suppressed. Call it after a successful parse of the same `argv`."""
+    parser = build_parser()
+    _suppress_defaults(parser)
+    logger.disabled = True  # the first parse told of deprecated spellings already
+    try:
+        return frozenset(vars(parser.parse_args(argv))) - {"command"}
+    finally:
+        logger.disabled = False
+
+
+RUN_RECIPE_FLAGS = ("dataset", "image_size", "batch_size", "learning_rate", "jit_compile", "seed")
+"""Recipe fields that train's and finetune's flags of the same dest set."""
+
+
+def recipe_overrides(args, fields) -> dict:
+    """{recipe field: value} for the flags the user gave (`fields`: the recipe fields that
+    flags of the same dest set, e.g. ("epochs", "seed"))."""
     return {
-        field: getattr(args, arg)
-        for arg, field in fields.items()
-        if getattr(args, arg, None) is not None
+        field: getattr(args, field) for field in fields if getattr(args, field, None) is not None
     }
+
+
+# The Python API's advice in library messages (keras_vit.checkpoints.loading), and what the
+# command line offers instead (it has no skip= / strict= / adapt_channels= arguments).
+API_ADVICE = {
+    "Use skip=[...] or head='skip' to leave keys out, or strict=False to load what fits.": (
+        "Give the model the file holds (convert: --model auto, the default, reads it from "
+        "the file; --num-classes builds a new head)."
+    ),
+    "load with strict=False (or adapt_channels=True) to adapt it by timm's rule": (
+        "the command line does not adapt input channels (keras_vit.from_checkpoint with "
+        "channels= does)"
+    ),
+}
+
+
+def cli_message(error) -> str:
+    """`error`'s message on one line, with the Python API's advice (`skip=`, `strict=`)
+    replaced by the command line's (`API_ADVICE`)."""
+    text = " ".join(str(error).split())
+    for advice, instead in API_ADVICE.items():
+        text = text.replace(advice, instead)
+    return text
 
 
 @contextlib.contextmanager
@@ -283,4 +400,4 @@ def usage_errors():
         distribute.StrategyUnavailableError,
         BadImageError,
     ) as e:
-        raise UsageError(" ".join(str(e).split())) from None
+        raise UsageError(cli_message(e)) from None

@@ -19,7 +19,7 @@ import sys
 import warnings
 
 from keras_vit.cli import startup
-from keras_vit.cli.flags import HelpFormatter, UsageError
+from keras_vit.cli.flags import HelpFormatter, UsageError, typed_flags
 
 # Subcommand modules, in the order `keras-vit --help` lists them.
 SUBCOMMAND_MODULES: list[str] = [
@@ -75,6 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     arguments, 130 interrupted)."""
     parser = build_parser()
     args = parser.parse_args(argv)  # --help exits here, before TensorFlow is imported
+    args.typed_flags = typed_flags(build_parser, argv)  # what --resume names if it ignores
     verbose = args.verbose or startup.verbose_from_env()
     logging.basicConfig(
         level=logging.DEBUG

@@ -42,9 +42,10 @@ def model_with_precision(args, model):
 def resolve_model_path(path: str, *, suffixes=MODEL_SUFFIXES) -> tuple[str, str | None]:
     """(model file, run directory or None) for a RUN_OR_MODEL argument.
 
-    A run directory gives its best.keras; a model file (one of `suffixes`: `.keras` and
-    `.npz` by default, `export` and `explain` take `.keras` only) inside a run directory also
-    reports that run (for its dataset and class names).
+    A run directory gives its best.keras (a folder with best.keras but no config.json gives
+    it as a model outside a run: no dataset or class names to take); a model file (one of
+    `suffixes`: `.keras` and `.npz` by default, `export` and `explain` take `.keras` only)
+    inside a run directory also reports that run (for its dataset and class names).
 
     Raises:
         UsageError: the path does not exist, is a directory without best.keras, or is not a
@@ -55,7 +56,8 @@ def resolve_model_path(path: str, *, suffixes=MODEL_SUFFIXES) -> tuple[str, str 
         model_file = os.path.join(path, RUN_MODEL_FILE)
         if not os.path.isfile(model_file):
             raise UsageError(f"{path!r} is not a run directory: it has no {RUN_MODEL_FILE}")
-        return model_file, path
+        is_run = os.path.isfile(os.path.join(path, RUN_CONFIG_FILE))
+        return model_file, path if is_run else None  # a bare best.keras: a model, no run
     if not os.path.isfile(path):
         raise UsageError(
             f"RUN_OR_MODEL not found: {path!r} (a {wanted} file or a run directory with "

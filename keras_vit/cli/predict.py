@@ -9,10 +9,8 @@ import os
 from keras_vit.cli import flags, model_files, progress
 from keras_vit.cli.flags import UsageError
 from keras_vit.cli.model_files import outputs_logits
+from keras_vit.image_formats import FORMATS_TEXT, IMAGE_EXTENSIONS
 
-# keras_vit.data.decode.IMAGE_EXTENSIONS (not imported: it loads TensorFlow; a test checks
-# they are equal).
-IMAGE_EXTENSIONS = (".bmp", ".gif", ".jpeg", ".jpg", ".png", ".webp")
 DEFAULT_TOP_K = 5
 
 logger = logging.getLogger(__name__)
@@ -23,7 +21,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "predict",
         help="top-k classes of images (files or folders) with a trained model",
         description=(
-            "Predict the top-k classes of image files (PNG, JPEG, BMP, GIF) or of every image "
+            f"Predict the top-k classes of image files ({FORMATS_TEXT}) or of every image "
             "in the given folders (recursively), with the evaluation preprocessing (resize to "
             "the model's input size, channels converted, scaled to [-1, 1]). Class names come "
             "from the run's config.json when the model belongs to a run."
@@ -38,12 +36,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         type=flags.positive_int,
         help=f"classes per image (default {DEFAULT_TOP_K}, at most the model's class count)",
     )
-    parser.add_argument(
-        "--batch-size", type=flags.positive_int, default=64, help="batch size (default 64)"
-    )
     flags.add_bad_images_argument(parser, default="skip")
-    flags.add_precision_arguments(parser)
-    progress.add_output_arguments(parser, log_every=False)
+    flags.add_model_use_arguments(parser, batch_size=64)
     parser.set_defaults(func=run)
     return parser
 
@@ -102,8 +96,10 @@ def read_images(files, image_size, channels):
     for path in files:
         try:
             raw = decode_file(path, channels)
+        except ValueError as error:  # a format it names (TIFF, ...)
+            raise UsageError(str(error)) from None
         except (tf.errors.InvalidArgumentError, tf.errors.NotFoundError):
-            raise UsageError(f"Cannot read {path} as an image.") from None
+            raise UsageError(f"Cannot read {path} as an image ({FORMATS_TEXT}).") from None
         images.append(eval_preprocess(tf.cast(raw, tf.float32), image_size, channels))
     return np.stack([image.numpy() for image in images])
 

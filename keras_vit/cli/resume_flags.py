@@ -1,10 +1,11 @@
 """`train/finetune --resume` with other flags: the flags that would change the stored run.
 
-A resumed run continues with the configuration stored in its config.json; a flag given with
-`--resume` whose value differs from the stored one would be silently ignored, so it is
-refused instead, named with both values. Flags equal to the stored values (the original
-command line with `--resume` added) and the flags of this invocation only (`--run-dir`,
-`--resume`, output flags) are accepted. Imports no other `keras_vit.cli` module.
+A resumed run continues with the configuration stored in its config.json; a flag typed with
+`--resume` whose value differs from the stored one (also one typed at its default value)
+would be silently ignored, so it is refused instead, named with both values. Flags equal to
+the stored values (the original command line with `--resume` added) and the flags of this
+invocation only (`--run-dir`, `--resume`, output flags) are accepted. Imports no other
+`keras_vit.cli` module.
 """
 
 from __future__ import annotations
@@ -19,27 +20,40 @@ def _flat(config) -> dict[str, object]:
     return {**recipe, **values}
 
 
-def resume_conflicts(args, flagged, stored, task: str) -> list[str]:
-    """The flags given with --resume that differ from the stored run, one phrase each
-    ("--epochs 5 (the run has 3)").
+INVOCATION_FLAGS = frozenset({"run_dir", "resume", "quiet", "log_every", "verbose", "func"})
+"""Flags of this invocation only, never part of the stored run (accepted with --resume)."""
 
-    A flag counts as given when the configuration it makes differs from the default
-    configuration of `task` (a flag set to its default value is not told apart from an
-    absent one); the invocation's own flags (--run-dir, --resume, output) are no fields.
+
+def resume_conflicts(args, flagged, stored, task: str) -> list[str]:
+    """The flags given with --resume that it would ignore, one phrase each ("--epochs 5
+    (the run has 3)").
+
+    A flag counts as given when it was typed (`args.typed_flags`, set by `keras-vit`'s
+    main from a second parse without defaults; a flag typed at its default value counts).
+    A typed flag whose field equals the stored run's is accepted (the original command line
+    with --resume added); the invocation's own flags (`INVOCATION_FLAGS`) too. Without
+    `typed_flags` (a namespace parsed elsewhere), a flag counts as given when the
+    configuration it makes differs from the default configuration of `task`.
 
     Args:
-        args: the parsed `keras-vit <task>` arguments (unused but for the message).
+        args: the parsed `keras-vit <task>` arguments.
         flagged: the `RunConfig` the flags describe (`build_config(args)`).
         stored: the `RunConfig` of the run's config.json.
         task: "train" or "finetune".
     """
-    default = type(flagged)(task=task)
-    new, old, base = _flat(flagged), _flat(stored), _flat(default)
-    return [
+    new, old = _flat(flagged), _flat(stored)
+    typed = getattr(args, "typed_flags", None)
+    if typed is None:
+        base = _flat(type(flagged)(task=task))
+        typed = {field for field, value in new.items() if value != base.get(field)}
+    typed = set(typed) - INVOCATION_FLAGS
+    conflicts = [
         f"--{field.replace('_', '-')} {_shown(value)} (the run has {_shown(old.get(field))})"
         for field, value in new.items()
-        if value != base.get(field) and value != old.get(field)
+        if field in typed and value != old.get(field)
     ]
+    conflicts += [f"--{dest.replace('_', '-')} (not part of a run)" for dest in typed - set(new)]
+    return conflicts
 
 
 def _shown(value) -> str:

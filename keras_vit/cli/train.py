@@ -12,17 +12,8 @@ import argparse
 from keras_vit import configs
 from keras_vit.cli import flags, run_driver
 
-# flag (argparse dest) -> field of keras_vit.training.TrainConfig
-RECIPE_FLAGS = {
-    "dataset": "dataset",
-    "image_size": "image_size",
-    "epochs": "epochs",
-    "batch_size": "batch_size",
-    "learning_rate": "learning_rate",
-    "jit_compile": "jit_compile",
-    "stem": "stem",
-    "seed": "seed",
-}
+# the fields of keras_vit.training.TrainConfig that flags of the same dest set
+RECIPE_FLAGS = (*flags.RUN_RECIPE_FLAGS, "epochs", "stem")
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -63,10 +54,29 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     return parser
 
 
+def check_stem(args) -> None:
+    """UsageError for --stem with a named model: the stem is the recipe's model's choice
+    (a table row is a ViT, patch stem, or a hybrid, ResNet stem, by itself)."""
+    if args.stem is None:
+        return
+    try:
+        named = configs.resolve_model(args.model, recipes=True)
+    except ValueError:
+        return  # an unknown name: the run's plan names the valid ones
+    if not named.is_recipe:
+        kind = "a hybrid (ResNet stem)" if named.is_hybrid else "a ViT (patch stem)"
+        raise flags.UsageError(
+            f"--stem {args.stem} applies to the recipe's model (--model default or tiny); "
+            f"--model {args.model} is {kind} by its table row: drop --stem"
+        )
+
+
 def build_config(args):
     """The `RunConfig` of the flags; raises UsageError for bad combinations."""
     from keras_vit import runs, training
 
+    check_stem(args)
+    flags.image_size_of_name(args)  # "B/16-384": image size 384
     overrides = flags.recipe_overrides(args, RECIPE_FLAGS)
     with flags.usage_errors():
         return runs.RunConfig(
@@ -74,14 +84,7 @@ def build_config(args):
             recipe=training.TrainConfig(**overrides),
             model=args.model,
             patch_size=args.patch_size,
-            data_dir=args.data_dir,
-            strategy=args.strategy,
-            mixed_precision=args.mixed_precision,
-            shots_per_class=args.shots_per_class,
-            bad_images=args.bad_images,
-            validation_split=args.validation_split,
-            split_seed=args.split_seed,
-            allow_test_selection=args.allow_test_selection,
+            **flags.run_config_flags(args),
         )
 
 

@@ -34,9 +34,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "or image folders",
     )  # fmt: skip
     parser.add_argument("--data-dir", help="TFDS data directory (never downloads)")
-    flags.add_image_size_argument(
-        parser, help="input size: one side or height width (default: the model's)"
-    )
+    flags.add_bad_images_argument(parser, default="skip")
+    flags.add_image_size_argument(parser, default_text="the model's")
     parser.add_argument(
         "--steps", type=flags.positive_int, default=transfer_suite.VTAB_STEPS,
         help=f"optimizer steps per task (default {transfer_suite.VTAB_STEPS}, the paper's)",
@@ -85,6 +84,7 @@ def run(args) -> int:
             split_seed=args.split_seed,
             jit_compile=args.jit_compile,
             mixed_precision=args.mixed_precision,
+            bad_images=args.bad_images,
             verbose=0 if progress.output_mode(args) == "quiet" else 2,  # 2: a line per epoch
         )
     print(

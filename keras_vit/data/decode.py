@@ -16,20 +16,23 @@ which uses TensorFlow ops only, so it runs inside a SavedModel as in a `tf.data`
    (`tf.image.rgb_to_grayscale`, rounded), RGB <- gray by repeating it, alpha dropped for
    1 and 3 channels, an opaque alpha (255) added for 4.
 
-Not read (refused with TensorFlow's error, never silently): 1-, 4- and 16-bit or
-RLE-compressed BMP, JPEG XL (which `tf.io.decode_image` would read: refused so that every
-entry point accepts the same files), TIFF, and every other format.
+Not read (refused, never silently): 1-, 4- and 16-bit or RLE-compressed BMP, JPEG XL
+(which `tf.io.decode_image` would read: refused so that every entry point accepts the same
+files), TIFF, and every other format. `decode_pixels` raises TensorFlow's error (it runs in
+graphs); `decode_file` raises a ValueError naming the file and the format where the format
+is one it recognises (TIFF, ICO, PSD, JPEG XL; `keras_vit.image_formats.undecoded_format`).
 """
 
 from __future__ import annotations
 
 import tensorflow as tf
 
-DECODED_FORMATS = ("PNG", "JPEG", "BMP", "GIF", "WEBP")
-"""The formats `decode_pixels` reads (Pillow's names for them)."""
-
-IMAGE_EXTENSIONS = (".bmp", ".gif", ".jpeg", ".jpg", ".png", ".webp")
-"""File name endings that folder datasets and `predict` pick up as images."""
+from keras_vit.image_formats import (  # noqa: F401  (their home; also read from here)
+    DECODED_FORMATS,
+    FORMATS_TEXT,
+    IMAGE_EXTENSIONS,
+    undecoded_format,
+)
 
 CHANNELS = (1, 3, 4)
 
@@ -47,7 +50,7 @@ def _refuse_jpeg_xl(data):
     )
     check = tf.debugging.Assert(
         tf.logical_not(is_jxl),
-        ["JPEG XL data; keras_vit decodes " + ", ".join(DECODED_FORMATS)],
+        [f"JPEG XL data; keras_vit decodes {FORMATS_TEXT}"],
     )
     with tf.control_dependencies([check]):
         return tf.identity(data)
@@ -163,5 +166,18 @@ def decode_pixels(data, channels: int = 0):
 
 
 def decode_file(path, channels: int = 0):
-    """`decode_pixels` of the file at `path` (eager): a uint8 `(h, w, channels)` tensor."""
-    return decode_pixels(tf.io.read_file(str(path)), channels)
+    """`decode_pixels` of the file at `path` (eager): a uint8 `(h, w, channels)` tensor.
+
+    Raises:
+        ValueError: a file of a format keras_vit does not decode that it recognises (TIFF,
+            ICO, PSD, JPEG XL): "x.tiff: TIFF data; keras_vit decodes PNG, JPEG, ...".
+        tf.errors.InvalidArgumentError: other bytes no decoder reads (corrupt, unknown).
+    """
+    data = tf.io.read_file(str(path))
+    try:
+        return decode_pixels(data, channels)
+    except tf.errors.InvalidArgumentError:
+        kind = undecoded_format(data.numpy()[:16])
+        if kind is None:
+            raise
+    raise ValueError(f"{path}: {kind} data; keras_vit decodes {FORMATS_TEXT}.")

@@ -32,7 +32,7 @@ import os
 import re
 import warnings
 
-from keras_vit.data.decode import DECODED_FORMATS
+from keras_vit.image_formats import DECODED_FORMATS, FORMATS_TEXT
 
 logger = logging.getLogger(__name__)
 
@@ -89,7 +89,7 @@ def image_problem(path, max_pixels: int = MAX_PIXELS, channels: int = 3) -> str 
     except OSError as error:
         return f"cannot be read ({error.strerror or error})"
     if image_format not in DECODABLE_FORMATS:
-        return f"{image_format} data; keras_vit decodes {', '.join(DECODABLE_FORMATS)}"
+        return f"{image_format} data; keras_vit decodes {FORMATS_TEXT}"
     if variant:
         return variant
     if width * height > max_pixels:
@@ -124,6 +124,8 @@ def _decode_problem(path: str, channels: int = 3) -> str | None:
 
     try:
         decode_file(path, channels)
+    except ValueError as error:  # a format decode_file names (TIFF, ...)
+        return str(error).split(": ", 1)[-1].rstrip(".")
     except (tf.errors.InvalidArgumentError, tf.errors.OpError) as error:
         message = " ".join(str(error.message).split())
         message = message.split("}} ", 1)[-1].split(" [Op:")[0][:120]  # TF's framing off

@@ -74,3 +74,66 @@ def test_a_json_path_in_a_missing_folder_is_refused_before_work(tmp_path, capsys
     assert not (tmp_path / "no").exists()  # no folder created
     assert main(["benchmark", "--model", TINY, *TINY_RUN, "--json", str(tmp_path)]) == 2
     assert "is a folder" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "words, pair", [(["224"], (224, 224)), (["224", "160"], (224, 160)), (["224,160"], (224, 160))]
+)
+def test_image_size_is_the_checked_pair_of_the_other_subcommands(words, pair, capsys):
+    parser = build_parser()
+    assert parser.parse_args(["benchmark", "--image-size", *words]).image_size == pair
+    assert parser.parse_args(["train", "--image-size", *words]).image_size == pair
+    default = parser.parse_args(["benchmark"])
+    benchmark.check_args(default)
+    assert default.image_size == (224, 224)
+    for bad in (["0"], ["16,x"], ["16", "16", "16"]):
+        with pytest.raises(SystemExit):
+            parser.parse_args(["benchmark", "--image-size", *bad])
+    assert "argument --image-size" in capsys.readouterr().err
+
+
+def test_the_image_size_help_is_the_same_everywhere(capsys):
+    from keras_vit.cli.flags import IMAGE_SIZE_HELP
+
+    for command in ("benchmark", "train", "finetune", "convert", "transfer-suite"):
+        with pytest.raises(SystemExit):
+            build_parser().parse_args([command, "--help"])
+        help_text = " ".join(capsys.readouterr().out.split())
+        assert IMAGE_SIZE_HELP in help_text, command
+
+
+def test_a_non_square_benchmark_runs_and_checks_each_side(capsys):
+    argv = ["benchmark", "--model", TINY, *TINY_RUN, "--quiet"]
+    assert main([*argv, "--image-size", "16,24"]) == 0  # the later flag wins
+    assert f"ViT-{TINY} @16x24, batch 2" in capsys.readouterr().out
+    assert main([*argv, "--image-size", "16,20"]) == 2
+    assert "--image-size 16x20: each side must be a multiple of the patch (8)" in (
+        capsys.readouterr().err
+    )
+
+
+def test_analytic_macs_of_a_non_square_image():
+    from keras_vit.benchmarking import analytic_macs, variant_arch
+
+    arch = variant_arch(TINY)
+    assert analytic_macs(**arch, image_size=(16, 32)) == analytic_macs(**arch, image_size=(32, 16))
+    assert analytic_macs(**arch, image_size=16) == analytic_macs(**arch, image_size=(16, 16))
+
+
+@pytest.mark.parametrize("below", ["x.json", "sub/x.json"])
+def test_a_json_path_below_a_file_says_it_is_not_a_folder(tmp_path, capsys, below):
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("")
+    assert main(["benchmark", "--model", TINY, *TINY_RUN, "--json", str(a_file / below)]) == 2
+    err = capsys.readouterr().err
+    assert f"'{a_file}' is a file, not a folder" in err and "does not exist" not in err, err
+
+
+def test_an_image_size_in_the_model_name_is_honoured_or_refused():
+    parser = build_parser()
+    args = parser.parse_args(["benchmark", "--model", "ViT-Ti_16-384"])
+    benchmark.check_args(args)
+    assert (args.model, args.image_size) == ("Ti/16", (384, 384))  # was Ti/16 at 224
+    args = parser.parse_args(["benchmark", "--model", "Ti/16-384", "--image-size", "224"])
+    with pytest.raises(UsageError, match="names image size 384, --image-size 224,224 another"):
+        benchmark.check_args(args)

@@ -203,3 +203,13 @@ def test_a_non_square_npz_converts_with_its_image_size(tmp_path, destination):
     expected = np.asarray(model(x))
     assert np.abs(expected).max() > 0
     np.testing.assert_allclose(np.asarray(back(x)), expected, atol=1e-5)
+
+
+def test_a_file_that_does_not_fit_the_named_model_names_cli_flags(official_file, tmp_path, capsys):
+    """The loader's advice is the Python API's (skip=, strict=); the command line says what
+    it offers instead."""
+    dst = str(tmp_path / "out.keras")
+    assert main(["convert", str(official_file[0]), dst, "--model", "Ti/16"]) == 2
+    err = capsys.readouterr().err
+    assert "does not fit the model" in err and "--model auto" in err, err
+    assert "skip=" not in err and "strict=" not in err, err

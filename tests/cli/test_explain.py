@@ -89,7 +89,7 @@ def test_explain_writes_png_with_the_image_aspect_ratio(
 
     monkeypatch.setattr(keras_vit.visualize, "overlay_figure", recording_overlay)
     out = tmp_path / "maps" / "map.png"
-    code = main(["explain", str(photo_png), "--model", str(model_file), "--out", str(out)])
+    code = main(["explain", str(model_file), str(photo_png), "--out", str(out)])
     assert code == 0
     width, height = png_size(out)
     image_height, image_width = skimage.data.chelsea().shape[:2]
@@ -117,7 +117,7 @@ def test_explain_run_directory_with_class_names_and_grid(
     (run_dir / "best.keras").write_bytes(model_file.read_bytes())
     (run_dir / "config.json").write_text(json.dumps({section: {"class_names": NAMES}}))
     out = tmp_path / "map.png"
-    code = main(["explain", str(photo_png), "--model", str(run_dir), "--out", str(out), "--grid"])
+    code = main(["explain", str(run_dir), str(photo_png), "--out", str(out), "--grid"])
     assert code == 0
     assert out.is_file()
     grid_width, grid_height = png_size(tmp_path / "map_layers.png")
@@ -130,10 +130,7 @@ def test_explain_run_directory_without_config(photo, model_file, tmp_path):
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     (run_dir / "best.keras").write_bytes(model_file.read_bytes())
-    assert (
-        main(["explain", str(photo), "--model", str(run_dir), "--out", str(tmp_path / "m.png")])
-        == 0
-    )
+    assert main(["explain", str(run_dir), str(photo), "--out", str(tmp_path / "m.png")]) == 0
 
 
 def test_missing_image_exits_2_before_loading_the_model(tmp_path, capsys):
@@ -141,7 +138,7 @@ def test_missing_image_exits_2_before_loading_the_model(tmp_path, capsys):
     broken_model.write_bytes(b"not a zip file")  # loading it would fail differently
     missing = tmp_path / "nope.jpg"
     out = tmp_path / "x.png"
-    code = main(["explain", str(missing), "--model", str(broken_model), "--out", str(out)])
+    code = main(["explain", str(broken_model), str(missing), "--out", str(out)])
     assert code == 2
     err = capsys.readouterr().err
     assert "image file not found" in err and "nope.jpg" in err
@@ -152,10 +149,10 @@ def test_undecodable_image_and_missing_model_exit_2(photo, model_file, tmp_path,
     text = tmp_path / "notes.jpg"
     text.write_text("hello")
     out = str(tmp_path / "m.png")
-    assert main(["explain", str(text), "--model", str(model_file), "--out", out]) == 2
+    assert main(["explain", str(model_file), str(text), "--out", out]) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()  # one line, no TF op framing
     assert f"Cannot read {text} as an image: not image data" in line and "[Op:" not in line
-    assert main(["explain", str(photo), "--model", str(tmp_path / "none"), "--out", out]) == 2
+    assert main(["explain", str(tmp_path / "none"), str(photo), "--out", out]) == 2
     assert "RUN_OR_MODEL" in capsys.readouterr().err
 
 
@@ -173,5 +170,31 @@ def test_model_without_a_head_is_a_usage_error(photo, tmp_path, capsys):
     path = tmp_path / "seq.keras"
     model.save(path)
     out = str(tmp_path / "m.png")
-    assert main(["explain", str(photo), "--model", str(path), "--out", out]) == 2
+    assert main(["explain", str(path), str(photo), "--out", out]) == 2
     assert "class scores" in capsys.readouterr().err
+
+
+def test_the_old_model_flag_still_works_with_a_warning(photo, model_file, tmp_path, caplog):
+    import logging
+
+    out = str(tmp_path / "m.png")
+    with caplog.at_level(logging.WARNING):
+        assert main(["explain", str(photo), "--model", str(model_file), "--out", out]) == 0
+    assert "use explain RUN_OR_MODEL IMAGE" in caplog.text
+
+
+def test_explain_takes_the_model_first_and_the_shared_flags(photo, model_file, tmp_path, capsys):
+    out = str(tmp_path / "m.png")
+    argv = ["explain", str(model_file), str(photo), "--out", out, "--quiet"]
+    assert main([*argv, "--mixed-precision", "float32", "--no-jit-compile"]) == 0
+    printed = capsys.readouterr().out
+    assert "Wrote" not in printed and len(printed.splitlines()) == 5  # the top-5 classes only
+    assert main(["explain", str(model_file), "--out", out]) == 2  # no IMAGE
+    assert "explain takes RUN_OR_MODEL IMAGE" in capsys.readouterr().err
+
+
+def test_a_tiff_image_is_named_as_such(model_file, tmp_path, capsys):
+    tiff = tmp_path / "photo.tiff"
+    Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(tiff)
+    assert main(["explain", str(model_file), str(tiff), "--out", str(tmp_path / "m.png")]) == 2
+    assert "TIFF data; keras_vit decodes PNG, JPEG, BMP, GIF or WebP" in capsys.readouterr().err

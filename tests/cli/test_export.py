@@ -91,6 +91,9 @@ def test_resolve_model_path(tmp_path):
         str(tmp_path / "model.keras"),
         None,
     )
+    # best.keras without config.json: a model outside a run
+    assert resolve_model_path(str(tmp_path / "run")) == (str(tmp_path / "run" / "best.keras"), None)
+    (tmp_path / "run" / "config.json").write_text("{}")
     assert resolve_model_path(str(tmp_path / "run")) == (
         str(tmp_path / "run" / "best.keras"),
         str(tmp_path / "run"),

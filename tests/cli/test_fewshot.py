@@ -181,3 +181,15 @@ def test_allowed_selection_on_the_scored_split_runs_and_warns(trained, capsys, c
     argv[argv.index("test[:5]")] = "test[10:15]"  # disjoint slices: no overlap, no warning
     assert main(argv) == 0
     assert "as asked" not in caplog.text
+
+
+def test_a_folder_with_best_keras_but_no_config_is_a_model_outside_a_run(tmp_path, capsys):
+    """Was a traceback "Cannot resume: ... (no config.json)"; now the folder's best.keras
+    is a model without a run, and what is missing is the dataset to evaluate on."""
+    folder = tmp_path / "copied"
+    folder.mkdir()
+    (folder / "best.keras").write_bytes(b"")
+    assert main(["fewshot", str(folder)]) == 2
+    err = capsys.readouterr().err
+    assert "--dataset is required for a model outside a run directory" in err, err
+    assert "resume" not in err.lower() and "config.json" not in err

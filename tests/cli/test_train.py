@@ -94,6 +94,8 @@ def expect_usage_error(capsys, argv, message):
         (["--batch-size", "100000"], "larger than the 3600 training images"),
         (["--validation-split", "train"], "would select on images the model trains on"),
         (["--validation-split", "dev"], "has no split 'dev' to validate on"),
+        (["--model", "Ti/16", "--stem", "patch"], "--model Ti/16 is a ViT (patch stem)"),
+        (["--model", "r50b16", "--stem", "resnet"], "is a hybrid (ResNet stem) by its table"),
     ],
 )
 def test_bad_arguments_exit_2_before_training(capsys, tmp_path, monkeypatch, argv, message):
@@ -274,4 +276,19 @@ def test_resume_refuses_flags_that_differ_from_the_stored_run(trained, capsys):
     assert (trained / "metrics.json").read_text() == before
     # the original command line with --resume added is the same run: accepted
     assert main([*TRAIN_ARGS, "--seed", "3", *resume, "--quiet"]) == 0
+    assert capsys.readouterr().out.startswith("Test accuracy: ")
+
+
+def test_resume_names_flags_typed_at_their_default_value(trained, capsys):
+    """The run has --seed 3, --batch-size 25 and --no-jit-compile; --seed 0, --batch-size 32
+    and --jit-compile auto are the recipe's defaults, which a comparison with the default
+    configuration cannot see."""
+    resume = ["train", "--run-dir", str(trained), "--resume"]
+    expect_usage_error(capsys, [*resume, "--seed", "0"], "--seed 0 (the run has 3)")
+    expect_usage_error(capsys, [*resume, "--jit-compile", "auto"], "--jit-compile auto (the")
+    expect_usage_error(capsys, [*resume, "--batch-size", "32"], "--batch-size 32 (the run has 25")
+    # a typed flag equal to the stored value (here also the default) is the same run
+    assert main([*resume, "--strategy", "auto", "--quiet"]) == 0
+    # plain --resume (jit_compile "auto" by default) and the invocation's own flags still run
+    assert main([*resume, "--quiet", "--log-every", "epoch"]) == 0
     assert capsys.readouterr().out.startswith("Test accuracy: ")

@@ -83,3 +83,15 @@ def test_a_task_folder_is_reused_only_with_the_same_settings(trained, tmp_path, 
     assert "recipe.learning_rate 0.5 (the folder has 0.01)" in err
     assert "split_seed 1 (the folder has 0)" in err
     assert (run_dir / "digits" / "metrics.json").read_text() == metrics
+
+
+def test_bad_images_is_a_flag_as_in_train_and_reaches_every_task():
+    from keras_vit import transfer_suite
+    from keras_vit.cli.main import build_parser
+
+    parser = build_parser()
+    assert parser.parse_args(["transfer-suite", "m.keras"]).bad_images == "skip"
+    args = parser.parse_args(["transfer-suite", "m.keras", "--bad-images", "fail"])
+    assert args.bad_images == "fail"
+    config = transfer_suite.task_config("digits", "m.keras", bad_images="fail")
+    assert config.bad_images == "fail"

@@ -1,0 +1,20 @@
+"""Root pytest configuration: the names the docstring examples of keras_vit/ take as
+imported (`np`, `keras`), for `--doctest-modules` (pyproject.toml collects keras_vit/ with
+tests/; collecting keras_vit/ imports each of its modules)."""
+
+import os
+
+import pytest
+
+# As tests/conftest.py, for a run that collects keras_vit/ first (`pytest keras_vit`): quiet
+# TensorFlow, and the deterministic precision rule instead of the host probe.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("KERAS_VIT_PRECISION_PROBE", "off")
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _doctest_names(doctest_namespace):
+    import keras
+    import numpy as np
+
+    doctest_namespace.update(np=np, keras=keras)
