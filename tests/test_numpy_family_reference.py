@@ -119,3 +119,63 @@ def test_the_numpy_reference_is_timms_forward_pass(case):
     )
     assert np.abs(got).max() > 1e-2
     np.testing.assert_allclose(got, expected.numpy(), atol=1e-5)
+
+
+def _hf_release_keys(state, num_layers):
+    """transformers' Dinov2WithRegistersModel state dict -> release-style keys."""
+    s = {k: v.detach().numpy().astype(np.float64) for k, v in state.items()}
+    e = "embeddings."
+    out = {
+        "embedding/kernel": s[e + "patch_embeddings.projection.weight"].transpose(2, 3, 1, 0),
+        "embedding/bias": s[e + "patch_embeddings.projection.bias"],
+        "cls": s[e + "cls_token"],
+        "reg": s[e + "register_tokens"],
+        "Transformer/posembed_input/pos_embedding": s[e + "position_embeddings"],
+        "Transformer/encoder_norm/scale": s["layernorm.weight"],
+        "Transformer/encoder_norm/bias": s["layernorm.bias"],
+    }
+    for i in range(num_layers):
+        t, p = f"encoder.layer.{i}.", f"Transformer/encoderblock_{i}/"
+        attention = p + "MultiHeadDotProductAttention_1/"
+        # transformers 5 names them q/k/v/o_proj (4.x: attention.attention.query, ...).
+        for name, hf in (("query", "q"), ("key", "k"), ("value", "v"), ("out", "o")):
+            out[attention + name + "/kernel"] = s[t + f"attention.{hf}_proj.weight"].T
+            out[attention + name + "/bias"] = s[t + f"attention.{hf}_proj.bias"]
+        for norm, name in (("norm1", "LayerNorm_0"), ("norm2", "LayerNorm_2")):
+            out[p + name + "/scale"] = s[t + norm + ".weight"]
+            out[p + name + "/bias"] = s[t + norm + ".bias"]
+        for fc, name in (("fc1", "Dense_0"), ("fc2", "Dense_1")):
+            out[p + "MlpBlock_3/" + name + "/kernel"] = s[t + f"mlp.{fc}.weight"].T
+            out[p + "MlpBlock_3/" + name + "/bias"] = s[t + f"mlp.{fc}.bias"]
+        out[p + "LayerScale_1/scale"] = s[t + "layer_scale1.lambda1"]
+        out[p + "LayerScale_3/scale"] = s[t + "layer_scale2.lambda1"]
+    return out
+
+
+def test_the_numpy_reference_is_hf_dinov2_with_registers():
+    """The contract's token order: the class token has a position row, the registers none
+    (transformers' `Dinov2WithRegistersEmbeddings`); the pooled output is the normalised
+    class token."""
+    transformers = pytest.importorskip("transformers")
+    config = transformers.Dinov2WithRegistersConfig(
+        hidden_size=D,
+        num_hidden_layers=2,
+        num_attention_heads=HEADS,
+        mlp_ratio=2,
+        image_size=2 * PATCH,
+        patch_size=PATCH,
+        num_register_tokens=2,
+        layerscale_value=0.5,
+        hidden_act="gelu",
+        layer_norm_eps=1e-6,
+    )
+    model = _randomise(transformers.Dinov2WithRegistersModel(config), seed=3)
+    images = np.random.default_rng(1).uniform(-1, 1, (2, 2 * PATCH, 2 * PATCH, 3))
+    with torch.no_grad():
+        pixels = torch.tensor(images.transpose(0, 3, 1, 2), dtype=torch.float32)
+        expected = model(pixel_values=pixels).pooler_output.numpy()
+    got = family_forward(
+        _hf_release_keys(model.state_dict(), 2), images, num_heads=HEADS, gelu_approximate=False
+    )
+    assert np.abs(got).max() > 1e-2
+    np.testing.assert_allclose(got, expected, atol=1e-5)
