@@ -258,7 +258,9 @@ def fewshot_from_features(
 def feature_layer_name(model) -> str:
     """The layer whose output is the representation the head reads: "pre_logits" when the
     model has one, else "fc_norm" (final_norm="pooled"), else the pooling ("pool", or the
-    MAP head)."""
+    MAP head). For a distilled model (DeiT) that is the class token alone (`pool`; timm's
+    `forward_head(pre_logits=True)` averages it with the distillation token instead); with
+    register tokens "gap" averages the patch tokens only."""
     names = {layer.name for layer in model.layers}
     for name in FEATURE_LAYERS:
         if name in names:

@@ -92,6 +92,7 @@ def test_each_switch_matches_the_numpy_forward_pass(switch):
     x = images_for(model)
     np.testing.assert_allclose(logits(model, x), _reference(model, x, switches), atol=1e-5)
     assert Architecture.from_model(model).family_kwargs() == _family_of(switches)
+    assert Architecture.from_contents(model_contents(model)).family_kwargs() == _family_of(switches)
 
 
 @st.composite
@@ -123,6 +124,7 @@ def test_drawn_combinations_match_the_numpy_forward_pass(draw):
     x = images_for(model)
     np.testing.assert_allclose(logits(model, x), _reference(model, x, switches), atol=1e-5)
     assert Architecture.from_model(model).family_kwargs() == _family_of(switches)
+    assert Architecture.from_contents(model_contents(model)).family_kwargs() == _family_of(switches)
     keras.backend.clear_session()
 
 

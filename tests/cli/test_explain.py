@@ -198,3 +198,46 @@ def test_a_tiff_image_is_named_as_such(model_file, tmp_path, capsys):
     Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(tiff)
     assert main(["explain", str(model_file), str(tiff), "--out", str(tmp_path / "m.png")]) == 2
     assert "TIFF data; keras_vit decodes PNG, JPEG, BMP, GIF or WebP" in capsys.readouterr().err
+
+
+def test_explain_a_distilled_model_with_registers(photo_png, tmp_path, monkeypatch):
+    """Issue 27: the map of a DeiT-style model with registers covers the patch grid only
+    (4 x 6 here: no distillation or register cells) and is the rollout of the saved model."""
+    import keras
+
+    import keras_vit.visualize
+
+    model = randomize_weights(
+        keras_vit.ViT(
+            image_size=(32, 48),
+            patch_size=8,
+            hidden_dim=16,
+            num_heads=2,
+            mlp_dim=32,
+            num_layers=2,
+            num_classes=10,
+            distilled=True,
+            num_register_tokens=2,
+        ),
+        seed=5,
+    )
+    path = tmp_path / "deit.keras"
+    model.save(path)
+    drawn = []
+
+    def recording_overlay(image, heatmap, *args, **kwargs):
+        drawn.append(np.asarray(heatmap))
+        return overlay_figure(image, heatmap, *args, **kwargs)
+
+    monkeypatch.setattr(keras_vit.visualize, "overlay_figure", recording_overlay)
+    out = tmp_path / "map.png"
+    assert main(["explain", str(path), str(photo_png), "--out", str(out)]) == 0
+    with Image.open(photo_png) as image:
+        batch = preprocess_reference(np.asarray(image.convert("RGB"))[None], (32, 48))
+    loaded = keras.saving.load_model(path)
+    maps = keras_vit.attention_maps(loaded, batch)
+    assert maps[0].shape[-1] == 1 + 1 + 2 + 24
+    (heatmap,) = drawn
+    assert heatmap.shape == (4, 6)
+    rollout = keras_vit.attention_rollout(maps, loaded)[0]
+    assert_outputs_close(heatmap, rollout, atol=1e-4, what="explain heat map")
