@@ -34,6 +34,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import common  # noqa: E402
+import figures  # noqa: E402
 import throughput  # noqa: E402
 import torch_peer  # noqa: E402
 
@@ -269,19 +270,44 @@ def main(argv=None):
     line = host_line(load_before, throughput.load_average(), elapsed)
     text = markdown(line, summaries)
     print(text)
-    payload = {
-        "host": line,
-        "machine": common.host_record(),
-        "config": {k: v for k, v in vars(args).items() if k != "workload_list"},
-        "summaries": summaries,
-        "results": all_records,
-    }
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    common.write_json(args.out + ".json", payload)
+    write(args, line, summaries, all_records, text)
+    return 0
+
+
+def figure_values(summaries) -> dict:
+    """The ratios of each workload as figures (benchmarks/figures.py keys)."""
+    values = {"workloads": len(summaries)}
+    for s in summaries:
+        key = s["workload"].replace("/", "").replace(" ", "_").lower()
+        for name in ("auto_over_best", "ours_over_timm", "ours_over_keras_peer"):
+            if s[name] is not None:
+                values[f"{key}_{name}"] = {"value": round(s[name], 3), "format": "{:.2f}x"}
+    return values
+
+
+def write(args, line, summaries, records, text):
+    """`--out`.json (benchmarks/figures.py's results format, the raw figures beside) and .md."""
+    config = {k: v for k, v in vars(args).items() if k != "workload_list"}
+    figures.write_results(
+        args.out + ".json",
+        figure_values(summaries),
+        command="python benchmarks/issue28_targets.py "
+        + " ".join(a for a in sys.argv[1:] if a != "--worker"),
+        about="issue 28 targets: auto over the fastest keras_vit setting, keras_vit best over "
+        "timm best and over the best Keras peer (B/16 inference, S/16 and Ti/16 training, "
+        "batch 16 at 224)",
+        notes=line,
+        extra={
+            "host": line,
+            "machine_record": common.host_record(),
+            "config": config,
+            "summaries": summaries,
+            "results": records,
+        },
+    )
     with open(args.out + ".md", "w", encoding="utf-8") as handle:
         handle.write(text)
     print(f"wrote {args.out}.json and {args.out}.md")
-    return 0
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ bfloat16 products run at ~1.4x float32, on an Intel Xeon reporting the same flag
 float32 (docs/performance.md). So `keras_vit.precision.choose_precision` measures: the probe
 builds one encoder block of the model's own shape (pre-norm attention + MLP, paper eq. 2-3:
 its `hidden_dim` D, `mlp_dim`, `num_heads` and tokens per image, `model_shape` or
-`shape_from_kwargs`; a batch sized to ~3 GFLOP per step) in plain TensorFlow, and times its
+`shape_from_kwargs`; a batch sized to ~10 GFLOP per step) in plain TensorFlow, and times its
 training step (forward, backward) in each setting of `CANDIDATES`, one step of each in turn,
 rotated, for about `BUDGET_S` seconds after warm-up (XLA compiles first). The figures are
 cached per (CPU model, core count, TensorFlow version, D, mlp_dim, num_heads, tokens) in one
@@ -49,8 +49,11 @@ MIN_ROUNDS, MAX_ROUNDS = 5, 20
 TIE = 0.05
 """The flag rule's setting is kept when it is within 5% of the fastest measured one (the
 probe's own noise on a shared machine)."""
-STEP_GFLOP = 3.0
-"""Target size of one probe step; the batch is chosen to reach it (1 to 16 images)."""
+STEP_GFLOP = 10.0
+"""Target size of one probe step; the batch is chosen to reach it (1 to 16 images). 10
+GFLOP gives Ti/16 a batch of 16 as a training run's: at 5 images (3 GFLOP) the AMX bfloat16
+products of an Intel Xeon tied float32 + XLA in the probe while the batch-16 model ran
+1.2-1.7x faster in bfloat16 (docs/performance.md)."""
 OFF_WORDS = ("off", "0", "false", "no")
 clock = time.perf_counter
 """The probe's clock (seconds); tests replace it with a fake one."""

@@ -296,6 +296,7 @@ def test_probe_shape_defaults_and_given_fields():
     small = precision_probe.probe_shape(64, 49, mlp_dim=128, num_heads=4)
     assert (small["mlp_dim"], small["heads"], small["tokens"], small["batch"]) == (128, 4, 49, 16)
     assert precision_probe.probe_shape(768, 197)["batch"] == 1  # ~8.7 GFLOP per image
+    assert ti["batch"] == 16  # 0.61 GFLOP per image: a training run's batch, not 5
     assert precision_probe.probe_shape(32, 17)["batch"] == 16
     assert precision_probe.probe_shape(96, 17)["heads"] == 1
 
