@@ -363,10 +363,10 @@ def auto_summary(args, results):
     """What `choose_precision` picks for keras_vit (measuring on CPU, as a run does), and how
     it fares against the fastest."""
     from keras_vit import precision
+    from keras_vit.precision_probe import shape_from_kwargs
 
-    arch = common.variant_arch(args.variant)
-    tokens = (args.image_size // arch["patch_size"]) ** 2 + 1
-    choice = precision.choose_precision(arch["hidden_dim"], tokens=tokens)
+    shape = shape_from_kwargs(common.variant_arch(args.variant), args.image_size)
+    choice = precision.choose_precision(shape.pop("hidden_dim"), **shape)
     label = choice.setting
     lines, summary = [f"auto: {choice.describe()}"], {"choice": choice.as_dict(), "modes": {}}
     for mode in sorted({r["mode"] for r in results}):

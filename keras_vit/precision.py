@@ -282,6 +282,8 @@ def choose_precision(
     flags: frozenset[str] | None = None,
     tokens: int | None = None,
     probe: bool | None = None,
+    mlp_dim: int | None = None,
+    num_heads: int | None = None,
 ) -> PrecisionChoice:
     """The dtype policy and XLA setting that run a ViT of width `hidden_dim` fastest here.
 
@@ -297,10 +299,13 @@ def choose_precision(
         mixed_precision: "auto", or a policy of `POLICIES` (None means float32).
         jit_compile: "auto" (or None), True or False.
         flags: the CPU flags for the flag rule (default: `cpu_flags()`, read at run time).
-        tokens: tokens per image of the probe's shape (default 197, a 224 image in 16-pixel
-            patches plus the class token).
+        tokens: tokens per image of the model, the probe's shape (default 197, a 224 image in
+            16-pixel patches plus the class token); `precision_probe.model_shape(model)` or
+            `precision_probe.shape_from_kwargs(kwargs)` give it with `mlp_dim`/`num_heads`.
         probe: measure on CPU (True), never (False), or as `KERAS_VIT_PRECISION_PROBE`
             says (None, the default: on unless it is "off"/"0"/"false").
+        mlp_dim, num_heads: the model's MLP width and heads for the probe block (defaults
+            4 * hidden_dim and hidden_dim / 64).
 
     Returns:
         A `PrecisionChoice`; `choice.describe()` is the line to log.
@@ -326,7 +331,8 @@ def choose_precision(
             reason + ("" if policy == AUTO else f"; {policy} as given") + ", XLA",
         )
     prior = flag_rule(hidden_dim, strategy, policy, jit, cpu_flags() if flags is None else flags)
-    return measured_choice(prior, hidden_dim, strategy, policy, jit, tokens=tokens, probe=probe)
+    shape = {"tokens": tokens, "mlp_dim": mlp_dim, "num_heads": num_heads}
+    return measured_choice(prior, hidden_dim, strategy, policy, jit, shape=shape, probe=probe)
 
 
 def _device_kind(strategy) -> str:
@@ -396,18 +402,14 @@ def flag_rule(hidden_dim, strategy, policy, jit, flags) -> PrecisionChoice:
     return PrecisionChoice(policy, bool(jit), "; ".join(reasons))
 
 
-DEFAULT_TOKENS = 197
-"""Tokens per image the probe assumes when the caller does not say (224 / 16 = 14 x 14
-patches and the class token)."""
-
-
-def measured_choice(prior, hidden_dim, strategy, policy, jit, *, tokens=None, probe=None):
+def measured_choice(prior, hidden_dim, strategy, policy, jit, *, shape=None, probe=None):
     """The CPU choice by measurement (`keras_vit.precision_probe`), or `prior` (the flag
     rule's choice) where there is nothing to measure or probing is off or fails.
 
     Args:
         prior: `flag_rule`'s choice. hidden_dim, strategy, policy, jit: as `flag_rule`.
-        tokens: tokens per image (default `DEFAULT_TOKENS`). probe: as `choose_precision`.
+        shape: {"tokens", "mlp_dim", "num_heads"} of the model (None values: the probe's
+            defaults, `precision_probe.probe_shape`). probe: as `choose_precision`.
 
     Returns:
         A `PrecisionChoice` with `source` "probe" or "cache" and the figures, or `prior`.
@@ -427,7 +429,7 @@ def measured_choice(prior, hidden_dim, strategy, policy, jit, *, tokens=None, pr
         return dataclasses.replace(prior, reason=f"{prior.reason}; flag rule ({why_not})")
     try:
         figures, date, cached = precision_probe.probe_figures(
-            hidden_dim, tokens or DEFAULT_TOKENS, refresh=mode == "refresh"
+            hidden_dim, **(shape or {}), refresh=mode == "refresh"
         )
     except Exception as error:  # the probe must never stop a run
         logger.warning(
@@ -437,7 +439,7 @@ def measured_choice(prior, hidden_dim, strategy, policy, jit, *, tokens=None, pr
     timed = {label: figures[label] for label in candidates if label in figures}
     if len(timed) < 2:
         return prior
-    return _pick(prior, timed, figures, hidden_dim, date, cached, policy, jit)
+    return _pick(prior, timed, figures, hidden_dim, date, cached, policy, jit, shape)
 
 
 def _why_not_measured(mode, hidden_dim, strategy) -> str | None:
@@ -451,7 +453,7 @@ def _why_not_measured(mode, hidden_dim, strategy) -> str | None:
     return None
 
 
-def _pick(prior, timed, figures, hidden_dim, date, cached, policy, jit) -> PrecisionChoice:
+def _pick(prior, timed, figures, hidden_dim, date, cached, policy, jit, shape) -> PrecisionChoice:
     """The fastest of `timed` ({label: ms}), or the prior's setting when within `TIE`."""
     from keras_vit import precision_probe
 
@@ -464,9 +466,9 @@ def _pick(prior, timed, figures, hidden_dim, date, cached, policy, jit) -> Preci
     shown = ", ".join(f"{name} {ms:.1f} ms" for name, ms in figures.items())
     host = f"{precision_probe.cpu_model()}, {precision_probe.core_count()} cores"
     when = f"cached probe of {date}" if cached else "probed now"
-    reasons = [
-        f"CPU {host}; measured ({when}, one block's training step at D {hidden_dim}): {shown}"
-    ]
+    block = precision_probe.probe_shape(hidden_dim, **(shape or {}))
+    at = f"D {hidden_dim}, MLP {block['mlp_dim']}, {block['heads']} heads, {block['tokens']} tokens"
+    reasons = [f"CPU {host}; measured ({when}, one block's training step at {at}): {shown}"]
     runner_up = sorted(timed, key=timed.get)[1] if len(timed) > 1 else None
     if keep_prior and label != fastest:
         reasons.append(f"{label} within {precision_probe.TIE:.0%} of the fastest ({fastest}): kept")

@@ -3,12 +3,13 @@
 CPUs differ in ways their flags do not tell: on one AMD EPYC with `avx512_bf16` TensorFlow's
 bfloat16 products run at ~1.4x float32, on an Intel Xeon reporting the same flag at half of
 float32 (docs/performance.md). So `keras_vit.precision.choose_precision` measures: the probe
-builds one encoder block of the model's shape (pre-norm attention + MLP, paper eq. 2-3;
-`hidden_dim` D, MLP 4D, heads D/64, `tokens` tokens, a batch sized to ~3 GFLOP per step) in
-plain TensorFlow, and times its training step (forward, backward) in each setting of
-`CANDIDATES`, one step of each in turn, rotated, for about `BUDGET_S` seconds after warm-up
-(XLA compiles first). The figures are cached per (CPU model, core count, TensorFlow version,
-width, token bucket) in one JSON file, so the probe runs once per host and shape class.
+builds one encoder block of the model's own shape (pre-norm attention + MLP, paper eq. 2-3:
+its `hidden_dim` D, `mlp_dim`, `num_heads` and tokens per image, `model_shape` or
+`shape_from_kwargs`; a batch sized to ~10 GFLOP per step) in plain TensorFlow, and times its
+training step (forward, backward) in each setting of `CANDIDATES`, one step of each in turn,
+rotated, for about `BUDGET_S` seconds after warm-up (XLA compiles first). The figures are
+cached per (CPU model, core count, TensorFlow version, D, mlp_dim, num_heads, tokens) in one
+JSON file, so the probe runs once per host and model shape.
 
 Cache: `$KERAS_VIT_CACHE_DIR/precision_probe.json`, else
 `$XDG_CACHE_HOME/keras_vit/precision_probe.json`, else `~/.cache/keras_vit/...`. Delete the
@@ -24,7 +25,6 @@ import json
 import logging
 import os
 import platform
-import statistics
 import time
 
 from keras_vit import _atomic
@@ -37,15 +37,23 @@ bfloat16 units (measured slower than both float32 settings), so bfloat16 + XLA i
 PROBE_ENV = "KERAS_VIT_PRECISION_PROBE"
 CACHE_ENV = "KERAS_VIT_CACHE_DIR"
 CACHE_FILE = "precision_probe.json"
-CACHE_VERSION = 1
-BUDGET_S = 1.5
+CACHE_VERSION = 2
+"""2: the key holds the model's mlp_dim, num_heads and exact token count (1: D and a token
+power-of-two bucket, MLP 4D and heads D/64 assumed)."""
+DEFAULT_TOKENS = 197
+"""Tokens per image when the caller does not say (224 / 16 = 14 x 14 patches and the class
+token)."""
+BUDGET_S = 2.0
 """Seconds of timed rounds (after the warm-up) of one probe."""
-MIN_ROUNDS, MAX_ROUNDS = 3, 15
+MIN_ROUNDS, MAX_ROUNDS = 5, 20
 TIE = 0.05
 """The flag rule's setting is kept when it is within 5% of the fastest measured one (the
 probe's own noise on a shared machine)."""
-STEP_GFLOP = 3.0
-"""Target size of one probe step; the batch is chosen to reach it (1 to 16 images)."""
+STEP_GFLOP = 10.0
+"""Target size of one probe step; the batch is chosen to reach it (1 to 16 images). 10
+GFLOP gives Ti/16 a batch of 16 as a training run's: at 5 images (3 GFLOP) the AMX bfloat16
+products of an Intel Xeon tied float32 + XLA in the probe while the batch-16 model ran
+1.2-1.7x faster in bfloat16 (docs/performance.md)."""
 OFF_WORDS = ("off", "0", "false", "no")
 clock = time.perf_counter
 """The probe's clock (seconds); tests replace it with a fake one."""
@@ -95,13 +103,70 @@ def core_count() -> int:
         return os.cpu_count() or 1
 
 
-def token_bucket(tokens: int) -> int:
-    """`tokens` rounded up to a power of two (197 -> 256): the shape class of the cache."""
-    return 1 << max(0, int(tokens) - 1).bit_length()
+def model_shape(model) -> dict | None:
+    """{"hidden_dim", "mlp_dim", "num_heads", "tokens"} of a built keras_vit model: the width
+    of its `embedding` layer, the first encoder block's `mlp_dim` and `num_heads`, and the
+    tokens that block receives (None when the input size is dynamic). None when the model
+    has no such layers."""
+    try:
+        hidden_dim = int(model.get_layer("embedding").hidden_dim)
+        block = model.get_layer("encoderblock_0")
+        mlp_dim, num_heads = int(block.mlp_dim), int(block.num_heads)
+    except (ValueError, AttributeError, TypeError):
+        return None
+    try:
+        tokens = block.input.shape[1]
+    except (AttributeError, ValueError, IndexError):
+        tokens = None
+    return {
+        "hidden_dim": hidden_dim,
+        "mlp_dim": mlp_dim,
+        "num_heads": num_heads,
+        "tokens": int(tokens) if tokens else None,
+    }
 
 
-def host_key(hidden_dim: int, tokens: int, *, tf_version: str | None = None) -> dict:
-    """What the cached figures depend on: CPU model, cores, TensorFlow, width, token bucket."""
+def tokens_per_image(image_size, patch_size, *, class_token=False, stem_stride=1, extra=0):
+    """Tokens an encoder block sees: (H / (stem_stride * patch)) * (W / ...), plus one for
+    the class token and `extra` (register tokens). `image_size`/`patch_size`: int or (h, w)."""
+    size = (image_size, image_size) if isinstance(image_size, int) else tuple(image_size)
+    patch = (patch_size, patch_size) if isinstance(patch_size, int) else tuple(patch_size)
+    grid = [int(s) // (int(p) * int(stem_stride)) for s, p in zip(size, patch, strict=True)]
+    return grid[0] * grid[1] + int(bool(class_token)) + int(extra)
+
+
+def shape_from_kwargs(kwargs: dict, image_size=None) -> dict:
+    """The probe shape fields of a model from its builder keyword arguments (`keras_vit.ViT`
+    or `keras_vit.HybridViT`: `hidden_dim`, `mlp_dim`, `num_heads`, `patch_size`, `pooling`,
+    `resnet_stages` for a hybrid, `num_registers` where given), at `image_size` (default
+    `kwargs["image_size"]`)."""
+    from keras_vit.configs import resnet_total_stride
+
+    image_size = kwargs.get("image_size") if image_size is None else image_size
+    stride = 1
+    if "resnet_stages" in kwargs:  # a hybrid; None: HybridViT's default R50 stages
+        stages = kwargs["resnet_stages"]
+        stride = resnet_total_stride((3, 4, 9) if stages is None else stages)
+    tokens = None
+    if image_size is not None:
+        tokens = tokens_per_image(
+            image_size,
+            kwargs.get("patch_size", 16),
+            class_token=kwargs.get("pooling", "token") == "token",
+            stem_stride=stride,
+            extra=kwargs.get("num_registers") or 0,
+        )
+    return {
+        "hidden_dim": int(kwargs["hidden_dim"]),
+        "mlp_dim": int(kwargs.get("mlp_dim") or 4 * int(kwargs["hidden_dim"])),
+        "num_heads": int(kwargs.get("num_heads") or max(1, int(kwargs["hidden_dim"]) // 64)),
+        "tokens": tokens,
+    }
+
+
+def host_key(shape: dict, *, tf_version: str | None = None) -> dict:
+    """What the cached figures depend on: CPU model, cores, TensorFlow, and the probe
+    `shape`'s hidden_dim, mlp_dim, heads and tokens (`probe_shape`)."""
     if tf_version is None:
         import tensorflow as tf
 
@@ -110,8 +175,10 @@ def host_key(hidden_dim: int, tokens: int, *, tf_version: str | None = None) -> 
         "cpu": cpu_model(),
         "cores": core_count(),
         "tensorflow": tf_version,
-        "hidden_dim": int(hidden_dim),
-        "tokens": token_bucket(tokens),
+        "hidden_dim": int(shape["hidden_dim"]),
+        "mlp_dim": int(shape["mlp_dim"]),
+        "num_heads": int(shape["heads"]),
+        "tokens": int(shape["tokens"]),
     }
 
 
@@ -156,17 +223,23 @@ def write_cache(path: str, entries: dict) -> None:
         logger.warning("Could not write the precision probe cache %s: %s", path, error)
 
 
-def probe_shape(hidden_dim: int, tokens: int) -> dict:
-    """The probe block's shape: D, MLP 4D, heads D/64 (at least 1, dividing D), tokens, and
-    a batch of 1-16 images that makes one training step ~`STEP_GFLOP`."""
+def probe_shape(hidden_dim: int, tokens: int | None = None, mlp_dim=None, num_heads=None) -> dict:
+    """The probe block's shape: the model's D, `mlp_dim` (default 4D), `num_heads` (default
+    D/64, at least 1, dividing D) and `tokens` (default `DEFAULT_TOKENS`), and a batch of
+    1-16 images that makes one training step ~`STEP_GFLOP`."""
     d = int(hidden_dim)
-    heads = max(1, d // 64)
-    while d % heads:
-        heads -= 1
-    macs = 4 * tokens * d * d + 2 * tokens * tokens * d + 2 * tokens * d * 4 * d
+    n = int(tokens or DEFAULT_TOKENS)
+    m = int(mlp_dim or 4 * d)
+    if num_heads:
+        heads = int(num_heads)
+    else:
+        heads = max(1, d // 64)
+        while d % heads:
+            heads -= 1
+    macs = 4 * n * d * d + 2 * n * n * d + 2 * n * d * m
     per_image_gflop = 3 * 2 * macs / 1e9  # forward + backward
     batch = int(min(16, max(1, round(STEP_GFLOP / per_image_gflop))))
-    return {"hidden_dim": d, "mlp_dim": 4 * d, "heads": heads, "tokens": tokens, "batch": batch}
+    return {"hidden_dim": d, "mlp_dim": m, "heads": heads, "tokens": n, "batch": batch}
 
 
 def block_step(shape: dict, policy: str, xla: bool):
@@ -206,12 +279,16 @@ def block_step(shape: dict, policy: str, xla: bool):
 
 
 def measure(steps: dict, *, timer=None, budget_s: float = BUDGET_S) -> dict:
-    """Median seconds per call of each of `steps` ({label: no-argument function}).
+    """The fastest seconds per call of each of `steps` ({label: no-argument function}).
 
     Each is called once untimed (tracing, XLA compilation); then rounds call each once, in
     an order rotated every round, until `budget_s` of timed rounds (at least `MIN_ROUNDS`,
     at most `MAX_ROUNDS`), so that the load of a shared machine hits every setting alike.
-    `timer` is a clock in seconds (default: the module's `clock`).
+    The figure of a setting is its fastest call, not the median: other processes only ever
+    add time to a call, and on a shared 2-core host the median of a 1.5 s probe swung the
+    choice between runs (Ti/16 on an Intel Xeon with AMX: float32+xla 75 / bfloat16 80 ms
+    in one probe, 62 / 43 ms in another; docs/performance.md). `timer` is a clock in seconds
+    (default: the module's `clock`).
     """
     timer = timer or clock
     labels = list(steps)
@@ -227,23 +304,34 @@ def measure(steps: dict, *, timer=None, budget_s: float = BUDGET_S) -> dict:
             times[label].append(timer() - before)
         if index + 1 >= MIN_ROUNDS and timer() - start >= budget_s:
             break
-    return {label: statistics.median(values) for label, values in times.items()}
+    return {label: min(values) for label, values in times.items()}
 
 
-def probe_figures(hidden_dim, tokens, *, refresh=False, make_step=None, timer=None):
+def probe_figures(
+    hidden_dim,
+    tokens=None,
+    *,
+    mlp_dim=None,
+    num_heads=None,
+    refresh=False,
+    make_step=None,
+    timer=None,
+):
     """(milliseconds per probe step by setting label, the cache entry's date, cached?).
 
-    Reads the cache; on a miss (or `refresh`) measures `CANDIDATES` with `make_step(shape,
-    policy, xla)` (default `block_step`) and stores the figures with their key and date.
+    The probe block has the model's shape (`probe_shape(hidden_dim, tokens, mlp_dim,
+    num_heads)`). Reads the cache; on a miss (or `refresh`) measures `CANDIDATES` with
+    `make_step(shape, policy, xla)` (default `block_step`) and stores the figures with their
+    key and date.
     """
     make_step = make_step or block_step
-    key = host_key(hidden_dim, tokens)
+    shape = probe_shape(hidden_dim, tokens, mlp_dim, num_heads)
+    key = host_key(shape)
     path = cache_path()
     entries = read_cache(path)
     entry = entries.get(key_text(key))
     if entry is not None and not refresh:
         return entry["figures"], entry.get("date"), True
-    shape = probe_shape(hidden_dim, tokens)
     steps = {setting_label(p, x): make_step(shape, p, x) for p, x in CANDIDATES}
     seconds = measure(steps, timer=timer)
     figures = {label: round(1000.0 * value, 3) for label, value in seconds.items()}

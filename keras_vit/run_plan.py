@@ -248,7 +248,7 @@ def plan_run(config: RunConfig, strategy) -> RunPlan:
             f"The batch size {recipe.batch_size} is larger than the {num_train} training "
             f"images of {info.name!r} ({train_split}); choose a smaller --batch-size."
         )
-    precision = choose_run_precision(config, model_kwargs["hidden_dim"], strategy)
+    precision = choose_run_precision(config, model_kwargs, strategy, image_size)
     return RunPlan(
         config=config,
         info=info,
@@ -350,15 +350,20 @@ def _split_counter(config: RunConfig):
     return count
 
 
-def choose_run_precision(config: RunConfig, hidden_dim, strategy):
+def choose_run_precision(config: RunConfig, model_kwargs: dict, strategy, image_size=None):
     """The run's `PrecisionChoice`: its `mixed_precision` and recipe `jit_compile`, "auto"
-    resolved by `keras_vit.distribute.choose_precision` for the device and the width."""
+    resolved by `keras_vit.distribute.choose_precision` for the device and the model's shape
+    (width, MLP width, heads and tokens of `model_kwargs` at `image_size`)."""
+    from keras_vit.precision_probe import shape_from_kwargs
+
+    shape = shape_from_kwargs(model_kwargs, image_size)
     try:
         return distribute.choose_precision(
-            hidden_dim,
+            shape.pop("hidden_dim"),
             strategy=strategy,
             mixed_precision=config.mixed_precision,
             jit_compile=config.recipe.jit_compile,
+            **shape,
         )
     except ValueError as error:
         raise ConfigError(str(error)) from None

@@ -274,11 +274,18 @@ def _resolved_jit_compile(config) -> bool:
     if config.jit_compile not in ("auto", None):
         return bool(config.jit_compile)
     from keras_vit import distribute
+    from keras_vit.precision_probe import shape_from_kwargs
 
+    hidden_dim = getattr(config, "hidden_dim", None)
+    shape = {}
+    if hidden_dim is not None and hasattr(config, "model_kwargs"):
+        shape = shape_from_kwargs(config.model_kwargs(1, 1))
+        del shape["hidden_dim"]
     return distribute.choose_precision(
-        getattr(config, "hidden_dim", None),
+        hidden_dim,
         mixed_precision=keras.config.dtype_policy().name,
         jit_compile="auto",
+        **shape,
     ).jit_compile
 
 

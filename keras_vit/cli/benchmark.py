@@ -170,11 +170,14 @@ def run(args):
     import keras
 
     from keras_vit import distribute
+    from keras_vit.precision_probe import shape_from_kwargs
 
+    shape = shape_from_kwargs(variant_arch(args.model), args.image_size)
     choice = distribute.choose_precision(
-        variant_arch(args.model)["hidden_dim"],
+        shape.pop("hidden_dim"),
         mixed_precision=args.mixed_precision,
         jit_compile=args.jit_compile,
+        **shape,
     )
     chatty = progress.output_mode(args) != "quiet"
     if chatty:

@@ -19,11 +19,16 @@ logger = logging.getLogger(__name__)
 def choose_precision(args, model):
     """The `PrecisionChoice` of --mixed-precision/--jit-compile for a loaded `model`; logs it."""
     from keras_vit import distribute
+    from keras_vit.precision_probe import model_shape
 
+    shape = model_shape(model) or {}
     choice = distribute.choose_precision(
         distribute.model_width(model),
         mixed_precision=args.mixed_precision,
         jit_compile=args.jit_compile,
+        tokens=shape.get("tokens"),
+        mlp_dim=shape.get("mlp_dim"),
+        num_heads=shape.get("num_heads"),
     )
     logger.info("Precision: %s", choice.describe())
     return choice

@@ -1,0 +1,314 @@
+"""The speed targets of issue 28 in one run: B/16 inference, S/16 and Ti/16 training steps.
+
+For each workload (batch 16 at 224) every point runs in its own process (the workers of
+benchmarks/throughput.py): keras_vit at float32, float32+XLA, mixed_bfloat16 and
+mixed_bfloat16+XLA; timm at float32, bfloat16 autocast and torch.compile (`--torch-python`,
+skipped with the reason when torch/timm do not import there); the Keras peers keras-hub and
+vit-keras at float32+XLA and mixed_bfloat16 (skipped with the reason when not installed); and
+the GEMM roof of TensorFlow and of torch. All points of a workload start together, then the
+parent asks each for one timed repeat per round, the order rotated every round, so that the
+load of the machine hits every point alike. Rounds stop at `--repeats` or when the
+workload's share of `--budget-s` is spent (at least one round). After the rounds, "auto"
+(`keras_vit.precision.choose_precision`, measuring with a fresh probe unless
+`--keep-probe-cache`) is asked which setting it picks for the model's shape.
+
+The table gives the ratios the targets need: auto over the fastest keras_vit setting
+(target >= 0.90), keras_vit's best over timm's best and over the best Keras peer (>= 1.20).
+Every figure is written with the host (CPU model, bfloat16 units, cores, load average) to
+`--out` (.json and .md).
+
+    python benchmarks/issue28_targets.py --torch-python /path/to/torch/python
+    python benchmarks/issue28_targets.py --quick   # one round, fewer points: a smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import common  # noqa: E402
+import figures  # noqa: E402
+import throughput  # noqa: E402
+import torch_peer  # noqa: E402
+
+WORKLOADS = (("B/16", "infer"), ("S/16", "train"), ("Ti/16", "train"))
+KERAS_VIT_SETTINGS = ("float32", "float32+xla", "mixed_bfloat16", "mixed_bfloat16+xla")
+PEER_SETTINGS = ("float32+xla", "mixed_bfloat16")
+PEERS = ("keras_hub", "vit_keras")
+TIMM_SETTINGS = ("float32", "bfloat16_autocast", "float32+compile")
+AUTO_TARGET, PEER_TARGET = 0.90, 1.20
+DEFAULT_OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "issue28")
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--torch-python", default=sys.executable, help="interpreter with timm")
+    parser.add_argument("--python", default=sys.executable, help="interpreter of keras_vit")
+    parser.add_argument("--repeats", type=int, default=3, help="rounds per workload (3)")
+    parser.add_argument("--steps", type=int, default=1, help="steps per timed repeat (1)")
+    parser.add_argument("--budget-s", type=float, default=420.0, help="seconds for all (420)")
+    parser.add_argument("--gemm-sizes", default="1024,2048", help="GEMM roof sizes")
+    parser.add_argument("--workloads", default=",".join(f"{v}:{m}" for v, m in WORKLOADS))
+    parser.add_argument("--keep-probe-cache", action="store_true", help="auto from the cache")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="smoke run: one round, no torch.compile, keras_vit's float32+xla and "
+        "mixed_bfloat16 and one peer setting only",
+    )
+    parser.add_argument("--out", default=DEFAULT_OUT, help="path without suffix (.json, .md)")
+    args = parser.parse_args(argv)
+    args.workload_list = [tuple(w.split(":")) for w in args.workloads.split(",") if w]
+    if args.quick:
+        args.repeats = 1
+    return args
+
+
+def point_names(args, mode):
+    """The worker names of one workload (throughput.py's spelling)."""
+    ours = ("float32+xla", "mixed_bfloat16") if args.quick else KERAS_VIT_SETTINGS
+    peers = PEER_SETTINGS[:1] if args.quick else PEER_SETTINGS
+    timm = TIMM_SETTINGS[:2] if args.quick else TIMM_SETTINGS
+    names = [throughput.worker_name("keras_vit", mode, *common.parse_setting(s)) for s in ours]
+    for peer in PEERS:
+        if skip_reason(args.python, peer) is None:
+            names += [throughput.worker_name(peer, mode, *common.parse_setting(s)) for s in peers]
+    if skip_reason(args.torch_python, "timm") is None:
+        names += [
+            f"timm:{mode}:{policy}:{compiler}"
+            for policy, compiler in map(torch_peer.parse_timm_setting, timm)
+        ]
+        names.append(throughput.GEMM_TORCH)
+    return names + [throughput.GEMM]
+
+
+_SKIPS = {}
+
+
+def skip_reason(python, framework):
+    """None when `framework` imports in `python`, else the reason (printed once)."""
+    module = {"timm": "timm, torch", "keras_hub": "keras_hub", "vit_keras": "vit_keras"}
+    key = (python, framework)
+    if key not in _SKIPS:
+        code = f"import {module[framework]}"
+        done = subprocess.run([python, "-c", code], capture_output=True, text=True)
+        last = (done.stderr.strip().splitlines() or ["failed"])[-1]
+        _SKIPS[key] = None if done.returncode == 0 else f"not installed for {python}: {last}"
+        if _SKIPS[key]:
+            print(f"skipping {framework}: {_SKIPS[key]}", flush=True)
+    return _SKIPS[key]
+
+
+def worker_args(args, variant):
+    """The namespace throughput.py's `worker_argv` reads."""
+    return argparse.Namespace(
+        variant=variant,
+        image_size=224,
+        batch_size=16,
+        steps=args.steps,
+        warmup=1,
+        gemm_sizes=args.gemm_sizes,
+        threads=0,
+        python=args.python,
+        torch_python=args.torch_python,
+    )
+
+
+def run_rounds(workers, repeats, deadline):
+    """Up to `repeats` rounds (at least one), rotated; stops at `deadline` (perf_counter)."""
+    names = list(workers)
+    payloads = {name: [] for name in names}
+    for index in range(repeats):
+        shift = index % len(names)
+        for name in names[shift:] + names[:shift]:
+            payloads[name].append(workers[name].request("run"))
+        print(f"  round {index + 1}/{repeats} done", flush=True)
+        if time.perf_counter() > deadline:
+            break
+    return payloads
+
+
+def time_workload(args, variant, mode, deadline):
+    """{name: [payloads]}, ready records and peak RSS of one workload's points."""
+    wargs = worker_args(args, variant)
+    workers, ready = throughput.start_workers(wargs, point_names(args, mode))
+    try:
+        payloads = run_rounds(workers, args.repeats, deadline)
+        peaks = {name: workers[name].request("rss")["peak_rss_mb"] for name in workers}
+    finally:
+        throughput.finish_workers(workers)
+    return payloads, ready, peaks
+
+
+def auto_setting(variant, refresh):
+    """What "auto" picks for the variant's shape (a fresh probe when `refresh`)."""
+    from keras_vit import precision
+    from keras_vit.precision_probe import shape_from_kwargs
+
+    shape = shape_from_kwargs(common.variant_arch(variant), 224)
+    if refresh:
+        os.environ["KERAS_VIT_PRECISION_PROBE"] = "refresh"
+    try:
+        choice = precision.choose_precision(shape.pop("hidden_dim"), **shape)
+    finally:
+        os.environ.pop("KERAS_VIT_PRECISION_PROBE", None)
+    return choice
+
+
+def summarise(variant, mode, records, roofs, choice):
+    """The target ratios of one workload from its records."""
+    rate = {(r["framework"], r["setting"]): r["images_per_s"] for r in records}
+    best = {}
+    for (framework, setting), value in rate.items():
+        if framework not in best or value > best[framework][1]:
+            best[framework] = (setting, value)
+    ours = best.get("keras_vit")
+    auto = rate.get(("keras_vit", choice.setting))
+    peers = [best[p] + (p,) for p in PEERS if p in best]
+    best_peer = max(peers, key=lambda item: item[1]) if peers else None
+    timm = best.get("timm")
+    return {
+        "workload": f"{variant} {mode}",
+        "keras_vit": {s: v for (f, s), v in rate.items() if f == "keras_vit"},
+        "timm": {s: v for (f, s), v in rate.items() if f == "timm"},
+        "keras_peers": {f"{f} {s}": v for (f, s), v in rate.items() if f in PEERS},
+        "best": {f: {"setting": s, "images_per_s": v} for f, (s, v) in best.items()},
+        "auto": {"setting": choice.setting, "images_per_s": auto, "reason": choice.reason},
+        "auto_over_best": auto / ours[1] if auto and ours else None,
+        "ours_over_timm": ours[1] / timm[1] if ours and timm else None,
+        "ours_over_keras_peer": ours[1] / best_peer[1] if ours and best_peer else None,
+        "best_keras_peer": f"{best_peer[2]} {best_peer[0]}" if best_peer else None,
+        "roof_gflops": roofs,
+    }
+
+
+def measure(args, variant, mode, deadline):
+    print(f"{variant} {mode}: starting the points", flush=True)
+    payloads, ready, peaks = time_workload(args, variant, mode, deadline)
+    roofs = {
+        throughput.ROOF_NAMES[kind]: max(p["gemm_gflops"] for p in payloads.pop(kind))
+        for kind in (throughput.GEMM, throughput.GEMM_TORCH)
+        if payloads.get(kind)
+    }
+    records = [
+        throughput.record_of(
+            name, mode, [p["images_per_s"] for p in runs], ready[name], peaks[name]
+        )
+        for name, runs in payloads.items()
+    ]
+    common.add_derived(records, variant, 224, max(roofs.values()) if roofs else None)
+    choice = auto_setting(variant, refresh=not args.keep_probe_cache)
+    return records, summarise(variant, mode, records, roofs, choice)
+
+
+def ratio(value, target=None):
+    if value is None:
+        return "-"
+    mark = "" if target is None else (" (met)" if value >= target else " (NOT met)")
+    return f"{value:.2f}x{mark}"
+
+
+def markdown(host_line, summaries):
+    lines = [f"Host: {host_line}", ""]
+    lines.append(
+        "| workload | keras_vit img/s by setting | auto | auto/best | timm best | "
+        "ours/timm | best Keras peer | ours/peer | roof GFLOP/s |"
+    )
+    lines.append("|---|---|---|---|---|---|---|---|---|")
+    for s in summaries:
+        ours = ", ".join(f"{k} {v:.2f}" for k, v in s["keras_vit"].items())
+        timm = s["best"].get("timm")
+        timm_text = f"{timm['setting']} {timm['images_per_s']:.2f}" if timm else "-"
+        peer = s["best_keras_peer"]
+        peer_text = f"{peer} {s['keras_peers'][peer]:.2f}" if peer else "-"
+        roofs = ", ".join(f"{k} {v:.0f}" for k, v in s["roof_gflops"].items())
+        cells = [
+            s["workload"],
+            ours,
+            s["auto"]["setting"],
+            ratio(s["auto_over_best"], AUTO_TARGET),
+            timm_text,
+            ratio(s["ours_over_timm"], PEER_TARGET),
+            peer_text,
+            ratio(s["ours_over_keras_peer"], PEER_TARGET),
+            roofs,
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def host_line(load_before, load_after, elapsed):
+    host = common.host_record()
+    return (
+        f"{host['cpu']}, {host['cores']} cores, bfloat16 units: "
+        f"{', '.join(host['bfloat16_flags']) or 'none'}; {platform.platform()}; "
+        f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; load average "
+        f"{load_before} before, {load_after} after; {elapsed:.0f} s"
+    )
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    start = time.perf_counter()
+    load_before = throughput.load_average()
+    share = args.budget_s / len(args.workload_list)
+    all_records, summaries = [], []
+    for index, (variant, mode) in enumerate(args.workload_list):
+        deadline = start + share * (index + 1)
+        records, summary = measure(args, variant, mode, deadline)
+        all_records += records
+        summaries.append(summary)
+        print(f"  {summary['workload']}: {time.perf_counter() - start:.0f} s so far", flush=True)
+    elapsed = time.perf_counter() - start
+    line = host_line(load_before, throughput.load_average(), elapsed)
+    text = markdown(line, summaries)
+    print(text)
+    write(args, line, summaries, all_records, text)
+    return 0
+
+
+def figure_values(summaries) -> dict:
+    """The ratios of each workload as figures (benchmarks/figures.py keys)."""
+    values = {"workloads": len(summaries)}
+    for s in summaries:
+        key = s["workload"].replace("/", "").replace(" ", "_").lower()
+        for name in ("auto_over_best", "ours_over_timm", "ours_over_keras_peer"):
+            if s[name] is not None:
+                values[f"{key}_{name}"] = {"value": round(s[name], 3), "format": "{:.2f}x"}
+    return values
+
+
+def write(args, line, summaries, records, text):
+    """`--out`.json (benchmarks/figures.py's results format, the raw figures beside) and .md."""
+    config = {k: v for k, v in vars(args).items() if k != "workload_list"}
+    figures.write_results(
+        args.out + ".json",
+        figure_values(summaries),
+        command="python benchmarks/issue28_targets.py "
+        + " ".join(a for a in sys.argv[1:] if a != "--worker"),
+        about="issue 28 targets: auto over the fastest keras_vit setting, keras_vit best over "
+        "timm best and over the best Keras peer (B/16 inference, S/16 and Ti/16 training, "
+        "batch 16 at 224)",
+        notes=line,
+        extra={
+            "host": line,
+            "machine_record": common.host_record(),
+            "config": config,
+            "summaries": summaries,
+            "results": records,
+        },
+    )
+    with open(args.out + ".md", "w", encoding="utf-8") as handle:
+        handle.write(text)
+    print(f"wrote {args.out}.json and {args.out}.md")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
