@@ -138,7 +138,9 @@ def builder_for(name: str):
 
 def _file_defaults(arch, args, pixels_per_token):
     """Builder arguments taken from the file unless given on the command line."""
-    kwargs = _with_flags({**arch.pooling_kwargs(), **arch.head_kwargs(), **arch.family_kwargs()}, args)
+    kwargs = _with_flags(
+        {**arch.pooling_kwargs(), **arch.head_kwargs(), **arch.family_kwargs()}, args
+    )
     if args.image_size is None and arch.num_patch_tokens is not None and pixels_per_token:
         if arch.grid is None:
             raise UsageError(
