@@ -14,51 +14,52 @@ names.
 - `load_weights_argument(model, weights)`: what the builders' `weights=` does.
 - `PUBLISHED_CHECKPOINTS` and `resolve_checkpoint(name)`: the release's files in the
   `vit_models` bucket, fetched with `keras.utils.get_file` into the Keras cache.
+
+The names are imported on first use (PEP 562 module `__getattr__`), so that reading the
+table of formats (`keras-vit convert --help`) does not start TensorFlow.
 """
 
-from keras_vit.checkpoints.contents import CheckpointContents
-from keras_vit.checkpoints.detect import UnsupportedCheckpointError, detect_format
-from keras_vit.checkpoints.format_table import FORMAT_TABLE, CheckpointFormat
-from keras_vit.checkpoints.formats import model_contents, read_checkpoint, write_checkpoint
-from keras_vit.checkpoints.loading import (
-    LoadReport,
-    SaveReport,
-    load_checkpoint,
-    load_npz,
-    load_weights,
-    load_weights_argument,
-    save_npz,
-)
-from keras_vit.checkpoints.naming import NAMING_RULES, NamingRule, official_variables
-from keras_vit.checkpoints.npz_io import CheckpointError, read_npz
-from keras_vit.checkpoints.registry import (
-    PUBLISHED_CHECKPOINTS,
-    PublishedCheckpoint,
-    resolve_checkpoint,
-)
+from __future__ import annotations
 
-__all__ = [
-    "FORMAT_TABLE",
-    "CheckpointFormat",
-    "load_weights",
-    "NAMING_RULES",
-    "PUBLISHED_CHECKPOINTS",
-    "CheckpointContents",
-    "CheckpointError",
-    "UnsupportedCheckpointError",
-    "detect_format",
-    "load_checkpoint",
-    "model_contents",
-    "read_checkpoint",
-    "write_checkpoint",
-    "LoadReport",
-    "NamingRule",
-    "PublishedCheckpoint",
-    "SaveReport",
-    "load_npz",
-    "load_weights_argument",
-    "official_variables",
-    "read_npz",
-    "resolve_checkpoint",
-    "save_npz",
-]
+import importlib
+
+# public name -> the module of keras_vit.checkpoints that defines it
+_EXPORTS = {
+    "CheckpointContents": "contents",
+    "UnsupportedCheckpointError": "detect",
+    "detect_format": "detect",
+    "FORMAT_TABLE": "format_table",
+    "CheckpointFormat": "format_table",
+    "model_contents": "formats",
+    "read_checkpoint": "formats",
+    "write_checkpoint": "formats",
+    "LoadReport": "loading",
+    "SaveReport": "loading",
+    "load_checkpoint": "loading",
+    "load_npz": "loading",
+    "load_weights": "loading",
+    "load_weights_argument": "loading",
+    "save_npz": "loading",
+    "NAMING_RULES": "naming",
+    "NamingRule": "naming",
+    "official_variables": "naming",
+    "CheckpointError": "npz_io",
+    "read_npz": "npz_io",
+    "PUBLISHED_CHECKPOINTS": "registry",
+    "PublishedCheckpoint": "registry",
+    "resolve_checkpoint": "registry",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'keras_vit.checkpoints' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+    globals()[name] = value  # later look-ups skip __getattr__
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_EXPORTS))

@@ -18,11 +18,11 @@ import dataclasses
 from collections.abc import Callable
 
 from keras_vit import layer_names as names
-from keras_vit.checkpoints import hf_io, timm_io
-from keras_vit.checkpoints.architecture import Architecture
-from keras_vit.checkpoints.model_io import read_keras
-from keras_vit.checkpoints.npz_io import CheckpointError
-from keras_vit.checkpoints.release_io import read_release_npz, write_release_npz
+from keras_vit.checkpoints import hf_files
+from keras_vit.checkpoints.errors import CheckpointError
+
+# The table imports no reader, writer or Keras at import time (each is imported on its
+# first call), so `keras-vit convert --help` lists the formats without starting TensorFlow.
 
 ANY = "any"
 # option -> (what it means, the values a model can take). Values of "channels" are ints.
@@ -88,11 +88,12 @@ class CheckpointFormat:
         recognised_by: how detection recognises it (prose, for docs).
         recognise: `Probe -> bool`.
         reader: `(path, ReadOptions) -> CheckpointContents`.
-        writer: `(path, CheckpointContents) -> ...`, or None (read only; `.keras`: a
-            model's `save`).
+        writer: `(path, CheckpointContents) -> ...`, or None (read only, or written by a
+            model's `save`: see `from_model`).
         suffix: the default file suffix ("" for a folder).
         expresses: `{option: values}` (`ANY` for every value) of the options in `OPTIONS`.
         reads: other things it holds, for docs: `{what: how}`.
+        from_model: written by a built model's own `save` (`.keras`), not from arrays.
     """
 
     name: str
@@ -104,6 +105,12 @@ class CheckpointFormat:
     suffix: str
     expresses: dict
     reads: dict = dataclasses.field(default_factory=dict)
+    from_model: bool = False
+
+    @property
+    def writable(self) -> bool:
+        """True when `keras-vit convert` can write it (from arrays, or through a model)."""
+        return self.writer is not None or self.from_model
 
     def can_express(self, option: str, value) -> bool:
         allowed = self.expresses.get(option, ANY)
@@ -139,7 +146,7 @@ def _is_keras(probe: Probe) -> bool:
 
 def _is_hf(probe: Probe) -> bool:
     if probe.container == "folder":
-        return {hf_io.CONFIG, hf_io.WEIGHTS} <= set(probe.names)
+        return {hf_files.CONFIG, hf_files.WEIGHTS} <= set(probe.names)
     return probe.container == "safetensors" and any(
         n.endswith("embeddings.patch_embeddings.projection.weight") for n in probe.names
     )
@@ -152,13 +159,51 @@ def _is_timm(probe: Probe) -> bool:
     )
 
 
+def _read_release(path, options: ReadOptions):
+    from keras_vit.checkpoints.release_io import read_release_npz
+
+    return read_release_npz(path)
+
+
+def _write_release(path, contents) -> None:
+    from keras_vit.checkpoints.release_io import write_release_npz
+
+    write_release_npz(path, contents)
+
+
+def _read_hf(path, options: ReadOptions):
+    from keras_vit.checkpoints.hf_io import read_hf
+
+    return read_hf(path)
+
+
+def _write_hf(path, contents):
+    from keras_vit.checkpoints.hf_io import write_hf
+
+    return write_hf(path, contents)
+
+
 def _read_timm(path, options: ReadOptions):
-    return timm_io.read_timm(
+    from keras_vit.checkpoints.timm_io import read_timm
+
+    return read_timm(
         path,
         num_heads=options.num_heads,
         no_embed_class=options.no_embed_class,
         image_size=options.image_size,
     )
+
+
+def _write_timm(path, contents):
+    from keras_vit.checkpoints.timm_io import write_timm
+
+    return write_timm(path, contents)
+
+
+def _read_keras(path, options: ReadOptions):
+    from keras_vit.checkpoints.model_io import read_keras
+
+    return read_keras(path)
 
 
 _EVERY_POOLING = ("token", "gap", "map")
@@ -174,8 +219,8 @@ FORMAT_TABLE: dict[str, CheckpointFormat] = {
             recognised_by="a zip of .npy members with the release's flat keys "
             "(`embedding/kernel`, `Transformer/encoderblock_0/...`; `opt/target/` prefix too)",
             recognise=_is_release_npz,
-            reader=lambda path, options: read_release_npz(path),
-            writer=write_release_npz,
+            reader=_read_release,
+            writer=_write_release,
             suffix=".npz",
             expresses={
                 "pooling": _EVERY_POOLING,
@@ -202,7 +247,7 @@ FORMAT_TABLE: dict[str, CheckpointFormat] = {
             recognised_by="a zip of .npy members under `params/` (or a top-level "
             "`pos_embedding`, or scanned `Transformer/encoderblock/` arrays)",
             recognise=_is_big_vision,
-            reader=lambda path, options: read_release_npz(path),
+            reader=_read_release,
             writer=None,
             suffix=".npz",
             expresses={
@@ -227,8 +272,8 @@ FORMAT_TABLE: dict[str, CheckpointFormat] = {
             recognised_by="a folder with `config.json` + `model.safetensors` (or that file) "
             "whose keys include `embeddings.patch_embeddings.projection.weight`",
             recognise=_is_hf,
-            reader=lambda path, options: hf_io.read_hf(path),
-            writer=hf_io.write_hf,
+            reader=_read_hf,
+            writer=_write_hf,
             suffix="",
             expresses={
                 "pooling": ("token",),
@@ -263,7 +308,7 @@ FORMAT_TABLE: dict[str, CheckpointFormat] = {
             "`patch_embed.backbone.`) keys",
             recognise=_is_timm,
             reader=_read_timm,
-            writer=timm_io.write_timm,
+            writer=_write_timm,
             suffix=".safetensors",
             expresses={
                 "pooling": ("token", "gap"),
@@ -294,16 +339,25 @@ FORMAT_TABLE: dict[str, CheckpointFormat] = {
             title="a .keras model file",
             recognised_by="a zip with `config.json` and a `.weights.h5` member",
             recognise=_is_keras,
-            reader=lambda path, options: read_keras(path),
+            reader=_read_keras,
             writer=None,
             suffix=".keras",
             expresses={},
             reads={"everything": "the model's own config (written by `model.save`)"},
+            from_model=True,
         ),
     )
 }
+
+
+def write_formats() -> tuple:
+    """The formats `keras-vit convert` writes, in table order: the writable rows ("keras"
+    through a model's `save`)."""
+    return tuple(row.name for row in FORMAT_TABLE.values() if row.writable)
+
+
 FORMATS = tuple(FORMAT_TABLE)
-WRITE_FORMATS = ("npz", "keras", "hf", "timm")  # "keras" needs a model (`model.save`)
+WRITE_FORMATS = write_formats()
 
 
 def format_of(name: str) -> CheckpointFormat:
@@ -328,6 +382,8 @@ def options_of(contents) -> dict:
     The grid is "non-square" when `contents.image_size` or the table says so; a table
     whose count is no square grid and no image size counts as "non-square".
     """
+    from keras_vit.checkpoints.architecture import Architecture
+
     arrays = contents.arrays
     arch = Architecture.from_contents(contents)
     if f"{names.MAP_HEAD}/probe" in arrays:

@@ -27,14 +27,12 @@ from keras_vit.checkpoints import hf_family, limits, timm_family
 from keras_vit.checkpoints import torch_layout as tl
 from keras_vit.checkpoints.architecture import Architecture
 from keras_vit.checkpoints.contents import CheckpointContents
+from keras_vit.checkpoints.hf_files import CONFIG, PREPROCESSOR, WEIGHTS
 from keras_vit.checkpoints.npz_io import CheckpointError
 from keras_vit.checkpoints.safetensors_io import read_safetensors, write_safetensors
 
 logger = logging.getLogger(__name__)
 
-CONFIG = "config.json"
-WEIGHTS = "model.safetensors"
-PREPROCESSOR = "preprocessor_config.json"
 EXACT_GELU = ("gelu",)
 TANH_GELU = ("gelu_new", "gelu_pytorch_tanh", "gelu_fast")
 QUICK_GELU = "quick_gelu"  # x * sigmoid(1.702 x), transformers' ACT2FN["quick_gelu"]

@@ -1,17 +1,16 @@
 """`keras-vit convert SRC DST [--to FORMAT]`: ViT checkpoints between every format keras_vit has.
 
-Formats (SRC's is read from its content, DST's from `--to` or its name):
+The formats are the rows of `keras_vit.checkpoints.format_table.FORMAT_TABLE`: SRC's is read
+from its content, DST's from `--to` or its name (each writable row's suffix; a folder is the
+row whose suffix is ""). The choices, suffixes and help texts here are drawn from the table,
+so a new format needs no change in this file.
 
-- `npz`: the release's `.npz` (flat keys such as 'Transformer/encoderblock_0/LayerNorm_0/scale');
-- `keras`: a Keras `.keras` model file;
-- `hf`: a Hugging Face `transformers` ViT folder (`config.json` + `model.safetensors`);
-- `timm`: a timm ViT state dict in `.safetensors`.
-
-Array formats convert directly (transposes and reshapes only: bit-exact both ways). A `.keras`
-destination, or `--image-size` / `--num-classes` / `--representation-size`, goes through a
-model: `--model` names the architecture (a variant such as "B/16", "ViT-B_16", "R50+B/16") or
-"auto" (default) reads it from the file; head size, pre_logits width, pooling and image size
-come from the file unless given. Every output is written to a temporary path and renamed.
+Array formats convert directly (transposes and reshapes only: bit-exact both ways). A format
+written by a model's `save` (`.keras`), or `--image-size` / `--num-classes` /
+`--representation-size`, goes through a model: `--model` names the architecture (a variant
+such as "B/16", "ViT-B_16", "R50+B/16") or "auto" (default) reads it from the file; head size,
+pre_logits width, pooling and image size come from the file unless given. Every output is
+written to a temporary path and renamed.
 """
 
 from __future__ import annotations
@@ -20,39 +19,61 @@ import argparse
 import os
 
 from keras_vit._atomic import atomic_path
+from keras_vit.checkpoints.format_table import FORMAT_TABLE, write_formats
 from keras_vit.cli import flags, progress
 from keras_vit.cli.flags import UsageError
+from keras_vit.resize_methods import RESIZE_METHOD_HELP, RESIZE_METHODS
 
-TARGETS = ("npz", "keras", "hf", "timm")
-SUFFIXES = {".npz": "npz", ".keras": "keras", ".safetensors": "timm"}
+
+def suffixes() -> dict:
+    """`{suffix: format}` of `write_formats()`, the first row of a suffix winning; the suffix ""
+    (a folder) maps to the format written to a name without a suffix."""
+    found = {}
+    for name in write_formats():
+        found.setdefault(FORMAT_TABLE[name].suffix, name)
+    return found
+
+
+def _named_formats(names) -> str:
+    """'npz (the release's .npz), ...' for help texts."""
+    return ", ".join(f"{name} ({FORMAT_TABLE[name].title})" for name in names)
+
+
+def _suffix_text() -> str:
+    """'.npz = npz, ..., a folder = hf' for help texts and errors."""
+    return ", ".join(
+        f"{suffix or 'a folder'} = {name}"
+        for suffix, name in sorted(suffixes().items(), key=lambda item: not item[0])
+    )
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     """Registers `convert` on the `keras-vit` subparsers."""
     parser = subparsers.add_parser(
         "convert",
-        help="convert a ViT checkpoint between .npz, .keras, Hugging Face and timm",
+        help=f"convert a ViT checkpoint between formats ({', '.join(write_formats())})",
         description=(
-            "Converts a ViT checkpoint between the release's .npz, a Keras .keras file, a "
-            "Hugging Face ViT folder (config.json + model.safetensors) and a timm .safetensors "
-            "state dict, in any direction. SRC's format is read from its content; DST's from "
-            "--to, else its name (.npz, .keras, .safetensors = timm, a folder = hf). PyTorch "
-            ".bin/.pth pickles are refused (convert them to safetensors first). Examples: "
-            "keras-vit convert ViT-B_16.npz vit_b16.keras; keras-vit convert ViT-B_16.npz "
-            "hf_vit_b16/ --to hf; keras-vit convert model.safetensors back.npz"
+            f"Converts a ViT checkpoint from any format keras_vit reads "
+            f"({_named_formats(FORMAT_TABLE)}) to one it writes ({', '.join(write_formats())}). "
+            f"SRC's format is read from its content; DST's from --to, else its name "
+            f"({_suffix_text()}). PyTorch .bin/.pth pickles are refused (convert them to "
+            "safetensors first). Examples: keras-vit convert ViT-B_16.npz vit_b16.keras; "
+            "keras-vit convert ViT-B_16.npz hf_vit_b16/ --to hf; keras-vit convert "
+            "model.safetensors back.npz"
         ),
     )
     parser.add_argument(
         "src",
         metavar="SRC",
-        help="a .npz, .keras, Hugging Face ViT folder or timm .safetensors checkpoint",
+        help=f"a checkpoint in any format keras_vit reads ({', '.join(FORMAT_TABLE)})",
     )
     parser.add_argument("dst", metavar="DST", help="the file or folder to write")
     parser.add_argument(
         "--to",
-        choices=TARGETS,
+        choices=write_formats(),
         default=None,
-        help="format of DST (default: from its name; a name without a suffix is a hf folder)",
+        help=f"format of DST (default: from its name: {_suffix_text()}; a name without a "
+        "suffix is a folder)",
     )
     parser.add_argument(
         "--model",
@@ -75,11 +96,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--resize-method",
-        choices=("bilinear", "bicubic", "torch_bicubic", "dinov2"),  # RESIZE_METHODS
-        default="bilinear",
-        help="position-table resize when --image-size differs from the file: bilinear (the "
-        "release's, default), bicubic (timm's), torch_bicubic (Hugging Face's), dinov2 (the "
-        "original DINOv2's, 0.1 offset)",
+        choices=RESIZE_METHODS,
+        default=RESIZE_METHODS[0],
+        help="position-table resize when --image-size differs from the file: "
+        + "; ".join(f"{name}: {text}" for name, text in RESIZE_METHOD_HELP.items()),
     )
     parser.add_argument(
         "--num-heads",
@@ -95,7 +115,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def target_format(dst: str, to: str | None) -> str:
-    """DST's format: `--to`, else from the name (a name without a known suffix is `hf`).
+    """DST's format: `--to`, else from the name (a name without a known suffix is a folder,
+    `suffixes()[""]`).
 
     Raises:
         UsageError: a suffix that names no format keras_vit writes.
@@ -103,13 +124,14 @@ def target_format(dst: str, to: str | None) -> str:
     if to is not None:
         return to
     suffix = os.path.splitext(dst.rstrip("/"))[1]
-    if suffix in SUFFIXES:
-        return SUFFIXES[suffix]
-    if not suffix or os.path.isdir(dst) or dst.endswith("/"):
-        return "hf"
+    known = suffixes()
+    if suffix and suffix in known:
+        return known[suffix]
+    if "" in known and (not suffix or os.path.isdir(dst) or dst.endswith("/")):
+        return known[""]
     raise UsageError(
-        f"cannot tell the format of DST={dst!r} from its name; use .npz, .keras, .safetensors "
-        f"(timm), a folder (hf), or --to {{{','.join(TARGETS)}}}"
+        f"cannot tell the format of DST={dst!r} from its name; use {_suffix_text()}, or "
+        f"--to {{{','.join(write_formats())}}}"
     )
 
 
@@ -163,7 +185,9 @@ def _read(args):
 def _needs_model(args, target: str) -> bool:
     sizes = (args.image_size, args.num_classes, args.representation_size)
     return (
-        target == "keras" or any(v is not None for v in sizes) or args.model not in (None, "auto")
+        FORMAT_TABLE[target].from_model
+        or any(v is not None for v in sizes)
+        or args.model not in (None, "auto")
     )
 
 
@@ -226,7 +250,7 @@ def run(args) -> int:
     contents = _read(args)
     if _needs_model(args, target):
         model, report = _build_model(contents, args)
-        if target == "keras":
+        if FORMAT_TABLE[target].from_model:
             with atomic_path(args.dst) as temporary:
                 model.save(temporary)
             print(

@@ -3,6 +3,8 @@ run in-process through the CLI's main()."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import keras
 import numpy as np
 import pytest
@@ -213,3 +215,48 @@ def test_a_file_that_does_not_fit_the_named_model_names_cli_flags(official_file,
     err = capsys.readouterr().err
     assert "does not fit the model" in err and "--model auto" in err, err
     assert "skip=" not in err and "strict=" not in err, err
+
+
+def test_a_new_format_is_one_table_row(official_file, tmp_path, monkeypatch, capsys):
+    """A row added to FORMAT_TABLE (its own reader and writer) is offered by `--to`, picked
+    by its suffix, listed in the help and written by its writer: convert.py is not touched."""
+    from keras_vit.checkpoints import format_table
+    from keras_vit.checkpoints.release_io import write_release_npz
+
+    written = []
+
+    def write_fresh(path, contents):
+        written.append(path)
+        write_release_npz(path, contents)
+
+    row = dataclasses.replace(
+        format_table.FORMAT_TABLE["npz"],
+        name="fresh",
+        title="a fresh format",
+        recognise=lambda probe: False,
+        writer=write_fresh,
+        suffix=".fresh",
+    )
+    monkeypatch.setitem(format_table.FORMAT_TABLE, "fresh", row)
+    with pytest.raises(SystemExit):
+        main(["convert", "--help"])
+    assert "fresh (a fresh format)" in capsys.readouterr().out
+    assert convert.target_format("out.fresh", None) == "fresh"
+    path, params = official_file
+    for destination, extra in ((tmp_path / "a.fresh", []), (tmp_path / "b.bin", ["--to", "fresh"])):
+        assert main(["convert", str(path), str(destination), *extra]) == 0
+        with np.load(destination, allow_pickle=False) as saved:
+            assert set(saved.files) == set(params)
+    assert written == [str(tmp_path / "a.fresh"), str(tmp_path / "b.bin")]
+
+
+def test_destination_suffixes_come_from_the_table():
+    assert convert.suffixes() == {
+        ".npz": "npz",
+        "": "hf",
+        ".safetensors": "timm",
+        ".keras": "keras",
+    }
+    assert convert.target_format("out/", None) == "hf"
+    with pytest.raises(UsageError, match=r"\.npz = npz.*a folder = hf"):
+        convert.target_format("out.bin", None)
