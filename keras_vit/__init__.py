@@ -8,11 +8,11 @@ with Keras' serialization as soon as Keras is imported too (keras_vit/_registrat
 
 from __future__ import annotations
 
-import importlib
 import sys
 import types
 
 from keras_vit import _registration, configs
+from keras_vit._lazy import lazy_exports
 from keras_vit._version import __version__ as __version__
 
 # public name -> the module that defines it ("" for a sub-module of the same name)
@@ -50,20 +50,7 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str):
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'keras_vit' has no attribute {name!r}")
-    module_name = _EXPORTS[name]
-    if module_name == "":
-        value = importlib.import_module(f"keras_vit.{name}")
-    else:
-        value = getattr(importlib.import_module(module_name), name)
-    globals()[name] = value  # later look-ups skip __getattr__
-    return value
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
 
 
 class _PackageModule(types.ModuleType):

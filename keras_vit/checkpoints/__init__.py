@@ -21,45 +21,36 @@ table of formats (`keras-vit convert --help`) does not start TensorFlow.
 
 from __future__ import annotations
 
-import importlib
+from keras_vit._lazy import lazy_exports
 
-# public name -> the module of keras_vit.checkpoints that defines it
+# public name -> the module that defines it
 _EXPORTS = {
-    "CheckpointContents": "contents",
-    "UnsupportedCheckpointError": "detect",
-    "detect_format": "detect",
-    "FORMAT_TABLE": "format_table",
-    "CheckpointFormat": "format_table",
-    "model_contents": "formats",
-    "read_checkpoint": "formats",
-    "write_checkpoint": "formats",
-    "LoadReport": "loading",
-    "SaveReport": "loading",
-    "load_checkpoint": "loading",
-    "load_npz": "loading",
-    "load_weights": "loading",
-    "load_weights_argument": "loading",
-    "save_npz": "loading",
-    "NAMING_RULES": "naming",
-    "NamingRule": "naming",
-    "official_variables": "naming",
-    "CheckpointError": "npz_io",
-    "read_npz": "npz_io",
-    "PUBLISHED_CHECKPOINTS": "registry",
-    "PublishedCheckpoint": "registry",
-    "resolve_checkpoint": "registry",
+    "CheckpointContents": "keras_vit.checkpoints.contents",
+    "UnsupportedCheckpointError": "keras_vit.checkpoints.detect",
+    "detect_format": "keras_vit.checkpoints.detect",
+    "FORMAT_TABLE": "keras_vit.checkpoints.format_table",
+    "CheckpointFormat": "keras_vit.checkpoints.format_table",
+    "model_contents": "keras_vit.checkpoints.formats",
+    "read_checkpoint": "keras_vit.checkpoints.formats",
+    "write_checkpoint": "keras_vit.checkpoints.formats",
+    "LoadReport": "keras_vit.checkpoints.loading",
+    "SaveReport": "keras_vit.checkpoints.loading",
+    "load_checkpoint": "keras_vit.checkpoints.loading",
+    "load_npz": "keras_vit.checkpoints.loading",
+    "load_weights": "keras_vit.checkpoints.loading",
+    "load_weights_argument": "keras_vit.checkpoints.loading",
+    "save_npz": "keras_vit.checkpoints.loading",
+    "NAMING_RULES": "keras_vit.checkpoints.naming",
+    "NamingRule": "keras_vit.checkpoints.naming",
+    "official_variables": "keras_vit.checkpoints.naming",
+    "CheckpointError": "keras_vit.checkpoints.npz_io",
+    "read_npz": "keras_vit.checkpoints.npz_io",
+    "PUBLISHED_CHECKPOINTS": "keras_vit.checkpoints.registry",
+    "PublishedCheckpoint": "keras_vit.checkpoints.registry",
+    "resolve_checkpoint": "keras_vit.checkpoints.registry",
 }
 
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str):
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'keras_vit.checkpoints' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
-    globals()[name] = value  # later look-ups skip __getattr__
-    return value
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
