@@ -119,7 +119,8 @@ def finetune(
     keeps the source's architecture and writes back to the same formats; the distillation
     token is kept. A model whose distillation token has no head (`distillation_head=False`,
     or a headless DeiT, e.g. HF DeiTModel, its pooler dropped as pre_logits) gets one
-    `head` on the class token (HF DeiTForImageClassification). Register tokens, LayerScale and the other switches are body and kept.
+    `head` on the class token (HF DeiTForImageClassification). Register tokens, LayerScale
+    and the other switches are body and kept.
 
     Args:
         model: a keras_vit model with a `pool` (or `MAPHead_0`) layer (include_top True or
