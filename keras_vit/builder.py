@@ -51,6 +51,10 @@ FAMILY_DEFAULTS = {
 (`distillation_head` only matters with `distilled=True`); see `keras_vit.ViT` for each."""
 
 
+# The switches `classification_head` reads (registers: left out of "gap" pooling).
+HEAD_SWITCHES = ("num_register_tokens", "distilled", "distillation_head")
+
+
 def encode_tokens(
     tokens,
     *,
@@ -606,9 +610,7 @@ def vision_transformer(
         map_head={"num_heads": num_heads, "mlp_dim": mlp_dim, **numerics},
         final_norm=final_norm,
         layer_norm_epsilon=layer_norm_epsilon,
-        num_register_tokens=family["num_register_tokens"],
-        distilled=family["distilled"],
-        distillation_head=family["distillation_head"],
+        **{switch: family[switch] for switch in HEAD_SWITCHES},
     )
     return _finish(keras.Model(images, outputs, name=name), weights)
 
