@@ -42,12 +42,17 @@ FAMILY_DEFAULTS = {
     "layer_scale_init": None,
     "num_register_tokens": 0,
     "distilled": False,
+    "distillation_head": True,
     "no_embed_class": False,
     "norm_pre": False,
     "mlp_activation": "gelu",
 }
-"""The ViT-family switches (DeiT, DeiT III, DINOv2, CLIP towers) and their off values; see
-`keras_vit.ViT` for each."""
+"""The ViT-family switches (DeiT, DeiT III, DINOv2, CLIP towers) and their default values
+(`distillation_head` only matters with `distilled=True`); see `keras_vit.ViT` for each."""
+
+
+# The switches `classification_head` reads (registers: left out of "gap" pooling).
+HEAD_SWITCHES = ("num_register_tokens", "distilled", "distillation_head")
 
 
 def encode_tokens(
@@ -80,7 +85,7 @@ def encode_tokens(
     `grid_size` of the patches). `**family`: the switches of `FAMILY_DEFAULTS`.
     Stochastic depth grows linearly from 0 at the first block to `drop_path_rate` at the
     last. With `class_token_only=True` (token pooling only) the last block computes just the
-    class token (and the distillation token when distilled; `TransformerBlock(
+    class token (and the distillation token when `head_dist` reads it; `TransformerBlock(
     num_output_tokens=...)`): the same pooled feature for ~7% fewer FLOPs in a 12-block model.
 
     With `dynamic_grid=(grid_size, patch_size)` the learned position table (stored for
@@ -126,7 +131,8 @@ def encode_tokens(
         layer_scale_init=family["layer_scale_init"],
         mlp_activation=family["mlp_activation"],
     )
-    last_tokens = (1 + int(family["distilled"])) if class_token_only else None
+    dist_read = family["distilled"] and family["distillation_head"]
+    last_tokens = (1 + int(dist_read)) if class_token_only else None
     for i in range(num_layers):
         x = TransformerBlock(
             **block_kwargs,
@@ -208,6 +214,7 @@ def classification_head(
     layer_norm_epsilon=1e-6,
     num_register_tokens=0,
     distilled=False,
+    distillation_head=True,
 ):
     """Pooling, optional pre-logits (dense + tanh) and the zero-initialised head.
 
@@ -216,7 +223,8 @@ def classification_head(
     `final_norm="pooled"` a LayerNorm (`fc_norm`, epsilon `layer_norm_epsilon`) follows the
     pooling, as timm's `fc_norm` (vision_transformer.py: `norm` is then Identity). With
     `distilled` the logits are the mean of `head` on the class token and `head_dist` on
-    the distillation token (`distilled_logits`).
+    the distillation token (`distilled_logits`); with `distillation_head=False` too they
+    are `head` on the class token alone (HF `DeiTForImageClassification`).
     Returns the symbolic model output: the sequence, the pooled feature or the logits.
     """
     if return_sequence:
@@ -231,7 +239,7 @@ def classification_head(
         x = keras.layers.Dense(representation_size, activation="tanh", name=names.PRE_LOGITS)(x)
     if not include_top:
         return x
-    if distilled:
+    if distilled and distillation_head:
         dist = TokenPooling("token", token_index=1, name=names.POOL_DIST)(sequence)
         return distilled_logits(x, dist, num_classes, classifier_activation)
     return zero_head(num_classes, classifier_activation)(x)
@@ -361,18 +369,22 @@ def check_family_arguments(
     no_embed_class,
     norm_pre,
     mlp_activation,
+    distillation_head=True,
     pooling="token",
     representation_size=None,
     final_norm="tokens",
     position_embedding="learned",
+    include_top=True,
 ):
     """Checks the ViT-family switches (`FAMILY_DEFAULTS`) and how they combine.
 
     Raises:
         ValueError: naming the argument and the rule: a LayerScale value that is not a
             positive number, a register count that is not an int >= 0, a switch that is not
-            True/False, an unknown `mlp_activation`; `distilled` without pooling "token" or
-            with `representation_size` / `final_norm="pooled"` (DeiT has neither);
+            True/False, an unknown `mlp_activation`; `distilled` without pooling "token",
+            with `final_norm="pooled"` or with `representation_size` under a head (DeiT's
+            heads read the normalised tokens; only HF `DeiTModel`'s pooler, a feature
+            model, has a dense + tanh); `distillation_head=False` without `distilled`;
             `no_embed_class` without a class token or a position table; registers with
             pooling "map".
     """
@@ -389,6 +401,7 @@ def check_family_arguments(
         )
     for name, value in (
         ("distilled", distilled),
+        ("distillation_head", distillation_head),
         ("no_embed_class", no_embed_class),
         ("norm_pre", norm_pre),
     ):
@@ -398,9 +411,18 @@ def check_family_arguments(
     rules = (
         (distilled and pooling != "token", "distilled=True needs pooling='token'"),
         (
-            distilled and (representation_size is not None or final_norm != "tokens"),
-            "distilled=True takes no representation_size and final_norm='tokens' (DeiT's "
-            "two heads read the normalised tokens)",
+            distilled and final_norm != "tokens",
+            "distilled=True needs final_norm='tokens' (DeiT's heads read the normalised tokens)",
+        ),
+        (
+            distilled and representation_size is not None and include_top,
+            "distilled=True takes a representation_size only with include_top=False (HF "
+            "DeiTModel's pooler: dense + tanh on the class token; DeiT's heads read the "
+            "normalised tokens, with no pre_logits)",
+        ),
+        (
+            not distillation_head and not distilled,
+            "distillation_head=False drops the distillation token's head and needs distilled=True",
         ),
         (
             no_embed_class and (pooling != "token" or position_embedding == "none"),
@@ -414,10 +436,11 @@ def check_family_arguments(
     for broken, rule in rules:
         if broken:
             raise ValueError(
-                f"{rule}. Received: distilled={distilled}, no_embed_class={no_embed_class}, "
+                f"{rule}. Received: distilled={distilled}, "
+                f"distillation_head={distillation_head}, no_embed_class={no_embed_class}, "
                 f"num_register_tokens={num_register_tokens}, pooling={pooling!r}, "
                 f"representation_size={representation_size}, final_norm={final_norm!r}, "
-                f"position_embedding={position_embedding!r}"
+                f"position_embedding={position_embedding!r}, include_top={include_top}"
             )
 
 
@@ -498,8 +521,8 @@ def vision_transformer(
             on the symbolic `(batch, height, width, channels)` images returning a feature map
             `(batch, h, w, c)` whose h and w divide by the patch size.
         **family: the ViT-family switches of `FAMILY_DEFAULTS` (`layer_scale_init`,
-            `num_register_tokens`, `distilled`, `no_embed_class`, `norm_pre`,
-            `mlp_activation`), each off by default.
+            `num_register_tokens`, `distilled`, `distillation_head`, `no_embed_class`,
+            `norm_pre`, `mlp_activation`), each off by default.
         The others: as in `keras_vit.ViT` (`dynamic_image_size` needs `stem=None`).
 
     Returns:
@@ -540,6 +563,7 @@ def vision_transformer(
         representation_size=representation_size,
         final_norm=final_norm,
         position_embedding=position_embedding,
+        include_top=include_top,
     )
     dynamic = bool(dynamic_image_size)
     _check_dynamic(dynamic, stem, position_embedding)
@@ -586,8 +610,7 @@ def vision_transformer(
         map_head={"num_heads": num_heads, "mlp_dim": mlp_dim, **numerics},
         final_norm=final_norm,
         layer_norm_epsilon=layer_norm_epsilon,
-        num_register_tokens=family["num_register_tokens"],
-        distilled=family["distilled"],
+        **{switch: family[switch] for switch in HEAD_SWITCHES},
     )
     return _finish(keras.Model(images, outputs, name=name), weights)
 

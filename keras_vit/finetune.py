@@ -117,7 +117,10 @@ def finetune(
     ones, `head` and `head_dist`, its logits still their mean (timm's
     `VisionTransformerDistilled.reset_classifier` resets both too), so the fine-tuned model
     keeps the source's architecture and writes back to the same formats; the distillation
-    token is kept. Register tokens, LayerScale and the other switches are body and kept.
+    token is kept. A model whose distillation token has no head (`distillation_head=False`,
+    or a headless DeiT, e.g. HF DeiTModel, its pooler dropped as pre_logits) gets one
+    `head` on the class token (HF DeiTForImageClassification). Register tokens, LayerScale
+    and the other switches are body and kept.
 
     Args:
         model: a keras_vit model with a `pool` (or `MAPHead_0`) layer (include_top True or
@@ -140,24 +143,25 @@ def finetune(
 
     Raises:
         ValueError: bad `num_classes` (1 included: see `keras_vit.builder.ONE_CLASS_HINT`),
-            `image_size` or `representation_size` (none with a distilled model), an image
+            `image_size` or `representation_size` (none with a distillation token), an image
             size not divisible by the patch, or a model that is not a keras_vit classifier.
     """
     check_num_classes(num_classes)
     if representation_size is not None:
         check_positive_int("representation_size", representation_size)
     _check_model(model)
-    distilled = names.POOL_DIST in {layer.name for layer in model.layers}
-    if distilled and representation_size is not None:
+    layers = {layer.name for layer in model.layers}
+    distilled = names.POOL_DIST in layers
+    if names.DIST_TOKEN in layers and representation_size is not None:
         raise ValueError(
-            "A distilled model's two heads read the tokens directly (DeiT has no pre_logits); "
-            f"pass representation_size=None. Received: representation_size={representation_size}"
+            "A model with a distillation token (DeiT) has no pre_logits under its head(s): "
+            "they read the normalised tokens (as the builder's distilled=True); pass "
+            f"representation_size=None. Received: representation_size={representation_size}"
         )
     clone = _rebuild(model, image_size)
     _copy_body(model, clone, resize_method)
 
     x = body_features(clone)
-    layers = {layer.name for layer in model.layers}
     if representation_size is not None:
         pre_logits = None
         if names.PRE_LOGITS in layers:

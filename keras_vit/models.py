@@ -34,6 +34,7 @@ def ViT(
     layer_scale_init=None,
     num_register_tokens=0,
     distilled=False,
+    distillation_head=True,
     no_embed_class=False,
     norm_pre=False,
     mlp_activation="gelu",
@@ -107,7 +108,14 @@ def ViT(
             `DeiTForImageClassificationWithTeacher`): a second learned token and its own
             zero-initialised head `head_dist`; the logits are (head(token 0) +
             head_dist(token 1)) / 2, in training too, so both heads are trained. Needs
-            pooling="token" and no representation_size. Default False.
+            pooling="token" and final_norm="tokens"; a representation_size only with
+            include_top=False (HF `DeiTModel`'s pooler: dense + tanh on the class token, its
+            `pooler_output`). Default False.
+        distillation_head: with distilled=True, whether the distillation token has its
+            head `head_dist` (True, default). False: the token is kept (position row and
+            attention) but has no head; the logits are `head` on the class token alone (HF
+            `DeiTForImageClassification`, whose `classifier` reads token 0). Needs
+            distilled=True; timm and the release's .npz cannot hold such a model.
         no_embed_class: the position table has rows for the patch tokens only; the class
             and distillation tokens get no position (timm `no_embed_class=True`; DeiT III,
             timm's register models). Default False.

@@ -3,7 +3,9 @@ equations, keyed by keras_vit's release-style names; it shares no code with kera
 
 Equations, on top of the ViT's (tests/numpy_reference.py, paper eqs. 1-4):
 - distillation token (DeiT, Touvron et al. 2021 section 5): a second learned token after
-  the class token; logits = (head(z_0) + head_dist(z_1)) / 2 at inference;
+  the class token; logits = (head(z_0) + head_dist(z_1)) / 2 at inference, or head(z_0)
+  alone without head_dist (HF `DeiTForImageClassification`);
+- pre-logits (the release's, HF `DeiTPooler`): tanh(dense(z_0)) after pooling;
 - register tokens (Darcet et al. 2024): R learned tokens after the class / distillation
   tokens, added after the position embedding (no position), ignored by pooling;
 - no_embed_class (timm `_pos_embed`): the position table covers the patches only, the
@@ -71,8 +73,8 @@ def family_forward(
     gelu_approximate=True,
     layer_norm_epsilon=1e-6,
 ):
-    """Logits (the pooled class token, or the mean of the patch tokens for "gap", without
-    a `head`) in float64."""
+    """Logits (the pooled class token, or the mean of the patch tokens for "gap", after
+    `pre_logits` when present, without a `head`) in float64."""
     params = {k: np.asarray(v, np.float64) for k, v in params.items()}
     x = _tokens(params, np.asarray(images, np.float64), no_embed_class)
     eps = layer_norm_epsilon
@@ -97,6 +99,8 @@ def family_forward(
     )
     registers = params["reg"].shape[1] if "reg" in params else 0
     pooled = x[:, 0] if pooling == "token" else x[:, registers:].mean(axis=1)
+    if "pre_logits/kernel" in params:
+        pooled = np.tanh(pooled @ params["pre_logits/kernel"] + params["pre_logits/bias"])
     if "head/kernel" not in params:
         return pooled
     logits = pooled @ params["head/kernel"] + params["head/bias"]

@@ -1,5 +1,7 @@
 """The ViT-family switches of the builder core (issue 27): LayerScale, register tokens,
-DeiT's distillation token and head, no_embed_class, norm_pre, quick_gelu; patch 14.
+DeiT's distillation token and head (or no head: `distillation_head=False`, HF
+DeiTForImageClassification; or HF DeiTModel's pooler as `pre_logits`), no_embed_class,
+norm_pre, quick_gelu; patch 14.
 
 Each is compared with an independent NumPy forward pass from the equations
 (tests/numpy_family_reference.py) on a tiny model with randomised weights (its heads are
@@ -11,6 +13,7 @@ and the release `.npz` writer's refusal by the option's name.
 
 from __future__ import annotations
 
+import json
 import os
 
 import keras
@@ -32,6 +35,7 @@ ONE_SWITCH = {
     "layer_scale": dict(layer_scale_init=0.5),
     "registers": dict(num_register_tokens=3),
     "distilled": dict(distilled=True),
+    "class_head_only": dict(distilled=True, distillation_head=False),
     "no_embed_class": dict(no_embed_class=True),
     "norm_pre": dict(norm_pre=True),
     "quick_gelu": dict(mlp_activation="quick_gelu"),
@@ -49,6 +53,7 @@ OPTION = {
     "layer_scale": "layer_scale",
     "registers": "registers",
     "distilled": "distillation",
+    "class_head_only": "distillation",
     "no_embed_class": "no_embed_class",
     "norm_pre": "norm_pre",
     "quick_gelu": "mlp_activation",
@@ -82,7 +87,9 @@ def _family_of(switches):
     expected = {k: v for k, v in switches.items() if k != "pooling"}
     if expected.get("layer_scale_init") is not None:
         expected["layer_scale_init"] = 1e-5  # files hold the gammas, not the initial value
-    return {k: v for k, v in expected.items() if v not in (False, 0, "gelu", None)}
+    head = expected.pop("distillation_head", True)  # the one switch whose default is True
+    kept = {k: v for k, v in expected.items() if v not in (False, 0, "gelu", None)}
+    return kept if head else {**kept, "distillation_head": False}
 
 
 @pytest.mark.parametrize("switch", [*ONE_SWITCH, "all"])
@@ -100,11 +107,13 @@ def family_draws(draw):
     """Switch combinations, grids and patches (14 and 16, as DINOv2's and DeiT's)."""
     pooling = draw(st.sampled_from(["token", "gap"]))
     token = pooling == "token"
+    distilled = token and draw(st.booleans())
     switches = dict(
         pooling=pooling,
         layer_scale_init=draw(st.sampled_from([None, 0.3])),
         num_register_tokens=draw(st.sampled_from([0, 1, 3])),
-        distilled=token and draw(st.booleans()),
+        distilled=distilled,
+        distillation_head=not (distilled and draw(st.booleans())),
         no_embed_class=token and draw(st.booleans()),
         norm_pre=draw(st.booleans()),
         mlp_activation=draw(st.sampled_from(["gelu", "quick_gelu"])),
@@ -163,6 +172,66 @@ def test_all_switches_round_trip_through_config_keras_file_and_arrays(tmp_path):
     np.testing.assert_allclose(logits(rebuilt, x), expected, atol=1e-6)
 
 
+def _written_back_as_hf(model, folder):
+    """`model` -> HF folder -> `from_checkpoint`; returns (rebuilt model, config.json)."""
+    write_checkpoint(model_contents(model), os.path.join(folder, "hf"), "hf")
+    with open(os.path.join(folder, "hf", "config.json"), encoding="utf-8") as stream:
+        config = json.load(stream)
+    return keras_vit.from_checkpoint(os.path.join(folder, "hf")), config
+
+
+def test_a_distillation_token_without_its_head_is_deit_for_image_classification(tmp_path):
+    """`distillation_head=False`: the distillation token stays in the sequence (it changes
+    the class token through attention) but only `head` on the class token gives logits."""
+    model = _model(distilled=True, distillation_head=False)
+    layers = {layer.name for layer in model.layers}
+    assert {"dist", "head"} <= layers and not {"head_dist", "pool_dist", "head_mean"} & layers
+    x = images_for(model)
+    expected = logits(model, x)
+    features = keras.Model(model.input, model.get_layer("pool").output)
+    head = model.get_layer("head")
+    np.testing.assert_allclose(expected, np.asarray(head(features(x))), atol=1e-6)
+    clone = keras.Model.from_config(model.get_config())
+    clone.set_weights(model.get_weights())
+    np.testing.assert_allclose(logits(clone, x), expected, atol=1e-6)
+    model.save(tmp_path / "m.keras")
+    back = keras.saving.load_model(tmp_path / "m.keras", safe_mode=True, compile=False)
+    np.testing.assert_allclose(logits(back, x), expected, atol=1e-6)
+    rebuilt, config = _written_back_as_hf(model, tmp_path)
+    assert config["architectures"] == ["DeiTForImageClassification"]
+    assert Architecture.from_model(rebuilt).family_kwargs() == {
+        "distilled": True,
+        "distillation_head": False,
+    }
+    np.testing.assert_allclose(logits(rebuilt, x), expected, atol=1e-6)
+    dist = model.get_layer("dist")
+    rng = np.random.default_rng(3)  # (a constant shift would vanish in the LayerNorms)
+    dist.set_weights([w + rng.normal(0, 1, w.shape) for w in dist.get_weights()])
+    assert np.abs(logits(model, x) - expected).max() > 1e-3  # the token is attended to
+    for kind in ("timm", "npz"):
+        with pytest.raises(CheckpointError, match="distillation='class head only'"):
+            write_checkpoint(model_contents(model), tmp_path / f"m.{kind}", kind)
+        assert not os.path.exists(tmp_path / f"m.{kind}")
+
+
+def test_a_distilled_feature_model_with_pre_logits_is_deit_models_pooler(tmp_path):
+    """HF DeiTModel's pooler, tanh(dense(final LayerNorm's token 0))), is the feature model's
+    `pre_logits` (include_top=False, representation_size = pooler_output_size)."""
+    switches = dict(distilled=True, include_top=False, representation_size=8)
+    model = _model(**switches)
+    x = images_for(model)
+    expected = logits(model, x)
+    assert expected.shape == (2, 8)
+    np.testing.assert_allclose(expected, _reference(model, x, switches), atol=1e-5)
+    rebuilt, config = _written_back_as_hf(model, tmp_path)
+    assert (config["architectures"], config["pooler_output_size"]) == (["DeiTModel"], 8)
+    np.testing.assert_allclose(logits(rebuilt, x), expected, atol=1e-6)
+    match = r"distillation=True, pre_logits='feature' together \(deit.py's"
+    with pytest.raises(CheckpointError, match=match):
+        write_checkpoint(model_contents(model), tmp_path / "m.safetensors", "timm")
+    assert not os.path.exists(tmp_path / "m.safetensors")
+
+
 @pytest.mark.parametrize("switch", ONE_SWITCH)
 def test_the_release_npz_refuses_each_switch_by_name(switch, tmp_path):
     contents = model_contents(_model(**ONE_SWITCH[switch]))
@@ -176,7 +245,10 @@ def test_the_release_npz_refuses_each_switch_by_name(switch, tmp_path):
     "kwargs, match",
     [
         (dict(distilled=True, pooling="gap"), "distilled=True needs pooling='token'"),
-        (dict(distilled=True, representation_size=8), "representation_size"),
+        (dict(distilled=True, representation_size=8), "only with include_top=False"),
+        (dict(distilled=True, final_norm="pooled"), "distilled=True needs final_norm"),
+        (dict(distillation_head=False), "distillation_head=False .* needs distilled=True"),
+        (dict(distilled=True, distillation_head=0), "`distillation_head` must be True or"),
         (dict(no_embed_class=True, pooling="gap"), "no_embed_class=True needs a class token"),
         (dict(num_register_tokens=2, pooling="map"), "register tokens need"),
         (dict(num_register_tokens=-1), "num_register_tokens"),

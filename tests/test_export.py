@@ -30,6 +30,7 @@ from PIL import Image
 import keras_vit
 from keras_vit.export import (
     export_saved_model,
+    find_head,
     head_activation_name,
     next_version,
     resize_and_scale,
@@ -571,11 +572,19 @@ def test_one_output_head_is_refused(tmp_path):
     assert not (tmp_path / "one").exists()
 
 
-def test_a_distilled_softmax_model_exports_its_mean_of_heads(tmp_path):
+@pytest.mark.parametrize("distillation_head", [True, False])
+def test_a_distilled_softmax_model_exports_its_mean_of_heads(tmp_path, distillation_head):
     """Issue 27, DeiT: the classifier output is `head_activation` on the mean of `head` and
-    `head_dist`; the export reads it as probabilities (not softmax applied twice), and the
-    `features` signature gives the pooled class token."""
-    model = tiny_vit(distilled=True, num_register_tokens=1, classifier_activation="softmax")
+    `head_dist` (or, with `distillation_head=False`, HF DeiTForImageClassification, the
+    softmax `head` on the class token); the export reads it as probabilities (not softmax
+    applied twice), and the `features` signature gives the pooled class token."""
+    model = tiny_vit(
+        distilled=True,
+        distillation_head=distillation_head,
+        num_register_tokens=1,
+        classifier_activation="softmax",
+    )
+    assert find_head(model).name == ("head_activation" if distillation_head else "head")
     path = export_saved_model(model, tmp_path, top_k=2)
     served = tf.saved_model.load(path)
     values = np.random.default_rng(3).integers(0, 256, (2, 32, 32, 3)).astype(np.float32)

@@ -182,17 +182,21 @@ def test_features_are_what_the_head_reads(
 
 
 @pytest.mark.parametrize(
-    "switches",
+    "switches, layer",
     [
-        dict(distilled=True, num_register_tokens=2),
-        dict(pooling="gap", num_register_tokens=3, layer_scale_init=0.5),
+        (dict(distilled=True, num_register_tokens=2), "pool"),
+        (dict(distilled=True, distillation_head=False), "pool"),
+        (dict(distilled=True, include_top=False, representation_size=8), "pre_logits"),
+        (dict(pooling="gap", num_register_tokens=3, layer_scale_init=0.5), "pool"),
     ],
-    ids=["distilled_registers", "gap_registers"],
+    ids=["distilled_registers", "class_head_only", "deit_model_pooler", "gap_registers"],
 )
-def test_family_features_are_the_class_token_or_the_patch_mean(switches):
+def test_family_features_are_the_class_token_or_the_patch_mean(switches, layer):
     """Issue 27: few-shot features of a DeiT / DINOv2-reg model are the normalised class
-    token (not the distillation token), or for "gap" the mean of the patch tokens only
-    (registers left out), as the NumPy reference of the equations computes them."""
+    token (not the distillation token; also beside a distillation token without its head,
+    HF DeiTForImageClassification), HF DeiTModel's pooler output (tanh(dense(class
+    token)), its pre_logits), or for "gap" the mean of the patch tokens only (registers
+    left out), as the NumPy reference of the equations computes them."""
     import keras_vit
     from keras_vit.checkpoints.naming import official_arrays
     from tests.checkpoints.random_models import images_for, randomise
@@ -211,7 +215,7 @@ def test_family_features_are_the_class_token_or_the_patch_mean(switches):
         )
     )
     images = images_for(model)
-    assert fewshot.feature_layer_name(model) == "pool"
+    assert fewshot.feature_layer_name(model) == layer
     features = fewshot.feature_model(model).predict(images, verbose=0)
     params = {k: v for k, v in official_arrays(model).items() if not k.startswith("head")}
     expected = family_forward(params, images, num_heads=2, pooling=switches.get("pooling", "token"))

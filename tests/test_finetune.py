@@ -244,3 +244,38 @@ def test_the_loss_reaches_both_distilled_heads():
         loss = tf.reduce_sum(tuned(x, training=True) * tf.constant([[1.0, -1.0, 0.5]]))
     for gradient in tape.gradient(loss, heads):
         assert np.abs(gradient.numpy()).max() > 0
+
+
+@pytest.mark.parametrize(
+    "switches",
+    [
+        dict(distilled=True, distillation_head=False, num_classes=7),
+        dict(distilled=True, include_top=False, representation_size=8),
+    ],
+    ids=["class_head_only", "deit_model_pooler"],
+)
+def test_a_distillation_token_without_its_head_gets_one_zero_head(switches):
+    """HF DeiTForImageClassification (`distillation_head=False`) and HF DeiTModel with its
+    pooler (pre_logits dropped): one zero `head` on the class token, the distillation token
+    kept; the result is a fresh `distillation_head=False` build, and no pre_logits may be
+    put under its head."""
+    from keras_vit.checkpoints.architecture import Architecture
+
+    source = _randomised(keras_vit.ViT(image_size=(16, 24), **switches, **ARCH))
+    tuned = keras_vit.finetune(source, 3)
+    layers = {layer.name for layer in tuned.layers}
+    assert "dist" in layers and not {"head_dist", "pool_dist", "pre_logits"} & layers
+    assert not any(np.any(w) for w in tuned.get_layer("head").get_weights())
+    assert Architecture.from_model(tuned).family_kwargs() == {
+        "distilled": True,
+        "distillation_head": False,
+    }
+    body = _weights_by_path(source)
+    for path, value in _weights_by_path(tuned).items():
+        np.testing.assert_array_equal(value, body[path])
+    fresh = keras_vit.ViT(
+        image_size=(16, 24), num_classes=3, distilled=True, distillation_head=False, **ARCH
+    )
+    fresh.set_weights(tuned.get_weights())  # the same architecture as a fresh build
+    with pytest.raises(ValueError, match="distillation token .* representation_size=None"):
+        keras_vit.finetune(source, 3, representation_size=8)

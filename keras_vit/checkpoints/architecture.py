@@ -63,7 +63,10 @@ class Architecture:
             after pooling: a `fc_norm` layer, or `fc_norm/scale` in a file).
         layer_scale: LayerScale gammas in the blocks (`LayerScale_1/scale` in a file).
         num_register_tokens: register tokens (the `reg` layer or array, `(1, R, D)`).
-        distilled: a DeiT distillation token and its head (`dist`, `head_dist`).
+        distilled: a DeiT distillation token (`dist`).
+        distillation_head: with `distilled`, False when the model has a `head` on the class
+            token but no `head_dist` (HF `DeiTForImageClassification`); True otherwise,
+            also without a head (timm's and HF's headless DeiTs are the same model).
         norm_pre: a LayerNorm before the blocks (`Transformer/norm_pre/scale`).
         no_embed_class: the position table has patch rows only (a model: a class token
             with a table of exactly the grid's rows; a file: what the reader recorded,
@@ -89,6 +92,7 @@ class Architecture:
     layer_scale: bool = False
     num_register_tokens: int = 0
     distilled: bool = False
+    distillation_head: bool = True
     norm_pre: bool = False
     no_embed_class: bool = False
     mlp_activation: str = "gelu"
@@ -125,6 +129,8 @@ class Architecture:
         for switch in ("distilled", "norm_pre", "no_embed_class"):
             if getattr(self, switch):
                 kwargs[switch] = True
+        if self.distilled and not self.distillation_head:
+            kwargs["distillation_head"] = False
         if self.mlp_activation != "gelu":
             kwargs["mlp_activation"] = self.mlp_activation
         return kwargs
@@ -239,6 +245,7 @@ class Architecture:
             layer_scale=bool(blocks) and blocks[0].layer_scale_init is not None,
             num_register_tokens=0 if registers is None else int(registers.num_tokens),
             distilled=names.DIST_TOKEN in by_name,
+            distillation_head=not _class_head_only(by_name, names.HEAD, names.HEAD_DIST),
             norm_pre=names.NORM_PRE in by_name,
             no_embed_class=has_class and _model_no_embed_class(layers, grid),
             mlp_activation=blocks[0].mlp_activation if blocks else "gelu",
@@ -274,7 +281,8 @@ class Architecture:
         position table (when square; its rows minus the class and distillation rows, none
         with `no_embed_class`), classes from `head/kernel`, `representation_size` from
         `pre_logits/kernel`; LayerScale from block 0's `LayerScale_1/scale`, registers from
-        `reg` (1, R, D), the distillation token from `dist`, `norm_pre` from
+        `reg` (1, R, D), the distillation token from `dist` (`distillation_head` False with
+        `head/kernel` and no `head_dist/kernel`), `norm_pre` from
         `Transformer/norm_pre/scale`. `no_embed_class` and `mlp_activation` are not in the
         arrays: the reader's (see `from_contents`).
         """
@@ -311,6 +319,7 @@ class Architecture:
             layer_scale=names.block_key(0, names.LAYER_SCALE_KEY) in arrays,
             num_register_tokens=0 if registers is None else int(registers.shape[1]),
             distilled=distilled,
+            distillation_head=not _class_head_only(arrays, "head/kernel", names.HEAD_DIST_KERNEL),
             norm_pre=names.NORM_PRE_KEY in arrays,
             no_embed_class=bool(no_embed_class) and has_class,
             mlp_activation=mlp_activation,
@@ -330,6 +339,11 @@ def _model_no_embed_class(layers, grid) -> bool:
                 return False
             return int(layer.pos_embedding.shape[1]) == stored[0] * stored[1]
     return False
+
+
+def _class_head_only(present, head, head_dist) -> bool:
+    """A distillation token beside a `head` without `head_dist` (layer names or keys)."""
+    return names.DIST_TOKEN in present and head in present and head_dist not in present
 
 
 def _units(layer) -> int | None:

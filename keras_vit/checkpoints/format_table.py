@@ -25,6 +25,9 @@ from keras_vit.checkpoints.errors import CheckpointError
 # first call), so `keras-vit convert --help` lists the formats without starting TensorFlow.
 
 ANY = "any"
+# The "distillation" value of a distillation token whose model has a head on the class token
+# only (`distillation_head=False`, HF DeiTForImageClassification).
+CLASS_HEAD_ONLY = "class head only"
 # option -> (what it means, the values a model can take). Values of "channels" are ints.
 OPTIONS = {
     "pooling": ("token: the class token; gap: mean of the tokens; map: attention pooling",),
@@ -37,7 +40,10 @@ OPTIONS = {
     "preprocessing": ("the input scaling the weights expect: [-1,1] or imagenet (mean/std)",),
     "layer_scale": ("LayerScale gammas on both residual branches of each block (DeiT III)",),
     "registers": ("the number of register tokens (DINOv2 -reg)",),
-    "distillation": ("DeiT's distillation token and its head_dist",),
+    "distillation": (
+        "DeiT's distillation token: False none; True with its head_dist (or no head); "
+        f"{CLASS_HEAD_ONLY!r} without head_dist, one head on the class token",
+    ),
     "no_embed_class": ("a position table without the class row (timm no_embed_class)",),
     "norm_pre": ("a LayerNorm before the blocks (timm norm_pre, CLIP towers)",),
     "mlp_activation": ("the MLP's activation: gelu or quick_gelu (OpenAI CLIP)",),
@@ -93,6 +99,8 @@ class CheckpointFormat:
         suffix: the default file suffix ("" for a folder).
         expresses: `{option: values}` (`ANY` for every value) of the options in `OPTIONS`.
         reads: other things it holds, for docs: `{what: how}`.
+        excludes: combinations it cannot hold although it holds each value:
+            `({option: value, ...}, why)` pairs.
         from_model: written by a built model's own `save` (`.keras`), not from arrays.
     """
 
@@ -105,6 +113,7 @@ class CheckpointFormat:
     suffix: str
     expresses: dict
     reads: dict = dataclasses.field(default_factory=dict)
+    excludes: tuple = ()
     from_model: bool = False
 
     @property
@@ -286,11 +295,15 @@ FORMAT_TABLE: dict[str, CheckpointFormat] = {
             },
             reads={
                 "class token": "always (ViTModel has one)",
-                "model type": "config.json `model_type`: vit, deit (distillation token, "
-                "`cls_classifier` + `distillation_classifier`), dinov2 (LayerScale "
+                "model type": "config.json `model_type`: vit, deit (distillation token; "
+                "`cls_classifier` + `distillation_classifier`, or one `classifier`: "
+                "DeiTForImageClassification, `distillation_head=False`; DeiTModel's "
+                "`pooler.dense` as pre_logits), dinov2 (LayerScale "
                 "`layer_scale1/2.lambda1`), dinov2_with_registers (`register_tokens`); "
                 "`use_swiglu_ffn` and Dinov2ForImageClassification refused by name",
-                "writes": "the model type of the switches: deit with a distillation token, "
+                "writes": "the model type of the switches: deit with a distillation token "
+                "(DeiTForImageClassificationWithTeacher, DeiTForImageClassification without "
+                "head_dist, or DeiTModel, its pooler from pre_logits), "
                 "dinov2_with_registers with registers, dinov2 with LayerScale (no head), "
                 "else vit",
                 "no_embed_class": "never",
@@ -314,7 +327,15 @@ FORMAT_TABLE: dict[str, CheckpointFormat] = {
                 "pooling": ("token", "gap"),
                 "final_norm": _EVERY_NORM,
                 "pre_logits": _EVERY_PRE_LOGITS,
+                "distillation": (False, True),
             },
+            excludes=(
+                (
+                    {"distillation": True, "pre_logits": "feature"},
+                    "deit.py's VisionTransformerDistilled has no pre_logits (HF DeiTModel's "
+                    "pooler); write it as hf or keras",
+                ),
+            ),
             reads={
                 "class token": "the `cls_token` key",
                 "family": "`dist_token` + `head_dist` (deit.py), `reg_token` (only with "
@@ -414,11 +435,17 @@ def options_of(contents) -> dict:
         "preprocessing": contents.preprocessing,
         "layer_scale": arch.layer_scale,
         "registers": arch.num_register_tokens,
-        "distillation": arch.distilled,
+        "distillation": _distillation(arch),
         "no_embed_class": arch.no_embed_class,
         "norm_pre": arch.norm_pre,
         "mlp_activation": arch.mlp_activation,
     }
+
+
+def _distillation(arch) -> bool | str:
+    if arch.distilled and not arch.distillation_head:
+        return CLASS_HEAD_ONLY
+    return arch.distilled
 
 
 def refusal(name: str, contents) -> str | None:
@@ -426,7 +453,8 @@ def refusal(name: str, contents) -> str | None:
     with the formats that can), or None when it can."""
     row = format_of(name)
     reasons = []
-    for option, value in options_of(contents).items():
+    options = options_of(contents)
+    for option, value in options.items():
         if not row.can_express(option, value):
             able = [
                 other.name
@@ -437,6 +465,9 @@ def refusal(name: str, contents) -> str | None:
                 f"{option}={value!r} ({OPTIONS[option][0]}; it holds {row.expresses[option]}; "
                 f"write it as {' or '.join([*able, 'keras'])})"
             )
+    for combination, why in row.excludes:
+        if all(options[option] == value for option, value in combination.items()):
+            reasons.append(f"{_held(combination)} together ({why})")
     if not reasons:
         return None
     return f"{row.title} cannot express " + "; nor ".join(reasons) + "."
@@ -447,6 +478,10 @@ def check_expressible(name: str, contents) -> None:
     reason = refusal(name, contents)
     if reason:
         raise CheckpointError(reason)
+
+
+def _held(combination: dict) -> str:
+    return ", ".join(f"{option}={value!r}" for option, value in combination.items())
 
 
 def _expressed(row: CheckpointFormat) -> str:
@@ -477,4 +512,5 @@ def format_table_markdown() -> str:
         lines.append("")
         lines.append(f"`{row.name}` reads:")
         lines.extend(f"- {what}: {how}" for what, how in row.reads.items())
+        lines.extend(f"- refuses together: {_held(c)} ({why})" for c, why in row.excludes)
     return "\n".join(lines) + "\n"

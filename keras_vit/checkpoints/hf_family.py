@@ -10,7 +10,9 @@ names their hub files and `save_pretrained` use):
 - "deit": as "vit" plus `embeddings.distillation_token` (position table with 2 prefix rows);
   under `deit.`, `DeiTForImageClassificationWithTeacher` has `cls_classifier` (class token)
   and `distillation_classifier` (distillation token), logits their mean;
-  `DeiTForImageClassification` one `classifier` on the class token.
+  `DeiTForImageClassification` one `classifier` on the class token (keras_vit's
+  `distillation_head=False`); `DeiTModel` optionally `pooler.dense` (`DeiTPooler`: dense +
+  `pooler_act` on token 0 of the final LayerNorm's output, keras_vit's `pre_logits`).
 - "dinov2" / "dinov2_with_registers": blocks `norm1`, `norm2`, `mlp.fc1`, `mlp.fc2` and
   LayerScale `layer_scale1.lambda1` / `layer_scale2.lambda1`; `embeddings.mask_token` (1, D)
   (masked pre-training only: ignored when read, written as zeros);
@@ -90,6 +92,16 @@ HEADS = {
     "dinov2": {},
     "dinov2_with_registers": {},
 }
+# DeiTForImageClassification's one head, on the class token (no `head_dist`).
+CLASS_HEAD = {"classifier": "head"}
+
+
+def heads_of(layout: HFLayout, arrays: dict) -> dict:
+    """The `{HF layer: release layer}` heads `arrays` are written with: `CLASS_HEAD` for a
+    DeiT without `head_dist` (DeiTForImageClassification), else `HEADS[model type]`."""
+    if layout.model_type == "deit" and timm_family.HEAD_DIST + "kernel" not in arrays:
+        return CLASS_HEAD
+    return HEADS[layout.model_type]
 
 
 def layout_of(config: dict, path) -> HFLayout:
@@ -117,19 +129,17 @@ def check_classifier(state: dict, layout: HFLayout, path) -> None:
     """Refuses the classifiers keras_vit's heads do not compute.
 
     `Dinov2ForImageClassification`'s head reads the class token concatenated with the mean
-    of the patch tokens (2D inputs); `DeiTForImageClassification` has one `classifier` on
-    the class token beside a distillation token, where keras_vit's distilled model (as
-    `DeiTForImageClassificationWithTeacher`) averages two heads.
+    of the patch tokens (2D inputs). (`DeiTForImageClassification`'s one `classifier` on
+    the class token is read: `distillation_head=False`.)
 
     Raises:
-        CheckpointError: naming the class.
+        CheckpointError: naming the class; a DeiT with both `classifier` and
+            `cls_classifier` (no transformers class has both).
     """
-    if layout.model_type == "deit" and "classifier.weight" in state:
+    if layout.model_type == "deit" and {"classifier.weight", "cls_classifier.weight"} <= set(state):
         raise CheckpointError(
-            f"{path} is a DeiTForImageClassification: one classifier on the class token beside "
-            "a distillation token, which keras_vit's distilled model (logits the mean of "
-            "head and head_dist, as DeiTForImageClassificationWithTeacher) does not compute. "
-            "Read the DeiTModel or DeiTForImageClassificationWithTeacher weights instead."
+            f"{path} has both `classifier` (DeiTForImageClassification) and `cls_classifier` "
+            "(DeiTForImageClassificationWithTeacher); it is neither model."
         )
     if layout.model_type.startswith("dinov2") and "classifier.weight" in state:
         raise CheckpointError(
@@ -194,8 +204,10 @@ def family_config(layout: HFLayout, arch, contents) -> dict:
     """The model-type-specific config.json fields of `layout` for `contents`."""
     arrays = contents.arrays
     if layout.model_type == "deit":
-        heads = "head/kernel" in arrays
-        name = "DeiTForImageClassificationWithTeacher" if heads else "DeiTModel"
+        name = "DeiTModel"
+        if "head/kernel" in arrays:
+            with_teacher = heads_of(layout, arrays) is not CLASS_HEAD
+            name = "DeiTForImageClassification" + ("WithTeacher" if with_teacher else "")
         config = {"architectures": [name]}
         if "pre_logits/kernel" in arrays:
             config.update(pooler_output_size=int(arch.representation_size), pooler_act="tanh")

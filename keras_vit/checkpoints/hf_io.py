@@ -229,8 +229,9 @@ def release_to_hf(arrays: dict, num_heads: int) -> dict:
     picks: ViT, DeiT (distillation token), DINOv2 (LayerScale), DINOv2 with registers.
 
     With a head, the classification model's keys (`vit.` / `deit.` prefix, `classifier` /
-    `cls_classifier` + `distillation_classifier`); without one, the base model's (no prefix;
-    `pre_logits` becomes `pooler.dense`).
+    `cls_classifier` + `distillation_classifier`, or a DeiT's `classifier` alone without
+    `head_dist`: `hf_family.heads_of`); without one, the base model's (no prefix;
+    `pre_logits` becomes `pooler.dense`, ViTModel's / DeiTModel's pooler).
 
     Raises:
         CheckpointError: a LayerNorm after pooling (`fc_norm`), no class token (HF ViT has
@@ -276,7 +277,7 @@ def release_to_hf(arrays: dict, num_heads: int) -> dict:
     if not has_head:
         return out
     out = {layout.prefix + key: value for key, value in out.items()}
-    for name, release in hf_family.HEADS[layout.model_type].items():
+    for name, release in hf_family.heads_of(layout, arrays).items():
         out[name + ".weight"] = tl.kernel_to_linear(arrays[release + "/kernel"])
         out[name + ".bias"] = arrays[release + "/bias"]
     return out

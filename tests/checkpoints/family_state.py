@@ -7,7 +7,9 @@ qkv) and in transformers' (`to_hf`: modeling_deit.py / modeling_dinov2*.py names
 readers can be compared with each other; `forward` is the NumPy forward pass from the
 equations (token order [cls][dist][registers][patches]; the position table added to
 [cls][dist][patches], or to the patches only with `no_embed_class`; LayerScale on both
-residual branches; logits the mean of both heads with a distillation token). None of it uses
+residual branches; logits the mean of both heads with a distillation token, or the class
+token's head alone without `head_dist` (HF DeiTForImageClassification); HF DeiTModel's
+pooler tanh(dense(class token))). None of it uses
 keras_vit's converters.
 """
 
@@ -35,9 +37,13 @@ def random_params(
     norm_pre=False,
     no_embed_class=False,
     head=True,
+    head_dist=True,
+    pooler=0,
     cfg=TINY,
 ):
-    """A neutral dict of one family member's weights (heads random, not zero)."""
+    """A neutral dict of one family member's weights (heads random, not zero); with `dist`
+    and `head`, `head_dist=False` leaves the distillation token without its head; `pooler`:
+    the width of HF DeiTModel's pooler (0: none)."""
     d, m, p, c = cfg["hidden"], cfg["mlp"], cfg["patch"], cfg["channels"]
     n = (cfg["image_size"] // p) ** 2
     prefix = 0 if no_embed_class else 1 + dist
@@ -70,9 +76,11 @@ def random_params(
         params["blocks"].append(block)
     if head:
         params["head.w"], params["head.b"] = _r(rng, cfg["classes"], d), _r(rng, cfg["classes"])
-        if dist:
+        if dist and head_dist:
             params["head_dist.w"] = _r(rng, cfg["classes"], d)
             params["head_dist.b"] = _r(rng, cfg["classes"])
+    if pooler:
+        params["pooler.w"], params["pooler.b"] = _r(rng, pooler, d), _r(rng, pooler)
     return params
 
 
@@ -123,8 +131,9 @@ def to_timm(params) -> dict:
 
 def to_hf(params, model_type) -> dict:
     """transformers' state dict of `model_type` ("deit", "dinov2", "dinov2_with_registers"):
-    the classification model (`deit.` prefix, `cls_classifier` / `distillation_classifier`)
-    when `params` has heads, else the base model; DINOv2 with its zero `mask_token`."""
+    the classification model (`deit.` prefix, `cls_classifier` / `distillation_classifier`,
+    or `classifier` without `head_dist`) when `params` has heads, else the base model (with
+    `pooler.dense` when `params` has a pooler); DINOv2 with its zero `mask_token`."""
     dino = model_type.startswith("dinov2")
     e = "embeddings."
     state = {
@@ -170,9 +179,17 @@ def to_hf(params, model_type) -> dict:
         if dino:
             state[h + "layer_scale1.lambda1"] = block["ls1"]
             state[h + "layer_scale2.lambda1"] = block["ls2"]
+    if "pooler.w" in params:
+        state["pooler.dense.weight"], state["pooler.dense.bias"] = (
+            params["pooler.w"],
+            params["pooler.b"],
+        )
     if "head.w" not in params:
         return state
     state = {f"{model_type}." + k: v for k, v in state.items()}
+    if "head_dist.w" not in params:  # DeiTForImageClassification
+        state["classifier.weight"], state["classifier.bias"] = params["head.w"], params["head.b"]
+        return state
     state["cls_classifier.weight"], state["cls_classifier.bias"] = (
         params["head.w"],
         params["head.b"],
@@ -182,9 +199,20 @@ def to_hf(params, model_type) -> dict:
     return state
 
 
-def hf_config(model_type, cfg=TINY, *, registers=0, head=False, hidden_act="gelu", eps=1e-6):
+def hf_config(
+    model_type,
+    cfg=TINY,
+    *,
+    registers=0,
+    head=False,
+    hidden_act="gelu",
+    eps=1e-6,
+    architecture=None,
+    pooler=0,
+):
     """A config.json of transformers' `DeiTConfig` / `Dinov2Config` /
-    `Dinov2WithRegistersConfig` fields."""
+    `Dinov2WithRegistersConfig` fields (`architecture`: the DeiT class, default by `head`;
+    `pooler`: DeiTConfig's `pooler_output_size`)."""
     config = {
         "model_type": model_type,
         "hidden_size": cfg["hidden"],
@@ -199,7 +227,10 @@ def hf_config(model_type, cfg=TINY, *, registers=0, head=False, hidden_act="gelu
     }
     if model_type == "deit":
         config["intermediate_size"] = cfg["mlp"]
-        config["architectures"] = ["DeiTForImageClassificationWithTeacher" if head else "DeiTModel"]
+        default = "DeiTForImageClassificationWithTeacher" if head else "DeiTModel"
+        config["architectures"] = [architecture or default]
+        if pooler:
+            config.update(pooler_output_size=pooler, pooler_act="tanh")
     else:
         config.update(
             mlp_ratio=cfg["mlp"] / cfg["hidden"], layerscale_value=1.0, use_swiglu_ffn=False
@@ -267,6 +298,8 @@ def forward(params, images, *, heads, eps=1e-6, activation="gelu", no_embed_clas
         y = _linear(act(_linear(y, block["fc1.w"], block["fc1.b"])), block["fc2.w"], block["fc2.b"])
         x = x + y * block.get("ls2", 1.0)
     x = layer_norm(x, s["norm.w"], s["norm.b"], eps)
+    if "pooler.w" in s:  # HF DeiTPooler: dense + tanh on token 0
+        return np.tanh(_linear(x[:, 0], s["pooler.w"], s["pooler.b"]))
     if "head.w" not in s:
         return x[:, 0]
     logits = _linear(x[:, 0], s["head.w"], s["head.b"])

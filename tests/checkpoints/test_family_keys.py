@@ -88,15 +88,35 @@ def test_hf_family_keys_match_timm_and_map_back(model_type, options):
     _assert_same(hf_io.release_to_hf(arrays, 4), state)
 
 
-def test_deit_for_image_classification_is_refused_by_name():
-    """One classifier on the class token beside a distillation token: no keras_vit head
-    computes it (the distilled model averages two heads)."""
+@pytest.mark.parametrize(
+    "options, head_keys",
+    [
+        (dict(dist=True, head=True, head_dist=False), {"classifier.weight", "classifier.bias"}),
+        (dict(dist=True, head=False, pooler=24), {"pooler.dense.weight", "pooler.dense.bias"}),
+    ],
+    ids=["DeiTForImageClassification", "DeiTModel-pooler"],
+)
+def test_hf_deit_classifier_and_pooler_map_to_the_contract_and_back(options, head_keys):
+    """`classifier` on the class token beside a distillation token (no `head_dist`), and
+    DeiTModel's `pooler.dense` (the release's `pre_logits`), both ways."""
+    params = random_params(np.random.default_rng(0), **options)
+    state = to_hf(params, "deit")
+    assert head_keys <= set(state)
+    arrays = hf_io.hf_to_release(state, hf_config("deit", head=options["head"]))
+    assert "dist" in arrays and "head_dist/kernel" not in arrays
+    if options["head"]:
+        np.testing.assert_array_equal(arrays["head/kernel"], params["head.w"].T)
+    else:
+        np.testing.assert_array_equal(arrays["pre_logits/kernel"], params["pooler.w"].T)
+    _assert_same(hf_io.release_to_hf(arrays, 4), state)
+
+
+def test_hf_deit_with_both_classifier_kinds_is_refused():
     params = random_params(np.random.default_rng(0), dist=True, head=True)
     state = to_hf(params, "deit")
-    state["classifier.weight"] = state.pop("cls_classifier.weight")
-    state["classifier.bias"] = state.pop("cls_classifier.bias")
-    del state["distillation_classifier.weight"], state["distillation_classifier.bias"]
-    with pytest.raises(CheckpointError, match="DeiTForImageClassification:"):
+    state["classifier.weight"] = state["cls_classifier.weight"]
+    state["classifier.bias"] = state["cls_classifier.bias"]
+    with pytest.raises(CheckpointError, match="both `classifier`"):
         hf_io.hf_to_release(state, hf_config("deit", head=True))
 
 

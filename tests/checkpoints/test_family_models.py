@@ -88,6 +88,14 @@ def test_timm_clip_quick_gelu_tower_matches_the_numpy_forward(tmp_path):
 HF_CASES = {
     "deit-with-teacher": ("deit", dict(dist=True, head=True), {}),
     "deit-model": ("deit", dict(dist=True, head=False), {}),
+    # One classifier on the class token beside the distillation token: distillation_head=False.
+    "deit-classification": (
+        "deit",
+        dict(dist=True, head=True, head_dist=False),
+        {"architecture": "DeiTForImageClassification"},
+    ),
+    # DeiTModel with its pooler (24 wide, not the hidden 32): pre_logits of a feature model.
+    "deit-model-pooler": ("deit", dict(dist=True, head=False, pooler=24), {"pooler": 24}),
     "dinov2": ("dinov2", dict(layer_scale=True, head=False), {}),
     "dinov2-quick_gelu": (
         "dinov2",
@@ -121,3 +129,6 @@ def test_hf_family_folder_matches_the_numpy_forward_and_writes_back(tmp_path, ca
     want = forward(params, x, heads=TINY["heads"], activation=activation)
     np.testing.assert_allclose(_output(model, x), want, atol=ATOL, rtol=0)
     _write_back_reads_the_same(model, tmp_path / "back", "hf")
+    written = json.loads((tmp_path / "back" / "config.json").read_text())
+    for key in ("architectures", "pooler_output_size"):
+        assert written.get(key) == config.get(key, written.get(key)), key

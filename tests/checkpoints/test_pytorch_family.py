@@ -166,11 +166,16 @@ def _hf_config(model_type, **kwargs):
 
 
 # case -> (model class, config model type, keras_vit resize method of its interpolation,
-# config kwargs). DeiTModel is built and loaded with add_pooling_layer=False (keras_vit's
-# distilled model has no pre_logits; a config.json cannot say whether a pooler is present).
+# config kwargs). "deit-model" is built and loaded with add_pooling_layer=False (a config.json
+# cannot say whether a pooler is present); "deit-model-pooler" has DeiTModel's default pooler
+# (24 wide: `pooler_output_size`), keras_vit's pre_logits of a distilled feature model.
+# DeiTForImageClassification: one classifier on the class token beside the distillation
+# token (keras_vit's distillation_head=False).
 HF_FAMILY = {
     "deit-with-teacher": ("DeiTForImageClassificationWithTeacher", "deit", "torch_bicubic", {}),
+    "deit-classification": ("DeiTForImageClassification", "deit", "torch_bicubic", {}),
     "deit-model": ("DeiTModel", "deit", "torch_bicubic", {}),
+    "deit-model-pooler": ("DeiTModel", "deit", "torch_bicubic", {"pooler_output_size": 24}),
     "dinov2": ("Dinov2Model", "dinov2", "torch_bicubic", {}),
     "dinov2-quick_gelu": ("Dinov2Model", "dinov2", "torch_bicubic", {"hidden_act": "quick_gelu"}),
     "dinov2-registers": ("Dinov2WithRegistersModel", "dinov2_with_registers", "bicubic", {}),
@@ -186,7 +191,7 @@ def _interpolating(cls_name):
 def test_hugging_face_family_reads_and_writes_back(tmp_path, case):
     cls_name, model_type, method, extra = HF_FAMILY[case]
     cls = getattr(transformers, cls_name)
-    pooler = {"add_pooling_layer": False} if cls_name == "DeiTModel" else {}
+    pooler = {"add_pooling_layer": False} if case == "deit-model" else {}
     reference = _randomise(cls(_hf_config(model_type, **extra), **pooler))
     reference.save_pretrained(tmp_path / "hf")
     model = keras_vit.from_checkpoint(tmp_path / "hf")

@@ -200,9 +200,13 @@ def test_a_tiff_image_is_named_as_such(model_file, tmp_path, capsys):
     assert "TIFF data; keras_vit decodes PNG, JPEG, BMP, GIF or WebP" in capsys.readouterr().err
 
 
-def test_explain_a_distilled_model_with_registers(photo_png, tmp_path, monkeypatch):
+@pytest.mark.parametrize("distillation_head", [True, False])
+def test_explain_a_distilled_model_with_registers(
+    photo_png, tmp_path, monkeypatch, distillation_head
+):
     """Issue 27: the map of a DeiT-style model with registers covers the patch grid only
-    (4 x 6 here: no distillation or register cells) and is the rollout of the saved model."""
+    (4 x 6 here: no distillation or register cells) and is the rollout of the saved model;
+    also with the distillation token's head left out (HF DeiTForImageClassification)."""
     import keras
 
     import keras_vit.visualize
@@ -217,6 +221,7 @@ def test_explain_a_distilled_model_with_registers(photo_png, tmp_path, monkeypat
             num_layers=2,
             num_classes=10,
             distilled=True,
+            distillation_head=distillation_head,
             num_register_tokens=2,
         ),
         seed=5,
