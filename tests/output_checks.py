@@ -45,6 +45,23 @@ def assert_head_not_zero(model):
         assert np.any(kernel != 0), f"{model.name}: the head kernel is all zero"
 
 
+def onednn_bfloat16_kernels() -> bool:
+    """True when this TensorFlow process runs oneDNN's CPU kernels (TensorFlow's own report;
+    off on AVX2-only hosts and under `TF_ENABLE_ONEDNN_OPTS=0`)."""
+    try:
+        from tensorflow.python.util import _pywrap_util_port
+    except ImportError:
+        return False
+    return bool(_pywrap_util_port.IsMklEnabled())
+
+
+def bfloat16_slack() -> float:
+    """Factor on bfloat16 tolerances: 1 with oneDNN (products, bias, activations and norms
+    fused, each rounded once), 2 with Eigen's kernels, where every elementwise op rounds its
+    own output to bfloat16 (measured: block errors 1.05-1.46x the oneDNN bounds)."""
+    return 1.0 if onednn_bfloat16_kernels() else 2.0
+
+
 def assert_informative(outputs, what="model output"):
     """Fails when `outputs` cannot tell a working model from a broken one.
 

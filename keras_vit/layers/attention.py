@@ -28,6 +28,20 @@ def flattened_glorot_uniform(hidden_dim: int) -> keras.initializers.Initializer:
     return keras.initializers.RandomUniform(-limit, limit)
 
 
+def _exact_bfloat16_kernels() -> tuple[bool, bool]:
+    """(bfloat16 einsum sums in float32, bfloat16 softmax rounds once like float32's) for
+    the backend's kernels: measured once on TensorFlow; (True, False) on other backends,
+    whose softmax `_call_heads_major` always runs in float32."""
+    if keras.backend.backend() != "tensorflow":
+        return True, False
+    from keras_vit import _tf_checks
+
+    return (
+        _tf_checks.bfloat16_einsum_accumulates_in_float32(),
+        _tf_checks.bfloat16_softmax_rounds_like_float32(),
+    )
+
+
 def check_num_queries(num_queries, num_tokens, name="num_queries") -> int:
     """`num_queries` if it is an int in [1, num_tokens] (num_tokens None: unknown), else a
     ValueError naming the argument `name`."""
@@ -175,8 +189,11 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         the batched products need no layout copies inside `einsum`; q, k and v come from one
         product when queries and keys are the same tokens. The scale 1/sqrt(head_dim) is
         folded into the query kernel and bias (exact for head_dim 64: a power of two); in
-        training the softmax runs on float32 logits, as its gradient needs. Same weights and,
-        up to rounding, the same result as the EinsumDense path.
+        training the softmax runs on float32 logits, as its gradient needs. Where this
+        TensorFlow build's bfloat16 `einsum` rounds its partial sums or its softmax rounds
+        each step (oneDNN off, `keras_vit._tf_checks`), the token products run as batched
+        matmuls and the softmax in float32 in inference too. Same weights and, up to
+        rounding, the same result as the EinsumDense path.
         """
         scale = 1.0 / math.sqrt(self.head_dim)
         if self_attention:
@@ -186,15 +203,22 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         else:
             (query,) = self._project_heads_major(queries, (self.query,), (scale,))
             key, value = self._project_heads_major(tokens, (self.key, self.value), (1.0, 1.0))
-        logits = ops.einsum("bnth,bnsh->bnts", query, key)
-        if training or keras.backend.backend() != "tensorflow":
+        einsum_exact, softmax_exact = _exact_bfloat16_kernels()
+        if einsum_exact:
+            logits = ops.einsum("bnth,bnsh->bnts", query, key)
+        else:
+            logits = ops.matmul(query, ops.swapaxes(key, -1, -2))
+        if training or not softmax_exact:
             probs = ops.cast(ops.softmax(ops.cast(logits, "float32"), axis=-1), self.compute_dtype)
         else:
-            # TensorFlow's softmax kernels accumulate bfloat16 in float32 (oneDNN on CPU: the
-            # same bits as the float32 softmax rounded to bfloat16), without the two casts.
+            # the bfloat16 kernel already accumulates in float32 and rounds once: same bits
+            # as the float32 softmax rounded to bfloat16, without the two casts
             probs = ops.softmax(logits, axis=-1)
         probs = self.attention_dropout(probs, training=training)
-        context = ops.einsum("bnts,bnsh->btnh", probs, value)
+        if einsum_exact:
+            context = ops.einsum("bnts,bnsh->btnh", probs, value)
+        else:
+            context = ops.transpose(ops.matmul(probs, value), (0, 2, 1, 3))
         hidden_dim = self.num_heads * self.head_dim
         outputs = ops.matmul(
             ops.reshape(context, (-1, hidden_dim)), ops.reshape(self.out.kernel, (hidden_dim, -1))

@@ -5,8 +5,9 @@ import numpy as np
 import pytest
 
 from keras_vit.layers import MlpBlock, MultiHeadSelfAttention, TransformerBlock
+from keras_vit.layers import attention as attention_module
 from tests import numpy_reference as ref
-from tests.output_checks import assert_outputs_close
+from tests.output_checks import assert_outputs_close, bfloat16_slack
 
 
 def _official_block_params(block, prefix="b/"):
@@ -293,8 +294,18 @@ def _bfloat16_block_and_reference(seed, **kwargs):
     return blocks, x, _numpy_block(_official_block_params(blocks[1]), x.astype(np.float64), 4)
 
 
+@pytest.fixture(params=["measured", "matmul"])
+def bfloat16_kernels(request, monkeypatch):
+    """The bfloat16 attention as this host's kernels choose it, and forced onto the path
+    taken where bfloat16 einsum and softmax round each step (batched matmuls, float32
+    softmax), so that every host runs both."""
+    if request.param == "matmul":
+        monkeypatch.setattr(attention_module, "_exact_bfloat16_kernels", lambda: (False, False))
+    return request.param
+
+
 @pytest.mark.parametrize("num_output_tokens", [None, 3])
-def test_bfloat16_block_matches_numpy_equations(num_output_tokens):
+def test_bfloat16_block_matches_numpy_equations(num_output_tokens, bfloat16_kernels):
     """The bfloat16 attention (one q/k/v product, heads-major, scale folded into the query
     kernel) against the float64 equations: within bfloat16 rounding (8 bits: ~0.4%)."""
     (half, _), x, expected = _bfloat16_block_and_reference(5, num_output_tokens=num_output_tokens)
@@ -304,10 +315,12 @@ def test_bfloat16_block_matches_numpy_equations(num_output_tokens):
     # the residual branch alone (the input passes through exactly): std ~1.6 here
     branch, expected_branch = out - x[:, :rows], expected[:, :rows] - x[:, :rows]
     assert np.abs(expected_branch).std() > 0.5
-    assert_outputs_close(branch, expected_branch, atol=0.06, what="bfloat16 residual branch")
+    assert_outputs_close(
+        branch, expected_branch, atol=0.06 * bfloat16_slack(), what="bfloat16 residual branch"
+    )
 
 
-def test_bfloat16_block_gradients_match_float32():
+def test_bfloat16_block_gradients_match_float32(bfloat16_kernels):
     """Every weight's gradient under mixed_bfloat16 (through the concatenated q/k/v kernel,
     the folded scale and the unstacked heads) agrees with float32 within bfloat16 rounding."""
     import tensorflow as tf
@@ -330,7 +343,9 @@ def test_bfloat16_block_gradients_match_float32():
         scale_of = path.replace("key/bias", "query/bias")
         scale = np.abs(grads[scale_of][1]).max()
         assert scale > 0, path
-        assert_outputs_close(g_half / scale, g_full / scale, atol=0.03, what=path)
+        assert_outputs_close(
+            g_half / scale, g_full / scale, atol=0.03 * bfloat16_slack(), what=path
+        )
 
 
 def test_bfloat16_inference_softmax_matches_the_float32_softmax():
@@ -366,4 +381,6 @@ def test_bfloat16_attention_after_int8_quantization_keeps_einsum_dense_path():
         model.quantize("int8")
     assert attention.query.quantization_mode == "int8"
     quantized = np.asarray(keras.ops.cast(model(x), "float32"))
-    assert_outputs_close(quantized, reference, atol=0.05 * np.abs(reference).max(), what="int8")
+    assert_outputs_close(
+        quantized, reference, atol=0.05 * bfloat16_slack() * np.abs(reference).max(), what="int8"
+    )
