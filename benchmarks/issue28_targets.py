@@ -128,11 +128,17 @@ def run_rounds(workers, repeats, deadline):
     for index in range(repeats):
         shift = index % len(names)
         for name in names[shift:] + names[:shift]:
-            payloads[name].append(workers[name].request("run"))
+            try:
+                payloads[name].append(workers[name].request("run"))
+            except (OSError, RuntimeError) as error:  # e.g. killed by the kernel's OOM killer
+                code = workers[name].process.poll()
+                print(f"  dropping {name}: the worker died (exit code {code}): {error}", flush=True)
+                names.remove(name)
+                workers.pop(name).close()
         print(f"  round {index + 1}/{repeats} done", flush=True)
         if time.perf_counter() > deadline:
             break
-    return payloads
+    return {name: figures for name, figures in payloads.items() if name in workers and figures}
 
 
 def time_workload(args, variant, mode, deadline):
