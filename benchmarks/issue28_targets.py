@@ -147,7 +147,14 @@ def time_workload(args, variant, mode, deadline):
     workers, ready = throughput.start_workers(wargs, point_names(args, mode))
     try:
         payloads = run_rounds(workers, args.repeats, deadline)
-        peaks = {name: workers[name].request("rss")["peak_rss_mb"] for name in workers}
+        peaks = {}
+        for name in list(workers):
+            try:
+                peaks[name] = workers[name].request("rss")["peak_rss_mb"]
+            except (OSError, RuntimeError) as error:  # died after its last round
+                print(f"  dropping {name}: the worker died: {error}", flush=True)
+                workers.pop(name).close()
+                payloads.pop(name, None)
     finally:
         throughput.finish_workers(workers)
     return payloads, ready, peaks
