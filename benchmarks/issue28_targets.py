@@ -5,12 +5,16 @@ benchmarks/throughput.py): keras_vit at float32, float32+XLA, mixed_bfloat16 and
 mixed_bfloat16+XLA; timm at float32, bfloat16 autocast and torch.compile (`--torch-python`,
 skipped with the reason when torch/timm do not import there); the Keras peers keras-hub and
 vit-keras at float32+XLA and mixed_bfloat16 (skipped with the reason when not installed); and
-the GEMM roof of TensorFlow and of torch. All points of a workload start together, then the
-parent asks each for one timed repeat per round, the order rotated every round, so that the
-load of the machine hits every point alike. Rounds stop at `--repeats` or when the
-workload's share of `--budget-s` is spent (at least one round). After the rounds, "auto"
-(`keras_vit.precision.choose_precision`, measuring with a fresh probe unless
-`--keep-probe-cache`) is asked which setting it picks for the model's shape.
+the GEMM roof of TensorFlow and of torch. The points of a workload start together, as many
+as fit in memory (`--memory-gb`, default 85% of MemAvailable, over each point's expected
+peak RSS; S/16 training needs ~3.5 GB a point, so on 24 GiB it runs in groups, each group's
+points timed together; the likeliest-fastest setting of every framework is in the first
+group), then the parent asks each for one timed repeat per round, the order rotated every
+round, so that the load of the machine hits every point alike. Rounds stop at `--repeats` or
+when the workload's (group's) share of `--budget-s` is spent (at least one round). The
+results are written after every workload, so a run cut short keeps what it measured. After
+the rounds, "auto" (`keras_vit.precision.choose_precision`, measuring with a fresh probe
+unless `--keep-probe-cache`) is asked which setting it picks for the model's shape.
 
 The table gives the ratios the targets need: auto over the fastest keras_vit setting
 (target >= 0.90), keras_vit's best over timm's best and over the best Keras peer (>= 1.20).
@@ -39,10 +43,13 @@ import throughput  # noqa: E402
 import torch_peer  # noqa: E402
 
 WORKLOADS = (("B/16", "infer"), ("S/16", "train"), ("Ti/16", "train"))
-KERAS_VIT_SETTINGS = ("float32", "float32+xla", "mixed_bfloat16", "mixed_bfloat16+xla")
-PEER_SETTINGS = ("float32+xla", "mixed_bfloat16")
+# each framework's settings, likeliest fastest first (so that those share the first group)
+KERAS_VIT_SETTINGS = ("mixed_bfloat16", "float32+xla", "float32", "mixed_bfloat16+xla")
+PEER_SETTINGS = ("mixed_bfloat16", "float32+xla")
 PEERS = ("keras_hub", "vit_keras")
-TIMM_SETTINGS = ("float32", "bfloat16_autocast", "float32+compile")
+TIMM_SETTINGS = ("bfloat16_autocast", "float32", "float32+compile")
+# expected peak RSS of one point, GB (AMD EPYC run of 2026-12-02, rounded up); GEMM roofs ~1
+POINT_GB = {("B/16", "infer"): 2.0, ("S/16", "train"): 3.7, ("Ti/16", "train"): 2.8}
 AUTO_TARGET, PEER_TARGET = 0.90, 1.20
 DEFAULT_OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "issue28")
 
@@ -56,6 +63,12 @@ def parse_args(argv=None):
     parser.add_argument("--budget-s", type=float, default=420.0, help="seconds for all (420)")
     parser.add_argument("--gemm-sizes", default="1024,2048", help="GEMM roof sizes")
     parser.add_argument("--workloads", default=",".join(f"{v}:{m}" for v, m in WORKLOADS))
+    parser.add_argument(
+        "--memory-gb",
+        type=float,
+        default=None,
+        help="memory the points of one group may use (default 85%% of MemAvailable)",
+    )
     parser.add_argument("--keep-probe-cache", action="store_true", help="auto from the cache")
     parser.add_argument(
         "--quick",
@@ -76,17 +89,53 @@ def point_names(args, mode):
     ours = ("float32+xla", "mixed_bfloat16") if args.quick else KERAS_VIT_SETTINGS
     peers = PEER_SETTINGS[:1] if args.quick else PEER_SETTINGS
     timm = TIMM_SETTINGS[:2] if args.quick else TIMM_SETTINGS
-    names = [throughput.worker_name("keras_vit", mode, *common.parse_setting(s)) for s in ours]
+    columns = [[throughput.worker_name("keras_vit", mode, *common.parse_setting(s)) for s in ours]]
+    roofs = [throughput.GEMM]
+    if skip_reason(args.torch_python, "timm") is None:
+        columns.append(
+            [
+                f"timm:{mode}:{policy}:{compiler}"
+                for policy, compiler in map(torch_peer.parse_timm_setting, timm)
+            ]
+        )
+        roofs.append(throughput.GEMM_TORCH)
     for peer in PEERS:
         if skip_reason(args.python, peer) is None:
-            names += [throughput.worker_name(peer, mode, *common.parse_setting(s)) for s in peers]
-    if skip_reason(args.torch_python, "timm") is None:
-        names += [
-            f"timm:{mode}:{policy}:{compiler}"
-            for policy, compiler in map(torch_peer.parse_timm_setting, timm)
-        ]
-        names.append(throughput.GEMM_TORCH)
-    return names + [throughput.GEMM]
+            columns.append(
+                [throughput.worker_name(peer, mode, *common.parse_setting(s)) for s in peers]
+            )
+    rows = max(len(c) for c in columns)
+    interleaved = [c[i] for i in range(rows) for c in columns if i < len(c)]
+    return roofs + interleaved
+
+
+def memory_available_gb():
+    """MemAvailable of /proc/meminfo in GB (None where it cannot be read)."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as handle:
+            for line in handle:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) / 1e6
+    except OSError:
+        return None
+    return None
+
+
+def groups_of(names, variant, mode, memory_gb):
+    """`names` cut into consecutive groups whose expected peak RSS fits in `memory_gb`."""
+    point_gb = POINT_GB.get((variant, mode), 3.7)
+    if memory_gb is None:
+        available = memory_available_gb()
+        memory_gb = 0.85 * available if available else float("inf")
+    groups, used = [[]], 0.0
+    for name in names:
+        need = 1.0 if name in (throughput.GEMM, throughput.GEMM_TORCH) else point_gb
+        if groups[-1] and used + need > memory_gb:
+            groups.append([])
+            used = 0.0
+        groups[-1].append(name)
+        used += need
+    return groups
 
 
 _SKIPS = {}
@@ -142,9 +191,23 @@ def run_rounds(workers, repeats, deadline):
 
 
 def time_workload(args, variant, mode, deadline):
-    """{name: [payloads]}, ready records and peak RSS of one workload's points."""
+    """{name: [payloads]}, ready records and peak RSS of one workload's points, group by group."""
+    groups = groups_of(point_names(args, mode), variant, mode, args.memory_gb)
+    payloads, ready, peaks = {}, {}, {}
+    for index, group in enumerate(groups):
+        if len(groups) > 1:
+            print(f"  group {index + 1}/{len(groups)}: {', '.join(group)}", flush=True)
+        share = (deadline - time.perf_counter()) / (len(groups) - index)
+        timed = time_group(args, variant, group, time.perf_counter() + share)
+        for into, values in zip((payloads, ready, peaks), timed, strict=True):
+            into.update(values)
+    return payloads, ready, peaks
+
+
+def time_group(args, variant, names, deadline):
+    """{name: [payloads]}, ready records and peak RSS of points timed together."""
     wargs = worker_args(args, variant)
-    workers, ready = throughput.start_workers(wargs, point_names(args, mode))
+    workers, ready = throughput.start_workers(wargs, names)
     try:
         payloads = run_rounds(workers, args.repeats, deadline)
         peaks = {}
@@ -279,11 +342,10 @@ def main(argv=None):
         all_records += records
         summaries.append(summary)
         print(f"  {summary['workload']}: {time.perf_counter() - start:.0f} s so far", flush=True)
-    elapsed = time.perf_counter() - start
-    line = host_line(load_before, throughput.load_average(), elapsed)
-    text = markdown(line, summaries)
+        line = host_line(load_before, throughput.load_average(), time.perf_counter() - start)
+        text = markdown(line, summaries)
+        write(args, line, summaries, all_records, text)
     print(text)
-    write(args, line, summaries, all_records, text)
     return 0
 
 

@@ -201,6 +201,7 @@ def test_throughput_tiny_run_writes_table_and_json(tmp_path):
     assert values[run + "best_setting"] == best
 
 
+@pytest.mark.large  # ~15 s; a GPU script, its CPU smoke run in the large lane
 def test_gpu_mfu_tiny_run_on_cpu(tmp_path):
     out = tmp_path / "mfu.json"
     result = run_script(
@@ -222,6 +223,7 @@ def test_gpu_mfu_tiny_run_on_cpu(tmp_path):
     assert "MFU " in result.stdout
 
 
+@pytest.mark.large  # ~40 s (scores all 4950 held-out MNIST images twice)
 def test_precision_agreement_tiny_run(tmp_path):
     out = tmp_path / "agreement.json"
     result = run_script(
@@ -252,7 +254,11 @@ def test_ablation_tiny_run_checks_logits_then_times_both_models():
         assert f"{mode} class_token_only / full_last_block = " in result.stdout
 
 
-@pytest.mark.parametrize("setting", ["float32+xla", "mixed_bfloat16"])
+@pytest.mark.parametrize(
+    "setting",
+    # XLA's profile (~17 s) in the large lane; TensorFlow's own kernels in every run
+    [pytest.param("float32+xla", marks=pytest.mark.large), "mixed_bfloat16"],
+)
 def test_profile_step_tiny_run_breaks_the_step_down(tmp_path, setting):
     """XLA's compiled operations, or TensorFlow's own kernels without XLA (bfloat16 casts)."""
     result = run_script(
@@ -372,7 +378,7 @@ def test_serving_load_smoke(tmp_path):
     assert run_script("serving_load.py", "--requests", "0").returncode == 2
 
 
-@pytest.mark.slow
+@pytest.mark.large  # ~60 s: trains two models on three data sizes
 def test_data_scaling_quick_run_writes_table_json_and_png(tmp_path):
     out, png = tmp_path / "data_scaling.json", tmp_path / "data_scaling.png"
     result = run_script("data_scaling.py", "--quick", "--json", str(out), "--png", str(png))
