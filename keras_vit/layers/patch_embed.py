@@ -135,9 +135,29 @@ class PatchEmbed(keras.layers.Layer):
         elif self.grid_size is not None:
             images = _assert_size_at_run_time(images, self.image_size, self.channels)
         images = ops.cast(images, self.compute_dtype)
+        if self.compute_dtype != "float32":
+            return self._project_patches(images)
         x = self.conv(images)
         shape = ops.shape(x)
         return ops.reshape(x, (shape[0], shape[1] * shape[2], self.hidden_dim))
+
+    def _project_patches(self, images):
+        """The paper's form of eq. 1: each patch flattened, times E, as one 2-D product.
+
+        Used under reduced-precision policies. The convolution's weight gradient on
+        TensorFlow's CPU kernels (`Conv2DBackpropFilter`) reaches a few GFLOP/s at patch
+        stride where a 2-D `MatMul` of the same FLOPs runs on the bfloat16 units (Ti/16
+        bfloat16 training step: ~10% of it; docs/performance.md). Same kernel, same output.
+        """
+        shape = ops.shape(images)
+        (p, q), channels = self.patch_size, images.shape[-1]
+        rows, cols = shape[1] // p, shape[2] // q
+        x = ops.reshape(images, (shape[0], rows, p, cols, q, channels))
+        x = ops.transpose(x, (0, 1, 3, 2, 4, 5))
+        x = ops.reshape(x, (-1, p * q * channels))
+        kernel = ops.reshape(ops.cast(self.conv.kernel, self.compute_dtype), (-1, self.hidden_dim))
+        x = ops.matmul(x, kernel) + ops.cast(self.conv.bias, self.compute_dtype)
+        return ops.reshape(x, (shape[0], rows * cols, self.hidden_dim))
 
     def compute_output_shape(self, input_shape):
         height, width = input_shape[1], input_shape[2]

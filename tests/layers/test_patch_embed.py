@@ -1,5 +1,7 @@
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from keras_vit.layers import PatchEmbed
 from tests.numpy_reference import patchify
@@ -93,3 +95,47 @@ def test_wrong_image_size_after_a_good_call_gets_the_clear_shape_error(first, se
         assert "40, 40, 3)" in message or "[1 40 40 3]" in message, message[-2000:]
         assert "posembed" not in message.split("expected shape")[0][-300:]
     assert np.asarray(WRONG_SIZE_CALLS[first](model, good)).shape == (2, 10)  # still works
+
+
+@settings(max_examples=10, deadline=None)
+@given(
+    patch=st.tuples(st.integers(1, 5), st.integers(1, 5)),
+    grid=st.tuples(st.integers(1, 4), st.integers(1, 4)),
+    channels=st.sampled_from([1, 3, 4]),
+    policy=st.sampled_from(["mixed_bfloat16", "mixed_float16"]),
+    seed=st.integers(0, 2**16),
+)
+def test_reduced_precision_product_equals_eq1_value_and_kernel_gradient(
+    patch, grid, channels, policy, seed
+):
+    """Under reduced precision the layer is one 2-D product of the flattened patches (not the
+    convolution): eq. 1 in float64, and the kernel's gradient patches^T @ upstream."""
+    import tensorflow as tf
+
+    rng = np.random.default_rng(seed)
+    size = (patch[0] * grid[0], patch[1] * grid[1])
+    images = rng.uniform(-1, 1, (2, *size, channels)).astype(np.float32)
+    layer = PatchEmbed(patch_size=patch, hidden_dim=6, dtype=policy)
+    layer.build(images.shape)
+    layer.conv.bias.assign(rng.standard_normal(6).astype(np.float32))
+    upstream = rng.standard_normal((2, grid[0] * grid[1], 6))
+    with tf.GradientTape() as tape:
+        out = layer(images)
+        loss = tf.reduce_sum(tf.cast(out, tf.float64) * upstream)
+    d_kernel = np.asarray(tape.gradient(loss, layer.conv.kernel), np.float64)
+    assert out.dtype == policy.split("_")[1]
+    rounded = np.asarray(tf.cast(tf.cast(images, out.dtype), tf.float64))
+    flat = np.stack([_patches_of(x, patch) for x in rounded])
+    kernel = np.asarray(layer.conv.kernel, np.float64).reshape(-1, 6)
+    expected = flat @ kernel + np.asarray(layer.conv.bias, np.float64)
+    scale = np.abs(expected).max()
+    np.testing.assert_allclose(np.asarray(tf.cast(out, tf.float64)), expected, atol=1e-2 * scale)
+    expected_grad = np.einsum("bnk,bnd->kd", flat, upstream).reshape(layer.conv.kernel.shape)
+    np.testing.assert_allclose(d_kernel, expected_grad, atol=1e-2 * np.abs(expected_grad).max())
+
+
+def _patches_of(image, patch):
+    """(H, W, C) -> (patches, P*Q*C), row-major patches, each flattened row-major."""
+    (p, q), (h, w, c) = patch, image.shape
+    x = image.reshape(h // p, p, w // q, q, c).transpose(0, 2, 1, 3, 4)
+    return x.reshape((h // p) * (w // q), p * q * c)

@@ -1,0 +1,105 @@
+"""TensorFlow-only forms of elementwise functions for bfloat16 training without XLA.
+
+Without XLA, TensorFlow runs each elementwise operation of a function and of its gradient as
+its own kernel over the whole tensor; on bfloat16 tensors those kernels, not the products,
+take most of a small model's training step on CPUs with bfloat16 matrix units
+(docs/performance.md). The functions here compute in float32 inside one
+`tf.custom_gradient`, with a hand-written gradient that reuses the forward's intermediates,
+and return the input's dtype: fewer and faster kernels, and float32 accuracy.
+"""
+
+from __future__ import annotations
+
+import math
+
+import tensorflow as tf
+
+_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+_CUBIC = 0.044715  # the tanh approximation's coefficient (Hendrycks & Gimpel 2016)
+_INV_SQRT_2 = 1.0 / math.sqrt(2.0)
+_INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
+
+
+@tf.custom_gradient
+def gelu_tanh(x):
+    """0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), computed in float32.
+
+    Args:
+        x: a floating tensor of any shape.
+
+    Returns:
+        The GELU of `x` (tanh form, as `tf.nn.gelu(x, approximate=True)`), in `x.dtype`.
+    """
+    z = tf.cast(x, tf.float32)
+    z2 = z * z
+    t = tf.tanh(z * (_SQRT_2_OVER_PI + (_SQRT_2_OVER_PI * _CUBIC) * z2))
+    half_z = 0.5 * z
+    y = half_z + half_z * t
+
+    def grad(upstream):
+        # d/dz: 0.5 (1 + t) + 0.5 z (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 z^2)
+        slope = _SQRT_2_OVER_PI + (3.0 * _SQRT_2_OVER_PI * _CUBIC) * z2
+        local = (0.5 + 0.5 * t) + half_z * (1.0 - t * t) * slope
+        return tf.cast(tf.cast(upstream, tf.float32) * local, x.dtype)
+
+    return tf.cast(y, x.dtype), grad
+
+
+@tf.custom_gradient
+def gelu_erf(x):
+    """x Phi(x) = 0.5 x (1 + erf(x / sqrt(2))), computed in float32.
+
+    Args:
+        x: a floating tensor of any shape.
+
+    Returns:
+        The exact GELU of `x` (as `tf.nn.gelu(x, approximate=False)`), in `x.dtype`.
+    """
+    z = tf.cast(x, tf.float32)
+    cdf = 0.5 + 0.5 * tf.math.erf(z * _INV_SQRT_2)
+    y = z * cdf
+
+    def grad(upstream):
+        # d/dz: Phi(z) + z phi(z)
+        local = cdf + z * (_INV_SQRT_2PI * tf.exp(-0.5 * z * z))
+        return tf.cast(tf.cast(upstream, tf.float32) * local, x.dtype)
+
+    return tf.cast(y, x.dtype), grad
+
+
+def layer_norm(x, gamma, beta, epsilon):
+    """LayerNorm over the last axis, computed in float32, in `x.dtype`.
+
+    Args:
+        x: `(..., features)`; gamma, beta: `(features,)` (float32 variables);
+        epsilon: added to the variance.
+
+    Returns:
+        `(x - mean) / sqrt(var + epsilon) * gamma + beta`, in `x.dtype`.
+    """
+
+    @tf.custom_gradient
+    def forward(x, gamma, beta):
+        z = tf.cast(x, tf.float32)
+        mean = tf.reduce_mean(z, axis=-1, keepdims=True)
+        centred = z - mean
+        rstd = tf.math.rsqrt(tf.reduce_mean(centred * centred, axis=-1, keepdims=True) + epsilon)
+        normed = centred * rstd
+        y = normed * gamma + beta
+
+        def grad(upstream):
+            dy = tf.cast(upstream, tf.float32)
+            rows = tf.reshape(dy, (-1, tf.shape(dy)[-1]))
+            d_beta = tf.reduce_sum(rows, axis=0)
+            d_gamma = tf.reduce_sum(rows * tf.reshape(normed, tf.shape(rows)), axis=0)
+            g = dy * gamma
+            dx = rstd * (
+                g
+                - tf.reduce_mean(g, axis=-1, keepdims=True)
+                - normed * tf.reduce_mean(g * normed, axis=-1, keepdims=True)
+            )
+            return tf.cast(dx, x.dtype), d_gamma, d_beta
+
+        return tf.cast(y, x.dtype), grad
+
+    return forward(x, tf.cast(gamma, tf.float32), tf.cast(beta, tf.float32))

@@ -1,0 +1,38 @@
+"""Where a block trains under a reduced-precision policy on TensorFlow, its LayerNorms and
+GELU go through `keras_vit._tf_kernels` (float32 inside one custom gradient each): on CPUs with
+bfloat16 matrix units these elementwise kernels, not the products, set the speed of a small
+model's training step (docs/performance.md). In inference, in float32 and on other backends
+the Keras layers and activations run as they are (in bfloat16 inference TensorFlow fuses
+Keras' GELU into the product's oneDNN kernel, which the custom gradient would prevent).
+"""
+
+from __future__ import annotations
+
+import keras
+
+
+def _fast(dtype, training) -> bool:
+    return (
+        training is True  # a Python bool in Keras steps; a tensor keeps the Keras path
+        and keras.backend.backend() == "tensorflow"
+        and dtype in ("bfloat16", "float16")
+    )
+
+
+def layer_norm(layer, x, training):
+    """`layer(x)` for a built `keras.layers.LayerNormalization` over the last axis."""
+    last = (-1, [-1], [len(x.shape) - 1])
+    if not _fast(layer.compute_dtype, training) or layer.axis not in last:
+        return layer(x)
+    from keras_vit import _tf_kernels
+
+    return _tf_kernels.layer_norm(x, layer.gamma, layer.beta, layer.epsilon)
+
+
+def gelu(x, approximate, compute_dtype, training):
+    """`keras.activations.gelu(x, approximate)` (tanh form when `approximate`)."""
+    if not _fast(compute_dtype, training):
+        return keras.activations.gelu(x, approximate=approximate)
+    from keras_vit import _tf_kernels
+
+    return _tf_kernels.gelu_tanh(x) if approximate else _tf_kernels.gelu_erf(x)
