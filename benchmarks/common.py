@@ -143,8 +143,8 @@ class Worker:
     Lines without either prefix (library logging) are ignored.
     """
 
-    def __init__(self, argv: list[str]):
-        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
+    def __init__(self, argv: list[str], env: dict | None = None):
+        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1", **(env or {}))
         # stderr goes to a file: a full pipe would block a chatty child.
         self.stderr = tempfile.TemporaryFile(mode="w+")
         self.process = subprocess.Popen(

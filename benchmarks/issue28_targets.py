@@ -47,6 +47,7 @@ WORKLOADS = (("B/16", "infer"), ("S/16", "train"), ("Ti/16", "train"))
 KERAS_VIT_SETTINGS = ("mixed_bfloat16", "float32+xla", "float32", "mixed_bfloat16+xla")
 PEER_SETTINGS = ("mixed_bfloat16", "float32+xla")
 PEERS = ("keras_hub", "vit_keras")
+KERAS_TORCH_SETTINGS = ("mixed_bfloat16", "float32")  # eager: torch.compile takes minutes here
 TIMM_SETTINGS = ("bfloat16_autocast", "float32", "float32+compile")
 # expected peak RSS of one point, GB (AMD EPYC run of 2026-12-02, rounded up); GEMM roofs ~1
 POINT_GB = {("B/16", "infer"): 2.0, ("S/16", "train"): 3.7, ("Ti/16", "train"): 2.8}
@@ -69,6 +70,12 @@ def parse_args(argv=None):
         default=None,
         help="memory the points of one group may use (default 85%% of MemAvailable)",
     )
+    parser.add_argument(
+        "--only",
+        default=None,
+        help="comma-separated frameworks to time (of keras_vit, keras_vit_torch, timm, "
+        "keras_hub, vit_keras; default all that import)",
+    )
     parser.add_argument("--keep-probe-cache", action="store_true", help="auto from the cache")
     parser.add_argument(
         "--quick",
@@ -79,6 +86,10 @@ def parse_args(argv=None):
     parser.add_argument("--out", default=DEFAULT_OUT, help="path without suffix (.json, .md)")
     args = parser.parse_args(argv)
     args.workload_list = [tuple(w.split(":")) for w in args.workloads.split(",") if w]
+    known = ("keras_vit", throughput.KERAS_TORCH, "timm", *PEERS)
+    args.only_list = known if args.only is None else tuple(args.only.split(","))
+    if set(args.only_list) - set(known):
+        parser.error(f"--only: unknown {sorted(set(args.only_list) - set(known))}; of {known}")
     if args.quick:
         args.repeats = 1
     return args
@@ -89,18 +100,25 @@ def point_names(args, mode):
     ours = ("float32+xla", "mixed_bfloat16") if args.quick else KERAS_VIT_SETTINGS
     peers = PEER_SETTINGS[:1] if args.quick else PEER_SETTINGS
     timm = TIMM_SETTINGS[:2] if args.quick else TIMM_SETTINGS
+    wanted = args.only_list
     columns = [[throughput.worker_name("keras_vit", mode, *common.parse_setting(s)) for s in ours]]
+    columns = columns if "keras_vit" in wanted else []
     roofs = [throughput.GEMM]
     if skip_reason(args.torch_python, "timm") is None:
-        columns.append(
-            [
-                f"timm:{mode}:{policy}:{compiler}"
-                for policy, compiler in map(torch_peer.parse_timm_setting, timm)
-            ]
-        )
+        if "timm" in wanted:
+            columns.append(
+                [
+                    f"timm:{mode}:{policy}:{compiler}"
+                    for policy, compiler in map(torch_peer.parse_timm_setting, timm)
+                ]
+            )
+        if throughput.KERAS_TORCH in wanted:
+            columns.append(
+                [f"{throughput.KERAS_TORCH}:{mode}:{p}:noxla" for p in KERAS_TORCH_SETTINGS]
+            )
         roofs.append(throughput.GEMM_TORCH)
     for peer in PEERS:
-        if skip_reason(args.python, peer) is None:
+        if peer in wanted and skip_reason(args.python, peer) is None:
             columns.append(
                 [throughput.worker_name(peer, mode, *common.parse_setting(s)) for s in peers]
             )
@@ -246,6 +264,7 @@ def summarise(variant, mode, records, roofs, choice):
         if framework not in best or value > best[framework][1]:
             best[framework] = (setting, value)
     ours = best.get("keras_vit")
+    on_torch = best.get(throughput.KERAS_TORCH)
     auto = rate.get(("keras_vit", choice.setting))
     peers = [best[p] + (p,) for p in PEERS if p in best]
     best_peer = max(peers, key=lambda item: item[1]) if peers else None
@@ -259,6 +278,9 @@ def summarise(variant, mode, records, roofs, choice):
         "auto": {"setting": choice.setting, "images_per_s": auto, "reason": choice.reason},
         "auto_over_best": auto / ours[1] if auto and ours else None,
         "ours_over_timm": ours[1] / timm[1] if ours and timm else None,
+        "keras_vit_torch": {s: v for (f, s), v in rate.items() if f == throughput.KERAS_TORCH},
+        "torch_backend_over_timm": on_torch[1] / timm[1] if on_torch and timm else None,
+        "torch_backend_over_tensorflow": on_torch[1] / ours[1] if on_torch and ours else None,
         "ours_over_keras_peer": ours[1] / best_peer[1] if ours and best_peer else None,
         "best_keras_peer": f"{best_peer[2]} {best_peer[0]}" if best_peer else None,
         "roof_gflops": roofs,
@@ -295,9 +317,10 @@ def markdown(host_line, summaries):
     lines = [f"Host: {host_line}", ""]
     lines.append(
         "| workload | keras_vit img/s by setting | auto | auto/best | timm best | "
-        "ours/timm | best Keras peer | ours/peer | roof GFLOP/s |"
+        "ours/timm | best Keras peer | ours/peer | keras_vit on the PyTorch backend | "
+        "torch backend/timm | roof GFLOP/s |"
     )
-    lines.append("|---|---|---|---|---|---|---|---|---|")
+    lines.append("|---|---|---|---|---|---|---|---|---|---|---|")
     for s in summaries:
         ours = ", ".join(f"{k} {v:.2f}" for k, v in s["keras_vit"].items())
         timm = s["best"].get("timm")
@@ -305,6 +328,7 @@ def markdown(host_line, summaries):
         peer = s["best_keras_peer"]
         peer_text = f"{peer} {s['keras_peers'][peer]:.2f}" if peer else "-"
         roofs = ", ".join(f"{k} {v:.0f}" for k, v in s["roof_gflops"].items())
+        on_torch = ", ".join(f"{k} {v:.2f}" for k, v in s["keras_vit_torch"].items()) or "-"
         cells = [
             s["workload"],
             ours,
@@ -314,6 +338,8 @@ def markdown(host_line, summaries):
             ratio(s["ours_over_timm"], PEER_TARGET),
             peer_text,
             ratio(s["ours_over_keras_peer"], PEER_TARGET),
+            on_torch,
+            ratio(s["torch_backend_over_timm"], PEER_TARGET),
             roofs,
         ]
         lines.append("| " + " | ".join(cells) + " |")
@@ -354,7 +380,8 @@ def figure_values(summaries) -> dict:
     values = {"workloads": len(summaries)}
     for s in summaries:
         key = s["workload"].replace("/", "").replace(" ", "_").lower()
-        for name in ("auto_over_best", "ours_over_timm", "ours_over_keras_peer"):
+        names = ("auto_over_best", "ours_over_timm", "ours_over_keras_peer")
+        for name in (*names, "torch_backend_over_timm", "torch_backend_over_tensorflow"):
             if s[name] is not None:
                 values[f"{key}_{name}"] = {"value": round(s[name], 3), "format": "{:.2f}x"}
     return values

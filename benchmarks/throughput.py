@@ -40,7 +40,9 @@ import torch_peer  # noqa: E402
 GEMM = "gemm"
 GEMM_TORCH = "gemm_torch"
 TIMM = "timm"
-ALL_FRAMEWORKS = (*common.FRAMEWORKS, TIMM)
+# keras_vit's own model on Keras' PyTorch backend (eager; in the interpreter of --torch-python)
+KERAS_TORCH = "keras_vit_torch"
+ALL_FRAMEWORKS = (*common.FRAMEWORKS, TIMM, KERAS_TORCH)
 ROOF_NAMES = {GEMM: "TensorFlow", GEMM_TORCH: "torch"}
 DEFAULT_SETTINGS = "float32+xla,mixed_bfloat16+xla,mixed_bfloat16"
 
@@ -77,7 +79,7 @@ def parse_args(argv=None):
     parser.add_argument("--no-xla", action="store_true", help=argparse.SUPPRESS)  # deprecated
     parser.add_argument(
         "--frameworks",
-        default=",".join(ALL_FRAMEWORKS),
+        default=",".join((*common.FRAMEWORKS, TIMM)),
         help=f"comma-separated subset of {','.join(ALL_FRAMEWORKS)} (all; a peer that does "
         "not import in its interpreter is skipped)",
     )
@@ -158,6 +160,8 @@ def worker_main(args):
 
             common.serve(handle, {"framework": GEMM})
             return 0
+        if args.worker.startswith(KERAS_TORCH + ":"):
+            return keras_torch_worker(args)
         framework, mode, policy, compiler = args.worker.split(":")
         if not common.peer_available(framework):
             raise ImportError(f"{framework} is not installed for {sys.executable}")
@@ -201,6 +205,36 @@ def torch_gemm_worker(args):
     return 0
 
 
+def keras_torch_worker(args):
+    """keras_vit on Keras' PyTorch backend (`--worker keras_vit_torch:train:mixed_bfloat16:
+    noxla`; the parent sets KERAS_BACKEND=torch): `train_on_batch` runs eagerly."""
+    import keras
+
+    _, mode, policy, _ = args.worker.split(":")
+    if keras.backend.backend() != "torch":
+        backend = keras.backend.backend()
+        raise RuntimeError(f"{KERAS_TORCH} needs KERAS_BACKEND=torch, not {backend}")
+    torch_peer.set_threads(args.threads)
+    keras.config.set_dtype_policy(policy)
+    model = common.build_model("keras_vit", args.variant, args.image_size)
+    step = common.make_step(model, mode, args.batch_size, args.image_size, xla=False)
+    start = time.perf_counter()
+    for _ in range(args.warmup):
+        step()
+    ready = {
+        "framework": KERAS_TORCH,
+        "params": int(model.count_params()),
+        "warmup_s": time.perf_counter() - start,
+    }
+
+    def handle():
+        seconds = common.time_call(step, args.steps)
+        return {"images_per_s": args.steps * args.batch_size / seconds}
+
+    common.serve(handle, ready)
+    return 0
+
+
 def timm_worker(args):
     """One timm point (`--worker timm:train:mixed_bfloat16:eager`)."""
     _, mode, policy, compiler = args.worker.split(":")
@@ -229,8 +263,13 @@ def timm_worker(args):
 # ---- parent side ------------------------------------------------------------------------
 
 
+def worker_env(worker):
+    """Environment variables a worker needs beyond the parent's."""
+    return {"KERAS_BACKEND": "torch"} if worker.startswith(KERAS_TORCH + ":") else {}
+
+
 def worker_argv(args, worker):
-    torch_side = worker == GEMM_TORCH or worker.startswith(TIMM + ":")
+    torch_side = worker == GEMM_TORCH or worker.startswith((TIMM + ":", KERAS_TORCH + ":"))
     python = args.torch_python if torch_side else args.python
     argv = [python, os.path.abspath(__file__), "--worker", worker]
     for name in ("variant", "image_size", "batch_size", "steps", "warmup"):
@@ -240,7 +279,7 @@ def worker_argv(args, worker):
 
 def start_workers(args, names):
     """Starts workers and waits for each to be ready; drops (and reports) the failed ones."""
-    workers = {name: common.Worker(worker_argv(args, name)) for name in names}
+    workers = {name: common.Worker(worker_argv(args, name), env=worker_env(name)) for name in names}
     ready = {}
     for name, worker in list(workers.items()):
         try:
@@ -289,6 +328,9 @@ def framework_points(args, framework, mode):
     """The worker names of one framework's settings (timm's: `--timm-settings`)."""
     if framework == TIMM:
         return [f"{TIMM}:{mode}:{policy}:{compiler}" for policy, compiler in args.timm_list]
+    if framework == KERAS_TORCH:  # eager only: Keras' torch.compile takes minutes here
+        policies = dict.fromkeys(policy for policy, _ in args.setting_list)
+        return [worker_name(framework, mode, policy, False) for policy in policies]
     return [worker_name(framework, mode, policy, xla) for policy, xla in args.setting_list]
 
 

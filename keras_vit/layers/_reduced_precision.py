@@ -19,19 +19,19 @@ def _fast(dtype, training) -> bool:
     )
 
 
-def layer_norm(layer, x, training):
+def layer_norm(layer, x, *, training):
     """`layer(x)` for a built `keras.layers.LayerNormalization` over the last axis."""
     last = (-1, [-1], [len(x.shape) - 1])
-    if not _fast(layer.compute_dtype, training) or layer.axis not in last:
+    if not _fast(layer.compute_dtype, training=training) or layer.axis not in last:
         return layer(x)
     from keras_vit import _tf_kernels
 
     return _tf_kernels.layer_norm(x, layer.gamma, layer.beta, layer.epsilon)
 
 
-def gelu(x, approximate, compute_dtype, training):
+def gelu(x, approximate, compute_dtype, *, training):
     """`keras.activations.gelu(x, approximate)` (tanh form when `approximate`)."""
-    if not _fast(compute_dtype, training):
+    if not _fast(compute_dtype, training=training):
         return keras.activations.gelu(x, approximate=approximate)
     from keras_vit import _tf_kernels
 

@@ -78,7 +78,9 @@ class MlpBlock(keras.layers.Layer):
         if self.activation == "quick_gelu":
             x = quick_gelu(x)
         else:
-            x = _reduced_precision.gelu(x, self.gelu_approximate, self.compute_dtype, training)
+            x = _reduced_precision.gelu(
+                x, self.gelu_approximate, self.compute_dtype, training=training
+            )
         x = self.dropout(x, training=training)
         x = self.dense_1(x)
         x = ops.reshape(x, ops.shape(tokens)) if flatten else x

@@ -158,14 +158,16 @@ class TransformerBlock(keras.layers.Layer):
         `call` uses the layer's own `num_output_tokens`; `keras_vit.feature_extractor` calls
         this with None to read a class-token-only last block's full output sequence.
         """
-        normed = _reduced_precision.layer_norm(self.norm_0, tokens, training)
+        normed = _reduced_precision.layer_norm(self.norm_0, tokens, training=training)
         y = self.attention(normed, training=training, num_queries=num_output_tokens)
         y = self.dropout(y, training=training)
         if self.ls1 is not None:
             y = self.ls1(y)
         residual = tokens if num_output_tokens is None else tokens[:, :num_output_tokens]
         x = residual + self._drop_path(y, training=training)
-        y = self.mlp(_reduced_precision.layer_norm(self.norm_2, x, training), training=training)
+        y = self.mlp(
+            _reduced_precision.layer_norm(self.norm_2, x, training=training), training=training
+        )
         if self.ls2 is not None:
             y = self.ls2(y)
         return x + self._drop_path(y, training=training)
