@@ -172,24 +172,29 @@ def worker_main(args):
         step = common.make_step(
             model, mode, args.batch_size, args.image_size, xla=compiler == "xla"
         )
-        start = time.perf_counter()
-        for _ in range(args.warmup):
-            step()
-        ready = {
-            "framework": framework,
-            "params": int(model.count_params()),
-            "warmup_s": time.perf_counter() - start,
-        }
-
-        def handle():
-            seconds = common.time_call(step, args.steps)
-            return {"images_per_s": args.steps * args.batch_size / seconds}
-
-        common.serve(handle, ready)
+        _serve_step(framework, model, step, args)
         return 0
     except Exception as error:  # reported to the parent, which carries on without it
         common.report_error(error)
         return 1
+
+
+def _serve_step(framework, model, step, args):
+    """Warm `step` up `--warmup` times, then serve the parent's timing rounds of it."""
+    start = time.perf_counter()
+    for _ in range(args.warmup):
+        step()
+    ready = {
+        "framework": framework,
+        "params": int(model.count_params()),
+        "warmup_s": time.perf_counter() - start,
+    }
+
+    def handle():
+        seconds = common.time_call(step, args.steps)
+        return {"images_per_s": args.steps * args.batch_size / seconds}
+
+    common.serve(handle, ready)
 
 
 def torch_gemm_worker(args):
@@ -218,20 +223,7 @@ def keras_torch_worker(args):
     keras.config.set_dtype_policy(policy)
     model = common.build_model("keras_vit", args.variant, args.image_size)
     step = common.make_step(model, mode, args.batch_size, args.image_size, xla=False)
-    start = time.perf_counter()
-    for _ in range(args.warmup):
-        step()
-    ready = {
-        "framework": KERAS_TORCH,
-        "params": int(model.count_params()),
-        "warmup_s": time.perf_counter() - start,
-    }
-
-    def handle():
-        seconds = common.time_call(step, args.steps)
-        return {"images_per_s": args.steps * args.batch_size / seconds}
-
-    common.serve(handle, ready)
+    _serve_step(KERAS_TORCH, model, step, args)
     return 0
 
 
