@@ -124,7 +124,9 @@ def main(argv=None):
 
     keras.mixed_precision.set_global_policy(args.policy)
     model = common.build_model("keras_vit", args.variant, args.image_size)
-    step = common.make_step(model, args.mode, args.batch_size, args.image_size, xla=args.xla)
+    step = common.make_step(
+        model, args.mode, args.batch_size, args.image_size, xla=args.xla, framework="keras_vit"
+    )
     for _ in range(2):
         step()
     with tempfile.TemporaryDirectory(prefix="keras_vit_profile_") as logdir:

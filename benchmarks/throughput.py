@@ -170,7 +170,12 @@ def worker_main(args):
         keras.config.set_dtype_policy(policy)
         model = common.build_model(framework, args.variant, args.image_size)
         step = common.make_step(
-            model, mode, args.batch_size, args.image_size, xla=compiler == "xla"
+            model,
+            mode,
+            args.batch_size,
+            args.image_size,
+            xla=compiler == "xla",
+            framework=framework,
         )
         _serve_step(framework, model, step, args)
         return 0
@@ -222,7 +227,9 @@ def keras_torch_worker(args):
     torch_peer.set_threads(args.threads)
     keras.config.set_dtype_policy(policy)
     model = common.build_model("keras_vit", args.variant, args.image_size)
-    step = common.make_step(model, mode, args.batch_size, args.image_size, xla=False)
+    step = common.make_step(
+        model, mode, args.batch_size, args.image_size, xla=False, framework="keras_vit"
+    )
     _serve_step(KERAS_TORCH, model, step, args)
     return 0
 

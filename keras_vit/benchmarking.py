@@ -205,12 +205,27 @@ def build_model(framework, variant, image_size, num_classes=1000):
     raise ValueError(f"Unknown framework {framework!r}; expected one of {FRAMEWORKS}.")
 
 
-def make_step(model, mode, batch_size, image_size, xla=True, num_classes=1000, seed=0):
+def step_optimizer(framework=None):
+    """AdamW at learning rate 1e-4: keras_vit's own `ViTAdamW` for "keras_vit" (its update
+    is one XLA program on TensorFlow), Keras' `AdamW` for the other Keras frameworks."""
+    import keras
+
+    if framework == "keras_vit":
+        from keras_vit.training import ViTAdamW
+
+        return ViTAdamW(learning_rate=1e-4)
+    return keras.optimizers.AdamW(learning_rate=1e-4)
+
+
+def make_step(
+    model, mode, batch_size, image_size, xla=True, num_classes=1000, seed=0, framework=None
+):
     """A no-argument function running one inference or training step on a fixed batch.
 
-    Training: AdamW (learning rate 1e-4) on sparse categorical cross-entropy from logits
-    through `model.train_on_batch`; inference: `model.predict_on_batch`. Both run the step
-    Keras compiles (`jit_compile=xla`) and block until the result is on the host.
+    Training: `step_optimizer(framework)` (AdamW, learning rate 1e-4) on sparse categorical
+    cross-entropy from logits through `model.train_on_batch`; inference:
+    `model.predict_on_batch`. Both run the step Keras compiles (`jit_compile=xla`) and block
+    until the result is on the host.
     """
     import keras
     import numpy as np
@@ -220,7 +235,7 @@ def make_step(model, mode, batch_size, image_size, xla=True, num_classes=1000, s
     images = rng.uniform(-1.0, 1.0, shape).astype("float32")
     labels = rng.integers(0, num_classes, (batch_size,)).astype("int32")
     model.compile(
-        optimizer=keras.optimizers.AdamW(learning_rate=1e-4),
+        optimizer=step_optimizer(framework),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         jit_compile=bool(xla),
     )
@@ -242,7 +257,7 @@ def time_steps(step, steps):
 def measure(framework, variant, image_size, batch_size, mode, *, xla, steps, repeats, warmup):
     """Builds, warms up and times one framework in this process; returns a result dict."""
     model = build_model(framework, variant, image_size)
-    step = make_step(model, mode, batch_size, image_size, xla=xla)
+    step = make_step(model, mode, batch_size, image_size, xla=xla, framework=framework)
     start = time.perf_counter()
     for _ in range(warmup):
         step()
