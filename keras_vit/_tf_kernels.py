@@ -125,7 +125,6 @@ def layer_norm(x, gamma, beta, epsilon):
     return forward(x, tf.cast(gamma, tf.float32), tf.cast(beta, tf.float32))
 
 
-@tf.function(jit_compile=True)
 def _adamw_apply(variables, momentums, velocities, grads, decays, hyper):
     lr, step, beta_1, beta_2, keep_1, keep_2, epsilon, weight_decay = tf.unstack(hyper)
     alpha = lr * tf.sqrt(1.0 - tf.pow(beta_2, step)) / (1.0 - tf.pow(beta_1, step))
@@ -138,9 +137,9 @@ def _adamw_apply(variables, momentums, velocities, grads, decays, hyper):
         var.assign_sub(m * alpha / (tf.sqrt(v) + epsilon))
 
 
-def adamw_update(variables, momentums, velocities, grads, decays, hyper):
+class AdamWUpdate:
     """Every variable's AdamW update as one XLA-compiled program (one cluster, not ~20
-    kernels per variable).
+    kernels per variable); one instance per optimizer.
 
     The same arithmetic, in the same order, as `keras.optimizers.AdamW` on TensorFlow:
     decoupled decay `var -= var * weight_decay * lr` first (where `decays` says), then
@@ -149,7 +148,13 @@ def adamw_update(variables, momentums, velocities, grads, decays, hyper):
     `alpha = lr * sqrt(1 - beta_2^step) / (1 - beta_1^step)` (Loshchilov & Hutter 2019,
     with Keras' placement of epsilon).
 
-    Args:
+    A traced `tf.function` keeps weak references to the variables it was traced with and
+    refuses to run once they are gone, and its traces are shared by every call whose variables
+    have the same shapes; so each optimizer owns its program (a module-wide one failed on the
+    second model fitted in a process). This plain holder also keeps the program out of the
+    functions a SavedModel export collects from the optimizer's attributes.
+
+    Call with:
         variables, momentums, velocities: equal-length lists of float32 `tf.Variable`s.
         grads: the variables' gradients (cast to float32).
         decays: a tuple of Python bools, one per variable: whether it is decayed.
@@ -157,4 +162,11 @@ def adamw_update(variables, momentums, velocities, grads, decays, hyper):
             1 - beta_1 and 1 - beta_2 (each rounded once from float64, as Keras does),
             epsilon, weight decay.
     """
-    _adamw_apply(list(variables), list(momentums), list(velocities), list(grads), decays, hyper)
+
+    def __init__(self):
+        self._program = tf.function(_adamw_apply, jit_compile=True)
+
+    def __call__(self, variables, momentums, velocities, grads, decays, hyper):
+        self._program(
+            list(variables), list(momentums), list(velocities), list(grads), tuple(decays), hyper
+        )

@@ -126,6 +126,7 @@ class ViTAdamW(keras.optimizers.AdamW):
         super().__init__(*args, **kwargs)
         self.no_decay_pattern = no_decay_pattern
         self.fused = bool(fused)
+        self._fused_update = None  # keras_vit._tf_kernels.AdamWUpdate, made on first use
         if no_decay_pattern:
             self.exclude_from_weight_decay(var_names=[no_decay_pattern])
 
@@ -152,13 +153,15 @@ class ViTAdamW(keras.optimizers.AdamW):
         if not self._fused_update_applies(trainable_variables):
             super()._backend_update_step(grads, trainable_variables, learning_rate)
             return
-        from keras_vit._tf_kernels import adamw_update
+        if self._fused_update is None:
+            from keras_vit._tf_kernels import AdamWUpdate
 
+            self._fused_update = AdamWUpdate()
         slots = [self._get_variable_index(v) for v in trainable_variables]
         decays = tuple(
             self.weight_decay is not None and self._use_weight_decay(v) for v in trainable_variables
         )
-        adamw_update(
+        self._fused_update(
             [v.value for v in trainable_variables],
             [self._momentums[i].value for i in slots],
             [self._velocities[i].value for i in slots],

@@ -291,8 +291,8 @@ def test_vit_adamw_fuses_only_where_it_can(monkeypatch):
     from keras_vit import _tf_kernels
 
     calls = []
-    real = _tf_kernels.adamw_update
-    monkeypatch.setattr(_tf_kernels, "adamw_update", lambda *a: calls.append(1) or real(*a))
+    real = _tf_kernels.AdamWUpdate.__call__
+    monkeypatch.setattr(_tf_kernels.AdamWUpdate, "__call__", lambda *a: calls.append(1) or real(*a))
 
     def one_step(strategy=None, **kwargs):
         strategy = strategy or tf.distribute.get_strategy()
@@ -313,3 +313,24 @@ def test_vit_adamw_fuses_only_where_it_can(monkeypatch):
     config = training.ViTAdamW(fused=False).get_config()
     assert config["fused"] is False
     assert training.ViTAdamW.from_config(config).fused is False
+
+
+def test_fused_update_outlives_an_earlier_optimizer_and_its_variables():
+    """A second model fitted in the same process after the first one's variables are gone
+    (CI ran `keras-vit train` twice per worker): each optimizer's fused program holds only its
+    own variables, so a trace made for the first never runs on the second."""
+    import gc
+
+    def fit_once(seed):
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3, name="head")])
+        optimizer = training.ViTAdamW(learning_rate=0.1, weight_decay=0.1)
+        model.compile(optimizer=optimizer, loss="mse", jit_compile=False)
+        x = np.random.default_rng(seed).normal(size=(8, 4)).astype("float32")
+        start = model.get_layer("head").kernel.numpy()
+        model.fit(x, np.zeros((8, 3), "float32"), epochs=1, verbose=0)
+        return start, model.get_layer("head").kernel.numpy()
+
+    for seed in (1, 2):
+        start, trained = fit_once(seed)
+        gc.collect()
+        assert not np.allclose(start, trained)
