@@ -322,7 +322,7 @@ def cli_recipe_runs(tmp_path_factory):
     return root, results
 
 
-@pytest.mark.slow
+@pytest.mark.large  # with its fixture ~130 s on 2 cores; two_workers covers fit in every run
 def test_cli_recipe_trains_under_two_workers_on_cpu(cli_recipe_runs):
     """The recipe's XLA default crashed two CPU workers ("Collectives are not yet implemented
     for CPU devices when compiling with XLA", then an abort); the CLI now turns XLA off."""
@@ -357,7 +357,7 @@ def history_values(rows):
     }
 
 
-@pytest.mark.slow
+@pytest.mark.large  # shares cli_recipe_runs with the test above
 def test_two_workers_and_two_replicas_match_one_device(cli_recipe_runs):
     """Same global batch, seed and recipe (AdamW, global_clipnorm 1.0): two workers and
     MirroredStrategy(2 CPUs) give the same per-epoch logs (rtol 1e-6), one device the same
@@ -427,9 +427,10 @@ def kill_mid_epoch(probe_dir, run_dir, cluster, victim):
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "victim",
-    # the chief's kill (~80 s on 2 cores) runs in the large lane; the worker's in every run
+    # ~85 s each on 2 cores: both in the large lane (test_multi_worker_restart's refusals,
+    # and test_runs' single-process resumes, run in every run)
     [
-        pytest.param(1, id="worker_killed"),
+        pytest.param(1, id="worker_killed", marks=pytest.mark.large),
         pytest.param(0, id="chief_killed", marks=pytest.mark.large),
     ],
 )

@@ -101,7 +101,7 @@ def test_train_from_scratch(tmp_path):
     assert "Transformer/encoderblock_2/LayerNorm_0/scale" not in arrays
 
 
-@pytest.mark.slow
+@pytest.mark.large  # ~50 s on 2 cores
 def test_finetune_pretrained(tmp_path):
     stdout = run_example("finetune_pretrained", tmp_path)
     accuracy = float(last_value(r"^fine-tuned test accuracy: ([0-9.]+)$", stdout))
@@ -191,7 +191,7 @@ def test_visualize_attention(tmp_path):
     assert grid_width > grid_height  # two block panels side by side
 
 
-@pytest.mark.slow
+@pytest.mark.large  # ~50 s on 2 cores
 def test_hybrid_and_custom_backbone(tmp_path):
     stdout = run_example("hybrid_and_custom_backbone", tmp_path)
     # R50+ViT-B/16 at 224 with 1000 classes: 98,659,112 parameters in the release.

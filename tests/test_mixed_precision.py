@@ -69,7 +69,14 @@ def test_one_training_step_matches_the_float32_step(policy):
     assert_close_to_float32(updates[0], updates[1], policy, "weight update")
 
 
-@pytest.mark.parametrize("policy", POLICIES)
+# float16 on a CPU is slow to export (~45 s on 2 cores): that case runs in the large lane, and
+# tests/test_export.py's test_b14 exports a mixed_float16 model in every run
+EXPORT_POLICIES = [
+    pytest.param(p, marks=pytest.mark.large) if p == "mixed_float16" else p for p in POLICIES
+]
+
+
+@pytest.mark.parametrize("policy", EXPORT_POLICIES)
 def test_export_of_a_mixed_model_serves_the_float32_logits(policy, tmp_path):
     """The SavedModel of a mixed-precision model against the float32 model on the same pixels.
 
