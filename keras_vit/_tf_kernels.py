@@ -1,4 +1,5 @@
-"""TensorFlow-only forms of elementwise functions for bfloat16 training without XLA.
+"""TensorFlow-only forms of elementwise functions for training without XLA (bfloat16, float16
+and float32), and the fused AdamW update.
 
 Without XLA, TensorFlow runs each elementwise operation of a function and of its gradient as
 its own kernel over the whole tensor; on bfloat16 tensors those kernels, not the products,

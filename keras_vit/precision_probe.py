@@ -37,9 +37,11 @@ bfloat16 units (measured slower than both float32 settings), so bfloat16 + XLA i
 PROBE_ENV = "KERAS_VIT_PRECISION_PROBE"
 CACHE_ENV = "KERAS_VIT_CACHE_DIR"
 CACHE_FILE = "precision_probe.json"
-CACHE_VERSION = 2
-"""2: the key holds the model's mlp_dim, num_heads and exact token count (1: D and a token
-power-of-two bucket, MLP 4D and heads D/64 assumed)."""
+CACHE_VERSION = 3
+"""3: the block's LayerNorm and GELU are the model's training forms (`keras_vit._tf_kernels`;
+2: TensorFlow's, which the model no longer runs in training). 2: the key holds the model's
+mlp_dim, num_heads and exact token count (1: D and a token power-of-two bucket, MLP 4D and
+heads D/64 assumed)."""
 DEFAULT_TOKENS = 197
 """Tokens per image when the caller does not say (224 / 16 = 14 x 14 patches and the class
 token)."""
@@ -248,6 +250,8 @@ def block_step(shape: dict, policy: str, xla: bool):
     until done. Shapes as `probe_shape` gives them."""
     import tensorflow as tf
 
+    from keras_vit import _tf_kernels
+
     d, m, h, n, b = (shape[k] for k in ("hidden_dim", "mlp_dim", "heads", "tokens", "batch"))
     dtype = tf.bfloat16 if policy == "mixed_bfloat16" else tf.float32
     generator = tf.random.Generator.from_seed(0)
@@ -255,9 +259,10 @@ def block_step(shape: dict, policy: str, xla: bool):
     weights = [tf.Variable(generator.normal(size) * 0.02) for size in sizes]
     x = tf.constant(generator.normal((b, n, d)))
 
-    def norm(t):
-        mean, variance = tf.nn.moments(t, axes=[-1], keepdims=True)
-        return (t - mean) * tf.math.rsqrt(variance + 1e-6)
+    ones, zeros = tf.ones((d,)), tf.zeros((d,))
+
+    def norm(t):  # the model's training forms (keras_vit.layers._reduced_precision)
+        return _tf_kernels.layer_norm(t, ones, zeros, 1e-6)
 
     def forward(t, w_qkv, w_out, w_up, w_down):
         qkv = tf.reshape(norm(t) @ w_qkv, (b, n, 3, h, d // h))
@@ -265,7 +270,7 @@ def block_step(shape: dict, policy: str, xla: bool):
         scores = tf.nn.softmax(tf.matmul(q, k, transpose_b=True) * (d // h) ** -0.5)
         heads = tf.reshape(tf.transpose(tf.matmul(scores, v), (0, 2, 1, 3)), (b, n, d))
         t = t + heads @ w_out
-        return t + tf.nn.gelu(norm(t) @ w_up) @ w_down
+        return t + _tf_kernels.gelu_erf(norm(t) @ w_up) @ w_down
 
     @tf.function(jit_compile=bool(xla))
     def step():

@@ -384,3 +384,45 @@ def test_bfloat16_attention_after_int8_quantization_keeps_einsum_dense_path():
     assert_outputs_close(
         quantized, reference, atol=0.05 * bfloat16_slack() * np.abs(reference).max(), what="int8"
     )
+
+
+@pytest.mark.parametrize("approximate", [True, False])
+def test_float32_training_block_matches_equations_and_keras_gradients(approximate, monkeypatch):
+    """In float32 training the block's LayerNorms and GELU are keras_vit._tf_kernels' forms:
+    the output is the NumPy block's, and every weight's gradient is the one autodiff gives
+    through Keras' own LayerNormalization and gelu (the inference path)."""
+    import tensorflow as tf
+
+    from keras_vit.layers import _reduced_precision
+
+    block, x, expected = _random_block_and_reference(8, approximate)
+    probe = np.random.default_rng(9).standard_normal((2, 17, 32)).astype(np.float32)
+    kernels_used = []
+    real_layer_norm = _reduced_precision._fast
+
+    def recording(dtype, training):
+        kernels_used.append(real_layer_norm(dtype, training=training))
+        return kernels_used[-1]
+
+    def gradients():
+        with tf.GradientTape() as tape:
+            out = block(x, training=True)
+            loss = tf.reduce_sum(out * probe)
+        return out, tape.gradient(loss, block.trainable_weights)
+
+    monkeypatch.setattr(_reduced_precision, "_fast", recording)
+    out, fast = gradients()
+    assert kernels_used and all(kernels_used)
+    np.testing.assert_allclose(np.asarray(out), expected, atol=1e-4)
+    monkeypatch.setattr(_reduced_precision, "_fast", lambda dtype, training: False)
+    _, keras_path = gradients()
+    assert len(fast) == 16
+    for weight, g_fast, g_keras in zip(block.trainable_weights, fast, keras_path, strict=True):
+        g_keras = np.asarray(g_keras)
+        assert np.abs(g_keras).max() > 0 or "key/bias" in weight.path, weight.path
+        np.testing.assert_allclose(
+            np.asarray(g_fast),
+            g_keras,
+            atol=2e-5 * max(1.0, np.abs(g_keras).max()),
+            err_msg=weight.path,
+        )
