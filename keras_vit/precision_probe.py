@@ -5,7 +5,8 @@ bfloat16 products run at ~1.4x float32, on an Intel Xeon reporting the same flag
 float32 (docs/performance.md). So `keras_vit.precision.choose_precision` measures: the probe
 builds one encoder block of the model's own shape (pre-norm attention + MLP, paper eq. 2-3:
 its `hidden_dim` D, `mlp_dim`, `num_heads` and tokens per image, `model_shape` or
-`shape_from_kwargs`; a batch sized to ~10 GFLOP per step) in plain TensorFlow, and times its
+`shape_from_kwargs`; a batch sized to ~10 GFLOP per step) from keras_vit's own
+`TransformerBlock`, and times its
 training step (forward, backward) in each setting of `CANDIDATES`, one step of each in turn,
 rotated, for about `BUDGET_S` seconds after warm-up (XLA compiles first). The figures are
 cached per (CPU model, core count, TensorFlow version, D, mlp_dim, num_heads, tokens) in one
@@ -38,8 +39,8 @@ PROBE_ENV = "KERAS_VIT_PRECISION_PROBE"
 CACHE_ENV = "KERAS_VIT_CACHE_DIR"
 CACHE_FILE = "precision_probe.json"
 CACHE_VERSION = 3
-"""3: the block's LayerNorm and GELU are the model's training forms (`keras_vit._tf_kernels`;
-2: TensorFlow's, which the model no longer runs in training). 2: the key holds the model's
+"""3: the block is keras_vit's own `TransformerBlock` in training (2: a plain-TensorFlow
+block, whose kernels the model does not all run). 2: the key holds the model's
 mlp_dim, num_heads and exact token count (1: D and a token power-of-two bucket, MLP 4D and
 heads D/64 assumed)."""
 DEFAULT_TOKENS = 197
@@ -245,40 +246,32 @@ def probe_shape(hidden_dim: int, tokens: int | None = None, mlp_dim=None, num_he
 
 
 def block_step(shape: dict, policy: str, xla: bool):
-    """A no-argument function running one training step of one encoder block in `policy`
-    (float32 variables cast to the compute dtype, as Keras' mixed policies do), blocking
-    until done. Shapes as `probe_shape` gives them."""
+    """A no-argument function running one training step of one encoder block in `policy`,
+    blocking until done. Shapes as `probe_shape` gives them.
+
+    The block is keras_vit's own `TransformerBlock` (pre-norm attention + MLP, paper eq. 2-3)
+    called with `training=True`, so the probe times the kernels the model trains with in each
+    setting (its attention form, its LayerNorm and GELU, `keras_vit._tf_kernels` in training):
+    a plain-TensorFlow block ranked float32 + XLA 1.16x ahead of float32 on an Ice Lake Xeon
+    where the Ti/16 model's float32 step was the faster one (docs/performance.md).
+    """
     import tensorflow as tf
 
-    from keras_vit import _tf_kernels
+    from keras_vit.layers import TransformerBlock
 
     d, m, h, n, b = (shape[k] for k in ("hidden_dim", "mlp_dim", "heads", "tokens", "batch"))
-    dtype = tf.bfloat16 if policy == "mixed_bfloat16" else tf.float32
-    generator = tf.random.Generator.from_seed(0)
-    sizes = [(d, 3 * d), (d, d), (d, m), (m, d)]
-    weights = [tf.Variable(generator.normal(size) * 0.02) for size in sizes]
-    x = tf.constant(generator.normal((b, n, d)))
-
-    ones, zeros = tf.ones((d,)), tf.zeros((d,))
-
-    def norm(t):  # the model's training forms (keras_vit.layers._reduced_precision)
-        return _tf_kernels.layer_norm(t, ones, zeros, 1e-6)
-
-    def forward(t, w_qkv, w_out, w_up, w_down):
-        qkv = tf.reshape(norm(t) @ w_qkv, (b, n, 3, h, d // h))
-        q, k, v = (tf.transpose(qkv[:, :, i], (0, 2, 1, 3)) for i in range(3))
-        scores = tf.nn.softmax(tf.matmul(q, k, transpose_b=True) * (d // h) ** -0.5)
-        heads = tf.reshape(tf.transpose(tf.matmul(scores, v), (0, 2, 1, 3)), (b, n, d))
-        t = t + heads @ w_out
-        return t + _tf_kernels.gelu_erf(norm(t) @ w_up) @ w_down
+    block = TransformerBlock(num_heads=h, mlp_dim=m, dtype=policy, name="probe_block")
+    block.build((None, n, d))
+    weights = block.trainable_variables
+    x = tf.random.stateless_normal((b, n, d), seed=(0, 0))
 
     @tf.function(jit_compile=bool(xla))
     def step():
         with tf.GradientTape() as tape:
-            out = forward(tf.cast(x, dtype), *(tf.cast(w, dtype) for w in weights))
-            loss = tf.reduce_mean(tf.square(tf.cast(out, tf.float32)))
+            out = tf.cast(block(x, training=True), tf.float32)
+            loss = tf.reduce_mean(tf.square(out))
         grads = tape.gradient(loss, weights)
-        return tf.add_n([tf.reduce_sum(g) for g in grads])
+        return tf.add_n([tf.reduce_sum(tf.cast(g, tf.float32)) for g in grads])
 
     return lambda: step().numpy()
 

@@ -302,10 +302,21 @@ def test_probe_shape_defaults_and_given_fields():
 
 
 @pytest.mark.parametrize("policy, xla", precision_probe.CANDIDATES)
-def test_the_real_block_step_runs_in_each_setting(policy, xla):
+def test_the_real_block_step_runs_in_each_setting(policy, xla, monkeypatch):
+    """The probe trains keras_vit's own block: its training kernels run, in the policy."""
+    from keras_vit.layers import _reduced_precision
+
+    seen = []
+    real = _reduced_precision._fast
+    monkeypatch.setattr(
+        _reduced_precision,
+        "_fast",
+        lambda dtype, training: seen.append((dtype, training)) or real(dtype, training=training),
+    )
     shape = {"hidden_dim": 32, "mlp_dim": 64, "heads": 2, "tokens": 5, "batch": 2}
     value = precision_probe.block_step(shape, policy, xla)()
     assert np.isfinite(value) and value != 0
+    assert set(seen) == {(policy.removeprefix("mixed_"), True)}
 
 
 def test_a_run_records_the_measured_choice_and_prints_it_first(host, monkeypatch):
