@@ -29,6 +29,7 @@ import os
 import shutil
 import signal
 import sys
+import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -68,7 +69,20 @@ class KillAt(keras.callbacks.Callback):
 
     def on_train_batch_end(self, batch, logs=None):
         if (self.epoch, batch) == (KILL_EPOCH, KILL_BATCH):
+            wait_for_the_other_worker(self.root)
             os.kill(os.getpid(), signal.SIGKILL)
+
+
+def wait_for_the_other_worker(root, timeout_s=120.0):
+    """Returns once both workers have finished the kill batch. The end of a step's all-reduce
+    is no barrier: a worker that dies as soon as it has its result can leave the other one
+    still reading its half, which then fails with "Socket closed" instead of reaching its own
+    kill (seen in CI). Files in ROOT, outside the run and scratch folders the test lists."""
+    open(os.path.join(root, f"at-kill-{task_index()}"), "w").close()
+    other = os.path.join(root, f"at-kill-{1 - task_index()}")
+    deadline = time.monotonic() + timeout_s
+    while not os.path.exists(other) and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def datasets():
