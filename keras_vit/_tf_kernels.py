@@ -1,5 +1,6 @@
-"""TensorFlow-only forms of elementwise functions for training without XLA (bfloat16, float16
-and float32), and the fused AdamW update.
+"""TensorFlow-only forms of elementwise functions for training (bfloat16, float16 and
+float32; they pay where XLA is off, and XLA fuses them as it fuses Keras' forms), and the
+fused AdamW update.
 
 Without XLA, TensorFlow runs each elementwise operation of a function and of its gradient as
 its own kernel over the whole tensor; on bfloat16 tensors those kernels, not the products,

@@ -398,10 +398,10 @@ def test_float32_training_block_matches_equations_and_keras_gradients(approximat
     block, x, expected = _random_block_and_reference(8, approximate)
     probe = np.random.default_rng(9).standard_normal((2, 17, 32)).astype(np.float32)
     kernels_used = []
-    real_layer_norm = _reduced_precision._fast
+    real_fast = _reduced_precision._fast
 
     def recording(dtype, training):
-        kernels_used.append(real_layer_norm(dtype, training=training))
+        kernels_used.append(real_fast(dtype, training=training))
         return kernels_used[-1]
 
     def gradients():
