@@ -12,8 +12,9 @@ rules that pick a setting for "auto":
     Where probing is impossible or off (`KERAS_VIT_PRECISION_PROBE=off`, several replicas,
     an unknown width), the flag rule below is the choice: mixed_bfloat16 without XLA on
     CPUs with bfloat16 matrix units (`amx_bf16`, `avx512_bf16`) for `hidden_dim >=
-    MIN_BFLOAT16_WIDTH`, else float32 with XLA. The flag rule is also the prior of the
-    probe: it is kept when it is within `precision_probe.TIE` of the fastest.
+    MIN_BFLOAT16_WIDTH`, else float32 with XLA. Among the settings the probe finds within
+    `precision_probe.TIE` of the fastest, one without XLA is kept (no compile at start),
+    and of those the flag rule's (`tie_winner`).
   - on CPU, XLA is off under a strategy with several replicas or workers
     (`xla_unsupported_reason`: XLA's collectives do not run on CPU).
 
@@ -453,16 +454,33 @@ def _why_not_measured(mode, hidden_dim, strategy) -> str | None:
     return None
 
 
-def _pick(prior, timed, figures, hidden_dim, date, cached, policy, jit, shape) -> PrecisionChoice:
-    """The fastest of `timed` ({label: ms}), or the prior's setting when within `TIE`."""
+def tie_winner(timed: dict, prior_label: str) -> str:
+    """The setting chosen from `timed` ({label: ms}): among those within
+    `precision_probe.TIE` of the fastest, one without XLA when there is one, and of those
+    the prior's (`prior_label`), else the fastest.
+
+    Settings within the tie run alike, as far as a few seconds of probe on a shared host can
+    tell; one without XLA starts without compiling the model (an XLA compile of a Ti/16
+    training step takes seconds on 2 cores) and is where float32 training ran fastest on an
+    Ice Lake Xeon whose probe tied the two float32 settings (Ti/16 1.17x, S/16 1.11x over
+    float32 + XLA; docs/performance.md).
+    """
     from keras_vit import precision_probe
 
     fastest = min(timed, key=timed.get)
-    prior_label = prior.setting
-    keep_prior = (
-        prior_label in timed and timed[prior_label] <= (1 + precision_probe.TIE) * timed[fastest]
-    )
-    label = prior_label if keep_prior else fastest
+    close = [label for label in timed if timed[label] <= (1 + precision_probe.TIE) * timed[fastest]]
+    without_xla = [label for label in close if not label.endswith("+xla")] or close
+    if prior_label in without_xla:
+        return prior_label
+    return min(without_xla, key=timed.get)
+
+
+def _pick(prior, timed, figures, hidden_dim, date, cached, policy, jit, shape) -> PrecisionChoice:
+    """The setting `tie_winner` picks from `timed` ({label: ms}), with its measured reason."""
+    from keras_vit import precision_probe
+
+    fastest = min(timed, key=timed.get)
+    label = tie_winner(timed, prior.setting)
     shown = ", ".join(f"{name} {ms:.1f} ms" for name, ms in figures.items())
     host = f"{precision_probe.cpu_model()}, {precision_probe.core_count()} cores"
     when = f"cached probe of {date}" if cached else "probed now"
@@ -470,8 +488,11 @@ def _pick(prior, timed, figures, hidden_dim, date, cached, policy, jit, shape) -
     at = f"D {hidden_dim}, MLP {block['mlp_dim']}, {block['heads']} heads, {block['tokens']} tokens"
     reasons = [f"CPU {host}; measured ({when}, one block's training step at {at}): {shown}"]
     runner_up = sorted(timed, key=timed.get)[1] if len(timed) > 1 else None
-    if keep_prior and label != fastest:
-        reasons.append(f"{label} within {precision_probe.TIE:.0%} of the fastest ({fastest}): kept")
+    if label != fastest:
+        why = "without XLA's compile" if "+xla" in fastest else "the flag rule's"
+        reasons.append(
+            f"{label} within {precision_probe.TIE:.0%} of the fastest ({fastest}), {why}: kept"
+        )
     elif label == fastest and runner_up:
         reasons.append(f"{label} fastest, {timed[runner_up] / timed[label]:.2f}x {runner_up}")
     if policy != AUTO:

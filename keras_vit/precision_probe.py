@@ -8,7 +8,9 @@ its `hidden_dim` D, `mlp_dim`, `num_heads` and tokens per image, `model_shape` o
 `shape_from_kwargs`; a batch sized to ~10 GFLOP per step) from keras_vit's own
 `TransformerBlock`, and times its
 training step (forward, backward) in each setting of `CANDIDATES`, one step of each in turn,
-rotated, for about `BUDGET_S` seconds after warm-up (XLA compiles first). The figures are
+rotated, for about `BUDGET_S` seconds after warm-up (XLA compiles first); each setting's
+figure is its median call relative to the other settings of the same round
+(`paired_figures`). The figures are
 cached per (CPU model, core count, TensorFlow version, D, mlp_dim, num_heads, tokens) in one
 JSON file, so the probe runs once per host and model shape.
 
@@ -24,8 +26,10 @@ from __future__ import annotations
 import datetime
 import json
 import logging
+import math
 import os
 import platform
+import statistics
 import time
 
 from keras_vit import _atomic
@@ -38,17 +42,20 @@ bfloat16 units (measured slower than both float32 settings), so bfloat16 + XLA i
 PROBE_ENV = "KERAS_VIT_PRECISION_PROBE"
 CACHE_ENV = "KERAS_VIT_CACHE_DIR"
 CACHE_FILE = "precision_probe.json"
-CACHE_VERSION = 3
-"""3: the block is keras_vit's own `TransformerBlock` in training (2: a plain-TensorFlow
-block, whose kernels the model does not all run). 2: the key holds the model's
+CACHE_VERSION = 4
+"""4: a setting's figure is its median call relative to the other settings of each round
+(`paired_figures`; 3: its fastest call). 3: the block is keras_vit's own `TransformerBlock`
+in training (2: a plain-TensorFlow block, whose kernels the model does not all run). 2: the
+key holds the model's
 mlp_dim, num_heads and exact token count (1: D and a token power-of-two bucket, MLP 4D and
 heads D/64 assumed)."""
 DEFAULT_TOKENS = 197
 """Tokens per image when the caller does not say (224 / 16 = 14 x 14 patches and the class
 token)."""
-BUDGET_S = 2.0
+BUDGET_S = 3.0
 """Seconds of timed rounds (after the warm-up) of one probe."""
-MIN_ROUNDS, MAX_ROUNDS = 5, 20
+MIN_ROUNDS, MAX_ROUNDS = 7, 24
+"""Timed rounds of one probe: at least 7 (a median over an odd count), at most 24."""
 TIE = 0.05
 """The flag rule's setting is kept when it is within 5% of the fastest measured one (the
 probe's own noise on a shared machine)."""
@@ -277,16 +284,15 @@ def block_step(shape: dict, policy: str, xla: bool):
 
 
 def measure(steps: dict, *, timer=None, budget_s: float = BUDGET_S) -> dict:
-    """The fastest seconds per call of each of `steps` ({label: no-argument function}).
+    """The typical seconds per call of each of `steps` ({label: no-argument function}).
 
     Each is called once untimed (tracing, XLA compilation); then rounds call each once, in
     an order rotated every round, until `budget_s` of timed rounds (at least `MIN_ROUNDS`,
     at most `MAX_ROUNDS`), so that the load of a shared machine hits every setting alike.
-    The figure of a setting is its fastest call, not the median: other processes only ever
-    add time to a call, and on a shared 2-core host the median of a 1.5 s probe swung the
-    choice between runs (Ti/16 on an Intel Xeon with AMX: float32+xla 75 / bfloat16 80 ms
-    in one probe, 62 / 43 ms in another; docs/performance.md). `timer` is a clock in seconds
-    (default: the module's `clock`).
+    The figures are `paired_figures` of the rounds: each call is judged against the other
+    settings' calls of its own round, so load that comes and goes between rounds (up to 1.5x
+    minute to minute on a shared 2-core host) cancels out, and the median over rounds drops
+    one lucky or unlucky call. `timer` is a clock in seconds (default: the module's `clock`).
     """
     timer = timer or clock
     labels = list(steps)
@@ -302,7 +308,35 @@ def measure(steps: dict, *, timer=None, budget_s: float = BUDGET_S) -> dict:
             times[label].append(timer() - before)
         if index + 1 >= MIN_ROUNDS and timer() - start >= budget_s:
             break
-    return {label: min(values) for label, values in times.items()}
+    return paired_figures(times)
+
+
+def paired_figures(times: dict) -> dict:
+    """{label: typical seconds per call} from `times` ({label: seconds of each round's call},
+    every list one entry per round, all of one length).
+
+    A round's level is the geometric mean of its calls; a setting's figure is the median over
+    rounds of its call divided by its round's level, times the median level. So the ratio of
+    two figures is, up to the medians, the median of their ratio within a round: the
+    comparison the model's own steps make over a run (benchmarks report the median step).
+
+    The fastest call of each setting (this probe's figure before) let one lucky call decide:
+    on an Ice Lake Xeon the Ti/16 probe's fastest calls put float32 1.29x ahead of float32 +
+    XLA where the medians of its calls, and of the full model's steps in the same process,
+    said 1.07-1.08x (docs/performance.md). A setting that is slower on most calls (more
+    sensitive to the other processes of a shared host, say) is judged by those calls, as a
+    training run would feel them.
+    """
+    labels = list(times)
+    rounds = range(len(times[labels[0]]))
+    logs = {label: [math.log(max(t, 1e-9)) for t in times[label]] for label in labels}
+    levels = [statistics.fmean(logs[label][index] for label in labels) for index in rounds]
+    level = statistics.median(levels)
+    relative = {
+        label: statistics.median(x - lv for x, lv in zip(logs[label], levels, strict=True))
+        for label in labels
+    }
+    return {label: math.exp(level + relative[label]) for label in labels}
 
 
 def probe_figures(
