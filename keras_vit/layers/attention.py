@@ -142,7 +142,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         if num_queries is not None:
             num_queries = check_num_queries(num_queries, tokens.shape[1])
             queries = tokens[:, :num_queries]
-        if self._heads_major(training):
+        if self.compute_dtype == "bfloat16" and not self._quantized():
             return self._call_heads_major(queries, tokens, training, num_queries is None)
         query, key, value = self.query(queries), self.key(tokens), self.value(tokens)
         use_dropout = training and self.attention_dropout_rate > 0
@@ -155,23 +155,6 @@ class MultiHeadSelfAttention(keras.layers.Layer):
                 query, key, value, scale=1.0 / math.sqrt(self.head_dim)
             )
         return self.out(context)
-
-    def _heads_major(self, training) -> bool:
-        """Whether `call` takes `_call_heads_major`: under bfloat16, and in float32 training
-        on TensorFlow. In float32 training without XLA the heads-major products ran the
-        training step faster in same-process A/Bs on an Ice Lake Xeon (median over rounds of
-        the per-round ratio: Ti/16 1.01x and 1.02x, S/16 1.09x and 1.02x; batch 16 at 224);
-        under XLA they tie (docs/performance.md). Inference in float32 keeps
-        `ops.dot_product_attention`."""
-        if self._quantized():
-            return False
-        if self.compute_dtype == "bfloat16":
-            return True
-        return (
-            self.compute_dtype == "float32"
-            and training is True  # a Python bool in Keras steps
-            and keras.backend.backend() == "tensorflow"
-        )
 
     def _quantized(self) -> bool:
         """True once `keras.Model.quantize` has replaced the projections' kernels (their
@@ -199,8 +182,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         super().save_own_variables(store)
 
     def _call_heads_major(self, queries, tokens, training, self_attention):
-        """`call` under bfloat16 and in float32 training on TensorFlow (`_heads_major`):
-        every product a 2-D or heads-major batched matmul.
+        """`call` under bfloat16: every product a 2-D or heads-major batched matmul.
 
         On TensorFlow without XLA (what `keras_vit.distribute.choose_precision` picks for
         bfloat16 on CPU) the 2-D products run with their bias as one fused oneDNN kernel and
