@@ -493,7 +493,7 @@ def _pick(prior, timed, figures, hidden_dim, date, cached, policy, jit, shape) -
         reasons.append(
             f"{label} within {precision_probe.TIE:.0%} of the fastest ({fastest}), {why}: kept"
         )
-    elif label == fastest and runner_up:
+    elif runner_up:
         reasons.append(f"{label} fastest, {timed[runner_up] / timed[label]:.2f}x {runner_up}")
     if policy != AUTO:
         reasons.append(f"{policy} as given")

@@ -6,13 +6,12 @@ float32 (docs/performance.md). So `keras_vit.precision.choose_precision` measure
 builds one encoder block of the model's own shape (pre-norm attention + MLP, paper eq. 2-3:
 its `hidden_dim` D, `mlp_dim`, `num_heads` and tokens per image, `model_shape` or
 `shape_from_kwargs`; a batch sized to ~10 GFLOP per step) from keras_vit's own
-`TransformerBlock`, and times its
-training step (forward, backward) in each setting of `CANDIDATES`, one step of each in turn,
-rotated, for about `BUDGET_S` seconds after warm-up (XLA compiles first); each setting's
-figure is its median call relative to the other settings of the same round
-(`paired_figures`). The figures are
-cached per (CPU model, core count, TensorFlow version, D, mlp_dim, num_heads, tokens) in one
-JSON file, so the probe runs once per host and model shape.
+`TransformerBlock`, and times its training step (forward, backward) in each setting of
+`CANDIDATES`, one step of each in turn, rotated, for about `BUDGET_S` seconds after warm-up
+(XLA compiles first); each setting's figure is its median call relative to the other
+settings of the same round (`paired_figures`). The figures are cached per (CPU model, core
+count, TensorFlow version, D, mlp_dim, num_heads, tokens) in one JSON file, so the probe
+runs once per host and model shape.
 
 Cache: `$KERAS_VIT_CACHE_DIR/precision_probe.json`, else
 `$XDG_CACHE_HOME/keras_vit/precision_probe.json`, else `~/.cache/keras_vit/...`. Delete the
@@ -46,9 +45,8 @@ CACHE_VERSION = 4
 """4: a setting's figure is its median call relative to the other settings of each round
 (`paired_figures`; 3: its fastest call). 3: the block is keras_vit's own `TransformerBlock`
 in training (2: a plain-TensorFlow block, whose kernels the model does not all run). 2: the
-key holds the model's
-mlp_dim, num_heads and exact token count (1: D and a token power-of-two bucket, MLP 4D and
-heads D/64 assumed)."""
+key holds the model's mlp_dim, num_heads and exact token count (1: D and a token
+power-of-two bucket, MLP 4D and heads D/64 assumed)."""
 DEFAULT_TOKENS = 197
 """Tokens per image when the caller does not say (224 / 16 = 14 x 14 patches and the class
 token)."""
@@ -57,8 +55,8 @@ BUDGET_S = 3.0
 MIN_ROUNDS, MAX_ROUNDS = 7, 24
 """Timed rounds of one probe: at least 7 (a median over an odd count), at most 24."""
 TIE = 0.05
-"""The flag rule's setting is kept when it is within 5% of the fastest measured one (the
-probe's own noise on a shared machine)."""
+"""Settings within 5% of the fastest measured one tie (the probe's own noise on a shared
+machine): `keras_vit.precision.tie_winner` keeps one without XLA, then the flag rule's."""
 STEP_GFLOP = 10.0
 """Target size of one probe step; the batch is chosen to reach it (1 to 16 images). 10
 GFLOP gives Ti/16 a batch of 16 as a training run's: at 5 images (3 GFLOP) the AMX bfloat16
