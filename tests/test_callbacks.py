@@ -1,4 +1,5 @@
-"""keras_vit.callbacks: LearningCurvePlot's figure options; ModelSnapshots' best/last files.
+"""keras_vit.callbacks: LearningCurvePlot's figure options and redraw schedule; ModelSnapshots'
+best/last files; fit_run's optimizer built before the first step.
 
 ModelSnapshots is driven directly with scripted logs, so the best epoch (1) is neither the
 first nor the last; the reference is the logits of the weights set before each epoch end.
@@ -6,9 +7,15 @@ first nor the last; the reference is the logits of the weights set before each e
 
 from __future__ import annotations
 
+import itertools
 import json
+import types
 
+import keras
 import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import keras_vit
 from keras_vit import callbacks, learning_curves, runs, training
@@ -69,3 +76,77 @@ def test_best_and_last_files_hold_their_epochs_weights(tmp_path):
         fresh = keras_vit.ViT(**TINY_VIT)
         load_npz(fresh, tmp_path / f"{stem}.npz")
         assert_outputs_close(fresh.predict(x, verbose=0), logits[epoch], atol=1e-6, what=stem)
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self):
+        return self.now
+
+
+@given(
+    durations=st.lists(st.floats(0.0, 40.0), min_size=1, max_size=25),
+    interval=st.sampled_from([0.0, 5.0, 20.0, 30.0]),
+)
+def test_learning_curves_are_redrawn_by_the_interval_and_complete_at_the_end(durations, interval):
+    clock = FakeClock()
+    drawn = []  # (clock time, rows drawn)
+    history = types.SimpleNamespace(rows=[])
+    plot = callbacks.LearningCurvePlot(history, "unused.png", min_interval_s=interval)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(callbacks.time, "monotonic", clock)
+        patch.setattr(
+            learning_curves,
+            "plot_learning_curves",
+            lambda rows, path, **o: drawn.append((clock.now, len(rows))),
+        )
+        patch.setattr(callbacks, "_label_smoothing", lambda model: 0.0)
+        plot.set_model(types.SimpleNamespace(output_shape=(None, 10)))
+        ends = []
+        for epoch, seconds in enumerate(durations):
+            clock.now += seconds
+            history.rows.append({"epoch": epoch})
+            plot.on_epoch_end(epoch)
+            ends.append(clock.now)
+        during_training = list(drawn)
+        plot.on_train_end()
+    assert during_training[0] == (ends[0], 1)  # the first epoch end draws
+    times = [when for when, _ in during_training]
+    assert all(later - earlier >= interval for earlier, later in itertools.pairwise(times))
+    # no epoch end with the interval elapsed since the previous drawing went undrawn
+    last = ends[0]
+    for epoch, end in enumerate(ends[1:], start=2):
+        if end - last >= interval:
+            assert (end, epoch) in during_training
+            last = end
+    assert drawn[-1][1] == len(durations)  # after training: every epoch is on the figure
+    assert len(drawn) <= len(durations)  # never two drawings of one state
+
+
+def test_fit_run_builds_the_optimizer_before_the_first_step(tmp_path):
+    seen = []
+
+    class OptimizerAtStart(keras.callbacks.Callback):
+        def on_train_begin(self, logs=None):
+            seen.append((self.model.optimizer.built, len(self.model.optimizer.variables)))
+
+    def build():
+        model = keras_vit.ViT(**TINY_VIT)
+        model.compile(optimizer="adam", loss=training.loss(), metrics=["accuracy"])
+        return model
+
+    x = random_images(np.random.default_rng(0), 8, 32, 32)
+    runs.fit_run(
+        tmp_path / "run",
+        build,
+        (x, np.arange(8) % 10),
+        epochs=1,
+        batch_size=4,
+        verbose=0,
+        extra_callbacks=[OptimizerAtStart()],
+    )
+    weights = len(keras_vit.ViT(**TINY_VIT).trainable_variables)
+    # Adam: its iteration counter and learning rate, then two slots per trainable weight
+    assert seen == [(True, 2 + 2 * weights)]
