@@ -150,3 +150,59 @@ def test_fit_run_builds_the_optimizer_before_the_first_step(tmp_path):
     weights = len(keras_vit.ViT(**TINY_VIT).trainable_variables)
     # Adam: its iteration counter and learning rate, then two slots per trainable weight
     assert seen == [(True, 2 + 2 * weights)]
+
+
+def _compiled_tiny(optimizer, **overrides):
+    model = keras_vit.ViT(**{**TINY_VIT, **overrides})
+    model.compile(optimizer=optimizer, loss=training.loss())
+    return model
+
+
+@given(
+    optimizer=st.sampled_from(["adam", "sgd", "adamw"]),
+    dropout_rate=st.sampled_from([0.0, 0.1]),
+    drop_path_rate=st.sampled_from([0.0, 0.2]),
+    steps=st.integers(1, 3),
+)
+def test_a_backup_restores_weights_optimizer_and_random_state(
+    tmp_path_factory, optimizer, dropout_rate, drop_path_rate, steps
+):
+    backup_dir = tmp_path_factory.mktemp("backup")
+    options = {"dropout_rate": dropout_rate, "drop_path_rate": drop_path_rate}
+    model = _compiled_tiny(optimizer, **options)
+    x = random_images(np.random.default_rng(steps), 4, 32, 32)
+    for _ in range(steps):  # moves the weights, the optimizer's slots and the random state
+        model.train_on_batch(x, np.arange(4))
+    saved = {
+        group: [np.asarray(v).copy() for v in variables]
+        for group, variables in callbacks.backup_variables(model).items()
+    }
+    assert saved["random"] or not (dropout_rate or drop_path_rate)
+    backup = callbacks.AtomicBackupAndRestore(backup_dir)
+    backup.set_model(model)
+    backup.on_epoch_end(0)
+
+    fresh = _compiled_tiny(optimizer, **options)
+    restore = callbacks.AtomicBackupAndRestore(backup_dir)
+    restore.set_model(fresh)
+    restore.on_train_begin()
+    assert fresh._initial_epoch == 1
+    restored = callbacks.backup_variables(fresh)
+    for group, values in saved.items():
+        assert len(restored[group]) == len(values), group
+        for variable, value in zip(restored[group], values, strict=True):
+            np.testing.assert_array_equal(np.asarray(variable), value, err_msg=variable.path)
+    assert int(np.asarray(fresh.optimizer.iterations)) == steps
+
+
+@pytest.mark.parametrize("other", [{"hidden_dim": 16, "num_heads": 2}, {"num_layers": 1}])
+def test_a_backup_of_another_model_is_refused_by_name(tmp_path, other):
+    model = _compiled_tiny("adam")
+    model.optimizer.build(model.trainable_variables)
+    backup = callbacks.AtomicBackupAndRestore(tmp_path)
+    backup.set_model(model)
+    backup.on_epoch_end(0)
+    restore = callbacks.AtomicBackupAndRestore(tmp_path)
+    restore.set_model(_compiled_tiny("adam", **other))
+    with pytest.raises(callbacks.BackupError, match=r"epoch-00001\.state\.npz"):
+        restore.on_train_begin()

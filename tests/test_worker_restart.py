@@ -56,13 +56,13 @@ def test_one_process_restore_checks_the_digest_of_what_it_loaded(tmp_path):
     state = json.loads((backup / "state.json").read_text())
     assert state["epoch"] == 2 and state["steps"] == 2 * killable.STEPS_PER_EPOCH
     assert len(state["digest"]) == 64
-    shutil.copy(tmp_path / "epoch1.weights.h5", backup / state["weights"])
+    shutil.copy(tmp_path / "epoch1.state.npz", backup / state["state"])
     with pytest.raises(callbacks.BackupError, match="digest differs"):
         killable.run(run_dir, resume=True, slow=False)
 
 
 class CopyBackupThenStop(killable.keras.callbacks.Callback):
-    """Copies the backup's weights of epoch 1 to `folder`/epoch1.weights.h5 when epoch 1
+    """Copies the backup's state of epoch 1 to `folder`/epoch1.state.npz when epoch 1
     starts, then stops the run (an exception) when epoch 2 starts, after its backup."""
 
     def __init__(self, run_dir, folder):
@@ -72,9 +72,7 @@ class CopyBackupThenStop(killable.keras.callbacks.Callback):
     def on_epoch_begin(self, epoch, logs=None):
         if epoch == 1:
             state = json.loads((self.run_dir / "backup" / "state.json").read_text())
-            shutil.copy(
-                self.run_dir / "backup" / state["weights"], self.folder / "epoch1.weights.h5"
-            )
+            shutil.copy(self.run_dir / "backup" / state["state"], self.folder / "epoch1.state.npz")
         if epoch == 2:
             raise RuntimeError("stop")
 
