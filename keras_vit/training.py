@@ -364,9 +364,11 @@ class TrainConfig:
     default `stem="resnet"` is the BiT ResNet root of the release's hybrids (conv 7x7/2,
     GroupNorm, max-pool 3x3/2: `resnet_width` channels, stride 4) feeding 1x1 patches of its
     7x7 feature map to a 4-block, width-64 Transformer (49 tokens, as the patch-4 ViT), trained
-    30 epochs with AdamW, warmup + cosine decay, label smoothing and the mild digit crop of
-    `keras_vit.data.default_augmentation("mnist")`, in float32 with XLA (the fastest here at
-    this width). `stem="patch"` is the pure ViT with `patch_size` pixel patches.
+    30 epochs of batches of 64 with AdamW (peak learning rate 3e-3), warmup + cosine decay,
+    label smoothing and the mild digit crop of `keras_vit.data.default_augmentation("mnist")`,
+    in float32 with XLA where the probe finds it the fastest at this width. Batches of 64
+    take ~0.8x the time of batches of 32 at the same accuracy (both measured).
+    `stem="patch"` is the pure ViT with `patch_size` pixel patches.
 
     Use:
         config = TrainConfig()
@@ -391,8 +393,8 @@ class TrainConfig:
     position_embedding: str = "learned"
     dropout_rate: float = RECIPE_VIT.dropout_rate
     epochs: int = 30
-    batch_size: int = 32
-    learning_rate: float = 2e-3
+    batch_size: int = 64
+    learning_rate: float = 3e-3
     weight_decay: float = 0.05
     warmup_epochs: float = 1.0
     decay: str = "cosine"

@@ -271,7 +271,7 @@ def test_resume_refuses_flags_that_differ_from_the_stored_run(trained, capsys):
     argv = ["train", *resume, "--epochs", "4", "--learning-rate", "0.5", "--stem", "patch"]
     expect_usage_error(capsys, argv, "which these flags would change: --stem patch (the run")
     expect_usage_error(capsys, argv, "--epochs 4 (the run has 1)")
-    expect_usage_error(capsys, argv, "--learning-rate 0.5 (the run has 0.002)")
+    expect_usage_error(capsys, argv, "--learning-rate 0.5 (the run has 0.003)")
     expect_usage_error(capsys, argv, "--stem patch (the run has resnet), --epochs 4")
     assert (trained / "metrics.json").read_text() == before
     # the original command line with --resume added is the same run: accepted
@@ -280,13 +280,13 @@ def test_resume_refuses_flags_that_differ_from_the_stored_run(trained, capsys):
 
 
 def test_resume_names_flags_typed_at_their_default_value(trained, capsys):
-    """The run has --seed 3, --batch-size 25 and --no-jit-compile; --seed 0, --batch-size 32
+    """The run has --seed 3, --batch-size 25 and --no-jit-compile; --seed 0, --batch-size 64
     and --jit-compile auto are the recipe's defaults, which a comparison with the default
     configuration cannot see."""
     resume = ["train", "--run-dir", str(trained), "--resume"]
     expect_usage_error(capsys, [*resume, "--seed", "0"], "--seed 0 (the run has 3)")
     expect_usage_error(capsys, [*resume, "--jit-compile", "auto"], "--jit-compile auto (the")
-    expect_usage_error(capsys, [*resume, "--batch-size", "32"], "--batch-size 32 (the run has 25")
+    expect_usage_error(capsys, [*resume, "--batch-size", "64"], "--batch-size 64 (the run has 25")
     # a typed flag equal to the stored value (here also the default) is the same run
     assert main([*resume, "--strategy", "auto", "--quiet"]) == 0
     # plain --resume (jit_compile "auto" by default) and the invocation's own flags still run
