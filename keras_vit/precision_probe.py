@@ -7,7 +7,8 @@ builds one encoder block of the model's own shape (pre-norm attention + MLP, pap
 its `hidden_dim` D, `mlp_dim`, `num_heads` and tokens per image, `model_shape` or
 `shape_from_kwargs`; a batch sized to ~10 GFLOP per step) from keras_vit's own
 `TransformerBlock`, and times its training step (forward, backward) in each setting of
-`CANDIDATES`, one step of each in turn, rotated, for about `BUDGET_S` seconds after warm-up
+`CANDIDATES`, a unit of each in turn (one step, or back-to-back steps lasting `MIN_UNIT_S`),
+rotated, for about `BUDGET_S` seconds after warm-up
 (XLA compiles first); each setting's figure is its median call relative to the other
 settings of the same round (`paired_figures`). The figures are cached per (CPU model, core
 count, TensorFlow version, D, mlp_dim, num_heads, tokens) in one JSON file, so the probe
@@ -41,8 +42,9 @@ bfloat16 units (measured slower than both float32 settings), so bfloat16 + XLA i
 PROBE_ENV = "KERAS_VIT_PRECISION_PROBE"
 CACHE_ENV = "KERAS_VIT_CACHE_DIR"
 CACHE_FILE = "precision_probe.json"
-CACHE_VERSION = 4
-"""4: a setting's figure is its median call relative to the other settings of each round
+CACHE_VERSION = 5
+"""5: steps shorter than `MIN_UNIT_S` are timed in units of several calls (4: one call
+each). 4: a setting's figure is its median call relative to the other settings of each round
 (`paired_figures`; 3: its fastest call). 3: the block is keras_vit's own `TransformerBlock`
 in training (2: a plain-TensorFlow block, whose kernels the model does not all run). 2: the
 key holds the model's mlp_dim, num_heads and exact token count (1: D and a token
@@ -54,9 +56,20 @@ BUDGET_S = 3.0
 """Seconds of timed rounds (after the warm-up) of one probe."""
 MIN_ROUNDS, MAX_ROUNDS = 7, 24
 """Timed rounds of one probe: at least 7 (a median over an odd count), at most 24."""
+MIN_UNIT_S = 0.04
+"""Shortest timed unit: a setting whose step takes less runs that many steps back to back in
+each round (as a training run does), timed together. Single steps of a few milliseconds
+(the default `keras-vit train` model's D 64 block: ~5 ms) carry the clock's and the
+scheduler's jitter and the cache misses of switching settings: probing that block in
+single steps, 1 probe of 8 ranked float32 + XLA 1.01x float32 where the others said
+1.08-1.14x and the model's step 1.2x, and the tie picked the slower setting for a whole
+run (218 s against 154-168 s, docs/performance.md). 24 rounds of three ~40 ms units fill
+the 3 s budget."""
 TIE = 0.05
 """Settings within 5% of the fastest measured one tie (the probe's own noise on a shared
 machine): `keras_vit.precision.tie_winner` keeps one without XLA, then the flag rule's."""
+MAX_PASSES = 3
+"""Passes of `measure_rounds` a probe pools at most while its figures tie."""
 STEP_GFLOP = 10.0
 """Target size of one probe step; the batch is chosen to reach it (1 to 16 images). 10
 GFLOP gives Ti/16 a batch of 16 as a training run's: at 5 images (3 GFLOP) the AMX bfloat16
@@ -282,31 +295,70 @@ def block_step(shape: dict, policy: str, xla: bool):
 
 
 def measure(steps: dict, *, timer=None, budget_s: float = BUDGET_S) -> dict:
-    """The typical seconds per call of each of `steps` ({label: no-argument function}).
+    """The typical seconds per call of each of `steps` ({label: no-argument function}):
+    `paired_figures` of `measure_rounds`."""
+    return paired_figures(measure_rounds(steps, timer=timer, budget_s=budget_s))
 
-    Each is called once untimed (tracing, XLA compilation); then rounds call each once, in
-    an order rotated every round, until `budget_s` of timed rounds (at least `MIN_ROUNDS`,
-    at most `MAX_ROUNDS`), so that the load of a shared machine hits every setting alike.
-    The figures are `paired_figures` of the rounds: each call is judged against the other
-    settings' calls of its own round, so load that comes and goes between rounds (up to 1.5x
-    minute to minute on a shared 2-core host) cancels out, and the median over rounds drops
-    one lucky or unlucky call. `timer` is a clock in seconds (default: the module's `clock`).
+
+def measure_rounds(steps: dict, *, timer=None, budget_s: float = BUDGET_S) -> dict:
+    """{label: seconds per call of each timed round} of each of `steps` ({label: no-argument
+    function}).
+
+    Each is called once untimed (tracing, XLA compilation) and once timed, which sets its
+    unit: `unit_calls` back-to-back calls, at least `MIN_UNIT_S` long. Then rounds time one
+    unit of each, in an order rotated every round, until `budget_s` of timed rounds (at least
+    `MIN_ROUNDS`, at most `MAX_ROUNDS`), so that the load of a shared machine hits every
+    setting alike. `paired_figures` judges each unit against the other settings' units of
+    its own round, so load that comes and goes between rounds (up to 1.5x minute to minute
+    on a shared 2-core host) cancels out, and its median over rounds drops one lucky or
+    unlucky unit. `timer` is a clock in seconds (default: the module's `clock`).
     """
     timer = timer or clock
     labels = list(steps)
     for label in labels:
         steps[label]()
+    calls = {label: unit_calls(_timed(steps[label], 1, timer)) for label in labels}
     times = {label: [] for label in labels}
     start = timer()
     for index in range(MAX_ROUNDS):
         shift = index % len(labels)
         for label in labels[shift:] + labels[:shift]:
-            before = timer()
-            steps[label]()
-            times[label].append(timer() - before)
+            times[label].append(_timed(steps[label], calls[label], timer) / calls[label])
         if index + 1 >= MIN_ROUNDS and timer() - start >= budget_s:
             break
+    return times
+
+
+def undecided(figures: dict) -> bool:
+    """Whether another setting is within `TIE` of the fastest of `figures` ({label: time})."""
+    fastest = min(figures.values())
+    return sum(value <= (1 + TIE) * fastest for value in figures.values()) > 1
+
+
+def measure_until_decided(steps: dict, *, timer=None) -> dict:
+    """`measure`, with up to `MAX_PASSES` passes of rounds pooled while the figures tie
+    (`undecided`): more rounds where the choice hangs on the probe's noise. The D 64 block
+    of the default `keras-vit train` model, ~1.1x faster with XLA, fell inside the tie in 1
+    probe of 6 with one pass (docs/performance.md)."""
+    times = measure_rounds(steps, timer=timer)
+    for _ in range(MAX_PASSES - 1):
+        if not undecided(paired_figures(times)):
+            break
+        more = measure_rounds(steps, timer=timer)
+        times = {label: times[label] + more[label] for label in times}
     return paired_figures(times)
+
+
+def unit_calls(seconds_per_call: float) -> int:
+    """Calls of a step that make one timed unit: enough to last `MIN_UNIT_S`, at least 1."""
+    return max(1, math.ceil(MIN_UNIT_S / max(seconds_per_call, 1e-6)))
+
+
+def _timed(step, calls: int, timer) -> float:
+    before = timer()
+    for _ in range(calls):
+        step()
+    return timer() - before
 
 
 def paired_figures(times: dict) -> dict:
@@ -363,7 +415,7 @@ def probe_figures(
     if entry is not None and not refresh:
         return entry["figures"], entry.get("date"), True
     steps = {setting_label(p, x): make_step(shape, p, x) for p, x in CANDIDATES}
-    seconds = measure(steps, timer=timer)
+    seconds = measure_until_decided(steps, timer=timer)
     figures = {label: round(1000.0 * value, 3) for label, value in seconds.items()}
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     entries[key_text(key)] = {"key": key, "shape": shape, "figures": figures, "date": date}

@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+import math
 import os
 import types
 
@@ -69,14 +70,60 @@ def test_measure_rotates_the_order_and_returns_the_fastest_call():
     steps = {label: fake.make_step({}, label, False) for label in "abc"}
     seconds = precision_probe.measure(steps, timer=fake.clock, budget_s=1.0)
     assert seconds == pytest.approx({"a": 0.3, "b": 0.1, "c": 0.2})
-    assert fake.calls[:3] == ["a", "b", "c"]  # the untimed compile call of each
-    rounds = [fake.calls[i : i + 3] for i in range(3, len(fake.calls), 3)]
+    # the untimed compile call of each, then one timed call that sets its unit (here one
+    # call: every step is longer than MIN_UNIT_S)
+    assert fake.calls[:6] == ["a", "b", "c"] * 2
+    rounds = [fake.calls[i : i + 3] for i in range(6, len(fake.calls), 3)]
     assert [r[0] for r in rounds[:3]] == ["a", "b", "c"]  # each round starts one later
     # MIN_ROUNDS x 0.6 s >= the 1 s budget: stops at MIN_ROUNDS
     assert len(rounds) == precision_probe.MIN_ROUNDS
     fake.calls.clear()
     precision_probe.measure(steps, timer=fake.clock, budget_s=1e9)
-    assert len(fake.calls) == 3 + 3 * precision_probe.MAX_ROUNDS
+    assert len(fake.calls) == 6 + 3 * precision_probe.MAX_ROUNDS
+
+
+@given(costs=st.lists(st.floats(0.0005, 0.2), min_size=2, max_size=3))
+def test_short_steps_are_timed_in_units_of_back_to_back_calls(costs):
+    """A step shorter than MIN_UNIT_S runs ceil(MIN_UNIT_S / its time) times in a row per
+    round, timed together; the figure is still seconds per call."""
+    labels = "abc"[: len(costs)]
+    fake = FakeHost(dict(zip(labels, costs, strict=True)))
+    steps = {label: fake.make_step({}, label, False) for label in labels}
+    seconds = precision_probe.measure(steps, timer=fake.clock, budget_s=1e9)
+    assert seconds == pytest.approx(dict(zip(labels, costs, strict=True)))
+    per_round = {
+        label: max(1, math.ceil(precision_probe.MIN_UNIT_S / cost))
+        for label, cost in zip(labels, costs, strict=True)
+    }
+    timed = fake.calls[2 * len(labels) :]  # after the compile and the unit-setting calls
+    assert len(timed) == precision_probe.MAX_ROUNDS * sum(per_round.values())
+    first = labels[0]
+    assert timed[: per_round[first]] == [first] * per_round[first]  # back to back
+    for label, cost in zip(labels, costs, strict=True):
+        assert per_round[label] * cost >= precision_probe.MIN_UNIT_S or per_round[label] == 1
+
+
+@pytest.mark.parametrize(
+    ("costs", "passes"),
+    [
+        ({"x": 0.060, "y": 0.100, "z": 0.180}, 1),  # decided: one pass
+        ({"x": 0.060, "y": 0.062, "z": 0.180}, precision_probe.MAX_PASSES),  # a tie
+    ],
+)
+def test_a_tie_is_measured_again_up_to_max_passes(costs, passes):
+    fake = FakeHost(costs)
+    steps = {label: fake.make_step({}, label, False) for label in costs}
+    seconds = precision_probe.measure_until_decided(steps, timer=fake.clock)
+    assert seconds == pytest.approx(costs)
+    one_pass = 2 * len(costs) + len(costs) * rounds_in_budget(costs)
+    assert len(fake.calls) == passes * one_pass
+
+
+def rounds_in_budget(costs) -> int:
+    """Rounds `measure_rounds` times on a FakeHost of `costs` (one call per unit)."""
+    per_round = sum(costs.values())
+    rounds = math.ceil(precision_probe.BUDGET_S / per_round - 1e-9)
+    return min(precision_probe.MAX_ROUNDS, max(precision_probe.MIN_ROUNDS, rounds))
 
 
 class LoadedHost(FakeHost):
@@ -92,7 +139,7 @@ class LoadedHost(FakeHost):
         label = precision_probe.setting_label(policy, xla)
 
         def step():
-            timed = len(self.calls) - len(self.costs)
+            timed = len(self.calls) - 2 * len(self.costs)  # after compile and unit calls
             load = self.loads[timed // len(self.costs)] if timed >= 0 else 1.0
             self.calls.append(label)
             self.now += self.costs[label] * load
@@ -101,7 +148,7 @@ class LoadedHost(FakeHost):
 
 
 @given(
-    costs=st.lists(st.floats(0.01, 1.0), min_size=2, max_size=3),
+    costs=st.lists(st.floats(1.01 * precision_probe.MIN_UNIT_S, 1.0), min_size=2, max_size=3),
     loads=st.lists(
         st.floats(1.0, 3.0),
         min_size=precision_probe.MAX_ROUNDS,
