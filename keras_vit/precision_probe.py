@@ -44,7 +44,7 @@ CACHE_ENV = "KERAS_VIT_CACHE_DIR"
 CACHE_FILE = "precision_probe.json"
 CACHE_VERSION = 5
 """5: steps shorter than `MIN_UNIT_S` are timed in units of several calls (4: one call
-each). 4: a setting's figure is its median call relative to the other settings of each round
+each), and tied figures are measured again (`MAX_PASSES`). 4: a setting's figure is its median call relative to the other settings of each round
 (`paired_figures`; 3: its fastest call). 3: the block is keras_vit's own `TransformerBlock`
 in training (2: a plain-TensorFlow block, whose kernels the model does not all run). 2: the
 key holds the model's mlp_dim, num_heads and exact token count (1: D and a token
