@@ -44,11 +44,12 @@ CACHE_ENV = "KERAS_VIT_CACHE_DIR"
 CACHE_FILE = "precision_probe.json"
 CACHE_VERSION = 5
 """5: steps shorter than `MIN_UNIT_S` are timed in units of several calls (4: one call
-each), and tied figures are measured again (`MAX_PASSES`). 4: a setting's figure is its median call relative to the other settings of each round
-(`paired_figures`; 3: its fastest call). 3: the block is keras_vit's own `TransformerBlock`
-in training (2: a plain-TensorFlow block, whose kernels the model does not all run). 2: the
-key holds the model's mlp_dim, num_heads and exact token count (1: D and a token
-power-of-two bucket, MLP 4D and heads D/64 assumed)."""
+each), and tied figures are measured again (`MAX_PASSES`). 4: a setting's figure is its
+median call relative to the other settings of each round (`paired_figures`; 3: its fastest
+call). 3: the block is keras_vit's own `TransformerBlock` in training (2: a plain-TensorFlow
+block, whose kernels the model does not all run). 2: the key holds the model's mlp_dim,
+num_heads and exact token count (1: D and a token power-of-two bucket, MLP 4D and heads D/64
+assumed)."""
 DEFAULT_TOKENS = 197
 """Tokens per image when the caller does not say (224 / 16 = 14 x 14 patches and the class
 token)."""
@@ -68,7 +69,7 @@ the 3 s budget."""
 TIE = 0.05
 """Settings within 5% of the fastest measured one tie (the probe's own noise on a shared
 machine): `keras_vit.precision.tie_winner` keeps one without XLA, then the flag rule's."""
-MAX_PASSES = 3
+MAX_PASSES = 2
 """Passes of `measure_rounds` a probe pools at most while its figures tie."""
 STEP_GFLOP = 10.0
 """Target size of one probe step; the batch is chosen to reach it (1 to 16 images). 10
