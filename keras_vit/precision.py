@@ -467,8 +467,7 @@ def tie_winner(timed: dict, prior_label: str) -> str:
     """
     from keras_vit import precision_probe
 
-    fastest = min(timed, key=timed.get)
-    close = [label for label in timed if timed[label] <= (1 + precision_probe.TIE) * timed[fastest]]
+    close = precision_probe.tied(timed)
     without_xla = [label for label in close if not label.endswith("+xla")] or close
     if prior_label in without_xla:
         return prior_label

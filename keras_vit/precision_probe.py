@@ -330,10 +330,15 @@ def measure_rounds(steps: dict, *, timer=None, budget_s: float = BUDGET_S) -> di
     return times
 
 
+def tied(figures: dict) -> list:
+    """The labels of `figures` ({label: time}) within `TIE` of the fastest, in their order."""
+    fastest = min(figures.values())
+    return [label for label, value in figures.items() if value <= (1 + TIE) * fastest]
+
+
 def undecided(figures: dict) -> bool:
     """Whether another setting is within `TIE` of the fastest of `figures` ({label: time})."""
-    fastest = min(figures.values())
-    return sum(value <= (1 + TIE) * fastest for value in figures.values()) > 1
+    return len(tied(figures)) > 1
 
 
 def measure_until_decided(steps: dict, *, timer=None) -> dict:
