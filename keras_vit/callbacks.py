@@ -28,6 +28,8 @@ import keras
 import numpy as np
 
 from keras_vit import _atomic
+from keras_vit._validation import check_choice
+from keras_vit.kept_model import DEFAULT_SELECTION, SELECTIONS
 
 logger = logging.getLogger(__name__)
 
@@ -308,19 +310,25 @@ def read_history(path) -> list[dict]:
 
 
 class ModelSnapshots(keras.callbacks.Callback):
-    """Saves the last model and the best one (by `monitor`) as `.keras` and official `.npz`.
+    """Saves the last model and the run's kept one as `.keras` and official `.npz`.
 
     Files in `run_dir`: `last.keras`, `last.npz`, `best.keras`, `best.npz`, and `best.json`
-    (`{"epoch", "monitor", "value"}`) written after the best files, so that a restart knows
-    the value to beat. The `.npz` files use `keras_vit.checkpoints.save_npz`; a model that
-    does not fit the official layout (e.g. extra layers) gets `.keras` files only. The model
-    is serialised once per epoch, to the last files; an improving epoch's best files are
-    copies of them (a Keras save of a small model costs ~0.2 s, a copy ~1 ms).
+    (`{"epoch", "monitor", "value", "select"}`) written after the best files, so that a
+    restart knows the value to beat. With `select="best"` the best files hold the epoch with
+    the best `monitor` value; with `select="last"` they follow the last epoch
+    (`keras_vit.kept_model`), and best.json still
+    records that epoch's `monitor` value. The `.npz` files use
+    `keras_vit.checkpoints.save_npz`; a model that does not fit the official layout (e.g.
+    extra layers) gets `.keras` files only. The model is serialised once per epoch, to the
+    last files; the best files are copies of them (a Keras save of a small model costs
+    ~0.2 s, a copy ~1 ms).
 
     Args:
         run_dir: folder of the files.
         monitor: the log to compare, e.g. "val_accuracy" (higher is better) or "val_loss"
             (lower is better: any name containing "loss").
+        select: "last" (default: every epoch replaces the best files) or "best" (the epoch
+            with the best `monitor` value). Raises ValueError for anything else.
         write: False on non-chief workers: the model is saved to `scratch_dir` (or a
             temporary folder) and removed again (every worker takes part in saving, as Keras
             expects under a multi-worker strategy), and nothing is written to `run_dir`.
@@ -329,11 +337,20 @@ class ModelSnapshots(keras.callbacks.Callback):
             None: a new temporary folder per save.
     """
 
-    def __init__(self, run_dir, monitor="val_accuracy", write=True, scratch_dir=None):
+    def __init__(
+        self,
+        run_dir,
+        monitor="val_accuracy",
+        write=True,
+        scratch_dir=None,
+        select=DEFAULT_SELECTION,
+    ):
         super().__init__()
+        check_choice("select", select, SELECTIONS)
         self.run_dir = os.fspath(run_dir)
         self.scratch_dir = scratch_dir
         self.monitor = monitor
+        self.select = select
         self.write = write
         self.lower_is_better = "loss" in monitor
         self.best = None
@@ -345,6 +362,8 @@ class ModelSnapshots(keras.callbacks.Callback):
             self.best = state["value"]
 
     def _improved(self, value) -> bool:
+        if self.select == "last":
+            return True
         if value is None or math.isnan(value):
             return False
         if self.best is None:
@@ -365,7 +384,12 @@ class ModelSnapshots(keras.callbacks.Callback):
                 self._copy_last_to_best()
                 _atomic.write_json(
                     os.path.join(self.run_dir, "best.json"),
-                    {"epoch": epoch, "monitor": self.monitor, "value": self.best},
+                    {
+                        "epoch": epoch,
+                        "monitor": self.monitor,
+                        "value": self.best,
+                        "select": self.select,
+                    },
                 )
 
     def _copy_last_to_best(self) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 
 import keras
 
-from keras_vit import configs, distribute, model_source, training
+from keras_vit import configs, distribute, kept_model, model_source, training
 from keras_vit._validation import check_choice, check_divisible, to_pair
 from keras_vit.layers.position_embedding import POSITION_EMBEDDINGS
 from keras_vit.precision import check_policy
@@ -54,17 +54,22 @@ class RunConfig:
         mixed_precision: "auto" (default: `keras_vit.distribute.choose_precision` picks for
             the device and the model width), "float32" (or None), "mixed_float16" or
             "mixed_bfloat16".
-        validation_split: the split evaluated after every epoch that picks the best model.
-            Default "train[90%:]": a tenth of the training images, stratified (per class) and
-            drawn with `split_seed`, carved out of "train" - the release holds out 2% of
-            ImageNet's train as "minival" the same way. A one-sided slice of "train" is
-            removed from the training data (the model trains on its complement,
-            "train[:90%]"); another split name (e.g. TFDS "validation") leaves "train" whole.
+        validation_split: the split evaluated after every epoch (with `select="best"`, the
+            one that picks the kept model). Default "train[90%:]": a tenth of the training
+            images, stratified (per class) and drawn with `split_seed`, carved out of
+            "train" - the release holds out 2% of ImageNet's train as "minival" the same
+            way. A one-sided slice of "train" is removed from the training data (the model
+            trains on its complement, "train[:90%]"); another split name (e.g. TFDS
+            "validation") leaves "train" whole.
         split_seed: seed of the carve (embedded, array and folder sources; TFDS slices in its
             own stored order).
         test_split: the split never used for selection, evaluated once at the end with the
-            best model (the one saved as best.keras and exported); None, or a dataset without
+            kept model (the one saved as best.keras and exported); None, or a dataset without
             it, reports the validation figures only.
+        select: which epoch's model the run keeps as best.keras: "last" (default: the end
+            of the schedule, as the paper reports its runs, appendix B.1) or "best" (the
+            epoch with the best validation accuracy). A stored configuration without it (runs
+            of keras_vit before 2026-12-05) reads as "best", the rule those runs used.
         train_split: None (default): "train", or the complement of a validation slice of
             it; a split string trains on exactly that split instead (the caller keeps it apart
             from `validation_split`, as the VTAB-1k split "train[:800]" / "train[800:1000]").
@@ -91,10 +96,15 @@ class RunConfig:
     shots_per_class: int | None = None
     bad_images: str = "skip"
     allow_test_selection: bool = False
+    select: str = kept_model.DEFAULT_SELECTION
 
     def __post_init__(self):
         if self.task not in TASKS:
             raise ConfigError(f"Unknown task {self.task!r}; expected one of {list(TASKS)}.")
+        if self.select not in kept_model.SELECTIONS:
+            raise ConfigError(
+                f"Unknown select {self.select!r}; expected one of {list(kept_model.SELECTIONS)}."
+            )
         if self.recipe is None:
             self.recipe = recipe_class(self.task)()
         # Parsed once, here where the setting enters: the (height, width) pair every later
@@ -111,6 +121,7 @@ class RunConfig:
         values = dict(values)
         task = values.get("task", "train")
         values["recipe"] = recipe_class(task)(**values.get("recipe", {}))
+        values.setdefault("select", "best")  # stored before the field existed: their rule
         return cls(**values)
 
 

@@ -4,16 +4,19 @@ A run directory holds everything about one training run:
 
     config.json            the resolved configuration (written before training starts)
     history.csv            one row per finished epoch: epoch, steps, learning_rate, logs
-    learning_curves.png    loss and accuracy per epoch (redrawn every epoch)
+    learning_curves.png    loss and accuracy per epoch (redrawn as epochs end)
     logs/                  TensorBoard event files (`tensorboard --logdir RUN/logs`)
     last.keras, last.npz   the model after the latest finished epoch (.npz: official layout)
-    best.keras, best.npz   the model of the best epoch by the monitored metric; best.json
+    best.keras, best.npz   the run's kept model (`select`: the last epoch's by default, or
+                           the best epoch's by the monitored metric); best.json
     backup/                resume state (removed when the run completes)
     metrics.json           final metrics; its presence marks a completed run
     .lock                  the training process's id while it runs (`keras_vit.run_lock`)
 
-The best epoch is picked on validation data (by default carved from the training images,
-see `RunConfig.validation_split`); the test split, never used for selection, is evaluated
+The kept model is, by default (`select="last"`), the one at the end of the schedule, as the
+paper reports its runs (appendix B.1); `select="best"` keeps instead the best epoch on the
+validation data (by default carved from the training images, see
+`RunConfig.validation_split`). The test split, never used for selection, is evaluated
 once at the end with the model saved as best.keras (the one `evaluate` and `export` use), with
 plain cross-entropy (no label smoothing) as its loss, as `keras-vit evaluate` computes it.
 The per-epoch `loss`/`val_loss` of history.csv are the training loss (with the recipe's
@@ -61,7 +64,16 @@ from collections.abc import Callable
 
 import keras
 
-from keras_vit import _atomic, callbacks, distribute, run_lock, training, worker_restart
+from keras_vit import (
+    _atomic,
+    callbacks,
+    distribute,
+    kept_model,
+    run_lock,
+    training,
+    worker_restart,
+)
+from keras_vit._validation import check_choice
 from keras_vit.run_plan import ConfigError, RunConfig, RunPlan, load_model, plan_run
 
 __all__ = [
@@ -171,6 +183,7 @@ def fit_run(
     strategy=None,
     resume: bool = False,
     monitor: str | None = None,
+    select: str = kept_model.DEFAULT_SELECTION,
     steps_per_epoch: int | None = None,
     batch_size: int | None = None,
     shuffle_seed: int = 0,
@@ -187,14 +200,17 @@ def fit_run(
             size, or an (images, labels) tuple of arrays (then give `batch_size`).
         epochs: total number of epochs of the run (also when resuming).
         validation_data: held-out (images, labels) data, as for `fit`; evaluated after every
-            epoch, it picks the best model. None: no held-out metrics.
-        test_data: data never used for selection, evaluated once at the end with the best
+            epoch (with `select="best"` it picks the kept model). None: no held-out metrics.
+        test_data: data never used for selection, evaluated once at the end with the kept
             model as saved in best.keras (metrics.json "test"). None: none.
         config: the resolved configuration, written to config.json (JSON-serialisable).
         strategy: a `tf.distribute.Strategy`; default: the current one.
         resume: continue the run in `run_dir` from its last finished epoch.
-        monitor: log that picks the best model; default "val_accuracy" with validation data,
-            else "accuracy".
+        monitor: log recorded in best.json, and with `select="best"` the one that picks the
+            kept model; default "val_accuracy" with validation data, else "accuracy".
+        select: which epoch's model is kept as best.keras/best.npz: "last" (default: the
+            end of the schedule) or "best" (the best `monitor` value); see
+            `keras_vit.callbacks.ModelSnapshots`.
         steps_per_epoch: batches per epoch of a `tf.data.Dataset`; None: one pass. With a
             finite dataset, the passes become one stream (`epoch_passes`), so an epoch may be
             a share of a pass or span several, and a resumed run sees the uninterrupted batches
@@ -213,11 +229,13 @@ def fit_run(
 
     Raises:
         RunDirError: see `check_run_dir`.
-        ValueError: arrays with `steps_per_epoch` (an epoch of arrays is one pass over them).
+        ValueError: arrays with `steps_per_epoch` (an epoch of arrays is one pass over them),
+            or `select` not one of `keras_vit.kept_model.SELECTIONS`.
     """
     import tensorflow as tf
 
     _check_fit_input(train_data, steps_per_epoch)
+    check_choice("select", select, kept_model.SELECTIONS)
     run_dir = os.path.abspath(os.fspath(run_dir))
     strategy = strategy or tf.distribute.get_strategy()
     chief = distribute.is_chief(strategy)
@@ -235,7 +253,7 @@ def fit_run(
         monitor = monitor or ("val_accuracy" if validation_data is not None else "accuracy")
         scratch = None if chief else worker_restart.scratch_dir(run_dir, strategy)
         history, callback_list = _run_callbacks(
-            run_dir, monitor, strategy, chief, scratch, extra_callbacks
+            run_dir, monitor, select, strategy, chief, scratch, extra_callbacks
         )
         # the backup's epoch is also the data position; every worker must restore the same one
         first_epoch = worker_restart.agreed_epoch(callback_list[-1].backup_dir, strategy)
@@ -297,19 +315,21 @@ def _build_optimizer(model) -> None:
     model.optimizer.build(model.trainable_variables)
 
 
-def _run_callbacks(run_dir, monitor, strategy, chief, scratch, extra_callbacks):
+def _run_callbacks(run_dir, monitor, select, strategy, chief, scratch, extra_callbacks):
     """`fit_run` step 3: (the history callback, every callback of the run in order: history,
     snapshots, learning curves, TensorBoard, `extra_callbacks`, then the backup last)."""
     history = callbacks.HistoryCSV(os.path.join(run_dir, HISTORY_FILE), write=chief)
     callback_list = [
         history,
-        callbacks.ModelSnapshots(run_dir, monitor=monitor, write=chief, scratch_dir=scratch),
+        callbacks.ModelSnapshots(
+            run_dir, monitor=monitor, write=chief, scratch_dir=scratch, select=select
+        ),
         callbacks.LearningCurvePlot(
             history,
             os.path.join(run_dir, PLOT_FILE),
             write=chief,
             title=f"{os.path.basename(run_dir)}: learning curves",
-            monitor=monitor,
+            monitor=monitor if select == "best" else None,  # marks the kept epoch
         ),
         keras.callbacks.TensorBoard(os.path.join(scratch or run_dir, LOG_DIR)),
         *extra_callbacks,
@@ -351,7 +371,7 @@ def _fit_metrics(model, history, run_dir, monitor, strategy, start) -> dict:
 
 def _held_out(model, history, run_dir, validation_data, test_data, batch_size, chief) -> dict:
     """`fit_run` step 6: the validation figures after the last epoch and the test figures of
-    best.keras (chief only); "held_out" is the test's where there is one."""
+    best.keras, the kept model (chief only); "held_out" is the test's where there is one."""
     metrics = {}
     if validation_data is not None:
         metrics["validation"] = _held_out_metrics(history.rows, model, validation_data, batch_size)
@@ -597,7 +617,8 @@ def train(
             `resolved["dtype_policy"]`, after every check and before training starts.
 
     Returns:
-        A `RunResult`; `result.metrics["test"]["accuracy"]` is the test accuracy of best.keras
+        A `RunResult`; `result.metrics["test"]["accuracy"]` is the test accuracy of best.keras,
+            the kept model (`config.select`)
             (`"held_out"`: the test figures, or the validation ones without a test split).
 
     Raises:
@@ -641,6 +662,7 @@ def train(
             config=record,
             strategy=strategy,
             resume=resume,
+            select=config.select,
             verbose=verbose,
             extra_callbacks=extra_callbacks,
         )

@@ -51,12 +51,13 @@ def test_learning_curve_plot_reads_smoothing_and_classes_from_the_model(
     ]
 
 
-SCRIPTED_ACCURACY = [0.5, 0.9, 0.3]  # best: epoch 1
+SCRIPTED_ACCURACY = [0.5, 0.9, 0.3]  # best: epoch 1; last: epoch 2
 
 
-def test_best_and_last_files_hold_their_epochs_weights(tmp_path):
+@pytest.mark.parametrize(("select", "kept_epoch"), [("best", 1), ("last", 2)])
+def test_best_and_last_files_hold_their_epochs_weights(tmp_path, select, kept_epoch):
     model = keras_vit.ViT(**TINY_VIT)
-    snapshots = ModelSnapshots(tmp_path, monitor="val_accuracy")
+    snapshots = ModelSnapshots(tmp_path, monitor="val_accuracy", select=select)
     snapshots.set_model(model)
     snapshots.on_train_begin()
     x = random_images(np.random.default_rng(0), 4, 32, 32)
@@ -66,16 +67,40 @@ def test_best_and_last_files_hold_their_epochs_weights(tmp_path):
         logits.append(model.predict(x, verbose=0))
         snapshots.on_epoch_end(epoch, {"val_accuracy": accuracy})
     assert json.loads((tmp_path / "best.json").read_text()) == {
-        "epoch": 1,
+        "epoch": kept_epoch,
         "monitor": "val_accuracy",
-        "value": 0.9,
+        "value": SCRIPTED_ACCURACY[kept_epoch],
+        "select": select,
     }
-    for stem, epoch in (("best", 1), ("last", 2)):
+    for stem, epoch in (("best", kept_epoch), ("last", 2)):
         loaded = runs.load_model(tmp_path / f"{stem}.keras")
         assert_outputs_close(loaded.predict(x, verbose=0), logits[epoch], atol=1e-6, what=stem)
         fresh = keras_vit.ViT(**TINY_VIT)
         load_npz(fresh, tmp_path / f"{stem}.npz")
         assert_outputs_close(fresh.predict(x, verbose=0), logits[epoch], atol=1e-6, what=stem)
+
+
+def test_select_last_keeps_an_epoch_whose_monitored_value_is_nan(tmp_path):
+    snapshots = ModelSnapshots(tmp_path, monitor="val_loss", select="last")
+    snapshots.set_model(keras_vit.ViT(**TINY_VIT))
+    snapshots.on_train_begin()
+    snapshots.on_epoch_end(0, {"val_loss": 0.5})
+    snapshots.on_epoch_end(1, {"val_loss": float("nan")})
+    assert json.loads((tmp_path / "best.json").read_text())["epoch"] == 1
+
+
+def test_an_unknown_select_is_refused_naming_the_value(tmp_path):
+    with pytest.raises(ValueError, match=r"select.*'first'"):
+        ModelSnapshots(tmp_path, select="first")
+    with pytest.raises(ValueError, match=r"select.*'first'"):
+        runs.fit_run(
+            tmp_path / "run",
+            lambda: None,
+            (np.zeros((2, 32, 32, 3)), [0, 1]),
+            epochs=1,
+            select="first",
+        )
+    assert not (tmp_path / "run").exists()  # refused before any file is written
 
 
 class FakeClock:

@@ -86,15 +86,23 @@ def test_history_and_metrics_match_the_schedule(finished_run):
     # The held-out metrics are those of the last epoch's model on the validation data.
     assert metrics["held_out"]["accuracy"] == pytest.approx(float(rows[-1]["val_accuracy"]))
     assert metrics["held_out"]["loss"] == pytest.approx(float(rows[-1]["val_loss"]), rel=1e-5)
-    # The best epoch is the first one with the highest val_accuracy in the CSV.
-    accuracies = [float(row["val_accuracy"]) for row in rows]
-    assert metrics["best"]["epoch"] == int(np.argmax(accuracies))
-    assert metrics["best"]["value"] == pytest.approx(max(accuracies))
+    # The kept model (default select="last") is the last epoch's, with its val_accuracy.
+    assert metrics["best"] == {
+        "epoch": killable.EPOCHS - 1,
+        "monitor": "val_accuracy",
+        "value": pytest.approx(float(rows[-1]["val_accuracy"])),
+        "select": "last",
+    }
 
 
-def test_test_metrics_are_those_of_best_keras_without_label_smoothing(tmp_path):
-    """metrics.json "test": accuracy and plain cross-entropy of the saved best model, computed
-    here in NumPy from its logits (the run itself trains with label smoothing 0.3)."""
+@pytest.mark.parametrize("select", ["last", "best"])
+def test_test_metrics_are_those_of_best_keras_without_label_smoothing(tmp_path, select):
+    """metrics.json "test": accuracy and plain cross-entropy of the kept model, computed
+    here in NumPy from its logits (the run itself trains with label smoothing 0.3); the kept
+    epoch is the last one, or the first with the highest val_accuracy in history.csv. The
+    validation labels are shifted by one class, so that the validation accuracy falls as the
+    model learns and the two rules keep different epochs."""
+    keras.utils.set_random_seed(0)
     x, y = killable.data()
 
     def build():
@@ -103,16 +111,21 @@ def test_test_metrics_are_those_of_best_keras_without_label_smoothing(tmp_path):
         return model
 
     result = runs.fit_run(
-        tmp_path / "run", build, (x, y), epochs=2, batch_size=8,
-        validation_data=(x[:16], y[:16]), test_data=(x[16:], y[16:]), verbose=0,
+        tmp_path / "run", build, (x, y), epochs=3, batch_size=8,
+        validation_data=(x[:16], (y[:16] + 1) % 10), test_data=(x[16:], y[16:]), verbose=0,
+        select=select,
     )  # fmt: skip
+    accuracies = [float(row["val_accuracy"]) for row in read_csv(tmp_path / "run/history.csv")]
+    assert int(np.argmax(accuracies)) != len(accuracies) - 1, accuracies  # the rules differ
+    kept = len(accuracies) - 1 if select == "last" else int(np.argmax(accuracies))
+    assert result.metrics["best"]["epoch"] == kept
     logits = runs.load_model(tmp_path / "run" / "best.keras").predict(x[16:], verbose=0)
     assert np.abs(logits).max() > 0  # trained, not the zero head
     log_p = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
     test = result.metrics["test"]
     assert test["accuracy"] == pytest.approx(np.mean(logits.argmax(-1) == y[16:]))
     assert test["loss"] == pytest.approx(-np.mean(log_p[np.arange(len(log_p)), y[16:]]), rel=1e-5)
-    assert test["epoch"] == result.metrics["best"]["epoch"] and test["model"] == "best.keras"
+    assert test["epoch"] == kept and test["model"] == "best.keras"
     assert result.metrics["held_out"] == test
 
 
@@ -392,6 +405,16 @@ def test_run_config_round_trips_through_json():
     )
     again = run_plan.RunConfig.from_dict(json.loads(json.dumps(config.to_dict())))
     assert again == config
+
+
+def test_run_config_keeps_the_last_epoch_and_stored_runs_their_best():
+    assert run_plan.RunConfig().select == "last"
+    assert run_plan.RunConfig(select="best").select == "best"
+    stored = run_plan.RunConfig().to_dict()
+    del stored["select"]  # config.json of a run from before the field
+    assert run_plan.RunConfig.from_dict(stored).select == "best"
+    with pytest.raises(run_plan.ConfigError, match=r"select 'first'.*\['last', 'best'\]"):
+        run_plan.RunConfig(select="first")
 
 
 def test_architecture_read_from_an_official_npz(tmp_path, tiny_vit_kwargs):

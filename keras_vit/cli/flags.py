@@ -11,7 +11,7 @@ import argparse
 import contextlib
 import logging
 
-from keras_vit import precision
+from keras_vit import kept_model, precision
 from keras_vit.cli import progress
 
 logger = logging.getLogger(__name__)
@@ -152,14 +152,23 @@ def add_run_arguments(parser, *, task: str) -> None:
     parser.add_argument(
         "--validation-split",
         default="train[90%:]",
-        help="split that picks the best epoch (default 'train[90%%:]': a stratified tenth of "
-        "train drawn with --split-seed, which is then not trained on); the 'test' split is "
-        "only evaluated at the end, with the best model",
+        help="split evaluated after every epoch, which picks the kept model under --select "
+        "best (default 'train[90%%:]': a stratified tenth of train drawn with --split-seed, "
+        "which is then not trained on); the 'test' split is only evaluated at the end, with "
+        "the kept model",
     )
     parser.add_argument(
         "--split-seed", type=int, default=0, help="seed of the validation carve (default 0)"
     )
     add_allow_test_selection_argument(parser, "--validation-split")
+    parser.add_argument(
+        "--select",
+        choices=kept_model.SELECTIONS,
+        default=kept_model.DEFAULT_SELECTION,
+        help="which epoch's model the run keeps as best.keras (the one tested at the end and "
+        "used by evaluate, predict and export): last (default: the end of the schedule, as "
+        "the paper reports its runs) or best (the epoch with the best validation accuracy)",
+    )
     parser.add_argument(
         "--strategy",
         default="auto",
@@ -285,7 +294,7 @@ def run_config_flags(args) -> dict:
     """The `keras_vit.runs.RunConfig` arguments train and finetune take from the same flags
     (data, distribution, precision, validation carve)."""
     names = ("data_dir", "strategy", "mixed_precision", "shots_per_class", "bad_images")
-    names += ("validation_split", "split_seed", "allow_test_selection")
+    names += ("validation_split", "split_seed", "allow_test_selection", "select")
     return {name: getattr(args, name) for name in names}
 
 

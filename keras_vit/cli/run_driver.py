@@ -76,8 +76,9 @@ def check_jit_compile(args, strategy) -> None:
 
 
 def print_summary(result) -> None:
-    """The few lines `train`/`finetune` end with: the test figures of best.keras (the model
-    `evaluate` and `export` use), how the best epoch was picked, where the files are."""
+    """The few lines `train`/`finetune` end with: the test figures of best.keras (the kept
+    model, the one `evaluate` and `export` use), which epoch it is and why, where the files
+    are."""
     from keras_vit import runs
 
     metrics = result.metrics
@@ -98,14 +99,26 @@ def print_summary(result) -> None:
             f"{validation['loss']:.4f})"
         )
     if best:
-        images = resolved.get("num_validation_examples")
-        print(
-            f"Best epoch: {best['epoch'] + 1} of {metrics['epochs']} by {best['monitor']} "
-            f"{best['value']:.4f} on '{resolved.get('validation_split')}' "
-            f"({images} images, not trained on)"
-        )
+        print(kept_epoch_line(best, metrics["epochs"], resolved))
     print(
         f"Trained {metrics['epochs']} epochs, {metrics['steps']} steps on "
         f"{metrics['num_replicas']} replica(s); run directory: {run_dir}"
     )
-    print(f"Models: {os.path.join(run_dir, 'best.keras')} (best), last.keras, best.npz")
+    print(f"Models: {os.path.join(run_dir, 'best.keras')} (kept), last.keras, best.npz")
+
+
+def kept_epoch_line(best: dict, epochs: int, resolved: dict) -> str:
+    """One line on best.keras's epoch from best.json (`{"epoch", "monitor", "value",
+    "select"}`; a run without "select" kept its best epoch)."""
+    select = best.get("select", "best")
+    where = (
+        f"on '{resolved.get('validation_split')}' "
+        f"({resolved.get('num_validation_examples')} images, not trained on)"
+    )
+    figure = f"{best['monitor']} {best['value']:.4f}"
+    if select == "last":
+        return (
+            f"Kept model: the last epoch, {best['epoch'] + 1} of {epochs} (--select last; "
+            f"{figure} {where})"
+        )
+    return f"Kept model: the best epoch, {best['epoch'] + 1} of {epochs}, by {figure} {where}"

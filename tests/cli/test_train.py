@@ -26,6 +26,7 @@ def test_train_writes_a_run_and_prints_test_accuracy(trained):
     assert f"Test accuracy: {accuracy:.2f}% on 'test' (best.keras;" in out
     assert "cross-entropy without label smoothing" in out
     assert "on 'train[90%:]' (10 images, not trained on)" in out
+    assert "Kept model: the last epoch, 1 of 1 (--select last; val_accuracy " in out
     # 50 images: 1 per class is carved for validation, 40 train = 1 step of 25
     assert "Trained 1 epochs, 1 steps on 1 replica(s)" in out
     config = json.loads((run_dir / "config.json").read_text())
@@ -33,6 +34,8 @@ def test_train_writes_a_run_and_prints_test_accuracy(trained):
     assert config["run"]["recipe"]["seed"] == 3
     assert config["run"]["recipe"]["hidden_dim"] == recipe.hidden_dim  # the default recipe
     assert config["resolved"]["dataset"] == "mnist"
+    assert config["run"]["select"] == "last"
+    assert json.loads((run_dir / "best.json").read_text())["select"] == "last"
     assert config["resolved"]["image_size"] == [8, 8]
     assert config["resolved"]["steps_per_epoch"] == 40 // 25
     resolved = config["resolved"]
@@ -41,6 +44,17 @@ def test_train_writes_a_run_and_prints_test_accuracy(trained):
     assert (resolved["num_train_examples"], resolved["num_validation_examples"]) == (40, 10)
     for name in ("best.keras", "best.npz", "last.keras", "history.csv", "learning_curves.png"):
         assert (run_dir / name).is_file(), name
+
+
+def test_select_best_reaches_the_run(tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    argv = [*TRAIN_ARGS, "--epochs", "2", "--select", "best", "--run-dir", str(run_dir)]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    best = json.loads((run_dir / "best.json").read_text())
+    assert best["select"] == "best"
+    assert json.loads((run_dir / "config.json").read_text())["run"]["select"] == "best"
+    assert f"Kept model: the best epoch, {best['epoch'] + 1} of 2, by val_accuracy " in out
 
 
 def test_output_to_a_file_first_names_the_run_then_one_line_per_epoch(trained):
@@ -128,6 +142,14 @@ def test_invalid_number_is_an_argparse_error(capsys):
         main(["train", "--epochs", "0"])
     assert info.value.code == 2
     assert "expected a positive integer, got '0'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["train", "finetune"])
+def test_an_unknown_select_is_an_argparse_error(capsys, command):
+    with pytest.raises(SystemExit) as info:
+        main([command, "--select", "first"])
+    assert info.value.code == 2
+    assert "argument --select: invalid choice: 'first'" in capsys.readouterr().err
 
 
 def test_keras_vit_help_in_a_real_process():
