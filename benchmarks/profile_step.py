@@ -9,6 +9,11 @@ POLICY` (no XLA, e.g. mixed_bfloat16) they are TensorFlow's own kernels (oneDNN'
 among them). Shares are of the summed event time; independent operations can run at the
 same time on a multi-core machine, so the sum can exceed the wall time.
 
+Without XLA, the attention core's kernels (the batched products of softmax(q k^T) v, the
+softmax and its gradient) are their own kind, as in `profile_timm_step.py`, the timm
+side. Also prints the events per step: what a step costs beyond its kernels grows with their
+number.
+
 Reads the profile with TensorFlow's bundled `xplane_pb2` (an internal module: this is a
 developer tool, not part of the package).
 
@@ -44,8 +49,30 @@ TF_KINDS = (
     ("layout copies", re.compile(r"^(_Mkl)?(Transpose|ConcatV2|Pack|Unpack|StridedSlice|Tile)")),
     ("casts", re.compile(r"^Cast$")),
 )
+# TensorFlow kernels of the attention core, by node name (no XLA), directly in the attention
+# layer's scope: the batched products of softmax(q k^T) v (`einsum`, or `MatMul` run as a
+# BatchMatMul), the softmax, and its gradient's elementwise kernels (`mul`, `Sum`, `sub`
+# under gradient_tape, with the query scaling's gradient). The q/k/v/out projections (the
+# `query`... `out` EinsumDense layers, or one 2-D `MatMul` in the bfloat16 path) are not.
+ATTENTION_SCOPE = r"MultiHeadDotProductAttention[^/]*/"
+CORE_NODE = re.compile(ATTENTION_SCOPE + r"(einsum|Softmax)")
+CORE_BATCHED = re.compile(ATTENTION_SCOPE + r"(ArithmeticOptimizer/\w+_)?MatMul")
+CORE_GRADIENT = re.compile(r"^gradient_tape/.*" + ATTENTION_SCOPE + r"(mul|Sum|sub)(_\d+)?(/|$)")
+
+
+def is_attention_core(node: str, op_type: str) -> bool:
+    """Whether a TensorFlow kernel (node name, op type) belongs to the attention core."""
+    if CORE_NODE.search(node) or CORE_GRADIENT.search(node):
+        return True
+    return bool(CORE_BATCHED.search(node)) and "BatchMatMul" in op_type
+
+
 RUNTIME_EVENTS = ("ThunkExecutor", "SlinkyThreadPool", "end: ")
 TF_RUNTIME_EVENTS = ("ExecutorState::Process", "ParallelFor", "ExecutorDoneCallback")
+# the thread pools' and allocator's own markers (thousands per step), not kernels
+TF_MARKER_EVENTS = frozenset(
+    {"StartRegion", "StopRegion", "Record", "MemoryAllocation", "MemoryDeallocation"}
+)
 
 
 def parse_args(argv=None):
@@ -69,7 +96,10 @@ def parse_args(argv=None):
 
 def kind_of(name):
     """The operation kind of an XLA event name such as `dot.12` or `add_add_fusion.3`, or of a
-    TensorFlow op type such as `_MklNativeFusedMatMul` or `Cast`."""
+    TensorFlow op type such as `_MklNativeFusedMatMul` or `Cast` (`attention core/_MklEinsum`:
+    a kernel of the attention core, see `tensorflow_op_times`)."""
+    if name.startswith("attention core/"):
+        return "attention core"
     for kind, pattern in KINDS if name[:1].islower() else TF_KINDS:
         if pattern.search(name) if kind == "matrix products" else pattern.match(name):
             return kind
@@ -88,9 +118,10 @@ def read_profile(logdir):
 
 
 def compiled_op_times(logdir):
-    """{event name without its numeric suffix: summed seconds} of the XLA program's events."""
+    """({event name without its numeric suffix: summed seconds}, {the same: events}) of the
+    XLA program's events."""
     space = read_profile(logdir)
-    times = collections.Counter()
+    times, calls = collections.Counter(), collections.Counter()
     for plane in space.planes:
         for line in plane.lines:
             if "Eigen" not in line.name:  # XLA's worker threads
@@ -98,23 +129,33 @@ def compiled_op_times(logdir):
             for event in line.events:
                 name = plane.event_metadata[event.metadata_id].name
                 if not name.startswith(RUNTIME_EVENTS):
-                    times[re.sub(r"[._]\d+$", "", name)] += event.duration_ps / 1e12
-    return times
+                    key = re.sub(r"[._]\d+$", "", name)
+                    times[key] += event.duration_ps / 1e12
+                    calls[key] += 1
+    return times, calls
 
 
 def tensorflow_op_times(logdir):
-    """{op type: summed seconds} of the TensorFlow kernels (no XLA) in the profile."""
+    """({op type: summed seconds}, {op type: kernel calls}) of the TensorFlow kernels (no XLA)
+    in the profile; the attention core's kernels (`is_attention_core`) are keyed
+    `attention core/<op type>`."""
     space = read_profile(logdir)
-    times = collections.Counter()
+    times, calls = collections.Counter(), collections.Counter()
     for plane in space.planes:
         for line in plane.lines:
             if not line.name.startswith("tf_"):  # TensorFlow's executor and its thread pool
                 continue
             for event in line.events:
                 name = plane.event_metadata[event.metadata_id].name
-                if not name.startswith(TF_RUNTIME_EVENTS):
-                    times[name.rsplit(":", 1)[-1]] += event.duration_ps / 1e12
-    return times
+                if name.startswith(TF_RUNTIME_EVENTS):
+                    continue
+                node, _, op_type = name.rpartition(":")
+                if op_type in TF_MARKER_EVENTS:
+                    continue
+                key = f"attention core/{op_type}" if is_attention_core(node, op_type) else op_type
+                times[key] += event.duration_ps / 1e12
+                calls[key] += 1
+    return times, calls
 
 
 def main(argv=None):
@@ -133,23 +174,28 @@ def main(argv=None):
         tf.profiler.experimental.start(logdir)
         seconds = common.time_call(step, args.steps) / args.steps
         tf.profiler.experimental.stop()
-        times = compiled_op_times(logdir) if args.xla else tensorflow_op_times(logdir)
+        times, calls = compiled_op_times(logdir) if args.xla else tensorflow_op_times(logdir)
     total = sum(times.values()) / args.steps
     print(
         f"{args.variant} @{args.image_size}, batch {args.batch_size}, {args.mode}, "
         f"{args.setting}: {seconds * 1000:.0f} ms per step (wall, profiler on), "
-        f"{total * 1000:.0f} ms of operation events per step"
+        f"{total * 1000:.0f} ms of operation events per step, "
+        f"{sum(calls.values()) // args.steps} events per step"
     )
-    by_kind = collections.Counter()
+    by_kind, kind_calls = collections.Counter(), collections.Counter()
     for name, value in times.items():
         by_kind[kind_of(name)] += value / args.steps
-    print("| kind | ms per step | share |\n|---|---|---|")
+        kind_calls[kind_of(name)] += calls[name] // args.steps
+    print("| kind | ms per step | share | events per step |\n|---|---|---|---|")
     for kind, value in by_kind.most_common():
-        print(f"| {kind} | {value * 1000:.0f} | {100 * value / total:.1f}% |")
-    print("| operation | kind | ms per step | share |\n|---|---|---|---|")
+        print(f"| {kind} | {value * 1000:.0f} | {100 * value / total:.1f}% | {kind_calls[kind]} |")
+    print("| operation | kind | ms per step | share | events per step |\n|---|---|---|---|---|")
     for name, value in times.most_common(args.top):
         value /= args.steps
-        print(f"| {name} | {kind_of(name)} | {value * 1000:.1f} | {100 * value / total:.1f}% |")
+        print(
+            f"| {name} | {kind_of(name)} | {value * 1000:.1f} | {100 * value / total:.1f}% "
+            f"| {calls[name] // args.steps} |"
+        )
 
 
 if __name__ == "__main__":

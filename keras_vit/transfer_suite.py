@@ -5,8 +5,8 @@ examples per task, 800 for training and 200 for validation, and reports the test
 every task and their mean. Each task here is a `keras_vit.runs.train` fine-tuning run (task
 "finetune": zero-initialised head, position table resized, the release's SGD recipe with
 momentum 0.9, global-norm clipping 1.0, warmup and cosine decay; paper appendix B.1.1) in its
-own run directory, with the best checkpoint picked on the 200 validation examples and scored
-on the task's test split.
+own run directory; the model at the end of the schedule (or with `select="best"` the best
+checkpoint on the 200 validation examples) is scored on the task's test split.
 
 The 1,000 examples: for a TFDS task, VTAB's own "train[:800]" and "train[800:1000]"; for an
 embedded set or an image folder, 1000 // K examples per class drawn with `split_seed` (80% of
@@ -22,6 +22,8 @@ import logging
 import os
 from collections.abc import Sequence
 
+from keras_vit import kept_model
+
 logger = logging.getLogger(__name__)
 
 DEFAULT_TASKS = ("digits", "mnist")
@@ -35,7 +37,8 @@ VTAB_LEARNING_RATE = 0.01
 
 @dataclasses.dataclass
 class TaskResult:
-    """One task of the suite: its splits and the test accuracy of the best checkpoint."""
+    """One task of the suite: its splits, and the validation and test accuracy of the kept
+    checkpoint (`RunConfig.select`)."""
 
     task: str
     num_classes: int
@@ -84,9 +87,12 @@ def task_config(
     jit_compile="auto",
     mixed_precision="auto",
     bad_images="skip",
+    select=kept_model.DEFAULT_SELECTION,
 ):
     """The fine-tuning `keras_vit.runs.RunConfig` of one task (see the module docstring);
-    `bad_images` is `RunConfig`'s ("skip" or "fail" on image files that do not decode).
+    `bad_images` is `RunConfig`'s ("skip" or "fail" on image files that do not decode),
+    `select` too ("last": the model at the end of the schedule; "best": the best epoch on
+    the validation examples).
 
     Raises:
         ConfigError: an unknown task or one without a train or test split.
@@ -122,6 +128,7 @@ def task_config(
         validation_split=validation_split,
         split_seed=split_seed,
         test_split="test",
+        select=select,
     )
 
 
@@ -145,7 +152,7 @@ def run_suite(
             the pre-trained model's (its position table then needs no resize).
         verbose: `fit` verbosity.
         **task_kwargs: `task_config` arguments (data_dir, image_size, steps, learning_rate,
-            batch_size, seed, split_seed, jit_compile, mixed_precision, bad_images).
+            batch_size, seed, split_seed, jit_compile, mixed_precision, bad_images, select).
 
     Raises:
         ConfigError: a bad task, or a task folder of other settings, checked for every task

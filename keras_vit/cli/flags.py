@@ -161,14 +161,7 @@ def add_run_arguments(parser, *, task: str) -> None:
         "--split-seed", type=int, default=0, help="seed of the validation carve (default 0)"
     )
     add_allow_test_selection_argument(parser, "--validation-split")
-    parser.add_argument(
-        "--select",
-        choices=kept_model.SELECTIONS,
-        default=kept_model.DEFAULT_SELECTION,
-        help="which epoch's model the run keeps as best.keras (the one tested at the end and "
-        "used by evaluate, predict and export): last (default: the end of the schedule, as "
-        "the paper reports its runs) or best (the epoch with the best validation accuracy)",
-    )
+    add_select_argument(parser)
     parser.add_argument(
         "--strategy",
         default="auto",
@@ -187,6 +180,18 @@ def add_run_arguments(parser, *, task: str) -> None:
         "configuration",
     )
     progress.add_output_arguments(parser)
+
+
+def add_select_argument(parser) -> None:
+    """--select last|best: which epoch's model a run keeps (`keras_vit.kept_model`)."""
+    parser.add_argument(
+        "--select",
+        choices=kept_model.SELECTIONS,
+        default=kept_model.DEFAULT_SELECTION,
+        help="which epoch's model a run keeps as best.keras (the one tested at the end and "
+        "used by evaluate, predict and export): last (default: the end of the schedule, as "
+        "the paper reports its runs) or best (the epoch with the best validation accuracy)",
+    )
 
 
 def add_allow_test_selection_argument(parser, selecting_flag: str) -> None:

@@ -22,8 +22,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
             "train[:800] / train[800:1000], embedded sets and folders a stratified draw) with "
             "the paper's recipe (zero-initialised head, SGD momentum 0.9, clipping 1.0, warmup "
             f"and cosine decay, {transfer_suite.VTAB_STEPS} steps at learning rate "
-            f"{transfer_suite.VTAB_LEARNING_RATE}), pick the best checkpoint on the "
-            "validation examples, and print each task's test accuracy and the mean. Example: "
+            f"{transfer_suite.VTAB_LEARNING_RATE}), keep the model at the end of the schedule "
+            "(--select best: the best checkpoint on the validation examples), and print each "
+            "task's validation and test accuracy and the mean. Example: "
             "keras-vit transfer-suite runs/mnist --tasks digits mnist --steps 500"
         ),
     )
@@ -49,6 +50,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     )
     parser.add_argument("--seed", type=int, default=0, help="training seed (default 0)")
     parser.add_argument("--split-seed", type=int, default=0, help="seed of the 800/200 draw")
+    flags.add_select_argument(parser)
     flags.add_precision_arguments(parser)
     parser.add_argument(
         "--run-dir",
@@ -58,6 +60,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     progress.add_output_arguments(parser, log_every=False)
     parser.set_defaults(func=run)
     return parser
+
+
+KEPT = {
+    "last": "the model at the end of the schedule kept",
+    "best": "the best checkpoint on the validation examples kept",
+}
 
 
 def run(args) -> int:
@@ -85,11 +93,12 @@ def run(args) -> int:
             jit_compile=args.jit_compile,
             mixed_precision=args.mixed_precision,
             bad_images=args.bad_images,
+            select=args.select,
             verbose=0 if progress.output_mode(args) == "quiet" else 2,  # 2: a line per epoch
         )
     print(
         f"Transfer suite (VTAB-1k style) of {model_file}: {args.steps} SGD steps per task at "
-        f"learning rate {args.learning_rate}, best checkpoint picked on the validation examples"
+        f"learning rate {args.learning_rate}, {KEPT[args.select]}"
     )
     print(f"{'task':<16} {'classes':>7} {'train':>5} {'val':>4} {'test':>6} {'val acc':>8} "
           f"{'test acc':>8}")  # fmt: skip

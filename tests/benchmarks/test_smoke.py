@@ -276,12 +276,43 @@ def test_profile_step_tiny_run_breaks_the_step_down(tmp_path, setting):
         # oneDNN fuses product and bias; Eigen's kernels (oneDNN off) run a plain MatMul
         fused = "_MklNativeFusedMatMul" if onednn_bfloat16_kernels() else "| MatMul |"
         assert fused in result.stdout
+    if setting == "mixed_bfloat16":  # without XLA the attention core is its own kind
+        assert "| attention core |" in result.stdout
     shares = [
         float(line.split("|")[3].strip().rstrip("%"))
         for line in result.stdout.splitlines()
-        if line.startswith("| ") and line.count("|") == 4 and line.endswith("% |")
+        if line.startswith("| ") and line.count("|") == 5 and "% |" in line
     ]
     assert shares and sum(shares) == pytest.approx(100.0, abs=0.5)
+
+
+ATTENTION = "vit_1/encoderblock_0_1/MultiHeadDotProductAttention_1_1/"
+
+
+@pytest.mark.parametrize(
+    ("node", "op_type", "core"),
+    [  # node names as TensorFlow 2.21 names the kernels of keras_vit's attention layer
+        (ATTENTION + "einsum/Einsum", "_MklEinsum", True),  # float32: q k^T
+        ("gradient_tape/" + ATTENTION + "einsum_1/Einsum_1", "_MklEinsum", True),
+        (ATTENTION + "Softmax", "_MklSoftmax", True),
+        (
+            ATTENTION + "ArithmeticOptimizer/FoldTransposeIntoMatMul_MatMul_1",
+            "_MklBatchMatMulV2",
+            True,
+        ),
+        ("gradient_tape/" + ATTENTION + "MatMul_1/MatMul_1", "_MklBatchMatMulV2", True),
+        ("gradient_tape/" + ATTENTION + "Sum", "Sum", True),  # the softmax's gradient
+        ("gradient_tape/" + ATTENTION + "mul_1/Mul", "Mul", True),
+        (ATTENTION + "query_1/MatMul", "_MklBatchMatMulV2", False),  # float32 projections
+        ("gradient_tape/" + ATTENTION + "out_1/MatMul/MatMul", "_MklBatchMatMulV2", False),
+        (ATTENTION + "BiasAdd", "_MklNativeFusedMatMul", False),  # bfloat16: q/k/v in one
+        ("gradient_tape/" + ATTENTION + "MatMul/MatMul", "_MklMatMul", False),
+        (ATTENTION + "mul", "Mul", False),  # forward: the query's scaling
+        ("vit_1/encoderblock_0_1/LayerNorm_0_1/Sum", "Sum", False),
+    ],
+)
+def test_profile_step_finds_the_attention_core_by_node_name(scripts, node, op_type, core):
+    assert scripts["profile_step"].is_attention_core(node, op_type) is core
 
 
 def test_scaling_tiny_run(tmp_path):

@@ -1,6 +1,8 @@
 """timm as a peer of benchmarks/throughput.py: its flags, worker names and records (no torch
 needed), and, where torch and timm are installed, that timm's model is the same
-architecture as keras_vit's (parameter count) and each setting's step runs."""
+architecture as keras_vit's (parameter count) and each setting's step runs; the timm side
+of the step profile (benchmarks/profile_timm_step.py): its operator kinds, flags, and where
+torch is installed a tiny profiled step."""
 
 from __future__ import annotations
 
@@ -17,16 +19,17 @@ TINY = "8,32,64,4,2"
 def modules():
     sys.path.insert(0, str(BENCHMARKS))
     try:
+        import profile_timm_step
         import throughput
         import torch_peer
 
-        yield throughput, torch_peer
+        yield throughput, torch_peer, profile_timm_step
     finally:
         sys.path.remove(str(BENCHMARKS))
 
 
 def test_timm_settings_parse_and_label_both_ways(modules):
-    _, torch_peer = modules
+    _, torch_peer, _ = modules
     for label in torch_peer.SETTING_PARTS:
         assert torch_peer.timm_label(*torch_peer.parse_timm_setting(label)) == label
     assert torch_peer.parse_timm_setting("bfloat16_autocast") == ("mixed_bfloat16", "eager")
@@ -35,7 +38,7 @@ def test_timm_settings_parse_and_label_both_ways(modules):
 
 
 def test_timm_points_run_in_the_torch_interpreter_beside_both_roofs(modules):
-    throughput, _ = modules
+    throughput, *_ = modules
     args = throughput.parse_args(
         ["--variant", TINY, "--image-size", "16", "--frameworks", "keras_vit,timm"]
         + ["--torch-python", "/opt/torch/bin/python", "--settings", "float32+xla"]
@@ -67,7 +70,7 @@ def test_timm_points_run_in_the_torch_interpreter_beside_both_roofs(modules):
 
 
 def test_records_of_timm_points_are_labelled_by_their_setting(modules):
-    throughput, _ = modules
+    throughput, *_ = modules
     ready = {"params": 10, "warmup_s": 1.0}
     record = throughput.record_of("timm:train:mixed_bfloat16:eager", "train", [2.0, 4.0], ready, 5)
     assert (record["setting"], record["xla"], record["compiler"]) == (
@@ -116,3 +119,47 @@ def test_torch_gemm_roof(torch_side):
     best, figures = torch_side.gemm_roof((64,))
     assert sorted(figures) == ["torch bfloat16", "torch float32"]
     assert best == max(v for per in figures.values() for v in per.values()) > 0
+
+
+@pytest.mark.parametrize(
+    ("operator", "kind"),
+    [
+        ("aten::_scaled_dot_product_flash_attention_for_cpu", "attention core"),
+        ("aten::_scaled_dot_product_flash_attention_for_cpu_backward", "attention core"),
+        ("aten::_softmax", "attention core"),  # the unfused path: bmm, softmax, bmm
+        ("aten::bmm", "attention core"),
+        ("aten::addmm", "matrix products"),
+        ("aten::mm", "matrix products"),
+        ("aten::convolution_backward", "matrix products"),
+        ("aten::copy_", "layout copies"),
+        ("aten::native_layer_norm", "elementwise / reductions"),
+        ("aten::gelu_backward", "elementwise / reductions"),
+        ("aten::_foreach_addcdiv_", "elementwise / reductions"),
+        ("aten::mmx", "elementwise / reductions"),  # kinds match whole names
+    ],
+)
+def test_timm_profile_kinds(modules, operator, kind):
+    assert modules[2].kind_of(operator) == kind
+
+
+@pytest.mark.parametrize(
+    "bad_args", [["--variant", "X/99"], ["--steps", "0"], ["--setting", "float32+compile"]]
+)
+def test_timm_profile_rejects_bad_arguments(modules, bad_args, capsys):
+    with pytest.raises(SystemExit) as raised:
+        modules[2].parse_args(bad_args)
+    assert raised.value.code == 2
+    assert "error:" in capsys.readouterr().err
+
+
+def test_timm_profile_tiny_run_breaks_the_step_down(torch_side, modules, capsys):
+    modules[2].main(["--variant", TINY, "--image-size", "16", "--batch-size", "2"])
+    out = capsys.readouterr().out
+    assert "timm 8,32,64,4,2 @16, batch 2, train, float32" in out
+    assert "| attention core |" in out and "| matrix products |" in out
+    shares = [
+        float(line.split("|")[3].strip().rstrip("%"))
+        for line in out.splitlines()
+        if line.startswith("| ") and line.count("|") == 5 and "% |" in line
+    ]
+    assert shares and sum(shares) == pytest.approx(100.0, abs=0.5)

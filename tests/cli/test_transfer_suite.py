@@ -32,6 +32,8 @@ def test_suite_fine_tunes_on_800_of_1000_and_reports_test_accuracy(trained, tmp_
     config = json.loads((run_dir / "digits" / "config.json").read_text())
     assert config["run"]["task"] == "finetune" and config["run"]["recipe"]["steps"] == 2
     assert config["run"]["recipe"]["learning_rate"] == 0.01  # the paper's VTAB rate
+    assert config["run"]["select"] == "last"  # the model at the end of the schedule
+    assert "the model at the end of the schedule kept" in lines[0]
     resolved = config["resolved"]
     assert (resolved["train_split"], resolved["validation_split"]) == (
         "train[:80]",
@@ -95,3 +97,24 @@ def test_bad_images_is_a_flag_as_in_train_and_reaches_every_task():
     assert args.bad_images == "fail"
     config = transfer_suite.task_config("digits", "m.keras", bad_images="fail")
     assert config.bad_images == "fail"
+
+
+def test_select_is_a_flag_as_in_train_and_reaches_every_task(trained, monkeypatch):
+    from keras_vit import transfer_suite
+    from keras_vit.cli.main import build_parser
+
+    seen = {}
+
+    def recording_suite(weights, run_dir, tasks, **kwargs):
+        seen.update(kwargs)
+        raise KeyboardInterrupt  # stop before training; main reports it and returns 130
+
+    monkeypatch.setattr(transfer_suite, "run_suite", recording_suite)
+    main(["transfer-suite", str(trained), "--select", "best", "--quiet"])
+    assert seen["select"] == "best"
+
+    parser = build_parser()
+    assert parser.parse_args(["transfer-suite", "m.keras"]).select == "last"
+    assert parser.parse_args(["transfer-suite", "m.keras", "--select", "best"]).select == "best"
+    assert transfer_suite.task_config("digits", "m.keras").select == "last"
+    assert transfer_suite.task_config("digits", "m.keras", select="best").select == "best"
