@@ -316,12 +316,11 @@ class ModelSnapshots(keras.callbacks.Callback):
     (`{"epoch", "monitor", "value", "select"}`) written after the best files, so that a
     restart knows the value to beat. With `select="best"` the best files hold the epoch with
     the best `monitor` value; with `select="last"` they follow the last epoch
-    (`keras_vit.kept_model`), and best.json still
-    records that epoch's `monitor` value. The `.npz` files use
-    `keras_vit.checkpoints.save_npz`; a model that does not fit the official layout (e.g.
-    extra layers) gets `.keras` files only. The model is serialised once per epoch, to the
-    last files; the best files are copies of them (a Keras save of a small model costs
-    ~0.2 s, a copy ~1 ms).
+    (`keras_vit.kept_model`), and best.json still records that epoch's `monitor` value. The
+    `.npz` files use `keras_vit.checkpoints.save_npz`; a model that does not fit the official
+    layout (e.g. extra layers) gets `.keras` files only. The model is serialised once per
+    epoch, to the last files; the best files are copies of them (a Keras save of a small
+    model costs ~0.2 s, a copy ~1 ms).
 
     Args:
         run_dir: folder of the files.
