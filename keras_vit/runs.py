@@ -183,7 +183,7 @@ def fit_run(
     strategy=None,
     resume: bool = False,
     monitor: str | None = None,
-    select: str = kept_model.DEFAULT_SELECTION,
+    select: str | None = None,
     steps_per_epoch: int | None = None,
     batch_size: int | None = None,
     shuffle_seed: int = 0,
@@ -208,9 +208,11 @@ def fit_run(
         resume: continue the run in `run_dir` from its last finished epoch.
         monitor: log recorded in best.json, and with `select="best"` the one that picks the
             kept model; default "val_accuracy" with validation data, else "accuracy".
-        select: which epoch's model is kept as best.keras/best.npz: "last" (default: the
-            end of the schedule) or "best" (the best `monitor` value); see
-            `keras_vit.callbacks.ModelSnapshots`.
+        select: which epoch's model is kept as best.keras/best.npz: "last" (the end of the
+            schedule) or "best" (the best `monitor` value); see
+            `keras_vit.callbacks.ModelSnapshots`. None (default): "last" for a new run, and
+            for a resumed one the rule its best.json records ("best" for a best.json without
+            it, as written before the choice existed).
         steps_per_epoch: batches per epoch of a `tf.data.Dataset`; None: one pass. With a
             finite dataset, the passes become one stream (`epoch_passes`), so an epoch may be
             a share of a pass or span several, and a resumed run sees the uninterrupted batches
@@ -228,19 +230,23 @@ def fit_run(
         from last.keras).
 
     Raises:
-        RunDirError: see `check_run_dir`.
+        RunDirError: see `check_run_dir`; also a resumed run whose best.json records
+            another `select` than the one given (the kept model would switch rule midway).
         ValueError: arrays with `steps_per_epoch` (an epoch of arrays is one pass over them),
             or `select` not one of `keras_vit.kept_model.SELECTIONS`.
     """
     import tensorflow as tf
 
     _check_fit_input(train_data, steps_per_epoch)
-    check_choice("select", select, kept_model.SELECTIONS)
+    if select is not None:
+        check_choice("select", select, kept_model.SELECTIONS)
     run_dir = os.path.abspath(os.fspath(run_dir))
     strategy = strategy or tf.distribute.get_strategy()
     chief = distribute.is_chief(strategy)
     if chief:  # other workers may already be writing their backups next to it
         check_run_dir(run_dir, resume)
+    select = _resumed_select(run_dir, select) if resume else select
+    select = select or kept_model.DEFAULT_SELECTION
     if resume and is_complete(run_dir):
         logger.info("Run %s is already complete; nothing to resume", run_dir)
         return load_result(run_dir)
@@ -284,6 +290,22 @@ def fit_run(
         if lock:
             run_lock.release(lock)
     return RunResult(run_dir, model, history.rows, metrics)
+
+
+def _resumed_select(run_dir, select: str | None) -> str | None:
+    """`fit_run` step 1b: the rule a resumed run keeps its model by: the one its best.json
+    records ("best" when it records none), which a given `select` must equal; `select` itself
+    when no epoch has finished yet (no best.json)."""
+    stored = _atomic.read_json(os.path.join(run_dir, "best.json"))
+    if stored is None:
+        return select
+    rule = stored.get("select", "best")
+    if select is not None and select != rule:
+        raise RunDirError(
+            f"Cannot resume {run_dir!r} with select={select!r}: its best.json keeps the "
+            f"{rule!r} epoch's model; pass select={rule!r} (or None) to continue it."
+        )
+    return rule
 
 
 def _check_fit_input(train_data, steps_per_epoch) -> None:
@@ -358,7 +380,7 @@ def _fit_input(train_data, steps_per_epoch, batch_size, first_epoch, epochs, see
 
 
 def _fit_metrics(model, history, run_dir, monitor, strategy, start) -> dict:
-    """`fit_run` step 5: what the fit did (epochs, steps, the best epoch, wall time)."""
+    """`fit_run` step 5: what the fit did (epochs, steps, the kept epoch, wall time)."""
     return {
         "epochs": len(history.rows),
         "steps": int(keras.ops.convert_to_numpy(model.optimizer.iterations)),
@@ -598,7 +620,8 @@ def train(
 
     The pieces: `run_plan.plan_run` checks everything first; the datasets come from
     `keras_vit.data.load` (the training split with augmentation, `config.validation_split`
-    picking the best epoch, `config.test_split` evaluated at the end),
+    evaluated after every epoch, `config.test_split` evaluated at the end with the model
+    `config.select` keeps),
     the model from `keras_vit.ViT` (task "train") or `keras_vit.finetune` on the pre-trained
     model (task "finetune"), built and compiled with the recipe inside `strategy.scope()`;
     `fit_run` does the rest.

@@ -572,3 +572,35 @@ def test_train_resumed_after_a_crash_repeats_the_uninterrupted_epochs(tmp_path):
     reference = runs.train(config, tmp_path / "uninterrupted", verbose=0)
     assert [row["epoch"] for row in resumed.history] == [0, 1, 2]
     assert_same_run(resumed, reference)
+
+
+@pytest.mark.parametrize(
+    ("stored", "given", "expected"),
+    [
+        (None, None, None),  # no epoch finished yet: fit_run then takes the default
+        (None, "best", "best"),
+        ({"epoch": 0, "select": "last"}, None, "last"),
+        ({"epoch": 0, "select": "best"}, None, "best"),
+        ({"epoch": 0}, None, "best"),  # written before the choice existed
+        ({"epoch": 0, "select": "last"}, "last", "last"),
+        ({"epoch": 0}, "best", "best"),
+    ],
+)
+def test_a_resumed_run_keeps_the_rule_its_best_json_records(tmp_path, stored, given, expected):
+    if stored is not None:
+        (tmp_path / "best.json").write_text(json.dumps(stored))
+    assert runs._resumed_select(str(tmp_path), given) == expected
+
+
+@pytest.mark.parametrize(("stored", "given"), [({"select": "best"}, "last"), ({}, "last")])
+def test_resuming_with_another_select_is_refused_before_work(tmp_path, stored, given):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "config.json").write_text("{}")
+    (run_dir / "best.json").write_text(json.dumps({"epoch": 1, **stored}))
+    before = sorted(os.listdir(run_dir))
+    x, y = killable.data()
+    with pytest.raises(runs.RunDirError, match=r"select='last'.*keeps the 'best' epoch's model"):
+        runs.fit_run(run_dir, killable.build, (x, y), epochs=2, batch_size=8, resume=True,
+                     select=given)  # fmt: skip
+    assert sorted(os.listdir(run_dir)) == before  # nothing written

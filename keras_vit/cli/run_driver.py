@@ -117,8 +117,6 @@ def kept_epoch_line(best: dict, epochs: int, resolved: dict) -> str:
     )
     figure = f"{best['monitor']} {best['value']:.4f}"
     if select == "last":
-        return (
-            f"Kept model: the last epoch, {best['epoch'] + 1} of {epochs} (--select last; "
-            f"{figure} {where})"
-        )
+        kept = f"the last epoch, {best['epoch'] + 1} of {epochs} (--select last)"
+        return f"Kept model: {kept}; {figure} {where}"
     return f"Kept model: the best epoch, {best['epoch'] + 1} of {epochs}, by {figure} {where}"

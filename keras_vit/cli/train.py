@@ -2,7 +2,8 @@
 
 With no arguments it trains the default small hybrid ViT on the embedded MNIST images with
 the default recipe (`keras_vit.training.TrainConfig`) and prints the test accuracy of the
-best model; `--stem patch` trains the pure ViT instead.
+kept model (`--select`: the last epoch's by default); `--stem patch` trains the pure ViT
+instead.
 """
 
 from __future__ import annotations

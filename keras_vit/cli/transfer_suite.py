@@ -63,8 +63,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 KEPT = {
-    "last": "the model at the end of the schedule kept",
-    "best": "the best checkpoint on the validation examples kept",
+    "last": "keeping the model at the end of the schedule",
+    "best": "keeping the best checkpoint on the validation examples",
 }
 
 

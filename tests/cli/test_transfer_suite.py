@@ -33,7 +33,7 @@ def test_suite_fine_tunes_on_800_of_1000_and_reports_test_accuracy(trained, tmp_
     assert config["run"]["task"] == "finetune" and config["run"]["recipe"]["steps"] == 2
     assert config["run"]["recipe"]["learning_rate"] == 0.01  # the paper's VTAB rate
     assert config["run"]["select"] == "last"  # the model at the end of the schedule
-    assert "the model at the end of the schedule kept" in lines[0]
+    assert lines[0].endswith("keeping the model at the end of the schedule")
     resolved = config["resolved"]
     assert (resolved["train_split"], resolved["validation_split"]) == (
         "train[:80]",
