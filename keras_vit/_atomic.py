@@ -10,7 +10,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import tempfile
+
+# `atomic_path`'s temporary names: ".<name>.<8 random characters of mkstemp>.tmp<suffix>"
+TEMP_NAME = re.compile(r"^\..+\.[a-z0-9_]{8}\.tmp(\.[\w.]+)?$")
 
 
 class WriteError(OSError):
@@ -58,6 +62,27 @@ def atomic_path(path):
         if isinstance(error, OSError) and not isinstance(error, WriteError):
             raise WriteError(path, error) from error
         raise
+
+
+def remove_leftovers(folder) -> list[str]:
+    """Removes the temporary files `atomic_path` left in `folder` (not in its sub-folders)
+    when its process was killed mid-write (SIGKILL runs no cleanup); returns their names.
+
+    Call it only while no other process may be writing there (a run directory's lock held):
+    a live writer's temporary file has the same form. A missing folder is no error.
+    """
+    try:
+        names = os.listdir(folder)
+    except FileNotFoundError:
+        return []
+    removed = []
+    for name in sorted(names):
+        path = os.path.join(folder, name)
+        if TEMP_NAME.match(name) and os.path.isfile(path):
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(path)
+                removed.append(name)
+    return removed
 
 
 def set_default_permissions(path: str) -> None:

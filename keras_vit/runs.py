@@ -255,6 +255,8 @@ def fit_run(
     try:
         if chief and not resume:
             _atomic.write_json(os.path.join(run_dir, CONFIG_FILE), config or {})
+        if chief and resume:  # under the run's lock: no other writer
+            _remove_leftovers(run_dir)
         model = _build_in_scope(build_model, strategy)
         monitor = monitor or ("val_accuracy" if validation_data is not None else "accuracy")
         scratch = None if chief else worker_restart.scratch_dir(run_dir, strategy)
@@ -306,6 +308,14 @@ def _resumed_select(run_dir, select: str | None) -> str | None:
             f"{rule!r} epoch's model; pass select={rule!r} (or None) to continue it."
         )
     return rule
+
+
+def _remove_leftovers(run_dir) -> None:
+    """`fit_run` on resume: the temporary files a killed process left mid-write in the run
+    directory and its backup folder (`keras_vit._atomic.remove_leftovers`)."""
+    for folder in (run_dir, os.path.join(run_dir, BACKUP_DIR)):
+        for name in _atomic.remove_leftovers(folder):
+            logger.info("Removed %s, left by a process killed while writing it", name)
 
 
 def _check_fit_input(train_data, steps_per_epoch) -> None:

@@ -31,3 +31,27 @@ def test_safetensors_files_are_readable_by_others(tmp_path, umask_022):
     target = tmp_path / "model.safetensors"
     write_safetensors(target, {"w": np.zeros((2, 2), np.float32)})
     assert stat.S_IMODE(target.stat().st_mode) == 0o644
+
+
+LEFT_BEHIND = ["last.keras", "epoch-00003.state.npz", "latest.weights.h5", "best.json", "README"]
+
+
+def test_leftovers_of_a_killed_writer_are_removed_and_nothing_else(tmp_path):
+    """What a SIGKILL mid-write leaves: `atomic_path`'s own temporary names (taken from
+    inside its `with`, as a killed process would leave them), beside files that stay."""
+    killed = tmp_path / "killed"
+    killed.mkdir()
+    left = []
+    for name in LEFT_BEHIND:
+        with _atomic.atomic_path(tmp_path / name) as tmp:
+            with open(tmp, "w") as f:
+                f.write("partial")
+            os.link(tmp, killed / os.path.basename(tmp))
+            left.append(os.path.basename(tmp))
+    stay = ["last.keras", ".lock", "notes.tmp", ".best.keras.tmp.keras", ".x.abc.tmp"]
+    for name in stay:
+        (killed / name).write_text("keep")
+    (killed / ".backup-worker-1").mkdir()  # a folder is never removed
+    assert sorted(_atomic.remove_leftovers(killed)) == sorted(left)
+    assert sorted(os.listdir(killed)) == sorted([*stay, ".backup-worker-1"])
+    assert _atomic.remove_leftovers(tmp_path / "missing") == []

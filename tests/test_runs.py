@@ -222,9 +222,17 @@ def test_run_killed_mid_epoch_resumes_to_the_same_steps(tmp_path):
     assert state["steps"] in steps  # the optimizer's step counter
 
     assert json.loads((run_dir / ".lock").read_text())["pid"] == process.pid  # now stale
+    # what a kill mid-write leaves (atomic_path's temporary names), removed by the resume
+    leftovers = [
+        run_dir / ".last.keras.k1ll3d_x.tmp.keras",
+        run_dir / "backup/.state.json.ab_12cde.tmp.json",
+    ]
+    for path in leftovers:
+        path.write_text("partial")
     start = killable.StartingPoint()
     # takes the stale lock over
     result = killable.run(run_dir, resume=True, slow=False, callbacks=[start])
+    assert not any(path.exists() for path in leftovers)
 
     # The first resumed step starts from the backup's weights and optimizer state (Adam's
     # moments and step count), not from a fresh model.
