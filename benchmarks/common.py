@@ -66,6 +66,29 @@ def parse_setting(text):
     return policy, compiler == "xla"
 
 
+def print_profile_tables(times, calls, steps, kind_of, top, *, item="operation", count="events"):
+    """The two tables of a step profile (`profile_step.py`, `profile_timm_step.py`): per kind
+    (`kind_of(name)`) and for the `top` names, ms per step, share of the summed time and
+    `count` per step, from {name: seconds} and {name: count} summed over `steps` steps."""
+    import collections
+
+    total = sum(times.values()) / steps
+    by_kind, kind_calls = collections.Counter(), collections.Counter()
+    for name, value in times.items():
+        by_kind[kind_of(name)] += value / steps
+        kind_calls[kind_of(name)] += calls[name] // steps
+    print(f"| kind | ms per step | share | {count} per step |\n|---|---|---|---|")
+    for kind, value in by_kind.most_common():
+        print(f"| {kind} | {value * 1000:.0f} | {100 * value / total:.1f}% | {kind_calls[kind]} |")
+    print(f"| {item} | kind | ms per step | share | {count} per step |\n|---|---|---|---|---|")
+    for name, value in times.most_common(top):
+        value /= steps
+        print(
+            f"| {name} | {kind_of(name)} | {value * 1000:.1f} | {100 * value / total:.1f}% "
+            f"| {calls[name] // steps} |"
+        )
+
+
 def time_call(fn: Callable[[], object], steps: int) -> float:
     """Seconds for `steps` consecutive calls of `fn` (each call must block until done)."""
     start = time.perf_counter()

@@ -111,20 +111,9 @@ def main(argv=None):
         f"{sum(calls.values()) // args.steps} operator calls per step"
     )
     print(f"host: {common.host_record()['cpu']}, torch {torch.__version__}")
-    by_kind, kind_calls = collections.Counter(), collections.Counter()
-    for name, value in times.items():
-        by_kind[kind_of(name)] += value / args.steps
-        kind_calls[kind_of(name)] += calls[name] // args.steps
-    print("| kind | ms per step | share | calls per step |\n|---|---|---|---|")
-    for kind, value in by_kind.most_common():
-        print(f"| {kind} | {value * 1000:.0f} | {100 * value / total:.1f}% | {kind_calls[kind]} |")
-    print("| operator | kind | ms per step | share | calls per step |\n|---|---|---|---|---|")
-    for name, value in times.most_common(args.top):
-        value /= args.steps
-        print(
-            f"| {name} | {kind_of(name)} | {value * 1000:.1f} | {100 * value / total:.1f}% "
-            f"| {calls[name] // args.steps} |"
-        )
+    common.print_profile_tables(
+        times, calls, args.steps, kind_of, args.top, item="operator", count="calls"
+    )
 
 
 if __name__ == "__main__":
