@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import numbers
 
 
@@ -10,6 +11,33 @@ def check_positive_int(name: str, value) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value <= 0:
         raise ValueError(f"`{name}` must be a positive integer. Received: {name}={value!r}")
     return int(value)
+
+
+def check_int(name: str, value) -> int:
+    """Returns `value` if it is an integer (not a bool), else raises ValueError."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ValueError(f"`{name}` must be an integer. Received: {name}={value!r}")
+    return int(value)
+
+
+def check_positive_number(name: str, value) -> float:
+    """Returns `value` if it is a finite number > 0, else raises ValueError."""
+    if _finite_number(value) and value > 0:
+        return float(value)
+    raise ValueError(f"`{name}` must be a finite number > 0. Received: {name}={value!r}")
+
+
+def check_non_negative_number(name: str, value) -> float:
+    """Returns `value` if it is a finite number >= 0, else raises ValueError."""
+    if _finite_number(value) and value >= 0:
+        return float(value)
+    raise ValueError(f"`{name}` must be a finite number >= 0. Received: {name}={value!r}")
+
+
+def _finite_number(value) -> bool:
+    return (
+        isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+    )
 
 
 def check_rate(name: str, value) -> float:
@@ -47,7 +75,10 @@ def to_pair(name: str, value) -> tuple[int, int]:
             f"`{name}` must be an int or a (height, width) pair. Received: {name}={value!r}"
         )
     for v in pair:
-        check_positive_int(name, v)
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v <= 0:
+            raise ValueError(
+                f"`{name}` must be a positive integer or a pair of them. Received: {name}={value!r}"
+            )
     return int(pair[0]), int(pair[1])
 
 

@@ -35,7 +35,7 @@ from keras_vit.layers import (
 )
 from keras_vit.layers.layer_scale import check_layer_scale_init
 from keras_vit.layers.mlp import MLP_ACTIVATIONS
-from keras_vit.layers.pooling import POOLING_MODES
+from keras_vit.layers.pooling import CLASSIFIER_POOLINGS
 from keras_vit.layers.position_embedding import POSITION_EMBEDDINGS, position_embedding_layer
 
 FAMILY_DEFAULTS = {
@@ -336,7 +336,7 @@ def check_arguments(
         check_positive_int(arg, value)
     check_heads(hidden_dim, num_heads)
     check_num_classes(num_classes, include_top)
-    check_choice("pooling", pooling, (*POOLING_MODES, "map"))
+    check_choice("pooling", pooling, CLASSIFIER_POOLINGS)
     check_choice("position_embedding", position_embedding, POSITION_EMBEDDINGS)
     check_choice("final_norm", final_norm, names.FINAL_NORMS)
     if final_norm == "pooled" and (pooling == "map" or return_sequence):

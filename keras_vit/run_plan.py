@@ -118,11 +118,33 @@ class RunConfig:
 
     @classmethod
     def from_dict(cls, values: dict) -> RunConfig:
-        values = dict(values)
-        task = values.get("task", "train")
-        values["recipe"] = recipe_class(task)(**values.get("recipe", {}))
+        """The `RunConfig` of a `to_dict` record (config.json's "run").
+
+        Raises:
+            ConfigError: `values` or its "recipe" is not a mapping, names a field this
+                version does not have, or holds a value the field refuses.
+        """
+        values = dict(_fields_of(cls, values, "run configuration"))
+        recipe = recipe_class(values.get("task", "train"))
+        recipe_values = _fields_of(recipe, values.get("recipe", {}), "recipe")
+        try:
+            values["recipe"] = recipe(**recipe_values)
+        except (TypeError, ValueError) as error:
+            raise ConfigError(f"Bad recipe: {error}") from None
         values.setdefault("select", "best")  # stored before the field existed: their rule
         return cls(**values)
+
+
+def _fields_of(klass, values, what: str) -> dict:
+    """`values` if it is a mapping of `klass`'s dataclass fields, else a ConfigError."""
+    if not isinstance(values, dict):
+        raise ConfigError(f"The {what} must be a JSON object, not {type(values).__name__}.")
+    known = {field.name for field in dataclasses.fields(klass)}
+    if unknown := sorted(set(values) - known):
+        raise ConfigError(
+            f"Unknown {what} field(s) {unknown}; this version of keras_vit knows {sorted(known)}."
+        )
+    return values
 
 
 def recipe_class(task: str):

@@ -88,6 +88,7 @@ __all__ = [
     "load_model",
     "load_result",
     "read_config",
+    "read_run_config",
     "train",
 ]
 
@@ -164,11 +165,50 @@ def read_config(run_dir) -> dict:
     still hold it.
 
     Raises:
-        RunDirError: `run_dir` has no config.json.
+        RunDirError: `run_dir` has no config.json, or it is not valid JSON or has no "run"
+            object; the message names the file.
     """
     run_dir = os.fspath(run_dir)
     _check_is_run(run_dir)
-    return _atomic.read_json(os.path.join(run_dir, CONFIG_FILE))
+    record = _read_run_json(run_dir, CONFIG_FILE)
+    if not isinstance(record.get("run"), dict):
+        raise RunDirError(
+            f"{os.path.join(run_dir, CONFIG_FILE)!r} has no \"run\" object: it is not the "
+            "configuration keras_vit wrote for this run."
+        )
+    return record
+
+
+def read_run_config(run_dir) -> RunConfig:
+    """The `RunConfig` stored in a run directory's config.json (what a resume continues).
+
+    Raises:
+        RunDirError: `run_dir` has no config.json, or it is not valid JSON / no run's record.
+        ConfigError: the stored configuration names unknown fields or bad values (a file
+            edited by hand, or written by another version); the message names the file.
+    """
+    record = read_config(run_dir)
+    try:
+        return RunConfig.from_dict(record["run"])
+    except ConfigError as error:
+        path = os.path.join(os.fspath(run_dir), CONFIG_FILE)
+        raise ConfigError(f"The configuration stored in {path!r} is unusable: {error}") from None
+
+
+def _read_run_json(run_dir, name, default=None):
+    """The JSON object in `run_dir`/`name` (`default` when the file does not exist).
+
+    Raises:
+        RunDirError: the file is not valid UTF-8 JSON or not a JSON object.
+    """
+    path = os.path.join(run_dir, name)
+    try:
+        record = _atomic.read_json(path, default)
+    except ValueError as error:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise RunDirError(f"{path!r} is not valid JSON ({error}).") from None
+    if record is not default and not isinstance(record, dict):
+        raise RunDirError(f"{path!r} holds a JSON {type(record).__name__}, not an object.")
+    return record
 
 
 def fit_run(
@@ -298,7 +338,7 @@ def _resumed_select(run_dir, select: str | None) -> str | None:
     """`fit_run` step 1b: the rule a resumed run keeps its model by: the one its best.json
     records ("best" when it records none), which a given `select` must equal; `select` itself
     when no epoch has finished yet (no best.json)."""
-    stored = _atomic.read_json(os.path.join(run_dir, "best.json"))
+    stored = _read_run_json(run_dir, "best.json")
     if stored is None:
         return select
     rule = stored.get("select", "best")
@@ -660,7 +700,7 @@ def train(
         keras_vit.distribute.StrategyUnavailableError: the strategy cannot run here.
     """
     if resume:
-        config = RunConfig.from_dict(read_config(run_dir)["run"])
+        config = read_run_config(run_dir)
     config = config or RunConfig()
     if strategy is None:
         strategy = distribute.resolve_strategy(config.strategy)

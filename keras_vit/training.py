@@ -22,11 +22,33 @@ import math
 import keras
 from keras import ops
 
-from keras_vit._validation import check_choice, check_positive_int
+from keras_vit._validation import (
+    check_choice,
+    check_heads,
+    check_int,
+    check_non_negative_number,
+    check_positive_int,
+    check_positive_number,
+    check_rate,
+    to_pair,
+)
 from keras_vit.configs import RECIPE_VIT
+from keras_vit.layers.pooling import CLASSIFIER_POOLINGS
+from keras_vit.layers.position_embedding import POSITION_EMBEDDINGS
 
 DECAYS = ("linear", "cosine")
 STEMS = ("resnet", "patch")
+POSITIVE_INT_FIELDS = (
+    "resnet_width",
+    "resnet_groups",
+    "hidden_dim",
+    "num_heads",
+    "mlp_dim",
+    "num_layers",
+    "epochs",
+    "batch_size",
+)
+"""`TrainConfig`'s fields that must be integers > 0."""
 FINETUNE_MAX_WARMUP_STEPS = 500
 NO_WEIGHT_DECAY_PATTERN = r"(^|/)(bias|gamma|beta|cls|pos_embedding)(/replica_\d+)?(:\d+)?$"
 """Variable names AdamW does not decay: biases, LayerNorm, class token, position table.
@@ -332,6 +354,20 @@ def _compile_kwargs(config, num_train_examples):
     }
 
 
+def _check_common(config) -> None:
+    """The fields `TrainConfig` and `FinetuneConfig` share: dataset, jit_compile, seed."""
+    if not isinstance(config.dataset, str) or not config.dataset:
+        raise ValueError(
+            f"`dataset` must be a non-empty string. Received: dataset={config.dataset!r}"
+        )
+    if config.jit_compile not in (True, False, "auto", None):
+        raise ValueError(
+            "`jit_compile` must be True, False or 'auto'. "
+            f"Received: jit_compile={config.jit_compile!r}"
+        )
+    check_int("seed", config.seed)
+
+
 def _resolved_jit_compile(config) -> bool:
     """The recipe's `jit_compile`, "auto" chosen for this device, the global dtype policy
     and the recipe's width (`keras_vit.distribute.choose_precision`)."""
@@ -404,7 +440,25 @@ class TrainConfig:
     seed: int = 0
 
     def __post_init__(self):
+        """Checks every field, so that a bad recipe (given in Python, or a hand-edited
+        config.json) fails before any work; ValueError naming the field and the rule."""
         check_choice("stem", self.stem, STEMS)
+        check_choice("decay", self.decay, DECAYS)
+        check_choice("pooling", self.pooling, CLASSIFIER_POOLINGS)
+        check_choice("position_embedding", self.position_embedding, POSITION_EMBEDDINGS)
+        to_pair("image_size", self.image_size)
+        to_pair("patch_size", self.patch_size)
+        for name in POSITIVE_INT_FIELDS:
+            check_positive_int(name, getattr(self, name))
+        check_heads(self.hidden_dim, self.num_heads)
+        check_rate("dropout_rate", self.dropout_rate)
+        check_rate("label_smoothing", self.label_smoothing)
+        check_positive_number("learning_rate", self.learning_rate)
+        check_non_negative_number("weight_decay", self.weight_decay)
+        check_non_negative_number("warmup_epochs", self.warmup_epochs)
+        if self.global_clipnorm is not None:
+            check_positive_number("global_clipnorm", self.global_clipnorm)
+        _check_common(self)
 
     def model_kwargs(self, num_classes: int, channels: int) -> dict:
         """Keyword arguments of `keras_vit.HybridViT` (stem "resnet": they hold
@@ -490,6 +544,20 @@ class FinetuneConfig:
     label_smoothing: float = 0.0
     jit_compile: bool | str = "auto"
     seed: int = 0
+
+    def __post_init__(self):
+        """Checks every field (see `TrainConfig.__post_init__`); `image_size` None: the
+        pre-trained model's."""
+        if self.image_size is not None:
+            to_pair("image_size", self.image_size)
+        for name in ("batch_size", "steps", "validations"):
+            check_positive_int(name, getattr(self, name))
+        check_positive_number("learning_rate", self.learning_rate)
+        if self.warmup_steps is not None:
+            check_int("warmup_steps", self.warmup_steps)
+            check_non_negative_number("warmup_steps", self.warmup_steps)
+        check_rate("label_smoothing", self.label_smoothing)
+        _check_common(self)
 
     def num_epochs(self, num_train_examples: int) -> int:
         """Validation passes of the run (`validations`, at most one per step)."""

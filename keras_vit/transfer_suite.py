@@ -202,14 +202,14 @@ def check_reusable(config, task_dir) -> None:
     import json
 
     from keras_vit import runs
-    from keras_vit.run_plan import ConfigError, RunConfig
+    from keras_vit.run_plan import ConfigError
 
     if not os.path.isfile(os.path.join(task_dir, runs.CONFIG_FILE)):
         return
     try:
-        stored = RunConfig.from_dict(runs.read_config(task_dir)["run"])
-    except (KeyError, TypeError, ValueError) as error:
-        raise ConfigError(f"{task_dir!r} holds a config.json that is no run's: {error}") from None
+        stored = runs.read_run_config(task_dir)
+    except ValueError as error:  # RunDirError, ConfigError: they name the file
+        raise ConfigError(f"{task_dir!r} cannot be reused: {error}") from None
     old, new = (_flat_fields(json.loads(json.dumps(c.to_dict()))) for c in (stored, config))
     differences = [
         f"{key} {new.get(key)!r} (the folder has {old.get(key)!r})"

@@ -13,6 +13,8 @@ import types
 import keras
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import keras_vit
 from keras_vit import _atomic, run_plan, runs, training
@@ -612,3 +614,91 @@ def test_resuming_with_another_select_is_refused_before_work(tmp_path, stored, g
         runs.fit_run(run_dir, killable.build, (x, y), epochs=2, batch_size=8, resume=True,
                      select=given)  # fmt: skip
     assert sorted(os.listdir(run_dir)) == before  # nothing written
+
+
+# --- a stored configuration that cannot be used ----------------------------------------------
+
+
+def _stored_record(**run_changes):
+    record = json.loads(json.dumps({"run": run_plan.RunConfig().to_dict(), "resolved": {}}))
+    record["run"].update(run_changes)
+    return record
+
+
+def _recipe_changed(**changes):
+    record = _stored_record()
+    record["run"]["recipe"].update(changes)
+    return record
+
+
+UNUSABLE_CONFIGS = [
+    (b'{"run": {', runs.RunDirError, "is not valid JSON"),
+    (b"\xff\xfe\x00{}", runs.RunDirError, "is not valid JSON"),
+    ([1, 2], runs.RunDirError, "holds a JSON list, not an object"),
+    ({"resolved": {}}, runs.RunDirError, 'has no "run" object'),
+    ({"run": "train"}, runs.RunDirError, 'has no "run" object'),
+    (_stored_record(colour="red"), run_plan.ConfigError, "field(s) ['colour']"),
+    (_stored_record(recipe=[64]), run_plan.ConfigError, "must be a JSON object, not list"),
+    (_recipe_changed(bogus=1), run_plan.ConfigError, "Unknown recipe field(s) ['bogus']"),
+    (_stored_record(select="Best"), run_plan.ConfigError, "Unknown select 'Best'"),
+    (_stored_record(task="pretrain"), run_plan.ConfigError, "Unknown task 'pretrain'"),
+    (_recipe_changed(learning_rate=-1.0), run_plan.ConfigError, "learning_rate=-1.0"),
+    (_recipe_changed(epochs=0), run_plan.ConfigError, "epochs=0"),
+]
+
+
+@pytest.mark.parametrize("content, error, message", UNUSABLE_CONFIGS)
+def test_an_unusable_stored_config_is_refused_naming_the_file_before_work(
+    tmp_path, content, error, message
+):
+    """A hand-edited or damaged config.json: one error naming the file and what is wrong
+    (it was a KeyError, TypeError or JSONDecodeError traceback), and nothing written."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    path = run_dir / runs.CONFIG_FILE
+    path.write_bytes(content if isinstance(content, bytes) else json.dumps(content).encode())
+    for attempt in (runs.read_run_config, lambda d: runs.train(run_dir=d, resume=True)):
+        with pytest.raises(error) as info:
+            attempt(run_dir)
+        assert message in str(info.value) and repr(str(path)) in str(info.value)
+    assert os.listdir(run_dir) == [runs.CONFIG_FILE]
+
+
+def test_a_stored_config_reads_back_as_the_config_it_was():
+    """The neighbour that must keep working: the record `to_dict` writes, and one stored
+    before `select` existed (read as "best", the rule such runs kept)."""
+    config = run_plan.RunConfig(select="last", recipe=training.TrainConfig(epochs=3))
+    record = json.loads(json.dumps(config.to_dict()))
+    assert run_plan.RunConfig.from_dict(record) == config
+    del record["select"]
+    assert run_plan.RunConfig.from_dict(record).select == "best"
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+    lambda children: (
+        st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=8), children, max_size=3)
+    ),
+    max_leaves=8,
+)
+
+
+@settings(
+    max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    field=st.sampled_from(sorted(run_plan.RunConfig().to_dict()["recipe"])),
+    value=JSON_VALUES,
+)
+def test_any_json_value_in_a_stored_recipe_reads_back_or_is_a_config_error(tmp_path, field, value):
+    """Fuzz: whatever JSON value a recipe field holds, the reader returns a config or raises
+    ConfigError naming config.json; no TypeError, KeyError or AttributeError escapes."""
+    run_dir = tmp_path / "fuzzed"
+    run_dir.mkdir(exist_ok=True)
+    (run_dir / runs.CONFIG_FILE).write_text(json.dumps(_recipe_changed(**{field: value})))
+    try:
+        config = runs.read_run_config(run_dir)
+    except run_plan.ConfigError as error:
+        assert runs.CONFIG_FILE in str(error)
+    else:
+        assert getattr(config.recipe, field) == value or field == "image_size"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import keras
@@ -183,6 +184,95 @@ def test_finetune_config_defaults():
     assert isinstance(optimizer, keras.optimizers.SGD) and optimizer.global_clipnorm == 1.0
     assert optimizer._learning_rate.total_steps == config.total_steps(100)
     assert math.isclose(optimizer._learning_rate.base_lr, config.learning_rate)
+
+
+NAN, INF = float("nan"), float("inf")
+BAD_TRAIN_FIELDS = {
+    "epochs": [0, -3, 2.5, True, "30"],
+    "batch_size": [0, -64, 64.0],
+    "hidden_dim": [0, None],
+    "num_heads": [0, 3],  # 3 does not divide the default hidden_dim 64
+    "mlp_dim": [0],
+    "num_layers": [-1],
+    "resnet_width": [0],
+    "resnet_groups": [0],
+    "image_size": [0, (28,), "28"],
+    "patch_size": [0, (4, 0)],
+    "learning_rate": [0.0, -3e-3, NAN, INF, "3e-3"],
+    "weight_decay": [-0.05, NAN],
+    "warmup_epochs": [-1.0, INF],
+    "label_smoothing": [1.0, -0.1],
+    "dropout_rate": [1.0, NAN],
+    "global_clipnorm": [0.0, -1.0, NAN],
+    "jit_compile": ["yes", 1.5],
+    "seed": [1.5, "0"],
+    "dataset": ["", None],
+    "decay": ["step"],
+    "stem": ["vit"],
+    "pooling": ["cls", "GAP"],
+    "position_embedding": ["sincos"],
+}
+BAD_FINETUNE_FIELDS = {
+    "image_size": [0, (40, -1)],
+    "batch_size": [0],
+    "steps": [0, 1.5],
+    "validations": [-1],
+    "learning_rate": [0.0, NAN, -0.03],
+    "warmup_steps": [-1, 2.5, NAN],
+    "label_smoothing": [1.5],
+    "jit_compile": ["xla"],
+    "seed": [None],
+    "dataset": [""],
+}
+
+
+def _field_cases(bad_fields):
+    return [(field, value) for field, values in bad_fields.items() for value in values]
+
+
+@pytest.mark.parametrize(
+    "recipe, field, value",
+    [(training.TrainConfig, *case) for case in _field_cases(BAD_TRAIN_FIELDS)]
+    + [(training.FinetuneConfig, *case) for case in _field_cases(BAD_FINETUNE_FIELDS)],
+)
+def test_a_recipe_refuses_a_bad_field_by_name(recipe, field, value):
+    """Bad values fail when the recipe is made (in Python or from a stored config.json),
+    before any work: before this check `TrainConfig(learning_rate=nan)` trained on NaNs."""
+    with pytest.raises(ValueError) as info:
+        recipe(**{field: value})
+    assert field in str(info.value) and repr(value) in str(info.value)
+
+
+def test_every_recipe_field_has_bad_values_in_the_tests():
+    """A new recipe field gets its refusals above."""
+    for recipe, bad in (
+        (training.TrainConfig, BAD_TRAIN_FIELDS),
+        (training.FinetuneConfig, BAD_FINETUNE_FIELDS),
+    ):
+        assert set(bad) == {field.name for field in dataclasses.fields(recipe)}, recipe
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    field=st.sampled_from(["learning_rate", "weight_decay", "warmup_epochs", "global_clipnorm"]),
+    value=st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-5, 5)),
+)
+def test_a_train_recipe_takes_exactly_the_finite_numbers_of_its_rule(field, value):
+    positive = field in ("learning_rate", "global_clipnorm")
+    allowed = math.isfinite(value) and (value > 0 if positive else value >= 0)
+    if allowed:
+        assert getattr(training.TrainConfig(**{field: value}), field) == value
+    else:
+        with pytest.raises(ValueError, match=field):
+            training.TrainConfig(**{field: value})
+
+
+def test_recipes_take_what_the_cli_and_the_docs_give():
+    """The accepted neighbours of the defaults: pairs, None where the field allows it."""
+    training.TrainConfig(image_size=(28, 32), patch_size=(4, 4), global_clipnorm=None)
+    training.TrainConfig(warmup_epochs=0, weight_decay=0, jit_compile=False, seed=-1)
+    training.FinetuneConfig(image_size=None, warmup_steps=0, jit_compile=True)
+    training.FinetuneConfig(image_size=[40, 48], warmup_steps=None)
 
 
 def _fit_steps(model, x, y, steps):

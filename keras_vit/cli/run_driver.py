@@ -36,7 +36,7 @@ def run_training(config, args, task: str) -> int:
         from keras_vit.cli.resume_flags import resume_refusal
 
         with usage_errors():
-            stored = runs.RunConfig.from_dict(runs.read_config(run_dir)["run"])
+            stored = runs.read_run_config(run_dir)
         if refusal := resume_refusal(args, config, stored, task):  # flags it would ignore
             raise UsageError(refusal)
         config = stored

@@ -8,6 +8,8 @@ from keras import ops
 from keras_vit._validation import check_choice
 
 POOLING_MODES = ("token", "gap")
+CLASSIFIER_POOLINGS = (*POOLING_MODES, "map")
+"""What a ViT builder's `pooling` takes: `TokenPooling`'s modes, or the MAP head."""
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")

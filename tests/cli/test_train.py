@@ -137,6 +137,23 @@ def test_existing_or_missing_run_dir_exits_2(trained, capsys, tmp_path):
     expect_usage_error(capsys, argv, "not a run directory")
 
 
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ('{"run": {', "is not valid JSON"),
+        ('{"run": {"recipe": {"epochs": 0}}}', "`epochs` must be a positive integer"),
+        ('{"run": {"select": "Best"}}', "Unknown select 'Best'"),
+    ],
+)
+def test_resume_from_a_damaged_config_json_exits_2_naming_it(tmp_path, capsys, text, message):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "config.json").write_text(text)
+    expect_usage_error(capsys, ["train", "--run-dir", str(run_dir), "--resume"], message)
+    expect_usage_error(capsys, ["train", "--run-dir", str(run_dir), "--resume"], "config.json")
+    assert os.listdir(run_dir) == ["config.json"]
+
+
 def test_invalid_number_is_an_argparse_error(capsys):
     with pytest.raises(SystemExit) as info:
         main(["train", "--epochs", "0"])

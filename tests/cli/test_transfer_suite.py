@@ -85,6 +85,12 @@ def test_a_task_folder_is_reused_only_with_the_same_settings(trained, tmp_path, 
     assert "recipe.learning_rate 0.5 (the folder has 0.01)" in err
     assert "split_seed 1 (the folder has 0)" in err
     assert (run_dir / "digits" / "metrics.json").read_text() == metrics
+    stored = run_dir / "digits" / "config.json"
+    stored.write_text('{"run": {')  # damaged: refused naming the file, not a traceback
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert f"{run_dir / 'digits'}' cannot be reused: '{stored}' is not valid JSON" in err, err
 
 
 def test_bad_images_is_a_flag_as_in_train_and_reaches_every_task():
