@@ -35,9 +35,7 @@ def check_non_negative_number(name: str, value) -> float:
 
 
 def _finite_number(value) -> bool:
-    return (
-        isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
-    )
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def check_rate(name: str, value) -> float:

@@ -173,7 +173,7 @@ def read_config(run_dir) -> dict:
     record = _read_run_json(run_dir, CONFIG_FILE)
     if not isinstance(record.get("run"), dict):
         raise RunDirError(
-            f"{os.path.join(run_dir, CONFIG_FILE)!r} has no \"run\" object: it is not the "
+            f'{os.path.join(run_dir, CONFIG_FILE)!r} has no "run" object: it is not the '
             "configuration keras_vit wrote for this run."
         )
     return record
