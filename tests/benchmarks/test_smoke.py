@@ -96,6 +96,7 @@ SCRIPT_MODULES = (
     "gpu_mfu",
     "precision_agreement",
     "export_speed",
+    "peers_one_process",
 )
 
 
@@ -126,6 +127,10 @@ SCRIPT_MODULES = (
         ("data_scaling", ["--pretrain-steps", "0"]),
         ("data_scaling", ["--finetune-size", "42"]),
         ("export_speed", ["--repeats", "0"]),
+        ("peers_one_process", ["--frameworks", "vit_keras,keras_hub"]),
+        ("peers_one_process", ["--frameworks", "keras_vit,timm"]),
+        ("peers_one_process", ["--rounds", "0"]),
+        ("peers_one_process", ["--settings", "float32+jit"]),
         ("export_speed", ["--variant", "S/16", "--image-size", "100"]),
     ],
 )
@@ -467,3 +472,43 @@ def test_export_speed_tiny_run_serves_both_exports_from_tensorflow_only(tmp_path
     assert 0 < payload["bf16_vs_f32_export_max_diff_relative"] < 0.05  # bfloat16 rounding
     values = json.loads(figures_file.read_text())["values"]
     assert values["export_bf16_img_s"]["value"] == payload["img_s"]["export mixed_bfloat16"]
+
+
+def test_peers_one_process_ratio_is_the_median_of_per_round_ratios(scripts):
+    """Worked by hand: peer/ours per round 12/10, 30/20, 11/10 -> median 1.2; each framework
+    at its setting of lowest median (keras_vit float32+xla, 10 < 19 ms)."""
+    module = scripts["peers_one_process"]
+    times = {
+        ("keras_vit", "float32"): [19.0, 19.0, 19.0],
+        ("keras_vit", "float32+xla"): [10.0, 20.0, 10.0],
+        ("vit_keras", "float32"): [12.0, 30.0, 11.0],
+        ("vit_keras", "float32+xla"): [40.0, 40.0, 40.0],
+    }
+    best = module.best_settings(times, ["keras_vit", "vit_keras"])
+    assert best == {"keras_vit": "float32+xla", "vit_keras": "float32"}
+    assert module.ours_over_peers(times, best) == {"vit_keras": pytest.approx(1.2)}
+
+
+def test_peers_one_process_rotates_the_first_point_every_round(scripts):
+    calls = []
+    steps = {name: (lambda name=name: calls.append(name)) for name in "abc"}
+    times = scripts["peers_one_process"].time_rounds(steps, rounds=4, steps_per_point=1)
+    assert calls == list("abcbcacababc")
+    assert all(len(values) == 4 for values in times.values())
+
+
+def test_peers_one_process_tiny_run_prints_every_point_and_writes_json(tmp_path):
+    out = tmp_path / "peers.json"
+    result = run_script(
+        "peers_one_process.py",
+        *("--variant", TINY, "--image-size", "16", "--batch-size", "2", "--mode", "train"),
+        *("--frameworks", "keras_vit", "--settings", "float32,mixed_bfloat16"),
+        *("--rounds", "2", "--steps", "1", "--warmup", "1", "--json", str(out)),
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    for setting in ("float32", "mixed_bfloat16"):
+        assert f"| keras_vit | {setting}" in result.stdout
+    payload = json.loads(out.read_text())
+    assert set(payload["ms_per_step"]) == {"keras_vit:float32", "keras_vit:mixed_bfloat16"}
+    assert all(len(v) == 2 and min(v) > 0 for v in payload["ms_per_step"].values())
+    assert payload["keras_vit_over_peer"] == {} and payload["host"]["cores"] >= 1

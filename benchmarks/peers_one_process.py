@@ -1,0 +1,176 @@
+"""keras_vit against the Keras peers (keras-hub, vit-keras), timed alternately in one process.
+
+`throughput.py` gives every (framework, setting) point its own process, for per-point peak
+RSS and isolation; on a host whose speed moves by up to ~2x between minutes its ratios need
+many rounds. Here every Keras model lives in one process (one TensorFlow runtime, the same
+thread pools) and each round times every point once, starting at a different point each
+round, so a drift of the host's speed reaches all points of a round alike; the ratio of two
+frameworks is the median over rounds of their per-round ratio, each framework at its
+fastest setting of the run (by median). timm (PyTorch) is not in the process: its thread
+pool and TensorFlow's would compete; compare it with `throughput.py`.
+
+    python benchmarks/peers_one_process.py --variant Ti/16 --mode train --rounds 12
+    python benchmarks/peers_one_process.py --variant B/16 --mode infer --settings float32+xla
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import common  # noqa: E402
+
+DEFAULT_SETTINGS = "float32,float32+xla"
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    common.add_model_arguments(parser, modes=("infer", "train"), default_mode="train")
+    parser.add_argument(
+        "--frameworks",
+        default=",".join(common.FRAMEWORKS),
+        help=f"comma-separated subset of {','.join(common.FRAMEWORKS)} (all; a peer that "
+        "does not import is skipped, with a note)",
+    )
+    parser.add_argument(
+        "--settings",
+        default=DEFAULT_SETTINGS,
+        help=f"comma-separated POLICY or POLICY+xla points for every framework "
+        f"(default {DEFAULT_SETTINGS})",
+    )
+    parser.add_argument("--steps", type=int, default=2, help="steps per point and round (2)")
+    parser.add_argument("--rounds", type=int, default=10, help="timed rounds (10)")
+    parser.add_argument("--warmup", type=int, default=2, help="untimed steps per point (2)")
+    parser.add_argument("--json", dest="json_path", help="write the results here")
+    args = parser.parse_args(argv)
+    args.frameworks = [f.strip() for f in args.frameworks.split(",") if f.strip()]
+    unknown = set(args.frameworks) - set(common.FRAMEWORKS)
+    if unknown or "keras_vit" not in args.frameworks:
+        parser.error(
+            f"--frameworks must include keras_vit and name only {list(common.FRAMEWORKS)}; "
+            f"got {args.frameworks}"
+        )
+    try:
+        args.setting_list = [common.parse_setting(part) for part in args.settings.split(",")]
+    except ValueError as error:
+        parser.error(f"--settings: {error}")
+    counts = {"--steps": args.steps, "--rounds": args.rounds, "--warmup": args.warmup}
+    common.check_model_arguments(parser, args, counts)
+    return args
+
+
+def setting_name(policy: str, xla: bool) -> str:
+    return policy + ("+xla" if xla else "")
+
+
+def build_points(args, frameworks):
+    """{(framework, setting name): step function}, each model built under its policy."""
+    import keras
+
+    steps = {}
+    for framework in frameworks:
+        for policy, xla in args.setting_list:
+            keras.mixed_precision.set_global_policy(policy)
+            keras.utils.set_random_seed(0)
+            model = common.build_model(framework, args.variant, args.image_size)
+            step = common.make_step(
+                model, args.mode, args.batch_size, args.image_size, xla=xla, framework=framework
+            )
+            for _ in range(args.warmup):
+                step()
+            steps[(framework, setting_name(policy, xla))] = step
+    keras.mixed_precision.set_global_policy("float32")
+    return steps
+
+
+def time_rounds(steps, rounds, steps_per_point):
+    """{point: [ms per step, one figure per round]}; round r starts at point r (rotation)."""
+    points = list(steps)
+    times = {point: [] for point in points}
+    for round_index in range(rounds):
+        shift = round_index % len(points)
+        for point in points[shift:] + points[:shift]:
+            seconds = common.time_call(steps[point], steps_per_point)
+            times[point].append(1000 * seconds / steps_per_point)
+    return times
+
+
+def best_settings(times, frameworks):
+    """{framework: its setting with the lowest median ms per step}."""
+    return {
+        framework: min(
+            (common.median(values), setting)
+            for (name, setting), values in times.items()
+            if name == framework
+        )[1]
+        for framework in frameworks
+    }
+
+
+def ours_over_peers(times, best):
+    """{peer: median over rounds of peer ms / keras_vit ms}, each at its best setting
+    (> 1: keras_vit is faster)."""
+    ours = times[("keras_vit", best["keras_vit"])]
+    ratios = {}
+    for peer, setting in best.items():
+        if peer != "keras_vit":
+            pairs = zip(ours, times[(peer, setting)], strict=True)
+            ratios[peer] = common.median([theirs / mine for mine, theirs in pairs])
+    return ratios
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    frameworks = [f for f in args.frameworks if common.peer_available(f)]
+    for missing in sorted(set(args.frameworks) - set(frameworks)):
+        print(f"{missing} does not import here: skipped", flush=True)
+    started = time.strftime("%Y-%m-%d %H:%M:%S %Z")
+    load_before = os.getloadavg()
+    steps = build_points(args, frameworks)
+    times = time_rounds(steps, args.rounds, args.steps)
+    best = best_settings(times, frameworks)
+    ratios = ours_over_peers(times, best)
+    print(
+        f"{args.variant} @{args.image_size}, batch {args.batch_size}, {args.mode}: "
+        f"{args.rounds} rounds x {args.steps} steps per point, one process"
+    )
+    print(
+        "| framework | setting | ms per step (median) | img/s | range ms |\n|---|---|---|---|---|"
+    )
+    for (framework, setting), values in times.items():
+        median = common.median(values)
+        mark = " (best)" if best[framework] == setting else ""
+        print(
+            f"| {framework} | {setting}{mark} | {median:.1f} | "
+            f"{1000 * args.batch_size / median:.2f} | {min(values):.0f}-{max(values):.0f} |"
+        )
+    for peer, ratio in ratios.items():
+        print(
+            f"keras_vit ({best['keras_vit']}) / {peer} ({best[peer]}): {ratio:.3f}x "
+            "(median of per-round ratios)"
+        )
+    if args.json_path:
+        common.write_json(
+            args.json_path,
+            {
+                "command": "python benchmarks/peers_one_process.py "
+                + " ".join(argv or sys.argv[1:]),
+                "measured": started,
+                "load_before": load_before,
+                "load_after": os.getloadavg(),
+                "host": common.host_record(),
+                "ms_per_step": {
+                    f"{fw}:{setting}": values for (fw, setting), values in times.items()
+                },
+                "best_setting": best,
+                "keras_vit_over_peer": ratios,
+            },
+        )
+
+
+if __name__ == "__main__":
+    main()
