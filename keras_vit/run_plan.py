@@ -269,8 +269,10 @@ def plan_run(config: RunConfig, strategy) -> RunPlan:
     train_split, test_split = resolve_splits(config, info)
     count = _split_counter(config)
     num_train = None
-    if "train" in info.num_examples:  # a TFDS slice of unrecorded size: the whole split's
-        num_train = count(train_split) or info.num_examples["train"]
+    if "train" in info.num_examples:
+        num_train = count(train_split)
+        if num_train is None:  # a TFDS slice of unrecorded size: the whole split's
+            num_train = info.num_examples["train"]
     if not num_train:
         raise ConfigError(
             f"Dataset {info.name!r} has no training images in {train_split!r}; it has "
@@ -280,6 +282,13 @@ def plan_run(config: RunConfig, strategy) -> RunPlan:
         raise ConfigError(
             f"The batch size {recipe.batch_size} is larger than the {num_train} training "
             f"images of {info.name!r} ({train_split}); choose a smaller --batch-size."
+        )
+    num_validation = count(config.validation_split)
+    if num_validation == 0:
+        raise ConfigError(
+            f"The validation split {config.validation_split!r} of {info.name!r} holds no "
+            "images; every epoch ends with a validation pass, so give a split with images "
+            "(e.g. 'train[90%:]')."
         )
     precision = choose_run_precision(config, model_kwargs, strategy, image_size)
     return RunPlan(
@@ -298,7 +307,7 @@ def plan_run(config: RunConfig, strategy) -> RunPlan:
         precision=precision,
         train_split=train_split,
         test_split=test_split,
-        num_validation_examples=count(config.validation_split),
+        num_validation_examples=num_validation,
     )
 
 

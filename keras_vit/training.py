@@ -365,7 +365,8 @@ def _check_common(config) -> None:
             "`jit_compile` must be True, False or 'auto'. "
             f"Received: jit_compile={config.jit_compile!r}"
         )
-    check_int("seed", config.seed)
+    if not 0 <= check_int("seed", config.seed) < 2**32:
+        raise ValueError(f"`seed` must be in [0, 2**32). Received: seed={config.seed!r}")
 
 
 def _resolved_jit_compile(config) -> bool:

@@ -205,7 +205,7 @@ BAD_TRAIN_FIELDS = {
     "dropout_rate": [1.0, NAN],
     "global_clipnorm": [0.0, -1.0, NAN],
     "jit_compile": ["yes", 1.5],
-    "seed": [1.5, "0"],
+    "seed": [1.5, "0", -1, 2**32],
     "dataset": ["", None],
     "decay": ["step"],
     "stem": ["vit"],
@@ -270,7 +270,7 @@ def test_a_train_recipe_takes_exactly_the_finite_numbers_of_its_rule(field, valu
 def test_recipes_take_what_the_cli_and_the_docs_give():
     """The accepted neighbours of the defaults: pairs, None where the field allows it."""
     training.TrainConfig(image_size=(28, 32), patch_size=(4, 4), global_clipnorm=None)
-    training.TrainConfig(warmup_epochs=0, weight_decay=0, jit_compile=False, seed=-1)
+    training.TrainConfig(warmup_epochs=0, weight_decay=0, jit_compile=False, seed=2**32 - 1)
     training.FinetuneConfig(image_size=None, warmup_steps=0, jit_compile=True)
     training.FinetuneConfig(image_size=[40, 48], warmup_steps=None)
 

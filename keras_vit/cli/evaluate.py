@@ -77,6 +77,9 @@ def run(args) -> int:
     num_classes = check_classes(model, info)
     top_k = min(args.top_k, num_classes)
     with flags.usage_errors():
+        size = data.split_size(dataset, args.split, data_dir=args.data_dir, shots_per_class=shots)
+        if size == 0:  # Keras would evaluate no batch and return no accuracy
+            raise UsageError(f"--split {args.split!r} of {info.name!r} holds no images.")
         dataset_split = data.load(
             dataset,
             args.split,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import math
 
 from keras_vit import kept_model, precision
 from keras_vit.cli import progress
@@ -33,13 +34,24 @@ def positive_int(text: str) -> int:
 
 
 def positive_float(text: str) -> float:
-    """argparse type: a number > 0."""
+    """argparse type: a finite number > 0."""
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+    if not (value > 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"expected a finite positive number, got {text!r}")
+    return value
+
+
+def seed(text: str) -> int:
+    """argparse type: a random seed, an integer in [0, 2**32) (NumPy's and TensorFlow's)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value < 2**32:
+        raise argparse.ArgumentTypeError(f"expected an integer in [0, 2**32), got {text!r}")
     return value
 
 
@@ -143,7 +155,7 @@ def add_run_arguments(parser, *, task: str) -> None:
     )
     parser.add_argument("--batch-size", type=positive_int, help="global batch size")
     parser.add_argument("--learning-rate", type=positive_float, help="base learning rate")
-    parser.add_argument("--seed", type=int, help="random seed (weights, shuffling, augmentation)")
+    parser.add_argument("--seed", type=seed, help="random seed (weights, shuffling, augmentation)")
     parser.add_argument(
         "--shots-per-class",
         type=positive_int,
@@ -158,7 +170,7 @@ def add_run_arguments(parser, *, task: str) -> None:
         "the kept model",
     )
     parser.add_argument(
-        "--split-seed", type=int, default=0, help="seed of the validation carve (default 0)"
+        "--split-seed", type=seed, default=0, help="seed of the validation carve (default 0)"
     )
     add_allow_test_selection_argument(parser, "--validation-split")
     add_select_argument(parser)

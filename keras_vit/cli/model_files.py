@@ -113,7 +113,8 @@ def read_run_config(path: str) -> dict | None:
     from keras_vit import runs
 
     _, run_dir = resolve_model_path(path)
-    return runs.read_config(run_dir) if run_dir else None
+    with usage_errors():  # a damaged config.json: one line naming it
+        return runs.read_config(run_dir) if run_dir else None
 
 
 def model_image_shape(model) -> tuple[int, int, int]:

@@ -48,8 +48,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument(
         "--batch-size", type=flags.positive_int, default=32, help="batch size (default 32)"
     )
-    parser.add_argument("--seed", type=int, default=0, help="training seed (default 0)")
-    parser.add_argument("--split-seed", type=int, default=0, help="seed of the 800/200 draw")
+    parser.add_argument("--seed", type=flags.seed, default=0, help="training seed (default 0)")
+    parser.add_argument("--split-seed", type=flags.seed, default=0, help="seed of the 800/200 draw")
     flags.add_select_argument(parser)
     flags.add_precision_arguments(parser)
     parser.add_argument(

@@ -57,3 +57,24 @@ def test_evaluate_in_bfloat16_logs_the_choice_and_stays_close(trained, capsys, c
     held_out = json.loads((trained / "metrics.json").read_text())["held_out"]
     assert accuracy == pytest.approx(100 * held_out["accuracy"], abs=2.0)
     assert loss == pytest.approx(held_out["loss"], rel=0.05)
+
+
+def test_an_empty_split_exits_2(trained, capsys):
+    """It was a KeyError traceback: Keras evaluates no batch and returns no accuracy."""
+    assert main(["evaluate", str(trained), "--split", "train[90%:80%]"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "keras-vit evaluate: error: --split 'train[90%:80%]' of 'mnist' holds no images."
+
+
+@pytest.mark.parametrize("command", ["evaluate", "predict"])
+def test_a_damaged_config_json_exits_2_naming_it(trained, tmp_path, capsys, command):
+    import shutil
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(trained, run_dir)
+    (run_dir / "config.json").write_text('{"a":')
+    extra = [str(tmp_path / "missing.png")] if command == "predict" else []
+    assert main([command, str(run_dir), *extra]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert f"'{run_dir / 'config.json'}' is not valid JSON" in err, err

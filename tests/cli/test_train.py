@@ -110,6 +110,9 @@ def expect_usage_error(capsys, argv, message):
         (["--validation-split", "dev"], "has no split 'dev' to validate on"),
         (["--model", "Ti/16", "--stem", "patch"], "--model Ti/16 is a ViT (patch stem)"),
         (["--model", "r50b16", "--stem", "resnet"], "is a hybrid (ResNet stem) by its table"),
+        # an empty split: it trained 0 steps and reported success, or crashed after epoch 1
+        (["--validation-split", "train[0%:]"], "no training images in 'train[:0%]'"),
+        (["--validation-split", "train[100%:]"], "'train[100%:]' of 'mnist' holds no images"),
     ],
 )
 def test_bad_arguments_exit_2_before_training(capsys, tmp_path, monkeypatch, argv, message):
@@ -152,6 +155,22 @@ def test_resume_from_a_damaged_config_json_exits_2_naming_it(tmp_path, capsys, t
     expect_usage_error(capsys, ["train", "--run-dir", str(run_dir), "--resume"], message)
     expect_usage_error(capsys, ["train", "--run-dir", str(run_dir), "--resume"], "config.json")
     assert os.listdir(run_dir) == ["config.json"]
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--learning-rate", "inf"], "expected a finite positive number, got 'inf'"),
+        (["--learning-rate", "nan"], "expected a finite positive number, got 'nan'"),
+        (["--seed", "-1"], "expected an integer in [0, 2**32), got '-1'"),
+        (["--split-seed", "4294967296"], "expected an integer in [0, 2**32)"),
+    ],
+)
+def test_numbers_outside_their_rule_are_argparse_errors(capsys, argv, message):
+    with pytest.raises(SystemExit) as info:
+        main(["train", *argv])
+    assert info.value.code == 2
+    assert message in capsys.readouterr().err
 
 
 def test_invalid_number_is_an_argparse_error(capsys):
