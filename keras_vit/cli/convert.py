@@ -119,12 +119,19 @@ def target_format(dst: str, to: str | None) -> str:
     `suffixes()[""]`).
 
     Raises:
-        UsageError: a suffix that names no format keras_vit writes.
+        UsageError: a suffix that names no format keras_vit writes, or one that names
+            another format than `--to` (a .keras name holding npz arrays loads as neither).
     """
-    if to is not None:
-        return to
     suffix = os.path.splitext(dst.rstrip("/"))[1]
     known = suffixes()
+    if to is not None:
+        written = FORMAT_TABLE[to].suffix
+        if suffix in known and suffix and suffix != written:
+            raise UsageError(
+                f"--to {to} writes {written or 'a folder'}, but DST={dst!r} is named "
+                f"{suffix} ({known[suffix]}); name DST to match, or drop --to"
+            )
+        return to
     if suffix and suffix in known:
         return known[suffix]
     if "" in known and (not suffix or os.path.isdir(dst) or dst.endswith("/")):

@@ -91,6 +91,23 @@ def test_usage_errors_exit_2(official_file, tmp_path, capsys):
     assert "SRC not found" in errors[1]
 
 
+@pytest.mark.parametrize(
+    "name, to, named",
+    [("e.npz", "keras", "npz"), ("e.keras", "npz", "keras"), ("e.keras", "hf", "keras")],
+)
+def test_to_that_contradicts_the_destination_suffix_exits_2(
+    official_file, tmp_path, capsys, name, to, named
+):
+    """It was a Keras traceback (.npz named, --to keras), or npz arrays written under a
+    .keras name that nothing loads (.keras named, --to npz)."""
+    path, _ = official_file
+    assert main(["convert", str(path), str(tmp_path / name), "--to", to]) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"--to {to} writes " in err and f"({named}); name DST to match" in err, err
+    assert not (tmp_path / name).exists()
+    assert convert.target_format(str(tmp_path / "e.v2"), to) == to  # an unknown suffix: --to
+
+
 def test_existing_destination_needs_overwrite(official_file, tmp_path):
     path, _ = official_file
     target = tmp_path / "t.keras"
