@@ -199,9 +199,17 @@ def _needs_model(args, target: str) -> bool:
 
 
 def _auto_kwargs(contents, args) -> dict:
-    """`keras_vit.ViT` arguments read from the file, with the command line's overrides."""
+    """`keras_vit.ViT` arguments with the command line's overrides: a run's `.npz` takes the
+    arguments its config.json records (as `evaluate` does: the file does not record e.g. a
+    hybrid's GroupNorm groups), any other file those read from its arrays."""
+    from keras_vit import model_source
     from keras_vit.checkpoints.from_checkpoint import architecture_kwargs
 
+    run_kwargs = None
+    if args.src.endswith(".npz"):
+        run_kwargs = model_source.kwargs_from_run_config(args.src)
+    if run_kwargs is not None:
+        return _with_flags(dict(run_kwargs), args)
     return _with_flags(architecture_kwargs(contents, image_size=args.image_size), args)
 
 

@@ -277,3 +277,21 @@ def test_destination_suffixes_come_from_the_table():
     assert convert.target_format("out/", None) == "hf"
     with pytest.raises(UsageError, match=r"\.npz = npz.*a folder = hf"):
         convert.target_format("out.bin", None)
+
+
+def test_a_runs_npz_converts_with_the_runs_architecture(tmp_path_factory, tmp_path):
+    """The default model is a hybrid with 8 GroupNorm groups, which a .npz does not record:
+    converting a run's best.npz read the builder's 32 and gave another model (a trained
+    run's 69% became 14%). Now the run's config.json gives the arguments, as in `evaluate`."""
+    from tests.helpers.cli_runs import pretrained_run
+
+    run_dir = pretrained_run(tmp_path_factory)
+    out = tmp_path / "from_run.keras"
+    assert main(["convert", str(run_dir / "best.npz"), str(out)]) == 0
+    converted = keras.models.load_model(out)
+    reference = keras.models.load_model(run_dir / "best.keras")
+    assert converted.get_layer("gn_root").groups == reference.get_layer("gn_root").groups == 8
+    images = np.random.default_rng(0).uniform(-1, 1, (4, *reference.input_shape[1:]))
+    expected = np.asarray(reference(images.astype("float32")))
+    assert np.abs(expected).max() > 0  # a trained head: the comparison bites
+    np.testing.assert_allclose(np.asarray(converted(images.astype("float32"))), expected, atol=1e-5)
