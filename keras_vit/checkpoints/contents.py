@@ -33,6 +33,9 @@ class CheckpointContents:
             row count fits both readings), so the reader records it.
         mlp_activation: the MLP's activation: "gelu" (its form as `gelu_approximate` says)
             or "quick_gelu" (x * sigmoid(1.702 x), OpenAI CLIP; timm `act_layer="quick_gelu"`).
+        resnet_groups: a hybrid model's GroupNorm groups (`model_contents`); None when read
+            from a file: no format but `.keras` records them, and a hybrid is built with the
+            release's 32 (the writers refuse other counts, `format_table.refusal`).
 
     LayerScale, register tokens, the distillation token and `norm_pre` are seen from the
     keys (`Transformer/encoderblock_{i}/LayerScale_1/scale`, `reg`, `dist`,
@@ -50,6 +53,7 @@ class CheckpointContents:
     layout_steps: list = dataclasses.field(default_factory=list)
     no_embed_class: bool = False
     mlp_activation: str = "gelu"
+    resnet_groups: int | None = None
 
     @property
     def numerics(self) -> dict:

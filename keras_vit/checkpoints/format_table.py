@@ -47,7 +47,13 @@ OPTIONS = {
     "no_embed_class": ("a position table without the class row (timm no_embed_class)",),
     "norm_pre": ("a LayerNorm before the blocks (timm norm_pre, CLIP towers)",),
     "mlp_activation": ("the MLP's activation: gelu or quick_gelu (OpenAI CLIP)",),
+    "resnet_groups": (
+        "a hybrid's GroupNorm groups (None for a ViT); a file records none, and is read "
+        "with the release's 32",
+    ),
 }
+# A file records no GroupNorm groups: its readers build a hybrid with the release's 32.
+RELEASE_GROUPS = {"resnet_groups": (None, 32)}
 # What a format that holds none of the ViT-family switches expresses of them.
 PLAIN_FAMILY = {
     "layer_scale": (False,),
@@ -237,6 +243,7 @@ FORMAT_TABLE: dict[str, CheckpointFormat] = {
                 "pre_logits": _EVERY_PRE_LOGITS,
                 "preprocessing": ("[-1,1]",),
                 **PLAIN_FAMILY,
+                **RELEASE_GROUPS,
             },
             reads={
                 "class token": "the `cls` key",
@@ -266,6 +273,7 @@ FORMAT_TABLE: dict[str, CheckpointFormat] = {
                 "hybrid": (False,),
                 "preprocessing": ("[-1,1]",),
                 **PLAIN_FAMILY,
+                **RELEASE_GROUPS,
             },
             reads={
                 "class token": "the `cls` key",
@@ -292,6 +300,7 @@ FORMAT_TABLE: dict[str, CheckpointFormat] = {
                 "hybrid": (False,),
                 "no_embed_class": (False,),
                 "norm_pre": (False,),
+                **RELEASE_GROUPS,
             },
             reads={
                 "class token": "always (ViTModel has one)",
@@ -328,6 +337,7 @@ FORMAT_TABLE: dict[str, CheckpointFormat] = {
                 "final_norm": _EVERY_NORM,
                 "pre_logits": _EVERY_PRE_LOGITS,
                 "distillation": (False, True),
+                **RELEASE_GROUPS,
             },
             excludes=(
                 (
@@ -439,7 +449,16 @@ def options_of(contents) -> dict:
         "no_embed_class": arch.no_embed_class,
         "norm_pre": arch.norm_pre,
         "mlp_activation": arch.mlp_activation,
+        "resnet_groups": _resnet_groups(contents, arch),
     }
+
+
+def _resnet_groups(contents, arch) -> int | None:
+    """A hybrid's GroupNorm groups: the model's (`model_contents`), else the release's 32
+    that every reader builds; None for a ViT."""
+    if arch.resnet_stages is None:
+        return None
+    return getattr(contents, "resnet_groups", None) or 32
 
 
 def _distillation(arch) -> bool | str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import keras
 
+from keras_vit import layer_names as names
 from keras_vit.checkpoints import limits
 from keras_vit.checkpoints.architecture import Architecture
 from keras_vit.checkpoints.contents import CheckpointContents
@@ -59,8 +60,15 @@ def model_contents(model) -> CheckpointContents:
         image_size=image_size if arch.resnet_stages is None else None,
         preprocessing=model_preprocessing(model),
         no_embed_class=arch.no_embed_class,
+        resnet_groups=_resnet_groups(model) if arch.resnet_stages is not None else None,
         **model_numerics(model),
     )
+
+
+def _resnet_groups(model) -> int:
+    """The GroupNorm groups of a hybrid's ResNet (its root norm's; the builder gives every
+    GroupNorm of the ResNet the same count)."""
+    return int(model.get_layer(names.ROOT_NORM).groups)
 
 
 def read_keras(path, options=None) -> CheckpointContents:

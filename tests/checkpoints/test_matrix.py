@@ -132,7 +132,36 @@ def test_options_of_a_model_are_what_it_was_built_with():
         "no_embed_class": False,
         "norm_pre": False,
         "mlp_activation": "gelu",
+        "resnet_groups": None,
     }
+
+
+@pytest.mark.parametrize("groups", [8, 32])
+def test_a_hybrids_groupnorm_groups_are_written_only_where_read_back(tmp_path, groups):
+    """No file format but .keras records a hybrid's GroupNorm groups, and its readers build
+    the release's 32: a model with 8 (the default `keras-vit train` model) was written and
+    read back as another model. Now the writers refuse it, naming the option; 32 round-trips."""
+    from keras_vit import training
+
+    model = training.TrainConfig(resnet_groups=groups).build(num_classes=5, channels=1)
+    model = randomise(model, seed=1)
+    contents = model_contents(model)
+    assert options_of(contents)["resnet_groups"] == groups
+    x = images_for(model)
+    expected = logits(model, x)
+    for kind, name in (("npz", "m.npz"), ("timm", "m.safetensors")):
+        path = tmp_path / name
+        if groups != 32:
+            with pytest.raises(CheckpointError, match=f"resnet_groups={groups} "):
+                write_checkpoint(contents, str(path), kind)
+            assert not path.exists()
+            continue
+        write_checkpoint(contents, str(path), kind)
+        back = keras_vit.from_checkpoint(str(path), image_size=model.input_shape[1:3])
+        np.testing.assert_allclose(logits(back, x), expected, atol=1e-5, rtol=0, err_msg=kind)
+    model.save(tmp_path / "m.keras")  # .keras holds any count
+    back = keras_vit.from_checkpoint(str(tmp_path / "m.keras"))
+    np.testing.assert_allclose(logits(back, x), expected, atol=1e-5, rtol=0)
 
 
 def test_every_row_of_the_table_reads_what_detection_names():

@@ -295,3 +295,7 @@ def test_a_runs_npz_converts_with_the_runs_architecture(tmp_path_factory, tmp_pa
     expected = np.asarray(reference(images.astype("float32")))
     assert np.abs(expected).max() > 0  # a trained head: the comparison bites
     np.testing.assert_allclose(np.asarray(converted(images.astype("float32"))), expected, atol=1e-5)
+    # ...and no file format but .keras holds its 8 groups: refused, naming the option
+    for name in ("to.npz", "to.safetensors"):
+        assert main(["convert", str(run_dir / "best.keras"), str(tmp_path / name)]) == 2
+        assert not (tmp_path / name).exists()
