@@ -125,12 +125,7 @@ class RunConfig:
                 version does not have, or holds a value the field refuses.
         """
         values = dict(_fields_of(cls, values, "run configuration"))
-        recipe = recipe_class(values.get("task", "train"))
-        recipe_values = _fields_of(recipe, values.get("recipe", {}), "recipe")
-        try:
-            values["recipe"] = recipe(**recipe_values)
-        except (TypeError, ValueError) as error:
-            raise ConfigError(f"Bad recipe: {error}") from None
+        values["recipe"] = recipe_from(values.get("task", "train"), values.get("recipe", {}))
         values.setdefault("select", "best")  # stored before the field existed: their rule
         return cls(**values)
 
@@ -149,6 +144,22 @@ def _fields_of(klass, values, what: str) -> dict:
 
 def recipe_class(task: str):
     return training.FinetuneConfig if task == "finetune" else training.TrainConfig
+
+
+def recipe_from(task: str, values: dict):
+    """The recipe of `task` (`TrainConfig` or `FinetuneConfig`) with the field `values`
+    (the CLI's flags, or a stored config.json's).
+
+    Raises:
+        ConfigError: `values` is no mapping, names a field the recipe lacks, or holds a
+            value the field refuses (the message names the field and the rule).
+    """
+    recipe = recipe_class(task)
+    values = _fields_of(recipe, values, "recipe")
+    try:
+        return recipe(**values)
+    except (TypeError, ValueError) as error:
+        raise ConfigError(f"Bad recipe: {error}") from None
 
 
 @dataclasses.dataclass
@@ -267,6 +278,33 @@ def plan_run(config: RunConfig, strategy) -> RunPlan:
     except ValueError as error:
         raise ConfigError(str(error)) from None
     train_split, test_split = resolve_splits(config, info)
+    num_train, num_validation = _split_sizes(config, info, train_split)
+    precision = choose_run_precision(config, model_kwargs, strategy, image_size)
+    return RunPlan(
+        config=config,
+        info=info,
+        image_size=image_size,
+        channels=channels,
+        global_batch_size=recipe.batch_size,
+        per_replica_batch_size=global_batch,
+        num_train_examples=num_train,
+        steps_per_epoch=recipe.steps_per_epoch(num_train),
+        epochs=recipe.num_epochs(num_train),
+        model_kwargs=model_kwargs,
+        source_model=source,
+        jit_compile=precision.jit_compile,
+        precision=precision,
+        train_split=train_split,
+        test_split=test_split,
+        num_validation_examples=num_validation,
+    )
+
+
+def _split_sizes(config: RunConfig, info, train_split: str) -> tuple[int, int | None]:
+    """(training images, validation images) of the run; ConfigError for an empty split or a
+    batch larger than the training set (an empty split trained 0 steps, or crashed after the
+    first epoch)."""
+    recipe = config.recipe
     count = _split_counter(config)
     num_train = None
     if "train" in info.num_examples:
@@ -290,25 +328,7 @@ def plan_run(config: RunConfig, strategy) -> RunPlan:
             "images; every epoch ends with a validation pass, so give a split with images "
             "(e.g. 'train[90%:]')."
         )
-    precision = choose_run_precision(config, model_kwargs, strategy, image_size)
-    return RunPlan(
-        config=config,
-        info=info,
-        image_size=image_size,
-        channels=channels,
-        global_batch_size=recipe.batch_size,
-        per_replica_batch_size=global_batch,
-        num_train_examples=num_train,
-        steps_per_epoch=recipe.steps_per_epoch(num_train),
-        epochs=recipe.num_epochs(num_train),
-        model_kwargs=model_kwargs,
-        source_model=source,
-        jit_compile=precision.jit_compile,
-        precision=precision,
-        train_split=train_split,
-        test_split=test_split,
-        num_validation_examples=num_validation,
-    )
+    return num_train, num_validation
 
 
 def resolve_splits(config: RunConfig, info) -> tuple[str, str | None]:

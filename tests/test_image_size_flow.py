@@ -43,8 +43,12 @@ def test_run_config_holds_the_checked_pair(value):
 
 @pytest.mark.parametrize("bad", [0, -1, (8,), (8, 8, 8), "32", 2.5, (8, 0)])
 def test_run_config_refuses_a_bad_size_at_once(bad):
+    """Refused where the recipe is made: a ValueError from the recipe itself, a ConfigError
+    (what the CLI reports in one line) from `recipe_from`, which the CLI and config.json use."""
+    with pytest.raises(ValueError, match="image_size"):
+        training.TrainConfig(image_size=bad)
     with pytest.raises(run_plan.ConfigError, match="image_size"):
-        run_plan.RunConfig(recipe=training.TrainConfig(image_size=bad))
+        run_plan.recipe_from("train", {"image_size": bad})
 
 
 def test_the_pair_reaches_patch_embed():

@@ -39,13 +39,13 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def build_config(args):
-    from keras_vit import runs, training
+    from keras_vit import run_plan, runs
 
     overrides = flags.recipe_overrides(args, RECIPE_FLAGS)
     with flags.usage_errors():
         return runs.RunConfig(
             task="finetune",
-            recipe=training.FinetuneConfig(**overrides),
+            recipe=run_plan.recipe_from("finetune", overrides),
             weights=args.weights,
             **flags.run_config_flags(args),
         )

@@ -74,7 +74,7 @@ def check_stem(args) -> None:
 
 def build_config(args):
     """The `RunConfig` of the flags; raises UsageError for bad combinations."""
-    from keras_vit import runs, training
+    from keras_vit import run_plan, runs
 
     check_stem(args)
     flags.image_size_of_name(args)  # "B/16-384": image size 384
@@ -82,7 +82,7 @@ def build_config(args):
     with flags.usage_errors():
         return runs.RunConfig(
             task="train",
-            recipe=training.TrainConfig(**overrides),
+            recipe=run_plan.recipe_from("train", overrides),
             model=args.model,
             patch_size=args.patch_size,
             **flags.run_config_flags(args),
