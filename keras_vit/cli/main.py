@@ -18,6 +18,7 @@ import logging
 import sys
 import warnings
 
+from keras_vit._version import __version__
 from keras_vit.cli import startup
 from keras_vit.cli.flags import HelpFormatter, UsageError, typed_flags
 
@@ -48,6 +49,9 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=HelpFormatter,
     )
     _add_verbose(parser, default=False)
+    parser.add_argument(
+        "--version", action="version", version=f"%(prog)s {__version__}", help="print the version"
+    )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     subparsers.required = True
     for module_name in SUBCOMMAND_MODULES:

@@ -95,3 +95,19 @@ def test_start_up_is_quiet_unless_verbose(tmp_path):
 )
 def test_verbose_before_or_after_the_subcommand(argv, verbose):
     assert build_parser().parse_args(argv).verbose is verbose
+
+
+def test_version_prints_the_package_version_without_tensorflow():
+    """`keras-vit --version`, as argparse's version action prints it; TensorFlow not loaded."""
+    probe = (
+        "import sys\nfrom keras_vit.cli.main import main\n"
+        "try:\n    main(['--version'])\nexcept SystemExit as exit:\n    assert exit.code == 0\n"
+        "assert 'tensorflow' not in sys.modules\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, env=_env(), timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    from keras_vit._version import __version__
+
+    assert done.stdout.strip() == f"keras-vit {__version__}"
