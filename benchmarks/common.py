@@ -66,6 +66,15 @@ def parse_setting(text):
     return policy, compiler == "xla"
 
 
+def parse_settings_argument(parser, text):
+    """`--settings` "float32,float32+xla" -> [("float32", False), ("float32", True)]; a
+    `parser.error` naming the flag for a bad point."""
+    try:
+        return [parse_setting(part) for part in text.split(",")]
+    except ValueError as error:
+        parser.error(f"--settings: {error}")
+
+
 def print_profile_tables(times, calls, steps, kind_of, top, *, item="operation", count="events"):
     """The two tables of a step profile (`profile_step.py`, `profile_timm_step.py`): per kind
     (`kind_of(name)`) and for the `top` names, ms per step, share of the summed time and

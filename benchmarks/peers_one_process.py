@@ -54,10 +54,7 @@ def parse_args(argv=None):
             f"--frameworks must include keras_vit and name only {list(common.FRAMEWORKS)}; "
             f"got {args.frameworks}"
         )
-    try:
-        args.setting_list = [common.parse_setting(part) for part in args.settings.split(",")]
-    except ValueError as error:
-        parser.error(f"--settings: {error}")
+    args.setting_list = common.parse_settings_argument(parser, args.settings)
     counts = {"--steps": args.steps, "--rounds": args.rounds, "--warmup": args.warmup}
     common.check_model_arguments(parser, args, counts)
     return args

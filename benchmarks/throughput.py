@@ -128,10 +128,7 @@ def parse_args(argv=None):
     if args.dtype_policy or args.no_xla:  # the old spelling: one setting
         print("--dtype-policy/--no-xla are deprecated; use --settings", file=sys.stderr)
         args.settings = (args.dtype_policy or "float32") + ("" if args.no_xla else "+xla")
-    try:
-        args.setting_list = [common.parse_setting(part) for part in args.settings.split(",")]
-    except ValueError as error:
-        parser.error(f"--settings: {error}")
+    args.setting_list = common.parse_settings_argument(parser, args.settings)
     counts = {"--steps": args.steps, "--repeats": args.repeats, "--warmup": args.warmup}
     common.check_model_arguments(parser, args, counts)
     args.sizes = () if args.gemm_sizes == "none" else tuple(map(int, args.gemm_sizes.split(",")))
