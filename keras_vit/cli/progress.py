@@ -106,12 +106,17 @@ def start_line(run_dir: str, record: dict, precision: str) -> str:
 
 def interrupt_guard():
     """A Keras callback that makes Ctrl-C stop training even when Python loses the first
-    `KeyboardInterrupt`: one raised while an object's `__del__` runs (TensorFlow's iterators
-    and resources delete themselves during training) is printed as "Exception ignored" and
-    dropped. The callback installs a SIGINT handler that records the interrupt before
-    raising, and raises again at the next batch end if training goes on; the previous
-    handler comes back at the end of training."""
+    `KeyboardInterrupt`: one raised while an object's `__del__` or a weakref callback runs
+    (TensorFlow's iterators and resources delete themselves during training) is handed to
+    `sys.unraisablehook`, which prints "Exception ignored ... Traceback" and drops it.
+
+    While training runs, the callback installs a SIGINT handler that records the interrupt
+    before raising, raises again at the next batch end if training goes on, and an
+    unraisable hook that stays silent about a `KeyboardInterrupt` it has recorded (any
+    other unraisable exception goes to the previous hook). Both come back at the end of
+    training."""
     import signal
+    import sys
 
     import keras
 
@@ -120,13 +125,21 @@ def interrupt_guard():
             super().__init__()
             self.interrupted = False
             self._previous = None
+            self._previous_unraisable = None
 
         def _handle(self, signum, frame):
             self.interrupted = True
             raise KeyboardInterrupt
 
+        def _unraisable(self, unraisable):
+            if self.interrupted and unraisable.exc_type is KeyboardInterrupt:
+                return  # recorded: raised again at the next batch end
+            (self._previous_unraisable or sys.__unraisablehook__)(unraisable)
+
         def on_train_begin(self, logs=None):
             self._previous = signal.signal(signal.SIGINT, self._handle)
+            self._previous_unraisable = sys.unraisablehook
+            sys.unraisablehook = self._unraisable
 
         def on_train_batch_end(self, batch, logs=None):
             if self.interrupted:
@@ -140,5 +153,7 @@ def interrupt_guard():
         def on_train_end(self, logs=None):
             if self._previous is not None:
                 signal.signal(signal.SIGINT, self._previous)
+            if self._previous_unraisable is not None:
+                sys.unraisablehook = self._previous_unraisable
 
     return InterruptGuard()

@@ -50,17 +50,20 @@ def run_training(config, args, task: str) -> int:
             if args.resume:
                 print(f"Resuming {run_dir} with its stored configuration.", flush=True)
 
+    guard = progress.interrupt_guard()
     with usage_errors():
-        result = runs.train(
-            config,
-            run_dir,
-            strategy=strategy,
-            resume=args.resume,
-            verbose=progress.keras_verbose(mode),
-            extra_callbacks=[progress.interrupt_guard()]
-            + ([progress.epoch_lines()] if mode == "epoch" else []),
-            on_start=announce,
-        )
+        try:
+            result = runs.train(
+                config,
+                run_dir,
+                strategy=strategy,
+                resume=args.resume,
+                verbose=progress.keras_verbose(mode),
+                extra_callbacks=[guard] + ([progress.epoch_lines()] if mode == "epoch" else []),
+                on_start=announce,
+            )
+        finally:
+            guard.on_train_end()  # Keras skips it when training stops on an exception
     print_summary(result)
     return 0
 

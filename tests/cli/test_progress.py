@@ -93,6 +93,45 @@ def test_interrupt_guard_raises_again_when_the_first_interrupt_was_lost():
     assert signal.getsignal(signal.SIGINT) == before
 
 
+def test_an_interrupt_lost_in_a_finaliser_prints_no_traceback(capfd):
+    """The case CI met: SIGINT arrives while a `__del__` runs, so Python hands the
+    KeyboardInterrupt to `sys.unraisablehook` ("Exception ignored ... Traceback" on
+    stderr). The guard records it silently, raises it at the next batch end, passes any
+    other unraisable exception on, and gives the hook back at the end of training."""
+    import gc
+    import signal
+    import sys
+
+    from keras_vit.cli import progress
+
+    class SignalsWhenDeleted:
+        def __del__(self):
+            signal.raise_signal(signal.SIGINT)  # the handler runs inside __del__
+
+    class FailsWhenDeleted:
+        def __del__(self):
+            raise ValueError("not an interrupt")
+
+    hook_before, seen = sys.unraisablehook, []
+    sys.unraisablehook = seen.append  # the hook in place when training starts
+    guard = progress.interrupt_guard()
+    guard.on_train_begin()
+    try:
+        SignalsWhenDeleted()  # deleted at once: the interrupt is lost in __del__
+        gc.collect()
+        assert guard.interrupted and seen == []
+        assert "Traceback" not in capfd.readouterr().err
+        with pytest.raises(KeyboardInterrupt):
+            guard.on_train_batch_end(0)
+        FailsWhenDeleted()
+        assert [item.exc_type for item in seen] == [ValueError]
+        guard.on_train_end()
+        assert sys.unraisablehook == seen.append
+    finally:
+        guard.on_train_end()
+        sys.unraisablehook = hook_before
+
+
 def test_a_named_hybrid_is_described_by_its_stages_not_a_missing_width():
     from keras_vit.cli.progress import describe_model
 
