@@ -165,11 +165,22 @@ def load(source):
 
 
 def load_keras(path, *, compile: bool = True):
-    """Loads a `.keras` file with `safe_mode=True` (keras_vit's layers are registered)."""
+    """Loads a `.keras` file with `safe_mode=True` (keras_vit's layers are registered).
+
+    Raises:
+        FileNotFoundError: no file at `path`.
+        CheckpointError (a ValueError): not a whole `.keras` zip archive (truncated or another
+            format, which Keras itself reports as "File not found";
+            `keras_vit.checkpoints.limits.check_keras_archive`).
+    """
     import keras
 
     from keras_vit import layers, visualize  # noqa: F401  (registers the custom layers)
+    from keras_vit.checkpoints.limits import check_keras_archive
 
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"No .keras file at {path!r}.")
+    check_keras_archive(path)
     return keras.saving.load_model(path, compile=compile, safe_mode=True)
 
 

@@ -6,13 +6,13 @@ float32 (docs/performance.md). So `keras_vit.precision.choose_precision` measure
 builds one encoder block of the model's own shape (pre-norm attention + MLP, paper eq. 2-3:
 its `hidden_dim` D, `mlp_dim`, `num_heads` and tokens per image, `model_shape` or
 `shape_from_kwargs`; a batch sized to ~10 GFLOP per step) from keras_vit's own
-`TransformerBlock`, and times its training step (forward, backward) in each setting of
-`CANDIDATES`, a unit of each in turn (one step, or back-to-back steps lasting `MIN_UNIT_S`),
-rotated, for about `BUDGET_S` seconds after warm-up
-(XLA compiles first); each setting's figure is its median call relative to the other
-settings of the same round (`paired_figures`). The figures are cached per (CPU model, core
-count, TensorFlow version, D, mlp_dim, num_heads, tokens) in one JSON file, so the probe
-runs once per host and model shape.
+`TransformerBlock`, and times its training step as a run takes it (Keras' `train_on_batch`:
+forward, backward and the run's AdamW update) in each setting of `CANDIDATES`, a unit of
+each in turn (one step, or back-to-back steps lasting `MIN_UNIT_S`), rotated, for about
+`BUDGET_S` seconds after warm-up (XLA compiles first); each setting's figure is its median
+call relative to the other settings of the same round (`paired_figures`). The figures are
+cached per (CPU model, core count, TensorFlow version, D, mlp_dim, num_heads, tokens) in one
+JSON file, so the probe runs once per host and model shape.
 
 Cache: `$KERAS_VIT_CACHE_DIR/precision_probe.json`, else
 `$XDG_CACHE_HOME/keras_vit/precision_probe.json`, else `~/.cache/keras_vit/...`. Delete the
@@ -42,14 +42,15 @@ bfloat16 units (measured slower than both float32 settings), so bfloat16 + XLA i
 PROBE_ENV = "KERAS_VIT_PRECISION_PROBE"
 CACHE_ENV = "KERAS_VIT_CACHE_DIR"
 CACHE_FILE = "precision_probe.json"
-CACHE_VERSION = 5
-"""5: steps shorter than `MIN_UNIT_S` are timed in units of several calls (4: one call
-each), and tied figures are measured again (`MAX_PASSES`). 4: a setting's figure is its
-median call relative to the other settings of each round (`paired_figures`; 3: its fastest
-call). 3: the block is keras_vit's own `TransformerBlock` in training (2: a plain-TensorFlow
-block, whose kernels the model does not all run). 2: the key holds the model's mlp_dim,
-num_heads and exact token count (1: D and a token power-of-two bucket, MLP 4D and heads D/64
-assumed)."""
+CACHE_VERSION = 6
+"""6: the block is stepped as a run steps its model: Keras' `train_on_batch` with the run's
+AdamW (5: a bare forward and backward in a `tf.function`). 5: steps shorter than
+`MIN_UNIT_S` are timed in units of several calls (4: one call each), and tied figures are
+measured again (`MAX_PASSES`). 4: a setting's figure is its median call relative to the
+other settings of each round (`paired_figures`; 3: its fastest call). 3: the block is
+keras_vit's own `TransformerBlock` in training (2: a plain-TensorFlow block, whose kernels
+the model does not all run). 2: the key holds the model's mlp_dim, num_heads and exact token
+count (1: D and a token power-of-two bucket, MLP 4D and heads D/64 assumed)."""
 DEFAULT_TOKENS = 197
 """Tokens per image when the caller does not say (224 / 16 = 14 x 14 patches and the class
 token)."""
@@ -269,30 +270,34 @@ def block_step(shape: dict, policy: str, xla: bool):
     blocking until done. Shapes as `probe_shape` gives them.
 
     The block is keras_vit's own `TransformerBlock` (pre-norm attention + MLP, paper eq. 2-3)
-    called with `training=True`, so the probe times the kernels the model trains with in each
-    setting (its attention form, its LayerNorm and GELU, `keras_vit._tf_kernels` in training):
-    a plain-TensorFlow block ranked float32 + XLA 1.16x ahead of float32 on an Ice Lake Xeon
-    where the Ti/16 model's float32 step was the faster one (docs/performance.md).
+    in a `keras.Model` on token input, compiled as a run compiles its model
+    (`keras_vit.training.ViTAdamW`, `jit_compile=xla`) and stepped with `train_on_batch`: the
+    probe times the kernels the model trains with (its attention form, its LayerNorm and
+    GELU, `keras_vit._tf_kernels` in training) and what each step costs around them in Keras
+    (the optimizer update, the loss, the step's own overhead).
+
+    Both were needed to rank like the model: a plain-TensorFlow block ranked float32 + XLA
+    1.16x ahead of float32 on an Ice Lake Xeon where the Ti/16 model's float32 step was the
+    faster one, and a bare forward/backward of the block (no optimizer, no Keras step) tied
+    the three settings within 5% on an AMD EPYC (Zen 3, AVX2) where the Ti/16 and S/16
+    models trained 1.2-1.4x faster with float32 + XLA (docs/performance.md).
     """
-    import tensorflow as tf
+    import keras
+    import numpy as np
 
     from keras_vit.layers import TransformerBlock
+    from keras_vit.training import ViTAdamW
 
     d, m, h, n, b = (shape[k] for k in ("hidden_dim", "mlp_dim", "heads", "tokens", "batch"))
+    tokens = keras.Input((n, d), name="tokens")
     block = TransformerBlock(num_heads=h, mlp_dim=m, dtype=policy, name="probe_block")
-    block.build((None, n, d))
-    weights = block.trainable_variables
-    x = tf.random.stateless_normal((b, n, d), seed=(0, 0))
-
-    @tf.function(jit_compile=bool(xla))
-    def step():
-        with tf.GradientTape() as tape:
-            out = tf.cast(block(x, training=True), tf.float32)
-            loss = tf.reduce_mean(tf.square(out))
-        grads = tape.gradient(loss, weights)
-        return tf.add_n([tf.reduce_sum(tf.cast(g, tf.float32)) for g in grads])
-
-    return lambda: step().numpy()
+    out = keras.layers.Activation("linear", dtype="float32", name="probe_out")(block(tokens))
+    model = keras.Model(tokens, out, name="precision_probe")
+    model.compile(optimizer=ViTAdamW(learning_rate=1e-4), loss="mse", jit_compile=bool(xla))
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((b, n, d)).astype("float32")
+    target = rng.standard_normal((b, n, d)).astype("float32")
+    return lambda: float(model.train_on_batch(x, target))
 
 
 def measure(steps: dict, *, timer=None, budget_s: float = BUDGET_S) -> dict:

@@ -75,8 +75,9 @@ class RunConfig:
             from `validation_split`, as the VTAB-1k split "train[:800]" / "train[800:1000]").
         bad_images: folder datasets: "skip" (default) or "fail" on image files that cannot be
             decoded (`keras_vit.data.image_check`).
-        shots_per_class: embedded datasets only: train on N images per class, hold out the
-            rest (see `keras_vit.data.load`).
+        shots_per_class: embedded datasets only: N images per class form the "train" split
+            and the rest "test" (see `keras_vit.data.load`); `validation_split` is carved
+            from the N like from any train split.
         allow_test_selection: False (default) refuses a validation or training split that
             shares images with `test_split` (`keras_vit.test_selection`); True allows it.
     """
@@ -277,6 +278,7 @@ def plan_run(config: RunConfig, strategy) -> RunPlan:
         )
     except ValueError as error:
         raise ConfigError(str(error)) from None
+    check_fits_in_memory(model_kwargs, image_size, channels, global_batch)
     train_split, test_split = resolve_splits(config, info)
     num_train, num_validation = _split_sizes(config, info, train_split)
     precision = choose_run_precision(config, model_kwargs, strategy, image_size)
@@ -298,6 +300,38 @@ def plan_run(config: RunConfig, strategy) -> RunPlan:
         test_split=test_split,
         num_validation_examples=num_validation,
     )
+
+
+def physical_memory_bytes() -> int | None:
+    """The machine's physical memory in bytes (None where the OS does not say)."""
+    import os
+
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def check_fits_in_memory(model_kwargs: dict, image_size, channels: int, batch: int) -> None:
+    """ConfigError when one replica's batch of `image_size` images (1 byte a pixel value, as
+    decoded) and the model's position table (float32, tokens x hidden_dim) alone exceed the
+    machine's physical memory: a lower bound of what a step needs, so the run could only end
+    in an out-of-memory crash (`--image-size 100000` did, after writing its run directory)."""
+    from keras_vit.precision_probe import shape_from_kwargs
+
+    memory = physical_memory_bytes()
+    shape = shape_from_kwargs(model_kwargs, image_size)
+    height, width = image_size
+    images = batch * height * width * channels
+    table = (shape["tokens"] or 0) * shape["hidden_dim"] * 4
+    if memory and images + table > memory:
+        need, have = (images + table) / 2**30, memory / 2**30
+        raise ConfigError(
+            f"image_size {height}x{width} cannot fit: a batch of {batch} images and the "
+            f"position table of {shape['tokens']:,} tokens alone need {need:,.1f} GiB, more "
+            f"than this machine's {have:.1f} GiB of memory; use a smaller image size or "
+            "batch size."
+        )
 
 
 def _split_sizes(config: RunConfig, info, train_split: str) -> tuple[int, int | None]:

@@ -340,7 +340,7 @@ def test_cli_recipe_trains_under_two_workers_on_cpu(cli_recipe_runs):
         is True
     )
     for _, out, _ in results:  # 5 shots x 10 classes, a tenth carved for validation: 40 / 10
-        assert "Trained 1 epochs, 4 steps on 2 replica(s)" in out
+        assert "Trained 1 epoch, 4 steps on 2 replica(s)" in out
 
 
 ONE_DEVICE_RTOL = 1e-3

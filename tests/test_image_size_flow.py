@@ -62,3 +62,38 @@ def test_the_pair_reaches_patch_embed():
     model = training.build_model(plan.model_kwargs)
     assert tuple(model.get_layer("embedding").image_size) == (16, 24)
     assert tuple(model.input.shape[1:3]) == (16, 24)
+
+
+@given(
+    side=st.integers(8, 200_000),
+    batch=st.integers(1, 512),
+    memory_gib=st.integers(1, 1024),
+)
+def test_a_size_that_cannot_fit_is_refused_before_work(side, batch, memory_gib):
+    """Refused exactly when one batch of decoded images (1 byte a value) plus the float32
+    position table exceed physical memory: both certainly sit in memory during a step."""
+    side -= side % 8
+    memory = memory_gib * 2**30
+    kwargs = {"hidden_dim": 64, "patch_size": 8, "pooling": "token"}
+    tokens = (side // 8) ** 2 + 1
+    need = batch * side * side * 3 + tokens * 64 * 4
+    original = run_plan.physical_memory_bytes
+    run_plan.physical_memory_bytes = lambda: memory
+    try:
+        if need > memory:
+            with pytest.raises(run_plan.ConfigError, match=f"image_size {side}x{side} cannot"):
+                run_plan.check_fits_in_memory(kwargs, (side, side), 3, batch)
+        else:
+            run_plan.check_fits_in_memory(kwargs, (side, side), 3, batch)
+    finally:
+        run_plan.physical_memory_bytes = original
+
+
+def test_train_at_a_size_that_cannot_fit_exits_2_and_writes_nothing(tmp_path, capsys):
+    """`--image-size 100000` was an out-of-memory crash that left a run directory."""
+    run_dir = tmp_path / "run"
+    code = main(["train", "--image-size", "100000", "--run-dir", str(run_dir), "--quiet"])
+    assert code == 2
+    err = capsys.readouterr().err.strip()
+    assert "image_size 100000x100000 cannot fit" in err and len(err.splitlines()) == 1, err
+    assert not run_dir.exists()

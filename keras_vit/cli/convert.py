@@ -260,6 +260,10 @@ def run(args) -> int:
         raise UsageError(f"SRC not found: {args.src!r}")
     if os.path.exists(args.dst) and not args.overwrite:
         raise UsageError(f"DST exists: {args.dst!r} (pass --overwrite to replace it)")
+    if os.path.exists(args.dst) and not (os.path.isfile(args.dst) or os.path.isdir(args.dst)):
+        raise UsageError(  # /dev/null, a pipe, a socket: --overwrite replaces files only
+            f"DST {args.dst!r} is neither a file nor a folder; --overwrite replaces only those"
+        )
     if args.model not in (None, "auto"):
         builder_for(args.model)  # an unknown name fails here, before the file is read
     contents = _read(args)

@@ -21,6 +21,7 @@ from keras_vit.cli import flags, progress
 from keras_vit.cli.flags import UsageError
 from keras_vit.cli.model_files import (
     class_names_from_run,
+    load_keras_file,
     model_image_shape,
     model_with_precision,
     resolve_model_path,
@@ -91,6 +92,8 @@ def model_and_image(args) -> None:
 def check_arguments(args) -> None:
     """Raises UsageError for bad arguments, before anything is loaded."""
     model_and_image(args)
+    if os.path.isdir(args.image):
+        raise UsageError(f"IMAGE is a folder, not an image file: {args.image!r}")
     if not os.path.isfile(args.image):
         raise UsageError(f"image file not found: {args.image!r}")
     if args.top_k <= 0:
@@ -174,7 +177,7 @@ def run(args) -> int:
         save_png,
     )
 
-    model = keras.saving.load_model(model_path, compile=False)
+    model = load_keras_file(model_path)
     model, _ = model_with_precision(args, model)  # --mixed-precision / --jit-compile
     batch = prepare(image, model_image_shape(model))
     outputs = model(batch, training=False)

@@ -82,11 +82,9 @@ def run(args) -> int:
                 "pass --overwrite to replace it"
             )
 
-    import keras
-
     import keras_vit
 
-    model = keras.saving.load_model(model_path, compile=False)
+    model = model_files.load_keras_file(model_path)
     model, precision = model_files.model_with_precision(args, model)
     try:
         target = keras_vit.export_saved_model(

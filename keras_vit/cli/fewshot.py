@@ -160,8 +160,9 @@ def run(args) -> int:
     print(
         f"Few-shot linear evaluation of {args.model} on {info.name} at {size}: '{layer}' "
         f"features ({width}-d), ridge regression to {{-1, 1}}^{info.num_classes} with a bias "
-        f"column; l2 chosen per draw on {args.holdout_per_class} other '{args.train_split}' "
-        f"images per class; {args.seeds} seed(s); {first.num_test} '{args.test_split}' images; "
+        f"column; l2 chosen per draw on up to {args.holdout_per_class} other "
+        f"'{args.train_split}' images per class (what the shots leave); {args.seeds} "
+        f"seed(s); {first.num_test} '{args.test_split}' images; "
         f"precision {precision.policy}, XLA {'on' if precision.jit_compile else 'off'}."
     )
     print(f"{'shots':>5}  {'accuracy':>8}  {'± std':>6}  l2 chosen per seed")

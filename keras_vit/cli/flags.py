@@ -55,6 +55,14 @@ def seed(text: str) -> int:
     return value
 
 
+def run_dir_path(text: str) -> str:
+    """argparse type of --run-dir: a non-empty path (an empty one would silently become the
+    default runs/<task>-<date>-<time>)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"expected a folder path, got {text!r}")
+    return text
+
+
 IMAGE_SIZE_HELP = (
     "input size in pixels: one side (square) or height and width (224, '224 160' or 224,160)"
 )
@@ -159,7 +167,8 @@ def add_run_arguments(parser, *, task: str) -> None:
     parser.add_argument(
         "--shots-per-class",
         type=positive_int,
-        help="embedded datasets: train on N images per class, evaluate on all the others",
+        help="embedded datasets: N images per class form the train split and all the "
+        "others the test split (the default --validation-split is then a tenth of the N)",
     )
     parser.add_argument(
         "--validation-split",
@@ -183,6 +192,7 @@ def add_run_arguments(parser, *, task: str) -> None:
     add_precision_arguments(parser)
     parser.add_argument(
         "--run-dir",
+        type=run_dir_path,
         help=f"run directory (default: runs/{task}-<date>-<time>); must be new unless --resume",
     )
     parser.add_argument(
@@ -270,10 +280,12 @@ def add_precision_arguments(parser) -> None:
         choices=PRECISION_CHOICES,
         default="auto",
         help="dtype policy (a value is always needed, unlike --jit-compile); auto (default) "
-        "picks the fastest for this device and model width (mixed_bfloat16 on CPUs with "
-        "bfloat16 units for wide models, else float32; mixed precision on GPUs/TPUs)",
+        "picks the fastest for this device and model: on CPUs by timing one encoder block "
+        "of the model's shape in each setting (cached per host; the run's first line gives "
+        "the figures), mixed precision on GPUs/TPUs",
     )
-    parser.add_argument(
+    jit = parser.add_mutually_exclusive_group()  # --jit-compile X --no-jit-compile: refused
+    jit.add_argument(
         "--jit-compile",
         nargs="?",
         const=True,
@@ -283,7 +295,7 @@ def add_precision_arguments(parser) -> None:
         help="compile with XLA; auto (default) picks with the precision (XLA off for "
         "bfloat16 on CPU and for several CPU replicas); the bare flag means true",
     )
-    parser.add_argument(
+    jit.add_argument(
         "--no-jit-compile",
         dest="jit_compile",
         action="store_const",

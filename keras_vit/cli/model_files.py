@@ -7,7 +7,7 @@ import json
 import logging
 import os
 
-from keras_vit.cli.flags import UsageError, usage_errors
+from keras_vit.cli.flags import UsageError, cli_message, usage_errors
 
 RUN_MODEL_FILE = "best.keras"
 RUN_CONFIG_FILE = "config.json"
@@ -125,6 +125,17 @@ def model_image_shape(model) -> tuple[int, int, int]:
         return image_shape_of(model)
     except ValueError as error:
         raise UsageError(str(error)) from None
+
+
+def load_keras_file(model_file: str):
+    """A `.keras` file loaded uncompiled in safe mode (`keras_vit.model_source.load_keras`);
+    UsageError naming a missing, truncated or unreadable file."""
+    from keras_vit import model_source
+
+    try:
+        return model_source.load_keras(model_file, compile=False)
+    except (ValueError, OSError) as error:
+        raise UsageError(cli_message(error)) from None
 
 
 def load_model(path: str):

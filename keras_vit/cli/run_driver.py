@@ -103,11 +103,17 @@ def print_summary(result) -> None:
         )
     if best:
         print(kept_epoch_line(best, metrics["epochs"], resolved))
+    epochs, steps = metrics["epochs"], metrics["steps"]
     print(
-        f"Trained {metrics['epochs']} epochs, {metrics['steps']} steps on "
+        f"Trained {counted(epochs, 'epoch')}, {counted(steps, 'step')} on "
         f"{metrics['num_replicas']} replica(s); run directory: {run_dir}"
     )
     print(f"Models: {os.path.join(run_dir, 'best.keras')} (kept), last.keras, best.npz")
+
+
+def counted(number: int, noun: str) -> str:
+    """'1 epoch', '3 epochs'."""
+    return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
 
 
 def kept_epoch_line(best: dict, epochs: int, resolved: dict) -> str:

@@ -54,6 +54,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     flags.add_precision_arguments(parser)
     parser.add_argument(
         "--run-dir",
+        type=flags.run_dir_path,
         help="parent of the tasks' run directories (default: runs/transfer-suite-<date>-<time>);"
         " a task already run there is reused or resumed",
     )

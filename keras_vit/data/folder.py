@@ -11,6 +11,7 @@ their indices.
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
@@ -21,6 +22,8 @@ from keras_vit.data import image_check
 from keras_vit.data.decode import IMAGE_EXTENSIONS, decode_file, decode_pixels
 from keras_vit.data.info import DatasetInfo
 from keras_vit.data.splits import SplitSpec, slice_indices
+
+logger = logging.getLogger(__name__)
 
 
 def _subdirs(path: Path) -> list[Path]:
@@ -67,12 +70,25 @@ def class_counts(root, split_name: str) -> dict[str, int]:
     return {d.name: len(_images(d)) for d in _subdirs(class_root(root, split_name))}
 
 
-def _channels_of(paths) -> int:
-    """1 or 3: the channels of the first image that decodes (3 if none does)."""
-    for path in paths:
+CHANNEL_SAMPLE = 16  # images decoded to choose a folder's channels
+
+
+def _channels_of(paths, folder) -> int:
+    """1 or 3: the channels of a folder's images, from up to `CHANNEL_SAMPLE` decodable ones
+    spread evenly over `paths` (3 if none decodes). Colour wins: a folder that mixes gray
+    and colour images is read in colour (the gray ones repeated to 3 channels), with a
+    warning, rather than losing the colour of the later ones."""
+    step = max(1, len(paths) // CHANNEL_SAMPLE)
+    found = set()
+    for path in paths[::step][:CHANNEL_SAMPLE]:
         if image_check.image_problem(path) is None:
-            return 1 if decode_file(path).shape[-1] in (1, 2) else 3
-    return 3
+            found.add(1 if decode_file(path).shape[-1] in (1, 2) else 3)
+    if found == {1, 3}:
+        logger.warning(
+            "The images under %s mix gray and colour; reading all of them in colour (3 channels).",
+            folder,
+        )
+    return 1 if found == {1} else 3
 
 
 def describe_folder(root) -> DatasetInfo:
@@ -91,7 +107,7 @@ def describe_folder(root) -> DatasetInfo:
         name=str(root),
         num_classes=len(class_names),
         class_names=class_names,
-        channels=_channels_of(images),
+        channels=_channels_of(images, str(first)),
         num_examples={name: len(_images(path)) for name, path in roots.items()},
         image_size=None,
     )

@@ -73,5 +73,31 @@ def test_help_shows_which_value_is_optional(command, capsys):
         build_parser().parse_args([command, "--help"])
     text = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
     assert "[--mixed-precision {auto,float32,mixed_float16,mixed_bfloat16}]" in text
-    assert "[--jit-compile [{auto,true,false}]]" in text
+    assert "[--jit-compile [{auto,true,false}] | --no-jit-compile]" in text  # one of the two
     assert "dtype policy (a value is always needed, unlike" in text
+
+
+@pytest.mark.parametrize("command", sorted(SUBCOMMANDS))
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ["--jit-compile", "true", "--no-jit-compile"],
+        ["--no-jit-compile", "--jit-compile"],
+        ["--jit-compile", "false", "--no-jit-compile"],  # agreeing, but two spellings
+    ],
+)
+def test_jit_compile_and_no_jit_compile_together_are_refused(command, flags, capsys):
+    """Which one would win was the order on the line: refused instead of guessed."""
+    with pytest.raises(SystemExit) as raised:
+        build_parser().parse_args([command, *SUBCOMMANDS[command], *flags])
+    assert raised.value.code == 2
+    assert "not allowed with argument" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["train", "finetune", "transfer-suite"])
+@pytest.mark.parametrize("run_dir", ["", "  "])
+def test_an_empty_run_dir_is_refused_not_replaced_by_the_default(command, run_dir, capsys):
+    with pytest.raises(SystemExit) as raised:
+        build_parser().parse_args([command, *SUBCOMMANDS[command], "--run-dir", run_dir])
+    assert raised.value.code == 2
+    assert f"argument --run-dir: expected a folder path, got {run_dir!r}" in capsys.readouterr().err

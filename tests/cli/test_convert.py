@@ -4,6 +4,7 @@ run in-process through the CLI's main()."""
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import keras
 import numpy as np
@@ -299,3 +300,16 @@ def test_a_runs_npz_converts_with_the_runs_architecture(tmp_path_factory, tmp_pa
     for name in ("to.npz", "to.safetensors"):
         assert main(["convert", str(run_dir / "best.keras"), str(tmp_path / name)]) == 2
         assert not (tmp_path / name).exists()
+
+
+def test_overwrite_refuses_a_destination_that_is_no_file_or_folder(official_file, tmp_path, capsys):
+    """`--overwrite` onto /dev/full replaced the device with a file: a pipe stands in for
+    it here (no root needed); it is refused and left as it was."""
+    import stat
+
+    path, _ = official_file
+    pipe = tmp_path / "pipe.npz"
+    os.mkfifo(pipe)
+    assert main(["convert", str(path), str(pipe), "--overwrite"]) == 2
+    assert "is neither a file nor a folder" in capsys.readouterr().err
+    assert stat.S_ISFIFO(os.stat(pipe).st_mode)

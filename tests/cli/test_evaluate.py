@@ -78,3 +78,34 @@ def test_a_damaged_config_json_exits_2_naming_it(trained, tmp_path, capsys, comm
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1, err
     assert f"'{run_dir / 'config.json'}' is not valid JSON" in err, err
+
+
+@pytest.mark.parametrize("command", ["evaluate", "predict", "export", "explain"])
+@pytest.mark.parametrize("damage", ["truncated", "not a zip"])
+def test_a_damaged_best_keras_exits_2_naming_it_not_as_missing(
+    trained, tmp_path, capsys, command, damage
+):
+    """Keras reports any file that is not a zip as "File not found": the file exists, so
+    the message says what is wrong with it instead."""
+    import shutil
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(trained, run_dir)
+    model = run_dir / "best.keras"
+    whole = model.read_bytes()
+    model.write_bytes(whole[: len(whole) // 2] if damage == "truncated" else b"hello")
+    import numpy as np
+    import tensorflow as tf
+
+    image = tmp_path / "x.png"
+    image.write_bytes(tf.io.encode_png(np.zeros((28, 28, 1), np.uint8)).numpy())
+    extra = {
+        "predict": [str(image)],
+        "export": [str(tmp_path / "serving")],
+        "explain": [str(image), "--out", str(tmp_path / "map.png")],
+    }.get(command, [])
+    assert main([command, str(run_dir), *extra]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert "not a readable .keras archive; it may be truncated or corrupt" in err, err
+    assert "File not found" not in err and str(model) in err

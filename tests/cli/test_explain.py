@@ -246,3 +246,12 @@ def test_explain_a_distilled_model_with_registers(
     assert heatmap.shape == (4, 6)
     rollout = keras_vit.attention_rollout(maps, loaded)[0]
     assert_outputs_close(heatmap, rollout, atol=1e-4, what="explain heat map")
+
+
+def test_a_folder_given_as_the_image_is_named_as_a_folder(model_file, tmp_path, capsys):
+    """It said "image file not found" of a folder that exists."""
+    out = tmp_path / "m.png"
+    assert main(["explain", str(model_file), str(tmp_path), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"IMAGE is a folder, not an image file: {str(tmp_path)!r}" in err, err
+    assert not out.exists()

@@ -28,7 +28,7 @@ def test_train_writes_a_run_and_prints_test_accuracy(trained):
     assert "on 'train[90%:]' (10 images, not trained on)" in out
     assert "Kept model: the last epoch, 1 of 1 (--select last); val_accuracy " in out
     # 50 images: 1 per class is carved for validation, 40 train = 1 step of 25
-    assert "Trained 1 epochs, 1 steps on 1 replica(s)" in out
+    assert "Trained 1 epoch, 1 step on 1 replica(s)" in out
     config = json.loads((run_dir / "config.json").read_text())
     recipe = training.TrainConfig()
     assert config["run"]["recipe"]["seed"] == 3

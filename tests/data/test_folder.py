@@ -134,3 +134,31 @@ def test_folder_images_keep_their_size_until_the_pipeline_resizes(tmp_path):
         iter(data.load(str(tmp_path), "train", image_size=4, batch_size=2, training=False))
     )
     assert batch.shape == (2, 4, 4, 3)
+
+
+@pytest.mark.parametrize("colour_at", [0, 5, 11])
+def test_a_folder_mixing_gray_and_colour_is_read_in_colour_with_a_warning(
+    tmp_path, caplog, colour_at
+):
+    """The channels came from the first image alone: a gray first image made every later
+    colour image gray, silently. Now colour wins wherever it is among the sampled images."""
+    rng = np.random.default_rng(0)
+    gray = rng.integers(0, 256, (12, 10, 10, 1), dtype=np.uint8)
+    labels = np.repeat([0, 1], 6)
+    _write_pngs(tmp_path, gray, labels)
+    colour = rng.integers(0, 256, (10, 10, 3), dtype=np.uint8)
+    paths = sorted(tmp_path.rglob("*.png"))
+    paths[colour_at].write_bytes(tf.io.encode_png(colour).numpy())
+    with caplog.at_level("WARNING"):
+        assert data.describe(tmp_path).channels == 3
+    assert "mix gray and colour; reading all of them in colour" in caplog.text
+    images = [x for x, _ in data.load(tmp_path, image_size=10, batch_size=None, training=False)]
+    assert {tuple(image.shape) for image in images} == {(10, 10, 3)}
+
+
+def test_an_all_gray_folder_stays_gray_without_a_warning(tmp_path, caplog):
+    gray = np.random.default_rng(1).integers(0, 256, (40, 6, 6, 1), dtype=np.uint8)
+    _write_pngs(tmp_path, gray, np.repeat([0, 1], 20))
+    with caplog.at_level("WARNING"):
+        assert data.describe(tmp_path).channels == 1
+    assert "colour" not in caplog.text
