@@ -6,10 +6,16 @@ many rounds. Here every Keras model lives in one process (one TensorFlow runtime
 thread pools) and each round times every point once, starting at a different point each
 round, so a drift of the host's speed reaches all points of a round alike; the ratio of two
 frameworks is the median over rounds of their per-round ratio, each framework at its
-fastest setting of the run (by median). timm (PyTorch) is not in the process: its thread
-pool and TensorFlow's would compete; compare it with `throughput.py`.
+fastest setting of the run (by median).
+
+timm (PyTorch, optional: `--frameworks keras_vit,timm` where torch and timm import) joins
+the same rotation: a setting POLICY is timm eager in that precision (float32, or bfloat16
+autocast for mixed_bfloat16), POLICY+xla is `torch.compile` of it (`torch_peer.py`). The
+two runtimes' thread pools take turns, as the points do; on a 2-core AMD EPYC timm's float32
+step took the same time here as in a process of its own (955 against 928-1010 ms).
 
     python benchmarks/peers_one_process.py --variant Ti/16 --mode train --rounds 12
+    python benchmarks/peers_one_process.py --frameworks keras_vit,timm --settings float32+xla
     python benchmarks/peers_one_process.py --variant B/16 --mode infer --settings float32+xla
 """
 
@@ -23,8 +29,10 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import common  # noqa: E402
+import torch_peer  # noqa: E402
 
 DEFAULT_SETTINGS = "float32,float32+xla"
+FRAMEWORKS = (*common.FRAMEWORKS, "timm")
 
 
 def parse_args(argv=None):
@@ -33,8 +41,8 @@ def parse_args(argv=None):
     parser.add_argument(
         "--frameworks",
         default=",".join(common.FRAMEWORKS),
-        help=f"comma-separated subset of {','.join(common.FRAMEWORKS)} (all; a peer that "
-        "does not import is skipped, with a note)",
+        help=f"comma-separated subset of {','.join(FRAMEWORKS)} (default: the Keras ones; a "
+        "peer that does not import is skipped, with a note)",
     )
     parser.add_argument(
         "--settings",
@@ -48,11 +56,16 @@ def parse_args(argv=None):
     parser.add_argument("--json", dest="json_path", help="write the results here")
     args = parser.parse_args(argv)
     args.frameworks = [f.strip() for f in args.frameworks.split(",") if f.strip()]
-    unknown = set(args.frameworks) - set(common.FRAMEWORKS)
+    unknown = set(args.frameworks) - set(FRAMEWORKS)
     if unknown or "keras_vit" not in args.frameworks:
         parser.error(
-            f"--frameworks must include keras_vit and name only {list(common.FRAMEWORKS)}; "
+            f"--frameworks must include keras_vit and name only {list(FRAMEWORKS)}; "
             f"got {args.frameworks}"
+        )
+    if {"timm", "keras_hub"} <= set(args.frameworks):
+        parser.error(
+            "--frameworks: timm and keras_hub cannot share a process (torch's import of "
+            "triton crashed after keras-hub's); time them in separate runs"
         )
     args.setting_list = common.parse_settings_argument(parser, args.settings)
     counts = {"--steps": args.steps, "--rounds": args.rounds, "--warmup": args.warmup}
@@ -73,15 +86,31 @@ def build_points(args, frameworks):
         for policy, xla in args.setting_list:
             keras.mixed_precision.set_global_policy(policy)
             keras.utils.set_random_seed(0)
-            model = common.build_model(framework, args.variant, args.image_size)
-            step = common.make_step(
-                model, args.mode, args.batch_size, args.image_size, xla=xla, framework=framework
-            )
+            if framework == "timm":
+                step = timm_step(args, policy, xla)
+            else:
+                model = common.build_model(framework, args.variant, args.image_size)
+                step = common.make_step(
+                    model, args.mode, args.batch_size, args.image_size, xla=xla, framework=framework
+                )
             for _ in range(args.warmup):
                 step()
             steps[(framework, setting_name(policy, xla))] = step
     keras.mixed_precision.set_global_policy("float32")
     return steps
+
+
+def timm_step(args, policy: str, compiled: bool):
+    """timm's step for a Keras setting: the policy's precision, `torch.compile` for +xla."""
+    torch_peer.set_threads(os.cpu_count() or 0)
+    model = torch_peer.build_model(common.variant_arch(args.variant), args.image_size)
+    compiler = "compile" if compiled else "eager"
+    size, batch = args.image_size, args.batch_size
+    return torch_peer.make_step(model, args.mode, batch, size, policy, compiler)
+
+
+def peer_available(framework: str) -> bool:
+    return torch_peer.available() if framework == "timm" else common.peer_available(framework)
 
 
 def time_rounds(steps, rounds, steps_per_point):
@@ -122,7 +151,7 @@ def ours_over_peers(times, best):
 
 def main(argv=None):
     args = parse_args(argv)
-    frameworks = [f for f in args.frameworks if common.peer_available(f)]
+    frameworks = [f for f in args.frameworks if peer_available(f)]
     for missing in sorted(set(args.frameworks) - set(frameworks)):
         print(f"{missing} does not import here: skipped", flush=True)
     started = time.strftime("%Y-%m-%d %H:%M:%S %Z")

@@ -21,9 +21,9 @@ import importlib.abc
 import importlib.util
 import sys
 
-REGISTERING_MODULES = ("keras_vit.layers", "keras_vit.training")
+REGISTERING_MODULES = ("keras_vit.layers", "keras_vit.optimizers", "keras_vit.training")
 """The modules whose import registers keras_vit's serializable classes: the layers, and
-the learning-rate schedule that a `.keras` file of a training run holds in its optimizer."""
+the optimizer and learning-rate schedule that a `.keras` file of a training run holds."""
 
 
 def _import_layers() -> None:

@@ -271,7 +271,7 @@ def block_step(shape: dict, policy: str, xla: bool):
 
     The block is keras_vit's own `TransformerBlock` (pre-norm attention + MLP, paper eq. 2-3)
     in a `keras.Model` on token input, compiled as a run compiles its model
-    (`keras_vit.training.ViTAdamW`, `jit_compile=xla`) and stepped with `train_on_batch`: the
+    (`keras_vit.optimizers.ViTAdamW`, `jit_compile=xla`) and stepped with `train_on_batch`: the
     probe times the kernels the model trains with (its attention form, its LayerNorm and
     GELU, `keras_vit._tf_kernels` in training) and what each step costs around them in Keras
     (the optimizer update, the loss, the step's own overhead).
@@ -286,7 +286,7 @@ def block_step(shape: dict, policy: str, xla: bool):
     import numpy as np
 
     from keras_vit.layers import TransformerBlock
-    from keras_vit.training import ViTAdamW
+    from keras_vit.optimizers import ViTAdamW
 
     d, m, h, n, b = (shape[k] for k in ("hidden_dim", "mlp_dim", "heads", "tokens", "batch"))
     tokens = keras.Input((n, d), name="tokens")

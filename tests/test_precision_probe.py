@@ -17,7 +17,7 @@ import tensorflow as tf
 from hypothesis import given
 from hypothesis import strategies as st
 
-from keras_vit import precision, precision_probe, run_plan, training
+from keras_vit import optimizers, precision, precision_probe, run_plan, training
 from keras_vit.cli import progress
 
 AVX512_BF16 = frozenset({"fpu", "avx512f", "avx512_bf16"})
@@ -436,12 +436,12 @@ def test_the_probe_steps_the_block_as_a_run_steps_its_model(xla, monkeypatch):
     the optimizer's update runs, over every weight of the block, and changes them."""
     applied = []
 
-    class CountingAdamW(training.ViTAdamW):
+    class CountingAdamW(optimizers.ViTAdamW):
         def apply(self, grads, trainable_variables=None):
             applied.append(len(grads))
             return super().apply(grads, trainable_variables)
 
-    monkeypatch.setattr(training, "ViTAdamW", CountingAdamW)
+    monkeypatch.setattr(optimizers, "ViTAdamW", CountingAdamW)
     shape = {"hidden_dim": 32, "mlp_dim": 64, "heads": 2, "tokens": 5, "batch": 2}
     step = precision_probe.block_step(shape, "float32", xla)
     first = step()

@@ -75,20 +75,33 @@ CHANNEL_SAMPLE = 16  # images decoded to choose a folder's channels
 
 def _channels_of(paths, folder) -> int:
     """1 or 3: the channels of a folder's images, from up to `CHANNEL_SAMPLE` decodable ones
-    spread evenly over `paths` (3 if none decodes). Colour wins: a folder that mixes gray
-    and colour images is read in colour (the gray ones repeated to 3 channels), with a
-    warning, rather than losing the colour of the later ones."""
+    spread evenly over `paths` (3 if none decodes); a GIF of equal RGB counts as gray.
+    Colour wins: a folder that mixes gray and colour images is read in colour (the gray
+    ones repeated to 3 channels), with a warning, rather than losing the colour of the later
+    ones."""
     step = max(1, len(paths) // CHANNEL_SAMPLE)
     found = set()
     for path in paths[::step][:CHANNEL_SAMPLE]:
         if image_check.image_problem(path) is None:
-            found.add(1 if decode_file(path).shape[-1] in (1, 2) else 3)
+            found.add(3 if _in_colour(path) else 1)
     if found == {1, 3}:
         logger.warning(
             "The images under %s mix gray and colour; reading all of them in colour (3 channels).",
             folder,
         )
     return 1 if found == {1} else 3
+
+
+def _in_colour(path) -> bool:
+    """Whether the image file at `path` holds colour: 3 or 4 decoded channels, except a GIF
+    (which has no gray form: it decodes to RGB) whose red, green and blue are equal."""
+    pixels = np.asarray(decode_file(path))
+    if pixels.shape[-1] < 3:
+        return False
+    with open(path, "rb") as handle:
+        is_gif = handle.read(6) in (b"GIF87a", b"GIF89a")
+    red, green, blue = (pixels[..., i] for i in range(3))
+    return not is_gif or bool(np.any(red != green) or np.any(green != blue))
 
 
 def describe_folder(root) -> DatasetInfo:

@@ -128,7 +128,9 @@ SCRIPT_MODULES = (
         ("data_scaling", ["--finetune-size", "42"]),
         ("export_speed", ["--repeats", "0"]),
         ("peers_one_process", ["--frameworks", "vit_keras,keras_hub"]),
-        ("peers_one_process", ["--frameworks", "keras_vit,timm"]),
+        ("peers_one_process", ["--frameworks", "keras_vit,jax_vit"]),
+        ("peers_one_process", ["--frameworks", "timm"]),
+        ("peers_one_process", ["--frameworks", "keras_vit,keras_hub,timm"]),
         ("peers_one_process", ["--rounds", "0"]),
         ("peers_one_process", ["--settings", "float32+jit"]),
         ("export_speed", ["--variant", "S/16", "--image-size", "100"]),
@@ -512,3 +514,27 @@ def test_peers_one_process_tiny_run_prints_every_point_and_writes_json(tmp_path)
     assert set(payload["ms_per_step"]) == {"keras_vit:float32", "keras_vit:mixed_bfloat16"}
     assert all(len(v) == 2 and min(v) > 0 for v in payload["ms_per_step"].values())
     assert payload["keras_vit_over_peer"] == {} and payload["host"]["cores"] >= 1
+
+
+def test_peers_one_process_times_timm_in_the_rotation_or_says_why_not(tmp_path):
+    """timm joins the one-process rotation where torch and timm import (the optional lane);
+    elsewhere (CI) the run goes on without it and says so."""
+    import importlib.util
+
+    has_timm = all(importlib.util.find_spec(name) for name in ("torch", "timm"))
+    out = tmp_path / "peers.json"
+    result = run_script(
+        "peers_one_process.py",
+        *("--variant", TINY, "--image-size", "16", "--batch-size", "2", "--mode", "train"),
+        *("--frameworks", "keras_vit,timm", "--settings", "float32"),
+        *("--rounds", "2", "--steps", "1", "--warmup", "1", "--json", str(out)),
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    payload = json.loads(out.read_text())
+    if has_timm:
+        assert "| timm | float32" in result.stdout
+        assert set(payload["ms_per_step"]) == {"keras_vit:float32", "timm:float32"}
+        assert payload["keras_vit_over_peer"]["timm"] > 0
+    else:
+        assert "timm does not import here: skipped" in result.stdout
+        assert set(payload["ms_per_step"]) == {"keras_vit:float32"}
