@@ -19,7 +19,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_vit.data import image_check
-from keras_vit.data.decode import IMAGE_EXTENSIONS, decode_file, decode_pixels
+from keras_vit.data.decode import IMAGE_EXTENSIONS, decode_pixels
 from keras_vit.data.info import DatasetInfo
 from keras_vit.data.splits import SplitSpec, slice_indices
 
@@ -95,12 +95,12 @@ def _channels_of(paths, folder) -> int:
 def _in_colour(path) -> bool:
     """Whether the image file at `path` holds colour: 3 or 4 decoded channels, except a GIF
     (which has no gray form: it decodes to RGB) whose red, green and blue are equal."""
-    pixels = np.asarray(decode_file(path))
+    data = Path(path).read_bytes()  # read once: decoded here, its signature checked below
+    pixels = np.asarray(decode_pixels(data))
     if pixels.shape[-1] < 3:
         return False
-    with open(path, "rb") as handle:
-        is_gif = handle.read(6) in (b"GIF87a", b"GIF89a")
     red, green, blue = (pixels[..., i] for i in range(3))
+    is_gif = data[:6] in (b"GIF87a", b"GIF89a")
     return not is_gif or bool(np.any(red != green) or np.any(green != blue))
 
 
