@@ -30,7 +30,7 @@ from keras_vit.benchmarking import (  # noqa: F401  (re-exported for the scripts
     make_step,
     model_gflops,
     peak_rss_mb,
-    peer_available,
+    peer_import_error,
     variant_arch,
 )
 

@@ -109,8 +109,11 @@ def timm_step(args, policy: str, compiled: bool):
     return torch_peer.make_step(model, args.mode, batch, size, policy, compiler)
 
 
-def peer_available(framework: str) -> bool:
-    return torch_peer.available() if framework == "timm" else common.peer_available(framework)
+def peer_import_error(framework: str) -> str | None:
+    """None when `framework` imports here, else why not."""
+    if framework == "timm":
+        return torch_peer.import_error()
+    return common.peer_import_error(framework)
 
 
 def time_rounds(steps, rounds, steps_per_point):
@@ -151,9 +154,10 @@ def ours_over_peers(times, best):
 
 def main(argv=None):
     args = parse_args(argv)
-    frameworks = [f for f in args.frameworks if peer_available(f)]
+    reasons = {framework: peer_import_error(framework) for framework in args.frameworks}
+    frameworks = [framework for framework in args.frameworks if reasons[framework] is None]
     for missing in sorted(set(args.frameworks) - set(frameworks)):
-        print(f"{missing} does not import here: skipped", flush=True)
+        print(f"{missing} does not import here ({reasons[missing]}): skipped", flush=True)
     started = time.strftime("%Y-%m-%d %H:%M:%S %Z")
     load_before = os.getloadavg()
     steps = build_points(args, frameworks)

@@ -160,8 +160,9 @@ def worker_main(args):
         if args.worker.startswith(KERAS_TORCH + ":"):
             return keras_torch_worker(args)
         framework, mode, policy, compiler = args.worker.split(":")
-        if not common.peer_available(framework):
-            raise ImportError(f"{framework} is not installed for {sys.executable}")
+        reason = common.peer_import_error(framework)
+        if reason is not None:
+            raise ImportError(f"{framework} does not import for {sys.executable}: {reason}")
         import keras
 
         keras.config.set_dtype_policy(policy)
@@ -234,8 +235,9 @@ def keras_torch_worker(args):
 def timm_worker(args):
     """One timm point (`--worker timm:train:mixed_bfloat16:eager`)."""
     _, mode, policy, compiler = args.worker.split(":")
-    if not torch_peer.available():
-        raise ImportError(f"torch and timm are not installed for {sys.executable}")
+    reason = torch_peer.import_error()
+    if reason is not None:
+        raise ImportError(f"torch and timm do not import for {sys.executable}: {reason}")
     torch_peer.set_threads(args.threads)
     model = torch_peer.build_model(common.variant_arch(args.variant), args.image_size)
     step = torch_peer.make_step(model, mode, args.batch_size, args.image_size, policy, compiler)

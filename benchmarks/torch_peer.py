@@ -45,14 +45,14 @@ def timm_label(policy: str, compiler: str) -> str:
     return base + ("+compile" if compiler == "compile" else "")
 
 
-def available() -> bool:
-    """Whether torch and timm import here."""
+def import_error() -> str | None:
+    """None when torch and timm import here, else the import's error."""
     try:
         import timm  # noqa: F401
         import torch  # noqa: F401
-    except Exception:
-        return False
-    return True
+    except Exception as error:
+        return f"{type(error).__name__}: {error}"
+    return None
 
 
 def build_model(arch: dict, image_size: int, num_classes: int = 1000):

@@ -138,18 +138,20 @@ def gemm_roof(sizes=(1024, 2048, 4096), repeats=3):
     return best, figures
 
 
-def peer_available(framework):
-    """Whether `framework` can be imported here (keras_vit always can)."""
+def peer_import_error(framework):
+    """None when `framework` imports here (keras_vit always does), else why not: the last
+    line of the import's error, e.g. vit-keras' "No module named 'cv2'" (it imports OpenCV
+    without declaring it; `opencv-python-headless` provides it)."""
     if framework == "keras_vit":
-        return True
+        return None
     import importlib
 
     try:
         importlib.import_module(PEER_MODULES[framework])
     except Exception as error:  # a broken optional install is "not available" too
         logger.debug("%s not available: %s", framework, error)
-        return False
-    return True
+        return f"{type(error).__name__}: {error}"
+    return None
 
 
 def build_model(framework, variant, image_size, num_classes=1000):

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import sys
 
 from keras_vit import configs
 from keras_vit._atomic import write_json
@@ -25,7 +26,7 @@ from keras_vit.benchmarking import (
     format_results,
     gemm_roof,
     measure,
-    peer_available,
+    peer_import_error,
     variant_arch,
 )
 from keras_vit.cli import flags, progress
@@ -148,6 +149,21 @@ def variant_name(text: str) -> str:
         ) from None
 
 
+def installed_peers() -> list:
+    """The peers of `--peers` that import here; each one that does not is named on stderr
+    with the reason (a peer's missing dependency should not look like a peer never asked
+    for)."""
+    peers = []
+    for framework in FRAMEWORKS[1:]:
+        reason = peer_import_error(framework)
+        if reason is None:
+            peers.append(framework)
+        else:
+            note = f"--peers: {framework} skipped, it does not import here ({reason})"
+            print(note, file=sys.stderr)
+    return peers
+
+
 def parse_sizes(text):
     """`"1024,2048"` -> (1024, 2048); `"none"` -> (); raises UsageError otherwise."""
     if text.strip().lower() == "none":
@@ -184,9 +200,7 @@ def run(args):
         print(f"Precision: {choice.describe()}", flush=True)
     keras.config.set_dtype_policy(choice.policy)
     modes = MODES if args.mode == "both" else (args.mode,)
-    frameworks = ["keras_vit"]
-    if args.peers:
-        frameworks += [f for f in FRAMEWORKS[1:] if peer_available(f)]
+    frameworks = ["keras_vit", *(installed_peers() if args.peers else ())]
     results = []
     for framework in frameworks:
         for mode in modes:

@@ -536,5 +536,6 @@ def test_peers_one_process_times_timm_in_the_rotation_or_says_why_not(tmp_path):
         assert set(payload["ms_per_step"]) == {"keras_vit:float32", "timm:float32"}
         assert payload["keras_vit_over_peer"]["timm"] > 0
     else:
-        assert "timm does not import here: skipped" in result.stdout
+        assert "timm does not import here (ModuleNotFoundError: No module named" in result.stdout
+        assert "): skipped" in result.stdout
         assert set(payload["ms_per_step"]) == {"keras_vit:float32"}

@@ -137,3 +137,17 @@ def test_an_image_size_in_the_model_name_is_honoured_or_refused():
     args = parser.parse_args(["benchmark", "--model", "Ti/16-384", "--image-size", "224"])
     with pytest.raises(UsageError, match="names image size 384, --image-size 224,224 another"):
         benchmark.check_args(args)
+
+
+def test_peers_that_do_not_import_are_named_with_the_reason(capsys, monkeypatch):
+    from keras_vit import benchmarking
+
+    missing = {peer: f"keras_vit_test_missing_{peer}" for peer in benchmarking.PEER_MODULES}
+    monkeypatch.setattr(benchmarking, "PEER_MODULES", missing)
+    assert main(["benchmark", "--model", TINY, *TINY_RUN, "--peers"]) == 0
+    captured = capsys.readouterr()
+    assert "| infer | keras_vit" in captured.out
+    for peer, module in missing.items():
+        assert f"| infer | {peer}" not in captured.out
+        assert f"--peers: {peer} skipped" in captured.err
+        assert f"No module named {module!r}" in captured.err
