@@ -63,7 +63,13 @@ def parse_args(argv=None):
     parser.add_argument("--steps", type=int, default=1, help="steps per timed repeat (1)")
     parser.add_argument("--budget-s", type=float, default=420.0, help="seconds for all (420)")
     parser.add_argument("--gemm-sizes", default="1024,2048", help="GEMM roof sizes")
-    parser.add_argument("--workloads", default=",".join(f"{v}:{m}" for v, m in WORKLOADS))
+    parser.add_argument(
+        "--workloads",
+        default=",".join(f"{v}:{m}" for v, m in WORKLOADS),
+        help="comma-separated VARIANT:MODE, MODE infer or train (default "
+        + ",".join(f"{v}:{m}" for v, m in WORKLOADS)
+        + ")",
+    )
     parser.add_argument(
         "--memory-gb",
         type=float,
@@ -86,6 +92,12 @@ def parse_args(argv=None):
     parser.add_argument("--out", default=DEFAULT_OUT, help="path without suffix (.json, .md)")
     args = parser.parse_args(argv)
     args.workload_list = [tuple(w.split(":")) for w in args.workloads.split(",") if w]
+    malformed = [w for w in args.workload_list if len(w) != 2 or w[1] not in ("infer", "train")]
+    if malformed or not args.workload_list:
+        parser.error(
+            f"--workloads {args.workloads!r}: each must be VARIANT:MODE with MODE infer or "
+            "train, e.g. Ti/16:train"
+        )
     known = ("keras_vit", throughput.KERAS_TORCH, "timm", *PEERS)
     args.only_list = known if args.only is None else tuple(args.only.split(","))
     if set(args.only_list) - set(known):

@@ -539,3 +539,11 @@ def test_peers_one_process_times_timm_in_the_rotation_or_says_why_not(tmp_path):
         assert "timm does not import here (ModuleNotFoundError: No module named" in result.stdout
         assert "): skipped" in result.stdout
         assert set(payload["ms_per_step"]) == {"keras_vit:float32"}
+
+
+@pytest.mark.parametrize("workloads", ["ti16", "Ti/16:fit", "Ti/16:train:x", ","])
+def test_issue28_targets_refuses_a_malformed_workload_naming_the_form(workloads):
+    done = run_script("issue28_targets.py", "--workloads", workloads, timeout=120)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "each must be VARIANT:MODE with MODE infer or train" in done.stderr
+    assert "Traceback" not in done.stderr
