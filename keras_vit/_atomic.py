@@ -31,6 +31,19 @@ class WriteError(OSError):
         return f"cannot write {self.filename}: {self.strerror}"
 
 
+def replace_problem(path) -> str | None:
+    """Why `path` must not be replaced by a written file or folder, or None when it may be:
+    an existing path that is neither a file nor a folder (a device such as /dev/null, a
+    pipe, a socket) would be swapped for a regular file by `os.replace`."""
+    path = os.fspath(path)
+    if os.path.exists(path) and not (os.path.isfile(path) or os.path.isdir(path)):
+        return (
+            f"{path!r} exists and is neither a file nor a folder (a device, pipe or socket); "
+            "keras_vit writes and replaces only files and folders"
+        )
+    return None
+
+
 @contextlib.contextmanager
 def atomic_path(path):
     """Yields a temporary sibling of `path` (same suffix) that replaces `path` on success.
@@ -38,13 +51,17 @@ def atomic_path(path):
     Keras and NumPy pick the format from the file name (`.keras`, `.weights.h5`, `.npz`,
     `.png`), so the temp name keeps the full suffix of `path`. If the body raises, the temp
     file is removed and `path` is left as it was; an `OSError` (disk full, I/O error) is
-    raised again as `WriteError` naming `path`.
+    raised again as `WriteError` naming `path`. A `path` that is neither a file nor a folder
+    (`replace_problem`: /dev/null, a pipe) raises ValueError before anything is written.
 
     Example:
         with atomic_path("run/best.keras") as tmp:
             model.save(tmp)
     """
     path = os.fspath(path)
+    problem = replace_problem(path)
+    if problem:
+        raise ValueError(problem)
     folder, name = os.path.split(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
     suffix = _full_suffix(name)

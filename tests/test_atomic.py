@@ -55,3 +55,14 @@ def test_leftovers_of_a_killed_writer_are_removed_and_nothing_else(tmp_path):
     assert sorted(_atomic.remove_leftovers(killed)) == sorted(left)
     assert sorted(os.listdir(killed)) == sorted([*stay, ".backup-worker-1"])
     assert _atomic.remove_leftovers(tmp_path / "missing") == []
+
+
+def test_a_path_that_is_no_file_or_folder_is_never_replaced(tmp_path):
+    # a FIFO stands for /dev/null, pipes and sockets; os.replace would swap it for a file
+    fifo = tmp_path / "pipe.json"
+    os.mkfifo(fifo)
+    with pytest.raises(ValueError, match="neither a file nor a folder"):
+        with _atomic.atomic_path(fifo) as tmp:
+            raise AssertionError(f"the write to {tmp} began")
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    assert [p.name for p in tmp_path.iterdir()] == ["pipe.json"]  # no temporary left

@@ -98,14 +98,16 @@ def check_args(args):
             raise UsageError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     if args.warmup < 1:
         raise UsageError(f"--warmup must be >= 1 (the first step compiles), got {args.warmup}")
-    if args.json_path:
+    if args.json_path is not None:
         check_json_path(args.json_path)
     return parse_sizes(args.gemm_sizes)
 
 
 def check_json_path(path: str) -> None:
-    """UsageError, before any work, unless `path` can be written as the --json file: its
-    folder must exist and be writable (no folder is created), and `path` not be a folder."""
+    """UsageError, before any work, unless `path` can be written as the --json file: a file
+    name (`flags.check_output_file`: not empty, no folder, no device or pipe) whose folder
+    exists and is writable (no folder is created)."""
+    flags.check_output_file("--json", path)
     folder = os.path.dirname(os.path.abspath(path))
     existing = folder
     while not os.path.exists(existing):  # the nearest part of the path that exists
@@ -117,8 +119,6 @@ def check_json_path(path: str) -> None:
             f"--json {path!r}: the folder {folder!r} does not exist (create it first; "
             "benchmark creates no folders)"
         )
-    if os.path.isdir(path):
-        raise UsageError(f"--json {path!r} is a folder; give a file name such as results.json")
     if not os.access(folder, os.W_OK):
         raise UsageError(f"--json {path!r}: the folder {folder!r} is not writable")
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from keras_vit._atomic import atomic_path
+from keras_vit._atomic import atomic_path, replace_problem
 from keras_vit.checkpoints.format_table import FORMAT_TABLE, write_formats
 from keras_vit.cli import flags, progress
 from keras_vit.cli.flags import UsageError
@@ -260,8 +260,8 @@ def run(args) -> int:
         raise UsageError(f"SRC not found: {args.src!r}")
     if os.path.exists(args.dst) and not args.overwrite:
         raise UsageError(f"DST exists: {args.dst!r} (pass --overwrite to replace it)")
-    if os.path.exists(args.dst) and not (os.path.isfile(args.dst) or os.path.isdir(args.dst)):
-        raise UsageError(  # /dev/null, a pipe, a socket: --overwrite replaces files only
+    if replace_problem(args.dst):  # /dev/null, a pipe, a socket: --overwrite replaces files only
+        raise UsageError(
             f"DST {args.dst!r} is neither a file nor a folder; --overwrite replaces only those"
         )
     if args.model not in (None, "auto"):

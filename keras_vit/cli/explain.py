@@ -100,6 +100,7 @@ def check_arguments(args) -> None:
         raise UsageError(f"--top-k must be a positive integer. Received: {args.top_k}")
     if not 0 <= args.discard_ratio < 1:
         raise UsageError(f"--discard-ratio must be in [0, 1). Received: {args.discard_ratio}")
+    flags.check_output_file("--out", args.out)
     if not args.out.lower().endswith(".png"):
         raise UsageError(f"--out must be a .png file. Received: {args.out!r}")
 

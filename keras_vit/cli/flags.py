@@ -11,8 +11,10 @@ import argparse
 import contextlib
 import logging
 import math
+import os
 
 from keras_vit import kept_model, precision
+from keras_vit._atomic import replace_problem
 from keras_vit.cli import progress
 
 logger = logging.getLogger(__name__)
@@ -91,6 +93,22 @@ class ImageSize(argparse.Action):
         except argparse.ArgumentTypeError as error:
             parser.error(f"argument {option_string}: {error}")
         setattr(namespace, self.dest, (sides[0], sides[-1]))
+
+
+def check_output_file(flag: str, path: str) -> None:
+    """UsageError, before any work, for an output FILE flag (`--json`, `--out`) that cannot
+    name a file keras_vit writes: empty, ending in a path separator (a folder's name), an
+    existing folder, or an existing path that is no file (`keras_vit._atomic.replace_problem`:
+    /dev/null, a pipe, a socket, which the atomic write would replace)."""
+    if not path:
+        raise UsageError(f"{flag} '': give a file name")
+    if os.path.isdir(path):
+        raise UsageError(f"{flag} {path!r} is a folder; give a file name")
+    if path.endswith((os.sep, "/")):
+        raise UsageError(f"{flag} {path!r} ends in a path separator (a folder); give a file name")
+    problem = replace_problem(path)
+    if problem:
+        raise UsageError(f"{flag} {problem}")
 
 
 def add_image_size_argument(parser, *, default_text: str, default=None) -> None:

@@ -151,3 +151,28 @@ def test_peers_that_do_not_import_are_named_with_the_reason(capsys, monkeypatch)
         assert f"| infer | {peer}" not in captured.out
         assert f"--peers: {peer} skipped" in captured.err
         assert f"No module named {module!r}" in captured.err
+
+
+@pytest.mark.parametrize("kind", ["fifo", "empty", "trailing separator"])
+def test_a_json_path_that_names_no_file_is_refused_before_work(tmp_path, capsys, monkeypatch, kind):
+    import os
+    import stat
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the benchmark ran before --json was checked")
+
+    monkeypatch.setattr(benchmark, "measure", refuse)
+    path = {"fifo": str(tmp_path / "pipe.json"), "empty": ""}.get(kind, f"{tmp_path}/new/")
+    if kind == "fifo":  # stands for /dev/null: the atomic write would replace it with a file
+        os.mkfifo(path)
+    assert main(["benchmark", "--model", TINY, *TINY_RUN, "--json", path]) == 2
+    err = capsys.readouterr().err
+    expected = {
+        "fifo": "neither a file nor a folder",
+        "empty": "--json '': give a file name",
+        "trailing separator": "ends in a path separator",
+    }[kind]
+    assert expected in err, err
+    if kind == "fifo":
+        assert stat.S_ISFIFO(os.lstat(path).st_mode)
+    assert not (tmp_path / "new").exists()

@@ -255,3 +255,16 @@ def test_a_folder_given_as_the_image_is_named_as_a_folder(model_file, tmp_path, 
     err = capsys.readouterr().err.strip()
     assert f"IMAGE is a folder, not an image file: {str(tmp_path)!r}" in err, err
     assert not out.exists()
+
+
+def test_an_out_path_that_is_no_file_is_refused_and_left_alone(photo, model_file, tmp_path, capsys):
+    import os
+    import stat
+
+    fifo = tmp_path / "map.png"  # stands for /dev/null: the atomic write would replace it
+    os.mkfifo(fifo)
+    assert main(["explain", str(model_file), str(photo), "--out", str(fifo)]) == 2
+    assert "neither a file nor a folder" in capsys.readouterr().err
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    assert main(["explain", str(model_file), str(photo), "--out", str(tmp_path)]) == 2
+    assert "is a folder; give a file name" in capsys.readouterr().err
