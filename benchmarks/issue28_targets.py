@@ -91,13 +91,7 @@ def parse_args(argv=None):
     )
     parser.add_argument("--out", default=DEFAULT_OUT, help="path without suffix (.json, .md)")
     args = parser.parse_args(argv)
-    args.workload_list = [tuple(w.split(":")) for w in args.workloads.split(",") if w]
-    malformed = [w for w in args.workload_list if len(w) != 2 or w[1] not in ("infer", "train")]
-    if malformed or not args.workload_list:
-        parser.error(
-            f"--workloads {args.workloads!r}: each must be VARIANT:MODE with MODE infer or "
-            "train, e.g. Ti/16:train"
-        )
+    args.workload_list = parse_workloads(parser, args.workloads)
     known = ("keras_vit", throughput.KERAS_TORCH, "timm", *PEERS)
     args.only_list = known if args.only is None else tuple(args.only.split(","))
     if set(args.only_list) - set(known):
@@ -168,6 +162,30 @@ def groups_of(names, variant, mode, memory_gb):
     return groups
 
 
+def parse_workloads(parser, text: str) -> list:
+    """[(variant, mode), ...] of `--workloads` ("Ti/16:train,B/16:infer"); parser.error naming
+    the first item that is no VARIANT:MODE of a named variant (custom comma specs cannot be
+    given here: commas separate the items), MODE infer or train, or a repeated item."""
+    items = [item.strip() for item in text.split(",")]
+    workloads = []
+    for item in items:
+        variant, _, mode = item.rpartition(":")
+        problem = None
+        if mode not in ("infer", "train") or not variant:
+            problem = "must be VARIANT:MODE with MODE infer or train, e.g. Ti/16:train"
+        else:
+            try:
+                common.variant_arch(variant)
+            except ValueError as error:
+                problem = f"unknown VARIANT: {error}"
+        if problem is None and (variant, mode) in workloads:
+            problem = "is given twice"
+        if problem:
+            parser.error(f"--workloads {text!r}: {item!r} {problem}")
+        workloads.append((variant, mode))
+    return workloads
+
+
 _SKIPS = {}
 
 
@@ -179,7 +197,7 @@ def skip_reason(python, framework):
         code = f"import {module[framework]}"
         done = subprocess.run([python, "-c", code], capture_output=True, text=True)
         last = (done.stderr.strip().splitlines() or ["failed"])[-1]
-        _SKIPS[key] = None if done.returncode == 0 else f"not installed for {python}: {last}"
+        _SKIPS[key] = None if done.returncode == 0 else f"does not import in {python}: {last}"
         if _SKIPS[key]:
             print(f"skipping {framework}: {_SKIPS[key]}", flush=True)
     return _SKIPS[key]

@@ -198,6 +198,7 @@ def main(argv=None):
                 },
                 "best_setting": best,
                 "keras_vit_over_peer": ratios,
+                "skipped": {name: reason for name, reason in reasons.items() if reason},
             },
         )
 

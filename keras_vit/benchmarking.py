@@ -150,7 +150,8 @@ def peer_import_error(framework):
         importlib.import_module(PEER_MODULES[framework])
     except Exception as error:  # a broken optional install is "not available" too
         logger.debug("%s not available: %s", framework, error)
-        return f"{type(error).__name__}: {error}"
+        lines = str(error).strip().splitlines() or [""]
+        return f"{type(error).__name__}: {lines[-1]}"
     return None
 
 

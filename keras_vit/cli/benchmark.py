@@ -149,19 +149,18 @@ def variant_name(text: str) -> str:
         ) from None
 
 
-def installed_peers() -> list:
-    """The peers of `--peers` that import here; each one that does not is named on stderr
-    with the reason (a peer's missing dependency should not look like a peer never asked
-    for)."""
-    peers = []
+def skipped_peers() -> dict:
+    """{peer: why it does not import} for the peers of `--peers` that do not import here;
+    each is also named on stderr (a peer's missing dependency should not look like a peer
+    never asked for)."""
+    skipped = {}
     for framework in FRAMEWORKS[1:]:
         reason = peer_import_error(framework)
-        if reason is None:
-            peers.append(framework)
-        else:
+        if reason is not None:
+            skipped[framework] = reason
             note = f"--peers: {framework} skipped, it does not import here ({reason})"
             print(note, file=sys.stderr)
-    return peers
+    return skipped
 
 
 def parse_sizes(text):
@@ -200,7 +199,8 @@ def run(args):
         print(f"Precision: {choice.describe()}", flush=True)
     keras.config.set_dtype_policy(choice.policy)
     modes = MODES if args.mode == "both" else (args.mode,)
-    frameworks = ["keras_vit", *(installed_peers() if args.peers else ())]
+    skipped = skipped_peers() if args.peers else {}
+    frameworks = ["keras_vit"] + [f for f in FRAMEWORKS[1:] if args.peers and f not in skipped]
     results = []
     for framework in frameworks:
         for mode in modes:
@@ -236,6 +236,7 @@ def run(args):
             "precision": choice.as_dict(),
             "gemm_gflops": per_size,
             "results": results,
+            "skipped_peers": skipped,
         }
         write_json(args.json_path, payload)
     return 0

@@ -539,11 +539,21 @@ def test_peers_one_process_times_timm_in_the_rotation_or_says_why_not(tmp_path):
         assert "timm does not import here (ModuleNotFoundError: No module named" in result.stdout
         assert "): skipped" in result.stdout
         assert set(payload["ms_per_step"]) == {"keras_vit:float32"}
+        assert payload["skipped"]["timm"].startswith("ModuleNotFoundError: No module named")
 
 
-@pytest.mark.parametrize("workloads", ["ti16", "Ti/16:fit", "Ti/16:train:x", ","])
-def test_issue28_targets_refuses_a_malformed_workload_naming_the_form(workloads):
+@pytest.mark.parametrize(
+    "workloads, item, problem",
+    [
+        ("ti16", "ti16", "must be VARIANT:MODE with MODE infer or train"),
+        ("Ti/16:fit", "Ti/16:fit", "must be VARIANT:MODE with MODE infer or train"),
+        ("Ti/16:train,,B/16:infer", "", "must be VARIANT:MODE with MODE infer or train"),
+        ("B/16:infer,Foo:train", "Foo:train", "unknown VARIANT"),
+        ("Ti/16:train,Ti/16:train", "Ti/16:train", "is given twice"),
+    ],
+)
+def test_issue28_targets_refuses_a_bad_workload_naming_it(workloads, item, problem):
     done = run_script("issue28_targets.py", "--workloads", workloads, timeout=120)
     assert done.returncode == 2, done.stderr[-2000:]
-    assert "each must be VARIANT:MODE with MODE infer or train" in done.stderr
+    assert f"{item!r} {problem}" in done.stderr, done.stderr[-2000:]
     assert "Traceback" not in done.stderr

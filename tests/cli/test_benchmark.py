@@ -139,18 +139,22 @@ def test_an_image_size_in_the_model_name_is_honoured_or_refused():
         benchmark.check_args(args)
 
 
-def test_peers_that_do_not_import_are_named_with_the_reason(capsys, monkeypatch):
+def test_peers_that_do_not_import_are_named_with_the_reason(tmp_path, capsys, monkeypatch):
     from keras_vit import benchmarking
 
     missing = {peer: f"keras_vit_test_missing_{peer}" for peer in benchmarking.PEER_MODULES}
     monkeypatch.setattr(benchmarking, "PEER_MODULES", missing)
-    assert main(["benchmark", "--model", TINY, *TINY_RUN, "--peers"]) == 0
+    out_file = tmp_path / "bench.json"
+    assert main(["benchmark", "--model", TINY, *TINY_RUN, "--peers", "--json", str(out_file)]) == 0
+    skipped = json.loads(out_file.read_text())["skipped_peers"]
+    assert sorted(skipped) == sorted(missing)
     captured = capsys.readouterr()
     assert "| infer | keras_vit" in captured.out
     for peer, module in missing.items():
         assert f"| infer | {peer}" not in captured.out
         assert f"--peers: {peer} skipped" in captured.err
         assert f"No module named {module!r}" in captured.err
+        assert skipped[peer] == f"ModuleNotFoundError: No module named {module!r}"
 
 
 @pytest.mark.parametrize("kind", ["fifo", "empty", "trailing separator"])
