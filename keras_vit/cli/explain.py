@@ -103,6 +103,8 @@ def check_arguments(args) -> None:
     flags.check_output_file("--out", args.out)
     if not args.out.lower().endswith(".png"):
         raise UsageError(f"--out must be a .png file. Received: {args.out!r}")
+    if args.grid:  # the second file --grid writes beside --out
+        flags.check_output_file("--out (with --grid)", layers_path(args.out))
 
 
 def read_image(path: str) -> np.ndarray:

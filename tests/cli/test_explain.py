@@ -268,3 +268,9 @@ def test_an_out_path_that_is_no_file_is_refused_and_left_alone(photo, model_file
     assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
     assert main(["explain", str(model_file), str(photo), "--out", str(tmp_path)]) == 2
     assert "is a folder; give a file name" in capsys.readouterr().err
+    grid_fifo = tmp_path / "grid_layers.png"  # what --grid writes beside --out grid.png
+    os.mkfifo(grid_fifo)
+    out = tmp_path / "grid.png"
+    assert main(["explain", str(model_file), str(photo), "--out", str(out), "--grid"]) == 2
+    assert f"--out (with --grid) '{grid_fifo}' exists and is neither" in capsys.readouterr().err
+    assert stat.S_ISFIFO(os.lstat(grid_fifo).st_mode) and not out.exists()  # refused before work
