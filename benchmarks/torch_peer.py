@@ -21,6 +21,8 @@ from __future__ import annotations
 import statistics
 import time
 
+from keras_vit.benchmarking import import_problem
+
 TIMM_SETTINGS = ("float32", "bfloat16_autocast", "float32+compile")
 """timm's settings; each is (policy, compiler) = ("float32"|"mixed_bfloat16", "eager"|"compile")."""
 SETTING_PARTS = {
@@ -46,13 +48,8 @@ def timm_label(policy: str, compiler: str) -> str:
 
 
 def import_error() -> str | None:
-    """None when torch and timm import here, else the import's error."""
-    try:
-        import timm  # noqa: F401
-        import torch  # noqa: F401
-    except Exception as error:
-        return f"{type(error).__name__}: {error}"
-    return None
+    """None when torch and timm import here, else the import's error (`import_problem`)."""
+    return import_problem("torch", "timm")
 
 
 def build_model(arch: dict, image_size: int, num_classes: int = 1000):

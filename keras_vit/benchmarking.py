@@ -138,21 +138,26 @@ def gemm_roof(sizes=(1024, 2048, 4096), repeats=3):
     return best, figures
 
 
-def peer_import_error(framework):
-    """None when `framework` imports here (keras_vit always does), else why not: the last
-    line of the import's error, e.g. vit-keras' "No module named 'cv2'" (it imports OpenCV
-    without declaring it; `opencv-python-headless` provides it)."""
-    if framework == "keras_vit":
-        return None
+def import_problem(*modules):
+    """None when every one of `modules` imports here, else why not: the error's type and
+    the last line of its message (one line, as a skip note prints it)."""
     import importlib
 
-    try:
-        importlib.import_module(PEER_MODULES[framework])
-    except Exception as error:  # a broken optional install is "not available" too
-        logger.debug("%s not available: %s", framework, error)
-        lines = str(error).strip().splitlines() or [""]
-        return f"{type(error).__name__}: {lines[-1]}"
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except Exception as error:  # a broken optional install is "not available" too
+            logger.debug("%s does not import: %s", module, error)
+            lines = str(error).strip().splitlines() or [""]
+            return f"{type(error).__name__}: {lines[-1]}"
     return None
+
+
+def peer_import_error(framework):
+    """None when `framework` imports here (keras_vit always does), else why not
+    (`import_problem`), e.g. vit-keras' "No module named 'cv2'" (it imports OpenCV without
+    declaring it; `opencv-python-headless` provides it)."""
+    return None if framework == "keras_vit" else import_problem(PEER_MODULES[framework])
 
 
 def build_model(framework, variant, image_size, num_classes=1000):
