@@ -1,0 +1,369 @@
+"""The matrix products of one ViT step, each timed alone in every engine at hand.
+
+For a variant at a batch size this lists every matrix product of one training step (the
+forward product, the input gradient and the weight gradient of each) or of one forward pass,
+as the equations of paper section 3.1 give them: per block the q, k, v and out projections,
+the attention's q k^T and its weighted sum of values, the two MLP products; the patch
+embedding (no gradient for the image) and the head. Each distinct shape is then timed alone,
+in one process per engine (on a 2-core machine one engine's spinning threads slow the next):
+
+- `xla`: TensorFlow `tf.matmul` under XLA (`jit_compile=True`, Eigen's products on CPU);
+- `tensorflow`: the same without XLA (oneDNN's products where TensorFlow enables it);
+- `numpy`: `np.matmul` (the BLAS NumPy links: OpenBLAS in the PyPI wheels);
+- `torch`: `torch.matmul`, in the interpreter given by `--torch-python` (optional).
+
+It prints, per shape, ms and GFLOP/s in each engine, and the time a step's products take in
+each engine (the sum over shapes of count x ms). The best engine per shape gives the
+products' floor on this host: what the step's products would cost if every one ran at the
+best speed any library here reaches for that shape. Transposed operands are passed as the
+products' flags (`transpose_a`/`transpose_b`, or transposed views), as frameworks' backward
+passes issue them. Each call runs `--per-call` products on distinct operands (TensorFlow as one
+compiled function), so that call overhead is not counted as product time. Every figure
+records the host.
+
+    python benchmarks/step_products.py --variant Ti/16 --batch-size 16 --mode train
+    python benchmarks/step_products.py --variant B/16 --mode infer --engines numpy,xla
+    python benchmarks/step_products.py --torch-python /path/to/torch-venv/bin/python --json p.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+ENGINES = ("xla", "tensorflow", "numpy", "torch")
+
+
+def product(name, m, k, n, count, *, batch=1, transpose_a=False, transpose_b=False):
+    """One product `(batch, m, k) x (batch, k, n)`, run `count` times a step. With
+    `transpose_a` the left operand is stored `(k, m)`, with `transpose_b` the right `(n, k)`."""
+    return {
+        "name": name,
+        "batch": batch,
+        "m": m,
+        "k": k,
+        "n": n,
+        "transpose_a": transpose_a,
+        "transpose_b": transpose_b,
+        "count": count,
+    }
+
+
+def with_gradients(forward, train):
+    """`forward`, and in training its two gradients: for y = a b, da = dy b^T (an `(m, n) x
+    (n, k)` product with b stored `(k, n)`) and db = a^T dy (`(k, m) x (m, n)`, a stored
+    `(m, k)`)."""
+    if not train:
+        return [forward]
+    f = forward
+    common = {"batch": f["batch"], "count": f["count"]}
+    return [
+        forward,
+        product(f["name"] + " dX", f["m"], f["n"], f["k"], transpose_b=True, **common),
+        product(f["name"] + " dW", f["k"], f["m"], f["n"], transpose_a=True, **common),
+    ]
+
+
+def step_products(arch, batch_size, image_size=(224, 224), mode="train", channels=3, classes=1000):
+    """Every matrix product of one step of a ViT with class token, as `product` records.
+
+    Args:
+        arch: `patch_size`, `hidden_dim`, `mlp_dim`, `num_heads`, `num_layers`
+            (`keras_vit.benchmarking.variant_arch`).
+        batch_size: images per step.
+        image_size: (height, width) in pixels, multiples of the patch size.
+        mode: "train" (forward, input and weight gradients) or "infer" (forward only).
+        channels, classes: image channels and head outputs.
+
+    Returns:
+        A list of records; the forward products' multiply-accumulates are `batch_size` x
+        `keras_vit.benchmarking.analytic_macs`, as the equations count them (keras_vit's
+        last block computes only the class token's query, which this list does not model).
+    """
+    train = mode == "train"
+    p, d, f = arch["patch_size"], arch["hidden_dim"], arch["mlp_dim"]
+    heads, layers = arch["num_heads"], arch["num_layers"]
+    patches = (image_size[0] // p) * (image_size[1] // p)
+    tokens = patches + 1
+    rows, head_dim, pairs = batch_size * tokens, d // heads, batch_size * heads
+    embed = product("patch embedding", batch_size * patches, p * p * channels, d, 1)
+    items = [embed]
+    if train:  # the image needs no gradient: the weight gradient only
+        items.append(with_gradients(embed, True)[2])
+    for name, width_in, width_out, count in (
+        ("q/k/v/out projection", d, d, 4 * layers),
+        ("MLP fc1", d, f, layers),
+        ("MLP fc2", f, d, layers),
+    ):
+        items += with_gradients(product(name, rows, width_in, width_out, count), train)
+    items.append(product("q k^T", tokens, head_dim, tokens, layers, batch=pairs, transpose_b=True))
+    items.append(product("probs v", tokens, tokens, head_dim, layers, batch=pairs))
+    if train:
+        core = {"batch": pairs, "count": layers}
+        items += [
+            product("q k^T dQ", tokens, tokens, head_dim, **core),
+            product("q k^T dK", tokens, tokens, head_dim, transpose_a=True, **core),
+            product("probs v dP", tokens, head_dim, tokens, transpose_b=True, **core),
+            product("probs v dV", tokens, tokens, head_dim, transpose_a=True, **core),
+        ]
+    items += with_gradients(product("head", batch_size, d, classes, 1), train)
+    return items
+
+
+def macs(item) -> int:
+    """Multiply-accumulates of all `count` runs of a product record."""
+    return item["batch"] * item["m"] * item["k"] * item["n"] * item["count"]
+
+
+def shape_key(item) -> str:
+    """The product's shape and transposes, e.g. "16x197x64x197 tb": records that share it
+    are timed once."""
+    flags = ("ta " if item["transpose_a"] else "") + ("tb" if item["transpose_b"] else "")
+    return f"{item['batch']}x{item['m']}x{item['k']}x{item['n']} {flags}".strip()
+
+
+def distinct_shapes(items) -> list[dict]:
+    """One record per shape key, in first-seen order."""
+    seen = {}
+    for item in items:
+        seen.setdefault(shape_key(item), item)
+    return list(seen.values())
+
+
+def operands(item, rng, copies):
+    """`copies` pairs of random float32 operands of a product, stored as its transposes say."""
+    batch, m, k, n = item["batch"], item["m"], item["k"], item["n"]
+    left = (k, m) if item["transpose_a"] else (m, k)
+    right = (n, k) if item["transpose_b"] else (k, n)
+    lead = (batch,) if batch > 1 else ()
+    return [
+        (
+            rng.standard_normal(lead + left, dtype="float32"),
+            rng.standard_normal(lead + right, dtype="float32"),
+        )
+        for _ in range(copies)
+    ]
+
+
+def engine_call(engine, item, pairs):
+    """A no-argument callable running the product once on each operand pair of `pairs`: in
+    TensorFlow one compiled function for all of them, as products run inside a step (a
+    single product per call would time TensorFlow's ~0.3 ms of call overhead with it)."""
+    ta, tb = item["transpose_a"], item["transpose_b"]
+    if engine in ("xla", "tensorflow"):
+        import tensorflow as tf
+
+        flat = [tf.constant(array) for pair in pairs for array in pair]
+        fn = tf.function(
+            lambda *xs: [
+                tf.matmul(xs[i], xs[i + 1], transpose_a=ta, transpose_b=tb)
+                for i in range(0, len(xs), 2)
+            ],
+            jit_compile=engine == "xla",
+        )
+        return lambda: fn(*flat)
+    if engine == "numpy":
+        import numpy as np
+
+        views = [
+            (np.swapaxes(a, -1, -2) if ta else a, np.swapaxes(b, -1, -2) if tb else b)
+            for a, b in pairs
+        ]
+        return lambda: [np.matmul(x, y) for x, y in views]
+    import torch
+
+    torch.set_num_threads(os.cpu_count() or 1)
+    views = []
+    for a, b in pairs:
+        x, y = torch.from_numpy(a), torch.from_numpy(b)
+        views.append((x.transpose(-1, -2) if ta else x, y.transpose(-1, -2) if tb else y))
+    return lambda: [torch.matmul(x, y) for x, y in views]
+
+
+def time_shapes(engine, shapes, repeats, per_call) -> dict:
+    """{shape key: median ms per product} in `engine`: each call runs `per_call` products on
+    distinct operands; two warm-up calls, then `repeats` timed calls."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    figures = {}
+    for item in shapes:
+        call = engine_call(engine, item, operands(item, rng, per_call))
+        call(), call()
+        calls = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            call()
+            calls.append((time.perf_counter() - start) / per_call)
+        figures[shape_key(item)] = 1000 * float(np.median(calls))
+    return figures
+
+
+def run_worker(args) -> None:
+    """`--worker ENGINE`: times the shapes of `--shapes` (JSON) and prints one RESULT line."""
+    shapes = json.loads(args.shapes)
+    print(
+        "RESULT " + json.dumps(time_shapes(args.worker, shapes, args.repeats, args.per_call)),
+        flush=True,
+    )
+
+
+def timed_in_process(engine, shapes, args) -> dict | str:
+    """Each shape's ms in `engine`, timed in a fresh process; or why the engine gave none."""
+    python = args.torch_python if engine == "torch" else sys.executable
+    command = [python, os.path.abspath(__file__), "--worker", engine, "--shapes"]
+    command += [
+        json.dumps(shapes),
+        "--repeats",
+        str(args.repeats),
+        "--per-call",
+        str(args.per_call),
+    ]
+    try:
+        done = subprocess.run(
+            command, capture_output=True, text=True, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+        )
+    except OSError as error:
+        return f"{python} does not run: {error.strerror or error}"
+    for line in done.stdout.splitlines():
+        if line.startswith("RESULT "):
+            return json.loads(line[len("RESULT ") :])
+    tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+    return f"exit {done.returncode}: {tail}"
+
+
+def step_figures(items, per_engine) -> dict:
+    """Per engine, ms of a step's products (sum of count x ms); and `floor`: the same sum
+    with the best engine's ms for each shape."""
+    totals = {
+        engine: sum(item["count"] * ms[shape_key(item)] for item in items)
+        for engine, ms in per_engine.items()
+    }
+    if per_engine:
+        totals["floor"] = sum(
+            item["count"] * min(ms[shape_key(item)] for ms in per_engine.values()) for item in items
+        )
+    return totals
+
+
+def report(items, per_engine, skipped) -> str:
+    """The table: each product, its count, ms and GFLOP/s per engine; then the step sums."""
+    engines = list(per_engine)
+    lines = ["product | shape | count | " + " | ".join(engines), "---"]
+    for item in items:
+        gflop = 2 * macs(item) / item["count"] / 1e9
+        cells = []
+        for engine in engines:
+            ms = per_engine[engine][shape_key(item)]
+            cells.append(f"{ms:.2f} ms {gflop / ms * 1e3:.0f} GF/s")
+        lines.append(f"{item['name']} | {shape_key(item)} | {item['count']} | " + " | ".join(cells))
+    total_gflop = 2 * sum(macs(item) for item in items) / 1e9
+    lines.append(f"products of one step: {total_gflop:.1f} GFLOP")
+    for engine, ms in step_figures(items, per_engine).items():
+        lines.append(f"  {engine}: {ms:.1f} ms ({total_gflop / ms * 1e3:.0f} GFLOP/s)")
+    lines += [f"  {engine}: skipped ({why})" for engine, why in skipped.items()]
+    return "\n".join(lines)
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--variant", default="Ti/16", help="e.g. Ti/16, or 'patch,hidden,mlp,heads,layers'"
+    )
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--image-size", type=int, default=224, help="square side, pixels")
+    parser.add_argument("--mode", choices=("train", "infer"), default="train")
+    parser.add_argument(
+        "--engines", default="xla,tensorflow,numpy", help=f"comma-separated, of {ENGINES}"
+    )
+    parser.add_argument("--torch-python", help="interpreter with torch, for the torch engine")
+    parser.add_argument("--repeats", type=int, default=11, help="timed calls per shape")
+    parser.add_argument(
+        "--per-call", type=int, default=8, help="products per call, on distinct operands"
+    )
+    parser.add_argument("--json", dest="json_path", help="also write the figures here")
+    parser.add_argument("--worker", choices=ENGINES, help=argparse.SUPPRESS)
+    parser.add_argument("--shapes", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.worker:
+        return args
+    check_args(parser, args)
+    return args
+
+
+def check_args(parser, args) -> None:
+    """parser.error, before any work, for a value the run cannot honour; sets `args.arch`
+    and `args.engine_list`."""
+    from keras_vit.benchmarking import variant_arch
+    from keras_vit.cli.flags import UsageError, check_output_file
+
+    try:
+        args.arch = variant_arch(args.variant)
+    except ValueError as error:
+        parser.error(f"--variant: {error}")
+    for flag in ("batch_size", "image_size", "repeats", "per_call"):
+        if getattr(args, flag) < 1:
+            parser.error(f"--{flag.replace('_', '-')} {getattr(args, flag)}: must be >= 1")
+    if args.image_size % args.arch["patch_size"]:
+        parser.error(
+            f"--image-size {args.image_size} is not a multiple of the patch size "
+            f"{args.arch['patch_size']}"
+        )
+    args.engine_list = [part.strip() for part in args.engines.split(",")]
+    unknown = [e for e in args.engine_list if e not in ENGINES]
+    if unknown or len(set(args.engine_list)) != len(args.engine_list):
+        parser.error(f"--engines {args.engines!r}: each of {ENGINES} at most once")
+    if "torch" in args.engine_list and not args.torch_python:
+        args.torch_python = sys.executable
+    if args.json_path is not None:
+        try:
+            check_output_file("--json", args.json_path)
+        except UsageError as error:
+            parser.error(str(error))
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args.worker:
+        run_worker(args)
+        return 0
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import common
+
+    size = (args.image_size, args.image_size)
+    items = step_products(args.arch, args.batch_size, size, args.mode)
+    shapes = distinct_shapes(items)
+    per_engine, skipped = {}, {}
+    for engine in args.engine_list:
+        figures = timed_in_process(engine, shapes, args)
+        if isinstance(figures, str):
+            skipped[engine] = figures
+        else:
+            per_engine[engine] = figures
+    host = common.host_record()
+    print(f"host: {host['cpu']}, {host['cores']} cores")
+    print(f"{args.variant} {args.mode}, batch {args.batch_size} at {args.image_size}")
+    print(report(items, per_engine, skipped))
+    if args.json_path:
+        payload = {
+            "host": host,
+            "variant": args.variant,
+            "mode": args.mode,
+            "batch_size": args.batch_size,
+            "image_size": args.image_size,
+            "per_call": args.per_call,
+            "products": items,
+            "ms_per_shape": per_engine,
+            "step_ms": step_figures(items, per_engine),
+            "skipped": skipped,
+        }
+        common.write_json(args.json_path, payload)
+    return 0 if per_engine else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,145 @@
+"""benchmarks/step_products.py: the list of a step's matrix products against the analytic
+MAC count (checked against the published counts in test_smoke.py), its flags, and a tiny
+run in two engines. No timing assertions."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tests.benchmarks.test_smoke import TINY, run_script
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+@pytest.fixture(scope="module")
+def module():
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        import step_products
+
+        yield step_products
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+
+
+ARCHS = st.fixed_dictionaries(
+    {
+        "patch_size": st.integers(1, 16),
+        "heads": st.integers(1, 4),
+        "head_dim": st.integers(1, 16),
+        "mlp_dim": st.integers(1, 64),
+        "num_layers": st.integers(1, 3),
+        "grid": st.tuples(st.integers(1, 5), st.integers(1, 5)),
+        "batch": st.integers(1, 4),
+    }
+)
+
+
+def arch_of(drawn):
+    return {
+        "patch_size": drawn["patch_size"],
+        "hidden_dim": drawn["heads"] * drawn["head_dim"],
+        "mlp_dim": drawn["mlp_dim"],
+        "num_heads": drawn["heads"],
+        "num_layers": drawn["num_layers"],
+    }
+
+
+@given(ARCHS)
+def test_forward_products_add_up_to_the_analytic_count(module, drawn):
+    from keras_vit.benchmarking import analytic_macs
+
+    arch = arch_of(drawn)
+    size = tuple(side * arch["patch_size"] for side in drawn["grid"])
+    items = module.step_products(arch, drawn["batch"], size, "infer")
+    expected = drawn["batch"] * analytic_macs(**arch, image_size=size, num_classes=1000)
+    assert sum(module.macs(item) for item in items) == expected
+
+
+@given(ARCHS)
+def test_training_adds_both_gradients_of_every_product_but_the_image(module, drawn):
+    arch = arch_of(drawn)
+    size = tuple(side * arch["patch_size"] for side in drawn["grid"])
+    forward = module.step_products(arch, drawn["batch"], size, "infer")
+    train = module.step_products(arch, drawn["batch"], size, "train")
+    forward_macs = sum(module.macs(item) for item in forward)
+    embed = next(item for item in forward if item["name"] == "patch embedding")
+    assert sum(module.macs(item) for item in train) == 3 * forward_macs - module.macs(embed)
+    # each gradient keeps its forward product's three sizes, in the backward's order
+    by_name = {item["name"]: item for item in train}
+    for name, item in by_name.items():
+        base = by_name.get(name.rsplit(" ", 1)[0])
+        if name.endswith((" dX", " dW")) and base is not None:
+            assert sorted((item["m"], item["k"], item["n"])) == sorted(
+                (base["m"], base["k"], base["n"])
+            )
+            assert item["transpose_a"] != item["transpose_b"]
+
+
+def test_operands_are_stored_as_the_transposes_say(module):
+    import numpy as np
+
+    item = module.product("x", 3, 5, 7, 1, batch=2, transpose_a=True, transpose_b=True)
+    ((a, b),) = module.operands(item, np.random.default_rng(0), 1)
+    assert a.shape == (2, 5, 3) and b.shape == (2, 7, 5)
+    plain = module.product("y", 3, 5, 7, 1)
+    ((a, b),) = module.operands(plain, np.random.default_rng(0), 1)
+    assert a.shape == (3, 5) and b.shape == (5, 7)
+
+
+def test_a_tiny_run_times_every_shape_in_each_engine(tmp_path):
+    out = tmp_path / "products.json"
+    done = run_script(
+        "step_products.py",
+        *("--variant", TINY, "--batch-size", "2", "--image-size", "32", "--repeats", "1"),
+        *("--per-call", "2", "--engines", "numpy,xla", "--json", str(out)),
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    payload = json.loads(out.read_text())
+    keys = {
+        f"{p['batch']}x{p['m']}x{p['k']}x{p['n']}" for p in payload["products"]
+    }  # every shape of the list was timed, in both engines, as positive ms
+    for engine in ("numpy", "xla"):
+        timed = payload["ms_per_shape"][engine]
+        assert {key.split(" ")[0] for key in timed} == keys
+        assert all(ms > 0 for ms in timed.values())
+    steps = payload["step_ms"]
+    assert steps["floor"] <= min(steps["numpy"], steps["xla"])
+    assert payload["host"]["cores"] >= 1 and payload["skipped"] == {}
+    assert "products of one step" in done.stdout
+
+
+def test_an_engine_that_cannot_run_is_named_with_the_reason(tmp_path):
+    done = run_script(
+        "step_products.py",
+        *("--variant", TINY, "--batch-size", "1", "--image-size", "16", "--repeats", "1"),
+        *("--per-call", "1", "--engines", "torch,numpy"),
+        *("--torch-python", str(tmp_path / "no-such-python")),
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "torch: skipped" in done.stdout and "no-such-python" in done.stdout
+
+
+@pytest.mark.parametrize(
+    "args, named",
+    [
+        (["--engines", "numpy,blas"], "'numpy,blas'"),
+        (["--engines", "numpy,numpy"], "'numpy,numpy'"),
+        (["--variant", "X/99"], "X/99"),
+        (["--image-size", "30"], "--image-size 30"),
+        (["--per-call", "0"], "--per-call 0"),
+        (["--json", ""], "--json ''"),
+    ],
+)
+def test_bad_arguments_are_refused_before_any_work(args, named):
+    done = run_script("step_products.py", *args, timeout=120)
+    assert done.returncode == 2
+    assert named in done.stderr
