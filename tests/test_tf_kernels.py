@@ -130,3 +130,68 @@ def test_kernels_run_inside_a_traced_function(dtype):
     eager = np.asarray(tf.cast(step(x), tf.float32))
     assert np.abs(eager).max() > 0.1
     np.testing.assert_array_equal(traced, eager)
+
+
+def attention_np(q, k, v, scale):
+    """softmax(q k^T scale) v per head, float64; inputs `(batch, tokens, heads, head_dim)`."""
+    logits = np.einsum("bqnh,bknh->bnqk", q, k) * scale
+    probs = np.exp(logits - logits.max(-1, keepdims=True))
+    probs /= probs.sum(-1, keepdims=True)
+    return np.einsum("bnqk,bknh->bqnh", probs, v)
+
+
+def finite_difference_gradients(fn, arrays, dy, step=1e-6):
+    """d sum(fn(*arrays) * dy) / d each array, by central differences in float64 (no
+    gradient formula involved)."""
+    grads = []
+    for index, array in enumerate(arrays):
+        grad = np.zeros_like(array)
+        for position in np.ndindex(array.shape):
+            shifted = [a.copy() for a in arrays]
+            shifted[index][position] += step
+            up = (fn(*shifted) * dy).sum()
+            shifted[index][position] -= 2 * step
+            grad[position] = (up - (fn(*shifted) * dy).sum()) / (2 * step)
+        grads.append(grad)
+    return grads
+
+
+@settings(max_examples=8, deadline=None)
+@given(
+    batch=st.integers(1, 2),
+    queries=st.integers(1, 4),
+    tokens=st.integers(1, 5),
+    heads=st.integers(1, 2),
+    head_dim=st.integers(1, 4),
+    compiled=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_attention_value_and_gradients_match_the_equations(
+    batch, queries, tokens, heads, head_dim, compiled, seed
+):
+    """Fewer queries than tokens too (the class-token-only last block); gradients against
+    finite differences of the NumPy forward, eagerly and in an XLA-compiled function."""
+    rng = np.random.default_rng(seed)
+    q = rng.normal(0, 1, (batch, queries, heads, head_dim))
+    k, v = (rng.normal(0, 1, (batch, tokens, heads, head_dim)) for _ in range(2))
+    dy = rng.normal(0, 1, q.shape)
+    v[..., 0, 0] = 2.0  # so the output is 2 there whatever the weights: a scale for the checks
+    scale = 1 / math.sqrt(head_dim)
+
+    def fn(q, k, v):
+        return _tf_kernels.attention(q, k, v, scale)
+
+    def run(q, k, v, dy):
+        return value_and_grad(fn, q, dy, k, v)
+
+    run = tf.function(run, jit_compile=True) if compiled else run
+    tensors = [tf.constant(a, tf.float32) for a in (q, k, v)]
+    q, k, v = (np.asarray(t, np.float64) for t in tensors)  # as the kernel sees them
+    y, grads = run(*tensors, tf.constant(dy, tf.float32))
+    close(y, attention_np(q, k, v, scale), "float32")
+    expected = finite_difference_gradients(lambda *a: attention_np(*a, scale), [q, k, v], dy)
+    for name, actual, wanted in zip("qkv", grads, expected, strict=True):
+        if np.abs(wanted).max() > 0.1:  # one token: dq and dk are 0 (softmax of one logit)
+            close(actual, wanted, "float32")
+        else:
+            np.testing.assert_allclose(np.asarray(actual), wanted, atol=1e-5, err_msg=name)

@@ -8,6 +8,7 @@ import keras
 from keras import ops
 
 from keras_vit._validation import check_heads, check_positive_int, check_rate
+from keras_vit.layers import _reduced_precision
 
 QUANTIZED_SAVE_MESSAGE = (
     "Cannot save layer {name!r}: it was quantized with keras.Model.quantize, and a quantized "
@@ -151,8 +152,9 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             probs = self.attention_dropout(probs, training=training)
             context = ops.einsum("bnts,bsnh->btnh", probs, value)
         else:
-            context = ops.dot_product_attention(
-                query, key, value, scale=1.0 / math.sqrt(self.head_dim)
+            scale = 1.0 / math.sqrt(self.head_dim)
+            context = _reduced_precision.attention(
+                query, key, value, scale, self.compute_dtype, training=training
             )
         return self.out(context)
 

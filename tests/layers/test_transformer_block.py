@@ -388,9 +388,10 @@ def test_bfloat16_attention_after_int8_quantization_keeps_einsum_dense_path():
 
 @pytest.mark.parametrize("approximate", [True, False])
 def test_float32_training_block_matches_equations_and_keras_gradients(approximate, monkeypatch):
-    """In float32 training the block's LayerNorms and GELU are keras_vit._tf_kernels' forms:
-    the output is the NumPy block's, and every weight's gradient is the one autodiff gives
-    through Keras' own LayerNormalization and gelu (the inference path)."""
+    """In float32 training the block's LayerNorms, GELU and attention core are
+    keras_vit._tf_kernels' forms: the output is the NumPy block's, and every weight's gradient
+    is the one autodiff gives through Keras' own LayerNormalization, gelu and
+    dot_product_attention (the inference path)."""
     import tensorflow as tf
 
     from keras_vit.layers import _reduced_precision
