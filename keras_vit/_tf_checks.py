@@ -1,6 +1,7 @@
 """Run-time checks that only the TensorFlow backend needs (kept out of `keras_vit.layers`,
 whose code uses `keras.ops` only so that it runs on every backend): shape assertions inside
-the graph, and probes of how this TensorFlow build's bfloat16 kernels round.
+the graph, probes of how this TensorFlow build's bfloat16 kernels round, and whether the
+code is being traced for XLA.
 
 TensorFlow's CPU kernels differ by build and host: with oneDNN (on by default where the CPU
 has AVX-512) bfloat16 products and softmax accumulate in float32 and round once; without it
@@ -93,3 +94,18 @@ def bfloat16_softmax_rounds_like_float32() -> bool:
         reference = tf.cast(tf.nn.softmax(tf.cast(logits, tf.float32), axis=-1), tf.bfloat16)
         same = tf.reduce_mean(tf.cast(tf.equal(direct, reference), tf.float32))
         return bool(float(same.numpy()) >= 0.99)
+
+
+def tracing_for_xla() -> bool:
+    """True while the code runs inside a function XLA compiles (`tf.function(jit_compile=
+    True)`, a Keras model compiled with `jit_compile=True`), False in other functions and
+    eagerly. Read from the graph's control-flow context (TensorFlow's own test for it);
+    should that internal API move, True: callers then keep the forms XLA gets today.
+    """
+    try:
+        from tensorflow.python.ops import control_flow_util
+
+        graph = tf.compat.v1.get_default_graph()
+        return bool(control_flow_util.GraphOrParentsInXlaContext(graph))
+    except (ImportError, AttributeError):
+        return True

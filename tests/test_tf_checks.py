@@ -53,3 +53,37 @@ def test_probes_run_eagerly_when_first_called_while_tracing():
 
     trace()
     assert traced == eager and all(isinstance(answer, bool) for answer in traced)
+
+
+def test_tracing_for_xla_is_true_only_inside_xla_compiled_functions():
+    import keras
+
+    seen = {}
+
+    def record(name):
+        seen[name] = _tf_checks.tracing_for_xla()
+
+    tf.function(lambda: record("jit_compile"), jit_compile=True)()
+    tf.function(lambda: record("graph"))()
+    record("eager")
+
+    class Recording(keras.layers.Layer):
+        def call(self, x, training=None):
+            if training:
+                record(f"fit jit_compile={self.jit}")
+            return x * 2.0
+
+    for jit in (True, False):
+        layer = Recording()
+        layer.jit = jit
+        inputs = keras.Input((3,))
+        model = keras.Model(inputs, keras.layers.Dense(1)(layer(inputs)))
+        model.compile("sgd", "mse", jit_compile=jit)
+        model.fit(np.ones((4, 3)), np.ones((4, 1)), epochs=1, verbose=0)
+    assert seen == {
+        "jit_compile": True,
+        "graph": False,
+        "eager": False,
+        "fit jit_compile=True": True,
+        "fit jit_compile=False": False,
+    }
