@@ -109,3 +109,9 @@ def tracing_for_xla() -> bool:
         return bool(control_flow_util.GraphOrParentsInXlaContext(graph))
     except (ImportError, AttributeError):
         return True
+
+
+def gpu_visible() -> bool:
+    """True where TensorFlow sees a GPU (kernels whose speed was measured on CPUs only stay
+    off there)."""
+    return bool(tf.config.list_logical_devices("GPU"))

@@ -87,3 +87,11 @@ def test_tracing_for_xla_is_true_only_inside_xla_compiled_functions():
         "fit jit_compile=True": True,
         "fit jit_compile=False": False,
     }
+
+
+def test_gpu_visible_follows_tensorflows_logical_devices(monkeypatch):
+    assert _tf_checks.gpu_visible() == bool(tf.config.list_logical_devices("GPU"))
+    monkeypatch.setattr(tf.config, "list_logical_devices", lambda kind=None: ["GPU:0"])
+    assert _tf_checks.gpu_visible()
+    monkeypatch.setattr(tf.config, "list_logical_devices", lambda kind=None: [])
+    assert not _tf_checks.gpu_visible()

@@ -464,3 +464,17 @@ def test_float32_training_attention_kernel_runs_without_xla_only(jit_compile, mo
         np.testing.assert_allclose(
             np.asarray(g_compiled), g_eager, atol=2e-4 * own, err_msg=weight.path
         )
+
+
+def test_float32_training_attention_kernel_stays_off_where_a_gpu_is_visible(monkeypatch):
+    """Measured on CPUs only: a process that sees a GPU keeps Keras' dot_product_attention."""
+    import tensorflow as tf
+
+    from keras_vit import _tf_checks, _tf_kernels
+
+    block, x, _ = _random_block_and_reference(8, True)
+    calls = []
+    monkeypatch.setattr(_tf_kernels, "attention", lambda *args: calls.append(1))
+    monkeypatch.setattr(_tf_checks, "gpu_visible", lambda: True)
+    out = block(tf.constant(x), training=True)
+    assert not calls and out.shape == x.shape
