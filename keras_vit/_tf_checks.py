@@ -1,7 +1,7 @@
 """Run-time checks that only the TensorFlow backend needs (kept out of `keras_vit.layers`,
 whose code uses `keras.ops` only so that it runs on every backend): shape assertions inside
-the graph, probes of how this TensorFlow build's bfloat16 kernels round, and whether the
-code is being traced for XLA.
+the graph, probes of how this TensorFlow build's bfloat16 kernels round, whether the code
+is being traced for XLA, and whether a GPU is visible.
 
 TensorFlow's CPU kernels differ by build and host: with oneDNN (on by default where the CPU
 has AVX-512) bfloat16 products and softmax accumulate in float32 and round once; without it

@@ -5,6 +5,7 @@ run in two engines. No timing assertions."""
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -93,6 +94,19 @@ def test_operands_are_stored_as_the_transposes_say(module):
     assert a.shape == (3, 5) and b.shape == (5, 7)
 
 
+def test_call_overhead_is_taken_off_each_figure_and_the_floor_takes_the_best(module):
+    items = [module.product("a", 2, 2, 2, 3), module.product("b", 4, 4, 4, 1)]
+    key_a, key_b = (module.shape_key(item) for item in items)
+    per_engine = {
+        "one": {"overhead_ms": 0.5, "ms": {key_a: 2.5, key_b: 0.4}},
+        "two": {"overhead_ms": 0.0, "ms": {key_a: 1.0, key_b: 5.0}},
+    }
+    assert module.net_ms(per_engine["one"]) == {key_a: 2.0, key_b: 0.0}
+    totals = module.step_figures(items, per_engine)
+    assert totals == {"one": 6.0, "two": 8.0, "floor": 3.0}  # 3 x 1.0 + 1 x 0.0
+    assert "call overhead" in module.cell(1.0, 0.4, 0.0)
+
+
 def test_a_tiny_run_times_every_shape_in_each_engine(tmp_path):
     out = tmp_path / "products.json"
     done = run_script(
@@ -103,43 +117,51 @@ def test_a_tiny_run_times_every_shape_in_each_engine(tmp_path):
     )
     assert done.returncode == 0, done.stderr[-2000:]
     payload = json.loads(out.read_text())
-    keys = {
-        f"{p['batch']}x{p['m']}x{p['k']}x{p['n']}" for p in payload["products"]
-    }  # every shape of the list was timed, in both engines, as positive ms
-    for engine in ("numpy", "xla"):
-        timed = payload["ms_per_shape"][engine]
-        assert {key.split(" ")[0] for key in timed} == keys
-        assert all(ms > 0 for ms in timed.values())
+    keys = {f"{p['batch']}x{p['m']}x{p['k']}x{p['n']}" for p in payload["products"]}
+    for engine in ("numpy", "xla"):  # every shape of the list, timed in both engines
+        timed = payload["timed"][engine]
+        assert {key.split(" ")[0] for key in timed["ms"]} == keys
+        assert all(ms > 0 for ms in timed["ms"].values()) and timed["overhead_ms"] > 0
     steps = payload["step_ms"]
     assert steps["floor"] <= min(steps["numpy"], steps["xla"])
-    assert payload["host"]["cores"] >= 1 and payload["skipped"] == {}
-    assert "products of one step" in done.stdout
+    assert payload["host"]["cores"] >= 1 and payload["failed"] == {}
+    assert "products of one step" in done.stdout and "call overhead per product" in done.stdout
 
 
-def test_an_engine_that_cannot_run_is_named_with_the_reason(tmp_path):
-    done = run_script(
-        "step_products.py",
-        *("--variant", TINY, "--batch-size", "1", "--image-size", "16", "--repeats", "1"),
-        *("--per-call", "1", "--engines", "torch,numpy"),
-        *("--torch-python", str(tmp_path / "no-such-python")),
-        timeout=300,
+def torch_imports():
+    return (
+        subprocess.run([sys.executable, "-c", "import torch"], capture_output=True).returncode == 0
     )
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert "torch: skipped" in done.stdout and "no-such-python" in done.stdout
 
 
 @pytest.mark.parametrize(
     "args, named",
     [
-        (["--engines", "numpy,blas"], "'numpy,blas'"),
-        (["--engines", "numpy,numpy"], "'numpy,numpy'"),
+        (["--engines", "numpy,blas"], "unknown engine 'blas'"),
+        (["--engines", "numpy,"], "an empty item"),
+        (["--engines", "numpy,numpy"], "'numpy' is given twice"),
         (["--variant", "X/99"], "X/99"),
         (["--image-size", "30"], "--image-size 30"),
         (["--per-call", "0"], "--per-call 0"),
         (["--json", ""], "--json ''"),
+        (["--torch-python", sys.executable], "add torch to --engines"),
+        (["--engines", "torch", "--torch-python", "/no/such/python"], "does not run"),
     ],
 )
 def test_bad_arguments_are_refused_before_any_work(args, named):
     done = run_script("step_products.py", *args, timeout=120)
     assert done.returncode == 2
     assert named in done.stderr
+
+
+def test_a_json_path_under_a_file_is_refused_before_any_work(tmp_path):
+    (tmp_path / "afile").write_text("")
+    done = run_script("step_products.py", "--json", str(tmp_path / "afile" / "out.json"))
+    assert done.returncode == 2 and "is a file, not a folder" in done.stderr
+
+
+@pytest.mark.skipif(torch_imports(), reason="torch imports in this interpreter")
+def test_an_interpreter_without_torch_is_refused_naming_the_import_error():
+    done = run_script("step_products.py", "--engines", "torch,numpy", timeout=120)
+    assert done.returncode == 2
+    assert "does not import torch" in done.stderr and "torch" in done.stderr.splitlines()[-1]

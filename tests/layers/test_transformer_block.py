@@ -394,6 +394,7 @@ def test_float32_training_block_matches_equations_and_keras_gradients(approximat
     dot_product_attention (the inference path)."""
     import tensorflow as tf
 
+    from keras_vit import _tf_checks
     from keras_vit.layers import _reduced_precision
 
     block, x, expected = _random_block_and_reference(8, approximate)
@@ -412,6 +413,7 @@ def test_float32_training_block_matches_equations_and_keras_gradients(approximat
         return out, tape.gradient(loss, block.trainable_weights)
 
     monkeypatch.setattr(_reduced_precision, "_fast", recording)
+    monkeypatch.setattr(_tf_checks, "gpu_visible", lambda: False)  # the kernel, on any host
     out, fast = gradients()
     assert kernels_used and all(kernels_used)
     np.testing.assert_allclose(np.asarray(out), expected, atol=1e-4)
@@ -436,7 +438,7 @@ def test_float32_training_attention_kernel_runs_without_xla_only(jit_compile, mo
     the block the same gradients."""
     import tensorflow as tf
 
-    from keras_vit import _tf_kernels
+    from keras_vit import _tf_checks, _tf_kernels
 
     block, x, _ = _random_block_and_reference(8, True)
     calls = []
@@ -447,6 +449,7 @@ def test_float32_training_attention_kernel_runs_without_xla_only(jit_compile, mo
         return real(*args)
 
     monkeypatch.setattr(_tf_kernels, "attention", counting)
+    monkeypatch.setattr(_tf_checks, "gpu_visible", lambda: False)  # as on a CPU-only host
 
     def gradients(x):
         with tf.GradientTape() as tape:
