@@ -141,10 +141,11 @@ def attention(query, key, value, scale):
     scale=scale)`; the gradient is the textbook one: dP = dC v^T,
     dS = P (dP - rowsum(dP P)), dq = scale dS k, dk = scale dS^T q, dv = P^T dC.
     Measured on the float32 training step at batch 16 (AMD EPYC Zen 3, 2 cores), in one
-    process against Keras' op, alternating: without XLA 1.06x at Ti/16 (two runs; 1272 ->
-    1232 ms) and 1.11x at S/16 (3947 -> 3491 ms); under XLA 0.99x and 1.005x, and 0.93x for
-    the default `keras-vit train` model (XLA rewrites both gradients its own way), so
-    `keras_vit.layers._reduced_precision.attention` uses it without XLA only.
+    process against Keras' op, alternating (median of per-round ratios; median steps): without
+    XLA 1.06x at Ti/16 (two runs; 1299 -> 1226 ms, 1272 -> 1232 ms) and 1.11x at S/16 (3947 ->
+    3491 ms); under XLA 0.99x and 1.005x, and 0.93x for the default `keras-vit train` model
+    (XLA rewrites both gradients its own way), so `keras_vit.layers._reduced_precision.
+    attention` uses it without XLA only.
 
     Args:
         query: `(batch, queries, heads, head_dim)`.
