@@ -287,18 +287,36 @@ def report(items, per_engine, failed) -> str:
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
-        "--variant", default="Ti/16", help="e.g. Ti/16, or 'patch,hidden,mlp,heads,layers'"
+        "--variant",
+        default="Ti/16",
+        help="e.g. S/16, or 'patch,hidden,mlp,heads,layers' (default: Ti/16)",
     )
-    parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument("--image-size", type=int, default=224, help="square side, pixels")
-    parser.add_argument("--mode", choices=("train", "infer"), default="train")
+    parser.add_argument("--batch-size", type=int, default=16, help="images per step (default: 16)")
     parser.add_argument(
-        "--engines", default="xla,tensorflow,numpy", help=f"comma-separated, of {ENGINES}"
+        "--image-size", type=int, default=224, help="square side, pixels (default: 224)"
     )
-    parser.add_argument("--torch-python", help="interpreter with torch, for the torch engine")
-    parser.add_argument("--repeats", type=int, default=11, help="timed calls per shape")
     parser.add_argument(
-        "--per-call", type=int, default=8, help="products per call, on distinct operands"
+        "--mode",
+        choices=("train", "infer"),
+        default="train",
+        help="training step or forward pass (default: train)",
+    )
+    parser.add_argument(
+        "--engines",
+        default="xla,tensorflow,numpy",
+        help=f"comma-separated, of {', '.join(ENGINES)} (default: xla,tensorflow,numpy)",
+    )
+    parser.add_argument(
+        "--torch-python", help="interpreter with torch, for the torch engine (default: this one)"
+    )
+    parser.add_argument(
+        "--repeats", type=int, default=11, help="timed calls per shape (default: 11)"
+    )
+    parser.add_argument(
+        "--per-call",
+        type=int,
+        default=8,
+        help="products per call, on distinct operands (default: 8)",
     )
     parser.add_argument("--json", dest="json_path", help="also write the figures here")
     parser.add_argument("--worker", choices=ENGINES, help=argparse.SUPPRESS)
