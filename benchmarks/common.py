@@ -129,8 +129,21 @@ def check_model_arguments(parser, args, counts) -> None:
     if args.image_size < patch or args.image_size % patch:
         parser.error(f"--image-size {args.image_size} is not a positive multiple of the patch")
     counts = {"--batch-size": args.batch_size, **counts}
-    if min(counts.values()) < 1:
-        parser.error(f"{', '.join(counts)} must be >= 1")
+    for flag, value in counts.items():
+        if value < 1:
+            parser.error(f"{flag} {value}: must be >= 1")
+
+
+def import_problem_in(python: str, modules: str, timeout=None) -> str | None:
+    """None when `import {modules}` (e.g. "timm, torch") succeeds in the interpreter
+    `python`, else the last line of its error output. Raises OSError where `python` does not
+    run, subprocess.TimeoutExpired after `timeout` seconds."""
+    done = subprocess.run(
+        [python, "-c", f"import {modules}"], capture_output=True, text=True, timeout=timeout
+    )
+    if done.returncode == 0:
+        return None
+    return (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
 
 
 def set_threads(threads: int) -> None:

@@ -31,7 +31,6 @@ import argparse
 import datetime
 import os
 import platform
-import subprocess
 import sys
 import time
 
@@ -194,10 +193,8 @@ def skip_reason(python, framework):
     module = {"timm": "timm, torch", "keras_hub": "keras_hub", "vit_keras": "vit_keras"}
     key = (python, framework)
     if key not in _SKIPS:
-        code = f"import {module[framework]}"
-        done = subprocess.run([python, "-c", code], capture_output=True, text=True)
-        last = (done.stderr.strip().splitlines() or ["failed"])[-1]
-        _SKIPS[key] = None if done.returncode == 0 else f"does not import in {python}: {last}"
+        problem = common.import_problem_in(python, module[framework])
+        _SKIPS[key] = None if problem is None else f"does not import in {python}: {problem}"
         if _SKIPS[key]:
             print(f"skipping {framework}: {_SKIPS[key]}", flush=True)
     return _SKIPS[key]

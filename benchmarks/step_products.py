@@ -36,6 +36,8 @@ import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # common.py, imported lazily
+
 ENGINES = ("xla", "tensorflow", "numpy", "torch")
 
 
@@ -284,31 +286,8 @@ def report(items, per_engine, failed) -> str:
     return "\n".join(lines)
 
 
-def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--variant",
-        default="Ti/16",
-        help="e.g. S/16, or 'patch,hidden,mlp,heads,layers' (default: Ti/16)",
-    )
-    parser.add_argument("--batch-size", type=int, default=16, help="images per step (default: 16)")
-    parser.add_argument(
-        "--image-size", type=int, default=224, help="square side, pixels (default: 224)"
-    )
-    parser.add_argument(
-        "--mode",
-        choices=("train", "infer"),
-        default="train",
-        help="training step or forward pass (default: train)",
-    )
-    parser.add_argument(
-        "--engines",
-        default="xla,tensorflow,numpy",
-        help=f"comma-separated, of {', '.join(ENGINES)} (default: xla,tensorflow,numpy)",
-    )
-    parser.add_argument(
-        "--torch-python", help="interpreter with torch, for the torch engine (default: this one)"
-    )
+def add_timing_arguments(parser) -> None:
+    """--repeats and --per-call (the run's and its workers')."""
     parser.add_argument(
         "--repeats", type=int, default=11, help="timed calls per shape (default: 11)"
     )
@@ -318,12 +297,37 @@ def parse_args(argv=None):
         default=8,
         help="products per call, on distinct operands (default: 8)",
     )
+
+
+def worker_args(argv):
+    """A worker's arguments (`timed_in_process`): it imports only NumPy and its engine."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--worker", choices=ENGINES, required=True)
+    parser.add_argument("--shapes", required=True)
+    add_timing_arguments(parser)
+    return parser.parse_args(argv)
+
+
+def parse_args(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if "--worker" in argv:
+        return worker_args(argv)
+    import common
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    common.add_model_arguments(parser, modes=("train", "infer"), default_mode="train")
+    add_timing_arguments(parser)
+    parser.add_argument(
+        "--engines",
+        default="xla,tensorflow,numpy",
+        help=f"comma-separated, of {', '.join(ENGINES)} (default: xla,tensorflow,numpy)",
+    )
+    parser.add_argument(
+        "--torch-python", help="interpreter with torch, for the torch engine (default: this one)"
+    )
     parser.add_argument("--json", dest="json_path", help="also write the figures here")
-    parser.add_argument("--worker", choices=ENGINES, help=argparse.SUPPRESS)
-    parser.add_argument("--shapes", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.worker:
-        return args
+    args.worker = None
     check_args(parser, args)
     return args
 
@@ -331,22 +335,14 @@ def parse_args(argv=None):
 def check_args(parser, args) -> None:
     """parser.error, before any work, for a value the run cannot honour; sets `args.arch`
     and `args.engine_list`."""
-    from keras_vit.benchmarking import variant_arch
+    import common
+
     from keras_vit.cli.benchmark import check_json_path
     from keras_vit.cli.flags import UsageError
 
-    try:
-        args.arch = variant_arch(args.variant)
-    except ValueError as error:
-        parser.error(f"--variant: {error}")
-    for flag in ("batch_size", "image_size", "repeats", "per_call"):
-        if getattr(args, flag) < 1:
-            parser.error(f"--{flag.replace('_', '-')} {getattr(args, flag)}: must be >= 1")
-    if args.image_size % args.arch["patch_size"]:
-        parser.error(
-            f"--image-size {args.image_size} is not a multiple of the patch size "
-            f"{args.arch['patch_size']}"
-        )
+    counts = {"--repeats": args.repeats, "--per-call": args.per_call}
+    common.check_model_arguments(parser, args, counts)
+    args.arch = common.variant_arch(args.variant)
     args.engine_list = engine_list(parser, args.engines)
     check_torch(parser, args)
     if args.json_path is not None:
@@ -372,20 +368,19 @@ def engine_list(parser, text) -> list[str]:
 def check_torch(parser, args) -> None:
     """parser.error unless `--torch-python` (default: this interpreter) imports torch when
     the torch engine is asked for; and for `--torch-python` without it."""
+    import common
+
     if "torch" not in args.engine_list:
         if args.torch_python:
             parser.error("--torch-python is only used by the torch engine: add torch to --engines")
         return
     args.torch_python = args.torch_python or sys.executable
     try:
-        done = subprocess.run(
-            [args.torch_python, "-c", "import torch"], capture_output=True, text=True, timeout=300
-        )
+        problem = common.import_problem_in(args.torch_python, "torch", timeout=300)
     except (OSError, subprocess.TimeoutExpired) as error:
         parser.error(f"--torch-python {args.torch_python!r} does not run: {error}")
-    if done.returncode:
-        tail = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
-        parser.error(f"--torch-python {args.torch_python!r} does not import torch: {tail}")
+    if problem:
+        parser.error(f"--torch-python {args.torch_python!r} does not import torch: {problem}")
 
 
 def main(argv=None) -> int:
@@ -393,7 +388,6 @@ def main(argv=None) -> int:
     if args.worker:
         run_worker(args)
         return 0
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import common
 
     size = (args.image_size, args.image_size)

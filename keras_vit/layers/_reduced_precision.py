@@ -51,10 +51,9 @@ def attention(query, key, value, scale, compute_dtype, *, training):
     (Ti/16), 1.005x (S/16) and 0.93x (the default model): so XLA keeps Keras' op, and so
     does a process that sees a GPU (not measured there: cuBLAS takes transposed operands as
     they are, and the kernel's explicit transposes would be extra copies)."""
-    if not _fast(compute_dtype, training=training) or compute_dtype != "float32":
-        return keras.ops.dot_product_attention(query, key, value, scale=scale)
-    from keras_vit import _tf_checks, _tf_kernels
+    if _fast(compute_dtype, training=training) and compute_dtype == "float32":
+        from keras_vit import _tf_checks, _tf_kernels
 
-    if _tf_checks.tracing_for_xla() or _tf_checks.gpu_visible():
-        return keras.ops.dot_product_attention(query, key, value, scale=scale)
-    return _tf_kernels.attention(query, key, value, scale)
+        if not (_tf_checks.tracing_for_xla() or _tf_checks.gpu_visible()):
+            return _tf_kernels.attention(query, key, value, scale)
+    return keras.ops.dot_product_attention(query, key, value, scale=scale)
