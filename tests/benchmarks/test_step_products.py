@@ -38,6 +38,8 @@ ARCHS = st.fixed_dictionaries(
         "num_layers": st.integers(1, 3),
         "grid": st.tuples(st.integers(1, 5), st.integers(1, 5)),
         "batch": st.integers(1, 4),
+        "channels": st.sampled_from([1, 3, 4]),
+        "classes": st.integers(1, 1000),
     }
 )
 
@@ -58,8 +60,11 @@ def test_forward_products_add_up_to_the_analytic_count(module, drawn):
 
     arch = arch_of(drawn)
     size = tuple(side * arch["patch_size"] for side in drawn["grid"])
-    items = module.step_products(arch, drawn["batch"], size, "infer")
-    expected = drawn["batch"] * analytic_macs(**arch, image_size=size, num_classes=1000)
+    channels, classes = drawn["channels"], drawn["classes"]
+    items = module.step_products(arch, drawn["batch"], size, "infer", channels, classes)
+    expected = drawn["batch"] * analytic_macs(
+        **arch, image_size=size, channels=channels, num_classes=classes
+    )
     assert sum(module.macs(item) for item in items) == expected
 
 
@@ -67,8 +72,9 @@ def test_forward_products_add_up_to_the_analytic_count(module, drawn):
 def test_training_adds_both_gradients_of_every_product_but_the_image(module, drawn):
     arch = arch_of(drawn)
     size = tuple(side * arch["patch_size"] for side in drawn["grid"])
-    forward = module.step_products(arch, drawn["batch"], size, "infer")
-    train = module.step_products(arch, drawn["batch"], size, "train")
+    more = (drawn["channels"], drawn["classes"])
+    forward = module.step_products(arch, drawn["batch"], size, "infer", *more)
+    train = module.step_products(arch, drawn["batch"], size, "train", *more)
     forward_macs = sum(module.macs(item) for item in forward)
     embed = next(item for item in forward if item["name"] == "patch embedding")
     assert sum(module.macs(item) for item in train) == 3 * forward_macs - module.macs(embed)
