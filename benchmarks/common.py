@@ -27,6 +27,7 @@ from keras_vit.benchmarking import (  # noqa: F401  (re-exported for the scripts
     gemm_gflops,
     gemm_peak,
     gemm_roof,
+    keras_vit_step_gflops,
     make_step,
     model_gflops,
     peak_rss_mb,
@@ -114,18 +115,58 @@ def checked_patch(parser, variant: str) -> int:
         parser.error(f"--variant: {error}")
 
 
+def named_image_size(variant: str) -> int | None:
+    """The image side a variant's name gives ("B/16-384": 384, as the release's and timm's
+    names mean it), or None (a plain name, or a custom "patch,hidden,mlp,heads,layers")."""
+    from keras_vit import configs
+
+    if "," in variant:
+        return None
+    try:
+        return configs.resolve_model(variant).image_size
+    except ValueError:
+        return None  # an unknown name: `variant_arch` names the problem
+
+
+def variant_image_size(variant: str, image_size: int | None = None) -> int:
+    """The square side to time `variant` at: `image_size` (--image-size) when given, else
+    the size its name gives, else 224.
+
+    Raises:
+        ValueError: the name gives one size and `image_size` another (both named).
+    """
+    named = named_image_size(variant)
+    if named is not None and image_size is not None and image_size != named:
+        raise ValueError(
+            f"--variant {variant!r} names image size {named}, --image-size {image_size} "
+            "another: give one of them"
+        )
+    if image_size is not None:
+        return image_size
+    return named or 224
+
+
 def add_model_arguments(parser, modes=("infer", "train", "both"), default_mode="both"):
     """Adds --variant, --image-size, --batch-size and --mode (shared by the scripts)."""
     parser.add_argument("--variant", default="Ti/16", help="named variant (Ti/16)")
-    parser.add_argument("--image-size", type=int, default=224, help="square side (224)")
+    parser.add_argument(
+        "--image-size",
+        type=int,
+        help="square side (224, or the size the variant's name gives: B/16-384 is 384)",
+    )
     parser.add_argument("--batch-size", type=int, default=16, help="batch size (16)")
     parser.add_argument("--mode", choices=modes, default=default_mode)
 
 
 def check_model_arguments(parser, args, counts) -> None:
     """`parser.error` unless the variant is known, the image size a positive multiple of its
-    patch, and the batch size and every value in `counts` ({flag: value}) at least 1."""
+    patch, and the batch size and every value in `counts` ({flag: value}) at least 1.
+    Sets `args.image_size` (`variant_image_size`: a size in the variant's name counts)."""
     patch = checked_patch(parser, args.variant)
+    try:
+        args.image_size = variant_image_size(args.variant, args.image_size)
+    except ValueError as error:
+        parser.error(str(error))
     if args.image_size < patch or args.image_size % patch:
         parser.error(f"--image-size {args.image_size} is not a positive multiple of the patch")
     counts = {"--batch-size": args.batch_size, **counts}

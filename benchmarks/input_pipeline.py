@@ -42,6 +42,11 @@ def parse_args(argv=None):
         parser.error("--batches, --steps and --repeats must be >= 1")
     if args.variant:
         common.checked_patch(parser, args.variant)
+        if common.named_image_size(args.variant) is not None:
+            try:
+                args.image_size = common.variant_image_size(args.variant, args.image_size)
+            except ValueError as error:
+                parser.error(str(error))
     return args
 
 

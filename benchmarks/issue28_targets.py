@@ -1,23 +1,27 @@
 """The speed targets of issue 28 in one run: B/16 inference, S/16 and Ti/16 training steps.
 
-For each workload (batch 16 at 224) every point runs in its own process (the workers of
-benchmarks/throughput.py): keras_vit at float32, float32+XLA, mixed_bfloat16 and
-mixed_bfloat16+XLA; timm at float32, bfloat16 autocast and torch.compile (`--torch-python`,
-skipped with the reason when torch/timm do not import there); the Keras peers keras-hub and
-vit-keras at float32+XLA and mixed_bfloat16 (skipped with the reason when not installed); and
-the GEMM roof of TensorFlow and of torch. The points of a workload start together, as many
-as fit in memory (`--memory-gb`, default 85% of MemAvailable, over each point's expected
-peak RSS; S/16 training needs ~3.5 GB a point, so on 24 GiB it runs in groups, each group's
-points timed together; the likeliest-fastest setting of every framework is in the first
-group), then the parent asks each for one timed repeat per round, the order rotated every
-round, so that the load of the machine hits every point alike. Rounds stop at `--repeats` or
-when the workload's (group's) share of `--budget-s` is spent (at least one round). The
-results are written after every workload, so a run cut short keeps what it measured. After
-the rounds, "auto" (`keras_vit.precision.choose_precision`, measuring with a fresh probe
-unless `--keep-probe-cache`) is asked which setting it picks for the model's shape.
+For each workload (batch 16 at 224, or at the size a name such as B/16-384 gives) every point
+runs in its own process (the workers of benchmarks/throughput.py): keras_vit at float32,
+float32+XLA, mixed_bfloat16 and mixed_bfloat16+XLA; timm at float32, bfloat16 autocast and
+torch.compile (`--torch-python`, skipped with the reason when torch/timm do not import there);
+the Keras peers keras-hub and vit-keras at float32+XLA and mixed_bfloat16 (skipped with the
+reason when not installed); and the GEMM roof of TensorFlow and of torch. The points of a
+workload start together, as many as fit in memory (`--memory-gb`, default 85% of MemAvailable,
+over each point's expected peak RSS; S/16 training needs ~3.5 GB a point, so on 24 GiB it runs
+in groups, each group's points timed together; the likeliest-fastest setting of every framework
+is in the first group), then the parent asks each for one timed repeat per round, the order
+rotated every round, so that the load of the machine hits every point alike. Rounds stop at
+`--repeats` or when the workload's (group's) share of `--budget-s` is spent (at least one
+round). The results are written after every workload, so a run cut short keeps what it
+measured. After the rounds, "auto" (`keras_vit.precision.choose_precision`, measuring with a
+fresh probe unless `--keep-probe-cache`) is asked which setting it picks for the model's shape.
 
 The table gives the ratios the targets need: auto over the fastest keras_vit setting
-(target >= 0.90), keras_vit's best over timm's best and over the best Keras peer (>= 1.20).
+(target >= 0.90), keras_vit's best over timm's best and over the best Keras peer (>= 1.20),
+and the share of the run's roof (its best GEMM) at which keras_vit's own products
+(`keras_vit.benchmarking.keras_vit_step_gflops`) would have to run, over the whole step with
+nothing else in it, for 1.2x timm's best: past 100%, no choice of kernels reaches that target
+on the host.
 Every figure is written with the host (CPU model, bfloat16 units, cores, load average) to
 `--out` (.json and .md).
 
@@ -204,7 +208,7 @@ def worker_args(args, variant):
     """The namespace throughput.py's `worker_argv` reads."""
     return argparse.Namespace(
         variant=variant,
-        image_size=224,
+        image_size=common.variant_image_size(variant),
         batch_size=16,
         steps=args.steps,
         warmup=1,
@@ -273,7 +277,7 @@ def auto_setting(variant, refresh):
     from keras_vit import precision
     from keras_vit.precision_probe import shape_from_kwargs
 
-    shape = shape_from_kwargs(common.variant_arch(variant), 224)
+    shape = shape_from_kwargs(common.variant_arch(variant), common.variant_image_size(variant))
     if refresh:
         os.environ["KERAS_VIT_PRECISION_PROBE"] = "refresh"
     try:
@@ -311,7 +315,18 @@ def summarise(variant, mode, records, roofs, choice):
         "ours_over_keras_peer": ours[1] / best_peer[1] if ours and best_peer else None,
         "best_keras_peer": f"{best_peer[2]} {best_peer[0]}" if best_peer else None,
         "roof_gflops": roofs,
+        "roof_share_for_target_over_timm": roof_share_needed(variant, mode, timm, roofs),
     }
+
+
+def roof_share_needed(variant, mode, timm, roofs):
+    """The share of the run's best product speed (its roof) that keras_vit's own products
+    (`keras_vit_step_gflops`) would have to run at, over the whole step with nothing else
+    in it, for PEER_TARGET x timm's best: above 1, out of reach on this host."""
+    if not timm or not roofs:
+        return None
+    gflop = common.keras_vit_step_gflops(variant, common.variant_image_size(variant), mode)
+    return gflop * timm[1] * PEER_TARGET / max(roofs.values())
 
 
 def measure(args, variant, mode, deadline):
@@ -328,7 +343,9 @@ def measure(args, variant, mode, deadline):
         )
         for name, runs in payloads.items()
     ]
-    common.add_derived(records, variant, 224, max(roofs.values()) if roofs else None)
+    common.add_derived(
+        records, variant, common.variant_image_size(variant), max(roofs.values()) if roofs else None
+    )
     choice = auto_setting(variant, refresh=not args.keep_probe_cache)
     return records, summarise(variant, mode, records, roofs, choice)
 
@@ -340,14 +357,21 @@ def ratio(value, target=None):
     return f"{value:.2f}x{mark}"
 
 
+def share_text(share):
+    """`roof_share_needed` as a percentage, marked where it is past the roof."""
+    if share is None:
+        return "-"
+    return f"{share:.0%}" + (" (past the roof)" if share > 1 else "")
+
+
 def markdown(host_line, summaries):
     lines = [f"Host: {host_line}", ""]
     lines.append(
         "| workload | keras_vit img/s by setting | auto | auto/best | timm best | "
         "ours/timm | best Keras peer | ours/peer | keras_vit on the PyTorch backend | "
-        "torch backend/timm | roof GFLOP/s |"
+        "torch backend/timm | roof GFLOP/s | roof share 1.2x timm needs |"
     )
-    lines.append("|---|---|---|---|---|---|---|---|---|---|---|")
+    lines.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for s in summaries:
         ours = ", ".join(f"{k} {v:.2f}" for k, v in s["keras_vit"].items())
         timm = s["best"].get("timm")
@@ -368,6 +392,7 @@ def markdown(host_line, summaries):
             on_torch,
             ratio(s["torch_backend_over_timm"], PEER_TARGET),
             roofs,
+            share_text(s["roof_share_for_target_over_timm"]),
         ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"

@@ -45,6 +45,12 @@ def parse_args(argv=None):
     except ValueError:
         parser.error("--image-sizes and --batch-sizes take integers separated by commas")
     patch = common.checked_patch(parser, args.variant)
+    named = common.named_image_size(args.variant)
+    if named is not None:
+        parser.error(
+            f"--variant {args.variant!r} names image size {named}: give the plain variant; "
+            "--image-sizes and --base-image-size set the sizes"
+        )
     sizes = [*args.image_sizes, args.base_image_size]
     if any(s < patch or s % patch for s in sizes):
         parser.error(f"every image size must be a positive multiple of the patch ({patch})")

@@ -94,6 +94,33 @@ def model_gflops(variant, image_size, mode, num_classes=1000):
     return 2.0 * macs * (TRAINING_FLOPS_FACTOR if mode == "train" else 1.0) / 1e9
 
 
+def keras_vit_step_gflops(variant, image_size, mode, num_classes=1000):
+    """Analytic GFLOPs per image of the matrix products keras_vit runs in one step, which
+    are fewer than `model_gflops`'s: its last block computes the class token alone (the
+    keys and values of every token, the query, attention output and MLP of the class
+    token), and a training step takes no gradient with respect to the image (the patch
+    embedding's weight gradient only).
+
+    Raises:
+        ValueError: unknown variant name or a malformed spec (`variant_arch`), or a mode
+            other than "infer" and "train".
+    """
+    if mode not in ("infer", "train"):
+        raise ValueError(f"mode must be 'infer' or 'train'. Received: {mode!r}")
+    arch = variant_arch(variant)
+    full = analytic_macs(**arch, image_size=image_size, num_classes=num_classes)
+    height, width = to_pair("image_size", image_size)
+    patches = (height // arch["patch_size"]) * (width // arch["patch_size"])
+    tokens, d, mlp = patches + 1, arch["hidden_dim"], arch["mlp_dim"]
+    block = 4 * tokens * d * d + 2 * tokens * tokens * d + 2 * tokens * d * mlp
+    last_block = 2 * tokens * d * d + 2 * d * d + 2 * tokens * d + 2 * d * mlp
+    macs = full - block + last_block
+    if mode == "train":
+        image_gradient = patches * arch["patch_size"] ** 2 * 3 * d
+        return 2.0 * (TRAINING_FLOPS_FACTOR * macs - image_gradient) / 1e9
+    return 2.0 * macs / 1e9
+
+
 def peak_rss_mb():
     """Peak resident memory of this process so far, MiB (Linux `ru_maxrss` is in KiB)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0

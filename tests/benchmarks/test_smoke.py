@@ -76,6 +76,39 @@ def test_analytic_macs_at_384_and_hand_count(bench):
     assert bench.model_gflops(TINY, 32, "train", 10) == pytest.approx(6 * by_hand / 1e9)
 
 
+def test_keras_vit_step_gflops_by_hand(bench):
+    """The tiny model at 32 px, 10 classes: 16 patches, 17 tokens, hidden 32, MLP 64."""
+    embed = 16 * (8 * 8 * 3) * 32  # 98,304
+    block = 3 * 17 * 32 * 32 + 17 * 32 * 32 + 2 * 17 * 17 * 32 + 2 * 17 * 32 * 64  # 157,760
+    # The last block: keys and values of all 17 tokens; query, output and MLP of one.
+    last = 2 * 17 * 32 * 32 + 32 * 32 + 32 * 32 + 2 * 17 * 32 + 2 * 32 * 64  # 42,048
+    forward = embed + block + last + 32 * 10
+    assert forward == 298_432
+    gflops = bench.keras_vit_step_gflops
+    assert gflops(TINY, 32, "infer", 10) == pytest.approx(2 * 298_432 / 1e9)
+    # Training: forward, input and weight gradients, less the image's gradient.
+    assert gflops(TINY, 32, "train", 10) == pytest.approx(2 * (3 * 298_432 - embed) / 1e9)
+    # B/16 at 224: the shortcut saves ~7% of the forward products (the last block is 1/12).
+    ratio = gflops("B/16", 224, "infer") / bench.model_gflops("B/16", 224, "infer")
+    assert 0.92 < ratio < 0.94
+    with pytest.raises(ValueError, match="mode must be 'infer' or 'train'"):
+        gflops("B/16", 224, "both")
+
+
+def test_issue28_targets_roof_share_needed(scripts):
+    """1.2x timm's 4.55 img/s of B/16 at 224 needs keras_vit's own 32.7 GFLOP an image at
+    178.6 GFLOP/s: 96% of a 186 GFLOP/s roof."""
+    targets = scripts["issue28_targets"]
+    share = targets.roof_share_needed(
+        "B/16", "infer", ("float32", 4.55), {"TensorFlow": 184.0, "torch": 186.0}
+    )
+    own = scripts["common"].keras_vit_step_gflops("B/16", 224, "infer")
+    assert own == pytest.approx(32.7, abs=0.05)
+    assert share == pytest.approx(0.960, abs=0.002)
+    assert targets.roof_share_needed("B/16", "infer", None, {"torch": 186.0}) is None
+    assert targets.share_text(1.04) == "104% (past the roof)" and targets.share_text(0.5) == "50%"
+
+
 @pytest.fixture(scope="module")
 def scripts():
     """The benchmark scripts imported as modules (their parse_args run in this process)."""
@@ -97,6 +130,8 @@ SCRIPT_MODULES = (
     "precision_agreement",
     "export_speed",
     "peers_one_process",
+    "issue28_targets",
+    "common",
 )
 
 
@@ -141,6 +176,47 @@ def test_scripts_reject_bad_arguments(scripts, script, bad_args, capsys):
         scripts[script].parse_args(bad_args)
     assert raised.value.code == 2
     assert "error:" in capsys.readouterr().err
+
+
+SIZED_SCRIPTS = (
+    "throughput",
+    "ablation",
+    "profile_step",
+    "gpu_mfu",
+    "export_speed",
+    "peers_one_process",
+    "input_pipeline",
+)
+
+
+@pytest.mark.parametrize("script", SIZED_SCRIPTS)
+def test_scripts_time_a_variant_at_the_size_its_name_gives(scripts, script, capsys):
+    """B/16-384 was timed at 224: the size in the name is now honoured, and an
+    --image-size that differs is refused, both named."""
+    parse = scripts[script].parse_args
+    assert parse(["--variant", "B/16-384"]).image_size == 384
+    assert parse(["--variant", "ViT-B_16-384", "--image-size", "384"]).image_size == 384
+    with pytest.raises(SystemExit) as raised:
+        parse(["--variant", "B/16-384", "--image-size", "224"])
+    assert raised.value.code == 2
+    err = capsys.readouterr().err
+    assert "names image size 384, --image-size 224 another" in err
+    if script != "input_pipeline":  # its default is the train config's size
+        assert parse(["--variant", "B/16"]).image_size == 224
+        assert parse(["--variant", TINY, "--image-size", "32"]).image_size == 32
+
+
+def test_scaling_refuses_a_variant_that_names_a_size(scripts, capsys):
+    with pytest.raises(SystemExit):
+        scripts["scaling"].parse_args(["--variant", "B/16-384"])
+    assert "names image size 384" in capsys.readouterr().err
+
+
+def test_issue28_targets_times_a_sized_workload_at_its_size(scripts):
+    targets = scripts["issue28_targets"]
+    args = targets.parse_args(["--workloads", "B/16-384:infer"])
+    assert targets.worker_args(args, "B/16-384").image_size == 384
+    assert targets.worker_args(args, "B/16").image_size == 224
 
 
 def test_scripts_parse_good_arguments(scripts):
