@@ -58,7 +58,8 @@ def from_checkpoint(
     """Builds the ViT a checkpoint describes and loads it.
 
     A hybrid file (the release's R50+B/16 `.npz`, a timm hybrid) gives a
-    `keras_vit.HybridViT` (GroupNorm groups: pass `resnet_groups=` if not 32).
+    `keras_vit.HybridViT` (GroupNorm groups: pass `resnet_groups=` if not 32; a keras_vit
+    run's best.npz or last.npz takes them from the run's config.json beside it).
 
     Args:
         path: a release/big_vision `.npz`, a `.keras` file, a Hugging Face ViT folder (or its

@@ -26,15 +26,14 @@ Sources, tried in this order:
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from collections.abc import Callable
 
 from keras_vit import build_any, configs
 from keras_vit.build_any import builder_of
+from keras_vit.run_config_file import kwargs_from_run_config
 
 RUN_MODEL_FILE = "best.keras"
-RUN_CONFIG_FILE = "config.json"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -182,16 +181,6 @@ def load_keras(path, *, compile: bool = True):
         raise FileNotFoundError(f"No .keras file at {path!r}.")
     check_keras_archive(path)
     return keras.saving.load_model(path, compile=compile, safe_mode=True)
-
-
-def kwargs_from_run_config(npz_path) -> dict | None:
-    """The model arguments in the config.json of the run a `.npz` belongs to, or None."""
-    config_path = os.path.join(os.path.dirname(os.path.abspath(npz_path)), RUN_CONFIG_FILE)
-    try:
-        with open(config_path, encoding="utf-8") as f:
-            return json.load(f)["resolved"]["model_kwargs"]
-    except (OSError, KeyError, ValueError, TypeError):
-        return None
 
 
 def vit_kwargs_from_npz(arrays: dict) -> dict:

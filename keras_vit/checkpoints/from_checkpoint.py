@@ -19,6 +19,7 @@ from keras_vit import layer_names as names
 from keras_vit.checkpoints.architecture import Architecture
 from keras_vit.checkpoints.contents import CheckpointContents
 from keras_vit.checkpoints.npz_io import CheckpointError
+from keras_vit.run_config_file import RUN_CONFIG_FILE, kwargs_from_run_config
 
 logger = logging.getLogger(__name__)
 
@@ -61,7 +62,9 @@ def architecture_kwargs(contents: CheckpointContents, image_size=None) -> dict:
     from the file where it says (HF config.json, timm metadata); the image size from the
     file (HF config.json) or the position table's grid (times the ResNet's stride for a
     hybrid); numerics and input scaling from the source. A hybrid file does not record its
-    GroupNorm groups: the builder's default (32, the release's and timm's) applies.
+    GroupNorm groups: the builder's default (32, the release's and timm's) applies, except
+    for a keras_vit run's `.npz`, whose config.json beside it gives them
+    (`run_resnet_groups`).
 
     Args:
         contents: the file read.
@@ -99,7 +102,37 @@ def architecture_kwargs(contents: CheckpointContents, image_size=None) -> dict:
     if arch.resnet_stages is not None:
         kwargs["resnet_stages"] = list(arch.resnet_stages)
         kwargs["resnet_width"] = int(contents.arrays[f"{names.ROOT_CONV}/kernel"].shape[-1])
+        groups = run_resnet_groups(contents, kwargs)
+        if groups is not None:
+            kwargs["resnet_groups"] = groups
     return kwargs
+
+
+def run_resnet_groups(contents: CheckpointContents, kwargs: dict) -> int | None:
+    """The GroupNorm groups of a hybrid `.npz` that a keras_vit run wrote (best.npz,
+    last.npz): its config.json beside it says them when it describes the same ResNet (stages
+    and width), as the file cannot. None for any other file."""
+    if contents.format != "npz" or not os.path.isfile(str(contents.path)):
+        return None
+    run = kwargs_from_run_config(contents.path)
+    if not run or "resnet_groups" not in run:
+        return None
+    same_resnet = (
+        list(run.get("resnet_stages") or ()) == kwargs["resnet_stages"]
+        and run.get("resnet_width") == kwargs["resnet_width"]
+    )
+    if not same_resnet:
+        return None
+    groups = run["resnet_groups"]
+    if not isinstance(groups, int) or isinstance(groups, bool) or groups < 1:
+        return None
+    logger.info(
+        "%s: GroupNorm groups %d from the run's %s beside it (the .npz records none).",
+        contents.path,
+        groups,
+        RUN_CONFIG_FILE,
+    )
+    return groups
 
 
 def model_kwargs(contents: CheckpointContents, num_classes=None, image_size=None, **overrides):

@@ -8,9 +8,9 @@ import logging
 import os
 
 from keras_vit.cli.flags import UsageError, cli_message, usage_errors
+from keras_vit.run_config_file import RUN_CONFIG_FILE
 
 RUN_MODEL_FILE = "best.keras"
-RUN_CONFIG_FILE = "config.json"
 MODEL_SUFFIXES = (".keras", ".npz")
 
 logger = logging.getLogger(__name__)

@@ -75,3 +75,67 @@ def test_a_hybrid_file_builds_its_hybrid(tmp_path):
     expected = hybrid_forward(params, x, num_heads=4)
     assert np.abs(expected).max() > 1e-2
     np.testing.assert_allclose(model.predict(x, verbose=0), expected, atol=1e-4, rtol=0)
+
+
+def _run_hybrid(tmp_path, groups=8):
+    """A tiny randomised hybrid with `groups` GroupNorm groups saved as a run's best.npz, its
+    config.json beside it as a run writes it (`resolved.model_kwargs`)."""
+    from tests.checkpoints.random_models import randomise
+
+    kwargs = dict(
+        resnet_stages=[1],
+        resnet_width=32,
+        resnet_groups=groups,
+        image_size=32,
+        patch_size=1,
+        hidden_dim=32,
+        num_heads=4,
+        mlp_dim=64,
+        num_layers=1,
+        num_classes=3,
+    )
+    model = randomise(keras_vit.HybridViT(**kwargs), seed=2)
+    run = tmp_path / "run"
+    run.mkdir()
+    keras_vit.save_npz(model, run / "best.npz")
+    config = {"resolved": {"model_kwargs": kwargs}}
+    (run / "config.json").write_text(json.dumps(config))
+    return model, run, config
+
+
+def test_a_runs_hybrid_npz_takes_its_groupnorm_groups_from_the_run(tmp_path):
+    """The .npz records no GroupNorm groups: from a run folder the file is read with the
+    run's 8, elsewhere with the release's 32 (another model: its outputs differ)."""
+    model, run, _ = _run_hybrid(tmp_path)
+    x = _images()
+    expected = np.asarray(model(x))
+    assert np.abs(expected).max() > 1e-2
+    loaded = keras_vit.from_checkpoint(run / "best.npz")
+    assert loaded.get_layer("gn_root").groups == 8
+    np.testing.assert_allclose(np.asarray(loaded(x)), expected, atol=1e-4, rtol=0)
+    alone = tmp_path / "alone.npz"
+    alone.write_bytes((run / "best.npz").read_bytes())
+    elsewhere = keras_vit.from_checkpoint(alone)
+    assert elsewhere.get_layer("gn_root").groups == 32
+    assert np.abs(np.asarray(elsewhere(x)) - expected).max() > 1e-3
+    # The caller's resnet_groups wins over the run's.
+    assert (
+        keras_vit.from_checkpoint(run / "best.npz", resnet_groups=4).get_layer("gn_root").groups
+        == 4
+    )
+
+
+def test_a_run_config_of_another_resnet_is_not_used(tmp_path):
+    _, run, config = _run_hybrid(tmp_path)
+    for change in (
+        {"resnet_width": 64},
+        {"resnet_stages": [2]},
+        {"resnet_groups": True},
+        {"resnet_groups": 0},
+        {"resnet_groups": "8"},
+    ):
+        kwargs = {**config["resolved"]["model_kwargs"], **change}
+        (run / "config.json").write_text(json.dumps({"resolved": {"model_kwargs": kwargs}}))
+        assert keras_vit.from_checkpoint(run / "best.npz").get_layer("gn_root").groups == 32
+    (run / "config.json").write_text("{not json")
+    assert keras_vit.from_checkpoint(run / "best.npz").get_layer("gn_root").groups == 32

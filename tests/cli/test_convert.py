@@ -10,6 +10,7 @@ import keras
 import numpy as np
 import pytest
 
+import keras_vit
 from keras_vit.cli import convert
 from keras_vit.cli.main import UsageError, main
 from tests.numpy_reference import random_official_params, vit_forward
@@ -296,6 +297,10 @@ def test_a_runs_npz_converts_with_the_runs_architecture(tmp_path_factory, tmp_pa
     expected = np.asarray(reference(images.astype("float32")))
     assert np.abs(expected).max() > 0  # a trained head: the comparison bites
     np.testing.assert_allclose(np.asarray(converted(images.astype("float32"))), expected, atol=1e-5)
+    # keras_vit.from_checkpoint reads the run's best.npz with the run's groups too
+    direct = keras_vit.from_checkpoint(run_dir / "best.npz")
+    assert direct.get_layer("gn_root").groups == 8
+    np.testing.assert_allclose(np.asarray(direct(images.astype("float32"))), expected, atol=1e-5)
     # ...and no file format but .keras holds its 8 groups: refused, naming the option
     for name in ("to.npz", "to.safetensors"):
         assert main(["convert", str(run_dir / "best.keras"), str(tmp_path / name)]) == 2
