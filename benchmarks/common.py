@@ -133,9 +133,12 @@ def variant_image_size(variant: str, image_size: int | None = None) -> int:
     the size its name gives, else 224.
 
     Raises:
-        ValueError: the name gives one size and `image_size` another (both named).
+        ValueError: the name gives one size and `image_size` another (both named), or a
+            size below 1.
     """
     named = named_image_size(variant)
+    if named is not None and named < 1:
+        raise ValueError(f"--variant {variant!r} names image size {named}; it must be >= 1")
     if named is not None and image_size is not None and image_size != named:
         raise ValueError(
             f"--variant {variant!r} names image size {named}, --image-size {image_size} "
@@ -158,17 +161,26 @@ def add_model_arguments(parser, modes=("infer", "train", "both"), default_mode="
     parser.add_argument("--mode", choices=modes, default=default_mode)
 
 
-def check_model_arguments(parser, args, counts) -> None:
-    """`parser.error` unless the variant is known, the image size a positive multiple of its
-    patch, and the batch size and every value in `counts` ({flag: value}) at least 1.
-    Sets `args.image_size` (`variant_image_size`: a size in the variant's name counts)."""
+def checked_image_size(parser, args) -> None:
+    """Sets `args.image_size` to `variant_image_size(args.variant, args.image_size)`;
+    `parser.error` (naming where the size came from) unless the variant is known and the
+    size a positive multiple of its patch."""
     patch = checked_patch(parser, args.variant)
+    given = args.image_size is not None
     try:
         args.image_size = variant_image_size(args.variant, args.image_size)
     except ValueError as error:
         parser.error(str(error))
     if args.image_size < patch or args.image_size % patch:
-        parser.error(f"--image-size {args.image_size} is not a positive multiple of the patch")
+        source = "--image-size" if given else f"--variant {args.variant!r} gives image size"
+        parser.error(f"{source} {args.image_size} is not a positive multiple of the patch {patch}")
+
+
+def check_model_arguments(parser, args, counts) -> None:
+    """`parser.error` unless the variant is known, the image size a positive multiple of its
+    patch, and the batch size and every value in `counts` ({flag: value}) at least 1.
+    Sets `args.image_size` (`variant_image_size`: a size in the variant's name counts)."""
+    checked_image_size(parser, args)
     counts = {"--batch-size": args.batch_size, **counts}
     for flag, value in counts.items():
         if value < 1:

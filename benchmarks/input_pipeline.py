@@ -40,13 +40,13 @@ def parse_args(argv=None):
     args = parser.parse_args(argv)
     if min(args.batches, args.steps, args.repeats) < 1:
         parser.error("--batches, --steps and --repeats must be >= 1")
-    if args.variant:
+    named = common.named_image_size(args.variant) if args.variant else None
+    if args.variant and (args.image_size is not None or named is not None):
+        common.checked_image_size(parser, args)
+    elif args.variant:
         common.checked_patch(parser, args.variant)
-        if common.named_image_size(args.variant) is not None:
-            try:
-                args.image_size = common.variant_image_size(args.variant, args.image_size)
-            except ValueError as error:
-                parser.error(str(error))
+    elif args.image_size is not None and args.image_size < 1:
+        parser.error(f"--image-size {args.image_size}: must be >= 1")
     return args
 
 

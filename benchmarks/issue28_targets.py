@@ -178,15 +178,28 @@ def parse_workloads(parser, text: str) -> list:
             problem = "must be VARIANT:MODE with MODE infer or train, e.g. Ti/16:train"
         else:
             try:
-                common.variant_arch(variant)
+                patch = common.variant_arch(variant)["patch_size"]
             except ValueError as error:
                 problem = f"unknown VARIANT: {error}"
+            else:
+                problem = sized_workload_problem(variant, patch)
         if problem is None and (variant, mode) in workloads:
             problem = "is given twice"
         if problem:
             parser.error(f"--workloads {text!r}: {item!r} {problem}")
         workloads.append((variant, mode))
     return workloads
+
+
+def sized_workload_problem(variant, patch) -> str | None:
+    """Why the image size `variant`'s name gives cannot be timed, or None."""
+    try:
+        size = common.variant_image_size(variant)
+    except ValueError as error:
+        return str(error)
+    if size % patch:
+        return f"gives image size {size}, not a multiple of the patch {patch}"
+    return None
 
 
 _SKIPS = {}
@@ -448,8 +461,8 @@ def write(args, line, summaries, records, text):
         command="python benchmarks/issue28_targets.py "
         + " ".join(a for a in sys.argv[1:] if a != "--worker"),
         about="issue 28 targets: auto over the fastest keras_vit setting, keras_vit best over "
-        "timm best and over the best Keras peer (B/16 inference, S/16 and Ti/16 training, "
-        "batch 16 at 224)",
+        "timm best and over the best Keras peer, batch 16 at 224 or the size the variant's "
+        "name gives (workloads: " + ", ".join(s["workload"] for s in summaries) + ")",
         notes=line,
         extra={
             "host": line,

@@ -127,8 +127,9 @@ _RELEASE_SUFFIX = re.compile(r"-(?:i1k|i21k)-.*$|(?<=\d)-\d+$")
 # timm's model names: "vit_base_patch16", "vit_small_patch14_224" (timm vision_transformer.py).
 _TIMM_NAME = re.compile(r"vit_(tiny|small|base|large|huge)_patch(\d+)(?:_\d+)?")
 _TIMM_SIZES = {"tiny": "ti", "small": "s", "base": "b", "large": "l", "huge": "h"}
-# The image side such a name gives: "ViT-B_16-384", an AugReg fine-tune's "...-res_384".
-_NAMED_SIZE = re.compile(r"(?<=\d)-(\d+)$|-res_(\d+)(?:\.npz)?$")
+# The image side such a name gives: "ViT-B_16-384", an AugReg fine-tune's "...-res_384",
+# timm's "vit_base_patch16_384".
+_NAMED_SIZE = re.compile(r"(?<=\d)-(\d+)$|-res_(\d+)(?:\.npz)?$|_patch\d+_(\d+)$", re.IGNORECASE)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -205,8 +206,9 @@ def resolve_model(name, *, recipes: bool = False, hybrids: bool = True) -> Model
     separators ("ti16", "vit-ti/16", "r50_b16"). With `recipes`, also "default" and
     "tiny" (the training recipe's small model, `RECIPE_VIT`).
 
-    A trailing image side ("B/16-384", "ViT-B_16-384", AugReg's "-res_384") is kept as
-    `image_size` (the caller builds at that size or refuses another one), never dropped.
+    A trailing image side ("B/16-384", "ViT-B_16-384", AugReg's "-res_384", timm's
+    "vit_base_patch16_384") is kept as `image_size` (the caller builds at that size or
+    refuses another one), never dropped.
 
     >>> resolve_model("ti16").name
     'Ti/16'

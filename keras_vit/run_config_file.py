@@ -17,8 +17,9 @@ RUN_CONFIG_FILE = "config.json"
 
 def kwargs_from_run_config(npz_path) -> dict | None:
     """The model arguments (`resolved.model_kwargs`) in the config.json of the run folder a
-    `.npz` is in, or None (no such file, or not a run's)."""
-    config_path = os.path.join(os.path.dirname(os.path.abspath(npz_path)), RUN_CONFIG_FILE)
+    `.npz` is in (a link to the file counts where it points), or None (no such file, or not
+    a run's)."""
+    config_path = os.path.join(os.path.dirname(os.path.realpath(npz_path)), RUN_CONFIG_FILE)
     try:
         with open(config_path, encoding="utf-8") as f:
             kwargs = json.load(f)["resolved"]["model_kwargs"]

@@ -146,6 +146,9 @@ def test_a_new_row_is_a_new_shortcut_and_a_new_counted_model():
         ("augreg/ViT-S_16-224", 224),
         ("B_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0--imagenet2012-steps_20k"
          "-lr_0.01-res_384", 384),
+        ("vit_base_patch16_384", 384),
+        ("VIT_SMALL_PATCH16_224", 224),
+        ("vit_base_patch16", None),
         ("B/16", None),
         ("S_16-i21k-300ep-lr_0.001-aug_none-wd_0.03-do_0.0-sd_0.0", None),
     ],

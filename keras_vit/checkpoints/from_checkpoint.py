@@ -126,6 +126,8 @@ def run_resnet_groups(contents: CheckpointContents, kwargs: dict) -> int | None:
     groups = run["resnet_groups"]
     if not isinstance(groups, int) or isinstance(groups, bool) or groups < 1:
         return None
+    if kwargs["resnet_width"] % groups:
+        return None  # no GroupNorm of this width: not the run's model
     logger.info(
         "%s: GroupNorm groups %d from the run's %s beside it (the .npz records none).",
         contents.path,

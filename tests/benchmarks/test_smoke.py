@@ -206,6 +206,24 @@ def test_scripts_time_a_variant_at_the_size_its_name_gives(scripts, script, caps
         assert parse(["--variant", TINY, "--image-size", "32"]).image_size == 32
 
 
+@pytest.mark.parametrize("script", SIZED_SCRIPTS)
+@pytest.mark.parametrize(
+    "variant, message",
+    [
+        ("B/16-0", "names image size 0; it must be >= 1"),
+        ("B/16-200", "--variant 'B/16-200' gives image size 200 is not a positive multiple"),
+    ],
+)
+def test_scripts_refuse_a_size_in_the_name_they_cannot_build(scripts, script, variant, message):
+    done = run_script(f"{script}.py", "--variant", variant, timeout=120)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert message in done.stderr and "Traceback" not in done.stderr, done.stderr[-2000:]
+
+
+def test_timm_names_give_their_size(scripts):
+    assert scripts["throughput"].parse_args(["--variant", "vit_base_patch16_384"]).image_size == 384
+
+
 def test_scaling_refuses_a_variant_that_names_a_size(scripts, capsys):
     with pytest.raises(SystemExit):
         scripts["scaling"].parse_args(["--variant", "B/16-384"])
@@ -626,6 +644,8 @@ def test_peers_one_process_times_timm_in_the_rotation_or_says_why_not(tmp_path):
         ("Ti/16:train,,B/16:infer", "", "must be VARIANT:MODE with MODE infer or train"),
         ("B/16:infer,Foo:train", "Foo:train", "unknown VARIANT"),
         ("Ti/16:train,Ti/16:train", "Ti/16:train", "is given twice"),
+        ("B/16-0:infer", "B/16-0:infer", "--variant 'B/16-0' names image size 0"),
+        ("B/16-200:infer", "B/16-200:infer", "gives image size 200, not a multiple of the patch"),
     ],
 )
 def test_issue28_targets_refuses_a_bad_workload_naming_it(workloads, item, problem):

@@ -118,6 +118,10 @@ def test_a_runs_hybrid_npz_takes_its_groupnorm_groups_from_the_run(tmp_path):
     elsewhere = keras_vit.from_checkpoint(alone)
     assert elsewhere.get_layer("gn_root").groups == 32
     assert np.abs(np.asarray(elsewhere(x)) - expected).max() > 1e-3
+    # A link to the run's file, from another folder, is the run's file.
+    link = tmp_path / "link.npz"
+    link.symlink_to(run / "best.npz")
+    assert keras_vit.from_checkpoint(link).get_layer("gn_root").groups == 8
     # The caller's resnet_groups wins over the run's.
     assert (
         keras_vit.from_checkpoint(run / "best.npz", resnet_groups=4).get_layer("gn_root").groups
@@ -133,6 +137,7 @@ def test_a_run_config_of_another_resnet_is_not_used(tmp_path):
         {"resnet_groups": True},
         {"resnet_groups": 0},
         {"resnet_groups": "8"},
+        {"resnet_groups": 5},  # does not divide the width 32
     ):
         kwargs = {**config["resolved"]["model_kwargs"], **change}
         (run / "config.json").write_text(json.dumps({"resolved": {"model_kwargs": kwargs}}))
