@@ -84,8 +84,16 @@ def analytic_macs(
     tokens = patches + int(class_token)
     d = hidden_dim
     embed = patches * patch_size * patch_size * channels * d
-    per_block = 4 * tokens * d * d + 2 * tokens * tokens * d + 2 * tokens * d * mlp_dim
-    return embed + num_layers * per_block + d * num_classes
+    return embed + num_layers * _block_macs(tokens, d, mlp_dim) + d * num_classes
+
+
+def _block_macs(tokens, d, mlp_dim, queries=None):
+    """MACs of one encoder block over `tokens` tokens that computes `queries` of them (all by
+    default): keys and values of every token, the query, output projection, attention
+    (q k^T and the weighted sum of values) and MLP of each query."""
+    queries = tokens if queries is None else queries
+    keys_values = 2 * tokens * d * d
+    return keys_values + 2 * queries * d * d + 2 * queries * tokens * d + 2 * queries * d * mlp_dim
 
 
 def model_gflops(variant, image_size, mode, num_classes=1000):
@@ -112,9 +120,7 @@ def keras_vit_step_gflops(variant, image_size, mode, num_classes=1000):
     height, width = to_pair("image_size", image_size)
     patches = (height // arch["patch_size"]) * (width // arch["patch_size"])
     tokens, d, mlp = patches + 1, arch["hidden_dim"], arch["mlp_dim"]
-    block = 4 * tokens * d * d + 2 * tokens * tokens * d + 2 * tokens * d * mlp
-    last_block = 2 * tokens * d * d + 2 * d * d + 2 * tokens * d + 2 * d * mlp
-    macs = full - block + last_block
+    macs = full - _block_macs(tokens, d, mlp) + _block_macs(tokens, d, mlp, queries=1)
     if mode == "train":
         image_gradient = patches * arch["patch_size"] ** 2 * 3 * d
         return 2.0 * (TRAINING_FLOPS_FACTOR * macs - image_gradient) / 1e9

@@ -10,6 +10,7 @@ from safetensors.numpy import save_file
 import keras_vit
 from keras_vit.checkpoints.npz_io import write_npz
 from keras_vit.data.preprocess import model_input_preprocessing
+from tests.checkpoints.random_models import TINY_SIZES, randomise
 from tests.checkpoints.torch_state import timm_state
 from tests.numpy_reference import hybrid_forward, tiny_official_params, vit_forward
 from tests.test_hybrid import official_hybrid_shapes
@@ -80,18 +81,14 @@ def test_a_hybrid_file_builds_its_hybrid(tmp_path):
 def _run_hybrid(tmp_path, groups=8):
     """A tiny randomised hybrid with `groups` GroupNorm groups saved as a run's best.npz, its
     config.json beside it as a run writes it (`resolved.model_kwargs`)."""
-    from tests.checkpoints.random_models import randomise
-
     kwargs = dict(
+        TINY_SIZES,
+        num_layers=1,
         resnet_stages=[1],
         resnet_width=32,
         resnet_groups=groups,
         image_size=32,
         patch_size=1,
-        hidden_dim=32,
-        num_heads=4,
-        mlp_dim=64,
-        num_layers=1,
         num_classes=3,
     )
     model = randomise(keras_vit.HybridViT(**kwargs), seed=2)
