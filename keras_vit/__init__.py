@@ -11,9 +11,12 @@ from __future__ import annotations
 import sys
 import types
 
-from keras_vit import _allocator, _registration, configs
+from keras_vit import _aliases, _allocator, _registration
 from keras_vit._lazy import lazy_exports
 from keras_vit._version import __version__ as __version__
+from keras_vit.spec import configs
+
+_aliases.install()  # the module paths of the flat layout (keras_vit.runs, ...) keep working
 
 _allocator.prefer_bfc_cpu_allocator()  # before TensorFlow makes its CPU allocator
 
