@@ -1,5 +1,5 @@
 """Subprocess helpers shared by the tests that start, kill and restart training processes
-(tests/test_runs.py: one process; tests/test_distribute.py: two workers on 127.0.0.1)."""
+(tests/train/test_runs.py: one process; tests/runtime/test_distribute.py: two workers on 127.0.0.1)."""
 
 import signal
 import socket

@@ -76,7 +76,7 @@ class MultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy):
 
     This subclass changes only `reduce`: it maps itself over structures and drops `axis` for
     rank-0 values (the cross-replica mean of a scalar is what Keras wants). Everything else is
-    TensorFlow's strategy. `tests/test_distribute.py` checks that the plain strategy still
+    TensorFlow's strategy. `tests/runtime/test_distribute.py` checks that the plain strategy still
     fails, so the shim can be dropped when a Keras release fixes these call sites.
     """
 

@@ -1,4 +1,4 @@
-"""Subprocess worker for tests/test_distribute.py: MirroredStrategy over two logical CPUs.
+"""Subprocess worker for tests/runtime/test_distribute.py: MirroredStrategy over two logical CPUs.
 
 The CPU must be split before TensorFlow is used, so this runs in its own process. It prints
 one JSON line (prefixed RESULT) with what the tests check:

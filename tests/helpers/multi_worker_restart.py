@@ -1,4 +1,4 @@
-"""Subprocess worker for tests/test_multi_worker_restart.py: one of two
+"""Subprocess worker for tests/train/test_multi_worker_restart.py: one of two
 MultiWorkerMirroredStrategy workers on 127.0.0.1 (the test sets TF_CONFIG and TMPDIR).
 
 The run: `keras_vit.runs.fit_run` of tests/helpers/killable_run.py's tiny ViT (dropout and
@@ -21,7 +21,7 @@ Each run is the first of its process (seed 0): under the multi-worker strategy a
 `fit_run` in the same process trains on other batches or masks than the first (seen with
 this helper: epoch 0's loss differs in the 3rd digit; cause not found).
 Two runs of one mode in fresh processes give the same history and weights to the bit
-(tests/test_multi_worker_restart.py relies on it).
+(tests/train/test_multi_worker_restart.py relies on it).
 """
 
 import json

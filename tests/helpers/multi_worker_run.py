@@ -1,4 +1,4 @@
-"""Subprocess worker for tests/test_distribute.py: one of two MultiWorkerMirroredStrategy
+"""Subprocess worker for tests/runtime/test_distribute.py: one of two MultiWorkerMirroredStrategy
 workers on 127.0.0.1 (the test sets TF_CONFIG and starts both).
 
 1. Shim check: trains with TensorFlow's plain `tf.distribute.MultiWorkerMirroredStrategy`

@@ -1,4 +1,4 @@
-"""`keras-vit train` with a probe, for the multi-worker kill test in tests/test_distribute.py.
+"""`keras-vit train` with a probe, for the multi-worker kill test in tests/runtime/test_distribute.py.
 
 Runs `keras_vit.cli.main.main` on the given arguments, unchanged except that
 `keras_vit.runs.fit_run` gets one more callback, `Probe`, which writes what the test needs

@@ -1,6 +1,6 @@
 """Tests of keras_vit.worker_restart (the comparison of the workers' backups) and of the
 digest keras_vit.callbacks.AtomicBackupAndRestore records and checks, in one process; the
-two-worker restarts are in tests/test_multi_worker_restart.py."""
+two-worker restarts are in tests/train/test_multi_worker_restart.py."""
 
 import json
 import shutil

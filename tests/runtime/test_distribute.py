@@ -18,7 +18,7 @@ from tests.model_helpers import random_images
 from tests.output_checks import assert_close_to_float32, randomize_weights
 from tests.process_helpers import finish, free_ports, kill_all, sigkill, wait_until
 
-HELPERS = os.path.join(os.path.dirname(__file__), "helpers")
+HELPERS = os.path.join(os.path.dirname(os.path.dirname(__file__)), "helpers")
 
 
 def run_helper(script, *args, env=None, timeout=300):

@@ -22,7 +22,7 @@ from keras_vit.checkpoints import load_npz, save_npz
 from tests.output_checks import assert_outputs_close, randomize_weights
 from tests.process_helpers import kill_all, sigkill, wait_until
 
-HELPERS = os.path.join(os.path.dirname(__file__), "helpers")
+HELPERS = os.path.join(os.path.dirname(os.path.dirname(__file__)), "helpers")
 
 
 def load_helper(name):

@@ -26,9 +26,11 @@ from hypothesis import strategies as st
 from keras_vit import callbacks, runs
 from tests.process_helpers import finish, free_ports
 
-HELPER = os.path.join(os.path.dirname(__file__), "helpers", "multi_worker_restart.py")
+HELPER = os.path.join(
+    os.path.dirname(os.path.dirname(__file__)), "helpers", "multi_worker_restart.py"
+)
 EPOCHS, KILL_EPOCH = 3, 2
-RESUME_RTOL, RESUME_ATOL = 1e-5, 1e-6  # as tests/test_runs.py's one-process resume
+RESUME_RTOL, RESUME_ATOL = 1e-5, 1e-6  # as tests/train/test_runs.py's one-process resume
 REFUSAL_TIMEOUT_S = 120  # the refusal comes at once; without it the workers may hang
 
 
