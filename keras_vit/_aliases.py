@@ -18,24 +18,58 @@ import importlib.util
 import sys
 
 MOVED = {
-    **{f"keras_vit.{name}": f"keras_vit.spec.{name}" for name in (
-        "configs", "layer_names", "run_config_file", "kept_model", "resize_methods",
-        "image_formats",
-    )},
-    **{f"keras_vit.{name}": f"keras_vit.model.{name}" for name in (
-        "builder", "models", "hybrid", "build_any", "model_source", "finetune",
-    )},
-    **{f"keras_vit.{name}": f"keras_vit.runtime.{name}" for name in (
-        "precision", "precision_probe", "optimizers", "distribute",
-    )},
-    **{f"keras_vit.{name}": f"keras_vit.train.{name}" for name in (
-        "training", "run_plan", "runs", "run_lock", "callbacks", "learning_curves",
-        "worker_restart",
-    )},
+    **{
+        f"keras_vit.{name}": f"keras_vit.spec.{name}"
+        for name in (
+            "configs",
+            "layer_names",
+            "run_config_file",
+            "kept_model",
+            "resize_methods",
+            "image_formats",
+        )
+    },
+    **{
+        f"keras_vit.{name}": f"keras_vit.model.{name}"
+        for name in (
+            "builder",
+            "models",
+            "hybrid",
+            "build_any",
+            "model_source",
+            "finetune",
+        )
+    },
+    **{
+        f"keras_vit.{name}": f"keras_vit.runtime.{name}"
+        for name in (
+            "precision",
+            "precision_probe",
+            "optimizers",
+            "distribute",
+        )
+    },
+    **{
+        f"keras_vit.{name}": f"keras_vit.train.{name}"
+        for name in (
+            "training",
+            "run_plan",
+            "runs",
+            "run_lock",
+            "callbacks",
+            "learning_curves",
+            "worker_restart",
+        )
+    },
     "keras_vit.test_selection": "keras_vit.train.selection",
-    **{f"keras_vit.{name}": f"keras_vit.evaluate.{name}" for name in (
-        "fewshot", "transfer_suite", "benchmarking",
-    )},
+    **{
+        f"keras_vit.{name}": f"keras_vit.evaluate.{name}"
+        for name in (
+            "fewshot",
+            "transfer_suite",
+            "benchmarking",
+        )
+    },
 }
 """Former module path -> where the module lives now."""
 

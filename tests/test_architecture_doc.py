@@ -32,10 +32,12 @@ WITH_EXAMPLES = [_module_name(p) for p in MODULE_FILES if ">>> " in p.read_text(
 
 
 def test_some_modules_have_examples():
-    assert "keras_vit.configs" in WITH_EXAMPLES and "keras_vit.build_any" in WITH_EXAMPLES
-    import keras_vit.configs
+    assert (
+        "keras_vit.spec.configs" in WITH_EXAMPLES and "keras_vit.model.build_any" in WITH_EXAMPLES
+    )
+    import keras_vit.spec.configs
 
-    assert doctest.testmod(keras_vit.configs).attempted >= 2
+    assert doctest.testmod(keras_vit.spec.configs).attempted >= 2
 
 
 def test_the_test_command_runs_the_docstring_examples(pytestconfig):

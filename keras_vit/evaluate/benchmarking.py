@@ -26,13 +26,13 @@ PEER_MODULES = {"keras_hub": "keras_hub", "vit_keras": "vit_keras.vit"}
 
 def variant_arch(variant):
     """The architecture (`patch_size`, `hidden_dim`, `mlp_dim`, `num_heads`, `num_layers`) of
-    a named variant from `keras_vit.configs.VIT_CONFIGS`, or of a custom spec
+    a named variant from `keras_vit.spec.configs.VIT_CONFIGS`, or of a custom spec
     "patch,hidden,mlp,heads,layers" (e.g. "8,32,64,4,2").
 
     Raises:
         ValueError: unknown variant name or a malformed spec.
     """
-    from keras_vit import configs
+    from keras_vit.spec import configs
 
     if "," in variant:
         try:
@@ -205,7 +205,7 @@ def build_model(framework, variant, image_size, num_classes=1000):
     arch = variant_arch(variant)
     image_size = to_pair("image_size", image_size)
     if framework == "keras_vit":
-        from keras_vit.models import ViT
+        from keras_vit.model.models import ViT
 
         return ViT(**arch, image_size=image_size, num_classes=num_classes, dropout_rate=0.0)
     if framework == "keras_hub":
@@ -252,7 +252,7 @@ def step_optimizer(framework=None):
     import keras
 
     if framework == "keras_vit":
-        from keras_vit.training import ViTAdamW
+        from keras_vit.train.training import ViTAdamW
 
         return ViTAdamW(learning_rate=1e-4)
     return keras.optimizers.AdamW(learning_rate=1e-4)

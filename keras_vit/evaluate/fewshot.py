@@ -25,8 +25,8 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
-from keras_vit import layer_names
 from keras_vit._validation import check_positive_int
+from keras_vit.spec import layer_names
 
 logger = logging.getLogger(__name__)
 
@@ -322,7 +322,7 @@ def fewshot_evaluate(
     Args:
         model: a keras_vit ViT or hybrid; its "pre_logits" output (or "pool" without one) is
             the representation (`layer` names another layer), computed under the model's
-            dtype policy and its `jit_compile` (`keras_vit.distribute.with_dtype_policy`
+            dtype policy and its `jit_compile` (`keras_vit.runtime.distribute.with_dtype_policy`
             gives a model another policy).
         train: `tf.data.Dataset` of (images `(batch, height, width, channels)` in [-1, 1],
             int labels `(batch,)`) batches: the pool the shots and the l2 holdout are drawn

@@ -2,7 +2,7 @@
 
 VTAB-1k (Zhai et al. 2019; the paper's section 4.1 and table 2) fine-tunes on 1,000 training
 examples per task, 800 for training and 200 for validation, and reports the test accuracy of
-every task and their mean. Each task here is a `keras_vit.runs.train` fine-tuning run (task
+every task and their mean. Each task here is a `keras_vit.train.runs.train` fine-tuning run (task
 "finetune": zero-initialised head, position table resized, the release's SGD recipe with
 momentum 0.9, global-norm clipping 1.0, warmup and cosine decay; paper appendix B.1.1) in its
 own run directory; the model at the end of the schedule (or with `select="best"` the best
@@ -22,7 +22,7 @@ import logging
 import os
 from collections.abc import Sequence
 
-from keras_vit import kept_model
+from keras_vit.spec import kept_model
 
 logger = logging.getLogger(__name__)
 
@@ -59,7 +59,7 @@ def vtab_splits(task: str, num_classes: int, *, data_dir=None) -> tuple[str, str
         ConfigError: more than 1,000 classes (fewer than one example per class).
     """
     from keras_vit.data.sources import find_source
-    from keras_vit.run_plan import ConfigError
+    from keras_vit.train.run_plan import ConfigError
 
     if not find_source(task).per_class_slices:  # TFDS: its stored order
         return f"train[:{VTAB_TRAIN}]", f"train[{VTAB_TRAIN}:{VTAB_TRAIN + VTAB_VAL}]"
@@ -89,7 +89,7 @@ def task_config(
     bad_images="skip",
     select=kept_model.DEFAULT_SELECTION,
 ):
-    """The fine-tuning `keras_vit.runs.RunConfig` of one task (see the module docstring);
+    """The fine-tuning `keras_vit.train.runs.RunConfig` of one task (see the module docstring);
     `bad_images` is `RunConfig`'s ("skip" or "fail" on image files that do not decode),
     `select` too ("last": the model at the end of the schedule; "best": the best epoch on
     the validation examples).
@@ -97,8 +97,9 @@ def task_config(
     Raises:
         ConfigError: an unknown task or one without a train or test split.
     """
-    from keras_vit import data, training
-    from keras_vit.run_plan import ConfigError, RunConfig
+    from keras_vit import data
+    from keras_vit.train import training
+    from keras_vit.train.run_plan import ConfigError, RunConfig
 
     try:
         info = data.describe(task, data_dir=data_dir)
@@ -158,7 +159,8 @@ def run_suite(
         ConfigError: a bad task, or a task folder of other settings, checked for every task
             before any training.
     """
-    from keras_vit import data, runs
+    from keras_vit import data
+    from keras_vit.train import runs
 
     if not task_kwargs.get("image_size") and source_image_size:
         task_kwargs["image_size"] = source_image_size
@@ -201,8 +203,8 @@ def check_reusable(config, task_dir) -> None:
     """
     import json
 
-    from keras_vit import runs
-    from keras_vit.run_plan import ConfigError
+    from keras_vit.train import runs
+    from keras_vit.train.run_plan import ConfigError
 
     if not os.path.isfile(os.path.join(task_dir, runs.CONFIG_FILE)):
         return

@@ -3,10 +3,10 @@ the checkpoint readers record a model in): `keras_vit.HybridViT` when it names
 `resnet_stages`, else `keras_vit.ViT`; and `keras_vit.from_checkpoint(path)`, the model a
 checkpoint file describes, with its weights.
 
-It sits just above `keras_vit.models` and `keras_vit.hybrid` and reads checkpoints from
+It sits just above `keras_vit.model.models` and `keras_vit.model.hybrid` and reads checkpoints from
 below (`keras_vit.checkpoints.from_checkpoint` turns a file into builder keywords), so no
 import runs back up from the checkpoint code to the builders; the "model from anything"
-resolver is `keras_vit.model_source`.
+resolver is `keras_vit.model.model_source`.
 """
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ def builder_of(kwargs: dict):
     'ViT'
     """
     if "resnet_stages" in kwargs:
-        from keras_vit.hybrid import HybridViT
+        from keras_vit.model.hybrid import HybridViT
 
         return HybridViT
-    from keras_vit.models import ViT
+    from keras_vit.model.models import ViT
 
     return ViT
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import keras
 
-from keras_vit import layer_names as names
 from keras_vit._validation import (
     check_choice,
     check_divisible,
@@ -37,6 +36,7 @@ from keras_vit.layers.layer_scale import check_layer_scale_init
 from keras_vit.layers.mlp import MLP_ACTIVATIONS
 from keras_vit.layers.pooling import CLASSIFIER_POOLINGS
 from keras_vit.layers.position_embedding import POSITION_EMBEDDINGS, position_embedding_layer
+from keras_vit.spec import layer_names as names
 
 FAMILY_DEFAULTS = {
     "layer_scale_init": None,

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import keras
 
-from keras_vit import configs
-from keras_vit import layer_names as names
 from keras_vit._validation import check_positive_int, to_pair
-from keras_vit.builder import named_builder, vision_transformer
-from keras_vit.configs import HYBRID_CONFIGS, HybridConfig, get_hybrid_config  # noqa: F401
 from keras_vit.layers import BottleneckUnit, StdConv2D
+from keras_vit.model.builder import named_builder, vision_transformer
+from keras_vit.spec import configs
+from keras_vit.spec import layer_names as names
+from keras_vit.spec.configs import HYBRID_CONFIGS, HybridConfig, get_hybrid_config  # noqa: F401
 
 ROOT_WIDTH = 64
 GROUP_NORM_GROUPS = 32

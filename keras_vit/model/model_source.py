@@ -4,9 +4,9 @@ checkpoint file or folder, or a published checkpoint name -> `(builder, keyword 
 `describe(source)` is the one function that turns a source into a `ModelSource` (the builder,
 its keyword arguments and the file the weights are in); `load(source)` gives the model with
 its weights. `keras-vit convert`, the run plans (`keras-vit finetune --weights`, the transfer
-suite) and `keras_vit.from_checkpoint` (in `keras_vit.build_any`) go through here. It
-sits above the builders (`keras_vit.models`, `keras_vit.hybrid`) and the checkpoint readers
-(`keras_vit.checkpoints`), which never import it.
+suite) and `keras_vit.from_checkpoint` (in `keras_vit.model.build_any`) go through here. It
+sits above the builders (`keras_vit.model.models`, `keras_vit.model.hybrid`) and the checkpoint
+readers (`keras_vit.checkpoints`), which never import it.
 
 Sources, tried in this order:
 
@@ -17,7 +17,7 @@ Sources, tried in this order:
   the file);
 - a published checkpoint name ("imagenet21k/ViT-B_32", "augreg/ViT-S_16-224", ...),
   downloaded into the Keras cache;
-- a model name in any spelling `keras_vit.configs.resolve_model` takes ("B/16", "ti16",
+- a model name in any spelling `keras_vit.spec.configs.resolve_model` takes ("B/16", "ti16",
   "R50_B16"): its named builder, no weights. A release file name that is also a published
   name ("ViT-B_16", "R50+ViT-B_16") is the published checkpoint here; `named` reads it as
   the architecture.
@@ -29,9 +29,10 @@ import dataclasses
 import os
 from collections.abc import Callable
 
-from keras_vit import build_any, configs
-from keras_vit.build_any import builder_of
-from keras_vit.run_config_file import kwargs_from_run_config
+from keras_vit.model import build_any
+from keras_vit.model.build_any import builder_of
+from keras_vit.spec import configs
+from keras_vit.spec.run_config_file import kwargs_from_run_config
 
 RUN_MODEL_FILE = "best.keras"
 
@@ -66,11 +67,12 @@ def named(name: str) -> ModelSource:
     Raises:
         ValueError: an unknown name; the message lists the valid ones.
     """
-    import keras_vit
+    from keras_vit.model import hybrid, models
 
     resolved = configs.resolve_model(name)
     size = {"image_size": resolved.image_size} if resolved.image_size else {}  # "B/16-384"
-    return ModelSource(getattr(keras_vit, resolved.builder_name), size)
+    builders = {**models.NAMED_BUILDERS, **hybrid.NAMED_BUILDERS}
+    return ModelSource(builders[resolved.builder_name], size)
 
 
 def locate(source) -> str:
@@ -224,7 +226,7 @@ def kwargs_of_model(model) -> dict:
         ValueError: the model is no keras_vit ViT.
     """
     from keras_vit.checkpoints.architecture import Architecture
-    from keras_vit.models import image_shape_of
+    from keras_vit.model.models import image_shape_of
 
     try:
         arch = Architecture.from_model(model)

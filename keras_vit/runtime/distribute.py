@@ -2,9 +2,9 @@
 
 The model must be built and compiled inside `strategy.scope()` so that every variable (patch
 embedding, class token, position table, blocks, head) is created as a mirrored variable;
-`keras_vit.runs.train` does this for you. From Python:
+`keras_vit.train.runs.train` does this for you. From Python:
 
-    strategy = keras_vit.distribute.resolve_strategy("auto")
+    strategy = keras_vit.runtime.distribute.resolve_strategy("auto")
     with strategy.scope():
         model = keras_vit.ViT_Ti16(num_classes=10, image_size=32)
         model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
@@ -21,7 +21,7 @@ Strategies (`STRATEGY_NAMES`):
     variable (https://www.tensorflow.org/guide/distributed_training#TF_CONFIG).
   - "tpu": `TPUStrategy` from a `TPUClusterResolver` (the TPU name, or "local" on a TPU VM).
 
-The dtype policy and XLA choice live in `keras_vit.precision` (the names below that it
+The dtype policy and XLA choice live in `keras_vit.runtime.precision` (the names below that it
 defines are re-exported here for code written against earlier releases).
 
 TensorFlow-specific by design: the model code itself stays backend-neutral.
@@ -35,7 +35,7 @@ import os
 
 import tensorflow as tf
 
-from keras_vit.precision import (  # noqa: F401  (re-exported: their home is keras_vit.precision)
+from keras_vit.runtime.precision import (  # noqa: F401  (re-exported: their home is keras_vit.runtime.precision)
     AUTO,
     BFLOAT16_CPU_FLAGS,
     FLOAT32_LAYERS,
@@ -49,7 +49,7 @@ from keras_vit.precision import (  # noqa: F401  (re-exported: their home is ker
     with_dtype_policy,
     xla_unsupported_reason,
 )
-from keras_vit.precision import POLICIES as PRECISION_POLICIES  # noqa: F401
+from keras_vit.runtime.precision import POLICIES as PRECISION_POLICIES  # noqa: F401
 
 logger = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ rules that pick a setting for "auto":
   - TPU: mixed_bfloat16 with XLA (TPUStrategy always compiles).
   - GPU: mixed_bfloat16 (compute capability >= 8.0) or mixed_float16 (7.x) with XLA.
   - CPU: measured. On first use for a (CPU model, core count, TensorFlow version, model
-    shape class), `keras_vit.precision_probe` times one encoder block's training step in
+    shape class), `keras_vit.runtime.precision_probe` times one encoder block's training step in
     each candidate setting (float32 with XLA, float32 without, mixed_bfloat16 without) for
     a few seconds and caches the figures in the user's cache folder; the fastest wins.
     Where probing is impossible or off (`KERAS_VIT_PRECISION_PROBE=off`, several replicas,
@@ -27,8 +27,8 @@ from __future__ import annotations
 import dataclasses
 import logging
 
-from keras_vit import layer_names as names
-from keras_vit.precision_probe import setting_label
+from keras_vit.runtime.precision_probe import setting_label
+from keras_vit.spec import layer_names as names
 
 logger = logging.getLogger(__name__)
 
@@ -404,7 +404,7 @@ def flag_rule(hidden_dim, strategy, policy, jit, flags) -> PrecisionChoice:
 
 
 def measured_choice(prior, hidden_dim, strategy, policy, jit, *, shape=None, probe=None):
-    """The CPU choice by measurement (`keras_vit.precision_probe`), or `prior` (the flag
+    """The CPU choice by measurement (`keras_vit.runtime.precision_probe`), or `prior` (the flag
     rule's choice) where there is nothing to measure or probing is off or fails.
 
     Args:
@@ -415,7 +415,7 @@ def measured_choice(prior, hidden_dim, strategy, policy, jit, *, shape=None, pro
     Returns:
         A `PrecisionChoice` with `source` "probe" or "cache" and the figures, or `prior`.
     """
-    from keras_vit import precision_probe
+    from keras_vit.runtime import precision_probe
 
     candidates = [
         setting_label(p, x)
@@ -465,7 +465,7 @@ def tie_winner(timed: dict, prior_label: str) -> str:
     Ice Lake Xeon whose probe tied the two float32 settings (Ti/16 1.17x, S/16 1.11x over
     float32 + XLA; docs/performance.md).
     """
-    from keras_vit import precision_probe
+    from keras_vit.runtime import precision_probe
 
     close = precision_probe.tied(timed)
     without_xla = [label for label in close if not label.endswith("+xla")] or close
@@ -476,7 +476,7 @@ def tie_winner(timed: dict, prior_label: str) -> str:
 
 def _pick(prior, timed, figures, hidden_dim, date, cached, policy, jit, shape) -> PrecisionChoice:
     """The setting `tie_winner` picks from `timed` ({label: ms}), with its measured reason."""
-    from keras_vit import precision_probe
+    from keras_vit.runtime import precision_probe
 
     fastest = min(timed, key=timed.get)
     label = tie_winner(timed, prior.setting)

@@ -2,7 +2,7 @@
 
 CPUs differ in ways their flags do not tell: on one AMD EPYC with `avx512_bf16` TensorFlow's
 bfloat16 products run at ~1.4x float32, on an Intel Xeon reporting the same flag at half of
-float32 (docs/performance.md). So `keras_vit.precision.choose_precision` measures: the probe
+float32 (docs/performance.md). So `keras_vit.runtime.precision.choose_precision` measures: the probe
 builds one encoder block of the model's own shape (pre-norm attention + MLP, paper eq. 2-3:
 its `hidden_dim` D, `mlp_dim`, `num_heads` and tokens per image, `model_shape` or
 `shape_from_kwargs`; a batch sized to ~10 GFLOP per step) from keras_vit's own
@@ -69,7 +69,7 @@ run (218 s against 154-168 s, docs/performance.md). 24 rounds of three ~40 ms un
 the 3 s budget."""
 TIE = 0.05
 """Settings within 5% of the fastest measured one tie (the probe's own noise on a shared
-machine): `keras_vit.precision.tie_winner` keeps one without XLA, then the flag rule's."""
+machine): `keras_vit.runtime.precision.tie_winner` keeps one without XLA, then the flag rule's."""
 MAX_PASSES = 2
 """Passes of `measure_rounds` a probe pools at most while its figures tie."""
 STEP_GFLOP = 10.0
@@ -163,7 +163,7 @@ def shape_from_kwargs(kwargs: dict, image_size=None) -> dict:
     or `keras_vit.HybridViT`: `hidden_dim`, `mlp_dim`, `num_heads`, `patch_size`, `pooling`,
     `resnet_stages` for a hybrid, `num_registers` where given), at `image_size` (default
     `kwargs["image_size"]`)."""
-    from keras_vit.configs import resnet_total_stride
+    from keras_vit.spec.configs import resnet_total_stride
 
     image_size = kwargs.get("image_size") if image_size is None else image_size
     stride = 1
@@ -271,9 +271,10 @@ def block_step(shape: dict, policy: str, xla: bool):
 
     The block is keras_vit's own `TransformerBlock` (pre-norm attention + MLP, paper eq. 2-3)
     in a `keras.Model` on token input, compiled as a run compiles its model
-    (`keras_vit.optimizers.ViTAdamW`, `jit_compile=xla`) and stepped with `train_on_batch`: the
-    probe times the kernels the model trains with (its attention form, its LayerNorm and
-    GELU, `keras_vit._tf_kernels` in training) and what each step costs around them in Keras
+    (`keras_vit.runtime.optimizers.ViTAdamW`, `jit_compile=xla`) and stepped with
+    `train_on_batch`: the probe times the kernels the model trains with (its attention
+    form, its LayerNorm and GELU, `keras_vit._tf_kernels` in training) and what each step
+    costs around them in Keras
     (the optimizer update, the loss, the step's own overhead).
 
     Both were needed to rank like the model: a plain-TensorFlow block ranked float32 + XLA
@@ -286,7 +287,7 @@ def block_step(shape: dict, policy: str, xla: bool):
     import numpy as np
 
     from keras_vit.layers import TransformerBlock
-    from keras_vit.optimizers import ViTAdamW
+    from keras_vit.runtime.optimizers import ViTAdamW
 
     d, m, h, n, b = (shape[k] for k in ("hidden_dim", "mlp_dim", "heads", "tokens", "batch"))
     tokens = keras.Input((n, d), name="tokens")

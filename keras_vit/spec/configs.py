@@ -58,7 +58,7 @@ VIT_CONFIGS: dict[str, ViTConfig] = {
 }
 
 RECIPE_VIT = ViTConfig(patch_size=4, hidden_dim=64, mlp_dim=128, num_heads=4, num_layers=4)
-"""The small ViT of the default training recipe (`keras_vit.training.TrainConfig`): patch 4
+"""The small ViT of the default training recipe (`keras_vit.train.training.TrainConfig`): patch 4
 on 28x28 MNIST (49 tokens). Not a named variant of the paper."""
 
 

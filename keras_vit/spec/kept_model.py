@@ -5,7 +5,7 @@
 - "best": the epoch with the best monitored value on the validation split (Keras'
   `ModelCheckpoint(save_best_only=True)`).
 
-Kept apart from `keras_vit.callbacks` (which applies the rule) so that the command line can
+Kept apart from `keras_vit.train.callbacks` (which applies the rule) so that the command line can
 list the choices without importing Keras.
 """
 

@@ -5,7 +5,7 @@ SIGKILL, leaves the previous good file in place, never a half-written one. The c
 survive a restart: on resume each one reloads its state from the run directory, and rows or
 snapshots of an epoch that did not reach its backup are redone.
 
-Callback order in `keras_vit.runs` matters and is: `HistoryCSV`, `ModelSnapshots`,
+Callback order in `keras_vit.train.runs` matters and is: `HistoryCSV`, `ModelSnapshots`,
 `LearningCurvePlot`, TensorBoard, `AtomicBackupAndRestore` (last), so that a backup of epoch
 `e` implies that history and snapshots of epoch `e` are already on disk.
 """
@@ -29,7 +29,7 @@ import numpy as np
 
 from keras_vit import _atomic
 from keras_vit._validation import check_choice
-from keras_vit.kept_model import DEFAULT_SELECTION, SELECTIONS
+from keras_vit.spec.kept_model import DEFAULT_SELECTION, SELECTIONS
 
 logger = logging.getLogger(__name__)
 
@@ -45,7 +45,7 @@ def random_state_variables(model) -> list:
 
 class BackupError(ValueError):
     """A backup that cannot be resumed from (its files do not hold the state its state.json
-    records, or, under several workers, backups that disagree: `keras_vit.worker_restart`)."""
+    records, or, under several workers, backups that disagree: `keras_vit.train.worker_restart`)."""
 
 
 def backup_variables(model) -> dict[str, list]:
@@ -157,9 +157,9 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
     `state.json` also records `steps` (the optimizer's step counter) and `digest`
     (`state_digest` of what was saved); a restore recomputes the digest of what it loaded and
     raises `BackupError` when it differs (weights of another epoch or run under this state).
-    The epoch is also the position in the training data: `keras_vit.runs` rebuilds the data
+    The epoch is also the position in the training data: `keras_vit.train.runs` rebuilds the data
     stream from it (`epoch_ordered_batches`, `epoch_passes`; each worker's own with
-    `worker_passes`), and under several workers `keras_vit.worker_restart.agreed_epoch`
+    `worker_passes`), and under several workers `keras_vit.train.worker_restart.agreed_epoch`
     checks that every worker restores the same one.
 
     Only the epoch-end schedule (`save_freq="epoch"`) is supported: runs resume from their
@@ -316,7 +316,7 @@ class ModelSnapshots(keras.callbacks.Callback):
     (`{"epoch", "monitor", "value", "select"}`) written after the best files, so that a
     restart knows the value to beat. With `select="best"` the best files hold the epoch with
     the best `monitor` value; with `select="last"` they follow the last epoch
-    (`keras_vit.kept_model`), and best.json still records that epoch's `monitor` value. The
+    (`keras_vit.spec.kept_model`), and best.json still records that epoch's `monitor` value. The
     `.npz` files use `keras_vit.checkpoints.save_npz`; a model that does not fit the official
     layout (e.g. extra layers) gets `.keras` files only. The model is serialised once per
     epoch, to the last files; the best files are copies of them (a Keras save of a small
@@ -331,7 +331,7 @@ class ModelSnapshots(keras.callbacks.Callback):
         write: False on non-chief workers: the model is saved to `scratch_dir` (or a
             temporary folder) and removed again (every worker takes part in saving, as Keras
             expects under a multi-worker strategy), and nothing is written to `run_dir`.
-        scratch_dir: where a non-writing worker saves (`keras_vit.worker_restart.scratch_dir`:
+        scratch_dir: where a non-writing worker saves (`keras_vit.train.worker_restart.scratch_dir`:
             a fixed folder that a restart empties, so a SIGKILL leaves nothing behind);
             None: a new temporary folder per save.
     """
@@ -442,7 +442,7 @@ class LearningCurvePlot(keras.callbacks.Callback):
 
     The title is `title` (runs: the run directory's name), the best epoch by `monitor` is
     marked, and with a label-smoothing loss (read from the compiled model) the loss floor
-    is drawn (`keras_vit.learning_curves.plot_learning_curves`).
+    is drawn (`keras_vit.train.learning_curves.plot_learning_curves`).
 
     A redraw costs ~0.2 s (matplotlib's layout and PNG encoding), as much as 4% of a 5 s
     epoch of the default `keras-vit train`: the figure is redrawn at the first epoch end, then
@@ -485,7 +485,7 @@ class LearningCurvePlot(keras.callbacks.Callback):
     def _draw(self, now: float) -> None:
         if not self.write:
             return
-        from keras_vit.learning_curves import plot_learning_curves
+        from keras_vit.train.learning_curves import plot_learning_curves
 
         plot_learning_curves(
             self.history.rows,

@@ -56,7 +56,7 @@ def learning_curve_figure(
     """Loss and accuracy per epoch (train and validation), one panel each.
 
     Args:
-        rows: history rows as written by `keras_vit.callbacks.HistoryCSV`: dicts with
+        rows: history rows as written by `keras_vit.train.callbacks.HistoryCSV`: dicts with
             `epoch` (from 0; drawn from 1, as Keras' progress bar counts) and any of `loss`,
             `val_loss`, `accuracy`, `val_accuracy`.
         title: figure title (runs use the run directory's name).

@@ -1,6 +1,6 @@
 """One writer per run directory: a lock file holding the owner's process id.
 
-`keras_vit.runs.fit_run` holds `RUN_DIR/.lock` while it trains; a second process (a second
+`keras_vit.train.runs.fit_run` holds `RUN_DIR/.lock` while it trains; a second process (a second
 `keras-vit train --resume` on the same folder, say) is refused at once instead of writing the
 same files. The lock file is JSON: `{"pid": ..., "host": ..., "started": <unix time>}`. A lock
 left behind by a process that died (SIGKILL, power loss) is stale: if its host is this host

@@ -4,7 +4,7 @@
 `plan_run(config, strategy)` resolves it against the dataset, the model table, the strategy
 and the pre-trained weights, and raises `ConfigError` (a `ValueError`) for anything that would
 fail later: unknown dataset or model, image size not divisible by the patch, global batch not
-divisible by the replicas, missing or unreadable weights. `keras_vit.runs.train` executes the
+divisible by the replicas, missing or unreadable weights. `keras_vit.train.runs.train` executes the
 returned `RunPlan`.
 """
 
@@ -16,10 +16,13 @@ from typing import Any
 
 import keras
 
-from keras_vit import configs, distribute, kept_model, model_source, training
 from keras_vit._validation import check_choice, check_divisible, to_pair
 from keras_vit.layers.position_embedding import POSITION_EMBEDDINGS
-from keras_vit.precision import check_policy
+from keras_vit.model import model_source
+from keras_vit.runtime import distribute
+from keras_vit.runtime.precision import check_policy
+from keras_vit.spec import configs, kept_model
+from keras_vit.train import training
 
 logger = logging.getLogger(__name__)
 
@@ -43,15 +46,15 @@ class RunConfig:
             (an int or a pair) is checked here and replaced by the `(height, width)` pair.
         model: "default" or "tiny" (the recipe's small model: a hybrid, or with
             `recipe.stem="patch"` a pure ViT) or a named model of
-            `keras_vit.configs.MODEL_CONFIGS` in any spelling `configs.resolve_model`
+            `keras_vit.spec.configs.MODEL_CONFIGS` in any spelling `configs.resolve_model`
             takes ("Ti/16", "ti16", "R50+B/16", "R50_B16"; train only).
         patch_size: overrides the patch size of the model (train only).
         data_dir: TFDS data directory.
         weights: finetune only: the pre-trained model, a run directory (its best.keras), a
             `.keras` file or an official `.npz` (architecture from the config.json next to it,
             else read from the array shapes).
-        strategy: a name of `keras_vit.distribute.STRATEGY_NAMES`.
-        mixed_precision: "auto" (default: `keras_vit.distribute.choose_precision` picks for
+        strategy: a name of `keras_vit.runtime.distribute.STRATEGY_NAMES`.
+        mixed_precision: "auto" (default: `keras_vit.runtime.distribute.choose_precision` picks for
             the device and the model width), "float32" (or None), "mixed_float16" or
             "mixed_bfloat16".
         validation_split: the split evaluated after every epoch (with `select="best"`, the
@@ -79,7 +82,7 @@ class RunConfig:
             and the rest "test" (see `keras_vit.data.load`); `validation_split` is carved
             from the N like from any train split.
         allow_test_selection: False (default) refuses a validation or training split that
-            shares images with `test_split` (`keras_vit.test_selection`); True allows it.
+            shares images with `test_split` (`keras_vit.train.selection`); True allows it.
     """
 
     task: str = "train"
@@ -165,7 +168,7 @@ def recipe_from(task: str, values: dict):
 
 @dataclasses.dataclass
 class RunPlan:
-    """A resolved run: everything `keras_vit.runs.train` needs.
+    """A resolved run: everything `keras_vit.train.runs.train` needs.
 
     Attributes:
         config: the `RunConfig`.
@@ -178,10 +181,10 @@ class RunPlan:
         test_split: the split evaluated at the end (None: the dataset has no test split).
         num_train_examples, steps_per_epoch, epochs: the schedule.
         model_kwargs: `keras_vit.ViT` arguments of the model to train (for finetune: of the
-            model `keras_vit.finetune` returns).
+            model `keras_vit.model.finetune` returns).
         source_model: finetune only: the loaded pre-trained model.
         jit_compile: what `model.compile(jit_compile=...)` gets.
-        precision: the `keras_vit.distribute.PrecisionChoice` (policy, XLA and why).
+        precision: the `keras_vit.runtime.distribute.PrecisionChoice` (policy, XLA and why).
     """
 
     config: RunConfig
@@ -317,7 +320,7 @@ def check_fits_in_memory(model_kwargs: dict, image_size, channels: int, batch: i
     decoded) and the model's position table (float32, tokens x hidden_dim) alone exceed the
     machine's physical memory: a lower bound of what a step needs, so the run could only end
     in an out-of-memory crash (`--image-size 100000` did, after writing its run directory)."""
-    from keras_vit.precision_probe import shape_from_kwargs
+    from keras_vit.runtime.precision_probe import shape_from_kwargs
 
     memory = physical_memory_bytes()
     shape = shape_from_kwargs(model_kwargs, image_size)
@@ -414,8 +417,8 @@ def resolve_splits(config: RunConfig, info) -> tuple[str, str | None]:
 
 
 def _check_test_selection(config: RunConfig, info) -> None:
-    """ConfigError for selection on `config.test_split` (see `keras_vit.test_selection`)."""
-    from keras_vit import test_selection
+    """ConfigError for selection on `config.test_split` (see `keras_vit.train.selection`)."""
+    from keras_vit.train import selection as test_selection
 
     chosen = {"--validation-split": config.validation_split, "train_split": config.train_split}
     try:
@@ -448,9 +451,9 @@ def _split_counter(config: RunConfig):
 
 def choose_run_precision(config: RunConfig, model_kwargs: dict, strategy, image_size=None):
     """The run's `PrecisionChoice`: its `mixed_precision` and recipe `jit_compile`, "auto"
-    resolved by `keras_vit.distribute.choose_precision` for the device and the model's shape
+    resolved by `keras_vit.runtime.distribute.choose_precision` for the device and the model's shape
     (width, MLP width, heads and tokens of `model_kwargs` at `image_size`)."""
-    from keras_vit.precision_probe import shape_from_kwargs
+    from keras_vit.runtime.precision_probe import shape_from_kwargs
 
     shape = shape_from_kwargs(model_kwargs, image_size)
     try:
@@ -467,7 +470,7 @@ def choose_run_precision(config: RunConfig, model_kwargs: dict, strategy, image_
 
 def _probe_record(choice):
     """How the precision was chosen, for config.json: source ("rule", "probe", "cache") and
-    the probe's milliseconds per step by setting (`keras_vit.precision.PrecisionChoice`)."""
+    the probe's milliseconds per step by setting (`keras_vit.runtime.precision.PrecisionChoice`)."""
     if choice is None:
         return None
     return {"source": choice.source, "figures": choice.figures}
@@ -486,7 +489,7 @@ def _image_size(value) -> tuple[int, int]:
 
 def model_names() -> list[str]:
     """Accepted `--model` values: "default" (alias "tiny") and the named models (any
-    spelling `keras_vit.configs.resolve_model` takes)."""
+    spelling `keras_vit.spec.configs.resolve_model` takes)."""
     return configs.valid_names(recipes=True)
 
 
@@ -512,7 +515,7 @@ def train_model_kwargs(config: RunConfig, num_classes, channels, image_size) -> 
 
 
 def resolve_model_name(name) -> configs.ModelName:
-    """`keras_vit.configs.resolve_model` with the recipe names, as a `ConfigError`."""
+    """`keras_vit.spec.configs.resolve_model` with the recipe names, as a `ConfigError`."""
     try:
         return configs.resolve_model(name, recipes=True)
     except ValueError as error:
@@ -521,7 +524,7 @@ def resolve_model_name(name) -> configs.ModelName:
 
 def named_variant(name: str):
     """The table row of a named model, any spelling ("Ti/16", "ViT_Ti16", "ti16",
-    "R50+B/16"); see `keras_vit.configs.resolve_model`.
+    "R50+B/16"); see `keras_vit.spec.configs.resolve_model`.
 
     Raises:
         ConfigError: an unknown name, or a recipe name.
@@ -537,7 +540,7 @@ def named_variant(name: str):
 
 def load_source_model(weights) -> keras.Model:
     """Loads the pre-trained model named by `--weights` (see `RunConfig.weights`) with
-    `keras_vit.model_source.load`.
+    `keras_vit.model.model_source.load`.
 
     Accepts a run directory (its best.keras), a `.keras` file, any checkpoint
     `keras_vit.from_checkpoint` reads (release `.npz`, Hugging Face folder, timm
@@ -568,7 +571,7 @@ load_model = model_source.load_keras  # the former name, kept for callers
 
 
 def vit_kwargs_from_npz(arrays: dict) -> dict:
-    """`keras_vit.model_source.vit_kwargs_from_npz`, a `ConfigError` for arrays that are no
+    """`keras_vit.model.model_source.vit_kwargs_from_npz`, a `ConfigError` for arrays that are no
     official ViT checkpoint."""
     try:
         return model_source.vit_kwargs_from_npz(arrays)
@@ -577,7 +580,7 @@ def vit_kwargs_from_npz(arrays: dict) -> dict:
 
 
 def source_model_kwargs(model) -> dict:
-    """`keras_vit.model_source.kwargs_of_model`, a `ConfigError` for a model that is no
+    """`keras_vit.model.model_source.kwargs_of_model`, a `ConfigError` for a model that is no
     keras_vit ViT."""
     try:
         return model_source.kwargs_of_model(model)

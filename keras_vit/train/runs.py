@@ -11,7 +11,7 @@ A run directory holds everything about one training run:
                            the best epoch's by the monitored metric); best.json
     backup/                resume state (removed when the run completes)
     metrics.json           final metrics; its presence marks a completed run
-    .lock                  the training process's id while it runs (`keras_vit.run_lock`)
+    .lock                  the training process's id while it runs (`keras_vit.train.run_lock`)
 
 The kept model is, by default (`select="last"`), the one at the end of the schedule, as the
 paper reports its runs (appendix B.1); `select="best"` keeps instead the best epoch on the
@@ -48,7 +48,7 @@ data stream at its backup's epoch (`worker_passes`: one `repeat()` of its pipeli
 finished passes and batches skipped), so a restarted job ends with the uninterrupted run's
 losses and weights, and before training continues the
 workers compare their backups' epoch and digest through the strategy's all-reduce
-(`keras_vit.worker_restart.agreed_epoch`): backups of different epochs stop every worker with
+(`keras_vit.train.worker_restart.agreed_epoch`): backups of different epochs stop every worker with
 one `BackupMismatchError` line naming them. Resuming a multi-worker run expects the run
 directory on a file system every worker sees, and every worker restarted with `resume=True`.
 """
@@ -64,17 +64,12 @@ from collections.abc import Callable
 
 import keras
 
-from keras_vit import (
-    _atomic,
-    callbacks,
-    distribute,
-    kept_model,
-    run_lock,
-    training,
-    worker_restart,
-)
+from keras_vit import _atomic
 from keras_vit._validation import check_choice
-from keras_vit.run_plan import ConfigError, RunConfig, RunPlan, load_model, plan_run
+from keras_vit.runtime import distribute
+from keras_vit.spec import kept_model
+from keras_vit.train import callbacks, run_lock, training, worker_restart
+from keras_vit.train.run_plan import ConfigError, RunConfig, RunPlan, load_model, plan_run
 
 __all__ = [
     "ConfigError",
@@ -136,7 +131,7 @@ def check_run_dir(run_dir, resume: bool) -> None:
     Raises:
         RunDirError: with `resume=False`, `run_dir` exists and is not empty; with
             `resume=True`, `run_dir` has no config.json or another live process holds its
-            lock (`keras_vit.run_lock`).
+            lock (`keras_vit.train.run_lock`).
     """
     run_dir = os.fspath(run_dir)
     if resume:
@@ -250,7 +245,7 @@ def fit_run(
             kept model; default "val_accuracy" with validation data, else "accuracy".
         select: which epoch's model is kept as best.keras/best.npz: "last" (the end of the
             schedule) or "best" (the best `monitor` value); see
-            `keras_vit.callbacks.ModelSnapshots`. None (default): "last" for a new run, and
+            `keras_vit.train.callbacks.ModelSnapshots`. None (default): "last" for a new run, and
             for a resumed one the rule its best.json records ("best" for a best.json without
             it, as written before the choice existed).
         steps_per_epoch: batches per epoch of a `tf.data.Dataset`; None: one pass. With a
@@ -273,7 +268,7 @@ def fit_run(
         RunDirError: see `check_run_dir`; also a resumed run whose best.json records
             another `select` than the one given (the kept model would switch rule midway).
         ValueError: arrays with `steps_per_epoch` (an epoch of arrays is one pass over them),
-            or `select` not one of `keras_vit.kept_model.SELECTIONS`.
+            or `select` not one of `keras_vit.spec.kept_model.SELECTIONS`.
     """
     import tensorflow as tf
 
@@ -542,7 +537,7 @@ def worker_passes(dataset, first_epoch: int, steps_per_epoch: int | None = None)
     follow.
 
     A run resumed at `first_epoch` (the epoch of the worker's backup, which
-    `keras_vit.worker_restart.agreed_epoch` checked to be every worker's) first starts and
+    `keras_vit.train.worker_restart.agreed_epoch` checked to be every worker's) first starts and
     drops one iterator per whole pass trained on before that epoch (the build's iterator
     then draws in place of the fresh run's), and its stream skips the batches of the current
     pass already trained on (computed, not trained on; none when an epoch is a whole pass).
@@ -589,7 +584,7 @@ def _is_default_strategy(strategy) -> bool:
 
 
 def _lock(run_dir) -> str:
-    """Creates `run_dir` and takes its lock (see `keras_vit.run_lock`)."""
+    """Creates `run_dir` and takes its lock (see `keras_vit.train.run_lock`)."""
     os.makedirs(run_dir, exist_ok=True)
     try:
         return run_lock.acquire(run_dir)
@@ -672,7 +667,7 @@ def train(
     `keras_vit.data.load` (the training split with augmentation, `config.validation_split`
     evaluated after every epoch, `config.test_split` evaluated at the end with the model
     `config.select` keeps),
-    the model from `keras_vit.ViT` (task "train") or `keras_vit.finetune` on the pre-trained
+    the model from `keras_vit.ViT` (task "train") or `keras_vit.model.finetune` on the pre-trained
     model (task "finetune"), built and compiled with the recipe inside `strategy.scope()`;
     `fit_run` does the rest.
 
@@ -697,7 +692,7 @@ def train(
     Raises:
         RunDirError: `run_dir` exists without `resume`, or is not a run with it.
         ConfigError: a bad configuration (see `run_plan.plan_run`).
-        keras_vit.distribute.StrategyUnavailableError: the strategy cannot run here.
+        keras_vit.runtime.distribute.StrategyUnavailableError: the strategy cannot run here.
     """
     if resume:
         config = read_run_config(run_dir)
@@ -771,7 +766,7 @@ def _datasets(plan: RunPlan):
 
 def _build_model(plan: RunPlan) -> keras.Model:
     """Builds and compiles the model (called inside the strategy scope)."""
-    from keras_vit.finetune import finetune
+    from keras_vit.model.finetune import finetune
 
     if plan.source_model is not None:
         source = distribute.with_dtype_policy(plan.source_model, plan.precision.policy)

@@ -32,10 +32,10 @@ from keras_vit._validation import (
     check_rate,
     to_pair,
 )
-from keras_vit.configs import RECIPE_VIT
 from keras_vit.layers.pooling import CLASSIFIER_POOLINGS
 from keras_vit.layers.position_embedding import POSITION_EMBEDDINGS
-from keras_vit.optimizers import NO_WEIGHT_DECAY_PATTERN, ViTAdamW  # noqa: F401 (public)
+from keras_vit.runtime.optimizers import NO_WEIGHT_DECAY_PATTERN, ViTAdamW  # noqa: F401 (public)
+from keras_vit.spec.configs import RECIPE_VIT
 
 DECAYS = ("linear", "cosine")
 STEMS = ("resnet", "patch")
@@ -248,7 +248,7 @@ def loss(label_smoothing=0.0, one_hot=False):
 def build_model(model_kwargs: dict):
     """`keras_vit.HybridViT(**model_kwargs)` when they name `resnet_stages`, else
     `keras_vit.ViT(**model_kwargs)` (the form config.json records a run's model in)."""
-    from keras_vit.build_any import build
+    from keras_vit.model.build_any import build
 
     return build(model_kwargs)
 
@@ -279,11 +279,11 @@ def _check_common(config) -> None:
 
 def _resolved_jit_compile(config) -> bool:
     """The recipe's `jit_compile`, "auto" chosen for this device, the global dtype policy
-    and the recipe's width (`keras_vit.distribute.choose_precision`)."""
+    and the recipe's width (`keras_vit.runtime.distribute.choose_precision`)."""
     if config.jit_compile not in ("auto", None):
         return bool(config.jit_compile)
-    from keras_vit import distribute
-    from keras_vit.precision_probe import shape_from_kwargs
+    from keras_vit.runtime import distribute
+    from keras_vit.runtime.precision_probe import shape_from_kwargs
 
     hidden_dim = getattr(config, "hidden_dim", None)
     shape = {}
@@ -328,7 +328,7 @@ class TrainConfig:
     stem: str = "resnet"
     resnet_width: int = 32
     resnet_groups: int = 8
-    # The Transformer fields default to `keras_vit.configs.RECIPE_VIT` (sizes live there).
+    # The Transformer fields default to `keras_vit.spec.configs.RECIPE_VIT` (sizes live there).
     patch_size: int = RECIPE_VIT.patch_size
     hidden_dim: int = RECIPE_VIT.hidden_dim
     num_heads: int = RECIPE_VIT.num_heads

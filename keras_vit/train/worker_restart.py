@@ -2,12 +2,12 @@
 scratch folder outlives it.
 
 Under `tf.distribute.MultiWorkerMirroredStrategy` each worker restores its own backup
-(`keras_vit.callbacks.AtomicBackupAndRestore`: the chief's `RUN/backup`, the others'
+(`keras_vit.train.callbacks.AtomicBackupAndRestore`: the chief's `RUN/backup`, the others'
 `RUN/.backup-worker-<index>`). A worker killed between two backups, or a backup folder
 copied by hand, leaves backups of different epochs; restored as they are, the workers would
 step through mismatched schedules (each collective pairs steps of different epochs) and still
 end "successfully". So before training continues, `agreed_epoch` has the workers exchange
-their backup's epoch and digest (`keras_vit.callbacks.state_digest`, written in the backup's
+their backup's epoch and digest (`keras_vit.train.callbacks.state_digest`, written in the backup's
 state.json) through the strategy's own collective, an all-reduce with a timeout, and every
 worker stops with the same one-line `BackupMismatchError` naming each worker's epoch when
 they differ. The all-reduce is the `tf.distribute` primitive Keras' `fit` itself runs on
@@ -26,7 +26,8 @@ import logging
 import os
 import shutil
 
-from keras_vit import _atomic, callbacks
+from keras_vit import _atomic
+from keras_vit.train import callbacks
 
 logger = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from keras_vit import fewshot
+from keras_vit.evaluate import fewshot
 
 
 def whitened_design(features, reference):

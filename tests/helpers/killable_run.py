@@ -17,7 +17,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
 import keras_vit  # noqa: E402
-from keras_vit import runs  # noqa: E402
+from keras_vit.train import runs  # noqa: E402
 
 EPOCHS = 4
 BATCH_SIZE = 8

@@ -1,7 +1,7 @@
 """Subprocess worker for tests/train/test_multi_worker_restart.py: one of two
 MultiWorkerMirroredStrategy workers on 127.0.0.1 (the test sets TF_CONFIG and TMPDIR).
 
-The run: `keras_vit.runs.fit_run` of tests/helpers/killable_run.py's tiny ViT (dropout and
+The run: `keras_vit.train.runs.fit_run` of tests/helpers/killable_run.py's tiny ViT (dropout and
 stochastic depth on) on `keras_vit.data.load`'s training pipeline (seeded shuffle, random
 crops), EPOCHS epochs of one pass each, the dataset built afresh in every process.
 
@@ -37,7 +37,8 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
 import keras_vit  # noqa: E402
-from keras_vit import distribute, runs  # noqa: E402
+from keras_vit.runtime import distribute
+from keras_vit.train import runs  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(__file__))
 import killable_run  # noqa: E402

@@ -1,4 +1,4 @@
-"""keras_vit.finetune: zero head, carried-over body, resized position table (paper 3.2)."""
+"""keras_vit.model.finetune: zero head, carried-over body, resized position table (paper 3.2)."""
 
 from __future__ import annotations
 

@@ -14,8 +14,8 @@ import pytest
 import keras_vit
 from keras_vit import HybridViT
 from keras_vit.checkpoints import CheckpointError, load_npz, save_npz
-from keras_vit.finetune import finetune
-from keras_vit.hybrid import HYBRID_CONFIGS
+from keras_vit.model.finetune import finetune
+from keras_vit.model.hybrid import HYBRID_CONFIGS
 from tests.numpy_reference import hybrid_forward
 from tests.output_checks import (
     assert_close_to_float32,

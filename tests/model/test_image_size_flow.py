@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from keras_vit import run_plan, training
 from keras_vit.cli.main import build_parser, main
+from keras_vit.train import run_plan, training
 
 ONE_REPLICA = types.SimpleNamespace(num_replicas_in_sync=1)
 SIDES = st.integers(1, 4096)

@@ -1,4 +1,4 @@
-"""`keras_vit.model_source`: one function from any source (a model name, a run directory, a
+"""`keras_vit.model.model_source`: one function from any source (a model name, a run directory, a
 `.keras` file, a run's `.npz`, a checkpoint) to (builder, keyword arguments)."""
 
 import json
@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 import keras_vit
-from keras_vit import model_source
 from keras_vit.checkpoints import save_npz
+from keras_vit.model import model_source
 from tests.output_checks import assert_informative, assert_outputs_close, randomize_weights
 
 TINY = dict(

@@ -1,5 +1,5 @@
-"""Tests of keras_vit.distribute: strategy names, TF_CONFIG, batch split, precision, and real
-multi-device runs (two logical CPUs, two worker processes) started as subprocesses."""
+"""Tests of keras_vit.runtime.distribute: strategy names, TF_CONFIG, batch split, precision,
+and real multi-device runs (two logical CPUs, two worker processes) started as subprocesses."""
 
 import json
 import os
@@ -13,7 +13,8 @@ import pytest
 import tensorflow as tf
 
 import keras_vit
-from keras_vit import callbacks, distribute, runs
+from keras_vit.runtime import distribute
+from keras_vit.train import callbacks, runs
 from tests.model_helpers import random_images
 from tests.output_checks import assert_close_to_float32, randomize_weights
 from tests.process_helpers import finish, free_ports, kill_all, sigkill, wait_until
@@ -267,7 +268,7 @@ def test_two_workers_train_and_chief_model_reloads(two_workers):
 
 def test_multi_worker_shim_still_needed(two_workers):
     """Keras 3.15's `fit` fails under TensorFlow's plain MultiWorkerMirroredStrategy, which
-    is why keras_vit.distribute.MultiWorkerMirroredStrategy overrides `reduce`. If this test
+    is why keras_vit.runtime.distribute.MultiWorkerMirroredStrategy overrides `reduce`. If this test
     fails, a Keras release fixed the two call sites: drop the shim and this test."""
     _, _, results = two_workers
     known = ("Attempt to convert a value (PerReplica", "Invalid reduction dimension 0")
@@ -275,7 +276,8 @@ def test_multi_worker_shim_still_needed(two_workers):
         error = result["plain_error"]
         assert error is not None, (
             "Keras now trains under tf.distribute.MultiWorkerMirroredStrategy without "
-            "keras_vit's reduce shim: remove keras_vit.distribute.MultiWorkerMirroredStrategy."
+            "keras_vit's reduce shim: remove "
+            "keras_vit.runtime.distribute.MultiWorkerMirroredStrategy."
         )
         assert any(text in error for text in known), error
 

@@ -1,4 +1,4 @@
-"""Tests of the precision-and-compiler choice of keras_vit.distribute: CPU flags, the rules
+"""Tests of the precision-and-compiler choice of keras_vit.runtime.distribute: CPU flags, the rules
 of `choose_precision`, `with_dtype_policy`, and what a run records in its config.json."""
 
 import types
@@ -9,7 +9,8 @@ import pytest
 import tensorflow as tf
 
 import keras_vit
-from keras_vit import distribute, precision, run_plan, training
+from keras_vit.runtime import distribute, precision
+from keras_vit.train import run_plan, training
 
 AMX = frozenset({"fpu", "avx512f", "amx_bf16", "amx_tile", "avx512_bf16"})
 AVX512_BF16 = frozenset({"fpu", "avx512f", "avx512_bf16"})

@@ -1,6 +1,6 @@
-"""Tests of "auto" precision by measurement (keras_vit/precision_probe.py): the probe's timing
-loop with a fake clock, the choice it leads to, the cache (key, location, corrupt files),
-and what a run records. The real block step runs once, on a tiny shape."""
+"""Tests of "auto" precision by measurement (keras_vit/runtime/precision_probe.py): the
+probe's timing loop with a fake clock, the choice it leads to, the cache (key, location,
+corrupt files), and what a run records. The real block step runs once, on a tiny shape."""
 
 from __future__ import annotations
 
@@ -17,8 +17,9 @@ import tensorflow as tf
 from hypothesis import given
 from hypothesis import strategies as st
 
-from keras_vit import optimizers, precision, precision_probe, run_plan, training
 from keras_vit.cli import progress
+from keras_vit.runtime import optimizers, precision, precision_probe
+from keras_vit.train import run_plan, training
 
 AVX512_BF16 = frozenset({"fpu", "avx512f", "avx512_bf16"})
 EXAMPLES = itertools.count()
@@ -325,7 +326,7 @@ def test_a_corrupt_cache_is_ignored_with_a_log_line(host, caplog):
     for content in ("{not json", json.dumps({"version": 0}), json.dumps([1, 2])):
         with open(path, "w", encoding="utf-8") as handle:
             handle.write(content)
-        with caplog.at_level(logging.WARNING, logger="keras_vit.precision_probe"):
+        with caplog.at_level(logging.WARNING, logger="keras_vit.runtime.precision_probe"):
             caplog.clear()
             assert choose().source == "probe"
         assert "Ignoring the precision probe cache" in caplog.text
@@ -344,7 +345,7 @@ def test_an_unwritable_cache_and_a_failing_probe_never_stop_a_run(
     blocker = tmp_path / "file"
     blocker.write_text("")
     monkeypatch.setenv("KERAS_VIT_CACHE_DIR", str(blocker / "below"))
-    with caplog.at_level(logging.WARNING, logger="keras_vit.precision_probe"):
+    with caplog.at_level(logging.WARNING, logger="keras_vit.runtime.precision_probe"):
         assert choose().source == "probe"
     assert "Could not write the precision probe cache" in caplog.text
 
@@ -353,7 +354,7 @@ def test_an_unwritable_cache_and_a_failing_probe_never_stop_a_run(
 
     monkeypatch.setattr(precision_probe, "block_step", broken)
     monkeypatch.setenv("KERAS_VIT_CACHE_DIR", str(tmp_path / "other"))
-    with caplog.at_level(logging.WARNING, logger="keras_vit.precision"):
+    with caplog.at_level(logging.WARNING, logger="keras_vit.runtime.precision"):
         choice = choose()
     assert choice.setting == "mixed_bfloat16" and "flag rule (probe failed)" in choice.reason
     assert "no oneDNN here" in caplog.text

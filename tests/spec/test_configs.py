@@ -1,11 +1,12 @@
-"""The one size table (`keras_vit.configs`): every named model, its builder, and the places
+"""The one size table (`keras_vit.spec.configs`): every named model, its builder, and the places
 that derive from it (CLI help, the training recipe, checkpoint names)."""
 
 import argparse
 
 import keras_vit
-from keras_vit import configs, training
 from keras_vit.cli import train as train_cli
+from keras_vit.spec import configs
+from keras_vit.train import training
 
 
 def test_every_named_model_has_its_builder():

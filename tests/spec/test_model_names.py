@@ -1,4 +1,4 @@
-"""One reader of model names (`keras_vit.configs.resolve_model`): every spelling of every
+"""One reader of model names (`keras_vit.spec.configs.resolve_model`): every spelling of every
 named model reaches the same table row through every subcommand that takes a model name
 (`train --model`, `convert --model`, `benchmark --model`), at their parsing / plan step."""
 
@@ -8,10 +8,11 @@ import types
 import pytest
 
 import keras_vit
-from keras_vit import configs, run_plan
 from keras_vit.cli import benchmark, convert
 from keras_vit.cli.common import UsageError
 from keras_vit.cli.main import build_parser
+from keras_vit.spec import configs
+from keras_vit.train import run_plan
 
 
 def _spellings(table_name: str) -> list[str]:
@@ -96,7 +97,7 @@ def test_benchmark_times_every_vit_spelling(table_name, spelling):
 def test_a_hybrid_trains_through_the_whole_plan():
     config = run_plan.RunConfig(
         model="R+ViT-Ti_16",
-        recipe=keras_vit.training.TrainConfig(image_size=32, batch_size=8, epochs=1),
+        recipe=keras_vit.train.training.TrainConfig(image_size=32, batch_size=8, epochs=1),
     )
     kwargs = run_plan.plan_run(config, ONE_REPLICA).model_kwargs
     assert kwargs["resnet_stages"] == () and kwargs["patch_size"] == 8

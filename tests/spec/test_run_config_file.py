@@ -1,10 +1,10 @@
-"""keras_vit.run_config_file: the model arguments of the run a `.npz` sits in."""
+"""keras_vit.spec.run_config_file: the model arguments of the run a `.npz` sits in."""
 
 from __future__ import annotations
 
 import json
 
-from keras_vit.run_config_file import RUN_CONFIG_FILE, kwargs_from_run_config
+from keras_vit.spec.run_config_file import RUN_CONFIG_FILE, kwargs_from_run_config
 
 
 def test_the_model_arguments_of_the_run_folder(tmp_path):

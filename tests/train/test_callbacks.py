@@ -1,5 +1,5 @@
-"""keras_vit.callbacks: LearningCurvePlot's figure options and redraw schedule; ModelSnapshots'
-best/last files; fit_run's optimizer built before the first step.
+"""keras_vit.train.callbacks: LearningCurvePlot's figure options and redraw schedule;
+ModelSnapshots' best/last files; fit_run's optimizer built before the first step.
 
 ModelSnapshots is driven directly with scripted logs, so the best epoch (1) is neither the
 first nor the last; the reference is the logits of the weights set before each epoch end.
@@ -18,9 +18,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import keras_vit
-from keras_vit import callbacks, learning_curves, runs, training
-from keras_vit.callbacks import ModelSnapshots
 from keras_vit.checkpoints import load_npz
+from keras_vit.train import callbacks, learning_curves, runs, training
+from keras_vit.train.callbacks import ModelSnapshots
 from tests.conftest import TINY_VIT
 from tests.model_helpers import random_images
 from tests.output_checks import assert_outputs_close, randomize_weights

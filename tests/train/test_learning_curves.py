@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from keras_vit import training
-from keras_vit.learning_curves import (
+from keras_vit.train import training
+from keras_vit.train.learning_curves import (
     best_epoch_index,
     learning_curve_figure,
     plot_learning_curves,

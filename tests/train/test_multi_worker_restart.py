@@ -1,4 +1,4 @@
-"""Restarting a two-worker run (keras_vit.worker_restart, runs.fit_run): backups of different
+"""Restarting a two-worker run (keras_vit.train.worker_restart, runs.fit_run): backups of different
 epochs are refused on every worker, a restart repeats the uninterrupted run's losses and
 weights, and a SIGKILLed worker's scratch folder does not outlive the restart.
 
@@ -23,7 +23,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from keras_vit import callbacks, runs
+from keras_vit.train import callbacks, runs
 from tests.process_helpers import finish, free_ports
 
 HELPER = os.path.join(
@@ -110,7 +110,7 @@ def test_workers_restored_from_different_epochs_are_refused(restarts):
     for code, _, err in refused:
         assert code != 0 and code > 0, outputs(refused)  # an error exit, not our timeout kill
         last = err.strip().splitlines()[-1]
-        assert last.startswith("keras_vit.worker_restart." + expected), outputs(refused)
+        assert last.startswith("keras_vit.train.worker_restart." + expected), outputs(refused)
     # Refused before training continued: the backups and history are as the kill left them.
     rows = callbacks.read_history(root / "mixed" / "history.csv")
     assert [row["epoch"] for row in rows] == [0, 1]

@@ -1,4 +1,4 @@
-"""Tests of keras_vit.run_lock: one live writer per run directory, stale locks taken over."""
+"""Tests of keras_vit.train.run_lock: one live writer per run directory, stale locks taken over."""
 
 import json
 import os
@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from keras_vit import run_lock, runs
 from keras_vit.cli.main import main
+from keras_vit.train import run_lock, runs
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Tests of keras_vit.runs (run directories, resume after SIGKILL) and keras_vit.run_plan."""
+"""Tests of keras_vit.runs (run directories, resume after SIGKILL) and keras_vit.train.run_plan."""
 
 import csv
 import importlib.util
@@ -17,8 +17,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import keras_vit
-from keras_vit import _atomic, run_plan, runs, training
+from keras_vit import _atomic
 from keras_vit.checkpoints import load_npz, save_npz
+from keras_vit.train import run_plan, runs, training
 from tests.output_checks import assert_outputs_close, randomize_weights
 from tests.process_helpers import kill_all, sigkill, wait_until
 

@@ -1,12 +1,12 @@
-"""`keras_vit.test_selection`: the test split is never used for selection unless asked."""
+"""`keras_vit.train.selection`: the test split is never used for selection unless asked."""
 
 import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from keras_vit import test_selection
 from keras_vit.data import splits
+from keras_vit.train import selection as test_selection
 
 BOUNDS = st.one_of(
     st.none(),

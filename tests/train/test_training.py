@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from keras_vit import training
+from keras_vit.train import training
 
 
 def _closed_form(step, base, total, warmup, decay, end=0.0):

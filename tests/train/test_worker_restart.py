@@ -1,5 +1,5 @@
 """Tests of keras_vit.worker_restart (the comparison of the workers' backups) and of the
-digest keras_vit.callbacks.AtomicBackupAndRestore records and checks, in one process; the
+digest keras_vit.train.callbacks.AtomicBackupAndRestore records and checks, in one process; the
 two-worker restarts are in tests/train/test_multi_worker_restart.py."""
 
 import json
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from keras_vit import callbacks, worker_restart
+from keras_vit.train import callbacks, worker_restart
 from tests.helpers import killable_run as killable
 
 RECORDS = st.dictionaries(
