@@ -32,7 +32,9 @@ the optimizer and learning-rate schedule that a `.keras` file of a training run 
 
 def _import_layers() -> None:
     for name in REGISTERING_MODULES:
-        importlib.import_module(name)
+        module = importlib.import_module(name)
+        for public in getattr(module, "__all__", ()):  # a lazy package imports on access
+            getattr(module, public)
 
 
 class _ThenImportLayers(importlib.abc.Loader):
