@@ -76,7 +76,7 @@ def _sibling_config(path):
     try:
         with open(config, encoding="utf-8") as stream:
             data = json.load(stream)
-    except (FileNotFoundError, json.JSONDecodeError):
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):  # a folder too: no config
         return {}
     return data if isinstance(data, dict) else {}
 
