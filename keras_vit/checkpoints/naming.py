@@ -31,7 +31,6 @@ import re
 from collections.abc import Callable
 
 import keras
-import numpy as np
 
 from keras_vit import layer_names as names
 from keras_vit.checkpoints import limits, quantized

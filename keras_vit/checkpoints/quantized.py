@@ -92,7 +92,7 @@ def float_arrays(model_name: str, arrays: dict, paths: dict, modes: dict) -> dic
                 f"Cannot write {model_name!r} as a checkpoint: {layer!r} is quantized "
                 f"({mode!r}, keras.Model.quantize), and checkpoint files hold float weights; "
                 f"only {DEQUANTIZED_MODES} models are written (dequantized to float32). Write "
-                "the float model before quantize, or save it with model.save (.keras)."
+                "the float model (before quantize) and quantize it again after loading."
             )
     out = {}
     for key, array in arrays.items():
