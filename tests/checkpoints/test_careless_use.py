@@ -224,7 +224,6 @@ def _float_model(grid, gelu_approximate):
     return _FLOAT_MODELS[key]
 
 
-
 @settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     fmt=st.sampled_from(WRITERS),
