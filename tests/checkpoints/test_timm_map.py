@@ -134,3 +134,50 @@ def test_attention_pooling_keras_vit_cannot_hold_is_refused_in_one_line(
     with pytest.raises(CheckpointError, match=match) as error:
         keras_vit.from_checkpoint(path)
     assert "\n" not in str(error.value)
+
+
+@pytest.mark.pytorch
+def test_timm_siglip_forward_matches_in_the_pytorch_lane(tmp_path):
+    """timm's own SigLIP tower (random weights, tiny sizes, saved by `save_for_hf`): keras_vit
+    reads it, matches timm's forward within 1e-5 at the file's size and, with
+    `dynamic_image_size=True, resize_method="bicubic"`, timm's `dynamic_img_size=True` at a
+    larger non-square size; written back, timm loads it strictly."""
+    torch = pytest.importorskip("torch")
+    timm = pytest.importorskip("timm")
+    safetensors_torch = pytest.importorskip("safetensors.torch")
+    name, size, big = "vit_base_patch16_siglip_224", 28, (42, 35)
+    args = dict(img_size=size, patch_size=7, embed_dim=32, depth=2, num_heads=4, mlp_ratio=2.0)
+    reference = timm.create_model(name, pretrained=False, num_classes=5, **args).eval()
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for parameter in reference.parameters():
+            parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.2)
+    timm.models.save_for_hf(reference, str(tmp_path / "timm"), model_args=args)
+    config_path = tmp_path / "timm" / "config.json"
+    config = json.loads(config_path.read_text())
+    config["pretrained_cfg"]["input_size"] = [3, size, size]  # the tiny model's, as real files
+    config_path.write_text(json.dumps(config))
+    path = tmp_path / "timm" / "model.safetensors"
+
+    def run_torch(module, images):
+        with torch.no_grad():
+            return module(torch.from_numpy(images.transpose(0, 3, 1, 2).copy())).numpy()
+
+    x = np.random.default_rng(1).uniform(-1, 1, (2, size, size, 3)).astype("float32")
+    want = run_torch(reference, x)
+    model = keras_vit.from_checkpoint(path)
+    np.testing.assert_allclose(np.asarray(model(x)), want, atol=1e-5, rtol=0)
+    dynamic = timm.create_model(
+        name, pretrained=False, num_classes=5, dynamic_img_size=True, **args
+    ).eval()
+    dynamic.load_state_dict(reference.state_dict())
+    x_big = np.random.default_rng(2).uniform(-1, 1, (2, *big, 3)).astype("float32")
+    ours = keras_vit.from_checkpoint(path, dynamic_image_size=True, resize_method="bicubic")
+    np.testing.assert_allclose(
+        np.asarray(ours(x_big)), run_torch(dynamic, x_big), atol=1e-5, rtol=0
+    )
+    back = tmp_path / "back.safetensors"
+    write_checkpoint(model_contents(model), back, "timm")
+    loaded = timm.create_model(name, pretrained=False, num_classes=5, **args).eval()
+    loaded.load_state_dict(safetensors_torch.load_file(str(back)), strict=True)
+    np.testing.assert_allclose(run_torch(loaded, x), want, atol=1e-5, rtol=0)
