@@ -333,7 +333,7 @@ FORMAT_TABLE: dict[str, CheckpointFormat] = {
             writer=_write_timm,
             suffix=".safetensors",
             expresses={
-                "pooling": ("token", "gap"),
+                "pooling": _EVERY_POOLING,
                 "final_norm": _EVERY_NORM,
                 "pre_logits": _EVERY_PRE_LOGITS,
                 "distillation": (False, True),
@@ -350,12 +350,14 @@ FORMAT_TABLE: dict[str, CheckpointFormat] = {
                 "class token": "the `cls_token` key",
                 "family": "`dist_token` + `head_dist` (deit.py), `reg_token` (only with "
                 "no_embed_class=True), `blocks.i.ls1/ls2.gamma`, `norm_pre`; q/k norm, "
-                "SwiGLU, attention pooling refused by name",
+                "SwiGLU refused by name",
+                "attention pooling": "`attn_pool.*` (global_pool='map', SigLIP towers, "
+                "one latent, no class token) as the MAP head",
                 "no_embed_class": "keras_vit metadata, config.json `model_args` or its "
                 "image size (True with `reg_token`); else an error naming "
                 "`no_embed_class=` when both fit",
                 "global_pool": "config.json / metadata: 'token' with a class token, 'avg' "
-                "without; others refused by name",
+                "or 'map' (with `attn_pool.*`) without; others refused by name",
                 "fc_norm": "the `fc_norm.*` keys",
                 "grid / image size": "keras_vit metadata, config.json `pretrained_cfg."
                 "input_size`; else the table's square grid",

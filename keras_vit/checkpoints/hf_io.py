@@ -50,13 +50,48 @@ def _paths(path) -> tuple[str, str]:
 
 
 def _read_json(path):
+    """The JSON object in `path`, or None when there is no such file.
+
+    Raises:
+        CheckpointError: a folder or unreadable file under the name, invalid JSON, or JSON
+            that is not an object (each one line naming the file).
+    """
+    if os.path.isdir(path):
+        raise CheckpointError(f"{path} is a folder; a Hugging Face folder needs a JSON file here.")
     try:
         with open(path, encoding="utf-8") as stream:
-            return json.load(stream)
+            data = json.load(stream)
     except FileNotFoundError:
         return None
-    except json.JSONDecodeError as error:
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise CheckpointError(f"{path} is not valid JSON ({error}).") from None
+    except OSError as error:
+        raise CheckpointError(f"{path} cannot be read ({type(error).__name__}).") from None
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{path} holds a JSON {type(data).__name__}, not an object.")
+    return data
+
+
+def _preprocessing(folder, config) -> str:
+    """The input scaling `preprocessor_config.json` names ("[-1,1]" without one).
+
+    Raises:
+        CheckpointError: an `image_mean` / `image_std` that is no number or list of numbers,
+            or one keras_vit does not apply, naming the file and the field.
+    """
+    path = os.path.join(folder, PREPROCESSOR)
+    processor = _read_json(path)
+    if not processor or processor.get("do_normalize") is False or "image_mean" not in processor:
+        return "[-1,1]"
+    try:
+        return tl.preprocessing_from_mean_std(
+            processor["image_mean"],
+            processor.get("image_std"),
+            config.get("num_channels", 3),
+            names=("image_mean", "image_std"),
+        )
+    except CheckpointError as error:
+        raise CheckpointError(f"{path}: {error}") from None
 
 
 def _gelu_approximate(config, path) -> bool:
@@ -192,12 +227,7 @@ def read_hf(path) -> CheckpointContents:
     hf_family.layout_of(config, os.path.join(folder, CONFIG))
     state, _ = read_safetensors(weights)
     limits.check_hf_config(os.path.join(folder, CONFIG), config, state)
-    preprocessing = "[-1,1]"
-    processor = _read_json(os.path.join(folder, PREPROCESSOR))
-    if processor and processor.get("do_normalize") is not False and "image_mean" in processor:
-        preprocessing = tl.preprocessing_from_mean_std(
-            processor["image_mean"], processor.get("image_std"), config.get("num_channels", 3)
-        )
+    preprocessing = _preprocessing(folder, config)
     arrays = hf_to_release(state, config, weights)
     _check_registers(arrays, config, folder)
     model_type = config.get("model_type", "vit")

@@ -381,3 +381,32 @@ def _check_mlp_and_heads(path, arrays: dict) -> None:
                 raise CheckpointError(
                     f"{path}: {key!r} {first.shape} and its out/kernel {out.shape} disagree."
                 )
+
+
+def check_finite(path, arrays: dict, *, what: str = "tensor") -> None:
+    """CheckpointError unless every float array of `arrays` holds finite numbers only.
+
+    One check for every reader and writer (`read_npz`, `read_safetensors`, the `.keras`
+    reader and the model writers through `naming.official_arrays`): a NaN or an infinity in
+    a weight makes every output NaN without a word, so it is refused by the name the file
+    (or the model) gives the array, with how many values are not finite and the first one.
+
+    Args:
+        path: the file, folder or model named in the message.
+        arrays: `{name: array}`; integer and boolean arrays are always finite.
+        what: how the message calls an array ("tensor", "array", "weight").
+    """
+    for name, array in arrays.items():
+        array = np.asarray(array)
+        if array.dtype.kind not in "fc":
+            continue
+        finite = np.isfinite(array)
+        if finite.all():
+            continue
+        bad = np.flatnonzero(~finite.reshape(-1))
+        first = array.reshape(-1)[bad[0]]
+        raise CheckpointError(
+            f"{path}: {what} {name!r} holds {bad.size} non-finite value(s) (the first, "
+            f"{first}, at flat index {bad[0]}); weights must be finite numbers (a NaN or an "
+            "infinity in a weight makes every output NaN)."
+        )

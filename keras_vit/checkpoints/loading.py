@@ -198,6 +198,22 @@ def _fit_position_table(model, table, variable, method, source_grid):
     return resized, (tuple(old_grid), tuple(new_grid)), None
 
 
+def _recorded_grid(model, contents, arrays):
+    """The grid of the file's position table from the image size the file records (timm
+    metadata, HF config.json), when it fits the table's rows; else None (a square grid is
+    then assumed). A non-square file is so resized to any image size."""
+    kernel = arrays.get("embedding/kernel")
+    table = arrays[PLAIN_POSITION_KEY]
+    size = contents.image_size
+    if size is None or np.ndim(kernel) != 4 or np.ndim(table) != 3 or "conv_root/kernel" in arrays:
+        return None
+    grid = (int(size[0]) // kernel.shape[0], int(size[1]) // kernel.shape[1])
+    prefix = architecture.num_position_prefix_rows(model)
+    if grid[0] == grid[1] or prefix + grid[0] * grid[1] != table.shape[1]:
+        return None
+    return grid
+
+
 def _add_class_rows(model, contents, arrays):
     """A file's table without class rows (`no_embed_class`, DeiT III) for a model whose
     table has them: zero rows in front, which is what the class (and distillation) token
@@ -310,10 +326,12 @@ def load_weights(
         CheckpointError (a ValueError): an unreadable, truncated or pickled file, object
             arrays, other input channels (strict, not adapted), or (strict) keys that do not
             fit; the message names every key.
-        ValueError: a bad `head` or `resize_method`.
+        ValueError: a bad `head` or `resize_method`, or a `dynamic_image_size` model that
+            resizes its table with another method in the forward pass (both named).
     """
     check_choice("head", head, HEAD_MODES)
     check_choice("resize_method", resize_method, RESIZE_METHODS)
+    _check_forward_resize(model, resize_method)
     contents = _contents(model, path, no_embed_class)
     variables, unnamed = official_variables(model)
     if unnamed:
@@ -327,6 +345,8 @@ def load_weights(
     if PLAIN_POSITION_KEY in arrays and PLAIN_POSITION_KEY in variables:
         if not _under(PLAIN_POSITION_KEY, skip):
             arrays[PLAIN_POSITION_KEY] = _add_class_rows(model, contents, arrays)
+            if source_grid is None:
+                source_grid = _recorded_grid(model, contents, arrays)
             arrays[PLAIN_POSITION_KEY], resized, hint = _fit_position_table(
                 model,
                 arrays[PLAIN_POSITION_KEY],
@@ -353,6 +373,21 @@ def load_weights(
     _warn_if_zero_head(arrays, fits, contents.path)
     logger.debug("Loaded %d arrays from %s", len(fits), contents.path)
     return report
+
+
+def _check_forward_resize(model, resize_method) -> None:
+    """ValueError when a `dynamic_image_size` model resizes its table in the forward pass
+    with another method than the load is asked to use (its outputs would follow neither)."""
+    from keras_vit.layers.position_embedding import dynamic_position_layers
+
+    for layer in dynamic_position_layers(find_vit_model(model)):
+        if layer.resize_method != resize_method:
+            raise ValueError(
+                f"resize_method={resize_method!r} but the model (dynamic_image_size=True) "
+                f"resizes its position table with {layer.resize_method!r} in the forward "
+                f"pass; load with resize_method={layer.resize_method!r}, or build it with "
+                f"keras_vit.from_checkpoint(..., resize_method={resize_method!r})."
+            )
 
 
 def _contents(model, path, no_embed_class):

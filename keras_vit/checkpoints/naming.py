@@ -31,8 +31,8 @@ import re
 from collections.abc import Callable
 
 import keras
-import numpy as np
 
+from keras_vit.checkpoints import limits, quantized
 from keras_vit.checkpoints.npz_io import CheckpointError
 from keras_vit.spec import layer_names as names
 
@@ -190,16 +190,23 @@ def official_variables(model) -> tuple[dict, list[str]]:
 def official_arrays(model) -> dict:
     """`{official_key: float32 array}` of every weight of a keras_vit model, in weight order.
 
+    A model quantized with `model.quantize("int8")` gives its kernels dequantized to float32
+    (`kernel / kernel_scale`, `keras_vit.checkpoints.quantized`), without the scales, so
+    every writer writes the float layout it reads back.
+
     Raises:
-        CheckpointError: weights that no rule covers (e.g. layers a user added), named.
+        CheckpointError: weights that no rule covers (e.g. layers a user added), a layer
+            quantized in another mode than int8, or a NaN or infinity in a weight (named).
     """
+    vit = find_vit_model(model)
     variables, unnamed = official_variables(model)
     if unnamed:
         raise CheckpointError(
             f"Cannot write {model.name!r} in the release's checkpoint layout: these weights "
             f"have no official key: {unnamed}."
         )
-    return {
-        key: np.asarray(keras.ops.convert_to_numpy(variable), dtype=np.float32)
-        for key, variable in variables.items()
-    }
+    arrays = {key: keras.ops.convert_to_numpy(variable) for key, variable in variables.items()}
+    paths = {key: variable.path for key, variable in variables.items()}
+    arrays = quantized.float_arrays(model.name, arrays, paths, quantized.quantization_modes(vit))
+    limits.check_finite(f"model {model.name!r}", arrays, what="weight")
+    return arrays

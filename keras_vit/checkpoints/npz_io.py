@@ -75,7 +75,8 @@ def read_npz(path) -> dict[str, np.ndarray]:
     Raises:
         FileNotFoundError: if `path` does not exist.
         CheckpointError: not a zip-based npz (e.g. a pickle or a single `.npy`), a truncated
-            or corrupt archive, an object array, or a non-numeric array.
+            or corrupt archive, an object array, a non-numeric array, or a NaN or infinity
+            in an array (named; `limits.check_finite`).
     """
     path = os.fspath(path)
     if not os.path.isfile(path):
@@ -96,6 +97,7 @@ def read_npz(path) -> dict[str, np.ndarray]:
         )
     with archive:
         arrays = {key: _read_member(archive, path, key) for key in archive.files}
+    limits.check_finite(path, arrays, what="array")
     logger.debug("Read %d arrays from %s", len(arrays), path)
     return arrays
 

@@ -89,7 +89,8 @@ def read_safetensors(path) -> tuple[dict[str, np.ndarray], dict[str, str]]:
         FileNotFoundError: `path` does not exist.
         CheckpointError: not a safetensors file, a truncated one, or a header whose
             entries are unsound (`keras_vit.checkpoints.limits.check_safetensors_header`:
-            reading then allocates at most what the file holds, twice that for bfloat16).
+            reading then allocates at most what the file holds, twice that for bfloat16),
+            or a NaN or infinity in a tensor (named; `limits.check_finite`).
     """
     from safetensors import SafetensorError
 
@@ -105,6 +106,7 @@ def read_safetensors(path) -> tuple[dict[str, np.ndarray], dict[str, str]]:
         arrays = _read_arrays(path, header, names)
     except SafetensorError as error:  # the checks above leave little; name the file
         raise CheckpointError(f"{path} is not a readable safetensors file ({error}).") from None
+    limits.check_finite(path, arrays)
     logger.debug("Read %d tensors from %s", len(arrays), path)
     return arrays, metadata
 

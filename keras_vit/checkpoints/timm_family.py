@@ -42,7 +42,6 @@ LAYER_SCALES = {
 # Tensors of timm ViT variants keras_vit has no layer for, refused by name.
 UNSUPPORTED = {
     "blocks.0.attn.q_norm.weight": "q/k normalisation (qk_norm=True)",
-    "attn_pool.latent": "attention pooling (a MAP head, global_pool='map')",
     "blocks.0.mlp.fc1_g.weight": "a SwiGLU MLP (mlp_layer=SwiGLU)",
     "blocks.0.mlp.norm.weight": "a LayerNorm inside the MLP (scale_mlp_norm=True)",
     "blocks.0.attn.norm.weight": "a LayerNorm inside the attention (scale_attn_norm=True)",
@@ -57,7 +56,7 @@ def check_supported(state: dict, config: dict, path) -> None:
     """Refuses, by name, a timm ViT variant keras_vit does not build.
 
     Raises:
-        CheckpointError: q/k norm, attention pooling, SwiGLU (also DINOv2 giant's packed one:
+        CheckpointError: q/k norm, SwiGLU (also DINOv2 giant's packed one:
             `mlp.fc1` twice as wide as `mlp.fc2`'s input), extra norms; `mlp_layer` in the
             config's `model_args`.
     """

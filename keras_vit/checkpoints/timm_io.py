@@ -18,6 +18,8 @@ standardises their conv weights with eps 1e-8 inside the square root and uses Gr
 The ViT family's extra tensors (distilled DeiT's `dist_token` / `head_dist`, DINOv2's
 `reg_token`, LayerScale `ls1` / `ls2`, CLIP's `norm_pre`) and options (QuickGELU, CLIP's
 LayerNorm eps) are mapped by `timm_family`; `no_embed_class` is recorded in the contents.
+Attention pooling (`global_pool="map"`, `attn_pool.*`: SigLIP towers) is keras_vit's MAP
+head (`timm_map`).
 
 A state dict does not record the number of heads; it is taken from the file's metadata
 (files keras_vit writes), a timm `config.json` beside the file, the variant table (by
@@ -34,7 +36,7 @@ import re
 
 import numpy as np
 
-from keras_vit.checkpoints import limits, timm_family, timm_options
+from keras_vit.checkpoints import limits, timm_family, timm_map, timm_options
 from keras_vit.checkpoints import torch_layout as tl
 from keras_vit.checkpoints.contents import CheckpointContents
 from keras_vit.checkpoints.npz_io import CheckpointError
@@ -76,7 +78,7 @@ def _sibling_config(path):
     try:
         with open(config, encoding="utf-8") as stream:
             data = json.load(stream)
-    except (FileNotFoundError, json.JSONDecodeError):
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):  # a folder too: no config
         return {}
     return data if isinstance(data, dict) else {}
 
@@ -174,6 +176,9 @@ def timm_to_release(
         out[f"{block}{tl.ATTENTION}out/bias"] = get(f"{timm}attn.proj.bias")
     for key in [k for k in state if k.startswith(BACKBONE)]:
         out.update(_resnet_to_release(key[len(BACKBONE) :], get(key), path))
+    if timm_map.has_map(state):
+        timm_map.check_map(state, path)
+        out.update(timm_map.map_from_timm(get, hidden, heads))
     if "pre_logits.fc.weight" in state:
         out["pre_logits/kernel"] = tl.linear_to_kernel(get("pre_logits.fc.weight"))
         out["pre_logits/bias"] = get("pre_logits.fc.bias")
@@ -254,7 +259,7 @@ def read_timm(path, num_heads=None, *, no_embed_class=None, image_size=None) -> 
     config = _sibling_config(path)
     limits.check_timm_config(path, config, state, metadata)
     class_token = "cls_token" in state
-    timm_options.check_global_pool(metadata, config, class_token, path)
+    timm_options.check_global_pool(metadata, config, class_token, path, timm_map.has_map(state))
     no_embed_class = _no_embed_class(state, metadata, config, no_embed_class, image_size, path)
     arrays, heads = timm_to_release(
         state, num_heads, path, metadata, config, no_embed_class=no_embed_class
@@ -298,11 +303,6 @@ def _no_embed_class(state, metadata, config, given, image_size, path) -> bool:
 def release_to_timm(arrays: dict) -> dict:
     """Release-layout arrays -> a timm ViT state dict (fused qkv, `head`, `pre_logits.fc`;
     `fc_norm` instead of `norm` for a model with final_norm="pooled")."""
-    if any(key.startswith("MAPHead_0/") for key in arrays):
-        raise CheckpointError(
-            "A MAP-head (attention pooling) model has no timm VisionTransformer layout that "
-            "keras_vit writes; write it as .npz or .keras."
-        )
     pooled = tl.POOLED_NORM + "scale" in arrays
     final_norm, torch_norm = (tl.POOLED_NORM, "fc_norm") if pooled else (tl.ENCODER_NORM, "norm")
     out = {
@@ -329,6 +329,7 @@ def release_to_timm(arrays: dict) -> dict:
         )
         out[f"{timm}attn.proj.weight"] = tl.flat_linear(arrays[attention + "out/kernel"])
         out[f"{timm}attn.proj.bias"] = arrays[attention + "out/bias"]
+    out.update(timm_map.map_to_timm(arrays))
     timm_family.drop_patch_bias(out, arrays)
     for key, array in arrays.items():
         out.update(_resnet_to_timm(key, array))
@@ -376,12 +377,20 @@ def write_timm(path, contents: CheckpointContents) -> dict:
         META + "preprocessing": contents.preprocessing,
         META + "no_embed_class": "true" if _no_class_rows(contents) else "false",
         META + "mlp_activation": contents.mlp_activation,
-        META + "global_pool": "token" if "cls" in contents.arrays else "avg",
+        META + "global_pool": _global_pool(contents.arrays),
     }
     if contents.image_size is not None:
         metadata[META + "image_size"] = ",".join(str(int(s)) for s in contents.image_size)
     write_safetensors(path, state, metadata=metadata)
     return {key: tuple(value.shape) for key, value in state.items()}
+
+
+def _global_pool(arrays) -> str:
+    """timm's `global_pool` of release-layout arrays: "map" with a MAP head, "token" with a
+    class token, else "avg"."""
+    if timm_map.MAP + "probe" in arrays:
+        return "map"
+    return "token" if "cls" in arrays else "avg"
 
 
 def _no_class_rows(contents) -> bool:

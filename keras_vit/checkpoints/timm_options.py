@@ -37,18 +37,28 @@ def _recorded(metadata: dict, config: dict, field: str):
     return config.get(field)
 
 
-def check_global_pool(metadata: dict, config: dict, class_token: bool, path) -> None:
+def check_global_pool(
+    metadata: dict, config: dict, class_token: bool, path, attention_pool: bool = False
+) -> None:
     """Refuses a `global_pool` that keras_vit's pooling cannot hold.
 
-    keras_vit pools the class token ("token") with one and the mean of the tokens ("avg",
-    keras_vit's "gap") without one. timm's `global_pool="avg"` with a class token (MAE
-    fine-tuned weights) averages the patch tokens only, which no keras_vit pooling does.
+    keras_vit pools the class token ("token") with one, the mean of the tokens ("avg",
+    keras_vit's "gap") or attention pooling ("map", the `attn_pool.*` tensors: keras_vit's
+    MAP head) without one. timm's `global_pool="avg"` with a class token (MAE fine-tuned
+    weights) averages the patch tokens only, which no keras_vit pooling does.
 
     Raises:
-        CheckpointError: naming `global_pool`, its value and the class token.
+        CheckpointError: naming `global_pool`, its value and the class token, or a
+            `global_pool` that disagrees with the `attn_pool.*` tensors.
     """
     pool = _recorded(metadata, config, "global_pool")
-    if pool is None or pool in SUPPORTED_POOLS[class_token]:
+    if pool is not None and (pool == "map") != attention_pool:
+        has = "has" if attention_pool else "has no"
+        raise CheckpointError(
+            f"{path}: global_pool={pool!r} but the file {has} attention-pooling tensors "
+            "(attn_pool.*); timm pools by attention exactly when global_pool='map'."
+        )
+    if pool is None or pool == "map" or pool in SUPPORTED_POOLS[class_token]:
         return
     if class_token:
         raise CheckpointError(

@@ -135,8 +135,13 @@ def _normalisation_values(name: str, value) -> tuple:
     Raises:
         CheckpointError: anything else (missing, text, nested lists), naming `name`.
     """
-    try:
-        values = np.atleast_1d(np.asarray(value, dtype=np.float64))
+    items = value if isinstance(value, (list, tuple)) else [value]
+    numbers = all(
+        isinstance(item, (int, float, np.integer, np.floating)) and not isinstance(item, bool)
+        for item in items
+    )
+    try:  # text such as "0.5" and booleans are no numbers, though NumPy would convert them
+        values = np.atleast_1d(np.asarray(value, dtype=np.float64)) if numbers else None
     except (TypeError, ValueError):
         values = None
     if values is None or values.ndim != 1 or not np.isfinite(values).all():
@@ -146,7 +151,7 @@ def _normalisation_values(name: str, value) -> tuple:
     return tuple(np.round(values, 3))
 
 
-def preprocessing_from_mean_std(mean, std, channels=None) -> str:
+def preprocessing_from_mean_std(mean, std, channels=None, names=("mean", "std")) -> str:
     """ "[-1,1]" for mean = std = 0.5 on every channel, "imagenet" for ImageNet's mean/std,
     "clip" for OpenAI CLIP's.
 
@@ -154,12 +159,13 @@ def preprocessing_from_mean_std(mean, std, channels=None) -> str:
         mean, std: one value per channel in [0, 1] pixel units (a single number: every
             channel).
         channels: the model's image channels; the lists must have that many values.
+        names: what the source calls mean and std, for messages ("image_mean", ...).
 
     Raises:
         CheckpointError: another count of values than `channels`, or any other
             normalisation.
     """
-    mean, std = _normalisation_values("mean", mean), _normalisation_values("std", std)
+    mean, std = _normalisation_values(names[0], mean), _normalisation_values(names[1], std)
     if (channels is not None and len(mean) != channels) or len(std) != len(mean):
         raise CheckpointError(
             f"Input normalisation mean={mean}, std={std} has {len(mean)} values for a model "

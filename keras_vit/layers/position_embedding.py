@@ -20,6 +20,7 @@ from keras import ops
 
 from keras_vit._validation import check_choice, to_pair
 from keras_vit.layers.position_table_ops import resize_table
+from keras_vit.spec.resize_methods import RESIZE_METHODS
 
 POSITION_EMBEDDINGS = ("learned", "sincos2d", "none")
 SINCOS_TEMPERATURE = 10_000.0
@@ -36,8 +37,9 @@ class AddPositionEmbs(keras.layers.Layer):
 
     With `dynamic_image_size=True` the table is stored for `grid_size` (plus
     `num_prefix_tokens` rows) and resized in the forward pass to the grid of each call's
-    images (corner-aligned bilinear, `keras_vit.layers.position_table_ops`), which equals a
-    model rebuilt at that size and loaded with `keras_vit.resize_position_embeddings`.
+    images with `resize_method` (`keras_vit.layers.position_table_ops`, every method of
+    `keras_vit.resize_position_embeddings`), which equals a model rebuilt at that size and
+    loaded with `keras_vit.resize_position_embeddings(..., method=resize_method)`.
 
     Args:
         initializer: default normal with stddev 0.02, as in the release.
@@ -45,6 +47,9 @@ class AddPositionEmbs(keras.layers.Layer):
         grid_size: (rows, cols) the table is stored for (dynamic only).
         patch_size: (height, width) of a patch in pixels (dynamic only).
         num_prefix_tokens: rows before the grid, 1 with a class token (dynamic only).
+        resize_method: how the table is resized in the forward pass (dynamic only):
+            "bilinear" (default, the release's), "bicubic" (timm's `dynamic_img_size`),
+            "torch_bicubic" (Hugging Face's `interpolate_pos_encoding`) or "dinov2".
         **kwargs: `name`, `dtype`, `trainable`.
 
     Call arguments:
@@ -57,8 +62,8 @@ class AddPositionEmbs(keras.layers.Layer):
         `(batch, num_tokens, hidden_dim)` in the input's dtype.
 
     Raises:
-        ValueError: if the sequence length or width is unknown at build time, or a call's
-            sequence length differs from the table's.
+        ValueError: if the sequence length or width is unknown at build time, a call's
+            sequence length differs from the table's, or an unknown `resize_method`.
     """
 
     def __init__(
@@ -68,9 +73,11 @@ class AddPositionEmbs(keras.layers.Layer):
         grid_size=None,
         patch_size=None,
         num_prefix_tokens=0,
+        resize_method="bilinear",
         **kwargs,
     ):
         super().__init__(**kwargs)
+        self.resize_method = check_choice("resize_method", resize_method, RESIZE_METHODS)
         self.dynamic_image_size = bool(dynamic_image_size)
         self.grid_size = None if grid_size is None else tuple(int(g) for g in grid_size)
         self.patch_size = None if patch_size is None else tuple(int(p) for p in patch_size)
@@ -106,7 +113,13 @@ class AddPositionEmbs(keras.layers.Layer):
                 raise ValueError("A dynamic_image_size AddPositionEmbs needs `images=`.")
             shape = ops.shape(images)
             grid = (shape[1] // self.patch_size[0], shape[2] // self.patch_size[1])
-            table = resize_table(self.pos_embedding, self.grid_size, grid, self.num_prefix_tokens)
+            table = resize_table(
+                self.pos_embedding,
+                self.grid_size,
+                grid,
+                self.num_prefix_tokens,
+                self.resize_method,
+            )
             return tokens + ops.cast(table, tokens.dtype)
         length = tokens.shape[1]
         if length is not None and length != self.pos_embedding.shape[1]:
@@ -128,7 +141,32 @@ class AddPositionEmbs(keras.layers.Layer):
             "grid_size": self.grid_size,
             "patch_size": self.patch_size,
             "num_prefix_tokens": self.num_prefix_tokens,
+            "resize_method": self.resize_method,
         }
+
+
+def dynamic_position_layers(model) -> list:
+    """The `AddPositionEmbs` layers of `model` (or of a ViT nested in it, one level) that
+    resize their table in the forward pass (`dynamic_image_size=True`)."""
+    found = []
+    for layer in getattr(model, "layers", ()):
+        if isinstance(layer, AddPositionEmbs) and layer.dynamic_image_size:
+            found.append(layer)
+        elif isinstance(layer, keras.Model):
+            found.extend(dynamic_position_layers(layer))
+    return found
+
+
+def set_forward_resize_method(model, method: str) -> None:
+    """Makes every dynamic position table of `model` resize with `method` in the forward
+    pass (`keras_vit.from_checkpoint(..., dynamic_image_size=True, resize_method=...)`).
+
+    Raises:
+        ValueError: an unknown method.
+    """
+    method = check_choice("resize_method", method, RESIZE_METHODS)
+    for layer in dynamic_position_layers(model):
+        layer.resize_method = method
 
 
 def sincos_2d_table(grid_size, hidden_dim, temperature=SINCOS_TEMPERATURE) -> np.ndarray:

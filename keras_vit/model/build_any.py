@@ -79,7 +79,9 @@ def from_checkpoint(
         resize_method: "bilinear" (default, the release's), "bicubic" (timm's
             `dynamic_img_size` / `resample_abs_pos_embed`) or "torch_bicubic" (Hugging
             Face's `interpolate_pos_encoding`) or "dinov2" (the original DINOv2's, with its
-            0.1 offset); see `keras_vit.resize_position_embeddings`.
+            0.1 offset); see `keras_vit.resize_position_embeddings`. With
+            `dynamic_image_size=True` the model resizes its table with the same method in
+            the forward pass, at each call's image size.
         **overrides: other `keras_vit.ViT` arguments (dropout_rate, drop_path_rate, name,
             dynamic_image_size, ...), also the numerics `gelu_approximate` and
             `layer_norm_epsilon` when you mean to change them, and `channels`: another
@@ -100,6 +102,7 @@ def from_checkpoint(
     from keras_vit.checkpoints.formats import read_checkpoint
     from keras_vit.checkpoints.from_checkpoint import local_path, model_kwargs
     from keras_vit.checkpoints.loading import load_weights
+    from keras_vit.layers.position_embedding import set_forward_resize_method
     from keras_vit.layers.position_resize import RESIZE_METHODS
 
     check_choice("resize_method", resize_method, RESIZE_METHODS)
@@ -108,6 +111,7 @@ def from_checkpoint(
         return keras.saving.load_model(contents.path, safe_mode=True)
     kwargs, head, adapt = model_kwargs(contents, num_classes, image_size, **overrides)
     model = build(kwargs)
+    set_forward_resize_method(model, resize_method)  # dynamic_image_size resizes at run time
     load_weights(model, contents, head=head, resize_method=resize_method, adapt_channels=adapt)
     logger.info("Built %s from %s (%s).", model.name, contents.path, contents.format)
     return model

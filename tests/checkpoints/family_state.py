@@ -39,14 +39,16 @@ def random_params(
     head=True,
     head_dist=True,
     pooler=0,
+    attn_pool=False,
     cfg=TINY,
 ):
     """A neutral dict of one family member's weights (heads random, not zero); with `dist`
     and `head`, `head_dist=False` leaves the distillation token without its head; `pooler`:
-    the width of HF DeiTModel's pooler (0: none)."""
+    the width of HF DeiTModel's pooler (0: none); `attn_pool`: timm's attention pooling
+    (`AttentionPoolLatent`, SigLIP) and no class token."""
     d, m, p, c = cfg["hidden"], cfg["mlp"], cfg["patch"], cfg["channels"]
     n = (cfg["image_size"] // p) ** 2
-    prefix = 0 if no_embed_class else 1 + dist
+    prefix = 0 if no_embed_class or attn_pool else 1 + dist
     params = {
         "patch.w": _r(rng, d, c, p, p),
         "patch.b": _r(rng, d),
@@ -56,6 +58,14 @@ def random_params(
         "norm.b": _r(rng, d),
         "blocks": [],
     }
+    if attn_pool:
+        del params["cls"]
+        params["pool.latent"] = _r(rng, 1, 1, d, scale=1.0)
+        for name, shape in (("q", (d, d)), ("kv", (2 * d, d)), ("proj", (d, d))):
+            params[f"pool.{name}.w"], params[f"pool.{name}.b"] = _r(rng, *shape), _r(rng, shape[0])
+        params["pool.norm.w"], params["pool.norm.b"] = 1 + _r(rng, d), _r(rng, d)
+        params["pool.fc1.w"], params["pool.fc1.b"] = _r(rng, m, d), _r(rng, m)
+        params["pool.fc2.w"], params["pool.fc2.b"] = _r(rng, d, m), _r(rng, d)
     if dist:
         params["dist"] = _r(rng, 1, 1, d)
     if registers:
@@ -89,11 +99,18 @@ def to_timm(params) -> dict:
     state = {
         "patch_embed.proj.weight": params["patch.w"],
         "patch_embed.proj.bias": params["patch.b"],
-        "cls_token": params["cls"],
         "pos_embed": params["pos"],
         "norm.weight": params["norm.w"],
         "norm.bias": params["norm.b"],
     }
+    if "cls" in params:
+        state["cls_token"] = params["cls"]
+    if "pool.latent" in params:  # timm/layers/attention_pool.py AttentionPoolLatent
+        state["attn_pool.latent"] = params["pool.latent"]
+        for ours, timm in (("q", "q"), ("kv", "kv"), ("proj", "proj"), ("norm", "norm"),
+                           ("fc1", "mlp.fc1"), ("fc2", "mlp.fc2")):  # fmt: skip
+            state[f"attn_pool.{timm}.weight"] = params[f"pool.{ours}.w"]
+            state[f"attn_pool.{timm}.bias"] = params[f"pool.{ours}.b"]
     for key, timm in (("dist", "dist_token"), ("reg", "reg_token")):
         if key in params:
             state[timm] = params[key]
@@ -282,6 +299,25 @@ def _embed(s, images, no_embed_class):
     return x
 
 
+def attention_pool_latent(x, s, heads, eps, act):
+    """timm's `AttentionPoolLatent.forward` (latent_len=1, pool_type="token") in NumPy: the
+    latent queries the tokens (q from `q`, k and v from the fused `kv`: k rows first, each
+    heads x head_dim), `proj`, then x + mlp(norm(x)); token 0."""
+    b, t, d = x.shape
+    hd = d // heads
+    q = _linear(np.broadcast_to(s["pool.latent"], (b, 1, d)), s["pool.q.w"], s["pool.q.b"])
+    q = q.reshape(b, 1, heads, hd).transpose(0, 2, 1, 3)
+    kv = _linear(x, s["pool.kv.w"], s["pool.kv.b"]).reshape(b, t, 2, heads, hd)
+    k, v = kv.transpose(2, 0, 3, 1, 4)
+    a = softmax(q @ k.transpose(0, 1, 3, 2) / math.sqrt(hd))
+    y = _linear((a @ v).transpose(0, 2, 1, 3).reshape(b, 1, d), s["pool.proj.w"], s["pool.proj.b"])
+    h = layer_norm(y, s["pool.norm.w"], s["pool.norm.b"], eps)
+    y = y + _linear(
+        act(_linear(h, s["pool.fc1.w"], s["pool.fc1.b"])), s["pool.fc2.w"], s["pool.fc2.b"]
+    )
+    return y[:, 0]
+
+
 def forward(params, images, *, heads, eps=1e-6, activation="gelu", no_embed_class=False):
     """The family's forward pass in float64: logits with heads (the mean of both heads with a
     distillation token), else the final LayerNorm's class token."""
@@ -298,6 +334,9 @@ def forward(params, images, *, heads, eps=1e-6, activation="gelu", no_embed_clas
         y = _linear(act(_linear(y, block["fc1.w"], block["fc1.b"])), block["fc2.w"], block["fc2.b"])
         x = x + y * block.get("ls2", 1.0)
     x = layer_norm(x, s["norm.w"], s["norm.b"], eps)
+    if "pool.latent" in s:
+        pooled = attention_pool_latent(x, s, heads, eps, act)
+        return _linear(pooled, s["head.w"], s["head.b"]) if "head.w" in s else pooled
     if "pooler.w" in s:  # HF DeiTPooler: dense + tanh on token 0
         return np.tanh(_linear(x[:, 0], s["pooler.w"], s["pooler.b"]))
     if "head.w" not in s:

@@ -168,7 +168,8 @@ def test_hf_folder_with_a_malformed_mean_or_std_is_refused_by_name(tmp_path, edi
     processor = {k: v for k, v in json.loads(path.read_text()).items() if k != "image_std"}
     path.write_text(json.dumps({**processor, **edit}))
     name = "std" if "image_std" in edit else "mean"
-    with pytest.raises(CheckpointError, match=f"normalisation {name}=.*not a number"):
+    rule = f"preprocessor_config.json: Input normalisation image_{name}=.*not a number"
+    with pytest.raises(CheckpointError, match=rule):
         keras_vit.from_checkpoint(tmp_path / "hf")
 
 

@@ -64,8 +64,6 @@ def expected_refusals(kwargs) -> dict:
         out["hf"] = "final_norm"
     elif pre_logits_under_head:  # ViTForImageClassification has no pooler
         out["hf"] = "pre_logits"
-    if kwargs["pooling"] == "map":  # timm's attn_pool is no layout keras_vit writes
-        out["timm"] = "pooling"
     return out
 
 

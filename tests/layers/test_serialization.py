@@ -67,6 +67,7 @@ EVERY_ARGUMENT = [
             grid_size=(2, 2),
             patch_size=(8, 8),
             num_prefix_tokens=1,
+            resize_method="bicubic",
         ),
     ),
     (layers.MAPHead, dict(num_heads=4, mlp_dim=8, layer_norm_epsilon=1e-5, gelu_approximate=False)),
