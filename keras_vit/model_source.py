@@ -66,11 +66,12 @@ def named(name: str) -> ModelSource:
     Raises:
         ValueError: an unknown name; the message lists the valid ones.
     """
-    import keras_vit
+    from keras_vit import hybrid, models  # the modules that define the shortcuts
 
     resolved = configs.resolve_model(name)
     size = {"image_size": resolved.image_size} if resolved.image_size else {}  # "B/16-384"
-    return ModelSource(getattr(keras_vit, resolved.builder_name), size)
+    module = hybrid if resolved.is_hybrid else models
+    return ModelSource(getattr(module, resolved.builder_name), size)
 
 
 def locate(source) -> str:

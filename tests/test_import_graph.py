@@ -177,3 +177,14 @@ def test_the_model_from_anything_module_is_what_its_callers_use():
     for caller in ("keras_vit.run_plan", "keras_vit.cli.convert"):
         assert "keras_vit.models" not in imports_of(caller)
         assert "keras_vit.hybrid" not in imports_of(caller)
+
+
+def test_no_module_inside_the_package_imports_the_facade():
+    """A module imports what it uses from the module that defines it, never through the
+    lazy facade `keras_vit/__init__.py` (`import keras_vit`, `from keras_vit import ViT`):
+    through the facade, an import cycle or a missing name shows up only when the line runs
+    (model_source.named used `getattr(keras_vit, ...)`)."""
+    offenders = sorted(
+        module for module in MODULES if module != "keras_vit" and "keras_vit" in imports_of(module)
+    )
+    assert offenders == []
