@@ -9,7 +9,9 @@ and carries three signatures (all with a dynamic batch dimension):
 - `serving_bytes`: input `image_bytes`, string `(batch,)`, each an encoded PNG, JPEG, BMP,
   GIF (first frame) or WebP image, decoded by keras_vit's one rule
   (`keras_vit.data.decode.decode_pixels`: gray, palette, CMYK JPEG, 16-bit PNG and alpha
-  into 1, 3 or 4 channels; other data is refused with TensorFlow's decoding error).
+  into 1, 3 or 4 channels; a JPEG's EXIF orientation applied; an image whose header
+  declares more than `keras_vit.image_formats.MAX_PIXELS` pixels refused as
+  INVALID_ARGUMENT before decoding; other data is refused with TensorFlow's decoding error).
 - `features`: input `images` as in `serving_default`; output `features` `(batch, D)`, the
   pooled representation (output of `pre_logits` when the model has one, else of `pool`).
 
