@@ -7,7 +7,7 @@ Two worker processes on 127.0.0.1 run tests/helpers/multi_worker_restart.py: a r
 mid-epoch 2 (both workers, after their backups of epoch 2); a copy of it in which worker 1's
 backup is its older one of epoch 1, resumed (from epoch 1); the killed run resumed; and the same
 run uninterrupted (the same-losses test's reference, beside the killed run on a cluster of
-its own). About 110 s of CPU in the default run (four two-worker jobs; most of it is starting
+its own). About 130 s of CPU in the default run (five two-worker jobs; most of it is starting
 TensorFlow in eight processes), so the tests are `slow`.
 """
 
