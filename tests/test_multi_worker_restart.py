@@ -8,7 +8,7 @@ mid-epoch 2 (both workers, after their backups of epoch 2); a copy of it in whic
 backup is its older one of epoch 1, resumed (from epoch 1); the killed run resumed; and the same
 run uninterrupted (the same-losses test's reference, beside the killed run on a cluster of
 its own). About 130 s of CPU in the default run (five two-worker jobs; most of it is starting
-TensorFlow in eight processes), so the tests are `slow`.
+TensorFlow in ten processes), so the tests are `slow`.
 """
 
 import glob
