@@ -143,8 +143,12 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
     a SIGKILL during the first write leaves a corrupt file, and one between the two writes
     leaves weights of epoch `e + 1` labelled epoch `e`, so a resumed run trains one epoch too
     many. Here each epoch's state goes to a new file `epoch-NNNNN.state.npz`, and only then
-    `state.json`, which names the file and the epoch, is replaced atomically; older files are
-    removed afterwards. A restart sees either the old state or the new one.
+    `state.json`, which names the file and the epoch, is replaced atomically; files older than
+    the previous epoch's are removed afterwards. A restart sees either the old state or the
+    new one. The previous epoch's state stays (state.json's "previous" entry,
+    `backup_states`) until the next is written: workers stopped between their backups of one
+    epoch all resume from the epoch before it (`keras_vit.worker_restart.agreed_epoch` sets
+    `restore_epoch`; None, the default, restores the newest).
 
     The file holds `backup_variables`: the model's weights, the optimizer's variables (so
     the step counter too) and the random state of the model's layers (the
