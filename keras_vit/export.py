@@ -9,7 +9,9 @@ and carries three signatures (all with a dynamic batch dimension):
 - `serving_bytes`: input `image_bytes`, string `(batch,)`, each an encoded PNG, JPEG, BMP,
   GIF (first frame) or WebP image, decoded by keras_vit's one rule
   (`keras_vit.data.decode.decode_pixels`: gray, palette, CMYK JPEG, 16-bit PNG and alpha
-  into 1, 3 or 4 channels; other data is refused with TensorFlow's decoding error).
+  into 1, 3 or 4 channels; a JPEG's EXIF orientation applied; an image whose header
+  declares more than `keras_vit.spec.image_formats.MAX_PIXELS` pixels refused as
+  INVALID_ARGUMENT before decoding; other data is refused with TensorFlow's decoding error).
 - `features`: input `images` as in `serving_default`; output `features` `(batch, D)`, the
   pooled representation (output of `pre_logits` when the model has one, else of `pool`).
 
@@ -102,7 +104,9 @@ def export_saved_model(
             `class_names` (wrong count or not strings).
         FileExistsError: `export_dir/<version>` exists and `overwrite` is False.
         keras_vit._atomic.WriteError: (an `OSError`) the version could not be written (disk
-            full, I/O error): no temporary folder is left and an existing version is intact.
+            full, I/O error): no temporary folder is left, an existing version is intact,
+            and `export_dir` (with any parent folder the call created) is removed again
+            when the call created it.
 
     Example:
 
@@ -129,7 +133,30 @@ def export_saved_model(
     class_names = check_class_names(class_names, num_classes)
 
     export_dir = os.fspath(export_dir)
-    os.makedirs(export_dir, exist_ok=True)
+    created = make_folders(export_dir)
+    try:
+        return _export_into(
+            model,
+            export_dir,
+            version,
+            overwrite,
+            archive_kwargs={
+                "image_size": (height, width),
+                "channels": channels,
+                "feature_layer": feature_layer,
+                "head_activation": head_activation_name(head),
+                "class_names": class_names,
+                "top_k": min(top_k, num_classes),
+                "jit_compile": jit_compile,
+            },
+        )
+    except BaseException:
+        remove_empty_folders(created)  # leave nothing that was not there before
+        raise
+
+
+def _export_into(model, export_dir: str, version, overwrite: bool, archive_kwargs) -> str:
+    """`export_saved_model` once its arguments are checked and `export_dir` exists."""
     if version is None:
         version = next_version(export_dir)
     target = os.path.join(export_dir, str(version))
@@ -139,16 +166,7 @@ def export_saved_model(
             "(CLI: --overwrite) to replace it, or choose another version."
         )
 
-    archive = build_export_archive(
-        model,
-        image_size=(height, width),
-        channels=channels,
-        feature_layer=feature_layer,
-        head_activation=head_activation_name(head),
-        class_names=class_names,
-        top_k=min(top_k, num_classes),
-        jit_compile=jit_compile,
-    )
+    archive = build_export_archive(model, **archive_kwargs)
     temp_dir = tempfile.mkdtemp(prefix=f".tmp-{version}-", dir=export_dir)
     try:
         try:
@@ -160,6 +178,31 @@ def export_saved_model(
         shutil.rmtree(temp_dir, ignore_errors=True)
     logger.info("Exported SavedModel version %d to %s", version, target)
     return target
+
+
+def make_folders(path: str) -> list[str]:
+    """Creates `path` and its missing parents (`os.makedirs`); returns the folders it made,
+    deepest first (empty when `path` existed)."""
+    missing = []
+    folder = os.path.abspath(path)
+    while not os.path.exists(folder):
+        missing.append(folder)
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            break
+        folder = parent
+    os.makedirs(path, exist_ok=True)
+    return missing
+
+
+def remove_empty_folders(folders: list[str]) -> None:
+    """Removes `folders` (deepest first) while they are empty; stops at the first that is
+    not (another writer's files are never touched)."""
+    for folder in folders:
+        try:
+            os.rmdir(folder)
+        except OSError:
+            return
 
 
 def write_error(target: str, error: Exception) -> _atomic.WriteError:

@@ -135,18 +135,27 @@ def variant_name(text: str) -> str:
     custom "patch,hidden,mlp,heads,layers" spec unchanged.
 
     Raises:
-        UsageError: a name that is no ViT variant of `keras_vit.spec.configs.VIT_CONFIGS`
-            (hybrids are not timed), listing the valid names.
+        UsageError: a name `resolve_model` does not know, listing the valid names; a
+            hybrid in any spelling ("R50+B/16", "R50_B16", "r50b16"): one line naming its
+            table row and the plain variants (hybrids are not timed: the analytic FLOP count
+            of `keras_vit.evaluate.benchmarking` and the peers cover the plain ViT only).
     """
     if "," in text:
         return text
     try:
-        return configs.resolve_model(text, hybrids=False).name
+        named = configs.resolve_model(text)
     except ValueError as error:
         raise UsageError(
             f"--model {text!r} is not a named variant ({configs.variant_list()}) nor a custom "
             f"'patch,hidden,mlp,heads,layers': {error}"
         ) from None
+    if named.is_hybrid:
+        raise UsageError(
+            f"--model {text!r} is the hybrid {named.name} (ResNet stem + ViT); benchmark times "
+            "plain ViT variants only (its analytic FLOP count and its peers are ViT's): "
+            f"{configs.variant_list()}, or a custom 'patch,hidden,mlp,heads,layers'"
+        )
+    return named.name
 
 
 def skipped_peers() -> dict:

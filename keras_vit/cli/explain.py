@@ -172,8 +172,9 @@ def run(args) -> int:
 
     import keras
 
-    from keras_vit import visualize
     from keras_vit.visualize import (
+        attention_maps,
+        attention_rollout,
         block_attention_map,
         layer_grid_figure,
         overlay_figure,
@@ -189,8 +190,8 @@ def run(args) -> int:
             f"the model must output class scores (batch, classes); has {outputs.shape}"
         )
     ranked = top_classes(keras.ops.convert_to_numpy(outputs)[0], class_names, args.top_k)
-    maps = visualize.attention_maps(model, batch)
-    rollout = visualize.attention_rollout(
+    maps = attention_maps(model, batch)
+    rollout = attention_rollout(
         maps, model, head_fusion=args.head_fusion, discard_ratio=args.discard_ratio
     )[0]
     title = "\n".join(f"{p:6.1%}  {name}" for name, p in ranked)

@@ -27,10 +27,12 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from keras_vit.data.image_header import apply_orientation, check_pixel_count, exif_orientation
 from keras_vit.spec.image_formats import (  # noqa: F401  (their home; also read from here)
     DECODED_FORMATS,
     FORMATS_TEXT,
     IMAGE_EXTENSIONS,
+    MAX_PIXELS,
     undecoded_format,
 )
 
@@ -141,17 +143,27 @@ def to_channels(image, channels: int):
     return rgba
 
 
-def decode_pixels(data, channels: int = 0):
-    """Encoded image bytes (a scalar string tensor) -> uint8 `(height, width, channels)`.
+def decode_pixels(data, channels: int = 0, max_pixels: int = MAX_PIXELS):
+    """Encoded image bytes (a scalar string tensor) -> uint8 `(height, width, channels)`,
+    upright.
+
+    Before decoding, the size the header declares is checked against `max_pixels`
+    (`keras_vit.data.image_header.check_pixel_count`); after it, a JPEG's EXIF orientation
+    is applied (`image_header.apply_orientation`, as viewers and Pillow's
+    `ImageOps.exif_transpose` show the photo: orientations 5-8 swap height and width).
 
     Args:
         data: the file's bytes.
         channels: 1, 3 or 4 (converted by `to_channels`), or 0 for the file's own channels
             (1 gray, 2 gray + alpha, 3 RGB, 4 RGBA; a palette BMP gives 3, or 1 for a gray
             colour table).
+        max_pixels: the most pixels (width x height) the header may declare (default
+            `keras_vit.spec.image_formats.MAX_PIXELS`, 40,000,000).
 
     Raises:
-        tf.errors.InvalidArgumentError: bytes no decoder of the module docstring reads.
+        tf.errors.InvalidArgumentError: bytes no decoder of the module docstring reads, or a
+            header declaring more than `max_pixels` pixels (the message names both sides and
+            the limit).
         ValueError: `channels` not 0, 1, 3 or 4.
     """
     if channels not in (0, *CHANNELS):
@@ -159,13 +171,15 @@ def decode_pixels(data, channels: int = 0):
             f"Images decode to 0 (own), 1, 3 or 4 channels. Received: channels={channels!r}"
         )
     data = _refuse_jpeg_xl(tf.convert_to_tensor(data, tf.string))
+    data = check_pixel_count(data, max_pixels)
     image = tf.io.decode_image(data, channels=0, expand_animations=False)
     image = _bmp_fixed(data, image)
     image.set_shape([None, None, None])
+    image = apply_orientation(image, exif_orientation(data))
     return image if channels == 0 else to_channels(image, channels)
 
 
-def decode_file(path, channels: int = 0):
+def decode_file(path, channels: int = 0, max_pixels: int = MAX_PIXELS):
     """`decode_pixels` of the file at `path` (eager): a uint8 `(h, w, channels)` tensor.
 
     Raises:
@@ -175,7 +189,7 @@ def decode_file(path, channels: int = 0):
     """
     data = tf.io.read_file(str(path))
     try:
-        return decode_pixels(data, channels)
+        return decode_pixels(data, channels, max_pixels)
     except tf.errors.InvalidArgumentError:
         kind = undecoded_format(data.numpy()[:16])
         if kind is None:

@@ -32,14 +32,13 @@ import os
 import re
 import warnings
 
-from keras_vit.spec.image_formats import DECODED_FORMATS, FORMATS_TEXT
+from keras_vit.spec.image_formats import DECODED_FORMATS, FORMATS_TEXT, MAX_PIXELS
 
 logger = logging.getLogger(__name__)
 
 BAD_IMAGE_POLICIES = ("skip", "fail")
 DECODABLE_FORMATS = DECODED_FORMATS
 BMP_BITS = (8, 24, 32)
-MAX_PIXELS = 40_000_000  # width x height; ~120 MB as decoded RGB uint8
 LOGGED_NAMES = 20
 REFUSED = "decompression bomb refused before decoding"
 
@@ -97,7 +96,7 @@ def image_problem(path, max_pixels: int = MAX_PIXELS, channels: int = 3) -> str 
             f"header claims {width} x {height} pixels, more than the limit of {max_pixels}; "
             f"{REFUSED}"
         )
-    return _decode_problem(path, channels)
+    return _decode_problem(path, channels, max_pixels)
 
 
 def _unread_variant(handle, image_format: str) -> str | None:
@@ -117,13 +116,13 @@ def _unread_variant(handle, image_format: str) -> str | None:
     return None
 
 
-def _decode_problem(path: str, channels: int = 3) -> str | None:
+def _decode_problem(path: str, channels: int = 3, max_pixels: int = MAX_PIXELS) -> str | None:
     import tensorflow as tf
 
     from keras_vit.data.decode import decode_file
 
     try:
-        decode_file(path, channels)
+        decode_file(path, channels, max_pixels)
     except ValueError as error:  # a format decode_file names (TIFF, ...)
         return str(error).split(": ", 1)[-1].rstrip(".")
     except (tf.errors.InvalidArgumentError, tf.errors.OpError) as error:

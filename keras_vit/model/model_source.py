@@ -67,12 +67,12 @@ def named(name: str) -> ModelSource:
     Raises:
         ValueError: an unknown name; the message lists the valid ones.
     """
-    from keras_vit.model import hybrid, models
+    from keras_vit.model import hybrid, models  # the modules that define the shortcuts
 
     resolved = configs.resolve_model(name)
     size = {"image_size": resolved.image_size} if resolved.image_size else {}  # "B/16-384"
-    builders = {**models.NAMED_BUILDERS, **hybrid.NAMED_BUILDERS}
-    return ModelSource(builders[resolved.builder_name], size)
+    module = hybrid if resolved.is_hybrid else models
+    return ModelSource(getattr(module, resolved.builder_name), size)
 
 
 def locate(source) -> str:

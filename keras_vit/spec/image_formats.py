@@ -10,6 +10,12 @@ DECODED_FORMATS = ("PNG", "JPEG", "BMP", "GIF", "WEBP")
 FORMATS_TEXT = "PNG, JPEG, BMP, GIF or WebP"
 """`DECODED_FORMATS` for help texts and messages."""
 
+MAX_PIXELS = 40_000_000
+"""The most pixels (width x height) an image may declare, ~120 MB as decoded RGB uint8: the
+one limit of keras_vit, checked from the header before decoding by the file checks
+(`keras_vit.data.image_check`) and inside the graph by `keras_vit.data.decode.decode_pixels`
+(folder datasets, `predict`, `explain`, the SavedModel's `serving_bytes`)."""
+
 IMAGE_EXTENSIONS = (".bmp", ".gif", ".jpeg", ".jpg", ".png", ".webp")
 """File name endings that folder datasets and `predict` pick up as images."""
 

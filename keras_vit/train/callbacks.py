@@ -143,8 +143,12 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
     a SIGKILL during the first write leaves a corrupt file, and one between the two writes
     leaves weights of epoch `e + 1` labelled epoch `e`, so a resumed run trains one epoch too
     many. Here each epoch's state goes to a new file `epoch-NNNNN.state.npz`, and only then
-    `state.json`, which names the file and the epoch, is replaced atomically; older files are
-    removed afterwards. A restart sees either the old state or the new one.
+    `state.json`, which names the file and the epoch, is replaced atomically; files older than
+    the previous epoch's are removed afterwards. A restart sees either the old state or the
+    new one. The previous epoch's state stays (state.json's "previous" entry,
+    `backup_states`) until the next is written: workers stopped between their backups of one
+    epoch all resume from the epoch before it (`keras_vit.train.worker_restart.agreed_epoch` sets
+    `restore_epoch`; None, the default, restores the newest).
 
     The file holds `backup_variables`: the model's weights, the optimizer's variables (so
     the step counter too) and the random state of the model's layers (the
@@ -174,19 +178,28 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
 
     def __init__(self, backup_dir, delete_checkpoint=True):
         super().__init__(backup_dir, save_freq="epoch", delete_checkpoint=delete_checkpoint)
+        self.restore_epoch: int | None = None
 
     @property
     def state_path(self) -> str:
         return os.path.join(self.backup_dir, BACKUP_STATE)
 
     def restored_epoch(self) -> int:
-        """The epoch a resumed `fit` starts at: that of the backup, 0 without one."""
+        """The epoch a resumed `fit` starts at: `restore_epoch` when set, else that of the
+        newest backup, 0 without one."""
+        if self.restore_epoch is not None:
+            return self.restore_epoch
         state = _atomic.read_json(self.state_path)
         return 0 if state is None else int(state["epoch"])
 
     def on_train_begin(self, logs=None):
-        state = _atomic.read_json(self.state_path)
+        state = backup_states(self.backup_dir).get(self.restored_epoch())
         if state is None:
+            if self.restore_epoch:
+                raise BackupError(
+                    f"Cannot resume from {self.backup_dir}: it holds no backup of epoch "
+                    f"{self.restore_epoch} (it has {sorted(backup_states(self.backup_dir))})"
+                )
             return
         model = self.model
         if not model.built:
@@ -215,9 +228,13 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
             _write_backup_arrays(tmp, arrays)
         steps = int(keras.ops.convert_to_numpy(self.model.optimizer.iterations))
         state = {"epoch": epoch + 1, "state": name, "steps": steps, "digest": _digest_of(arrays)}
+        previous = backup_states(self.backup_dir).get(epoch)  # the backup of epoch `epoch`
+        if previous is not None and "state" in previous:
+            state["previous"] = {k: previous[k] for k in ("epoch", "state", "steps", "digest")}
         _atomic.write_json(self.state_path, state)
+        kept = {name, previous["state"] if state.get("previous") else name}
         for old in glob.glob(os.path.join(self.backup_dir, "epoch-*")):
-            if os.path.basename(old) != name:
+            if os.path.basename(old) not in kept:
                 os.remove(old)
 
     def on_train_batch_end(self, batch, logs=None):
@@ -226,6 +243,21 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
     def on_train_end(self, logs=None):
         if self.delete_checkpoint and os.path.exists(self.backup_dir):
             shutil.rmtree(self.backup_dir, ignore_errors=True)
+
+
+def backup_states(backup_dir) -> dict[int, dict]:
+    """{epoch: state record} of the backups in `backup_dir`: the newest (`state.json`) and,
+    when kept, the one before it (its "previous" entry: `AtomicBackupAndRestore` keeps the
+    previous epoch's state until the next is written, so that workers stopped between their
+    backups can all resume from the epoch every one of them has). Empty without a backup."""
+    state = _atomic.read_json(os.path.join(os.fspath(backup_dir), BACKUP_STATE))
+    if state is None:
+        return {}
+    states = {int(state["epoch"]): state}
+    previous = state.get("previous")
+    if previous and os.path.exists(os.path.join(os.fspath(backup_dir), previous["state"])):
+        states[int(previous["epoch"])] = previous
+    return states
 
 
 def _check_digest(model, state, backup_dir) -> None:

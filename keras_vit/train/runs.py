@@ -47,8 +47,10 @@ resume state in `.backup-worker-<index>` (both removed at the end). Each worker 
 data stream at its backup's epoch (`worker_passes`: one `repeat()` of its pipeline, the
 finished passes and batches skipped), so a restarted job ends with the uninterrupted run's
 losses and weights, and before training continues the
-workers compare their backups' epoch and digest through the strategy's all-reduce
-(`keras_vit.train.worker_restart.agreed_epoch`): backups of different epochs stop every worker with
+workers compare their backups' epochs and digests through the strategy's all-reduce
+(`keras_vit.train.worker_restart.agreed_epoch`) and resume from the newest epoch all of them have
+(each keeps its previous backup until it writes the next); backups of that epoch holding
+different states stop every worker with
 one `BackupMismatchError` line naming them. Resuming a multi-worker run expects the run
 directory on a file system every worker sees, and every worker restarted with `resume=True`.
 """
@@ -300,6 +302,7 @@ def fit_run(
         )
         # the backup's epoch is also the data position; every worker must restore the same one
         first_epoch = worker_restart.agreed_epoch(callback_list[-1].backup_dir, strategy)
+        callback_list[-1].restore_epoch = first_epoch  # maybe the backup before the newest
         start = time.perf_counter()
         x, steps_per_epoch, batch_size = _fit_input(
             train_data, steps_per_epoch, batch_size, first_epoch, epochs, shuffle_seed, strategy

@@ -7,10 +7,12 @@ Under `tf.distribute.MultiWorkerMirroredStrategy` each worker restores its own b
 copied by hand, leaves backups of different epochs; restored as they are, the workers would
 step through mismatched schedules (each collective pairs steps of different epochs) and still
 end "successfully". So before training continues, `agreed_epoch` has the workers exchange
-their backup's epoch and digest (`keras_vit.train.callbacks.state_digest`, written in the backup's
-state.json) through the strategy's own collective, an all-reduce with a timeout, and every
-worker stops with the same one-line `BackupMismatchError` naming each worker's epoch when
-they differ. The all-reduce is the `tf.distribute` primitive Keras' `fit` itself runs on
+the epochs and digests of their backups (`keras_vit.train.callbacks.state_digest`, written in the
+backup's state.json; each worker keeps its previous epoch's backup until it writes the next)
+through the strategy's own collective, an all-reduce with a timeout, and every worker
+resumes from the newest epoch all of them have, logging which and why; backups of that
+epoch holding different states stop every worker with the same one-line
+`BackupMismatchError`. The all-reduce is the `tf.distribute` primitive Keras' `fit` itself runs on
 (https://www.tensorflow.org/api_docs/python/tf/distribute/StrategyExtended#reduce_to).
 
 A non-chief worker writes its throw-away saves (TensorBoard logs, `.keras` files that only
@@ -26,7 +28,6 @@ import logging
 import os
 import shutil
 
-from keras_vit import _atomic
 from keras_vit.train import callbacks
 
 logger = logging.getLogger(__name__)
@@ -47,22 +48,24 @@ class BackupMismatchError(callbacks.BackupError):
     the check in time: resuming would train the workers on different schedules."""
 
 
-def backup_record(backup_dir) -> tuple[int, str | None]:
-    """(epoch, digest) of the backup in `backup_dir`: (0, None) without one; digest None for
-    a backup written before digests were recorded."""
-    state = _atomic.read_json(os.path.join(os.fspath(backup_dir), callbacks.BACKUP_STATE))
-    if state is None:
-        return 0, None
-    return int(state["epoch"]), state.get("digest")
+def backup_records(backup_dir) -> dict[int, str | None]:
+    """{epoch: digest} of the backups kept in `backup_dir` (the newest and the one before
+    it, `keras_vit.train.callbacks.backup_states`); empty without a backup; digest None for a
+    backup written before digests were recorded."""
+    states = callbacks.backup_states(backup_dir)
+    return {epoch: state.get("digest") for epoch, state in states.items()}
 
 
 def agreed_epoch(backup_dir, strategy, timeout_s: float = AGREEMENT_TIMEOUT_S) -> int:
-    """The epoch the run resumes at (0: no backup), the same on every worker.
+    """The epoch the run resumes at (0: from the start), the same on every worker.
 
     With one process (any strategy other than a multi-worker one with several workers) it is
-    the local backup's epoch. With several workers, every worker must call this at the same
-    point: their (epoch, digest) records are gathered with one all-reduce bounded by
-    `timeout_s`, then compared (`check_agreement`).
+    the local backup's newest epoch. With several workers, every worker must call this at
+    the same point: the epochs and digests of the backups each keeps (its newest and the one
+    before it) are gathered with one all-reduce bounded by `timeout_s`, and every worker
+    resumes from the newest epoch all of them have (`choose_epoch`). A worker killed between
+    the workers' backups of epoch `e` leaves some at `e` and some at `e - 1`: all resume
+    from `e - 1`, which every worker kept.
 
     Args:
         backup_dir: this worker's backup folder.
@@ -70,52 +73,64 @@ def agreed_epoch(backup_dir, strategy, timeout_s: float = AGREEMENT_TIMEOUT_S) -
         timeout_s: the all-reduce's timeout (default `AGREEMENT_TIMEOUT_S`).
 
     Raises:
-        BackupMismatchError: the workers' backups differ in epoch or digest, or the other
-            workers did not arrive within `timeout_s` (the same error on every worker that
-            got the records).
+        BackupMismatchError: the workers' backups of the chosen epoch hold different states
+            (digests), or the other workers did not arrive within `timeout_s` (the same
+            error on every worker that got the records).
     """
-    epoch, digest = backup_record(backup_dir)
+    records = backup_records(backup_dir)
     names = _worker_names(strategy)
     if names is None:
-        return epoch
-    me = _task_code(strategy)
-    rows = _all_gather(strategy, [me, epoch, *_digest_words(digest)], timeout_s)
-    records = {}
-    for row in rows:
-        code, value, *words = (int(v) for v in row)
-        records[names[code]] = (value, _digest_hex(words))
-    check_agreement(records)
-    logger.info("Every worker resumes at epoch %d (%d workers agree)", epoch, len(records))
-    return epoch
+        return max(records, default=0)
+    row = [_task_code(strategy)]
+    for epoch, digest in sorted(records.items(), reverse=True)[:2] + [(0, None)] * 2:
+        row += [epoch, *_digest_words(digest)]
+    gathered = {}
+    for values in _all_gather(strategy, row[: 1 + 2 * (1 + DIGEST_WORDS)], timeout_s):
+        code, *rest = (int(v) for v in values)
+        kept = gathered.setdefault(names[code], {})
+        for start in range(0, len(rest), 1 + DIGEST_WORDS):
+            if rest[start] > 0:
+                kept[rest[start]] = _digest_hex(rest[start + 1 : start + 1 + DIGEST_WORDS])
+    return choose_epoch(gathered)
 
 
-def check_agreement(records: dict[str, tuple[int, str | None]]) -> None:
-    """Raises `BackupMismatchError` (one line) unless every worker's (epoch, digest) is the
-    same; `records` maps a worker's name ("worker 1", "chief") to its backup's epoch (0: no
-    backup) and digest (None: none recorded)."""
-    epochs = {epoch for epoch, _ in records.values()}
-    hint = (
-        "every worker must restore its backup of the same epoch: put the missing backup "
-        "back, or start a new run."
+def choose_epoch(records: dict[str, dict[int, str | None]]) -> int:
+    """The newest epoch every worker has a backup of (0: none in common, start over), after
+    a check that their backups of it hold one state; the choice and its reason are logged.
+
+    Args:
+        records: a worker's name ("chief", "worker 1") -> {epoch: digest} of the backups it
+            keeps (empty: no backup; digest None: none recorded).
+
+    Raises:
+        BackupMismatchError: (one line) the workers' backups of that epoch differ in digest.
+    """
+    common = set.intersection(*(set(kept) for kept in records.values())) if records else set()
+    epoch = max(common, default=0)
+    newest = {name: max(kept, default=0) for name, kept in records.items()}
+    listed = ", ".join(
+        f"{name}: {'no backup' if not kept else 'epochs ' + '/'.join(map(str, sorted(kept)))}"
+        for name, kept in sorted(records.items())
     )
-    if len(epochs) > 1:
-        listed = ", ".join(
-            f"{name}: {'no backup' if epoch == 0 else f'epoch {epoch}'}"
-            for name, (epoch, _) in sorted(records.items())
-        )
-        raise BackupMismatchError(
-            f"Cannot resume: the workers' backups are of different epochs ({listed}); {hint}"
-        )
-    digests = {digest for _, digest in records.values()}
+    digests = {records[name][epoch] for name in records} if epoch else set()
     if len(digests) > 1:
-        (epoch,) = epochs
-        listed = ", ".join(
-            f"{name}: {digest or 'none'}" for name, (_, digest) in sorted(records.items())
-        )
+        shown = ", ".join(f"{name}: {records[name][epoch] or 'none'}" for name in sorted(records))
         raise BackupMismatchError(
             f"Cannot resume: the workers' backups of epoch {epoch} hold different states "
-            f"(digests {listed}); {hint}"
+            f"(digests {shown}); every worker must restore the same state: put the right "
+            "backup back, or start a new run."
         )
+    if len(set(newest.values())) > 1:
+        logger.warning(
+            "The workers' newest backups differ (%s): a worker was stopped between the "
+            "workers' backups; every worker resumes from epoch %d, the newest epoch all of "
+            "them have (the epochs after it are trained again)",
+            listed,
+            epoch,
+        )
+    else:
+        logger.info("Every worker resumes from epoch %d (%d workers agree)", epoch, len(records))
+    return epoch
 
 
 def scratch_dir(run_dir, strategy) -> str:

@@ -163,3 +163,37 @@ def test_the_command_exports_in_a_fresh_process(run_export, tmp_path):
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert (target / "1" / "saved_model.pb").is_file()
+
+
+def _disk_full(*args, **kwargs):
+    import errno
+
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+@pytest.mark.parametrize("parents", ["serving", "new/deeper/serving"])
+def test_a_full_disk_leaves_no_export_dir_behind(
+    run_export, tmp_path, monkeypatch, capsys, parents
+):
+    """Issue 46, point 11: a full disk while the SavedModel is written (the writer raises
+    OSError(ENOSPC)) used to leave the empty EXPORT_DIR (and any parent it made) behind;
+    the command fails naming the version folder and the cause, and the disk is as before."""
+    monkeypatch.setattr(tf.saved_model, "save", _disk_full)  # ExportArchive.write_out's writer
+    (tmp_path / "other").write_text("someone else's file")
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    export_dir = tmp_path / parents
+    code = main(["export", str(run_export["run_dir"] / "best.keras"), str(export_dir)])
+    err = capsys.readouterr().err
+    assert code != 0, err
+    assert f"cannot write {export_dir / '1'}: No space left on device" in err
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+
+
+def test_a_full_disk_keeps_an_export_dir_that_was_there(run_export, tmp_path, monkeypatch):
+    """An EXPORT_DIR that existed (empty) before the failed export is kept, as it was."""
+    monkeypatch.setattr(tf.saved_model, "save", _disk_full)
+    export_dir = tmp_path / "serving"
+    export_dir.mkdir()
+    code = main(["export", str(run_export["run_dir"] / "best.keras"), str(export_dir)])
+    assert code != 0
+    assert export_dir.is_dir() and os.listdir(export_dir) == []
