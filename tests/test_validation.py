@@ -133,3 +133,10 @@ def test_divisible(h, w, ph, pw):
             (ph, pw),
             match=rf"Image size \({h}, {w}\) is not divisible by the patch size \({ph}, {pw}\)",
         )
+
+
+@pytest.mark.parametrize("value", [math.inf, -math.inf, math.nan])
+def test_infinite_and_nan_are_refused(value):
+    refused(v.check_positive_number, "scale", value, match=rf"scale={value!r}")
+    refused(v.check_non_negative_number, "scale", value, match=rf"scale={value!r}")
+    refused(v.check_rate, "scale", value, match=rf"scale={value!r}")
