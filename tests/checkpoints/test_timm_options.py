@@ -106,3 +106,13 @@ def test_without_any_source_a_square_row_count_is_ambiguous(rows):
     else:
         assert no_embed_class_of(rows, (16, 16), {}, {}) is False  # timm's default
     assert no_embed_class_of(rows, (16, 16), {}, {}, prefix=2) is False
+
+
+@pytest.mark.parametrize("rows", [4, 196, 256, 577])
+def test_square_row_counts(rows):
+    """196 = 14x14 (ViT-B/16 at 224 without a class row) is ambiguous for a class-token file;
+    with a distillation token too (prefix 2), timm's default holds."""
+    if math.isqrt(rows) ** 2 == rows:
+        with pytest.raises(CheckpointError, match="no_embed_class=True or no_embed_class=False"):
+            no_embed_class_of(rows, (16, 16), {}, {})
+    assert no_embed_class_of(rows, (16, 16), {}, {}, prefix=2) is False
