@@ -9,6 +9,7 @@ defined here once and nowhere else. Source: the paper's table 1 and the release'
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import re
 
 
@@ -231,11 +232,40 @@ def resolve_model(name, *, recipes: bool = False, hybrids: bool = True) -> Model
                 f"Model {name!r} is a hybrid; this takes ViT variants only: one of {valid} "
                 "(also spelled as the builder, ViT_B16, or the release file, ViT-B_16)."
             )
+        guess = suggest_model(name, recipes=recipes, hybrids=hybrids)
+        hint = f" (did you mean {guess!r}?)" if guess else ""
         raise ValueError(
-            f"Unknown model {name!r}; expected one of {valid} (also spelled as the "
+            f"Unknown model {name!r}{hint}; expected one of {valid} (also spelled as the "
             "builder, ViT_B16 / R50_B16, or the release file, ViT-B_16 / R50+ViT-B_16)."
         )
     return ModelName(table_key, MODEL_CONFIGS[table_key], _named_size(name))
+
+
+def suggest_model(name, *, recipes: bool = False, hybrids: bool = True) -> str | None:
+    """The table name closest to a misspelt `name` ("B16x" -> "B/16"), or None.
+
+    `difflib.get_close_matches` (ratio >= 0.6) over the spelling keys every accepted
+    spelling reduces to ("b16", "r50b16") and the plain lower-case table names, so that a
+    suggestion is always a name `resolve_model` takes.
+
+    >>> suggest_model("B16x")
+    'B/16'
+    >>> suggest_model("zzzz") is None
+    True
+    """
+    if not isinstance(name, str) or not name.strip():
+        return None
+    candidates = dict(_by_spelling())
+    if not hybrids:
+        candidates = {k: t for k, t in candidates.items() if t not in HYBRID_CONFIGS}
+    if recipes:
+        candidates.update({recipe: recipe for recipe in RECIPE_NAMES})
+    try:
+        key = _spelling_key(name)
+    except (ValueError, KeyError):
+        key = name.lower()
+    found = difflib.get_close_matches(key, list(candidates), n=1, cutoff=0.6)
+    return candidates[found[0]] if found else None
 
 
 def _named_size(name: str) -> int | None:

@@ -76,7 +76,7 @@ def add_parser(subparsers):
     )
     parser.add_argument("--json", dest="json_path", help="also write the results here")
     progress.add_output_arguments(parser, log_every=False)
-    parser.set_defaults(func=run)
+    parser.set_defaults(func=run, check=check_args)
     return parser
 
 

@@ -29,7 +29,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "--top-k", type=flags.positive_int, default=5, help="also report top-k accuracy"
     )
     flags.add_model_use_arguments(parser, batch_size=256)
-    parser.set_defaults(func=run)
+    parser.set_defaults(func=run, check=model_files.check_model_argument)
     return parser
 
 

@@ -68,7 +68,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         help="fraction of the weakest attention weights dropped per block (default 0)",
     )
     flags.add_model_use_arguments(parser)
-    parser.set_defaults(func=run)
+    parser.set_defaults(func=run, check=check_arguments)
     return parser
 
 

@@ -40,7 +40,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--test-split", default="test", help="split scored (test)")
     flags.add_allow_test_selection_argument(parser, "--train-split (shots and l2)")
     flags.add_model_use_arguments(parser, batch_size=256)
-    parser.set_defaults(func=run)
+    parser.set_defaults(func=run, check=model_files.check_model_argument)
     return parser
 
 

@@ -34,7 +34,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "--steps", type=flags.positive_int, help="optimizer steps (rounded up to whole epochs)"
     )
     flags.add_run_arguments(parser, task="finetune")
-    parser.set_defaults(func=run)
+    parser.set_defaults(func=run, check=check)
     return parser
 
 
@@ -51,12 +51,16 @@ def build_config(args):
         )
 
 
-def run(args) -> int:
+def check(args) -> None:
+    """The checks of finetune's flags that need no TensorFlow (run before importing it)."""
     if not args.resume and not args.weights:
-        from keras_vit.cli.flags import UsageError
-
-        raise UsageError(
+        raise flags.UsageError(
             "--weights is required: a run directory, a checkpoint file or folder, or a "
             "published checkpoint name."
         )
+    run_driver.check_run_dir(args)
+
+
+def run(args) -> int:
+    check(args)
     return run_driver.run_training(build_config(args), args, "finetune")

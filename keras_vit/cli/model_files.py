@@ -77,6 +77,11 @@ def resolve_model_path(path: str, *, suffixes=MODEL_SUFFIXES) -> tuple[str, str 
     return path, folder if os.path.isfile(os.path.join(folder, RUN_CONFIG_FILE)) else None
 
 
+def check_model_argument(args) -> None:
+    """`resolve_model_path(args.model)` as a subcommand's `check` (no TensorFlow needed)."""
+    resolve_model_path(args.model)
+
+
 def class_names_from_run(run_dir: str | None) -> list[str] | None:
     """The `class_names` recorded in a run's config.json.
 

@@ -38,8 +38,14 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     )
     flags.add_bad_images_argument(parser, default="skip")
     flags.add_model_use_arguments(parser, batch_size=64)
-    parser.set_defaults(func=run)
+    parser.set_defaults(func=run, check=check)
     return parser
+
+
+def check(args) -> None:
+    """RUN_OR_MODEL and IMAGES_OR_FOLDER exist (checked before TensorFlow is imported)."""
+    model_files.check_model_argument(args)
+    find_images(args.inputs)
 
 
 def find_images(inputs) -> list[str]:

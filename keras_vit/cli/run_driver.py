@@ -24,12 +24,29 @@ def resolve_strategy(name: str):
         raise UsageError(str(error)) from None
 
 
+def check_run_dir(args) -> None:
+    """UsageError, before TensorFlow loads, for a --resume without --run-dir and for a fresh
+    run whose --run-dir is a file or a non-empty folder (`keras_vit.runs.check_run_dir`
+    checks again, with the lock, when the run starts)."""
+    run_dir = args.run_dir
+    if args.resume and not run_dir:
+        raise UsageError("--resume needs the --run-dir of the run to continue.")
+    if args.resume or not run_dir:
+        return
+    if os.path.isdir(run_dir) and os.listdir(run_dir):
+        raise UsageError(
+            f"Run directory {run_dir!r} already exists and is not empty; pass --resume to "
+            "continue it, or choose a new --run-dir."
+        )
+    if os.path.exists(run_dir) and not os.path.isdir(run_dir):
+        raise UsageError(f"Run directory {run_dir!r} exists and is not a folder.")
+
+
 def run_training(config, args, task: str) -> int:
     """Shared body of `train` and `finetune`: resolve, train, print the summary."""
     from keras_vit import runs
 
-    if args.resume and not args.run_dir:
-        raise UsageError("--resume needs the --run-dir of the run to continue.")
+    check_run_dir(args)
     run_dir = args.run_dir = args.run_dir or default_run_dir(task)  # main's --resume hint
     mode = progress.output_mode(args)
     if args.resume:
