@@ -303,6 +303,32 @@ def test_a_folder_without_test_split_trains_on_a_carved_validation_split(tmp_pat
     assert metrics["steps"] == 18 // 6
 
 
+@pytest.mark.parametrize("nested", [False, True])
+def test_a_folder_with_one_class_is_refused_before_the_run_directory(tmp_path, capsys, nested):
+    """One class sub-folder (flat `imgs/<class>/` or `imgs/<split>/<class>/`): one line naming
+    the folder, the class found and the rule, exit 2, no run directory (issue 47: it blamed
+    the batch size, then died inside Keras after writing the run directory)."""
+    import numpy as np
+    from PIL import Image
+
+    root = tmp_path / "imgs"
+    folders = [root / "train" / "cats", root / "test" / "cats"] if nested else [root / "cats"]
+    for folder in folders:
+        folder.mkdir(parents=True)
+        for index in range(12):
+            pixels = np.random.default_rng(index).integers(0, 256, (8, 8), dtype=np.uint8)
+            Image.fromarray(pixels).save(folder / f"{index}.png")
+    run_dir = tmp_path / "run"
+    argv = ["train", "--dataset", str(root), "--batch-size", "4", "--run-dir", str(run_dir)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        f"keras-vit train: error: The folder {str(root)!r} has 1 class ('cats'); training a "
+        "classifier needs at least two classes (an image folder: one sub-folder per class)."
+    )
+    assert not run_dir.exists()
+
+
 @pytest.mark.parametrize("split", ["test", "test[:50%]"])
 def test_validation_on_the_test_split_is_refused_unless_asked(capsys, tmp_path, split):
     run_dir = tmp_path / "run"
