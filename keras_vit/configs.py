@@ -63,6 +63,29 @@ RECIPE_VIT = ViTConfig(patch_size=4, hidden_dim=64, mlp_dim=128, num_heads=4, nu
 on 28x28 MNIST (49 tokens). Not a named variant of the paper."""
 
 
+RECIPE_DEFAULTS = {
+    "train": {
+        "dataset": "mnist",
+        "image_size": 28,
+        "epochs": 30,
+        "batch_size": 64,
+        "learning_rate": 3e-3,
+        "seed": 0,
+    },
+    "finetune": {
+        "dataset": "digits",
+        "image_size": 40,
+        "steps": 300,
+        "batch_size": 32,
+        "learning_rate": 0.03,
+        "seed": 0,
+    },
+}
+"""The schedule defaults of the two recipes (`keras_vit.training.TrainConfig` and
+`FinetuneConfig` take their field defaults from here), kept here so that `keras-vit train
+--help` shows them without importing Keras."""
+
+
 def resnet_total_stride(resnet_stages) -> int:
     """Pixels per feature-map cell of the release's ResNet with `resnet_stages`: 4 for the
     root (conv 7x7/2, max-pool 3x3/2), x2 per stage after the first (models_resnet.py)."""

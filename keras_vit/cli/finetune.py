@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 
+from keras_vit import configs
 from keras_vit.cli import flags, run_driver
 
 # the fields of keras_vit.training.FinetuneConfig that flags of the same dest set
@@ -31,7 +32,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     )
     flags.add_data_arguments(parser, default_dataset_help="default: digits")
     parser.add_argument(
-        "--steps", type=flags.positive_int, help="optimizer steps (rounded up to whole epochs)"
+        "--steps",
+        type=flags.positive_int,
+        help="optimizer steps, rounded up to whole epochs (default: "
+        f"{configs.RECIPE_DEFAULTS['finetune']['steps']})",
     )
     flags.add_run_arguments(parser, task="finetune")
     parser.set_defaults(func=run, check=check)

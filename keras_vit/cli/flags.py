@@ -13,7 +13,7 @@ import logging
 import math
 import os
 
-from keras_vit import kept_model, precision
+from keras_vit import configs, kept_model, precision
 from keras_vit._atomic import replace_problem
 from keras_vit.cli import progress
 
@@ -175,13 +175,28 @@ def add_data_arguments(parser, *, default_dataset_help: str, bad_images: str = "
 
 
 def add_run_arguments(parser, *, task: str) -> None:
-    """Image size, schedule, distribution and run-directory flags of train/finetune."""
+    """Image size, schedule, distribution and run-directory flags of train/finetune; the help
+    gives the recipe's defaults (`keras_vit.configs.RECIPE_DEFAULTS`)."""
+    recipe = configs.RECIPE_DEFAULTS[task]
     add_image_size_argument(
-        parser, default_text="the recipe's" if task == "train" else "the model's"
+        parser,
+        default_text=f"{recipe['image_size']}, the recipe's" if task == "train" else "the model's",
     )
-    parser.add_argument("--batch-size", type=positive_int, help="global batch size")
-    parser.add_argument("--learning-rate", type=positive_float, help="base learning rate")
-    parser.add_argument("--seed", type=seed, help="random seed (weights, shuffling, augmentation)")
+    parser.add_argument(
+        "--batch-size",
+        type=positive_int,
+        help=f"global batch size (default: {recipe['batch_size']})",
+    )
+    parser.add_argument(
+        "--learning-rate",
+        type=positive_float,
+        help=f"peak learning rate (default: {recipe['learning_rate']:g})",
+    )
+    parser.add_argument(
+        "--seed",
+        type=seed,
+        help=f"random seed (weights, shuffling, augmentation; default: {recipe['seed']})",
+    )
     parser.add_argument(
         "--shots-per-class",
         type=positive_int,

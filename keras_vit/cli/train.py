@@ -49,7 +49,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         type=flags.positive_int,
         help="patch side (overrides the model's; with the resnet stem, on its feature map)",
     )
-    parser.add_argument("--epochs", type=flags.positive_int, help="number of epochs")
+    parser.add_argument(
+        "--epochs",
+        type=flags.positive_int,
+        help=f"number of epochs (default: {configs.RECIPE_DEFAULTS['train']['epochs']})",
+    )
     flags.add_run_arguments(parser, task="train")
     parser.set_defaults(func=run, check=check)
     return parser

@@ -213,6 +213,31 @@ def test_subcommand_help(capsys, command):
     assert expected.get(command, "--top-k") in out
 
 
+@pytest.mark.parametrize("command", ["train", "finetune"])
+def test_help_gives_the_recipe_defaults(capsys, command):
+    """`--help` names the defaults a run uses (the recipe dataclass a run is built from):
+    epochs or steps, batch size, learning rate, seed (issue 47)."""
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    out = capsys.readouterr().out
+    text = " ".join(out.split("options:", 1)[1].split())  # argparse wraps lines anywhere
+    recipe = training.TrainConfig() if command == "train" else training.FinetuneConfig()
+    schedule = "--epochs EPOCHS number of epochs" if command == "train" else "--steps STEPS"
+    length = recipe.epochs if command == "train" else recipe.steps
+    assert f"{schedule}" in text and f"(default: {length})" in text.split(schedule)[1][:90]
+    expected = {
+        "--batch-size BATCH_SIZE global batch size": f"(default: {recipe.batch_size})",
+        "--learning-rate LEARNING_RATE peak learning rate": f"(default: {recipe.learning_rate:g})",
+        "--seed SEED random seed": f"default: {recipe.seed})",
+        "--dataset DATASET": f"(default: {recipe.dataset})",
+    }
+    for flag, default in expected.items():
+        assert flag in text, flag
+        assert default in text.split(flag)[1][:200], (flag, default)
+    if command == "train":
+        assert f"(default: {recipe.image_size}, the recipe's)" in text
+
+
 def test_disk_full_exits_1_with_one_line_naming_the_file(tmp_path, capsys, monkeypatch):
     """ENOSPC injected at the write call (Keras' `Model.save` writes half a file, then fails):
     exit 1, one line with the final path and the cause, no temporary file, no traceback."""
