@@ -76,7 +76,7 @@ def usable_images(files, bad_images: str, channels: int = 3) -> list[str]:
 
     from keras_vit.data import image_check
 
-    usable, bad = image_check.check_images(files, "skip", channels=channels)
+    usable, bad = image_check.check_images(files, "skip", channels=channels, log=False)
     if bad and bad_images == "fail":
         path, reason = next(iter(bad.items()))
         raise UsageError(f"Bad image {path}: {reason} (--bad-images skip predicts the others).")

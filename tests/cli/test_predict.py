@@ -140,6 +140,29 @@ def test_predict_bad_arguments_exit_2(trained, capsys, tmp_path):
     expect_usage_error(capsys, ["predict", str(trained), str(broken)], "Cannot read")
 
 
+def test_predict_reports_a_file_that_is_no_image_once(trained, capsys, caplog, tmp_path):
+    """A text file given to predict: the one error line, and no warning log repeating it
+    (issue 47: "Skipped 1 bad image file(s)" was logged, then the error printed); in a folder
+    beside a readable image: one "Skipped" line, no log record."""
+    note = tmp_path / "note.txt"
+    note.write_text("hello")
+    with caplog.at_level("WARNING"):
+        expect_usage_error(capsys, ["predict", str(trained), str(note)], f"Cannot read {note}")
+    assert not [record for record in caplog.records if str(note) in record.getMessage()]
+    folder = tmp_path / "mixed"
+    folder.mkdir()
+    (folder / "note.png").write_text("hello")
+    from PIL import Image
+
+    Image.new("L", (8, 8), 128).save(folder / "gray.png")
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        assert main(["predict", str(trained), str(folder)]) == 0
+    err = capsys.readouterr().err
+    assert err.count("note.png") == 1 and err.startswith(f"Skipped {folder / 'note.png'}: ")
+    assert not [record for record in caplog.records if "note.png" in record.getMessage()]
+
+
 def test_predict_reads_rgb_rgba_and_gif_like_gray(decisive, digits_folder, capsys, tmp_path):
     from PIL import Image
 
