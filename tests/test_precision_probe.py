@@ -463,7 +463,7 @@ def test_a_run_records_the_measured_choice_and_prints_it_first(host, monkeypatch
     assert {(s["mlp_dim"], s["heads"]) for _, s in host.built} == {(768, 6)}
     assert "MLP 768, 6 heads, 49 tokens" in resolved["precision_reason"]
     json.dumps(resolved)  # config.json can hold it
-    line = progress.start_line("runs/x", {"run": {}, "resolved": resolved}, "float32")
+    line = "\n".join(progress.start_lines("runs/x", {"run": {}, "resolved": resolved}, "float32"))
     assert "jit_compile True (CPU " in line and "float32+xla 30.0 ms" in line
 
 

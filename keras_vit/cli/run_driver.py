@@ -63,7 +63,7 @@ def run_training(config, args, task: str) -> int:
     def announce(record):
         if mode != "quiet":
             precision = record["resolved"]["dtype_policy"]
-            print(progress.start_line(run_dir, record, precision), flush=True)
+            print("\n".join(progress.start_lines(run_dir, record, precision)), flush=True)
             if args.resume:
                 print(f"Resuming {run_dir} with its stored configuration.", flush=True)
 
@@ -76,13 +76,21 @@ def run_training(config, args, task: str) -> int:
                 strategy=strategy,
                 resume=args.resume,
                 verbose=progress.keras_verbose(mode),
-                extra_callbacks=[guard] + ([progress.epoch_lines()] if mode == "epoch" else []),
+                extra_callbacks=[guard, *progress_callbacks(mode)],
                 on_start=announce,
             )
         finally:
             guard.on_train_end()  # Keras skips it when training stops on an exception
     print_summary(result)
     return 0
+
+
+def progress_callbacks(mode: str) -> list:
+    """The progress callbacks of an output mode: one line per epoch ("epoch"), and the
+    estimate of the time left after the first epoch (every mode but "quiet")."""
+    if mode == "quiet":
+        return []
+    return [progress.epoch_lines()] * (mode == "epoch") + [progress.remaining_time()]
 
 
 def check_jit_compile(args, strategy) -> None:

@@ -46,11 +46,16 @@ def test_train_writes_a_run_and_prints_test_accuracy(trained):
         assert (run_dir / name).is_file(), name
 
 
-def test_select_best_reaches_the_run(tmp_path, capsys):
+def test_select_best_reaches_the_run(tmp_path, capsys, caplog):
     run_dir = tmp_path / "run"
     argv = [*TRAIN_ARGS, "--epochs", "2", "--select", "best", "--run-dir", str(run_dir)]
-    assert main(argv) == 0
+    with caplog.at_level("INFO"):
+        assert main(argv) == 0
     out = capsys.readouterr().out
+    # the precision sentence once: on stdout, not again as an INFO log (issue 47)
+    assert out.count("  precision: float32") == 1
+    assert not [r for r in caplog.records if r.getMessage().startswith("Precision: ")]
+    assert out.count("Time left: about ") == 1  # after epoch 1 of 2
     best = json.loads((run_dir / "best.json").read_text())
     assert best["select"] == "best"
     assert json.loads((run_dir / "config.json").read_text())["run"]["select"] == "best"
@@ -60,12 +65,18 @@ def test_select_best_reaches_the_run(tmp_path, capsys):
 def test_output_to_a_file_first_names_the_run_then_one_line_per_epoch(trained):
     """stdout is not a terminal here: no progress-bar control codes, one line per epoch."""
     lines = trained.with_suffix(".stdout.txt").read_text().splitlines()
-    assert lines[0].startswith(
-        f"Run {trained}: model default (hybrid: BiT ResNet root, 32 channels, + ViT patch 1, "
-        "hidden_dim 64"
+    assert lines[0] == f"Run {trained}: default hybrid ViT on mnist (40 training images), float32"
+    assert lines[1] == (
+        "  model: default (hybrid: BiT ResNet root, 32 channels, + ViT patch 1, hidden_dim 64, "
+        "layers 4, heads 4)"
     )
-    assert "data mnist (40 training images, 10 classes, 8x8)" in lines[0]
-    assert "precision float32, jit_compile False" in lines[0]
+    assert lines[2] == (
+        "  data: mnist, 10 classes, 8x8: 40 training images of 'train[:90%]', 10 held out for "
+        "validation ('train[90%:]'), test split 'test'"
+    )
+    assert lines[3].startswith("  precision: float32, jit_compile False")
+    assert lines[4] == "  strategy: default strategy, 1 replica(s)"
+    assert "\n".join(lines).count("precision: ") == 1
     epoch_lines = [line for line in lines if line.startswith("epoch ")]
     assert len(epoch_lines) == 1 and epoch_lines[0].startswith("epoch 1/1  ")
     assert "val_accuracy" in epoch_lines[0]
