@@ -243,9 +243,10 @@ def add_select_argument(parser) -> None:
         "--select",
         choices=kept_model.SELECTIONS,
         default=kept_model.DEFAULT_SELECTION,
-        help="which epoch's model a run keeps as best.keras (the one tested at the end and "
-        "used by evaluate, predict and export): last (default: the end of the schedule, as "
-        "the paper reports its runs) or best (the epoch with the best validation accuracy)",
+        help="which epoch's model a run keeps, the kept model, saved as best.keras and "
+        "best.npz under either rule (the one tested at the end and used by evaluate, "
+        "predict and export): last (default: the end of the schedule, as the paper reports "
+        "its runs) or best (the epoch with the best validation accuracy)",
     )
 
 

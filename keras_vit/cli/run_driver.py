@@ -133,7 +133,21 @@ def print_summary(result) -> None:
         f"Trained {counted(epochs, 'epoch')}, {counted(steps, 'step')} on "
         f"{metrics['num_replicas']} replica(s); run directory: {run_dir}"
     )
-    print(f"Models: {os.path.join(run_dir, 'best.keras')} (kept), last.keras, best.npz")
+    print(models_line(run_dir, best))
+
+
+def models_line(run_dir: str, best: dict) -> str:
+    """Where the models are, saying what best.keras holds: the kept model, which under the
+    default --select last is the last epoch's (the name stays best.keras, the file every
+    command reads from a run directory)."""
+    path = os.path.join(run_dir, "best.keras")
+    if best.get("select", "best") == "last":
+        kept = "the kept model: the last epoch, as --select last (the default) says"
+    elif best:
+        kept = f"the kept model: epoch {best['epoch'] + 1}, the best on validation"
+    else:
+        kept = "the kept model"
+    return f"Models: {path} and best.npz ({kept}), last.keras"
 
 
 def counted(number: int, noun: str) -> str:

@@ -29,6 +29,10 @@ def test_train_writes_a_run_and_prints_test_accuracy(trained):
     assert "Kept model: the last epoch, 1 of 1 (--select last); val_accuracy " in out
     # 50 images: 1 per class is carved for validation, 40 train = 1 step of 25
     assert "Trained 1 epoch, 1 step on 1 replica(s)" in out
+    assert out.endswith(
+        f"Models: {run_dir / 'best.keras'} and best.npz (the kept model: the last epoch, as "
+        "--select last (the default) says), last.keras\n"
+    )
     config = json.loads((run_dir / "config.json").read_text())
     recipe = training.TrainConfig()
     assert config["run"]["recipe"]["seed"] == 3
@@ -60,6 +64,8 @@ def test_select_best_reaches_the_run(tmp_path, capsys, caplog):
     assert best["select"] == "best"
     assert json.loads((run_dir / "config.json").read_text())["run"]["select"] == "best"
     assert f"Kept model: the best epoch, {best['epoch'] + 1} of 2, by val_accuracy " in out
+    kept = f"(the kept model: epoch {best['epoch'] + 1}, the best on validation), last.keras"
+    assert out.rstrip().endswith(kept)
 
 
 def test_output_to_a_file_first_names_the_run_then_one_line_per_epoch(trained):
