@@ -73,7 +73,7 @@ def run(args) -> int:
 
     model, config = model_files.load_model(args.model)
     dataset, shots, info = resolve_dataset(args, config)
-    model, precision = model_files.model_with_precision(args, model)
+    model, precision = model_files.model_with_precision(args, model, probe="cached")
     num_classes = check_classes(model, info)
     top_k = min(args.top_k, num_classes)
     with flags.usage_errors():

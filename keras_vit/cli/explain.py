@@ -181,7 +181,9 @@ def run(args) -> int:
     )
 
     model = load_keras_file(model_path)
-    model, _ = model_with_precision(args, model)  # --mixed-precision / --jit-compile
+    model, _ = model_with_precision(
+        args, model, probe="cached"
+    )  # --mixed-precision / --jit-compile
     batch = prepare(image, model_image_shape(model))
     outputs = model(batch, training=False)
     if len(outputs.shape) != 2:

@@ -125,7 +125,9 @@ def run(args) -> int:
         layer = fewshot.feature_layer_name(model)
     except ValueError as error:
         raise UsageError(str(error)) from None
-    model, precision = model_files.model_with_precision(args, model)  # the features' dtype and XLA
+    model, precision = model_files.model_with_precision(
+        args, model, probe="cached"
+    )  # the features' dtype and XLA
     common_kwargs = dict(
         image_size=model_files.model_image_shape(model)[:2],
         batch_size=args.batch_size,

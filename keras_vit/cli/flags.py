@@ -314,9 +314,11 @@ def add_precision_arguments(parser) -> None:
         choices=PRECISION_CHOICES,
         default="auto",
         help="dtype policy (a value is always needed, unlike --jit-compile); auto (default) "
-        "picks the fastest for this device and model: on CPUs by timing one encoder block "
-        "of the model's shape in each setting (cached per host; the run's first line gives "
-        "the figures), mixed precision on GPUs/TPUs",
+        "picks the fastest for this device and model: on CPUs by timing one encoder block's "
+        "training step of the model's shape in each setting, a few seconds once per host "
+        "and shape (cached in ~/.cache/keras_vit/precision_probe.json: delete it to measure "
+        "again; KERAS_VIT_PRECISION_PROBE=off: the CPU-flag rule), where predict, explain, "
+        "evaluate and fewshot only read the cache; mixed precision on GPUs/TPUs",
     )
     jit = parser.add_mutually_exclusive_group()  # --jit-compile X --no-jit-compile: refused
     jit.add_argument(

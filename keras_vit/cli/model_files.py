@@ -16,8 +16,10 @@ MODEL_SUFFIXES = (".keras", ".npz")
 logger = logging.getLogger(__name__)
 
 
-def choose_precision(args, model):
-    """The `PrecisionChoice` of --mixed-precision/--jit-compile for a loaded `model`; logs it."""
+def choose_precision(args, model, probe=None):
+    """The `PrecisionChoice` of --mixed-precision/--jit-compile for a loaded `model`; logs it.
+    `probe`: as `keras_vit.distribute.choose_precision` ("cached" for the one-off commands:
+    a cached probe of this host and model shape, else the flag rule)."""
     from keras_vit import distribute
     from keras_vit.precision_probe import model_shape
 
@@ -29,16 +31,18 @@ def choose_precision(args, model):
         tokens=shape.get("tokens"),
         mlp_dim=shape.get("mlp_dim"),
         num_heads=shape.get("num_heads"),
+        probe=probe,
     )
     logger.info("Precision: %s", choice.describe())
     return choice
 
 
-def model_with_precision(args, model):
-    """(model under the chosen policy, the `PrecisionChoice`); XLA set on the model."""
+def model_with_precision(args, model, probe=None):
+    """(model under the chosen policy, the `PrecisionChoice`); XLA set on the model.
+    `probe`: as `choose_precision`."""
     from keras_vit import distribute
 
-    choice = choose_precision(args, model)
+    choice = choose_precision(args, model, probe)
     model = distribute.with_dtype_policy(model, choice.policy)
     model.jit_compile = choice.jit_compile
     return model, choice

@@ -128,7 +128,7 @@ def run(args) -> int:
     files = usable_images(found, args.bad_images, channels)
     images = read_images(files, (height, width), channels)
     images = np.asarray(from_unit_range(images, model_input_preprocessing(model)))
-    model, _ = model_files.model_with_precision(args, model)
+    model, _ = model_files.model_with_precision(args, model, probe="cached")
     bar = len(files) > 1000 and progress.output_mode(args) == "batch"  # a terminal only
     outputs = model.predict(images, batch_size=args.batch_size, verbose=1 if bar else 0)
     if outputs_logits(model):

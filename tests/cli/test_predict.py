@@ -163,6 +163,23 @@ def test_predict_reports_a_file_that_is_no_image_once(trained, capsys, caplog, t
     assert not [record for record in caplog.records if "note.png" in record.getMessage()]
 
 
+def test_predict_does_not_run_the_precision_probe(
+    trained, digits_folder, capsys, monkeypatch, tmp_path
+):
+    """--mixed-precision auto on a one-off predict takes a cached probe or the flag rule: no
+    probe is measured (nor its cache written) for a few images (issue 47)."""
+    from keras_vit import precision_probe
+
+    monkeypatch.setenv("KERAS_VIT_PRECISION_PROBE", "on")
+    monkeypatch.setenv("KERAS_VIT_CACHE_DIR", str(tmp_path / "cache"))
+    built = []
+    monkeypatch.setattr(precision_probe, "block_step", lambda *a: built.append(a))
+    image = digits_folder[1][0]
+    assert main(["predict", str(trained), str(image), "--top-k", "1"]) == 0
+    assert f"{image}: " in capsys.readouterr().out
+    assert built == [] and not os.path.exists(precision_probe.cache_path())
+
+
 def test_predict_reads_rgb_rgba_and_gif_like_gray(decisive, digits_folder, capsys, tmp_path):
     from PIL import Image
 
