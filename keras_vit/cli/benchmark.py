@@ -244,4 +244,4 @@ def run(args):
 
 def vars_for_json(args):
     """The parsed arguments without the `func` callback and the set of typed flags."""
-    return {k: v for k, v in vars(args).items() if k not in ("func", "typed_flags")}
+    return {k: v for k, v in vars(args).items() if k not in ("func", "check", "typed_flags")}
