@@ -85,6 +85,7 @@ def model_and_image(args) -> None:
             "explain IMAGE --model RUN_OR_MODEL is deprecated; use explain RUN_OR_MODEL IMAGE."
         )
         args.model, args.image = args.model_flag, args.model
+        args.model_flag = None  # done: a second check (main's, then run's) leaves them be
     elif args.image is None:
         raise UsageError("explain takes RUN_OR_MODEL IMAGE (the model first, as in predict)")
 
