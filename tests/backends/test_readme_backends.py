@@ -57,11 +57,13 @@ def test_the_table_has_a_column_per_backend_lane():
         claimed("partly")
 
 
+@pytest.mark.slow  # a tiny train, evaluate, predict and export: ~30 s on 2 cores
 def test_the_tensorflow_column_is_true(tmp_path):
     check_column(backend_claims.main(str(tmp_path)), "tensorflow")
 
 
 @pytest.mark.jax
+@pytest.mark.slow
 def test_the_jax_column_is_true(tmp_path):
     pytest.importorskip("jax")
     env = {"JAX_PLATFORMS": "cpu", "KERAS_VIT_PRECISION_PROBE": "off"}
