@@ -1,9 +1,69 @@
 """Public names imported on first use (PEP 562 module `__getattr__` and `__dir__`), shared by
-the packages whose import must not start TensorFlow (`keras_vit`, `keras_vit.checkpoints`)."""
+the packages whose import must not start TensorFlow (`keras_vit`, `keras_vit.checkpoints`).
+
+The first such name that starts TensorFlow (`keras_vit.ViT`, ...) starts it quietly: its C++
+start-up block (oneDNN notice, CUDA driver probing such as `E0000 ... failed call to cuInit`
+on machines without a GPU, CPU feature notes), which TensorFlow 2.21 writes through absl
+before `TF_CPP_MIN_LOG_LEVEL` applies, is kept off stderr while TensorFlow is imported and its
+devices are listed. Not when the user set `TF_CPP_MIN_LOG_LEVEL` (their choice stands) or
+`KERAS_VIT_VERBOSE=1`, nor when TensorFlow was already imported. Errors still show: an
+exception propagates once stderr is back.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import os
+import sys
+
+VERBOSE_ENV = "KERAS_VIT_VERBOSE"
+
+
+def verbose_from_env() -> bool:
+    """True when KERAS_VIT_VERBOSE is set to 1/true/yes."""
+    return os.environ.get(VERBOSE_ENV, "").strip().lower() in ("1", "true", "yes")
+
+
+@contextlib.contextmanager
+def stderr_fd_silenced():
+    """Sends OS-level stderr (fd 2, where C++ logs go) to /dev/null inside the block."""
+    sys.stderr.flush()
+    try:
+        saved = os.dup(2)
+    except OSError:  # no file descriptor 2 (a detached process): nothing to silence
+        yield
+        return
+    try:
+        with open(os.devnull, "w") as devnull:
+            os.dup2(devnull.fileno(), 2)
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def quiet_start_wanted() -> bool:
+    """True when an import that may start TensorFlow should hide its start-up block: it is
+    not imported yet, and neither TF_CPP_MIN_LOG_LEVEL nor KERAS_VIT_VERBOSE is set."""
+    return (
+        "tensorflow" not in sys.modules
+        and "TF_CPP_MIN_LOG_LEVEL" not in os.environ
+        and not verbose_from_env()
+    )
+
+
+def import_quietly(module_name: str):
+    """`importlib.import_module(module_name)`, hiding TensorFlow's start-up block when
+    `quiet_start_wanted()` (the device listing, where the CUDA probing happens, included)."""
+    if not quiet_start_wanted():
+        return importlib.import_module(module_name)
+    with stderr_fd_silenced():
+        module = importlib.import_module(module_name)
+        if "tensorflow" in sys.modules:
+            sys.modules["tensorflow"].config.list_physical_devices()
+    return module
 
 
 def lazy_exports(package: str, exports: dict, namespace: dict):
@@ -22,9 +82,9 @@ def lazy_exports(package: str, exports: dict, namespace: dict):
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
         module_name = exports[name]
         if module_name == "":
-            value = importlib.import_module(f"{package}.{name}")
+            value = import_quietly(f"{package}.{name}")
         else:
-            value = getattr(importlib.import_module(module_name), name)
+            value = getattr(import_quietly(module_name), name)
         namespace[name] = value
         return value
 

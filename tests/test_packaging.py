@@ -99,3 +99,39 @@ def test_every_runtime_dependency_is_explained_in_the_readme():
     explained = re.findall(r"^- `([\w.-]+)`: \S", section, flags=re.M)
     assert sorted(explained) == sorted(required)
     assert "keras-cv" in section and "Keras 3" in section
+
+
+def _extras_of_setup_cfg() -> dict[str, set[str]]:
+    import configparser
+
+    config = configparser.ConfigParser()
+    config.read(PACKAGE.parent / "setup.cfg")
+    return {
+        name: {re.split(r"[<>=!~\[ ;]", line.strip())[0] for line in text.strip().splitlines()}
+        for name, text in config["options.extras_require"].items()
+    }
+
+
+def test_the_readme_lists_each_extra_with_exactly_its_packages():
+    """README.md's "Extras" bullets ("- `NAME`, ...: `package` ...") name every extra of
+    setup.cfg and, in backticks, exactly the packages each installs (issue 47: the README's
+    description of `dev` left most of it out)."""
+    readme = (PACKAGE.parent / "README.md").read_text()
+    section = readme[readme.index("\n## Extras\n") :].split("\n## ", 2)[1]
+    bullets = re.findall(r"^- `([\w.-]+)`(.*?)(?=^- |\Z)", section, flags=re.M | re.S)
+    listed = {name: set(re.findall(r"`([\w.-]+)`", text)) for name, text in bullets}
+    assert listed == _extras_of_setup_cfg()
+
+
+def test_the_tests_need_no_benchmark_peer():
+    """`bench` holds what only the benchmarks (and skippable cross-checks) import: no package
+    of it is in `dev`, and the tests that use one skip cleanly without it."""
+    extras = _extras_of_setup_cfg()
+    assert not extras["bench"] & extras["dev"]
+    assert {"jax", "pytest", "hypothesis"} <= extras["dev"]  # the CI's JAX lane needs jax
+    tests = PACKAGE.parent / "tests"
+    for module in ("keras_hub", "vit_keras", "tensorflow_text", "psutil"):
+        for path in tests.rglob("*.py"):
+            text = path.read_text()
+            imported = re.search(rf"^\s*(import|from) {module}\b", text, flags=re.M)
+            assert not imported, f"{path} imports {module} (a bench package) unconditionally"

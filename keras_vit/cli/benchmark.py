@@ -76,7 +76,7 @@ def add_parser(subparsers):
     )
     parser.add_argument("--json", dest="json_path", help="also write the results here")
     progress.add_output_arguments(parser, log_every=False)
-    parser.set_defaults(func=run)
+    parser.set_defaults(func=run, check=check_args)
     return parser
 
 
@@ -253,4 +253,4 @@ def run(args):
 
 def vars_for_json(args):
     """The parsed arguments without the `func` callback and the set of typed flags."""
-    return {k: v for k, v in vars(args).items() if k not in ("func", "typed_flags")}
+    return {k: v for k, v in vars(args).items() if k not in ("func", "check", "typed_flags")}

@@ -110,7 +110,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     )
     parser.add_argument("--overwrite", action="store_true", help="replace an existing DST")
     progress.add_output_arguments(parser, log_every=False)
-    parser.set_defaults(func=run)
+    parser.set_defaults(func=run, check=check)
     return parser
 
 
@@ -159,11 +159,20 @@ def builder_for(name: str):
         named = configs.resolve_model(name)
         builder = model_source.named(name).builder
     except ValueError:
-        raise UsageError(
-            f"unknown --model {name!r}; expected 'auto' or one of {configs.valid_names()} "
-            "(also spelled as the builder, ViT_B16 / R50_B16, or the release file, ViT-B_16)"
-        ) from None
+        raise UsageError(unknown_model_message(name)) from None
     return builder, named.pixels_per_token
+
+
+def unknown_model_message(name: str) -> str:
+    """The error of an unknown --model, with the closest name (`configs.suggest_model`)."""
+    from keras_vit.spec import configs
+
+    guess = configs.suggest_model(name)
+    hint = f" (did you mean {guess!r}?)" if guess else ""
+    return (
+        f"unknown --model {name!r}{hint}; expected 'auto' or one of {configs.valid_names()} "
+        "(also spelled as the builder, ViT_B16 / R50_B16, or the release file, ViT-B_16)"
+    )
 
 
 def _file_defaults(arch, args, pixels_per_token):
@@ -252,11 +261,12 @@ def _build_model(contents, args):
     return model, report
 
 
-def run(args) -> int:
-    """Runs `keras-vit convert`; returns 0 on success."""
-    from keras_vit.checkpoints import CheckpointError, model_contents, write_checkpoint
+def check(args) -> None:
+    """The argument checks that need no TensorFlow (run before importing it): DST's format,
+    SRC exists, DST is new (or --overwrite) and replaceable, --model names a model."""
+    from keras_vit.spec import configs
 
-    target = target_format(args.dst, args.to)
+    target_format(args.dst, args.to)
     if not os.path.exists(args.src):
         raise UsageError(f"SRC not found: {args.src!r}")
     if os.path.exists(args.dst) and not args.overwrite:
@@ -265,6 +275,19 @@ def run(args) -> int:
         raise UsageError(
             f"DST {args.dst!r} is neither a file nor a folder; --overwrite replaces only those"
         )
+    if args.model not in (None, "auto"):
+        try:
+            configs.resolve_model(args.model)
+        except ValueError:
+            raise UsageError(unknown_model_message(args.model)) from None
+
+
+def run(args) -> int:
+    """Runs `keras-vit convert`; returns 0 on success."""
+    from keras_vit.checkpoints import CheckpointError, model_contents, write_checkpoint
+
+    check(args)
+    target = target_format(args.dst, args.to)
     if args.model not in (None, "auto"):
         builder_for(args.model)  # an unknown name fails here, before the file is read
     contents = _read(args)

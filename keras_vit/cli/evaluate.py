@@ -29,7 +29,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "--top-k", type=flags.positive_int, default=5, help="also report top-k accuracy"
     )
     flags.add_model_use_arguments(parser, batch_size=256)
-    parser.set_defaults(func=run)
+    parser.set_defaults(func=run, check=model_files.check_model_argument)
     return parser
 
 
@@ -74,7 +74,7 @@ def run(args) -> int:
 
     model, config = model_files.load_model(args.model)
     dataset, shots, info = resolve_dataset(args, config)
-    model, precision = model_files.model_with_precision(args, model)
+    model, precision = model_files.model_with_precision(args, model, probe="cached")
     num_classes = check_classes(model, info)
     top_k = min(args.top_k, num_classes)
     with flags.usage_errors():

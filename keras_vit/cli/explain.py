@@ -68,7 +68,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         help="fraction of the weakest attention weights dropped per block (default 0)",
     )
     flags.add_model_use_arguments(parser)
-    parser.set_defaults(func=run)
+    parser.set_defaults(func=run, check=check_arguments)
     return parser
 
 
@@ -85,6 +85,7 @@ def model_and_image(args) -> None:
             "explain IMAGE --model RUN_OR_MODEL is deprecated; use explain RUN_OR_MODEL IMAGE."
         )
         args.model, args.image = args.model_flag, args.model
+        args.model_flag = None  # done: a second check (main's, then run's) leaves them be
     elif args.image is None:
         raise UsageError("explain takes RUN_OR_MODEL IMAGE (the model first, as in predict)")
 
@@ -182,7 +183,9 @@ def run(args) -> int:
     )
 
     model = load_keras_file(model_path)
-    model, _ = model_with_precision(args, model)  # --mixed-precision / --jit-compile
+    model, _ = model_with_precision(
+        args, model, probe="cached"
+    )  # --mixed-precision / --jit-compile
     batch = prepare(image, model_image_shape(model))
     outputs = model(batch, training=False)
     if len(outputs.shape) != 2:

@@ -45,7 +45,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "--overwrite", action="store_true", help="replace an existing version folder"
     )
     flags.add_model_use_arguments(parser)
-    parser.set_defaults(func=run)
+    parser.set_defaults(func=run, check=check)
     return parser
 
 
@@ -63,17 +63,15 @@ def read_class_names_file(path: str) -> list[str]:
     return [line.strip() for line in text.splitlines() if line.strip()]
 
 
-def run(args) -> int:
-    """Loads the model, exports it, prints the version folder; returns the exit code."""
+def check(args) -> None:
+    """The argument checks that need no TensorFlow (run before importing it)."""
     if args.version is not None and args.version <= 0:
         raise UsageError(f"--version must be a positive integer. Received: {args.version}")
     if args.top_k <= 0:
         raise UsageError(f"--top-k must be a positive integer. Received: {args.top_k}")
-    model_path, run_dir = resolve_model_path(args.model, suffixes=(".keras",))
+    resolve_model_path(args.model, suffixes=(".keras",))
     if args.class_names is not None:
-        class_names = read_class_names_file(args.class_names)
-    else:
-        class_names = class_names_from_run(run_dir)
+        read_class_names_file(args.class_names)
     if args.version is not None and not args.overwrite:
         target = os.path.join(args.export_dir, str(args.version))
         if os.path.exists(target):
@@ -81,6 +79,16 @@ def run(args) -> int:
                 f"version {args.version} already exists at {target!r}; "
                 "pass --overwrite to replace it"
             )
+
+
+def run(args) -> int:
+    """Loads the model, exports it, prints the version folder; returns the exit code."""
+    check(args)
+    model_path, run_dir = resolve_model_path(args.model, suffixes=(".keras",))
+    if args.class_names is not None:
+        class_names = read_class_names_file(args.class_names)
+    else:
+        class_names = class_names_from_run(run_dir)
 
     from keras_vit.export import export_saved_model
 

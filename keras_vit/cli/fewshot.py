@@ -40,7 +40,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--test-split", default="test", help="split scored (test)")
     flags.add_allow_test_selection_argument(parser, "--train-split (shots and l2)")
     flags.add_model_use_arguments(parser, batch_size=256)
-    parser.set_defaults(func=run)
+    parser.set_defaults(func=run, check=model_files.check_model_argument)
     return parser
 
 
@@ -127,7 +127,9 @@ def run(args) -> int:
         layer = fewshot.feature_layer_name(model)
     except ValueError as error:
         raise UsageError(str(error)) from None
-    model, precision = model_files.model_with_precision(args, model)  # the features' dtype and XLA
+    model, precision = model_files.model_with_precision(
+        args, model, probe="cached"
+    )  # the features' dtype and XLA
     common_kwargs = dict(
         image_size=model_files.model_image_shape(model)[:2],
         batch_size=args.batch_size,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 
 from keras_vit.cli import flags, run_driver
+from keras_vit.spec import configs
 
 # the fields of keras_vit.train.training.FinetuneConfig that flags of the same dest set
 RECIPE_FLAGS = (*flags.RUN_RECIPE_FLAGS, "steps")
@@ -31,10 +32,13 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     )
     flags.add_data_arguments(parser, default_dataset_help="default: digits")
     parser.add_argument(
-        "--steps", type=flags.positive_int, help="optimizer steps (rounded up to whole epochs)"
+        "--steps",
+        type=flags.positive_int,
+        help="optimizer steps, rounded up to whole epochs (default: "
+        f"{configs.RECIPE_DEFAULTS['finetune']['steps']})",
     )
     flags.add_run_arguments(parser, task="finetune")
-    parser.set_defaults(func=run)
+    parser.set_defaults(func=run, check=check)
     return parser
 
 
@@ -51,12 +55,16 @@ def build_config(args):
         )
 
 
-def run(args) -> int:
+def check(args) -> None:
+    """The checks of finetune's flags that need no TensorFlow (run before importing it)."""
     if not args.resume and not args.weights:
-        from keras_vit.cli.flags import UsageError
-
-        raise UsageError(
+        raise flags.UsageError(
             "--weights is required: a run directory, a checkpoint file or folder, or a "
             "published checkpoint name."
         )
+    run_driver.check_run_dir(args)
+
+
+def run(args) -> int:
+    check(args)
     return run_driver.run_training(build_config(args), args, "finetune")

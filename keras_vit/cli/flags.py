@@ -16,7 +16,7 @@ import os
 from keras_vit._atomic import replace_problem
 from keras_vit.cli import progress
 from keras_vit.runtime import precision
-from keras_vit.spec import kept_model
+from keras_vit.spec import configs, kept_model
 
 logger = logging.getLogger(__name__)
 
@@ -176,13 +176,28 @@ def add_data_arguments(parser, *, default_dataset_help: str, bad_images: str = "
 
 
 def add_run_arguments(parser, *, task: str) -> None:
-    """Image size, schedule, distribution and run-directory flags of train/finetune."""
+    """Image size, schedule, distribution and run-directory flags of train/finetune; the help
+    gives the recipe's defaults (`keras_vit.spec.configs.RECIPE_DEFAULTS`)."""
+    recipe = configs.RECIPE_DEFAULTS[task]
     add_image_size_argument(
-        parser, default_text="the recipe's" if task == "train" else "the model's"
+        parser,
+        default_text=f"{recipe['image_size']}, the recipe's" if task == "train" else "the model's",
     )
-    parser.add_argument("--batch-size", type=positive_int, help="global batch size")
-    parser.add_argument("--learning-rate", type=positive_float, help="base learning rate")
-    parser.add_argument("--seed", type=seed, help="random seed (weights, shuffling, augmentation)")
+    parser.add_argument(
+        "--batch-size",
+        type=positive_int,
+        help=f"global batch size (default: {recipe['batch_size']})",
+    )
+    parser.add_argument(
+        "--learning-rate",
+        type=positive_float,
+        help=f"peak learning rate (default: {recipe['learning_rate']:g})",
+    )
+    parser.add_argument(
+        "--seed",
+        type=seed,
+        help=f"random seed (weights, shuffling, augmentation; default: {recipe['seed']})",
+    )
     parser.add_argument(
         "--shots-per-class",
         type=positive_int,
@@ -229,9 +244,10 @@ def add_select_argument(parser) -> None:
         "--select",
         choices=kept_model.SELECTIONS,
         default=kept_model.DEFAULT_SELECTION,
-        help="which epoch's model a run keeps as best.keras (the one tested at the end and "
-        "used by evaluate, predict and export): last (default: the end of the schedule, as "
-        "the paper reports its runs) or best (the epoch with the best validation accuracy)",
+        help="which epoch's model a run keeps, the kept model, saved as best.keras and "
+        "best.npz under either rule (the one tested at the end and used by evaluate, "
+        "predict and export): last (default: the end of the schedule, as the paper reports "
+        "its runs) or best (the epoch with the best validation accuracy)",
     )
 
 
@@ -299,9 +315,11 @@ def add_precision_arguments(parser) -> None:
         choices=PRECISION_CHOICES,
         default="auto",
         help="dtype policy (a value is always needed, unlike --jit-compile); auto (default) "
-        "picks the fastest for this device and model: on CPUs by timing one encoder block "
-        "of the model's shape in each setting (cached per host; the run's first line gives "
-        "the figures), mixed precision on GPUs/TPUs",
+        "picks the fastest for this device and model: on CPUs by timing one encoder block's "
+        "training step of the model's shape in each setting, a few seconds once per host "
+        "and shape (cached in ~/.cache/keras_vit/precision_probe.json: delete it to measure "
+        "again; KERAS_VIT_PRECISION_PROBE=off: the CPU-flag rule), where predict, explain, "
+        "evaluate and fewshot only read the cache; mixed precision on GPUs/TPUs",
     )
     jit = parser.add_mutually_exclusive_group()  # --jit-compile X --no-jit-compile: refused
     jit.add_argument(

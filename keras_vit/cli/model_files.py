@@ -16,8 +16,10 @@ MODEL_SUFFIXES = (".keras", ".npz")
 logger = logging.getLogger(__name__)
 
 
-def choose_precision(args, model):
-    """The `PrecisionChoice` of --mixed-precision/--jit-compile for a loaded `model`; logs it."""
+def choose_precision(args, model, probe=None):
+    """The `PrecisionChoice` of --mixed-precision/--jit-compile for a loaded `model`; logs it.
+    `probe`: as `keras_vit.runtime.distribute.choose_precision` ("cached" for the one-off commands:
+    a cached probe of this host and model shape, else the flag rule)."""
     from keras_vit.runtime import distribute
     from keras_vit.runtime.precision_probe import model_shape
 
@@ -29,16 +31,18 @@ def choose_precision(args, model):
         tokens=shape.get("tokens"),
         mlp_dim=shape.get("mlp_dim"),
         num_heads=shape.get("num_heads"),
+        probe=probe,
     )
     logger.info("Precision: %s", choice.describe())
     return choice
 
 
-def model_with_precision(args, model):
-    """(model under the chosen policy, the `PrecisionChoice`); XLA set on the model."""
+def model_with_precision(args, model, probe=None):
+    """(model under the chosen policy, the `PrecisionChoice`); XLA set on the model.
+    `probe`: as `choose_precision`."""
     from keras_vit.runtime import distribute
 
-    choice = choose_precision(args, model)
+    choice = choose_precision(args, model, probe)
     model = distribute.with_dtype_policy(model, choice.policy)
     model.jit_compile = choice.jit_compile
     return model, choice
@@ -75,6 +79,11 @@ def resolve_model_path(path: str, *, suffixes=MODEL_SUFFIXES) -> tuple[str, str 
         )
     folder = os.path.dirname(os.path.abspath(path))
     return path, folder if os.path.isfile(os.path.join(folder, RUN_CONFIG_FILE)) else None
+
+
+def check_model_argument(args) -> None:
+    """`resolve_model_path(args.model)` as a subcommand's `check` (no TensorFlow needed)."""
+    resolve_model_path(args.model)
 
 
 def class_names_from_run(run_dir: str | None) -> list[str] | None:

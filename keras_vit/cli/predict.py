@@ -38,8 +38,14 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     )
     flags.add_bad_images_argument(parser, default="skip")
     flags.add_model_use_arguments(parser, batch_size=64)
-    parser.set_defaults(func=run)
+    parser.set_defaults(func=run, check=check)
     return parser
+
+
+def check(args) -> None:
+    """RUN_OR_MODEL and IMAGES_OR_FOLDER exist (checked before TensorFlow is imported)."""
+    model_files.check_model_argument(args)
+    find_images(args.inputs)
 
 
 def find_images(inputs) -> list[str]:
@@ -70,7 +76,7 @@ def usable_images(files, bad_images: str, channels: int = 3) -> list[str]:
 
     from keras_vit.data import image_check
 
-    usable, bad = image_check.check_images(files, "skip", channels=channels)
+    usable, bad = image_check.check_images(files, "skip", channels=channels, log=False)
     if bad and bad_images == "fail":
         path, reason = next(iter(bad.items()))
         raise UsageError(f"Bad image {path}: {reason} (--bad-images skip predicts the others).")
@@ -123,7 +129,7 @@ def run(args) -> int:
     files = usable_images(found, args.bad_images, channels)
     images = read_images(files, (height, width), channels)
     images = np.asarray(from_unit_range(images, model_input_preprocessing(model)))
-    model, _ = model_files.model_with_precision(args, model)
+    model, _ = model_files.model_with_precision(args, model, probe="cached")
     bar = len(files) > 1000 and progress.output_mode(args) == "batch"  # a terminal only
     outputs = model.predict(images, batch_size=args.batch_size, verbose=1 if bar else 0)
     if outputs_logits(model):

@@ -61,6 +61,92 @@ def epoch_lines(stream=None):
     return EpochLines()
 
 
+def steady_seconds(begin: float, batch_ends: list[float]) -> float:
+    """How long a pass of `len(batch_ends)` batches takes once compiled, from one pass's
+    clock readings: its `begin` and the end of each batch.
+
+    The first two batches carry the compilation (tf.function tracing, XLA), so it is the
+    per-batch time of the later batches times the batch count; with fewer than four batches
+    there is nothing to separate: the whole pass (an upper bound).
+
+    >>> steady_seconds(0.0, [30.0, 31.0, 32.0, 33.0, 34.0])
+    5.0
+    >>> steady_seconds(0.0, [30.0, 31.0])
+    31.0
+    """
+    steps = len(batch_ends)
+    if steps < 4:
+        return batch_ends[-1] - begin if batch_ends else 0.0
+    return (batch_ends[-1] - batch_ends[1]) / (steps - 2) * steps
+
+
+def duration_text(seconds: float) -> str:
+    """'45 s', '7.5 min', '2.1 h'."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def remaining_time(stream=None, clock=time.perf_counter):
+    """A Keras callback that prints once, when the second epoch this process trains begins
+    (before Keras' bar of that epoch), how long the rest of the run should take: the first
+    epoch's training and validation passes without their compilation (`steady_seconds`)
+    times the epochs left (the Keras bar's ETA covers one epoch only). Nothing for a
+    one-epoch run."""
+    import keras
+
+    class RemainingTime(keras.callbacks.Callback):
+        def __init__(self):
+            super().__init__()
+            self._first = self._end = None
+            self._told = False
+            self._passes = {"train": [None, []], "test": [None, []]}  # begin, batch ends
+
+        def _record(self, phase, begin=False):
+            if self._first is not None and self._end is None:
+                if begin:
+                    self._passes[phase][0] = clock()
+                else:
+                    self._passes[phase][1].append(clock())
+
+        def on_epoch_begin(self, epoch, logs=None):
+            if self._first is None:
+                self._first = epoch
+                self._start = self._passes["train"][0] = clock()
+            elif self._end is not None and not self._told:
+                self._told = True
+                print(self.line(epoch), file=stream or sys.stdout, flush=True)
+
+        def on_train_batch_end(self, batch, logs=None):
+            self._record("train")
+
+        def on_test_begin(self, logs=None):
+            self._record("test", begin=True)
+
+        def on_test_batch_end(self, batch, logs=None):
+            self._record("test")
+
+        def on_epoch_end(self, epoch, logs=None):
+            if epoch == self._first:
+                self._end = clock()
+
+        def line(self, epoch: int) -> str:
+            left = self.params.get("epochs", epoch) - epoch
+            took = self._end - self._start
+            steady = sum(
+                steady_seconds(begin, ends) for begin, ends in self._passes.values() if ends
+            )
+            return (
+                f"Time left: about {duration_text(steady * left)} for {left} more "
+                f"epoch{'s' if left != 1 else ''} (~{duration_text(steady)} each; the first "
+                f"took {duration_text(took)} with compilation), then the test evaluation"
+            )
+
+    return RemainingTime()
+
+
 def describe_model(run: dict, model_kwargs: dict) -> str:
     """'default (ViT patch 4, hidden_dim 64, 4 layers, 4 heads)' from a config record."""
     name = run.get("model") or "default"
@@ -85,23 +171,66 @@ def describe_model(run: dict, model_kwargs: dict) -> str:
     return f"{name} ({kind} {', '.join(parts)})" if parts else name
 
 
-def start_line(run_dir: str, record: dict, precision: str) -> str:
-    """The first line of a run: run directory, model, data, precision and compiler."""
+FIRST_LINE_MAX = 120
+"""Characters the first line of a run keeps to (a default run directory's), the details
+following on indented lines."""
+
+
+def start_lines(run_dir: str, record: dict, precision: str) -> list[str]:
+    """What a run prints first: one short line (run directory, model, data, precision), then
+    indented lines with the details (architecture; classes, size and held-out images; why
+    this precision and compiler; strategy).
+
+    Args:
+        run_dir: the run directory. record: the config record (`keras_vit.train.runs.train`'s
+            `on_start`: "run" and "resolved"). precision: the dtype policy in effect.
+    """
     run, resolved = record.get("run", {}), record.get("resolved", {})
-    height, width = resolved.get("image_size", ("?", "?"))
-    data = (
-        f"{resolved.get('dataset')} ({resolved.get('num_train_examples')} training images, "
-        f"{resolved.get('num_classes')} classes, {height}x{width})"
+    model_kwargs = resolved.get("model_kwargs", {})
+    name = run.get("model") or "default"
+    if run.get("task") == "finetune":
+        name = f"fine-tuned from {run.get('weights')}"
+    kind = "hybrid ViT" if "resnet_stages" in model_kwargs else "ViT"
+    trained = _count(resolved.get("num_train_examples"))
+    xla = " + XLA" if resolved.get("jit_compile") is True else ""
+    first = (
+        f"Run {run_dir}: {name} {kind} on {resolved.get('dataset')} ({trained} training "
+        f"images), {precision}{xla}"
     )
     replicas = resolved.get("num_replicas", 1)
     strategy = resolved.get("strategy") or "default"
     strategy = "default strategy" if strategy.startswith("_Default") else strategy
     why = f" ({resolved['precision_reason']})" if resolved.get("precision_reason") else ""
-    return (
-        f"Run {run_dir}: model {describe_model(run, resolved.get('model_kwargs', {}))}; "
-        f"data {data}; precision {precision}, jit_compile {resolved.get('jit_compile')}{why}; "
-        f"{strategy}, {replicas} replica(s)"
+    return [
+        first,
+        f"  model: {describe_model(run, model_kwargs)}",
+        f"  data: {describe_data(resolved)}",
+        f"  precision: {precision}, jit_compile {resolved.get('jit_compile')}{why}",
+        f"  strategy: {strategy}, {replicas} replica(s)",
+    ]
+
+
+def _count(number) -> str:
+    return f"{number:,}" if isinstance(number, int) else str(number)
+
+
+def describe_data(resolved: dict) -> str:
+    """'mnist, 10 classes, 28x28: 3,600 training images of 'train[:90%]', 400 held out for
+    validation ('train[90%:]', not trained on), test split 'test''."""
+    height, width = resolved.get("image_size", ("?", "?"))
+    text = (
+        f"{resolved.get('dataset')}, {resolved.get('num_classes')} classes, {height}x{width}: "
+        f"{_count(resolved.get('num_train_examples'))} training images"
     )
+    if resolved.get("train_split"):
+        text += f" of {resolved['train_split']!r}"
+    if resolved.get("validation_split"):
+        held = resolved.get("num_validation_examples")
+        held = f"{_count(held)} " if held is not None else ""
+        text += f", {held}held out for validation ({resolved['validation_split']!r})"
+    if resolved.get("test_split"):
+        text += f", test split {resolved['test_split']!r}"
+    return text
 
 
 def interrupt_guard():

@@ -20,7 +20,9 @@ def _flat(config) -> dict[str, object]:
     return {**recipe, **values}
 
 
-INVOCATION_FLAGS = frozenset({"run_dir", "resume", "quiet", "log_every", "verbose", "func"})
+INVOCATION_FLAGS = frozenset(
+    {"run_dir", "resume", "quiet", "log_every", "verbose", "func", "check"}
+)
 """Flags of this invocation only, never part of the stored run (accepted with --resume)."""
 
 

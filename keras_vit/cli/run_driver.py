@@ -24,12 +24,29 @@ def resolve_strategy(name: str):
         raise UsageError(str(error)) from None
 
 
+def check_run_dir(args) -> None:
+    """UsageError, before TensorFlow loads, for a --resume without --run-dir and for a fresh
+    run whose --run-dir is a file or a non-empty folder (`keras_vit.train.runs.check_run_dir`
+    checks again, with the lock, when the run starts)."""
+    run_dir = args.run_dir
+    if args.resume and not run_dir:
+        raise UsageError("--resume needs the --run-dir of the run to continue.")
+    if args.resume or not run_dir:
+        return
+    if os.path.isdir(run_dir) and os.listdir(run_dir):
+        raise UsageError(
+            f"Run directory {run_dir!r} already exists and is not empty; pass --resume to "
+            "continue it, or choose a new --run-dir."
+        )
+    if os.path.exists(run_dir) and not os.path.isdir(run_dir):
+        raise UsageError(f"Run directory {run_dir!r} exists and is not a folder.")
+
+
 def run_training(config, args, task: str) -> int:
     """Shared body of `train` and `finetune`: resolve, train, print the summary."""
     from keras_vit.train import runs
 
-    if args.resume and not args.run_dir:
-        raise UsageError("--resume needs the --run-dir of the run to continue.")
+    check_run_dir(args)
     run_dir = args.run_dir = args.run_dir or default_run_dir(task)  # main's --resume hint
     mode = progress.output_mode(args)
     if args.resume:
@@ -46,7 +63,7 @@ def run_training(config, args, task: str) -> int:
     def announce(record):
         if mode != "quiet":
             precision = record["resolved"]["dtype_policy"]
-            print(progress.start_line(run_dir, record, precision), flush=True)
+            print("\n".join(progress.start_lines(run_dir, record, precision)), flush=True)
             if args.resume:
                 print(f"Resuming {run_dir} with its stored configuration.", flush=True)
 
@@ -59,13 +76,21 @@ def run_training(config, args, task: str) -> int:
                 strategy=strategy,
                 resume=args.resume,
                 verbose=progress.keras_verbose(mode),
-                extra_callbacks=[guard] + ([progress.epoch_lines()] if mode == "epoch" else []),
+                extra_callbacks=[guard, *progress_callbacks(mode)],
                 on_start=announce,
             )
         finally:
             guard.on_train_end()  # Keras skips it when training stops on an exception
     print_summary(result)
     return 0
+
+
+def progress_callbacks(mode: str) -> list:
+    """The progress callbacks of an output mode: one line per epoch ("epoch"), and the
+    estimate of the time left after the first epoch (every mode but "quiet")."""
+    if mode == "quiet":
+        return []
+    return [progress.epoch_lines()] * (mode == "epoch") + [progress.remaining_time()]
 
 
 def check_jit_compile(args, strategy) -> None:
@@ -108,7 +133,21 @@ def print_summary(result) -> None:
         f"Trained {counted(epochs, 'epoch')}, {counted(steps, 'step')} on "
         f"{metrics['num_replicas']} replica(s); run directory: {run_dir}"
     )
-    print(f"Models: {os.path.join(run_dir, 'best.keras')} (kept), last.keras, best.npz")
+    print(models_line(run_dir, best))
+
+
+def models_line(run_dir: str, best: dict) -> str:
+    """Where the models are, saying what best.keras holds: the kept model, which under the
+    default --select last is the last epoch's (the name stays best.keras, the file every
+    command reads from a run directory)."""
+    path = os.path.join(run_dir, "best.keras")
+    if best.get("select", "best") == "last":
+        kept = "the kept model: the last epoch, as --select last (the default) says"
+    elif best:
+        kept = f"the kept model: epoch {best['epoch'] + 1}, the best on validation"
+    else:
+        kept = "the kept model"
+    return f"Models: {path} and best.npz ({kept}), last.keras"
 
 
 def counted(number: int, noun: str) -> str:

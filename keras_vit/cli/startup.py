@@ -14,34 +14,10 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import sys
 import warnings
 
-VERBOSE_ENV = "KERAS_VIT_VERBOSE"
-
-
-def verbose_from_env() -> bool:
-    """True when KERAS_VIT_VERBOSE is set to 1/true/yes."""
-    return os.environ.get(VERBOSE_ENV, "").strip().lower() in ("1", "true", "yes")
-
-
-@contextlib.contextmanager
-def stderr_fd_silenced():
-    """Sends OS-level stderr (fd 2, where C++ logs go) to /dev/null inside the block."""
-    sys.stderr.flush()
-    try:
-        saved = os.dup(2)
-    except OSError:  # no file descriptor 2 (a detached process): nothing to silence
-        yield
-        return
-    try:
-        with open(os.devnull, "w") as devnull:
-            os.dup2(devnull.fileno(), 2)
-        yield
-    finally:
-        sys.stderr.flush()
-        os.dup2(saved, 2)
-        os.close(saved)
+# shared with the quiet start of `import keras_vit` users (`keras_vit._lazy`)
+from keras_vit._lazy import VERBOSE_ENV, stderr_fd_silenced, verbose_from_env  # noqa: F401
 
 
 def start_tensorflow(verbose: bool) -> None:

@@ -49,9 +49,13 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         type=flags.positive_int,
         help="patch side (overrides the model's; with the resnet stem, on its feature map)",
     )
-    parser.add_argument("--epochs", type=flags.positive_int, help="number of epochs")
+    parser.add_argument(
+        "--epochs",
+        type=flags.positive_int,
+        help=f"number of epochs (default: {configs.RECIPE_DEFAULTS['train']['epochs']})",
+    )
     flags.add_run_arguments(parser, task="train")
-    parser.set_defaults(func=run)
+    parser.set_defaults(func=run, check=check)
     return parser
 
 
@@ -70,6 +74,23 @@ def check_stem(args) -> None:
             f"--stem {args.stem} applies to the recipe's model (--model default or tiny); "
             f"--model {args.model} is {kind} by its table row: drop --stem"
         )
+
+
+def check(args) -> None:
+    """The checks of train's flags that need no TensorFlow (`keras_vit.cli.main` runs them
+    before importing it): the model's name, --stem, a size in the name, the run directory."""
+    check_model_name(args.model)
+    check_stem(args)
+    flags.image_size_of_name(args)
+    run_driver.check_run_dir(args)
+
+
+def check_model_name(name) -> None:
+    """UsageError for a --model that names no model (the message suggests the closest)."""
+    try:
+        configs.resolve_model(name, recipes=True)
+    except ValueError as error:
+        raise flags.UsageError(str(error)) from None
 
 
 def build_config(args):

@@ -59,7 +59,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         " a task already run there is reused or resumed",
     )
     progress.add_output_arguments(parser, log_every=False)
-    parser.set_defaults(func=run)
+    parser.set_defaults(func=run, check=model_files.check_model_argument)
     return parser
 
 

@@ -133,7 +133,13 @@ def _decode_problem(path: str, channels: int = 3, max_pixels: int = MAX_PIXELS) 
 
 
 def check_images(
-    paths, policy: str = "skip", *, max_pixels: int = MAX_PIXELS, channels: int = 3, where=""
+    paths,
+    policy: str = "skip",
+    *,
+    max_pixels: int = MAX_PIXELS,
+    channels: int = 3,
+    where="",
+    log: bool = True,
 ):
     """Which of `paths` are usable images (see the module docstring).
 
@@ -142,6 +148,7 @@ def check_images(
         policy: "skip" (default) or "fail".
         max_pixels, channels: see `image_problem`.
         where: the folder or source named in the log line.
+        log: log the skipped files as one warning (False: the caller reports them).
 
     Returns:
         (list of booleans, True for each usable file; {path: reason} of the bad ones).
@@ -161,7 +168,7 @@ def check_images(
             f"Bad image {path}: {reason}. {len(bad)} bad file(s) in all; pass "
             "--bad-images skip (bad_images='skip') to leave them out."
         )
-    if bad:
+    if bad and log:
         shown = "; ".join(f"{path} ({reason})" for path, reason in list(bad.items())[:LOGGED_NAMES])
         more = f"; and {len(bad) - LOGGED_NAMES} more" if len(bad) > LOGGED_NAMES else ""
         logger.warning(

@@ -282,7 +282,7 @@ def choose_precision(
     jit_compile: bool | str | None = AUTO,
     flags: frozenset[str] | None = None,
     tokens: int | None = None,
-    probe: bool | None = None,
+    probe: bool | str | None = None,
     mlp_dim: int | None = None,
     num_heads: int | None = None,
 ) -> PrecisionChoice:
@@ -303,8 +303,9 @@ def choose_precision(
         tokens: tokens per image of the model, the probe's shape (default 197, a 224 image in
             16-pixel patches plus the class token); `precision_probe.model_shape(model)` or
             `precision_probe.shape_from_kwargs(kwargs)` give it with `mlp_dim`/`num_heads`.
-        probe: measure on CPU (True), never (False), or as `KERAS_VIT_PRECISION_PROBE`
-            says (None, the default: on unless it is "off"/"0"/"false").
+        probe: measure on CPU (True), never (False), use cached figures only ("cached":
+            the one-off commands), or as `KERAS_VIT_PRECISION_PROBE` says (None, the
+            default: on unless it is "off"/"0"/"false").
         mlp_dim, num_heads: the model's MLP width and heads for the probe block (defaults
             4 * hidden_dim and hidden_dim / 64).
 
@@ -429,14 +430,18 @@ def measured_choice(prior, hidden_dim, strategy, policy, jit, *, shape=None, pro
     if why_not:
         return dataclasses.replace(prior, reason=f"{prior.reason}; flag rule ({why_not})")
     try:
-        figures, date, cached = precision_probe.probe_figures(
-            hidden_dim, **(shape or {}), refresh=mode == "refresh"
+        found = precision_probe.probe_figures(
+            hidden_dim, **(shape or {}), refresh=mode == "refresh", measure=mode != "cached"
         )
     except Exception as error:  # the probe must never stop a run
         logger.warning(
             "Precision probe failed (%s: %s); using the flag rule.", type(error).__name__, error
         )
         return dataclasses.replace(prior, reason=f"{prior.reason}; flag rule (probe failed)")
+    if found is None:  # mode "cached", nothing cached for this host and shape
+        why = "not probed for a one-off command, and no cached probe of this shape"
+        return dataclasses.replace(prior, reason=f"{prior.reason}; flag rule ({why})")
+    figures, date, cached = found
     timed = {label: figures[label] for label in candidates if label in figures}
     if len(timed) < 2:
         return prior

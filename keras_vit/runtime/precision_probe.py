@@ -78,6 +78,9 @@ GFLOP gives Ti/16 a batch of 16 as a training run's: at 5 images (3 GFLOP) the A
 products of an Intel Xeon tied float32 + XLA in the probe while the batch-16 model ran
 1.2-1.7x faster in bfloat16 (docs/performance.md)."""
 OFF_WORDS = ("off", "0", "false", "no")
+CACHED = "cached"
+"""`probe=` value of the one-off commands (`keras-vit predict`, ...): cached figures when
+this host and model shape have some, else the flag rule; never a measurement."""
 clock = time.perf_counter
 """The probe's clock (seconds); tests replace it with a fake one."""
 
@@ -86,11 +89,15 @@ def setting_label(policy: str, xla: bool) -> str:
     return f"{policy}+xla" if xla else policy
 
 
-def probe_mode(probe: bool | None = None) -> str:
-    """ "off", "on" or "refresh": the `probe` argument, else `KERAS_VIT_PRECISION_PROBE`."""
+def probe_mode(probe: bool | str | None = None) -> str:
+    """ "off", "on", "refresh" or "cached": the `probe` argument (True, False, or "cached":
+    use figures already cached, never measure), else `KERAS_VIT_PRECISION_PROBE`. A
+    "cached" argument under `KERAS_VIT_PRECISION_PROBE=off` is "off"."""
+    value = os.environ.get(PROBE_ENV, "on").strip().lower()
+    if probe == CACHED:
+        return "off" if value in OFF_WORDS else CACHED
     if probe is not None:
         return "on" if probe else "off"
-    value = os.environ.get(PROBE_ENV, "on").strip().lower()
     if value in OFF_WORDS:
         return "off"
     return "refresh" if value == "refresh" else "on"
@@ -410,13 +417,14 @@ def probe_figures(
     refresh=False,
     make_step=None,
     timer=None,
+    measure=True,
 ):
     """(milliseconds per probe step by setting label, the cache entry's date, cached?).
 
     The probe block has the model's shape (`probe_shape(hidden_dim, tokens, mlp_dim,
     num_heads)`). Reads the cache; on a miss (or `refresh`) measures `CANDIDATES` with
     `make_step(shape, policy, xla)` (default `block_step`) and stores the figures with their
-    key and date.
+    key and date. With `measure=False`, a cache miss returns None instead of measuring.
     """
     make_step = make_step or block_step
     shape = probe_shape(hidden_dim, tokens, mlp_dim, num_heads)
@@ -426,6 +434,8 @@ def probe_figures(
     entry = entries.get(key_text(key))
     if entry is not None and not refresh:
         return entry["figures"], entry.get("date"), True
+    if not measure:
+        return None
     steps = {setting_label(p, x): make_step(shape, p, x) for p, x in CANDIDATES}
     seconds = measure_until_decided(steps, timer=timer)
     figures = {label: round(1000.0 * value, 3) for label, value in seconds.items()}

@@ -9,6 +9,7 @@ defined here once and nowhere else. Source: the paper's table 1 and the release'
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import re
 
 
@@ -60,6 +61,29 @@ VIT_CONFIGS: dict[str, ViTConfig] = {
 RECIPE_VIT = ViTConfig(patch_size=4, hidden_dim=64, mlp_dim=128, num_heads=4, num_layers=4)
 """The small ViT of the default training recipe (`keras_vit.train.training.TrainConfig`): patch 4
 on 28x28 MNIST (49 tokens). Not a named variant of the paper."""
+
+
+RECIPE_DEFAULTS = {
+    "train": {
+        "dataset": "mnist",
+        "image_size": 28,
+        "epochs": 30,
+        "batch_size": 64,
+        "learning_rate": 3e-3,
+        "seed": 0,
+    },
+    "finetune": {
+        "dataset": "digits",
+        "image_size": 40,
+        "steps": 300,
+        "batch_size": 32,
+        "learning_rate": 0.03,
+        "seed": 0,
+    },
+}
+"""The schedule defaults of the two recipes (`keras_vit.train.training.TrainConfig` and
+`FinetuneConfig` take their field defaults from here), kept here so that `keras-vit train
+--help` shows them without importing Keras."""
 
 
 def resnet_total_stride(resnet_stages) -> int:
@@ -231,11 +255,40 @@ def resolve_model(name, *, recipes: bool = False, hybrids: bool = True) -> Model
                 f"Model {name!r} is a hybrid; this takes ViT variants only: one of {valid} "
                 "(also spelled as the builder, ViT_B16, or the release file, ViT-B_16)."
             )
+        guess = suggest_model(name, recipes=recipes, hybrids=hybrids)
+        hint = f" (did you mean {guess!r}?)" if guess else ""
         raise ValueError(
-            f"Unknown model {name!r}; expected one of {valid} (also spelled as the "
+            f"Unknown model {name!r}{hint}; expected one of {valid} (also spelled as the "
             "builder, ViT_B16 / R50_B16, or the release file, ViT-B_16 / R50+ViT-B_16)."
         )
     return ModelName(table_key, MODEL_CONFIGS[table_key], _named_size(name))
+
+
+def suggest_model(name, *, recipes: bool = False, hybrids: bool = True) -> str | None:
+    """The table name closest to a misspelt `name` ("B16x" -> "B/16"), or None.
+
+    `difflib.get_close_matches` (ratio >= 0.6) over the spelling keys every accepted
+    spelling reduces to ("b16", "r50b16") and the plain lower-case table names, so that a
+    suggestion is always a name `resolve_model` takes.
+
+    >>> suggest_model("B16x")
+    'B/16'
+    >>> suggest_model("zzzz") is None
+    True
+    """
+    if not isinstance(name, str) or not name.strip():
+        return None
+    candidates = dict(_by_spelling())
+    if not hybrids:
+        candidates = {k: t for k, t in candidates.items() if t not in HYBRID_CONFIGS}
+    if recipes:
+        candidates.update({recipe: recipe for recipe in RECIPE_NAMES})
+    try:
+        key = _spelling_key(name)
+    except (ValueError, KeyError):
+        key = name.lower()
+    found = difflib.get_close_matches(key, list(candidates), n=1, cutoff=0.6)
+    return candidates[found[0]] if found else None
 
 
 def _named_size(name: str) -> int | None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 from typing import Any
 
 import keras
@@ -251,6 +252,7 @@ def plan_run(config: RunConfig, strategy) -> RunPlan:
         )
     except (ValueError, FileNotFoundError) as error:
         raise ConfigError(_one_line(error)) from None
+    check_class_count(info)
     try:
         global_batch = distribute.per_replica_batch_size(recipe.batch_size, strategy)
     except ValueError as error:
@@ -305,10 +307,23 @@ def plan_run(config: RunConfig, strategy) -> RunPlan:
     )
 
 
+def check_class_count(info) -> None:
+    """ConfigError when the dataset has fewer than two classes: a softmax classifier over one
+    class has a constant output and a zero loss, so nothing would be learnt (a folder with one
+    sub-folder per class and a single sub-folder used to fail later, inside Keras, after the
+    run directory was written). Names the dataset (the folder), the classes found and the rule."""
+    if info.num_classes >= 2:
+        return
+    found = ", ".join(repr(str(name)) for name in (info.class_names or ())) or "none"
+    where = "The folder" if os.path.isdir(str(info.name)) else "The dataset"
+    raise ConfigError(
+        f"{where} {info.name!r} has {info.num_classes} class ({found}); training a "
+        "classifier needs at least two classes (an image folder: one sub-folder per class)."
+    )
+
+
 def physical_memory_bytes() -> int | None:
     """The machine's physical memory in bytes (None where the OS does not say)."""
-    import os
-
     try:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (AttributeError, ValueError, OSError):

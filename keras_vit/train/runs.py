@@ -685,7 +685,9 @@ def train(
         extra_callbacks: more Keras callbacks for `fit` (see `fit_run`).
         on_start: called once with the run's config record (what config.json holds:
             "run", "resolved", "versions") and the dtype policy in effect added as
-            `resolved["dtype_policy"]`, after every check and before training starts.
+            `resolved["dtype_policy"]`, after every check and before training starts. With
+            it, the precision line ("Precision: ...") is logged at DEBUG, not INFO (the
+            caller announces the run; the command line prints it once).
 
     Returns:
         A `RunResult`; `result.metrics["test"]["accuracy"]` is the test accuracy of best.keras,
@@ -721,7 +723,12 @@ def train(
                     },
                 }
             )
-        logger.info("Precision: %s", plan.precision.describe())  # after the CLI's first line
+        # the caller of on_start announces the run (the CLI's first lines name the precision)
+        logger.log(
+            logging.DEBUG if on_start else logging.INFO,
+            "Precision: %s",
+            plan.precision.describe(),
+        )
         return fit_run(
             run_dir,
             lambda: _build_model(plan),

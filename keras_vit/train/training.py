@@ -35,7 +35,9 @@ from keras_vit._validation import (
 from keras_vit.layers.pooling import CLASSIFIER_POOLINGS
 from keras_vit.layers.position_embedding import POSITION_EMBEDDINGS
 from keras_vit.runtime.optimizers import NO_WEIGHT_DECAY_PATTERN, ViTAdamW  # noqa: F401 (public)
-from keras_vit.spec.configs import RECIPE_VIT
+from keras_vit.spec.configs import RECIPE_DEFAULTS, RECIPE_VIT
+
+_TRAIN_DEFAULTS, _FINETUNE_DEFAULTS = RECIPE_DEFAULTS["train"], RECIPE_DEFAULTS["finetune"]
 
 DECAYS = ("linear", "cosine")
 STEMS = ("resnet", "patch")
@@ -323,8 +325,8 @@ class TrainConfig:
         model.fit(train_ds, epochs=config.num_epochs(num_train), validation_data=val_ds)
     """
 
-    dataset: str = "mnist"
-    image_size: int = 28
+    dataset: str = _TRAIN_DEFAULTS["dataset"]
+    image_size: int = _TRAIN_DEFAULTS["image_size"]
     stem: str = "resnet"
     resnet_width: int = 32
     resnet_groups: int = 8
@@ -337,16 +339,16 @@ class TrainConfig:
     pooling: str = "gap"
     position_embedding: str = "learned"
     dropout_rate: float = RECIPE_VIT.dropout_rate
-    epochs: int = 30
-    batch_size: int = 64
-    learning_rate: float = 3e-3
+    epochs: int = _TRAIN_DEFAULTS["epochs"]
+    batch_size: int = _TRAIN_DEFAULTS["batch_size"]
+    learning_rate: float = _TRAIN_DEFAULTS["learning_rate"]
     weight_decay: float = 0.05
     warmup_epochs: float = 1.0
     decay: str = "cosine"
     label_smoothing: float = 0.1
     global_clipnorm: float | None = 1.0
     jit_compile: bool | str = "auto"
-    seed: int = 0
+    seed: int = _TRAIN_DEFAULTS["seed"]
 
     def __post_init__(self):
         """Checks every field, so that a bad recipe (given in Python, or a hand-edited
@@ -443,16 +445,16 @@ class FinetuneConfig:
     epochs=config.num_epochs(n), steps_per_epoch=config.steps_per_epoch(n))`.
     """
 
-    dataset: str = "digits"
-    image_size: int = 40
-    batch_size: int = 32
-    steps: int = 300
+    dataset: str = _FINETUNE_DEFAULTS["dataset"]
+    image_size: int = _FINETUNE_DEFAULTS["image_size"]
+    batch_size: int = _FINETUNE_DEFAULTS["batch_size"]
+    steps: int = _FINETUNE_DEFAULTS["steps"]
     validations: int = 5
-    learning_rate: float = 0.03
+    learning_rate: float = _FINETUNE_DEFAULTS["learning_rate"]
     warmup_steps: int | None = None
     label_smoothing: float = 0.0
     jit_compile: bool | str = "auto"
-    seed: int = 0
+    seed: int = _FINETUNE_DEFAULTS["seed"]
 
     def __post_init__(self):
         """Checks every field (see `TrainConfig.__post_init__`); `image_size` None: the

@@ -141,6 +141,46 @@ def test_predict_bad_arguments_exit_2(trained, capsys, tmp_path):
     expect_usage_error(capsys, ["predict", str(trained), str(broken)], "Cannot read")
 
 
+def test_predict_reports_a_file_that_is_no_image_once(trained, capsys, caplog, tmp_path):
+    """A text file given to predict: the one error line, and no warning log repeating it
+    (issue 47: "Skipped 1 bad image file(s)" was logged, then the error printed); in a folder
+    beside a readable image: one "Skipped" line, no log record."""
+    note = tmp_path / "note.txt"
+    note.write_text("hello")
+    with caplog.at_level("WARNING"):
+        expect_usage_error(capsys, ["predict", str(trained), str(note)], f"Cannot read {note}")
+    assert not [record for record in caplog.records if str(note) in record.getMessage()]
+    folder = tmp_path / "mixed"
+    folder.mkdir()
+    (folder / "note.png").write_text("hello")
+    from PIL import Image
+
+    Image.new("L", (8, 8), 128).save(folder / "gray.png")
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        assert main(["predict", str(trained), str(folder)]) == 0
+    err = capsys.readouterr().err
+    assert err.count("note.png") == 1 and err.startswith(f"Skipped {folder / 'note.png'}: ")
+    assert not [record for record in caplog.records if "note.png" in record.getMessage()]
+
+
+def test_predict_does_not_run_the_precision_probe(
+    trained, digits_folder, capsys, monkeypatch, tmp_path
+):
+    """--mixed-precision auto on a one-off predict takes a cached probe or the flag rule: no
+    probe is measured (nor its cache written) for a few images (issue 47)."""
+    from keras_vit.runtime import precision_probe
+
+    monkeypatch.setenv("KERAS_VIT_PRECISION_PROBE", "on")
+    monkeypatch.setenv("KERAS_VIT_CACHE_DIR", str(tmp_path / "cache"))
+    built = []
+    monkeypatch.setattr(precision_probe, "block_step", lambda *a: built.append(a))
+    image = digits_folder[1][0]
+    assert main(["predict", str(trained), str(image), "--top-k", "1"]) == 0
+    assert f"{image}: " in capsys.readouterr().out
+    assert built == [] and not os.path.exists(precision_probe.cache_path())
+
+
 def test_predict_reads_rgb_rgba_and_gif_like_gray(decisive, digits_folder, capsys, tmp_path):
     from PIL import Image
 

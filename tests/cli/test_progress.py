@@ -49,7 +49,7 @@ def test_epoch_line_has_number_time_and_every_log():
     assert line.rstrip().endswith(" s  loss 0.8123  accuracy 0.7410")
 
 
-def test_start_line_of_a_finetune_run_names_the_source_and_the_chosen_precision():
+def test_start_lines_of_a_finetune_run_name_the_source_and_the_chosen_precision():
     record = {
         "run": {"task": "finetune", "weights": "runs/mnist/best.npz", "model": "default"},
         "resolved": {
@@ -63,12 +63,112 @@ def test_start_line_of_a_finetune_run_names_the_source_and_the_chosen_precision(
             "num_replicas": 2,
         },
     }
-    line = progress.start_line("runs/digits", record, "mixed_bfloat16")
-    assert line == (
-        "Run runs/digits: model fine-tuned from runs/mnist/best.npz (ViT patch 4, hidden_dim 64, "
-        "layers 4); data digits (100 training images, 10 classes, 40x40); precision "
-        "mixed_bfloat16, jit_compile True; MirroredStrategy, 2 replica(s)"
+    lines = progress.start_lines("runs/digits", record, "mixed_bfloat16")
+    assert lines == [
+        "Run runs/digits: fine-tuned from runs/mnist/best.npz ViT on digits (100 training "
+        "images), mixed_bfloat16 + XLA",
+        "  model: fine-tuned from runs/mnist/best.npz (ViT patch 4, hidden_dim 64, layers 4)",
+        "  data: digits, 10 classes, 40x40: 100 training images",
+        "  precision: mixed_bfloat16, jit_compile True",
+        "  strategy: MirroredStrategy, 2 replica(s)",
+    ]
+
+
+DEFAULT_RECORD = {
+    "run": {"task": "train", "model": "default"},
+    "resolved": {
+        "dataset": "mnist",
+        "num_train_examples": 3600,
+        "num_validation_examples": 400,
+        "train_split": "train[:90%]",
+        "validation_split": "train[90%:]",
+        "test_split": "test",
+        "num_classes": 10,
+        "image_size": [28, 28],
+        "model_kwargs": {
+            "patch_size": 1,
+            "hidden_dim": 64,
+            "num_layers": 4,
+            "num_heads": 4,
+            "resnet_stages": [],
+            "resnet_width": 32,
+        },
+        "jit_compile": True,
+        "strategy": "_DefaultDistributionStrategy",
+        "num_replicas": 1,
+        "precision_reason": "CPU AMD EPYC 7B13, 2 cores; measured (probed now, ...): "
+        + "float32+xla 4.3 ms, float32 4.9 ms, mixed_bfloat16 4.7 ms; " * 3,
+    },
+}
+
+
+def test_the_first_line_of_the_default_run_is_short_and_the_details_follow():
+    """Issue 47: the first line was ~600 characters. It keeps to FIRST_LINE_MAX with the
+    default run directory; the held-out tenth and the precision's reason follow, each once."""
+    lines = progress.start_lines("runs/train-20261205-221500", DEFAULT_RECORD, "float32")
+    assert len(lines[0]) <= progress.FIRST_LINE_MAX, lines[0]
+    assert lines[0] == (
+        "Run runs/train-20261205-221500: default hybrid ViT on mnist (3,600 training images), "
+        "float32 + XLA"
     )
+    assert all(line.startswith("  ") for line in lines[1:])
+    text = "\n".join(lines)
+    assert "3,600 training images of 'train[:90%]', 400 held out for validation" in text
+    assert text.count("float32+xla 4.3 ms") == 3 and text.count("jit_compile True") == 1
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def _first_epoch(callback, clock, train_steps, test_steps, compile_s=20.0, step_s=0.5):
+    """Drives `callback` through a first epoch: two slow (compiling) batches, then steady
+    ones, then a validation pass likewise; returns the epoch's duration."""
+    callback.on_epoch_begin(0)
+    for phase, steps in (("train", train_steps), ("test", test_steps)):
+        if phase == "test":
+            callback.on_test_begin()
+        for batch in range(steps):
+            clock.now += compile_s if batch < 2 else step_s
+            getattr(callback, f"on_{phase}_batch_end")(batch)
+    clock.now += 0.25  # writing checkpoints: not part of the estimate
+    callback.on_epoch_end(0)
+    return clock.now
+
+
+@pytest.mark.parametrize("epochs, train_steps, test_steps", [(30, 56, 7), (2, 10, 4), (5, 3, 1)])
+def test_remaining_time_is_printed_once_after_the_first_epoch(epochs, train_steps, test_steps):
+    out, clock = io.StringIO(), FakeClock()
+    callback = progress.remaining_time(out, clock=clock)
+    callback.set_params({"epochs": epochs, "steps": train_steps, "verbose": 0})
+    took = _first_epoch(callback, clock, train_steps, test_steps)
+    assert out.getvalue() == ""  # the estimate comes with the next epoch, before Keras' bar
+    callback.on_epoch_begin(1)
+    callback.on_epoch_end(1)
+    callback.on_epoch_begin(2)
+    line = out.getvalue()
+    assert line.count("\n") == 1 and line.startswith("Time left: about ")
+
+    def steady(steps):  # compiled batches at 0.5 s; a pass under 4 batches counts whole
+        return steps * 0.5 if steps >= 4 else min(steps, 2) * 20.0 + max(steps - 2, 0) * 0.5
+
+    each = steady(train_steps) + steady(test_steps)
+    left = epochs - 1
+    assert f" for {left} more epoch{'s' if left > 1 else ''} " in line
+    assert f"(~{progress.duration_text(each)} each; the first took " in line
+    assert f"about {progress.duration_text(each * left)} for" in line
+    assert f"took {progress.duration_text(took)} with compilation" in line
+
+
+@pytest.mark.parametrize(
+    "seconds, text", [(4.4, "4 s"), (89.0, "89 s"), (450.0, "7.5 min"), (7200.0, "2.0 h")]
+)
+def test_duration_text(seconds, text):
+    assert progress.duration_text(seconds) == text
 
 
 def test_interrupt_guard_raises_again_when_the_first_interrupt_was_lost():

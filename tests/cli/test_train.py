@@ -30,6 +30,10 @@ def test_train_writes_a_run_and_prints_test_accuracy(trained):
     assert "Kept model: the last epoch, 1 of 1 (--select last); val_accuracy " in out
     # 50 images: 1 per class is carved for validation, 40 train = 1 step of 25
     assert "Trained 1 epoch, 1 step on 1 replica(s)" in out
+    assert out.endswith(
+        f"Models: {run_dir / 'best.keras'} and best.npz (the kept model: the last epoch, as "
+        "--select last (the default) says), last.keras\n"
+    )
     config = json.loads((run_dir / "config.json").read_text())
     recipe = training.TrainConfig()
     assert config["run"]["recipe"]["seed"] == 3
@@ -47,26 +51,39 @@ def test_train_writes_a_run_and_prints_test_accuracy(trained):
         assert (run_dir / name).is_file(), name
 
 
-def test_select_best_reaches_the_run(tmp_path, capsys):
+def test_select_best_reaches_the_run(tmp_path, capsys, caplog):
     run_dir = tmp_path / "run"
     argv = [*TRAIN_ARGS, "--epochs", "2", "--select", "best", "--run-dir", str(run_dir)]
-    assert main(argv) == 0
+    with caplog.at_level("INFO"):
+        assert main(argv) == 0
     out = capsys.readouterr().out
+    # the precision sentence once: on stdout, not again as an INFO log (issue 47)
+    assert out.count("  precision: float32") == 1
+    assert not [r for r in caplog.records if r.getMessage().startswith("Precision: ")]
+    assert out.count("Time left: about ") == 1  # after epoch 1 of 2
     best = json.loads((run_dir / "best.json").read_text())
     assert best["select"] == "best"
     assert json.loads((run_dir / "config.json").read_text())["run"]["select"] == "best"
     assert f"Kept model: the best epoch, {best['epoch'] + 1} of 2, by val_accuracy " in out
+    kept = f"(the kept model: epoch {best['epoch'] + 1}, the best on validation), last.keras"
+    assert out.rstrip().endswith(kept)
 
 
 def test_output_to_a_file_first_names_the_run_then_one_line_per_epoch(trained):
     """stdout is not a terminal here: no progress-bar control codes, one line per epoch."""
     lines = trained.with_suffix(".stdout.txt").read_text().splitlines()
-    assert lines[0].startswith(
-        f"Run {trained}: model default (hybrid: BiT ResNet root, 32 channels, + ViT patch 1, "
-        "hidden_dim 64"
+    assert lines[0] == f"Run {trained}: default hybrid ViT on mnist (40 training images), float32"
+    assert lines[1] == (
+        "  model: default (hybrid: BiT ResNet root, 32 channels, + ViT patch 1, hidden_dim 64, "
+        "layers 4, heads 4)"
     )
-    assert "data mnist (40 training images, 10 classes, 8x8)" in lines[0]
-    assert "precision float32, jit_compile False" in lines[0]
+    assert lines[2] == (
+        "  data: mnist, 10 classes, 8x8: 40 training images of 'train[:90%]', 10 held out for "
+        "validation ('train[90%:]'), test split 'test'"
+    )
+    assert lines[3].startswith("  precision: float32, jit_compile False")
+    assert lines[4] == "  strategy: default strategy, 1 replica(s)"
+    assert "\n".join(lines).count("precision: ") == 1
     epoch_lines = [line for line in lines if line.startswith("epoch ")]
     assert len(epoch_lines) == 1 and epoch_lines[0].startswith("epoch 1/1  ")
     assert "val_accuracy" in epoch_lines[0]
@@ -214,6 +231,31 @@ def test_subcommand_help(capsys, command):
     assert expected.get(command, "--top-k") in out
 
 
+@pytest.mark.parametrize("command", ["train", "finetune"])
+def test_help_gives_the_recipe_defaults(capsys, command):
+    """`--help` names the defaults a run uses (the recipe dataclass a run is built from):
+    epochs or steps, batch size, learning rate, seed (issue 47)."""
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    out = capsys.readouterr().out
+    text = " ".join(out.split("options:", 1)[1].split())  # argparse wraps lines anywhere
+    recipe = training.TrainConfig() if command == "train" else training.FinetuneConfig()
+    schedule = "--epochs EPOCHS number of epochs" if command == "train" else "--steps STEPS"
+    length = recipe.epochs if command == "train" else recipe.steps
+    assert f"{schedule}" in text and f"(default: {length})" in text.split(schedule)[1][:90]
+    expected = {
+        "--batch-size BATCH_SIZE global batch size": f"(default: {recipe.batch_size})",
+        "--learning-rate LEARNING_RATE peak learning rate": f"(default: {recipe.learning_rate:g})",
+        "--seed SEED random seed": f"default: {recipe.seed})",
+        "--dataset DATASET": f"(default: {recipe.dataset})",
+    }
+    for flag, default in expected.items():
+        assert flag in text, flag
+        assert default in text.split(flag)[1][:200], (flag, default)
+    if command == "train":
+        assert f"(default: {recipe.image_size}, the recipe's)" in text
+
+
 def test_disk_full_exits_1_with_one_line_naming_the_file(tmp_path, capsys, monkeypatch):
     """ENOSPC injected at the write call (Keras' `Model.save` writes half a file, then fails):
     exit 1, one line with the final path and the cause, no temporary file, no traceback."""
@@ -302,6 +344,32 @@ def test_a_folder_without_test_split_trains_on_a_carved_validation_split(tmp_pat
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert "test" not in metrics and "accuracy" in metrics["validation"]
     assert metrics["steps"] == 18 // 6
+
+
+@pytest.mark.parametrize("nested", [False, True])
+def test_a_folder_with_one_class_is_refused_before_the_run_directory(tmp_path, capsys, nested):
+    """One class sub-folder (flat `imgs/<class>/` or `imgs/<split>/<class>/`): one line naming
+    the folder, the class found and the rule, exit 2, no run directory (issue 47: it blamed
+    the batch size, then died inside Keras after writing the run directory)."""
+    import numpy as np
+    from PIL import Image
+
+    root = tmp_path / "imgs"
+    folders = [root / "train" / "cats", root / "test" / "cats"] if nested else [root / "cats"]
+    for folder in folders:
+        folder.mkdir(parents=True)
+        for index in range(12):
+            pixels = np.random.default_rng(index).integers(0, 256, (8, 8), dtype=np.uint8)
+            Image.fromarray(pixels).save(folder / f"{index}.png")
+    run_dir = tmp_path / "run"
+    argv = ["train", "--dataset", str(root), "--batch-size", "4", "--run-dir", str(run_dir)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        f"keras-vit train: error: The folder {str(root)!r} has 1 class ('cats'); training a "
+        "classifier needs at least two classes (an image folder: one sub-folder per class)."
+    )
+    assert not run_dir.exists()
 
 
 @pytest.mark.parametrize("split", ["test", "test[:50%]"])

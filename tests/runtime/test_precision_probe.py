@@ -374,6 +374,28 @@ def test_probe_switches(host, monkeypatch):
     assert unknown.source == "rule" and "width unknown" in unknown.reason
 
 
+def test_one_off_commands_use_a_cached_probe_but_never_measure(host, monkeypatch):
+    """probe="cached" (predict, explain, evaluate, fewshot): the flag rule while nothing is
+    cached for this host and shape, nothing built or timed, no cache file written; the
+    cached figures once a run measured them; off under KERAS_VIT_PRECISION_PROBE=off."""
+    first = choose(probe="cached")
+    assert first.source == "rule" and first.setting == "mixed_bfloat16"
+    assert "not probed for a one-off command" in first.reason
+    assert not host.built and not os.path.exists(precision_probe.cache_path())
+    measured = choose()  # a training run on this host measures and caches
+    again = choose(probe="cached")
+    assert (again.setting, again.source, again.figures) == (
+        "float32+xla",
+        "cache",
+        measured.figures,
+    )
+    assert len(host.built) == len(precision_probe.CANDIDATES)
+    other_shape = choose(384, probe="cached")  # another model shape: not cached
+    assert other_shape.source == "rule" and len(host.built) == len(precision_probe.CANDIDATES)
+    monkeypatch.setenv("KERAS_VIT_PRECISION_PROBE", "off")
+    assert "probe off" in choose(probe="cached").reason
+
+
 def test_several_replicas_are_not_probed(host):
     class TwoCpuReplicas(tf.distribute.MirroredStrategy):
         def __init__(self):  # nothing started
@@ -464,7 +486,7 @@ def test_a_run_records_the_measured_choice_and_prints_it_first(host, monkeypatch
     assert {(s["mlp_dim"], s["heads"]) for _, s in host.built} == {(768, 6)}
     assert "MLP 768, 6 heads, 49 tokens" in resolved["precision_reason"]
     json.dumps(resolved)  # config.json can hold it
-    line = progress.start_line("runs/x", {"run": {}, "resolved": resolved}, "float32")
+    line = "\n".join(progress.start_lines("runs/x", {"run": {}, "resolved": resolved}, "float32"))
     assert "jit_compile True (CPU " in line and "float32+xla 30.0 ms" in line
 
 

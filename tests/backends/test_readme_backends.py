@@ -1,0 +1,71 @@
+"""README.md's "Backends" table is true at this commit (issue 47): each row's probe
+(tests/helpers/backend_claims.py) works where the table says "yes" and fails where it says
+"no", on each backend lane: TensorFlow in this process, JAX in a KERAS_BACKEND=jax process
+(`pytest -m jax`, the CI's JAX lane). A change that makes a "no" work (or breaks a "yes")
+fails here until the table says so."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.backends.subset import run_subset
+from tests.helpers import backend_claims
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def backend_table(markdown: str) -> dict[str, dict[str, str]]:
+    """{row key (the first cell up to its colon): {backend: cell}} of the table in the
+    "## Backends" section."""
+    section = markdown[markdown.index("\n## Backends\n") :].split("\n## ", 2)[1]
+    rows = [line.strip() for line in section.splitlines() if line.strip().startswith("|")]
+    header = [cell.strip(" `") for cell in rows[0].strip("|").split("|")]
+    table = {}
+    for line in rows[2:]:
+        cells = [cell.strip() for cell in line.strip("|").split("|")]
+        table[cells[0].split(":", 1)[0].strip()] = dict(zip(header[1:], cells[1:], strict=True))
+    return table
+
+
+def claimed(cell: str) -> bool:
+    """True for a "yes" cell, False for one that starts with "no"."""
+    word = cell.split(":")[0].split(",")[0].strip().lower()
+    assert word in ("yes", "no"), f"a Backends cell must start with yes or no: {cell!r}"
+    return word == "yes"
+
+
+def check_column(results: dict, backend: str) -> None:
+    table = backend_table(README.read_text())
+    assert set(table) == set(backend_claims.PROBES), "every row has a probe, every probe a row"
+    assert results["backend"] == backend
+    wrong = []
+    for row, cells in table.items():
+        result = results[row]
+        if claimed(cells[backend]) != result["ok"]:
+            works = "works" if result["ok"] else f"fails ({result['detail']})"
+            wrong.append(f"{row}: README says {cells[backend]!r} on {backend}, but it {works}")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_table_has_a_column_per_backend_lane():
+    table = backend_table(README.read_text())
+    assert table and all(set(cells) == {"tensorflow", "jax"} for cells in table.values())
+    assert claimed("yes") and not claimed("no: needs TensorFlow, and says so")
+    with pytest.raises(AssertionError):
+        claimed("partly")
+
+
+@pytest.mark.slow  # a tiny train, evaluate, predict and export: ~30 s on 2 cores
+def test_the_tensorflow_column_is_true(tmp_path):
+    check_column(backend_claims.main(str(tmp_path)), "tensorflow")
+
+
+@pytest.mark.jax
+@pytest.mark.slow
+def test_the_jax_column_is_true(tmp_path):
+    pytest.importorskip("jax")
+    env = {"JAX_PLATFORMS": "cpu", "KERAS_VIT_PRECISION_PROBE": "off"}
+    results = run_subset("jax", "tests.helpers.backend_claims", tmp_path, env=env, timeout=600)
+    check_column(results, "jax")
