@@ -182,7 +182,7 @@ class RunPlan:
         test_split: the split evaluated at the end (None: the dataset has no test split).
         num_train_examples, steps_per_epoch, epochs: the schedule.
         model_kwargs: `keras_vit.ViT` arguments of the model to train (for finetune: of the
-            model `keras_vit.model.finetune` returns).
+            model `keras_vit.finetune` returns).
         source_model: finetune only: the loaded pre-trained model.
         jit_compile: what `model.compile(jit_compile=...)` gets.
         precision: the `keras_vit.runtime.distribute.PrecisionChoice` (policy, XLA and why).

@@ -670,7 +670,7 @@ def train(
     `keras_vit.data.load` (the training split with augmentation, `config.validation_split`
     evaluated after every epoch, `config.test_split` evaluated at the end with the model
     `config.select` keeps),
-    the model from `keras_vit.ViT` (task "train") or `keras_vit.model.finetune` on the pre-trained
+    the model from `keras_vit.ViT` (task "train") or `keras_vit.finetune` on the pre-trained
     model (task "finetune"), built and compiled with the recipe inside `strategy.scope()`;
     `fit_run` does the rest.
 
