@@ -11,7 +11,7 @@ The ratio is how many times faster data arrives than it is used (target >= 5x).
 The model, optimizer, loss, jit setting and batch come from `keras_vit.training.TrainConfig`
 (what `keras-vit train` uses); `--image-size`, `--batch-size` and `--variant` override them.
 
-    python benchmarks/input_pipeline.py --source mnist
+    python benchmarks/studies/input_pipeline.py --source mnist
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ import os
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [_HERE, os.path.join(_HERE, ".."), os.path.join(_HERE, "..", "harness")]
 
 import common  # noqa: E402
 

@@ -7,11 +7,11 @@ wall time of `fit` + `evaluate`, the training images per second, and the process
 wall time). Target (issue 4): >= 97.5% in under 3 minutes on 2 CPU cores.
 
 Usage:
-    python benchmarks/train_mnist.py                     # the defaults
-    python benchmarks/train_mnist.py --results benchmarks/results/train_mnist.json
-    python benchmarks/train_mnist.py --cli --results benchmarks/results/keras_vit_train.json
-    python benchmarks/train_mnist.py --epochs 5 --save /tmp/mnist_vit.npz
-    python benchmarks/train_mnist.py --set hidden_dim=96 --set num_layers=4
+    python benchmarks/studies/train_mnist.py                     # the defaults
+    python benchmarks/studies/train_mnist.py --results benchmarks/results/train_mnist.json
+    python benchmarks/studies/train_mnist.py --cli --results benchmarks/results/keras_vit_train.json
+    python benchmarks/studies/train_mnist.py --epochs 5 --save /tmp/mnist_vit.npz
+    python benchmarks/studies/train_mnist.py --set hidden_dim=96 --set num_layers=4
 """
 
 from __future__ import annotations
@@ -180,10 +180,11 @@ def _write_figures(args, results, about) -> None:
         return
     import sys
 
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    _HERE = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:0] = [_HERE, os.path.join(_HERE, ".."), os.path.join(_HERE, "..", "harness")]
     from figures import write_results
 
-    command = "python benchmarks/train_mnist.py " + " ".join(sys.argv[1:])
+    command = "python benchmarks/studies/train_mnist.py " + " ".join(sys.argv[1:])
     write_results(args.results, figure_values(results), command=command.strip(), about=about)
     print(f"wrote {args.results}")
 

@@ -13,8 +13,8 @@ Also reported: the largest logit difference of the bfloat16 export against the f
 export, relative to the largest float32 logit, and their top-1 agreement on the batch; and
 the float32 export against the float32 Keras model (should be ~1e-6).
 
-    python benchmarks/export_speed.py --variant S/16 --batch-size 16
-    python benchmarks/export_speed.py --variant 8,32,64,4,2 --image-size 32 --repeats 2  # smoke
+    python benchmarks/studies/export_speed.py --variant S/16 --batch-size 16
+    python benchmarks/studies/export_speed.py --variant 8,32,64,4,2 --image-size 32 --repeats 2
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ import subprocess
 import sys
 import tempfile
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [_HERE, os.path.join(_HERE, ".."), os.path.join(_HERE, "..", "harness")]
 
 import common  # noqa: E402
 
@@ -227,7 +228,7 @@ def main(argv=None) -> int:
         write_results(
             args.results,
             figure_values(result),
-            command="python benchmarks/export_speed.py " + " ".join(sys.argv[1:]),
+            command="python benchmarks/studies/export_speed.py " + " ".join(sys.argv[1:]),
             about="SavedModel export served by a TensorFlow-only process against the Keras "
             "model, float32 and mixed_bfloat16, no XLA (img/s, medians of rotated repeats)",
         )

@@ -20,8 +20,8 @@ checked. Writes a table (stdout, and --json) and a PNG in the style of the paper
 (accuracy against pre-training set size, one line per model).
 
 Usage:
-    python benchmarks/data_scaling.py --png data_scaling.png          # ~20-30 min, 2 cores
-    python benchmarks/data_scaling.py --quick --png /tmp/ds.png       # smoke test, ~2 min
+    python benchmarks/studies/data_scaling.py --png data_scaling.png          # ~20-30 min, 2 cores
+    python benchmarks/studies/data_scaling.py --quick --png /tmp/ds.png       # smoke test, ~2 min
 """
 
 from __future__ import annotations
@@ -242,13 +242,14 @@ def figure_values(results, wall_s) -> dict:
 def write_figures(path, results, wall_s, argv) -> None:
     import sys
 
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    _HERE = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:0] = [_HERE, os.path.join(_HERE, ".."), os.path.join(_HERE, "..", "harness")]
     from figures import write_results
 
     write_results(
         path,
         figure_values(results, wall_s),
-        command="python benchmarks/data_scaling.py " + " ".join(argv),
+        command="python benchmarks/studies/data_scaling.py " + " ".join(argv),
         about="The data-size experiment in miniature (paper section 4.2, figure 3): 10-shot "
         "linear and fine-tuned accuracy on the UCI digits of a ViT, a BiT ResNet and a hybrid "
         "pre-trained on growing MNIST subsets",

@@ -12,9 +12,9 @@ Both are evaluated on every remaining digit (1,697 images). Target (issue 4): th
 model at least 10 points better than the one trained from scratch.
 
 Usage:
-    python benchmarks/transfer_digits.py                          # pre-trains first
-    python benchmarks/train_mnist.py --save /tmp/mnist_vit.npz
-    python benchmarks/transfer_digits.py --weights /tmp/mnist_vit.npz
+    python benchmarks/studies/transfer_digits.py                          # pre-trains first
+    python benchmarks/studies/train_mnist.py --save /tmp/mnist_vit.npz
+    python benchmarks/studies/transfer_digits.py --weights /tmp/mnist_vit.npz
 """
 
 from __future__ import annotations
@@ -174,7 +174,8 @@ def _write_figures(path, results) -> None:
     """The values docs/data_and_recipes.md quotes (benchmarks/figures.py)."""
     import sys
 
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    _HERE = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:0] = [_HERE, os.path.join(_HERE, ".."), os.path.join(_HERE, "..", "harness")]
     from figures import write_results
 
     values = {
@@ -182,7 +183,7 @@ def _write_figures(path, results) -> None:
         "scratch_accuracy": {"value": results["scratch_accuracy"], "format": "{:.1%}"},
         "gain_points": {"value": results["gain_points"], "format": "{:.1f}"},
     }
-    command = "python benchmarks/transfer_digits.py " + " ".join(sys.argv[1:])
+    command = "python benchmarks/studies/transfer_digits.py " + " ".join(sys.argv[1:])
     write_results(path, values, command=command.strip(), about=__doc__.split("\n")[0])
     print(f"wrote {path}")
 

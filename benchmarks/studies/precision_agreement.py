@@ -8,7 +8,7 @@ runs the float32-trained model on the held-out images in float32 and under the c
 policy (`keras_vit.distribute.with_dtype_policy`, same weights) and reports the top-1
 agreement and the largest logit difference.
 
-    python benchmarks/precision_agreement.py --hidden-dim 256 --json agreement.json
+    python benchmarks/studies/precision_agreement.py --hidden-dim 256 --json agreement.json
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [_HERE, os.path.join(_HERE, ".."), os.path.join(_HERE, "..", "harness")]
 
 import common  # noqa: E402
 

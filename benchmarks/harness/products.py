@@ -22,9 +22,9 @@ compiled function), and what a call costs - a 1x1x1 product timed the same way, 
 product in TensorFlow, ~1 us in NumPy - is taken off every figure. The workers see no GPU.
 Every figure records the host.
 
-    python benchmarks/step_products.py --variant Ti/16 --batch-size 16 --mode train
-    python benchmarks/step_products.py --variant B/16 --mode infer --engines numpy,xla
-    python benchmarks/step_products.py --torch-python /path/to/torch-venv/bin/python --json p.json
+    python benchmarks/bench.py products --variant Ti/16 --batch-size 16 --mode train
+    python benchmarks/bench.py products --variant B/16 --mode infer --engines numpy,xla
+    python benchmarks/bench.py products --torch-python /path/to/torch-venv/bin/python --json p.json
 """
 
 from __future__ import annotations
@@ -36,7 +36,8 @@ import subprocess
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # common.py, imported lazily
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [_HERE, os.path.join(_HERE, ".."), os.path.join(_HERE, "..", "harness")]
 
 ENGINES = ("xla", "tensorflow", "numpy", "torch")
 

@@ -1,0 +1,67 @@
+"""The peers of the harness are one table (benchmarks/harness/peers.py): adding a peer is
+adding a `PEERS` row, and every place that starts, names or labels a worker reads it."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import pytest
+
+HARNESS = Path(__file__).resolve().parents[2] / "benchmarks" / "harness"
+
+
+@pytest.fixture(scope="module")
+def harness():
+    sys.path.insert(0, str(HARNESS))
+    try:
+        import peers
+        import throughput
+
+        yield peers, throughput
+    finally:
+        sys.path.remove(str(HARNESS))
+
+
+def test_a_new_peer_is_one_table_row(harness, monkeypatch):
+    peers, throughput = harness
+    row = peers.Peer(("flax",), "torch", {"KERAS_BACKEND": "jax"}, "keras", peers.serve_keras)
+    monkeypatch.setitem(peers.PEERS, "flax_vit", row)
+    settings = [("float32", True), ("mixed_bfloat16", False)]
+    names = peers.points("flax_vit", "train", settings, [])
+    assert names == ["flax_vit:train:float32:xla", "flax_vit:train:mixed_bfloat16:noxla"]
+    assert [peers.label(name) for name in names] == ["float32+xla", "mixed_bfloat16"]
+    assert throughput.worker_env(names[0]) == {"KERAS_BACKEND": "jax"}
+    args = argparse.Namespace(
+        python=sys.executable, torch_python="/opt/other/python", variant="Ti/16",
+        image_size=224, batch_size=2, steps=1, warmup=1, gemm_sizes="none", threads=0,
+    )  # fmt: skip
+    assert throughput.worker_argv(args, names[1])[0] == "/opt/other/python"
+
+
+@pytest.mark.parametrize(
+    "peer, expected",
+    [
+        ("keras_vit", ["keras_vit:infer:float32:xla", "keras_vit:infer:float32:noxla"]),
+        ("keras_vit_torch", ["keras_vit_torch:infer:float32:noxla"]),  # eager only
+        ("timm", ["timm:infer:mixed_bfloat16:eager"]),
+    ],
+)
+def test_each_kind_of_settings(harness, peer, expected):
+    peers, _ = harness
+    keras_settings = [("float32", True), ("float32", False)]
+    assert peers.points(peer, "infer", keras_settings, [("mixed_bfloat16", "eager")]) == expected
+
+
+def test_a_worker_of_a_peer_that_does_not_import_reports_why(harness, capsys):
+    peers, _ = harness
+    peers.PEERS["absent_peer"] = peers.Peer(("no_such_module_xyz",), "main", {}, "keras", None)
+    try:
+        args = argparse.Namespace(worker="absent_peer:train:float32:xla", threads=0)
+        assert peers.serve(args) == 1
+    finally:
+        del peers.PEERS["absent_peer"]
+    out = capsys.readouterr().out
+    assert out.startswith("ERROR ") and "absent_peer does not import" in out
+    assert "No module named 'no_such_module_xyz'" in out
