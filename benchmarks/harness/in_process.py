@@ -108,7 +108,7 @@ def timm_step(args, policy: str, compiled: bool):
 
 def peer_import_error(framework: str) -> str | None:
     """None when `framework` (a `peers.PEERS` row) imports here, else why not."""
-    return common.benchmarking_import_problem(*torch_peer.PEERS[framework].modules)
+    return torch_peer.import_problem(*torch_peer.PEERS[framework].modules)
 
 
 def time_rounds(steps, rounds, steps_per_point):

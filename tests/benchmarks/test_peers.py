@@ -65,3 +65,60 @@ def test_a_worker_of_a_peer_that_does_not_import_reports_why(harness, capsys):
     out = capsys.readouterr().out
     assert out.startswith("ERROR ") and "absent_peer does not import" in out
     assert "No module named 'no_such_module_xyz'" in out
+
+
+def test_bench_entry_dispatches_verbs_and_refuses_an_unknown_one(capsys):
+    sys.path.insert(0, str(HARNESS.parent))
+    try:
+        import bench
+    finally:
+        sys.path.remove(str(HARNESS.parent))
+    assert bench.main(["race"]) == 2
+    assert "usage: bench.py VERB" in capsys.readouterr().err
+    assert bench.main(["figures", "--check"]) == 0  # the documents' figures, as CI checks them
+    with pytest.raises(SystemExit) as done:
+        bench.main(["gpu", "--peers", "flax"])
+    assert done.value.code == 2 and "unknown peer 'flax'" in capsys.readouterr().err
+
+
+def _bench():
+    sys.path.insert(0, str(HARNESS.parent))
+    try:
+        import bench
+
+        return bench
+    finally:
+        sys.path.remove(str(HARNESS.parent))
+
+
+def test_every_suite_line_parses_with_its_verb_both_ways():
+    """A workload is one line of suites.toml: its command and quick variant are arguments
+    its verb (or study) accepts, and a quick variant times a tiny model."""
+    pytest.importorskip("tomllib" if sys.version_info >= (3, 11) else "tomli")
+    import importlib
+    import os
+
+    bench = _bench()
+    folders = [str(HARNESS.parent), str(HARNESS), str(HARNESS.parent / "studies")]
+    sys.path[:0] = folders
+    try:
+        for suite in ("figures", "targets", "gpu"):
+            for quick in (False, True):
+                for workload, argv in bench.suite_commands(suite, quick):
+                    if argv[1].endswith("bench.py"):
+                        verb, args = argv[2], argv[3:]
+                        name = bench.VERBS[verb]
+                    else:
+                        name, args = os.path.basename(argv[1])[:-3], argv[2:]
+                    module = importlib.import_module(name)
+                    if hasattr(module, "parse_args"):
+                        module.parse_args(args)  # SystemExit(2) on a bad line
+                    if quick and "--variant" in args:
+                        assert args[args.index("--variant") + 1] == "8,32,64,4,2", workload
+    finally:
+        for folder in folders:
+            sys.path.remove(folder)
+    with pytest.raises(ValueError, match="unknown suite 'nope'"):
+        bench.suite_commands("nope", False)
+    with pytest.raises(ValueError, match="suite 'gpu' has no workload 'x'"):
+        bench.suite_commands("gpu", False, ["x"])

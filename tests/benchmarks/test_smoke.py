@@ -630,7 +630,7 @@ def test_in_process_times_timm_in_the_rotation_or_says_why_not(tmp_path):
     ],
 )
 def test_targets_refuses_a_bad_workload_naming_it(workloads, item, problem):
-    done = run_script("bench.py targets", "--workloads", workloads, timeout=120)
+    done = run_script("targets.py", "--workloads", workloads, timeout=120)
     assert done.returncode == 2, done.stderr[-2000:]
     assert f"{item!r} {problem}" in done.stderr, done.stderr[-2000:]
     assert "Traceback" not in done.stderr
