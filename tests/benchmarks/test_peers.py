@@ -122,3 +122,41 @@ def test_every_suite_line_parses_with_its_verb_both_ways():
         bench.suite_commands("nope", False)
     with pytest.raises(ValueError, match="suite 'gpu' has no workload 'x'"):
         bench.suite_commands("gpu", False, ["x"])
+
+
+class _FakeWorker:
+    """A worker whose `request` logs its name, and raises from `dies_at` on."""
+
+    def __init__(self, name, log, dies_at=None):
+        self.name, self.log, self.dies_at, self.calls = name, log, dies_at, 0
+        self.process = argparse.Namespace(poll=lambda: -9)
+        self.closed = False
+
+    def request(self, command):
+        self.calls += 1
+        if self.dies_at is not None and self.calls >= self.dies_at:
+            raise RuntimeError("worker exited (-9)")
+        self.log.append(self.name)
+        return {"images_per_s": 1.0}
+
+    def close(self):
+        self.closed = True
+
+
+def test_run_rounds_rotates_drops_the_dead_and_stops_at_the_deadline(harness, capsys):
+    sys.path.insert(0, str(HARNESS))
+    try:
+        import common
+    finally:
+        sys.path.remove(str(HARNESS))
+    log = []
+    workers = {n: _FakeWorker(n, log, dies_at=2 if n == "b" else None) for n in "abc"}
+    dead = workers["b"]
+    payloads = common.run_rounds(workers, repeats=3)
+    assert log == ["a", "b", "c", "c", "a", "a", "c"]  # round 2 starts at b (dead), round 3 at c
+    assert sorted(payloads) == ["a", "c"] and dead.closed and "b" not in workers
+    assert "dropping b: the worker died (exit code -9)" in capsys.readouterr().out
+    log.clear()
+    workers = {n: _FakeWorker(n, log) for n in "ab"}
+    payloads = common.run_rounds(workers, repeats=5, deadline=0.0)  # passed: one round
+    assert log == ["a", "b"] and all(len(v) == 1 for v in payloads.values())
