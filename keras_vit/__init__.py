@@ -11,9 +11,12 @@ from __future__ import annotations
 import sys
 import types
 
-from keras_vit import _allocator, _registration, configs
+from keras_vit import _aliases, _allocator, _registration
 from keras_vit._lazy import lazy_exports
 from keras_vit._version import __version__ as __version__
+from keras_vit.spec import configs
+
+_aliases.install()  # the module paths of the flat layout (keras_vit.runs, ...) keep working
 
 _allocator.prefer_bfc_cpu_allocator()  # before TensorFlow makes its CPU allocator
 
@@ -32,11 +35,11 @@ _EXPORTS = {
     "load_weights": "keras_vit.checkpoints",
     "save_npz": "keras_vit.checkpoints",
     "export_saved_model": "keras_vit.export",
-    "fewshot_evaluate": "keras_vit.fewshot",
-    "finetune": "keras_vit.finetune",
-    "from_checkpoint": "keras_vit.build_any",
-    "HybridViT": "keras_vit.hybrid",
-    "ViT": "keras_vit.models",
+    "fewshot_evaluate": "keras_vit.evaluate.fewshot",
+    "finetune": "keras_vit.model.finetune",
+    "from_checkpoint": "keras_vit.model.build_any",
+    "HybridViT": "keras_vit.model.hybrid",
+    "ViT": "keras_vit.model.models",
     "resize_position_embeddings": "keras_vit.layers.position_resize",
     "preprocess_inputs": "keras_vit.data.preprocess",
     "attention_maps": "keras_vit.visualize",
@@ -45,8 +48,8 @@ _EXPORTS = {
     "mean_attention_distance": "keras_vit.visualize",
     "WeightsWarning": "keras_vit._warnings",
     # the named shortcuts, one per row of the size table: ViT_B16 ..., R50_B16 ...
-    **{configs.builder_name(v): "keras_vit.models" for v in configs.VIT_CONFIGS},
-    **{configs.builder_name(v): "keras_vit.hybrid" for v in configs.HYBRID_CONFIGS},
+    **{configs.builder_name(v): "keras_vit.model.models" for v in configs.VIT_CONFIGS},
+    **{configs.builder_name(v): "keras_vit.model.hybrid" for v in configs.HYBRID_CONFIGS},
 }
 
 __all__ = sorted(_EXPORTS)

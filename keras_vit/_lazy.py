@@ -12,7 +12,7 @@ def lazy_exports(package: str, exports: dict, namespace: dict):
     Args:
         package: the package's `__name__`.
         exports: `{public name: defining module}`; a module name "" means the sub-module of
-            that name (`keras_vit.finetune`).
+            that name (`keras_vit.checkpoints`).
         namespace: the package's `globals()`; each name is stored there once imported, so
             later look-ups skip `__getattr__`.
     """

@@ -21,14 +21,20 @@ import importlib.abc
 import importlib.util
 import sys
 
-REGISTERING_MODULES = ("keras_vit.layers", "keras_vit.optimizers", "keras_vit.training")
+REGISTERING_MODULES = (
+    "keras_vit.layers",
+    "keras_vit.runtime.optimizers",
+    "keras_vit.train.training",
+)
 """The modules whose import registers keras_vit's serializable classes: the layers, and
 the optimizer and learning-rate schedule that a `.keras` file of a training run holds."""
 
 
 def _import_layers() -> None:
     for name in REGISTERING_MODULES:
-        importlib.import_module(name)
+        module = importlib.import_module(name)
+        for public in getattr(module, "__all__", ()):  # a lazy package imports on access
+            getattr(module, public)
 
 
 class _ThenImportLayers(importlib.abc.Loader):

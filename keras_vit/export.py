@@ -36,15 +36,13 @@ from collections.abc import Sequence
 import keras
 import tensorflow as tf
 
-from keras_vit import _atomic, layer_names
+from keras_vit import _atomic
 from keras_vit._validation import check_positive_int
-from keras_vit.builder import ONE_CLASS_HINT
+from keras_vit.checkpoints.model_io import model_input_preprocessing
 from keras_vit.data.decode import decode_pixels
-from keras_vit.data.preprocess import (
-    from_unit_range,
-    model_input_preprocessing,
-    preprocess_inputs,
-)
+from keras_vit.data.preprocess import from_unit_range, preprocess_inputs
+from keras_vit.model.builder import ONE_CLASS_HINT
+from keras_vit.spec import layer_names
 
 logger = logging.getLogger(__name__)
 
@@ -91,7 +89,7 @@ def export_saved_model(
         jit_compile: compile the model's forward pass with XLA inside the SavedModel
             (default False: TensorFlow's kernels, which on CPU run bfloat16 products on
             oneDNN). The model's own dtype policy is kept: for a bfloat16 export of a float32
-            model, pass `keras_vit.distribute.with_dtype_policy(model, "mixed_bfloat16")`
+            model, pass `keras_vit.runtime.distribute.with_dtype_policy(model, "mixed_bfloat16")`
             (logits stay float32; docs/serving.md gives the measured difference).
 
     Returns:

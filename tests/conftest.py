@@ -6,7 +6,7 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # "auto" precision on CPU measures the host on first use and caches the figures in the
-# user's cache folder (keras_vit/precision_probe.py); tests keep the deterministic flag rule
+# user's cache folder (keras_vit/runtime/precision_probe.py); tests keep the deterministic flag rule
 # (and leave the user's cache alone) unless they switch the probe on themselves.
 os.environ.setdefault("KERAS_VIT_PRECISION_PROBE", "off")
 

@@ -1,5 +1,6 @@
 """Subprocess helpers shared by the tests that start, kill and restart training processes
-(tests/test_runs.py: one process; tests/test_distribute.py: two workers on 127.0.0.1)."""
+(tests/train/test_runs.py: one process; tests/runtime/test_distribute.py: two workers on
+127.0.0.1)."""
 
 import signal
 import socket
@@ -40,7 +41,7 @@ def wait_until(condition, processes, what, timeout=240):
 
 def sigkill(process, timeout=30):
     """Kills `process` with SIGKILL and reaps it (a zombie's pid still counts as alive for
-    keras_vit.run_lock)."""
+    keras_vit.train.run_lock)."""
     process.send_signal(signal.SIGKILL)
     assert process.wait(timeout=timeout) == -signal.SIGKILL
 

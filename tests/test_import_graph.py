@@ -80,9 +80,9 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 def test_the_import_graph_reads_real_imports():
     # Guards the parser itself: edges that exist in the sources are found.
-    assert "keras_vit.configs" in imports_of("keras_vit.models")
+    assert "keras_vit.spec.configs" in imports_of("keras_vit.model.models")
     assert "keras_vit.checkpoints.naming" in imports_of("keras_vit.checkpoints.loading")
-    assert "keras_vit.layers" in imports_of("keras_vit.builder")
+    assert "keras_vit.layers" in imports_of("keras_vit.model.builder")
 
 
 def test_find_cycle_finds_a_planted_cycle():
@@ -128,52 +128,88 @@ def test_no_subcommand_imports_another():
     assert offenders == {}
 
 
-# The layers, bottom up: what a lower module may not import (imports inside functions count).
-BELOW_THE_BUILDERS = ("keras_vit.checkpoints", "keras_vit.layers")
-BELOW_THE_BUILDERS_MODULES = ("keras_vit.configs", "keras_vit.builder", "keras_vit.layer_names")
-ABOVE_THE_BUILDERS = (
-    "keras_vit.models",
-    "keras_vit.hybrid",
-    "keras_vit.model_source",
-    "keras_vit.run_plan",
-    "keras_vit.runs",
-    "keras_vit.training",
-    "keras_vit.finetune",
-    "keras_vit.cli",
-)
-# No door left open: `keras_vit.from_checkpoint` lives in build_any, above the builders, and
-# reads the file through checkpoints/from_checkpoint.py (below them).
-KNOWN_UPWARD: set[tuple[str, str]] = set()
+# The folders, bottom up (docs/architecture.md draws them): a module may import its own
+# folder and the folders of lower ranks, never a higher one (imports inside functions count).
+# Private helpers (`keras_vit._*.py`) sit at the bottom; the package facade at the top.
+RANKS = {
+    "spec": 0,
+    "_private": 0,
+    "kernels": 1,
+    "layers": 2,
+    "data": 3,
+    "checkpoints": 3,
+    "runtime": 3,
+    "visualize": 4,
+    "model": 5,
+    "train": 6,
+    "evaluate": 7,
+    "export": 7,
+    "cli": 8,
+    "keras_vit": 9,
+}
 
 
-def _is_below(module: str) -> bool:
-    return module.startswith(BELOW_THE_BUILDERS) or module in BELOW_THE_BUILDERS_MODULES
+def folder_of(module: str) -> str:
+    """The folder `module` belongs to: `keras_vit.train.runs` -> "train"; a private
+    top-level helper (`keras_vit._atomic`) -> "_private"; the package itself -> "keras_vit"."""
+    parts = module.split(".")
+    if len(parts) == 1:
+        return "keras_vit"
+    return "_private" if parts[1].startswith("_") else parts[1]
 
 
-def test_no_import_runs_up_from_below_the_builders():
-    upward = {
+def upward_imports(modules) -> set[tuple[str, str]]:
+    return {
+        (module, imported)
+        for module in modules
+        for imported in imports_of(module)
+        if RANKS[folder_of(imported)] > RANKS[folder_of(module)]
+    }
+
+
+def test_every_folder_has_a_rank():
+    assert {folder_of(m) for m in MODULES} <= set(RANKS)
+
+
+def test_the_rank_rule_catches_a_planted_upward_import():
+    assert RANKS[folder_of("keras_vit.train.runs")] > RANKS[folder_of("keras_vit.layers.mlp")]
+    assert folder_of("keras_vit._atomic") == "_private" and folder_of("keras_vit") == "keras_vit"
+
+
+def test_no_import_runs_up_the_folders():
+    assert upward_imports(MODULES) == set()
+
+
+def test_no_module_imports_the_package_facade_or_a_former_path():
+    """Inside the package, names come from the module that defines them, never from
+    `keras_vit` itself (whose lazy names import upward) nor from a pre-folder path."""
+    from keras_vit._aliases import MOVED
+
+    offenders = {
         (module, imported)
         for module in MODULES
-        if _is_below(module)
+        if module != "keras_vit"
         for imported in imports_of(module)
-        if imported.startswith(ABOVE_THE_BUILDERS) or imported == "keras_vit.build_any"
+        if imported == "keras_vit" or imported in MOVED
     }
-    assert upward == KNOWN_UPWARD
-    # build_any reaches up to the builders only, never to the resolver above it.
-    assert "keras_vit.model_source" not in imports_of("keras_vit.build_any")
+    assert offenders == set()
 
 
 def test_from_checkpoint_keeps_its_public_names():
-    import keras_vit.build_any
     import keras_vit.checkpoints.from_checkpoint as reader
+    import keras_vit.model.build_any
 
-    assert keras_vit.from_checkpoint is keras_vit.build_any.from_checkpoint
+    assert keras_vit.from_checkpoint is keras_vit.model.build_any.from_checkpoint
     assert callable(reader.architecture_kwargs) and callable(reader.model_kwargs)
 
 
+def test_build_any_does_not_reach_up_to_the_resolver():
+    assert "keras_vit.model.model_source" not in imports_of("keras_vit.model.build_any")
+
+
 def test_the_model_from_anything_module_is_what_its_callers_use():
-    assert "keras_vit.model_source" in imports_of("keras_vit.run_plan")
-    assert "keras_vit.model_source" in imports_of("keras_vit.cli.convert")
-    for caller in ("keras_vit.run_plan", "keras_vit.cli.convert"):
-        assert "keras_vit.models" not in imports_of(caller)
-        assert "keras_vit.hybrid" not in imports_of(caller)
+    assert "keras_vit.model.model_source" in imports_of("keras_vit.train.run_plan")
+    assert "keras_vit.model.model_source" in imports_of("keras_vit.cli.convert")
+    for caller in ("keras_vit.train.run_plan", "keras_vit.cli.convert"):
+        assert "keras_vit.model.models" not in imports_of(caller)
+        assert "keras_vit.model.hybrid" not in imports_of(caller)

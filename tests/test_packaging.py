@@ -68,14 +68,14 @@ def test_public_api_of_the_design():
 
 def test_lazy_namespace_resolves_every_public_name():
     """keras_vit imports its public names on first use (so `keras-vit --help` stays light);
-    each one resolves, and `keras_vit.finetune` stays the function once the sub-module of
+    each one resolves, and `keras_vit.model.finetune` stays the function once the sub-module of
     the same name is imported."""
     import importlib
 
-    importlib.import_module("keras_vit.finetune")
+    importlib.import_module("keras_vit.model.finetune")
     for name in keras_vit.__all__:
         assert getattr(keras_vit, name) is not None, name
-    assert callable(keras_vit.finetune) and keras_vit.finetune.__name__ == "finetune"
+    assert callable(keras_vit.model.finetune) and keras_vit.model.finetune.__name__ == "finetune"
     assert set(keras_vit.__all__) <= set(dir(keras_vit))
     try:
         keras_vit.no_such_name  # noqa: B018

@@ -17,12 +17,12 @@ import re
 
 import keras
 
-from keras_vit import configs
-from keras_vit import layer_names as names
 from keras_vit.checkpoints.naming import find_vit_model
 from keras_vit.checkpoints.npz_io import CheckpointError
 from keras_vit.layers import ClassToken, PatchEmbed, TransformerBlock
 from keras_vit.layers.position_embedding import position_embedding_kind
+from keras_vit.spec import configs
+from keras_vit.spec import layer_names as names
 
 # The checkpoint key each field of `from_arrays` is read from (for "missing key" errors).
 FIELD_KEYS = {

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from keras_vit import layer_names as names
+from keras_vit.spec import layer_names as names
 
 # The input convolutions whose kernel (kh, kw, in, out) takes the image's channels.
 INPUT_KERNELS = ("embedding/kernel", f"{names.ROOT_CONV}/kernel")

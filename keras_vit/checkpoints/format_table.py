@@ -17,9 +17,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-from keras_vit import layer_names as names
 from keras_vit.checkpoints import hf_files
 from keras_vit.checkpoints.errors import CheckpointError
+from keras_vit.spec import layer_names as names
 
 # The table imports no reader, writer or Keras at import time (each is imported on its
 # first call), so `keras-vit convert --help` lists the formats without starting TensorFlow.

@@ -23,7 +23,11 @@ from keras_vit.checkpoints.format_table import (
     ReadOptions,
     check_expressible,
 )
-from keras_vit.checkpoints.model_io import model_contents, model_numerics, model_preprocessing
+from keras_vit.checkpoints.model_io import (
+    model_contents,
+    model_input_preprocessing,
+    model_numerics,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -95,7 +99,7 @@ __all__ = [
     "detect_format",
     "model_contents",
     "model_numerics",
-    "model_preprocessing",
+    "model_input_preprocessing",
     "read_checkpoint",
     "write_checkpoint",
 ]

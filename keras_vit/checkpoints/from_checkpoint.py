@@ -1,5 +1,5 @@
 """The model a checkpoint file describes: its builder keywords (`architecture_kwargs`) and
-how `keras_vit.from_checkpoint` (in `keras_vit.build_any`, above the builders) loads it
+how `keras_vit.from_checkpoint` (in `keras_vit.model.build_any`, above the builders) loads it
 (`model_kwargs`).
 
 The architecture comes from the file where the file says it: a Hugging Face `config.json`,
@@ -14,12 +14,12 @@ from __future__ import annotations
 import logging
 import os
 
-from keras_vit import configs
-from keras_vit import layer_names as names
 from keras_vit.checkpoints.architecture import Architecture
 from keras_vit.checkpoints.contents import CheckpointContents
 from keras_vit.checkpoints.npz_io import CheckpointError
-from keras_vit.run_config_file import RUN_CONFIG_FILE, kwargs_from_run_config
+from keras_vit.spec import configs
+from keras_vit.spec import layer_names as names
+from keras_vit.spec.run_config_file import RUN_CONFIG_FILE, kwargs_from_run_config
 
 logger = logging.getLogger(__name__)
 

@@ -14,8 +14,8 @@ import re
 
 import numpy as np
 
-from keras_vit import layer_names
 from keras_vit.checkpoints.npz_io import CheckpointError
+from keras_vit.spec import layer_names
 
 logger = logging.getLogger(__name__)
 

@@ -17,7 +17,6 @@ import warnings
 
 import numpy as np
 
-from keras_vit import layer_names as names
 from keras_vit._validation import check_choice
 from keras_vit._warnings import warn_weights
 from keras_vit.checkpoints import architecture, registry
@@ -31,6 +30,7 @@ from keras_vit.checkpoints.layouts import PLAIN_POSITION_KEY
 from keras_vit.checkpoints.naming import find_vit_model, official_arrays, official_variables
 from keras_vit.checkpoints.npz_io import CheckpointError, write_npz
 from keras_vit.layers.position_resize import RESIZE_METHODS, resize_position_embeddings, square_grid
+from keras_vit.spec import layer_names as names
 
 logger = logging.getLogger(__name__)
 

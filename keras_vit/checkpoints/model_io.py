@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import keras
 
-from keras_vit import layer_names as names
 from keras_vit.checkpoints import limits
 from keras_vit.checkpoints.architecture import Architecture
 from keras_vit.checkpoints.contents import CheckpointContents
 from keras_vit.checkpoints.naming import find_vit_model, official_arrays
 from keras_vit.checkpoints.npz_io import CheckpointError
 from keras_vit.layers import TransformerBlock
+from keras_vit.spec import layer_names as names
 
 
 def model_numerics(model) -> dict:
@@ -34,11 +34,19 @@ def model_numerics(model) -> dict:
     raise CheckpointError(f"Model {model.name!r} has no Transformer blocks.")
 
 
-def model_preprocessing(model) -> str:
-    """The input scaling a keras_vit model expects: "[-1,1]" (default) or "imagenet"."""
-    from keras_vit.data.preprocess import model_input_preprocessing
+def model_input_preprocessing(model) -> str:
+    """The input scaling a keras_vit model records: "[-1,1]" (default), "imagenet" or "clip"
+    (`keras_vit.spec.input_scaling`).
 
-    return model_input_preprocessing(model)
+    Read from the model's `embedding` layer (`PatchEmbed.input_preprocessing`), which
+    `keras_vit.from_checkpoint` sets from the checkpoint (timm in1k models: ImageNet
+    mean/std). A model without that layer gets "[-1,1]".
+    """
+    try:
+        embed = find_vit_model(model).get_layer(names.EMBEDDING)
+    except ValueError:
+        return "[-1,1]"
+    return getattr(embed, "input_preprocessing", "[-1,1]")
 
 
 def model_contents(model) -> CheckpointContents:
@@ -58,7 +66,7 @@ def model_contents(model) -> CheckpointContents:
         arrays=arrays,
         num_heads=arch.num_heads,
         image_size=image_size if arch.resnet_stages is None else None,
-        preprocessing=model_preprocessing(model),
+        preprocessing=model_input_preprocessing(model),
         no_embed_class=arch.no_embed_class,
         resnet_groups=_resnet_groups(model) if arch.resnet_stages is not None else None,
         **model_numerics(model),

@@ -33,8 +33,8 @@ from collections.abc import Callable
 import keras
 import numpy as np
 
-from keras_vit import layer_names as names
 from keras_vit.checkpoints.npz_io import CheckpointError
+from keras_vit.spec import layer_names as names
 
 LEAF_RENAMES = {"gamma": "scale", "beta": "bias"}
 

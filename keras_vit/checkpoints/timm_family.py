@@ -23,10 +23,10 @@ import logging
 
 import numpy as np
 
-from keras_vit import layer_names as names
 from keras_vit.checkpoints import timm_options
 from keras_vit.checkpoints import torch_layout as tl
 from keras_vit.checkpoints.npz_io import CheckpointError
+from keras_vit.spec import layer_names as names
 
 logger = logging.getLogger(__name__)
 

@@ -34,12 +34,12 @@ import re
 
 import numpy as np
 
-from keras_vit import configs
 from keras_vit.checkpoints import limits, timm_family, timm_options
 from keras_vit.checkpoints import torch_layout as tl
 from keras_vit.checkpoints.contents import CheckpointContents
 from keras_vit.checkpoints.npz_io import CheckpointError
 from keras_vit.checkpoints.safetensors_io import read_safetensors, write_safetensors
+from keras_vit.spec import configs
 
 logger = logging.getLogger(__name__)
 

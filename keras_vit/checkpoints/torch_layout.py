@@ -13,9 +13,9 @@ import re
 
 import numpy as np
 
-from keras_vit import layer_names as names
 from keras_vit.checkpoints.npz_io import CheckpointError
-from keras_vit.data.preprocess import MEAN_STD
+from keras_vit.spec import layer_names as names
+from keras_vit.spec.input_scaling import MEAN_STD
 
 BLOCK = names.block_key(0).replace("_0/", "_{}/")
 ATTENTION = names.QUERY_KERNEL.split("/")[0] + "/"

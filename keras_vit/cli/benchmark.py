@@ -2,12 +2,13 @@
 
 Measures keras_vit in this process (after warm-up, median of several repeats) under the
 precision and compiler of `--mixed-precision`/`--jit-compile` (default auto:
-`keras_vit.distribute.choose_precision`), the matrix-multiply roof of the machine (float32 and
-bfloat16, with and without XLA) and the model FLOP utilisation from the analytic FLOP
-count (`keras_vit.benchmarking`). The peers (keras-hub's `ViTBackbone` + a dense head,
+`keras_vit.runtime.precision.choose_precision`), the matrix-multiply roof of the machine
+(float32 and bfloat16, with and without XLA) and the model FLOP utilisation from the analytic FLOP
+count (`keras_vit.evaluate.benchmarking`). The peers (keras-hub's `ViTBackbone` + a dense head,
 vit-keras' `build_model`) are measured too when they are installed and asked for with
 `--peers`. The side-by-side harness with one process per framework, interleaved repeats and
-separable memory is `python benchmarks/bench.py run`; it uses the same `keras_vit.benchmarking`.
+separable memory is `python benchmarks/bench.py run`; it uses the same
+`keras_vit.evaluate.benchmarking`.
 """
 
 from __future__ import annotations
@@ -17,9 +18,10 @@ import logging
 import os
 import sys
 
-from keras_vit import configs
 from keras_vit._atomic import write_json
-from keras_vit.benchmarking import (
+from keras_vit.cli import flags, progress
+from keras_vit.cli.flags import UsageError
+from keras_vit.evaluate.benchmarking import (
     FRAMEWORKS,
     MODES,
     add_derived,
@@ -29,8 +31,7 @@ from keras_vit.benchmarking import (
     peer_import_error,
     variant_arch,
 )
-from keras_vit.cli import flags, progress
-from keras_vit.cli.flags import UsageError
+from keras_vit.spec import configs
 
 logger = logging.getLogger(__name__)
 
@@ -131,11 +132,11 @@ def size_text(image_size) -> str:
 
 def variant_name(text: str) -> str:
     """The table name ("Ti/16") of a ViT variant in any spelling
-    `keras_vit.configs.resolve_model` takes ("Ti/16", "ViT_Ti16", "ti16", "ViT-Ti_16"); a
+    `keras_vit.spec.configs.resolve_model` takes ("Ti/16", "ViT_Ti16", "ti16", "ViT-Ti_16"); a
     custom "patch,hidden,mlp,heads,layers" spec unchanged.
 
     Raises:
-        UsageError: a name that is no ViT variant of `keras_vit.configs.VIT_CONFIGS`
+        UsageError: a name that is no ViT variant of `keras_vit.spec.configs.VIT_CONFIGS`
             (hybrids are not timed), listing the valid names.
     """
     if "," in text:
@@ -184,8 +185,8 @@ def run(args):
     sizes = check_args(args)
     import keras
 
-    from keras_vit import distribute
-    from keras_vit.precision_probe import shape_from_kwargs
+    from keras_vit.runtime import distribute
+    from keras_vit.runtime.precision_probe import shape_from_kwargs
 
     shape = shape_from_kwargs(variant_arch(args.model), args.image_size)
     choice = distribute.choose_precision(

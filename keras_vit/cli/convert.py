@@ -22,7 +22,7 @@ from keras_vit._atomic import atomic_path, replace_problem
 from keras_vit.checkpoints.format_table import FORMAT_TABLE, write_formats
 from keras_vit.cli import flags, progress
 from keras_vit.cli.flags import UsageError
-from keras_vit.resize_methods import RESIZE_METHOD_HELP, RESIZE_METHODS
+from keras_vit.spec.resize_methods import RESIZE_METHOD_HELP, RESIZE_METHODS
 
 
 def suffixes() -> dict:
@@ -146,13 +146,14 @@ def builder_for(name: str):
     """`(builder, patch_on_image)` for a model name; `patch_on_image` is the pixel stride of
     one token (patch times the ResNet stride for hybrids).
 
-    Takes every spelling `keras_vit.configs.resolve_model` reads: "B/16", "ViT-B_16",
+    Takes every spelling `keras_vit.spec.configs.resolve_model` reads: "B/16", "ViT-B_16",
     "ViT_B16", "b16", "R50+B/16", "R50+ViT-B_16", "R50_B16".
 
     Raises:
         UsageError: an unknown name (the message lists the valid ones).
     """
-    from keras_vit import configs, model_source
+    from keras_vit.model import model_source
+    from keras_vit.spec import configs
 
     try:
         named = configs.resolve_model(name)
@@ -202,8 +203,8 @@ def _auto_kwargs(contents, args) -> dict:
     """`keras_vit.ViT` arguments with the command line's overrides: a run's `.npz` takes the
     arguments its config.json records (as `evaluate` does: the file does not record e.g. a
     hybrid's GroupNorm groups), any other file those read from its arrays."""
-    from keras_vit import model_source
     from keras_vit.checkpoints.from_checkpoint import architecture_kwargs
+    from keras_vit.model import model_source
 
     run_kwargs = None
     if args.src.endswith(".npz"):
@@ -226,9 +227,9 @@ def _with_flags(kwargs: dict, args) -> dict:
 
 def _build_model(contents, args):
     """The model the checkpoint is loaded into (named variant, or read from the file)."""
-    from keras_vit.build_any import build
     from keras_vit.checkpoints import CheckpointError, load_weights
     from keras_vit.checkpoints.architecture import Architecture
+    from keras_vit.model.build_any import build
 
     try:
         if args.model in (None, "auto"):

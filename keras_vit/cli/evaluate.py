@@ -69,7 +69,8 @@ def run(args) -> int:
     import keras
 
     from keras_vit import data
-    from keras_vit.data.preprocess import from_unit_range, model_input_preprocessing
+    from keras_vit.checkpoints.model_io import model_input_preprocessing
+    from keras_vit.data.preprocess import from_unit_range
 
     model, config = model_files.load_model(args.model)
     dataset, shots, info = resolve_dataset(args, config)

@@ -26,7 +26,7 @@ from keras_vit.cli.model_files import (
     model_with_precision,
     resolve_model_path,
 )
-from keras_vit.image_formats import FORMATS_TEXT
+from keras_vit.spec.image_formats import FORMATS_TEXT
 
 logger = logging.getLogger(__name__)
 
@@ -172,7 +172,7 @@ def run(args) -> int:
 
     import keras
 
-    import keras_vit
+    from keras_vit import visualize
     from keras_vit.visualize import (
         block_attention_map,
         layer_grid_figure,
@@ -189,8 +189,8 @@ def run(args) -> int:
             f"the model must output class scores (batch, classes); has {outputs.shape}"
         )
     ranked = top_classes(keras.ops.convert_to_numpy(outputs)[0], class_names, args.top_k)
-    maps = keras_vit.attention_maps(model, batch)
-    rollout = keras_vit.attention_rollout(
+    maps = visualize.attention_maps(model, batch)
+    rollout = visualize.attention_rollout(
         maps, model, head_fusion=args.head_fusion, discard_ratio=args.discard_ratio
     )[0]
     title = "\n".join(f"{p:6.1%}  {name}" for name, p in ranked)

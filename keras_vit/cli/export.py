@@ -82,12 +82,12 @@ def run(args) -> int:
                 "pass --overwrite to replace it"
             )
 
-    import keras_vit
+    from keras_vit.export import export_saved_model
 
     model = model_files.load_keras_file(model_path)
     model, precision = model_files.model_with_precision(args, model)
     try:
-        target = keras_vit.export_saved_model(
+        target = export_saved_model(
             model,
             args.export_dir,
             version=args.version,

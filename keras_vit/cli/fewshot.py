@@ -68,7 +68,7 @@ def _dataset(args, config):
 def check_test_selection(args, info) -> None:
     """UsageError when --train-split (the shots, and the images that choose l2) shares
     images with --test-split (the split scored), unless --allow-test-selection."""
-    from keras_vit import test_selection
+    from keras_vit.train import selection as test_selection
 
     try:  # an allowed overlap is logged as a warning (stderr), by check_selection
         test_selection.check_selection(
@@ -92,7 +92,8 @@ def check_shots(args, dataset, info) -> None:
     (embedded sets, arrays, folders), else (TFDS) only against the split's size. A folder's
     files are counted twice: by name first (cheap), then only those that decode
     (`keras_vit.data.decodable_class_counts`: the files `data.load` keeps)."""
-    from keras_vit import data, fewshot
+    from keras_vit import data
+    from keras_vit.evaluate import fewshot
 
     split, kwargs = args.train_split, dict(data_dir=args.data_dir)
     try:
@@ -114,7 +115,8 @@ def check_shots(args, dataset, info) -> None:
 
 
 def run(args) -> int:
-    from keras_vit import data, fewshot
+    from keras_vit import data
+    from keras_vit.evaluate import fewshot
 
     if args.holdout_per_class < 0:
         raise UsageError(f"--holdout-per-class must be >= 0, got {args.holdout_per_class}.")

@@ -7,7 +7,7 @@ import argparse
 
 from keras_vit.cli import flags, run_driver
 
-# the fields of keras_vit.training.FinetuneConfig that flags of the same dest set
+# the fields of keras_vit.train.training.FinetuneConfig that flags of the same dest set
 RECIPE_FLAGS = (*flags.RUN_RECIPE_FLAGS, "steps")
 
 
@@ -39,7 +39,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def build_config(args):
-    from keras_vit import run_plan, runs
+    from keras_vit.train import run_plan, runs
 
     overrides = flags.recipe_overrides(args, RECIPE_FLAGS)
     with flags.usage_errors():

@@ -13,9 +13,10 @@ import logging
 import math
 import os
 
-from keras_vit import kept_model, precision
 from keras_vit._atomic import replace_problem
 from keras_vit.cli import progress
+from keras_vit.runtime import precision
+from keras_vit.spec import kept_model
 
 logger = logging.getLogger(__name__)
 
@@ -130,7 +131,7 @@ def image_size_of_name(args, *, default=None) -> None:
     Raises:
         UsageError: the name's size and --image-size differ, or the name's size is 0.
     """
-    from keras_vit import configs
+    from keras_vit.spec import configs
 
     try:
         size = configs.resolve_model(args.model, recipes=True).image_size
@@ -223,7 +224,7 @@ def add_run_arguments(parser, *, task: str) -> None:
 
 
 def add_select_argument(parser) -> None:
-    """--select last|best: which epoch's model a run keeps (`keras_vit.kept_model`)."""
+    """--select last|best: which epoch's model a run keeps (`keras_vit.spec.kept_model`)."""
     parser.add_argument(
         "--select",
         choices=kept_model.SELECTIONS,
@@ -290,7 +291,7 @@ class HelpFormatter(argparse.HelpFormatter):
 
 def add_precision_arguments(parser) -> None:
     """--mixed-precision and --jit-compile/--no-jit-compile (every subcommand that runs a
-    model); both default to "auto": `keras_vit.distribute.choose_precision` picks.
+    model); both default to "auto": `keras_vit.runtime.distribute.choose_precision` picks.
     --mixed-precision always takes a value; --jit-compile alone means true."""
     parser.add_argument(
         "--mixed-precision",
@@ -338,7 +339,7 @@ def add_model_use_arguments(parser, *, batch_size: int | None = None) -> None:
 
 
 def run_config_flags(args) -> dict:
-    """The `keras_vit.runs.RunConfig` arguments train and finetune take from the same flags
+    """The `keras_vit.train.runs.RunConfig` arguments train and finetune take from the same flags
     (data, distribution, precision, validation carve)."""
     names = ("data_dir", "strategy", "mixed_precision", "shots_per_class", "bad_images")
     names += ("validation_split", "split_seed", "allow_test_selection", "select")
@@ -444,8 +445,9 @@ def cli_message(error) -> str:
 @contextlib.contextmanager
 def usage_errors():
     """Turns the configuration errors found before any work into `UsageError`."""
-    from keras_vit import callbacks, distribute, run_plan, runs
     from keras_vit.data.image_check import BadImageError
+    from keras_vit.runtime import distribute
+    from keras_vit.train import callbacks, run_plan, runs
 
     try:
         yield

@@ -8,7 +8,7 @@ import logging
 import os
 
 from keras_vit.cli.flags import UsageError, cli_message, usage_errors
-from keras_vit.run_config_file import RUN_CONFIG_FILE
+from keras_vit.spec.run_config_file import RUN_CONFIG_FILE
 
 RUN_MODEL_FILE = "best.keras"
 MODEL_SUFFIXES = (".keras", ".npz")
@@ -18,8 +18,8 @@ logger = logging.getLogger(__name__)
 
 def choose_precision(args, model):
     """The `PrecisionChoice` of --mixed-precision/--jit-compile for a loaded `model`; logs it."""
-    from keras_vit import distribute
-    from keras_vit.precision_probe import model_shape
+    from keras_vit.runtime import distribute
+    from keras_vit.runtime.precision_probe import model_shape
 
     shape = model_shape(model) or {}
     choice = distribute.choose_precision(
@@ -36,7 +36,7 @@ def choose_precision(args, model):
 
 def model_with_precision(args, model):
     """(model under the chosen policy, the `PrecisionChoice`); XLA set on the model."""
-    from keras_vit import distribute
+    from keras_vit.runtime import distribute
 
     choice = choose_precision(args, model)
     model = distribute.with_dtype_policy(model, choice.policy)
@@ -100,7 +100,7 @@ def class_names_from_run(run_dir: str | None) -> list[str] | None:
 
 def outputs_logits(model) -> bool:
     """False if the model's head ends in a softmax (probabilities), else True."""
-    from keras_vit.layer_names import HEAD
+    from keras_vit.spec.layer_names import HEAD
 
     present = {layer.name for layer in model.layers}
     activation = model.get_layer(HEAD).activation if HEAD in present else None
@@ -110,7 +110,7 @@ def outputs_logits(model) -> bool:
 def read_run_config(path: str) -> dict | None:
     """The config.json of the run RUN_OR_MODEL belongs to (None outside a run), without
     loading the model; UsageError as `resolve_model_path`."""
-    from keras_vit import runs
+    from keras_vit.train import runs
 
     _, run_dir = resolve_model_path(path)
     with usage_errors():  # a damaged config.json: one line naming it
@@ -118,8 +118,8 @@ def read_run_config(path: str) -> dict | None:
 
 
 def model_image_shape(model) -> tuple[int, int, int]:
-    """`keras_vit.models.image_shape_of(model)`, a UsageError where it has none."""
-    from keras_vit.models import image_shape_of
+    """`keras_vit.model.models.image_shape_of(model)`, a UsageError where it has none."""
+    from keras_vit.model.models import image_shape_of
 
     try:
         return image_shape_of(model)
@@ -128,9 +128,9 @@ def model_image_shape(model) -> tuple[int, int, int]:
 
 
 def load_keras_file(model_file: str):
-    """A `.keras` file loaded uncompiled in safe mode (`keras_vit.model_source.load_keras`);
+    """A `.keras` file loaded uncompiled in safe mode (`keras_vit.model.model_source.load_keras`);
     UsageError naming a missing, truncated or unreadable file."""
-    from keras_vit import model_source
+    from keras_vit.model import model_source
 
     try:
         return model_source.load_keras(model_file, compile=False)
@@ -140,7 +140,7 @@ def load_keras_file(model_file: str):
 
 def load_model(path: str):
     """Loads RUN_OR_MODEL (safe mode for .keras); returns (model, run config dict or None)."""
-    from keras_vit import run_plan
+    from keras_vit.train import run_plan
 
     model_file, _ = resolve_model_path(path)
     with usage_errors():

@@ -9,7 +9,7 @@ import os
 from keras_vit.cli import flags, model_files, progress
 from keras_vit.cli.flags import UsageError
 from keras_vit.cli.model_files import outputs_logits
-from keras_vit.image_formats import FORMATS_TEXT, IMAGE_EXTENSIONS
+from keras_vit.spec.image_formats import FORMATS_TEXT, IMAGE_EXTENSIONS
 
 DEFAULT_TOP_K = 5
 
@@ -114,7 +114,8 @@ def class_names(config, num_classes) -> list[str]:
 def run(args) -> int:
     import numpy as np
 
-    from keras_vit.data.preprocess import from_unit_range, model_input_preprocessing
+    from keras_vit.checkpoints.model_io import model_input_preprocessing
+    from keras_vit.data.preprocess import from_unit_range
 
     model, config = model_files.load_model(args.model)
     found = find_images(args.inputs)

@@ -1,5 +1,5 @@
 """The training driver `keras-vit train` and `finetune` share: strategy, run directory,
-`keras_vit.runs.train`, progress lines and the closing summary."""
+`keras_vit.train.runs.train`, progress lines and the closing summary."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ def default_run_dir(task: str) -> str:
 
 def resolve_strategy(name: str):
     """The strategy, or UsageError for an unknown name or one that cannot run here."""
-    from keras_vit import distribute
+    from keras_vit.runtime import distribute
 
     try:
         return distribute.resolve_strategy(name)
@@ -26,7 +26,7 @@ def resolve_strategy(name: str):
 
 def run_training(config, args, task: str) -> int:
     """Shared body of `train` and `finetune`: resolve, train, print the summary."""
-    from keras_vit import runs
+    from keras_vit.train import runs
 
     if args.resume and not args.run_dir:
         raise UsageError("--resume needs the --run-dir of the run to continue.")
@@ -71,7 +71,7 @@ def run_training(config, args, task: str) -> int:
 def check_jit_compile(args, strategy) -> None:
     """UsageError for an explicit --jit-compile that the strategy cannot run on this device
     (without the flag, the recipe's XLA default is turned off there instead)."""
-    from keras_vit import distribute
+    from keras_vit.runtime import distribute
 
     reason = distribute.xla_unsupported_reason(strategy)
     if getattr(args, "jit_compile", None) is True and reason:
@@ -82,7 +82,7 @@ def print_summary(result) -> None:
     """The few lines `train`/`finetune` end with: the test figures of best.keras (the kept
     model, the one `evaluate` and `export` use), which epoch it is and why, where the files
     are."""
-    from keras_vit import runs
+    from keras_vit.train import runs
 
     metrics = result.metrics
     run_dir = result.run_dir

@@ -1,7 +1,7 @@
 """`keras-vit train`: train a ViT from scratch into a run directory.
 
 With no arguments it trains the default small hybrid ViT on the embedded MNIST images with
-the default recipe (`keras_vit.training.TrainConfig`) and prints the test accuracy of the
+the default recipe (`keras_vit.train.training.TrainConfig`) and prints the test accuracy of the
 kept model (`--select`: the last epoch's by default); `--stem patch` trains the pure ViT
 instead.
 """
@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import argparse
 
-from keras_vit import configs
 from keras_vit.cli import flags, run_driver
+from keras_vit.spec import configs
 
-# the fields of keras_vit.training.TrainConfig that flags of the same dest set
+# the fields of keras_vit.train.training.TrainConfig that flags of the same dest set
 RECIPE_FLAGS = (*flags.RUN_RECIPE_FLAGS, "epochs", "stem")
 
 
@@ -74,7 +74,7 @@ def check_stem(args) -> None:
 
 def build_config(args):
     """The `RunConfig` of the flags; raises UsageError for bad combinations."""
-    from keras_vit import run_plan, runs
+    from keras_vit.train import run_plan, runs
 
     check_stem(args)
     flags.image_size_of_name(args)  # "B/16-384": image size 384

@@ -10,7 +10,7 @@ from keras_vit.cli.flags import UsageError
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
-    from keras_vit import transfer_suite
+    from keras_vit.evaluate import transfer_suite
 
     parser = subparsers.add_parser(
         "transfer-suite",
@@ -70,7 +70,7 @@ KEPT = {
 
 
 def run(args) -> int:
-    from keras_vit import transfer_suite
+    from keras_vit.evaluate import transfer_suite
 
     model_file, _ = model_files.resolve_model_path(args.model)
     model, _ = model_files.load_model(args.model)

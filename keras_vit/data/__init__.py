@@ -2,31 +2,28 @@
 
 Public API: `load`, `describe`, `split_size`, `class_counts`, `DatasetInfo`, `Augmentation`,
 `default_augmentation`, `EMBEDDED_SOURCES`; per-image functions in `keras_vit.data.preprocess`.
-See docs/data_and_recipes.md.
+See docs/data_and_recipes.md. The names are imported on first use (PEP 562 module
+`__getattr__`), so importing a light module of the folder does not start TensorFlow.
 """
 
-from keras_vit.data.embedded import EMBEDDED_SOURCES
-from keras_vit.data.info import DatasetInfo
-from keras_vit.data.pipeline import (
-    DEFAULT_SOURCE,
-    class_counts,
-    decodable_class_counts,
-    default_augmentation,
-    describe,
-    load,
-    split_size,
-)
-from keras_vit.data.preprocess import Augmentation
+from __future__ import annotations
 
-__all__ = [
-    "DEFAULT_SOURCE",
-    "EMBEDDED_SOURCES",
-    "Augmentation",
-    "DatasetInfo",
-    "class_counts",
-    "decodable_class_counts",
-    "default_augmentation",
-    "describe",
-    "load",
-    "split_size",
-]
+from keras_vit._lazy import lazy_exports
+
+# public name -> the module that defines it
+_EXPORTS = {
+    "DEFAULT_SOURCE": "keras_vit.data.pipeline",
+    "EMBEDDED_SOURCES": "keras_vit.data.embedded",
+    "Augmentation": "keras_vit.data.preprocess",
+    "DatasetInfo": "keras_vit.data.info",
+    "class_counts": "keras_vit.data.pipeline",
+    "decodable_class_counts": "keras_vit.data.pipeline",
+    "default_augmentation": "keras_vit.data.pipeline",
+    "describe": "keras_vit.data.pipeline",
+    "load": "keras_vit.data.pipeline",
+    "split_size": "keras_vit.data.pipeline",
+}
+
+__all__ = sorted(_EXPORTS)
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())

@@ -20,14 +20,14 @@ Not read (refused, never silently): 1-, 4- and 16-bit or RLE-compressed BMP, JPE
 (which `tf.io.decode_image` would read: refused so that every entry point accepts the same
 files), TIFF, and every other format. `decode_pixels` raises TensorFlow's error (it runs in
 graphs); `decode_file` raises a ValueError naming the file and the format where the format
-is one it recognises (TIFF, ICO, PSD, JPEG XL; `keras_vit.image_formats.undecoded_format`).
+is one it recognises (TIFF, ICO, PSD, JPEG XL; `keras_vit.spec.image_formats.undecoded_format`).
 """
 
 from __future__ import annotations
 
 import tensorflow as tf
 
-from keras_vit.image_formats import (  # noqa: F401  (their home; also read from here)
+from keras_vit.spec.image_formats import (  # noqa: F401  (their home; also read from here)
     DECODED_FORMATS,
     FORMATS_TEXT,
     IMAGE_EXTENSIONS,

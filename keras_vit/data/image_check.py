@@ -32,7 +32,7 @@ import os
 import re
 import warnings
 
-from keras_vit.image_formats import DECODED_FORMATS, FORMATS_TEXT
+from keras_vit.spec.image_formats import DECODED_FORMATS, FORMATS_TEXT
 
 logger = logging.getLogger(__name__)
 

@@ -16,6 +16,13 @@ import tensorflow as tf
 from keras import ops
 
 from keras_vit._validation import to_pair
+from keras_vit.spec.input_scaling import (  # noqa: F401  (kept importable here)
+    CLIP_MEAN,
+    CLIP_STD,
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    MEAN_STD,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,31 +97,6 @@ def preprocess_inputs(images):
 
 scale_to_unit_range = preprocess_inputs
 """The pipeline's older name of `preprocess_inputs` (kept for existing imports)."""
-
-
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
-# OpenAI CLIP's input normalisation (timm's OPENAI_CLIP_MEAN / _STD; CLIP image towers).
-CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
-CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
-# Input scaling -> (mean, std) in [0, 1] pixel units, for the modes other than "[-1,1]".
-MEAN_STD = {"imagenet": (IMAGENET_MEAN, IMAGENET_STD), "clip": (CLIP_MEAN, CLIP_STD)}
-
-
-def model_input_preprocessing(model) -> str:
-    """The input scaling a keras_vit model records: "[-1,1]" (default) or "imagenet".
-
-    Read from the model's `embedding` layer (`PatchEmbed.input_preprocessing`), which
-    `keras_vit.from_checkpoint` sets from the checkpoint (timm in1k models: ImageNet
-    mean/std). A model without that layer gets "[-1,1]".
-    """
-    from keras_vit.checkpoints.naming import find_vit_model
-
-    try:
-        embed = find_vit_model(model).get_layer("embedding")
-    except ValueError:
-        return "[-1,1]"
-    return getattr(embed, "input_preprocessing", "[-1,1]")
 
 
 def from_unit_range(images, preprocessing: str):

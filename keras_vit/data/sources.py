@@ -4,7 +4,7 @@ A `DataSource` says which inputs it takes (`accepts`), describes them (`describe
 them (`class_counts`, `split_size`), says how its splits are sliced (`per_class_slices`) and
 how to name it in an error (`help`), and yields unbatched examples (`examples`);
 `find_source` picks the first in `SOURCES` that accepts an input (or raises), and the
-callers (`keras_vit.data.pipeline`, `keras_vit.transfer_suite`) call its fields: nothing
+callers (`keras_vit.data.pipeline`, `keras_vit.evaluate.transfer_suite`) call its fields: nothing
 outside this module branches on a source's kind. To add a source: write its module (reading
 and checking the data), then one `DataSource` entry here.
 """

@@ -1,29 +1,32 @@
-"""Keras layers of the Vision Transformer, each usable on its own."""
+"""Keras layers of the Vision Transformer, each usable on its own.
 
-from keras_vit.layers.attention import MultiHeadSelfAttention
-from keras_vit.layers.class_token import ClassToken
-from keras_vit.layers.layer_scale import LayerScale
-from keras_vit.layers.learned_tokens import LearnedTokens
-from keras_vit.layers.map_head import MAPHead
-from keras_vit.layers.mlp import MlpBlock
-from keras_vit.layers.patch_embed import PatchEmbed
-from keras_vit.layers.pooling import TokenPooling
-from keras_vit.layers.position_embedding import AddPositionEmbs, AddSinCosPositionEmbs
-from keras_vit.layers.resnet import BottleneckUnit, StdConv2D
-from keras_vit.layers.transformer_block import TransformerBlock
+The names are imported on first use (PEP 562 module `__getattr__`), as the package root's
+are: `from keras_vit.layers import TransformerBlock` imports that layer's module only.
+`keras_vit._registration` imports every name of `__all__` once Keras is imported, so every
+layer is registered for `.keras` loading.
+"""
 
-__all__ = [
-    "AddPositionEmbs",
-    "AddSinCosPositionEmbs",
-    "BottleneckUnit",
-    "ClassToken",
-    "LayerScale",
-    "LearnedTokens",
-    "MAPHead",
-    "MlpBlock",
-    "MultiHeadSelfAttention",
-    "PatchEmbed",
-    "StdConv2D",
-    "TokenPooling",
-    "TransformerBlock",
-]
+from __future__ import annotations
+
+from keras_vit._lazy import lazy_exports
+
+# public name -> the module that defines it
+_EXPORTS = {
+    "AddPositionEmbs": "keras_vit.layers.position_embedding",
+    "AddSinCosPositionEmbs": "keras_vit.layers.position_embedding",
+    "BottleneckUnit": "keras_vit.layers.resnet",
+    "ClassToken": "keras_vit.layers.class_token",
+    "LayerScale": "keras_vit.layers.layer_scale",
+    "LearnedTokens": "keras_vit.layers.learned_tokens",
+    "MAPHead": "keras_vit.layers.map_head",
+    "MlpBlock": "keras_vit.layers.mlp",
+    "MultiHeadSelfAttention": "keras_vit.layers.attention",
+    "PatchEmbed": "keras_vit.layers.patch_embed",
+    "StdConv2D": "keras_vit.layers.resnet",
+    "TokenPooling": "keras_vit.layers.pooling",
+    "TransformerBlock": "keras_vit.layers.transformer_block",
+}
+
+__all__ = sorted(_EXPORTS)
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())

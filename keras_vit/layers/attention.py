@@ -186,7 +186,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     def _call_heads_major(self, queries, tokens, training, self_attention):
         """`call` under bfloat16: every product a 2-D or heads-major batched matmul.
 
-        On TensorFlow without XLA (what `keras_vit.distribute.choose_precision` picks for
+        On TensorFlow without XLA (what `keras_vit.runtime.distribute.choose_precision` picks for
         bfloat16 on CPU) the 2-D products run with their bias as one fused oneDNN kernel and
         the batched products need no layout copies inside `einsum`; q, k and v come from one
         product when queries and keys are the same tokens. The scale 1/sqrt(head_dim) is

@@ -13,8 +13,8 @@ import keras
 import numpy as np
 
 from keras_vit._validation import check_positive_int
-from keras_vit.layer_names import POOL_DIST
 from keras_vit.layers import TokenPooling
+from keras_vit.spec.layer_names import POOL_DIST
 from keras_vit.visualize.graph import find_encoder, sub_graph_model
 
 logger = logging.getLogger(__name__)

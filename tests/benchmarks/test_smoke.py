@@ -44,7 +44,7 @@ def run_script(name, *args, timeout=900, env=None):
 @pytest.fixture(scope="module")
 def bench():
     """The benchmark helpers of keras_vit (imports TensorFlow once for this module)."""
-    from keras_vit import benchmarking as benchmark
+    from keras_vit.evaluate import benchmarking as benchmark
 
     return benchmark
 

@@ -56,7 +56,7 @@ def arch_of(drawn):
 
 @given(ARCHS)
 def test_forward_products_add_up_to_the_analytic_count(module, drawn):
-    from keras_vit.benchmarking import analytic_macs
+    from keras_vit.evaluate.benchmarking import analytic_macs
 
     arch = arch_of(drawn)
     size = tuple(side * arch["patch_size"] for side in drawn["grid"])

@@ -92,7 +92,7 @@ def torch_side(modules):
 
 def test_timm_model_has_keras_vits_parameter_count(torch_side):
     import keras_vit
-    from keras_vit.benchmarking import variant_arch
+    from keras_vit.evaluate.benchmarking import variant_arch
 
     arch = variant_arch(TINY)
     timm_model = torch_side.build_model(arch, 32, num_classes=10)
@@ -103,7 +103,7 @@ def test_timm_model_has_keras_vits_parameter_count(torch_side):
 @pytest.mark.parametrize("setting", ["float32", "bfloat16_autocast"])
 @pytest.mark.parametrize("mode", ["train", "infer"])
 def test_each_eager_setting_steps(torch_side, setting, mode):
-    from keras_vit.benchmarking import variant_arch
+    from keras_vit.evaluate.benchmarking import variant_arch
 
     model = torch_side.build_model(variant_arch(TINY), 16, num_classes=10)
     step = torch_side.make_step(model, mode, 2, 16, *torch_side.parse_timm_setting(setting), 10)

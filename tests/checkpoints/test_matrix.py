@@ -141,7 +141,7 @@ def test_a_hybrids_groupnorm_groups_are_written_only_where_read_back(tmp_path, g
     """No file format but .keras records a hybrid's GroupNorm groups, and its readers build
     the release's 32: a model with 8 (the default `keras-vit train` model) was written and
     read back as another model. Now the writers refuse it, naming the option; 32 round-trips."""
-    from keras_vit import training
+    from keras_vit.train import training
 
     model = training.TrainConfig(resnet_groups=groups).build(num_classes=5, channels=1)
     model = randomise(model, seed=1)

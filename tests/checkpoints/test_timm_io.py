@@ -14,8 +14,8 @@ from keras_vit.checkpoints import CheckpointError, read_checkpoint, write_checkp
 from keras_vit.checkpoints.npz_io import write_npz
 from keras_vit.checkpoints.safetensors_io import read_safetensors
 from tests.checkpoints.torch_state import TINY, timm_forward, timm_state
+from tests.model.test_hybrid import official_hybrid_shapes
 from tests.numpy_reference import tiny_official_params
-from tests.test_hybrid import official_hybrid_shapes
 
 
 def _images(seed=1, size=32):

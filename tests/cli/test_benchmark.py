@@ -113,7 +113,7 @@ def test_a_non_square_benchmark_runs_and_checks_each_side(capsys):
 
 
 def test_analytic_macs_of_a_non_square_image():
-    from keras_vit.benchmarking import analytic_macs, variant_arch
+    from keras_vit.evaluate.benchmarking import analytic_macs, variant_arch
 
     arch = variant_arch(TINY)
     assert analytic_macs(**arch, image_size=(16, 32)) == analytic_macs(**arch, image_size=(32, 16))
@@ -140,7 +140,7 @@ def test_an_image_size_in_the_model_name_is_honoured_or_refused():
 
 
 def test_peers_that_do_not_import_are_named_with_the_reason(tmp_path, capsys, monkeypatch):
-    from keras_vit import benchmarking
+    from keras_vit.evaluate import benchmarking
 
     missing = {peer: f"keras_vit_test_missing_{peer}" for peer in benchmarking.PEER_MODULES}
     monkeypatch.setattr(benchmarking, "PEER_MODULES", missing)

@@ -17,7 +17,8 @@ def trained(tmp_path_factory):
 
 def test_fewshot_prints_mean_and_spread_per_shot_count(trained, capsys):
     import keras_vit
-    from keras_vit import data, runs
+    from keras_vit import data
+    from keras_vit.train import runs
 
     argv = ["fewshot", str(trained), "--dataset", "digits", "--shots", "1", "3", "--seeds", "2"]
     assert main([*argv, "--holdout-per-class", "2"]) == 0
@@ -84,7 +85,7 @@ def test_bad_arguments_exit_2(trained, capsys, extra, message):
 def test_features_are_computed_under_the_chosen_precision(
     trained, capsys, monkeypatch, flags, policy, xla
 ):
-    from keras_vit import fewshot
+    from keras_vit.evaluate import fewshot
 
     seen, collect = [], fewshot.collect_features
 

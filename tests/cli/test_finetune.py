@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import scipy.ndimage
 
-from keras_vit import runs
 from keras_vit.cli.main import main
+from keras_vit.train import runs
 from tests.helpers.cli_runs import TRAIN_ARGS, pretrained_run
 
 

@@ -111,3 +111,36 @@ def test_version_prints_the_package_version_without_tensorflow():
     from keras_vit._version import __version__
 
     assert done.stdout.strip() == f"keras-vit {__version__}"
+
+
+def test_a_new_subcommand_is_one_module_and_one_name(monkeypatch, capsys):
+    """Adding a subcommand touches `cli/<name>.py` (add_parser, run) and its name in
+    SUBCOMMAND_MODULES: the parser, the help and the exit codes follow (docs/architecture.md,
+    "Where to add"; the doc's `cli/*.py` row names the module)."""
+    import types
+
+    from keras_vit.cli import main as cli_main
+
+    def add_parser(subparsers):
+        parser = subparsers.add_parser("hello", help="say hello to a model name")
+        parser.add_argument("name")
+        parser.set_defaults(func=run)
+        return parser
+
+    def run(args):
+        if args.name == "bad":
+            raise cli_main.UsageError("'bad' is no name")
+        print(f"hello {args.name}")
+        return 0
+
+    module = types.ModuleType("keras_vit.cli.hello")
+    module.add_parser, module.run = add_parser, run
+    monkeypatch.setitem(sys.modules, "keras_vit.cli.hello", module)
+    monkeypatch.setattr(cli_main, "SUBCOMMAND_MODULES", [*SUBCOMMAND_MODULES, "hello"])
+    with pytest.raises(SystemExit):
+        cli_main.main(["--help"])
+    assert "say hello to a model name" in capsys.readouterr().out
+    assert cli_main.main(["hello", "B/16"]) == 0
+    assert capsys.readouterr().out.strip().endswith("hello B/16")
+    assert cli_main.main(["hello", "bad"]) == 2
+    assert "keras-vit hello: error: 'bad' is no name" in capsys.readouterr().err

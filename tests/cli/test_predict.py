@@ -9,9 +9,10 @@ import pytest
 import tensorflow as tf
 
 import keras_vit
-from keras_vit import data, runs
+from keras_vit import data
 from keras_vit.cli.main import main
 from keras_vit.cli.predict import read_images
+from keras_vit.train import runs
 from tests.helpers.cli_runs import pretrained_run
 from tests.output_checks import assert_informative, randomize_weights
 

@@ -8,8 +8,9 @@ import types
 
 import pytest
 
-from keras_vit import distribute, training
 from keras_vit.cli.main import main
+from keras_vit.runtime import distribute
+from keras_vit.train import training
 from tests.helpers.cli_runs import TRAIN_ARGS, pretrained_run
 
 

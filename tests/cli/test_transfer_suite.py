@@ -94,8 +94,8 @@ def test_a_task_folder_is_reused_only_with_the_same_settings(trained, tmp_path, 
 
 
 def test_bad_images_is_a_flag_as_in_train_and_reaches_every_task():
-    from keras_vit import transfer_suite
     from keras_vit.cli.main import build_parser
+    from keras_vit.evaluate import transfer_suite
 
     parser = build_parser()
     assert parser.parse_args(["transfer-suite", "m.keras"]).bad_images == "skip"
@@ -106,8 +106,8 @@ def test_bad_images_is_a_flag_as_in_train_and_reaches_every_task():
 
 
 def test_select_is_a_flag_as_in_train_and_reaches_every_task(trained, monkeypatch):
-    from keras_vit import transfer_suite
     from keras_vit.cli.main import build_parser
+    from keras_vit.evaluate import transfer_suite
 
     seen = {}
 

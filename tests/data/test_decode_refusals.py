@@ -8,7 +8,7 @@ from PIL import Image
 
 from keras_vit.data import image_check
 from keras_vit.data.decode import decode_file
-from keras_vit.image_formats import FORMATS_TEXT
+from keras_vit.spec.image_formats import FORMATS_TEXT
 
 
 @pytest.mark.parametrize("suffix, name", [(".tiff", "TIFF"), (".ico", "ICO")])

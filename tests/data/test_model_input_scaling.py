@@ -8,7 +8,8 @@ import pytest
 import tensorflow as tf
 
 import keras_vit
-from keras_vit.data.preprocess import from_unit_range, model_input_preprocessing
+from keras_vit.checkpoints.model_io import model_input_preprocessing
+from keras_vit.data.preprocess import from_unit_range
 from keras_vit.export import export_saved_model
 
 # torchvision / timm IMAGENET_DEFAULT_MEAN and _STD, typed in from their documentation.

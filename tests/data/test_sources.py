@@ -7,8 +7,8 @@ import pathlib
 import pytest
 
 import keras_vit
-from keras_vit import transfer_suite
 from keras_vit.data import pipeline, sources
+from keras_vit.evaluate import transfer_suite
 
 PACKAGE = pathlib.Path(keras_vit.__file__).parent
 

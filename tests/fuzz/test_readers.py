@@ -116,7 +116,7 @@ def test_safetensors_offsets_that_overlap_or_do_not_fit_the_shape(tmp_path):
 def test_absurd_hf_config_sizes_are_refused_before_a_model_is_built(
     valid, tmp_path_factory, monkeypatch, field, value, match
 ):
-    from keras_vit import build_any
+    from keras_vit.model import build_any
 
     def no_build(*args, **kwargs):
         raise AssertionError("a model was built before the config was checked")

@@ -8,8 +8,8 @@ the default recipe's model (the hybrid: ResNet root, then the Transformer) at 8x
 import contextlib
 import io
 
-from keras_vit import runs
 from keras_vit.cli.main import main
+from keras_vit.train import runs
 
 TRAIN_ARGS = [
     "train",

@@ -1,4 +1,4 @@
-"""A slow little run for the SIGKILL test in tests/test_runs.py.
+"""A slow little run for the SIGKILL test in tests/train/test_runs.py.
 
 `fit_run` of a tiny ViT on fixed NumPy data: EPOCHS epochs of STEPS_PER_EPOCH steps, each
 batch slowed down by SLEEP_S seconds so that the test can kill the process mid-epoch.
@@ -17,7 +17,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
 import keras_vit  # noqa: E402
-from keras_vit import runs  # noqa: E402
+from keras_vit.train import runs  # noqa: E402
 
 EPOCHS = 4
 BATCH_SIZE = 8

@@ -19,7 +19,7 @@ tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfigur
 
 import numpy as np  # noqa: E402
 
-from keras_vit import runs  # noqa: E402
+from keras_vit.train import runs  # noqa: E402
 
 
 def main():

@@ -1,4 +1,4 @@
-"""Subprocess worker for tests/test_distribute.py: MirroredStrategy over two logical CPUs.
+"""Subprocess worker for tests/runtime/test_distribute.py: MirroredStrategy over two logical CPUs.
 
 The CPU must be split before TensorFlow is used, so this runs in its own process. It prints
 one JSON line (prefixed RESULT) with what the tests check:
@@ -28,7 +28,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
 import keras_vit  # noqa: E402
-from keras_vit import distribute  # noqa: E402
+from keras_vit.runtime import distribute  # noqa: E402
 
 TINY = dict(image_size=16, patch_size=8, hidden_dim=16, num_heads=2, mlp_dim=32, num_layers=1)
 DEVICES = ["/cpu:0", "/cpu:1"]
@@ -107,8 +107,8 @@ def b39_outside_scope(result):
     """B39, second case: build outside the scope, then compile and `fit` inside it.
 
     Records what plain Keras does (3.15: a bare AssertionError in the distributed optimizer
-    update) and the clear error of `keras_vit.distribute.check_variables_in_scope`, which
-    `keras_vit.runs.fit_run` calls before `fit`.
+    update) and the clear error of `keras_vit.runtime.distribute.check_variables_in_scope`, which
+    `keras_vit.train.runs.fit_run` calls before `fit`.
     """
     model = keras_vit.ViT(num_classes=10, **TINY)
     strategy = tf.distribute.MirroredStrategy(DEVICES)

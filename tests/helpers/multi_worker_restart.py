@@ -1,7 +1,7 @@
-"""Subprocess worker for tests/test_multi_worker_restart.py: one of two
+"""Subprocess worker for tests/train/test_multi_worker_restart.py: one of two
 MultiWorkerMirroredStrategy workers on 127.0.0.1 (the test sets TF_CONFIG and TMPDIR).
 
-The run: `keras_vit.runs.fit_run` of tests/helpers/killable_run.py's tiny ViT (dropout and
+The run: `keras_vit.train.runs.fit_run` of tests/helpers/killable_run.py's tiny ViT (dropout and
 stochastic depth on) on `keras_vit.data.load`'s training pipeline (seeded shuffle, random
 crops), EPOCHS epochs of one pass each, the dataset built afresh in every process.
 
@@ -21,7 +21,7 @@ Each run is the first of its process (seed 0): under the multi-worker strategy a
 `fit_run` in the same process trains on other batches or masks than the first (seen with
 this helper: epoch 0's loss differs in the 3rd digit; cause not found).
 Two runs of one mode in fresh processes give the same history and weights to the bit
-(tests/test_multi_worker_restart.py relies on it).
+(tests/train/test_multi_worker_restart.py relies on it).
 """
 
 import json
@@ -37,7 +37,8 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
 import keras_vit  # noqa: E402
-from keras_vit import distribute, runs  # noqa: E402
+from keras_vit.runtime import distribute
+from keras_vit.train import runs  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(__file__))
 import killable_run  # noqa: E402

@@ -1,11 +1,11 @@
-"""Subprocess worker for tests/test_distribute.py: one of two MultiWorkerMirroredStrategy
+"""Subprocess worker for tests/runtime/test_distribute.py: one of two MultiWorkerMirroredStrategy
 workers on 127.0.0.1 (the test sets TF_CONFIG and starts both).
 
 1. Shim check: trains with TensorFlow's plain `tf.distribute.MultiWorkerMirroredStrategy`
    and records whether Keras' `fit` still fails (the reason for
-   `keras_vit.distribute.MultiWorkerMirroredStrategy`). The failure happens before any
+   `keras_vit.runtime.distribute.MultiWorkerMirroredStrategy`). The failure happens before any
    collective op, on both workers alike, so it cannot leave one worker waiting.
-2. A real run: `keras_vit.runs.fit_run` under `resolve_strategy("multi_worker")` for two
+2. A real run: `keras_vit.train.runs.fit_run` under `resolve_strategy("multi_worker")` for two
    epochs into RUN_DIR (only the chief writes there); the chief also saves its predictions
    on the validation images to RUN_DIR/../chief_predictions.npy.
 
@@ -25,7 +25,8 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import keras_vit  # noqa: E402
-from keras_vit import distribute, runs  # noqa: E402
+from keras_vit.runtime import distribute
+from keras_vit.train import runs  # noqa: E402
 
 
 def build():

@@ -1,7 +1,8 @@
-"""`keras-vit train` with a probe, for the multi-worker kill test in tests/test_distribute.py.
+"""`keras-vit train` with a probe, for the multi-worker kill test in
+tests/runtime/test_distribute.py.
 
 Runs `keras_vit.cli.main.main` on the given arguments, unchanged except that
-`keras_vit.runs.fit_run` gets one more callback, `Probe`, which writes what the test needs
+`keras_vit.train.runs.fit_run` gets one more callback, `Probe`, which writes what the test needs
 into PROBE_DIR/worker<index>/ (index: this process's TF_CONFIG task index):
 
 - start.npz: the weights and `optimizer.iterations` the first training step starts from
@@ -24,8 +25,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
-from keras_vit import runs  # noqa: E402
 from keras_vit.cli.main import main  # noqa: E402
+from keras_vit.train import runs  # noqa: E402
 
 
 def weights_record(model):

@@ -3,7 +3,7 @@
 The backend subset of tests/helpers/jax_subset.py (build, predict against the NumPy
 reference, fit, every checkpoint format, dynamic image size, fine-tuning), plus what the
 PyTorch backend path adds: `.weights.h5` round trips, a mixed_bfloat16 copy of the model
-(`keras_vit.precision.with_dtype_policy`) against its float32 logits, and `evaluate`.
+(`keras_vit.runtime.precision.with_dtype_policy`) against its float32 logits, and `evaluate`.
 Prints one JSON line of results.
 """
 
@@ -23,7 +23,7 @@ def torch_extras(workdir: str) -> dict:
     import torch
 
     import keras_vit
-    from keras_vit.precision import with_dtype_policy
+    from keras_vit.runtime.precision import with_dtype_policy
 
     arch = dict(patch_size=8, hidden_dim=32, num_heads=4, mlp_dim=64, num_layers=2)
     model = keras_vit.ViT(image_size=32, num_classes=10, **arch)

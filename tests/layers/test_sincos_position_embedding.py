@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 import keras_vit
-from keras_vit import run_plan
 from keras_vit.checkpoints import CheckpointError
 from keras_vit.checkpoints.architecture import Architecture
 from keras_vit.layers import AddSinCosPositionEmbs
 from keras_vit.layers.position_embedding import sincos_2d_table
+from keras_vit.train import run_plan
 
 TINY = dict(image_size=32, patch_size=8, hidden_dim=32, num_heads=4, mlp_dim=64, num_layers=2)
 

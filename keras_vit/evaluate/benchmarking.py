@@ -1,0 +1,386 @@
+"""Benchmark internals: the analytic FLOP count, the GEMM peak, peer models, timed steps.
+
+Used by `keras-vit benchmark` (so the installed command has them) and by the scripts in
+`benchmarks/` (through `benchmarks/harness/common.py`). The FLOP count covers matrix products only
+(paper section 3.1; FLOPs = 2 x MACs, a training step ~3x the forward pass). Peers:
+keras-hub's `ViTBackbone` + a dense head and vit-keras' `build_model`, when installed.
+"""
+
+from __future__ import annotations
+
+import logging
+import resource
+import statistics
+import time
+
+from keras_vit._validation import to_pair
+
+logger = logging.getLogger(__name__)
+
+FRAMEWORKS = ("keras_vit", "keras_hub", "vit_keras")
+MODES = ("infer", "train")
+TRAINING_FLOPS_FACTOR = 3.0  # forward + backward (two matrix products per forward one)
+ARCH_FIELDS = ("patch_size", "hidden_dim", "mlp_dim", "num_heads", "num_layers")
+PEER_MODULES = {"keras_hub": "keras_hub", "vit_keras": "vit_keras.vit"}
+
+
+def variant_arch(variant):
+    """The architecture (`patch_size`, `hidden_dim`, `mlp_dim`, `num_heads`, `num_layers`) of
+    a named variant from `keras_vit.spec.configs.VIT_CONFIGS`, or of a custom spec
+    "patch,hidden,mlp,heads,layers" (e.g. "8,32,64,4,2").
+
+    Raises:
+        ValueError: unknown variant name or a malformed spec.
+    """
+    from keras_vit.spec import configs
+
+    if "," in variant:
+        try:
+            values = [int(part) for part in variant.split(",")]
+        except ValueError:
+            values = []
+        if len(values) != len(ARCH_FIELDS) or min(values) < 1 or values[1] % values[3]:
+            raise ValueError(
+                "A custom variant is 5 positive integers 'patch,hidden,mlp,heads,layers' with "
+                f"hidden divisible by heads. Received: {variant!r}"
+            )
+        return dict(zip(ARCH_FIELDS, values, strict=True))
+    config = configs.get_config(variant)
+    return {field: getattr(config, field) for field in ARCH_FIELDS}
+
+
+def analytic_macs(
+    *,
+    patch_size,
+    hidden_dim,
+    mlp_dim,
+    num_layers,
+    image_size=224,
+    channels=3,
+    num_classes=1000,
+    class_token=True,
+    **_ignored,
+):
+    """Multiply-accumulates of one forward pass of one image (matrix products only).
+
+    Patch embedding, then per block the q/k/v/out projections (4 N D^2), q k^T and the
+    weighted sum of values (2 N^2 D over all heads) and the MLP (2 N D M), then the head.
+    Layer norms, softmax, GELU and biases are left out, as in the published counts
+    (torchvision's ViT table, whose "GFLOPS" are multiply-adds: B/16 17.56 G, B/32 4.41 G at
+    224).
+
+    Args:
+        patch_size, hidden_dim, mlp_dim, num_layers: the architecture (paper table 1).
+        image_size: int (square) or (height, width) in pixels, each a multiple of
+            `patch_size`.
+        channels: image channels. num_classes: head outputs (0 for no head).
+        class_token: whether a class token is prepended (token pooling).
+
+    Returns:
+        The MAC count (int); FLOPs are twice this.
+    """
+    height, width = to_pair("image_size", image_size)
+    patches = (height // patch_size) * (width // patch_size)
+    tokens = patches + int(class_token)
+    d = hidden_dim
+    embed = patches * patch_size * patch_size * channels * d
+    return embed + num_layers * _block_macs(tokens, d, mlp_dim) + d * num_classes
+
+
+def _block_macs(tokens, d, mlp_dim, queries=None):
+    """MACs of one encoder block over `tokens` tokens that computes `queries` of them (all by
+    default): keys and values of every token, the query, output projection, attention
+    (q k^T and the weighted sum of values) and MLP of each query."""
+    queries = tokens if queries is None else queries
+    keys_values = 2 * tokens * d * d
+    return keys_values + 2 * queries * d * d + 2 * queries * tokens * d + 2 * queries * d * mlp_dim
+
+
+def model_gflops(variant, image_size, mode, num_classes=1000):
+    """Analytic GFLOPs per image of `mode` ("infer" or "train") for a named variant."""
+    macs = analytic_macs(**variant_arch(variant), image_size=image_size, num_classes=num_classes)
+    return 2.0 * macs * (TRAINING_FLOPS_FACTOR if mode == "train" else 1.0) / 1e9
+
+
+def keras_vit_step_gflops(variant, image_size, mode, num_classes=1000):
+    """Analytic GFLOPs per image of the matrix products keras_vit runs in one step, which
+    are fewer than `model_gflops`'s: its last block computes the class token alone (the
+    keys and values of every token, the query, attention output and MLP of the class
+    token), and a training step takes no gradient with respect to the image (the patch
+    embedding's weight gradient only).
+
+    Raises:
+        ValueError: unknown variant name or a malformed spec (`variant_arch`), or a mode
+            other than "infer" and "train".
+    """
+    if mode not in ("infer", "train"):
+        raise ValueError(f"mode must be 'infer' or 'train'. Received: {mode!r}")
+    arch = variant_arch(variant)
+    full = analytic_macs(**arch, image_size=image_size, num_classes=num_classes)
+    height, width = to_pair("image_size", image_size)
+    patches = (height // arch["patch_size"]) * (width // arch["patch_size"])
+    tokens, d, mlp = patches + 1, arch["hidden_dim"], arch["mlp_dim"]
+    macs = full - _block_macs(tokens, d, mlp) + _block_macs(tokens, d, mlp, queries=1)
+    if mode == "train":
+        image_gradient = patches * arch["patch_size"] ** 2 * 3 * d
+        return 2.0 * (TRAINING_FLOPS_FACTOR * macs - image_gradient) / 1e9
+    return 2.0 * macs / 1e9
+
+
+def peak_rss_mb():
+    """Peak resident memory of this process so far, MiB (Linux `ru_maxrss` is in KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def gemm_gflops(size, repeats=3, xla=True, dtype="float32"):
+    """Median GFLOP/s of a `size x size` matrix product in TensorFlow (2 n^3 FLOPs), in
+    `dtype` ("float32" or "bfloat16"), with or without XLA."""
+    import tensorflow as tf
+
+    a = tf.cast(tf.random.normal((size, size)), dtype)
+    b = tf.cast(tf.random.normal((size, size)), dtype)
+    matmul = tf.function(lambda x, y: tf.matmul(x, y)[:1, :1], jit_compile=xla)
+    matmul(a, b).numpy()  # compile, warm up
+    steps = min(20, max(1, int(2e10 // (2 * size**3))))  # ~10 GFLOP per repeat, <= 20 calls
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(steps):
+            matmul(a, b).numpy()
+        times.append((time.perf_counter() - start) / steps)
+    return 2.0 * size**3 / statistics.median(times) / 1e9
+
+
+def gemm_peak(sizes=(1024, 2048, 4096), repeats=3, xla=True, dtype="float32"):
+    """The best GEMM GFLOP/s over `sizes` and the figure of each size."""
+    per_size = {str(n): gemm_gflops(n, repeats, xla, dtype) for n in sizes}
+    return max(per_size.values()), per_size
+
+
+GEMM_SETTINGS = (("float32", True), ("float32", False), ("bfloat16", True), ("bfloat16", False))
+
+
+def gemm_roof(sizes=(1024, 2048, 4096), repeats=3):
+    """The machine's roof: the best GEMM GFLOP/s over `sizes` in float32 and bfloat16, each
+    with and without XLA. Returns (best, {"bfloat16 noxla": {size: GFLOP/s}, ...})."""
+    figures = {
+        f"{dtype} {'xla' if xla else 'noxla'}": gemm_peak(sizes, repeats, xla, dtype)[1]
+        for dtype, xla in GEMM_SETTINGS
+    }
+    best = max(value for per_size in figures.values() for value in per_size.values())
+    return best, figures
+
+
+def import_problem(*modules):
+    """None when every one of `modules` imports here, else why not: the error's type and
+    the last line of its message (one line, as a skip note prints it)."""
+    import importlib
+
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except Exception as error:  # a broken optional install is "not available" too
+            logger.debug("%s does not import: %s", module, error)
+            lines = str(error).strip().splitlines() or [""]
+            return f"{type(error).__name__}: {lines[-1]}"
+    return None
+
+
+def peer_import_error(framework):
+    """None when `framework` imports here (keras_vit always does), else why not
+    (`import_problem`), e.g. vit-keras' "No module named 'cv2'" (it imports OpenCV without
+    declaring it; `opencv-python-headless` provides it)."""
+    return None if framework == "keras_vit" else import_problem(PEER_MODULES[framework])
+
+
+def build_model(framework, variant, image_size, num_classes=1000):
+    """The same ViT architecture built with `framework` (no dropout, token pooling).
+
+    keras_vit: `keras_vit.ViT`; keras_hub: `keras_hub.models.ViTBackbone` + class token +
+    dense head; vit_keras: `vit_keras.vit.build_model` (linear head). The global dtype policy
+    applies; the head is float32 in every case. `image_size`: int or (height, width).
+    """
+    import keras
+
+    arch = variant_arch(variant)
+    image_size = to_pair("image_size", image_size)
+    if framework == "keras_vit":
+        from keras_vit.model.models import ViT
+
+        return ViT(**arch, image_size=image_size, num_classes=num_classes, dropout_rate=0.0)
+    if framework == "keras_hub":
+        import keras_hub
+
+        backbone = keras_hub.models.ViTBackbone(
+            image_shape=(*image_size, 3),
+            patch_size=arch["patch_size"],
+            num_layers=arch["num_layers"],
+            num_heads=arch["num_heads"],
+            hidden_dim=arch["hidden_dim"],
+            mlp_dim=arch["mlp_dim"],
+            dropout_rate=0.0,
+            attention_dropout=0.0,
+            layer_norm_epsilon=1e-6,
+        )
+        images = keras.Input((*image_size, 3), name="images")
+        tokens = backbone(images)
+        logits = keras.layers.Dense(num_classes, dtype="float32", name="head")(tokens[:, 0])
+        return keras.Model(images, logits, name="keras_hub_vit")
+    if framework == "vit_keras":
+        from vit_keras import vit
+
+        return vit.build_model(
+            image_size=image_size,
+            patch_size=arch["patch_size"],
+            num_layers=arch["num_layers"],
+            hidden_size=arch["hidden_dim"],
+            num_heads=arch["num_heads"],
+            name="vit_keras_vit",
+            mlp_dim=arch["mlp_dim"],
+            classes=num_classes,
+            dropout=0.0,
+            activation="linear",
+            include_top=True,
+            representation_size=None,
+        )
+    raise ValueError(f"Unknown framework {framework!r}; expected one of {FRAMEWORKS}.")
+
+
+def step_optimizer(framework=None):
+    """AdamW at learning rate 1e-4: keras_vit's own `ViTAdamW` for "keras_vit" (its update
+    is one XLA program on TensorFlow), Keras' `AdamW` for the other Keras frameworks."""
+    import keras
+
+    if framework == "keras_vit":
+        from keras_vit.train.training import ViTAdamW
+
+        return ViTAdamW(learning_rate=1e-4)
+    return keras.optimizers.AdamW(learning_rate=1e-4)
+
+
+def make_step(
+    model, mode, batch_size, image_size, xla=True, num_classes=1000, seed=0, framework=None
+):
+    """A no-argument function running one inference or training step on a fixed batch.
+
+    Training: `step_optimizer(framework)` (AdamW, learning rate 1e-4) on sparse categorical
+    cross-entropy from logits through `model.train_on_batch`; inference:
+    `model.predict_on_batch`. Both run the step Keras compiles (`jit_compile=xla`) and block
+    until the result is on the host.
+    """
+    import keras
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    shape = (batch_size, *to_pair("image_size", image_size), 3)
+    images = rng.uniform(-1.0, 1.0, shape).astype("float32")
+    labels = rng.integers(0, num_classes, (batch_size,)).astype("int32")
+    model.compile(
+        optimizer=step_optimizer(framework),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        jit_compile=bool(xla),
+    )
+    if mode == "train":
+        return lambda: model.train_on_batch(images, labels)
+    if mode == "infer":
+        return lambda: model.predict_on_batch(images)
+    raise ValueError(f"Unknown mode {mode!r}; expected one of {MODES}.")
+
+
+def time_steps(step, steps):
+    """Seconds for `steps` consecutive calls of `step`."""
+    start = time.perf_counter()
+    for _ in range(steps):
+        step()
+    return time.perf_counter() - start
+
+
+def measure(framework, variant, image_size, batch_size, mode, *, xla, steps, repeats, warmup):
+    """Builds, warms up and times one framework in this process; returns a result dict."""
+    model = build_model(framework, variant, image_size)
+    step = make_step(model, mode, batch_size, image_size, xla=xla, framework=framework)
+    start = time.perf_counter()
+    for _ in range(warmup):
+        step()
+    warmup_s = time.perf_counter() - start
+    rates = [steps * batch_size / time_steps(step, steps) for _ in range(repeats)]
+    record = result_record(framework, mode, rates, model.count_params(), warmup_s)
+    record["xla"] = bool(xla)
+    return record
+
+
+def result_record(framework, mode, rates, params, warmup_s):
+    """One framework's figures: median and range of images/s, params, peak RSS."""
+    return {
+        "framework": framework,
+        "mode": mode,
+        "images_per_s": statistics.median(rates),
+        "images_per_s_all": rates,
+        "params": int(params),
+        "peak_rss_mb": peak_rss_mb(),
+        "warmup_s": warmup_s,
+    }
+
+
+def add_derived(results, variant, image_size, gemm_peak_gflops):
+    """Adds model GFLOP/s, utilisation of the GEMM peak and ours/peer ratios in place."""
+    for record in results:
+        flops = model_gflops(variant, image_size, record["mode"]) * record["images_per_s"]
+        record["model_gflops_per_s"] = flops
+        record["utilisation"] = flops / gemm_peak_gflops if gemm_peak_gflops else None
+    ours = {(r["mode"], r.get("xla")): r for r in results if r["framework"] == "keras_vit"}
+    for record in results:
+        base = ours.get((record["mode"], record.get("xla")))
+        usable = base is not None and record["images_per_s"] > 0
+        record["ours_over_this"] = base["images_per_s"] / record["images_per_s"] if usable else None
+        best = max(
+            (r["images_per_s"] for (mode, _), r in ours.items() if mode == record["mode"]),
+            default=None,
+        )
+        record["best_ours_over_this"] = (
+            best / record["images_per_s"] if best and record["images_per_s"] > 0 else None
+        )
+    return results
+
+
+def format_results(results, header_note=""):
+    """The table printed by the benchmark commands (Markdown)."""
+    header = [
+        "mode",
+        "framework",
+        "img/s (median)",
+        "range",
+        "peak RSS MiB",
+        "model GFLOP/s",
+        "util. of GEMM roof",
+        "ours/this (same XLA)",
+        "best ours/this",
+    ]
+    rows = []
+    for r in results:
+        rates = r["images_per_s_all"]
+        ratio = r.get("ours_over_this")
+        best = r.get("best_ours_over_this")
+        util = r.get("utilisation")
+        xla = r.get("xla")
+        rows.append(
+            [
+                r["mode"],
+                r["framework"] + ("" if xla is None else " (XLA)" if xla else " (no XLA)"),
+                f"{r['images_per_s']:.2f}",
+                f"{min(rates):.2f}-{max(rates):.2f}",
+                f"{r['peak_rss_mb']:.0f}",
+                f"{r.get('model_gflops_per_s', 0):.1f}",
+                "-" if util is None else f"{100 * util:.0f}%",
+                "-" if ratio is None else f"{ratio:.2f}x",
+                "-" if best is None else f"{best:.2f}x",
+            ]
+        )
+    widths = [max(len(str(c)) for c in col) for col in zip(header, *rows, strict=True)]
+
+    def line(cells):
+        return "| " + " | ".join(str(c).ljust(w) for c, w in zip(cells, widths, strict=True)) + " |"
+
+    table = [line(header), "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
+    table += [line(r) for r in rows]
+    return (header_note + "\n" if header_note else "") + "\n".join(table)

@@ -1,0 +1,652 @@
+"""The one builder core of every keras_vit model: stem -> patch tokens -> encoder -> head.
+
+`vision_transformer(stem=...)` checks every argument (before any layer is built), makes the
+`images` input, runs the stem (None: the image itself, as in a plain ViT; or a function
+mapping the symbolic images to a feature map, as the hybrid's ResNet), cuts the result into
+patches (`embedding`), adds the class token and the position embedding chosen by
+`position_embedding`, the Transformer blocks, the final LayerNorm, pooling (class token,
+mean or big_vision's MAP head), optional pre-logits and the zero-initialised head; then
+applies `weights`. In the spirit of
+`keras.applications.ResNet(stack_fn)`: `keras_vit.ViT` and `keras_vit.HybridViT` only
+choose the stem. Paper section 3.1 (eq. 1-4, "Hybrid Architecture"), appendix D.4 for
+the position-embedding choices.
+"""
+
+from __future__ import annotations
+
+import keras
+
+from keras_vit._validation import (
+    check_choice,
+    check_divisible,
+    check_heads,
+    check_positive_int,
+    check_rate,
+    to_pair,
+)
+from keras_vit.layers import (
+    ClassToken,
+    LearnedTokens,
+    MAPHead,
+    PatchEmbed,
+    TokenPooling,
+    TransformerBlock,
+)
+from keras_vit.layers.layer_scale import check_layer_scale_init
+from keras_vit.layers.mlp import MLP_ACTIVATIONS
+from keras_vit.layers.pooling import CLASSIFIER_POOLINGS
+from keras_vit.layers.position_embedding import POSITION_EMBEDDINGS, position_embedding_layer
+from keras_vit.spec import layer_names as names
+
+FAMILY_DEFAULTS = {
+    "layer_scale_init": None,
+    "num_register_tokens": 0,
+    "distilled": False,
+    "distillation_head": True,
+    "no_embed_class": False,
+    "norm_pre": False,
+    "mlp_activation": "gelu",
+}
+"""The ViT-family switches (DeiT, DeiT III, DINOv2, CLIP towers) and their default values
+(`distillation_head` only matters with `distilled=True`); see `keras_vit.ViT` for each."""
+
+
+# The switches `classification_head` reads (registers: left out of "gap" pooling).
+HEAD_SWITCHES = ("num_register_tokens", "distilled", "distillation_head")
+
+
+def encode_tokens(
+    tokens,
+    *,
+    num_heads,
+    mlp_dim,
+    num_layers,
+    pooling="token",
+    dropout_rate=0.0,
+    attention_dropout_rate=0.0,
+    drop_path_rate=0.0,
+    layer_norm_epsilon=1e-6,
+    gelu_approximate=True,
+    class_token_only=False,
+    position_embedding="learned",
+    grid_size=None,
+    dynamic_grid=None,
+    grid_images=None,
+    final_norm="tokens",
+    **family,
+):
+    """The Transformer encoder on a symbolic patch-token sequence.
+
+    Adds the prefix tokens and the position embedding (`embed_positions`), dropout, the
+    optional `norm_pre` LayerNorm, `num_layers` blocks and the final LayerNorm
+    (`encoder_norm`; with `final_norm="pooled"` none here: `classification_head` normalises
+    the pooled feature instead). `position_embedding` is one of
+    `keras_vit.layers.position_embedding.POSITION_EMBEDDINGS` ("sincos2d" needs the
+    `grid_size` of the patches). `**family`: the switches of `FAMILY_DEFAULTS`.
+    Stochastic depth grows linearly from 0 at the first block to `drop_path_rate` at the
+    last. With `class_token_only=True` (token pooling only) the last block computes just the
+    class token (and the distillation token when `head_dist` reads it; `TransformerBlock(
+    num_output_tokens=...)`): the same pooled feature for ~7% fewer FLOPs in a 12-block model.
+
+    With `dynamic_grid=(grid_size, patch_size)` the learned position table (stored for
+    `grid_size`) is resized in the forward pass to the grid of `grid_images` (see
+    `AddPositionEmbs(dynamic_image_size=True)`).
+
+    Returns:
+        The symbolic `(batch, num_tokens, hidden_dim)` output of `encoder_norm` (of the last
+        block with `final_norm="pooled"`), or `(batch, 1 or 2, hidden_dim)` with
+        `class_token_only=True`.
+    """
+    family = {**FAMILY_DEFAULTS, **family}
+    check_positive_int("num_layers", num_layers)
+    if not isinstance(class_token_only, bool):
+        raise ValueError(
+            f"`class_token_only` must be True or False. Received: {class_token_only!r}"
+        )
+    if class_token_only and pooling != "token":
+        raise ValueError(
+            f"class_token_only=True needs pooling='token'. Received: pooling={pooling!r}"
+        )
+    x = embed_positions(
+        tokens,
+        class_token=pooling == "token",
+        position_embedding=position_embedding,
+        grid_size=grid_size,
+        dynamic_grid=dynamic_grid,
+        grid_images=grid_images,
+        distilled=family["distilled"],
+        no_embed_class=family["no_embed_class"],
+        num_register_tokens=family["num_register_tokens"],
+    )
+    x = keras.layers.Dropout(dropout_rate, name="dropout")(x)
+    if family["norm_pre"]:
+        x = keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, name=names.NORM_PRE)(x)
+    block_kwargs = dict(
+        num_heads=num_heads,
+        mlp_dim=mlp_dim,
+        dropout_rate=dropout_rate,
+        attention_dropout_rate=attention_dropout_rate,
+        layer_norm_epsilon=layer_norm_epsilon,
+        gelu_approximate=gelu_approximate,
+        layer_scale_init=family["layer_scale_init"],
+        mlp_activation=family["mlp_activation"],
+    )
+    dist_read = family["distilled"] and family["distillation_head"]
+    last_tokens = (1 + int(dist_read)) if class_token_only else None
+    for i in range(num_layers):
+        x = TransformerBlock(
+            **block_kwargs,
+            drop_path_rate=drop_path_rate * i / max(num_layers - 1, 1),
+            num_output_tokens=last_tokens if i == num_layers - 1 else None,
+            name=names.block_name(i),
+        )(x)
+    if final_norm == "pooled":
+        return x
+    return keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, name=names.ENCODER_NORM)(x)
+
+
+def embed_positions(
+    tokens,
+    *,
+    class_token,
+    position_embedding,
+    grid_size,
+    dynamic_grid=None,
+    grid_images=None,
+    distilled=False,
+    no_embed_class=False,
+    num_register_tokens=0,
+):
+    """Patch tokens -> `[cls][dist][registers...][patches]` with the position embedding.
+
+    The position table covers `[cls][dist][patches]`, or the patches only with
+    `no_embed_class` (then the class and distillation tokens are added after it, timm
+    vision_transformer.py `_pos_embed`); the register tokens are inserted after the class
+    and distillation tokens last, with no position (HF `Dinov2WithRegistersEmbeddings`).
+    """
+    dynamic = dynamic_grid is not None
+    rows = 0 if no_embed_class else int(class_token) + int(distilled)
+    position = position_embedding_layer(
+        position_embedding,
+        dynamic_grid[0] if dynamic else grid_size,
+        rows,
+        names.POSITION_EMBEDDING,
+        dynamic_image_size=dynamic,
+        patch_size=dynamic_grid[1] if dynamic else None,
+    )
+    x = tokens if no_embed_class else _prepend(tokens, class_token, distilled)
+    if position is not None:
+        x = position(x, images=grid_images) if dynamic else position(x)
+    if no_embed_class:
+        x = _prepend(x, class_token, distilled)
+    if num_register_tokens:
+        x = LearnedTokens(
+            num_register_tokens,
+            insert_at=int(class_token) + int(distilled),
+            weight_name=names.REGISTERS,
+            name=names.REGISTERS,
+        )(x)
+    return x
+
+
+def _prepend(tokens, class_token, distilled):
+    """The class token, then DeiT's distillation token after it."""
+    if class_token:
+        tokens = ClassToken(name=names.CLASS_TOKEN)(tokens)
+    if distilled:
+        tokens = LearnedTokens(1, insert_at=1, weight_name=names.DIST_TOKEN, name=names.DIST_TOKEN)(
+            tokens
+        )
+    return tokens
+
+
+def classification_head(
+    sequence,
+    *,
+    pooling,
+    include_top,
+    return_sequence,
+    num_classes,
+    representation_size,
+    classifier_activation,
+    map_head=None,
+    final_norm="tokens",
+    layer_norm_epsilon=1e-6,
+    num_register_tokens=0,
+    distilled=False,
+    distillation_head=True,
+):
+    """Pooling, optional pre-logits (dense + tanh) and the zero-initialised head.
+
+    `pooling="map"` pools with big_vision's MAP head (`MAPHead(**map_head)`); "gap" averages
+    the patch tokens (after the `num_register_tokens` registers). With
+    `final_norm="pooled"` a LayerNorm (`fc_norm`, epsilon `layer_norm_epsilon`) follows the
+    pooling, as timm's `fc_norm` (vision_transformer.py: `norm` is then Identity). With
+    `distilled` the logits are the mean of `head` on the class token and `head_dist` on
+    the distillation token (`distilled_logits`); with `distillation_head=False` too they
+    are `head` on the class token alone (HF `DeiTForImageClassification`).
+    Returns the symbolic model output: the sequence, the pooled feature or the logits.
+    """
+    if return_sequence:
+        return sequence
+    if pooling == "map":
+        x = MAPHead(**(map_head or {}), name=names.MAP_HEAD)(sequence)
+    else:
+        x = TokenPooling(pooling, num_prefix_tokens=num_register_tokens, name=names.POOL)(sequence)
+    if final_norm == "pooled":
+        x = keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, name=names.POOLED_NORM)(x)
+    if representation_size is not None:
+        x = keras.layers.Dense(representation_size, activation="tanh", name=names.PRE_LOGITS)(x)
+    if not include_top:
+        return x
+    if distilled and distillation_head:
+        dist = TokenPooling("token", token_index=1, name=names.POOL_DIST)(sequence)
+        return distilled_logits(x, dist, num_classes, classifier_activation)
+    return zero_head(num_classes, classifier_activation)(x)
+
+
+def distilled_logits(pooled, dist, num_classes, activation=None):
+    """DeiT's inference logits: (head(class token) + head_dist(distillation token)) / 2.
+
+    timm deit.py `VisionTransformerDistilled.forward_head` (not `distilled_training`) and HF
+    `DeiTForImageClassificationWithTeacher`. The mean (`head_mean`) is the model's output
+    in training too, so the ordinary loss trains both zero-initialised heads (DeiT's
+    hard-distillation loss on the teacher's labels is not built in). `activation` (e.g.
+    "softmax") is applied to the mean. `pooled`: the class token's feature, `dist`: the
+    distillation token's (`pool_dist`), each `(batch, D)`.
+    """
+    head = zero_head(num_classes)(pooled)
+    head_dist = zero_head(num_classes, name=names.HEAD_DIST)(dist)
+    logits = keras.layers.Average(dtype="float32", name=names.HEAD_MEAN)([head, head_dist])
+    if activation is None:
+        return logits
+    return keras.layers.Activation(activation, dtype="float32", name=names.HEAD_ACTIVATION)(logits)
+
+
+ONE_CLASS_HINT = (
+    "num_classes=1 gives a single logit, whose softmax is 1.0 for every image. Spell a "
+    "two-class task as num_classes=2 (softmax; what keras_vit's training, evaluation, "
+    "predict and export handle), or, for one sigmoid output with a binary loss, build "
+    "include_top=False and add keras.layers.Dense(1, activation='sigmoid') yourself "
+    "(keras_vit's export and CLI serve softmax classifiers only)."
+)
+
+
+def check_num_classes(num_classes, include_top=True):
+    """`num_classes`, a positive integer; at least 2 for a model with a head.
+
+    Raises:
+        ValueError: not a positive integer, or 1 with a head (`ONE_CLASS_HINT` names the two
+            spellings that work).
+    """
+    check_positive_int("num_classes", num_classes)
+    if include_top and num_classes == 1:
+        raise ValueError(f"{ONE_CLASS_HINT} Received: num_classes=1")
+    return num_classes
+
+
+def zero_head(num_classes, activation=None, name=names.HEAD):
+    """The zero-initialised D x K head (`head`, float32 logits under every dtype policy;
+    paper section 3.2: "a zero-initialized D x K feedforward layer"); `name="head_dist"`
+    for DeiT's distillation head."""
+    return keras.layers.Dense(
+        num_classes,
+        activation=activation,
+        kernel_initializer="zeros",
+        bias_initializer="zeros",
+        dtype="float32",
+        name=name,
+    )
+
+
+def check_arguments(
+    *,
+    patch_size,
+    image_size,
+    hidden_dim,
+    num_heads,
+    mlp_dim,
+    num_layers,
+    channels,
+    num_classes,
+    pooling,
+    representation_size,
+    include_top,
+    return_sequence,
+    position_embedding,
+    dropout_rate,
+    attention_dropout_rate,
+    drop_path_rate,
+    final_norm="tokens",
+):
+    """Checks the arguments every builder shares; returns `(patch, size)` as pairs.
+
+    Raises:
+        ValueError: naming the argument and the rule.
+    """
+    patch = to_pair("patch_size", patch_size)
+    size = to_pair("image_size", image_size)
+    for arg, value in (
+        ("hidden_dim", hidden_dim),
+        ("num_heads", num_heads),
+        ("mlp_dim", mlp_dim),
+        ("num_layers", num_layers),
+        ("channels", channels),
+    ):
+        check_positive_int(arg, value)
+    check_heads(hidden_dim, num_heads)
+    check_num_classes(num_classes, include_top)
+    check_choice("pooling", pooling, CLASSIFIER_POOLINGS)
+    check_choice("position_embedding", position_embedding, POSITION_EMBEDDINGS)
+    check_choice("final_norm", final_norm, names.FINAL_NORMS)
+    if final_norm == "pooled" and (pooling == "map" or return_sequence):
+        raise ValueError(
+            "final_norm='pooled' normalises the pooled feature (timm's fc_norm) and needs "
+            "pooling 'token' or 'gap' and return_sequence=False. Received: "
+            f"pooling={pooling!r}, return_sequence={return_sequence}"
+        )
+    if representation_size is not None:
+        check_positive_int("representation_size", representation_size)
+    if include_top and return_sequence:
+        raise ValueError(
+            "`return_sequence=True` returns the token sequence and needs include_top=False. "
+            f"Received: include_top={include_top}, return_sequence={return_sequence}"
+        )
+    for name, value in (
+        ("dropout_rate", dropout_rate),
+        ("attention_dropout_rate", attention_dropout_rate),
+        ("drop_path_rate", drop_path_rate),
+    ):
+        check_rate(name, value)
+    return patch, size
+
+
+def check_family_arguments(
+    *,
+    layer_scale_init,
+    num_register_tokens,
+    distilled,
+    no_embed_class,
+    norm_pre,
+    mlp_activation,
+    distillation_head=True,
+    pooling="token",
+    representation_size=None,
+    final_norm="tokens",
+    position_embedding="learned",
+    include_top=True,
+):
+    """Checks the ViT-family switches (`FAMILY_DEFAULTS`) and how they combine.
+
+    Raises:
+        ValueError: naming the argument and the rule: a LayerScale value that is not a
+            positive number, a register count that is not an int >= 0, a switch that is not
+            True/False, an unknown `mlp_activation`; `distilled` without pooling "token",
+            with `final_norm="pooled"` or with `representation_size` under a head (DeiT's
+            heads read the normalised tokens; only HF `DeiTModel`'s pooler, a feature
+            model, has a dense + tanh); `distillation_head=False` without `distilled`;
+            `no_embed_class` without a class token or a position table; registers with
+            pooling "map".
+    """
+    if layer_scale_init is not None:
+        check_layer_scale_init(layer_scale_init)
+    if (
+        isinstance(num_register_tokens, bool)
+        or not isinstance(num_register_tokens, int)
+        or num_register_tokens < 0
+    ):
+        raise ValueError(
+            "`num_register_tokens` must be an int >= 0. "
+            f"Received: num_register_tokens={num_register_tokens!r}"
+        )
+    for name, value in (
+        ("distilled", distilled),
+        ("distillation_head", distillation_head),
+        ("no_embed_class", no_embed_class),
+        ("norm_pre", norm_pre),
+    ):
+        if not isinstance(value, bool):
+            raise ValueError(f"`{name}` must be True or False. Received: {name}={value!r}")
+    check_choice("mlp_activation", mlp_activation, MLP_ACTIVATIONS)
+    rules = (
+        (distilled and pooling != "token", "distilled=True needs pooling='token'"),
+        (
+            distilled and final_norm != "tokens",
+            "distilled=True needs final_norm='tokens' (DeiT's heads read the normalised tokens)",
+        ),
+        (
+            distilled and representation_size is not None and include_top,
+            "distilled=True takes a representation_size only with include_top=False (HF "
+            "DeiTModel's pooler: dense + tanh on the class token; DeiT's heads read the "
+            "normalised tokens, with no pre_logits)",
+        ),
+        (
+            not distillation_head and not distilled,
+            "distillation_head=False drops the distillation token's head and needs distilled=True",
+        ),
+        (
+            no_embed_class and (pooling != "token" or position_embedding == "none"),
+            "no_embed_class=True needs a class token (pooling='token') and a position table",
+        ),
+        (
+            num_register_tokens and pooling == "map",
+            "register tokens need pooling 'token' or 'gap' (no source pools them by MAP)",
+        ),
+    )
+    for broken, rule in rules:
+        if broken:
+            raise ValueError(
+                f"{rule}. Received: distilled={distilled}, "
+                f"distillation_head={distillation_head}, no_embed_class={no_embed_class}, "
+                f"num_register_tokens={num_register_tokens}, pooling={pooling!r}, "
+                f"representation_size={representation_size}, final_norm={final_norm!r}, "
+                f"position_embedding={position_embedding!r}, include_top={include_top}"
+            )
+
+
+def _check_feature_grid(features, patch, size):
+    grid = features.shape[1:3]
+    if any(g is None or g % p for g, p in zip(grid, patch, strict=True)):
+        raise ValueError(
+            f"Image size {size} gives a CNN feature map of {tuple(grid)}, which is not "
+            f"divisible by the patch size {patch} on the feature map. Pick an image size whose "
+            "feature map is a multiple of the patch (for the release's ResNet the map is the "
+            "image size divided by its total stride, rounded up at each stride)."
+        )
+
+
+def _check_dynamic(dynamic, stem, position_embedding):
+    if dynamic and stem is not None:
+        raise ValueError("dynamic_image_size=True is for plain ViTs (stem=None).")
+    if dynamic and position_embedding == "sincos2d":
+        raise ValueError(
+            "dynamic_image_size=True needs position_embedding='learned' or 'none'. "
+            f"Received: position_embedding={position_embedding!r}"
+        )
+
+
+def _patch_tokens(stem, patch, size, *, channels, hidden_dim, input_preprocessing, dynamic):
+    """The `images` input and its patch tokens: `(images, embed, tokens)`."""
+    if stem is None:
+        check_divisible(size, patch)
+    images = keras.Input((None, None, channels) if dynamic else (*size, channels), name="images")
+    features = images
+    if stem is not None:
+        features = stem(images)
+        _check_feature_grid(features, patch, size)
+    embed = PatchEmbed(
+        patch,
+        hidden_dim,
+        input_preprocessing=input_preprocessing,
+        dynamic_image_size=dynamic,
+        image_size=size if dynamic else None,
+        name=names.EMBEDDING,
+    )
+    return images, embed, embed(features)
+
+
+def vision_transformer(
+    *,
+    stem=None,
+    patch_size,
+    hidden_dim,
+    num_heads,
+    mlp_dim,
+    num_layers,
+    num_classes,
+    image_size,
+    channels,
+    include_top,
+    pooling,
+    representation_size,
+    dropout_rate,
+    attention_dropout_rate,
+    drop_path_rate,
+    classifier_activation,
+    gelu_approximate,
+    layer_norm_epsilon,
+    return_sequence,
+    position_embedding,
+    weights,
+    name,
+    input_preprocessing="[-1,1]",
+    dynamic_image_size=False,
+    final_norm="tokens",
+    **family,
+):
+    """Builds a ViT-family `keras.Model` around a stem (see the module docstring).
+
+    Args:
+        stem: None (patches of the image itself) or a function `stem(images) -> features`
+            on the symbolic `(batch, height, width, channels)` images returning a feature map
+            `(batch, h, w, c)` whose h and w divide by the patch size.
+        **family: the ViT-family switches of `FAMILY_DEFAULTS` (`layer_scale_init`,
+            `num_register_tokens`, `distilled`, `distillation_head`, `no_embed_class`,
+            `norm_pre`, `mlp_activation`), each off by default.
+        The others: as in `keras_vit.ViT` (`dynamic_image_size` needs `stem=None`).
+
+    Returns:
+        A functional `keras.Model` with input `images`.
+
+    Raises:
+        ValueError: a bad argument (see `check_arguments`, `check_family_arguments`), an
+            image or feature map not divisible by the patch, `dynamic_image_size=True` with
+            a stem or with `position_embedding="sincos2d"`.
+        TypeError: an unknown keyword argument.
+    """
+    unknown = sorted(set(family) - set(FAMILY_DEFAULTS))
+    if unknown:
+        raise TypeError(f"vision_transformer() got unexpected keyword arguments {unknown}")
+    family = {**FAMILY_DEFAULTS, **family}
+    patch, size = check_arguments(
+        patch_size=patch_size,
+        image_size=image_size,
+        hidden_dim=hidden_dim,
+        num_heads=num_heads,
+        mlp_dim=mlp_dim,
+        num_layers=num_layers,
+        channels=channels,
+        num_classes=num_classes,
+        pooling=pooling,
+        representation_size=representation_size,
+        include_top=include_top,
+        return_sequence=return_sequence,
+        position_embedding=position_embedding,
+        dropout_rate=dropout_rate,
+        attention_dropout_rate=attention_dropout_rate,
+        drop_path_rate=drop_path_rate,
+        final_norm=final_norm,
+    )
+    check_family_arguments(
+        **family,
+        pooling=pooling,
+        representation_size=representation_size,
+        final_norm=final_norm,
+        position_embedding=position_embedding,
+        include_top=include_top,
+    )
+    dynamic = bool(dynamic_image_size)
+    _check_dynamic(dynamic, stem, position_embedding)
+    if weights is not None and include_top and representation_size is None:
+        from keras_vit.checkpoints.prediction_head import prediction_representation_size
+
+        representation_size = prediction_representation_size(weights, num_classes, hidden_dim)
+    images, embed, tokens = _patch_tokens(
+        stem,
+        patch,
+        size,
+        channels=channels,
+        hidden_dim=hidden_dim,
+        input_preprocessing=input_preprocessing,
+        dynamic=dynamic,
+    )
+    numerics = dict(layer_norm_epsilon=layer_norm_epsilon, gelu_approximate=gelu_approximate)
+    sequence = encode_tokens(
+        tokens,
+        num_heads=num_heads,
+        mlp_dim=mlp_dim,
+        num_layers=num_layers,
+        pooling=pooling,
+        dropout_rate=dropout_rate,
+        attention_dropout_rate=attention_dropout_rate,
+        drop_path_rate=drop_path_rate,
+        class_token_only=pooling == "token" and not return_sequence,
+        position_embedding=position_embedding,
+        grid_size=embed.grid_size,
+        dynamic_grid=((size[0] // patch[0], size[1] // patch[1]), patch) if dynamic else None,
+        grid_images=images if dynamic else None,
+        final_norm=final_norm,
+        **numerics,
+        **family,
+    )
+    outputs = classification_head(
+        sequence,
+        pooling=pooling,
+        include_top=include_top,
+        return_sequence=return_sequence,
+        num_classes=num_classes,
+        representation_size=representation_size,
+        classifier_activation=classifier_activation,
+        map_head={"num_heads": num_heads, "mlp_dim": mlp_dim, **numerics},
+        final_norm=final_norm,
+        layer_norm_epsilon=layer_norm_epsilon,
+        **{switch: family[switch] for switch in HEAD_SWITCHES},
+    )
+    return _finish(keras.Model(images, outputs, name=name), weights)
+
+
+def _finish(model, weights):
+    """`model` with `weights` loaded (None: as initialised)."""
+    if weights is not None:
+        from keras_vit.checkpoints import load_weights_argument
+
+        load_weights_argument(model, weights)
+    return model
+
+
+def named_builder(build, config, function_name: str, summary: str):
+    """The thin shortcut (`ViT_B16`, `R50_B16`) for one row of the size table.
+
+    Args:
+        build: `keras_vit.ViT` or `keras_vit.HybridViT`.
+        config: the row (`configs.ViTConfig` or `configs.HybridConfig`).
+        function_name: the public name ("ViT_B16").
+        summary: the first docstring line (sizes and source).
+    """
+
+    def builder(num_classes=1000, image_size=224, **kwargs):
+        arguments = {**config.as_kwargs(), "name": function_name.lower(), **kwargs}
+        return build(num_classes=num_classes, image_size=image_size, **arguments)
+
+    builder.__name__ = builder.__qualname__ = function_name
+    builder.__doc__ = (
+        f"{summary} Default dropout_rate {config.dropout_rate} (the release's).\n\n"
+        f"Takes the arguments of `keras_vit.{build.__name__}` (`num_classes`, `image_size`, "
+        "`channels`, `include_top`, `pooling`, `representation_size`, `dropout_rate`, "
+        "`attention_dropout_rate`, `drop_path_rate`, `classifier_activation`, "
+        "`position_embedding`, `final_norm`, `weights`, `name`, ...); any architecture field "
+        "may be overridden too.\n\n"
+        "Returns:\n    A functional `keras.Model` with input `images` "
+        "`(batch, height, width, channels)` in [-1, 1].\n"
+    )
+    return builder

@@ -1,0 +1,588 @@
+"""What a training run will do, resolved and checked before any work starts.
+
+`RunConfig` is what a user chooses (the `keras-vit train` / `finetune` flags, or Python);
+`plan_run(config, strategy)` resolves it against the dataset, the model table, the strategy
+and the pre-trained weights, and raises `ConfigError` (a `ValueError`) for anything that would
+fail later: unknown dataset or model, image size not divisible by the patch, global batch not
+divisible by the replicas, missing or unreadable weights. `keras_vit.train.runs.train` executes the
+returned `RunPlan`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any
+
+import keras
+
+from keras_vit._validation import check_choice, check_divisible, to_pair
+from keras_vit.layers.position_embedding import POSITION_EMBEDDINGS
+from keras_vit.model import model_source
+from keras_vit.runtime import distribute
+from keras_vit.runtime.precision import check_policy
+from keras_vit.spec import configs, kept_model
+from keras_vit.train import training
+
+logger = logging.getLogger(__name__)
+
+TASKS = ("train", "finetune")
+DEFAULT_MODEL = configs.RECIPE_NAMES[0]
+
+
+class ConfigError(ValueError):
+    """A run configuration that cannot work, found before training starts."""
+
+
+@dataclasses.dataclass
+class RunConfig:
+    """The choices of one run; stored in the run's config.json (`to_dict`/`from_dict`).
+
+    Attributes:
+        task: "train" (from scratch, `training.TrainConfig` recipe) or "finetune" (the
+            paper's transfer step, `training.FinetuneConfig` recipe).
+        recipe: the recipe dataclass; its `dataset`, `batch_size`, epochs or steps,
+            `learning_rate`, `seed` and `jit_compile` are used as they are; its `image_size`
+            (an int or a pair) is checked here and replaced by the `(height, width)` pair.
+        model: "default" or "tiny" (the recipe's small model: a hybrid, or with
+            `recipe.stem="patch"` a pure ViT) or a named model of
+            `keras_vit.spec.configs.MODEL_CONFIGS` in any spelling `configs.resolve_model`
+            takes ("Ti/16", "ti16", "R50+B/16", "R50_B16"; train only).
+        patch_size: overrides the patch size of the model (train only).
+        data_dir: TFDS data directory.
+        weights: finetune only: the pre-trained model, a run directory (its best.keras), a
+            `.keras` file or an official `.npz` (architecture from the config.json next to it,
+            else read from the array shapes).
+        strategy: a name of `keras_vit.runtime.distribute.STRATEGY_NAMES`.
+        mixed_precision: "auto" (default: `keras_vit.runtime.distribute.choose_precision` picks for
+            the device and the model width), "float32" (or None), "mixed_float16" or
+            "mixed_bfloat16".
+        validation_split: the split evaluated after every epoch (with `select="best"`, the
+            one that picks the kept model). Default "train[90%:]": a tenth of the training
+            images, stratified (per class) and drawn with `split_seed`, carved out of
+            "train" - the release holds out 2% of ImageNet's train as "minival" the same
+            way. A one-sided slice of "train" is removed from the training data (the model
+            trains on its complement, "train[:90%]"); another split name (e.g. TFDS
+            "validation") leaves "train" whole.
+        split_seed: seed of the carve (embedded, array and folder sources; TFDS slices in its
+            own stored order).
+        test_split: the split never used for selection, evaluated once at the end with the
+            kept model (the one saved as best.keras and exported); None, or a dataset without
+            it, reports the validation figures only.
+        select: which epoch's model the run keeps as best.keras: "last" (default: the end
+            of the schedule, as the paper reports its runs, appendix B.1) or "best" (the
+            epoch with the best validation accuracy). A stored configuration without it (runs
+            of keras_vit before 2026-12-05) reads as "best", the rule those runs used.
+        train_split: None (default): "train", or the complement of a validation slice of
+            it; a split string trains on exactly that split instead (the caller keeps it apart
+            from `validation_split`, as the VTAB-1k split "train[:800]" / "train[800:1000]").
+        bad_images: folder datasets: "skip" (default) or "fail" on image files that cannot be
+            decoded (`keras_vit.data.image_check`).
+        shots_per_class: embedded datasets only: N images per class form the "train" split
+            and the rest "test" (see `keras_vit.data.load`); `validation_split` is carved
+            from the N like from any train split.
+        allow_test_selection: False (default) refuses a validation or training split that
+            shares images with `test_split` (`keras_vit.train.selection`); True allows it.
+    """
+
+    task: str = "train"
+    recipe: Any = None
+    model: str = DEFAULT_MODEL
+    patch_size: int | None = None
+    data_dir: str | None = None
+    weights: str | None = None
+    strategy: str = "auto"
+    mixed_precision: str | None = distribute.AUTO
+    validation_split: str = "train[90%:]"
+    split_seed: int = 0
+    test_split: str | None = "test"
+    train_split: str | None = None
+    shots_per_class: int | None = None
+    bad_images: str = "skip"
+    allow_test_selection: bool = False
+    select: str = kept_model.DEFAULT_SELECTION
+
+    def __post_init__(self):
+        if self.task not in TASKS:
+            raise ConfigError(f"Unknown task {self.task!r}; expected one of {list(TASKS)}.")
+        if self.select not in kept_model.SELECTIONS:
+            raise ConfigError(
+                f"Unknown select {self.select!r}; expected one of {list(kept_model.SELECTIONS)}."
+            )
+        if self.recipe is None:
+            self.recipe = recipe_class(self.task)()
+        # Parsed once, here where the setting enters: the (height, width) pair every later
+        # step (plan, model arguments, data pipeline, PatchEmbed) receives as it is.
+        pair = _image_size(self.recipe.image_size)
+        if self.recipe.image_size != pair:
+            self.recipe = dataclasses.replace(self.recipe, image_size=pair)
+
+    def to_dict(self) -> dict:
+        return {**dataclasses.asdict(self), "recipe": dataclasses.asdict(self.recipe)}
+
+    @classmethod
+    def from_dict(cls, values: dict) -> RunConfig:
+        """The `RunConfig` of a `to_dict` record (config.json's "run").
+
+        Raises:
+            ConfigError: `values` or its "recipe" is not a mapping, names a field this
+                version does not have, or holds a value the field refuses.
+        """
+        values = dict(_fields_of(cls, values, "run configuration"))
+        values["recipe"] = recipe_from(values.get("task", "train"), values.get("recipe", {}))
+        values.setdefault("select", "best")  # stored before the field existed: their rule
+        return cls(**values)
+
+
+def _fields_of(klass, values, what: str) -> dict:
+    """`values` if it is a mapping of `klass`'s dataclass fields, else a ConfigError."""
+    if not isinstance(values, dict):
+        raise ConfigError(f"The {what} must be a JSON object, not {type(values).__name__}.")
+    known = {field.name for field in dataclasses.fields(klass)}
+    if unknown := sorted(set(values) - known):
+        raise ConfigError(
+            f"Unknown {what} field(s) {unknown}; this version of keras_vit knows {sorted(known)}."
+        )
+    return values
+
+
+def recipe_class(task: str):
+    return training.FinetuneConfig if task == "finetune" else training.TrainConfig
+
+
+def recipe_from(task: str, values: dict):
+    """The recipe of `task` (`TrainConfig` or `FinetuneConfig`) with the field `values`
+    (the CLI's flags, or a stored config.json's).
+
+    Raises:
+        ConfigError: `values` is no mapping, names a field the recipe lacks, or holds a
+            value the field refuses (the message names the field and the rule).
+    """
+    recipe = recipe_class(task)
+    values = _fields_of(recipe, values, "recipe")
+    try:
+        return recipe(**values)
+    except (TypeError, ValueError) as error:
+        raise ConfigError(f"Bad recipe: {error}") from None
+
+
+@dataclasses.dataclass
+class RunPlan:
+    """A resolved run: everything `keras_vit.train.runs.train` needs.
+
+    Attributes:
+        config: the `RunConfig`.
+        info: `keras_vit.data.DatasetInfo` of the dataset.
+        image_size: (height, width) of the model input.
+        channels: image channels fed to the model.
+        global_batch_size: batch over all replicas; `per_replica_batch_size` each.
+        train_split: the split trained on ("train", or the complement of a validation slice
+            carved from it); num_validation_examples: the size of `config.validation_split`.
+        test_split: the split evaluated at the end (None: the dataset has no test split).
+        num_train_examples, steps_per_epoch, epochs: the schedule.
+        model_kwargs: `keras_vit.ViT` arguments of the model to train (for finetune: of the
+            model `keras_vit.model.finetune` returns).
+        source_model: finetune only: the loaded pre-trained model.
+        jit_compile: what `model.compile(jit_compile=...)` gets.
+        precision: the `keras_vit.runtime.distribute.PrecisionChoice` (policy, XLA and why).
+    """
+
+    config: RunConfig
+    info: Any
+    image_size: tuple[int, int]
+    channels: int
+    global_batch_size: int
+    per_replica_batch_size: int
+    num_train_examples: int
+    steps_per_epoch: int
+    epochs: int
+    model_kwargs: dict
+    source_model: Any = None
+    jit_compile: Any = "auto"
+    train_split: str = "train"
+    test_split: str | None = "test"
+    num_validation_examples: int | None = None
+    precision: Any = None
+
+    def resolved(self) -> dict:
+        """JSON-friendly facts for config.json."""
+        return {
+            "dataset": self.info.name,
+            "num_classes": self.info.num_classes,
+            "class_names": list(self.info.class_names),
+            "channels": self.channels,
+            "image_size": list(self.image_size),
+            "global_batch_size": self.global_batch_size,
+            "per_replica_batch_size": self.per_replica_batch_size,
+            "train_split": self.train_split,
+            "validation_split": self.config.validation_split,
+            "split_seed": self.config.split_seed,
+            "test_split": self.test_split,
+            "num_train_examples": self.num_train_examples,
+            "num_validation_examples": self.num_validation_examples,
+            "steps_per_epoch": self.steps_per_epoch,
+            "epochs": self.epochs,
+            "total_steps": self.steps_per_epoch * self.epochs,
+            "model_kwargs": self.model_kwargs,
+            "jit_compile": self.jit_compile,
+            "mixed_precision": self.precision.policy if self.precision else None,
+            "precision_reason": self.precision.reason if self.precision else None,
+            "precision_probe": _probe_record(self.precision),
+        }
+
+
+def plan_run(config: RunConfig, strategy) -> RunPlan:
+    """Resolves and checks `config` for `strategy` (see the module docstring).
+
+    Raises:
+        ConfigError: with one line that says what is wrong and what would work (an image
+            size that is no positive int or pair already when the `RunConfig` is made).
+    """
+    from keras_vit import data
+
+    recipe = config.recipe
+    try:
+        check_policy(config.mixed_precision, allow_auto=True)
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
+    try:
+        info = data.describe(
+            recipe.dataset, data_dir=config.data_dir, shots_per_class=config.shots_per_class
+        )
+    except (ValueError, FileNotFoundError) as error:
+        raise ConfigError(_one_line(error)) from None
+    try:
+        global_batch = distribute.per_replica_batch_size(recipe.batch_size, strategy)
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
+    image_size = recipe.image_size  # the pair `RunConfig` checked
+    if config.task == "finetune":
+        source = load_source_model(config.weights)
+        source_kwargs = source_model_kwargs(source)
+        channels = source_kwargs["channels"]
+        model_kwargs = {
+            **source_kwargs,
+            "num_classes": info.num_classes,
+            "image_size": list(image_size),
+            "representation_size": None,
+        }
+        patch = to_pair("patch_size", source_kwargs["patch_size"])
+    else:
+        source = None
+        if config.weights is not None:
+            raise ConfigError("--weights belongs to `finetune`; `train` starts from scratch.")
+        channels = info.channels
+        model_kwargs = train_model_kwargs(config, info.num_classes, channels, image_size)
+        patch = to_pair("patch_size", model_kwargs["patch_size"])
+    try:
+        check_divisible(image_size, patch)
+        check_choice(
+            "position_embedding", model_kwargs.get("position_embedding"), POSITION_EMBEDDINGS
+        )
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
+    check_fits_in_memory(model_kwargs, image_size, channels, global_batch)
+    train_split, test_split = resolve_splits(config, info)
+    num_train, num_validation = _split_sizes(config, info, train_split)
+    precision = choose_run_precision(config, model_kwargs, strategy, image_size)
+    return RunPlan(
+        config=config,
+        info=info,
+        image_size=image_size,
+        channels=channels,
+        global_batch_size=recipe.batch_size,
+        per_replica_batch_size=global_batch,
+        num_train_examples=num_train,
+        steps_per_epoch=recipe.steps_per_epoch(num_train),
+        epochs=recipe.num_epochs(num_train),
+        model_kwargs=model_kwargs,
+        source_model=source,
+        jit_compile=precision.jit_compile,
+        precision=precision,
+        train_split=train_split,
+        test_split=test_split,
+        num_validation_examples=num_validation,
+    )
+
+
+def physical_memory_bytes() -> int | None:
+    """The machine's physical memory in bytes (None where the OS does not say)."""
+    import os
+
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def check_fits_in_memory(model_kwargs: dict, image_size, channels: int, batch: int) -> None:
+    """ConfigError when one replica's batch of `image_size` images (1 byte a pixel value, as
+    decoded) and the model's position table (float32, tokens x hidden_dim) alone exceed the
+    machine's physical memory: a lower bound of what a step needs, so the run could only end
+    in an out-of-memory crash (`--image-size 100000` did, after writing its run directory)."""
+    from keras_vit.runtime.precision_probe import shape_from_kwargs
+
+    memory = physical_memory_bytes()
+    shape = shape_from_kwargs(model_kwargs, image_size)
+    height, width = image_size
+    images = batch * height * width * channels
+    table = (shape["tokens"] or 0) * shape["hidden_dim"] * 4
+    if memory and images + table > memory:
+        need, have = (images + table) / 2**30, memory / 2**30
+        raise ConfigError(
+            f"image_size {height}x{width} cannot fit: a batch of {batch} images and the "
+            f"position table of {shape['tokens']:,} tokens alone need {need:,.1f} GiB, more "
+            f"than this machine's {have:.1f} GiB of memory; use a smaller image size or "
+            "batch size."
+        )
+
+
+def _split_sizes(config: RunConfig, info, train_split: str) -> tuple[int, int | None]:
+    """(training images, validation images) of the run; ConfigError for an empty split or a
+    batch larger than the training set (an empty split trained 0 steps, or crashed after the
+    first epoch)."""
+    recipe = config.recipe
+    count = _split_counter(config)
+    num_train = None
+    if "train" in info.num_examples:
+        num_train = count(train_split)
+        if num_train is None:  # a TFDS slice of unrecorded size: the whole split's
+            num_train = info.num_examples["train"]
+    if not num_train:
+        raise ConfigError(
+            f"Dataset {info.name!r} has no training images in {train_split!r}; it has "
+            f"{info.num_examples}."
+        )
+    if num_train < recipe.batch_size:
+        raise ConfigError(
+            f"The batch size {recipe.batch_size} is larger than the {num_train} training "
+            f"images of {info.name!r} ({train_split}); choose a smaller --batch-size."
+        )
+    num_validation = count(config.validation_split)
+    if num_validation == 0:
+        raise ConfigError(
+            f"The validation split {config.validation_split!r} of {info.name!r} holds no "
+            "images; every epoch ends with a validation pass, so give a split with images "
+            "(e.g. 'train[90%:]')."
+        )
+    return num_train, num_validation
+
+
+def resolve_splits(config: RunConfig, info) -> tuple[str, str | None]:
+    """(split to train on, test split or None) for `config` on a dataset described by `info`.
+
+    Raises:
+        ConfigError: an invalid split string, a split the dataset lacks, or a validation
+            split that would overlap the training data (all of "train", or a slice of it
+            with both bounds).
+    """
+    from keras_vit.data import splits
+
+    validation = config.validation_split
+    try:
+        spec = splits.parse_split(validation)
+    except ValueError as error:
+        raise ConfigError(_one_line(error)) from None
+    if spec.name not in info.num_examples:
+        raise ConfigError(
+            f"Dataset {info.name!r} has no split {spec.name!r} to validate on; it has "
+            f"{sorted(info.num_examples)}."
+        )
+    train_split = "train"
+    if config.train_split is not None:
+        train_split = config.train_split
+        if train_split.split("[")[0] not in info.num_examples:
+            raise ConfigError(
+                f"Dataset {info.name!r} has no split {train_split!r} to train on; it has "
+                f"{sorted(info.num_examples)}."
+            )
+    elif spec.name == "train":
+        train_split = splits.complement(validation)
+        if train_split is None:
+            raise ConfigError(
+                f"--validation-split {validation!r} would select on images the model trains "
+                "on; carve it as a one-sided slice of train, e.g. 'train[90%:]' (the model then "
+                "trains on 'train[:90%]'), or name another split."
+            )
+    test_split = config.test_split
+    _check_test_selection(config, info)
+    if test_split is not None and test_split.split("[")[0] not in info.num_examples:
+        logger.info(
+            "Dataset %s has no split %r: the validation split is the only held-out figure.",
+            info.name,
+            test_split,
+        )
+        test_split = None
+    return train_split, test_split
+
+
+def _check_test_selection(config: RunConfig, info) -> None:
+    """ConfigError for selection on `config.test_split` (see `keras_vit.train.selection`)."""
+    from keras_vit.train import selection as test_selection
+
+    chosen = {"--validation-split": config.validation_split, "train_split": config.train_split}
+    try:
+        test_selection.check_selection(
+            chosen,
+            ("the test split", config.test_split),
+            sizes=info.num_examples,
+            allow=config.allow_test_selection,
+        )
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
+
+
+def _split_counter(config: RunConfig):
+    from keras_vit import data
+
+    def count(split):
+        try:
+            return data.split_size(
+                config.recipe.dataset,
+                split,
+                data_dir=config.data_dir,
+                shots_per_class=config.shots_per_class,
+            )
+        except ValueError as error:
+            raise ConfigError(_one_line(error)) from None
+
+    return count
+
+
+def choose_run_precision(config: RunConfig, model_kwargs: dict, strategy, image_size=None):
+    """The run's `PrecisionChoice`: its `mixed_precision` and recipe `jit_compile`, "auto"
+    resolved by `keras_vit.runtime.distribute.choose_precision` for the device and the model's shape
+    (width, MLP width, heads and tokens of `model_kwargs` at `image_size`)."""
+    from keras_vit.runtime.precision_probe import shape_from_kwargs
+
+    shape = shape_from_kwargs(model_kwargs, image_size)
+    try:
+        return distribute.choose_precision(
+            shape.pop("hidden_dim"),
+            strategy=strategy,
+            mixed_precision=config.mixed_precision,
+            jit_compile=config.recipe.jit_compile,
+            **shape,
+        )
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
+
+
+def _probe_record(choice):
+    """How the precision was chosen, for config.json: source ("rule", "probe", "cache") and
+    the probe's milliseconds per step by setting (`keras_vit.runtime.precision.PrecisionChoice`)."""
+    if choice is None:
+        return None
+    return {"source": choice.source, "figures": choice.figures}
+
+
+def _one_line(error) -> str:
+    return " ".join(str(error).split())
+
+
+def _image_size(value) -> tuple[int, int]:
+    try:
+        return to_pair("image_size", value)
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
+
+
+def model_names() -> list[str]:
+    """Accepted `--model` values: "default" (alias "tiny") and the named models (any
+    spelling `keras_vit.spec.configs.resolve_model` takes)."""
+    return configs.valid_names(recipes=True)
+
+
+def train_model_kwargs(config: RunConfig, num_classes, channels, image_size) -> dict:
+    """`keras_vit.ViT` (or, for a hybrid, `keras_vit.HybridViT`) arguments of a from-scratch
+    run; `image_size` is the checked (height, width) pair."""
+    recipe = config.recipe
+    named = resolve_model_name(config.model)
+    if named.is_recipe:
+        kwargs = recipe.model_kwargs(num_classes, channels)
+    else:
+        kwargs = {
+            **named.config.as_kwargs(),
+            "num_classes": num_classes,
+            "channels": channels,
+            "pooling": getattr(recipe, "pooling", "token"),
+            "position_embedding": getattr(recipe, "position_embedding", "learned"),
+        }
+    kwargs["image_size"] = list(image_size)
+    if config.patch_size is not None:
+        kwargs["patch_size"] = config.patch_size
+    return kwargs
+
+
+def resolve_model_name(name) -> configs.ModelName:
+    """`keras_vit.spec.configs.resolve_model` with the recipe names, as a `ConfigError`."""
+    try:
+        return configs.resolve_model(name, recipes=True)
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
+
+
+def named_variant(name: str):
+    """The table row of a named model, any spelling ("Ti/16", "ViT_Ti16", "ti16",
+    "R50+B/16"); see `keras_vit.spec.configs.resolve_model`.
+
+    Raises:
+        ConfigError: an unknown name, or a recipe name.
+    """
+    try:
+        return configs.resolve_model(name).config
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
+
+
+# --- pre-trained models for fine-tuning ----------------------------------------------------
+
+
+def load_source_model(weights) -> keras.Model:
+    """Loads the pre-trained model named by `--weights` (see `RunConfig.weights`) with
+    `keras_vit.model.model_source.load`.
+
+    Accepts a run directory (its best.keras), a `.keras` file, any checkpoint
+    `keras_vit.from_checkpoint` reads (release `.npz`, Hugging Face folder, timm
+    `.safetensors`), or a published name ("imagenet21k/ViT-B_32", "augreg/ViT-S_16-224", ...),
+    downloaded into the Keras cache. The architecture is read from the file.
+
+    Raises:
+        ConfigError: no weights given, a path that does not exist and is no published name,
+            a failed download (the message gives the URL and the cache path), or a file that
+            cannot be read.
+    """
+    if not weights:
+        raise ConfigError(
+            "finetune needs --weights: a run directory, a .keras, .npz, .safetensors or "
+            "Hugging Face folder, or a published checkpoint name."
+        )
+    try:
+        path = model_source.locate(weights)
+    except (OSError, ValueError) as error:
+        raise ConfigError(_one_line(error)) from None
+    try:
+        return model_source.load(path)
+    except (ValueError, OSError) as error:
+        raise ConfigError(f"Cannot load weights {path}: {_one_line(error)}") from None
+
+
+load_model = model_source.load_keras  # the former name, kept for callers
+
+
+def vit_kwargs_from_npz(arrays: dict) -> dict:
+    """`keras_vit.model.model_source.vit_kwargs_from_npz`, a `ConfigError` for arrays that are no
+    official ViT checkpoint."""
+    try:
+        return model_source.vit_kwargs_from_npz(arrays)
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
+
+
+def source_model_kwargs(model) -> dict:
+    """`keras_vit.model.model_source.kwargs_of_model`, a `ConfigError` for a model that is no
+    keras_vit ViT."""
+    try:
+        return model_source.kwargs_of_model(model)
+    except ValueError as error:
+        raise ConfigError(str(error)) from None

@@ -1,0 +1,199 @@
+"""Restarting a multi-worker run: every worker resumes from the same backup, and no worker's
+scratch folder outlives it.
+
+Under `tf.distribute.MultiWorkerMirroredStrategy` each worker restores its own backup
+(`keras_vit.train.callbacks.AtomicBackupAndRestore`: the chief's `RUN/backup`, the others'
+`RUN/.backup-worker-<index>`). A worker killed between two backups, or a backup folder
+copied by hand, leaves backups of different epochs; restored as they are, the workers would
+step through mismatched schedules (each collective pairs steps of different epochs) and still
+end "successfully". So before training continues, `agreed_epoch` has the workers exchange
+their backup's epoch and digest (`keras_vit.train.callbacks.state_digest`, written in the backup's
+state.json) through the strategy's own collective, an all-reduce with a timeout, and every
+worker stops with the same one-line `BackupMismatchError` naming each worker's epoch when
+they differ. The all-reduce is the `tf.distribute` primitive Keras' `fit` itself runs on
+(https://www.tensorflow.org/api_docs/python/tf/distribute/StrategyExtended#reduce_to).
+
+A non-chief worker writes its throw-away saves (TensorBoard logs, `.keras` files that only
+the chief keeps) under `RUN/.scratch-worker-<index>` (`scratch_dir`): a fixed place, removed
+at the end of the run and emptied again by the next start, so a worker killed with SIGKILL
+leaves nothing behind once the job is restarted (a random `$TMPDIR/keras_vit_worker_*`
+folder used to stay forever).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+
+from keras_vit import _atomic
+from keras_vit.train import callbacks
+
+logger = logging.getLogger(__name__)
+
+AGREEMENT_TIMEOUT_S = 300.0
+"""Seconds a worker waits at the backup check for the other workers to arrive (they may start
+later than it); then it stops with `BackupMismatchError` instead of waiting forever."""
+
+DIGEST_WORDS = 4
+"""32-bit words of the state digest compared across workers (128 of its 256 bits), each exact
+in the float64 all-reduce."""
+
+SCRATCH_PREFIX = ".scratch-worker-"
+
+
+class BackupMismatchError(callbacks.BackupError):
+    """The workers' backups are not of one epoch and one state, or a worker did not come to
+    the check in time: resuming would train the workers on different schedules."""
+
+
+def backup_record(backup_dir) -> tuple[int, str | None]:
+    """(epoch, digest) of the backup in `backup_dir`: (0, None) without one; digest None for
+    a backup written before digests were recorded."""
+    state = _atomic.read_json(os.path.join(os.fspath(backup_dir), callbacks.BACKUP_STATE))
+    if state is None:
+        return 0, None
+    return int(state["epoch"]), state.get("digest")
+
+
+def agreed_epoch(backup_dir, strategy, timeout_s: float = AGREEMENT_TIMEOUT_S) -> int:
+    """The epoch the run resumes at (0: no backup), the same on every worker.
+
+    With one process (any strategy other than a multi-worker one with several workers) it is
+    the local backup's epoch. With several workers, every worker must call this at the same
+    point: their (epoch, digest) records are gathered with one all-reduce bounded by
+    `timeout_s`, then compared (`check_agreement`).
+
+    Args:
+        backup_dir: this worker's backup folder.
+        strategy: the run's `tf.distribute.Strategy`.
+        timeout_s: the all-reduce's timeout (default `AGREEMENT_TIMEOUT_S`).
+
+    Raises:
+        BackupMismatchError: the workers' backups differ in epoch or digest, or the other
+            workers did not arrive within `timeout_s` (the same error on every worker that
+            got the records).
+    """
+    epoch, digest = backup_record(backup_dir)
+    names = _worker_names(strategy)
+    if names is None:
+        return epoch
+    me = _task_code(strategy)
+    rows = _all_gather(strategy, [me, epoch, *_digest_words(digest)], timeout_s)
+    records = {}
+    for row in rows:
+        code, value, *words = (int(v) for v in row)
+        records[names[code]] = (value, _digest_hex(words))
+    check_agreement(records)
+    logger.info("Every worker resumes at epoch %d (%d workers agree)", epoch, len(records))
+    return epoch
+
+
+def check_agreement(records: dict[str, tuple[int, str | None]]) -> None:
+    """Raises `BackupMismatchError` (one line) unless every worker's (epoch, digest) is the
+    same; `records` maps a worker's name ("worker 1", "chief") to its backup's epoch (0: no
+    backup) and digest (None: none recorded)."""
+    epochs = {epoch for epoch, _ in records.values()}
+    hint = (
+        "every worker must restore its backup of the same epoch: put the missing backup "
+        "back, or start a new run."
+    )
+    if len(epochs) > 1:
+        listed = ", ".join(
+            f"{name}: {'no backup' if epoch == 0 else f'epoch {epoch}'}"
+            for name, (epoch, _) in sorted(records.items())
+        )
+        raise BackupMismatchError(
+            f"Cannot resume: the workers' backups are of different epochs ({listed}); {hint}"
+        )
+    digests = {digest for _, digest in records.values()}
+    if len(digests) > 1:
+        (epoch,) = epochs
+        listed = ", ".join(
+            f"{name}: {digest or 'none'}" for name, (_, digest) in sorted(records.items())
+        )
+        raise BackupMismatchError(
+            f"Cannot resume: the workers' backups of epoch {epoch} hold different states "
+            f"(digests {listed}); {hint}"
+        )
+
+
+def scratch_dir(run_dir, strategy) -> str:
+    """`run_dir/.scratch-worker-<index>`, where a non-chief worker writes what only the
+    chief keeps, with a stopped run's leftovers removed. Not created here (its writers create
+    it): a fresh run's folder must stay empty until the chief has checked it. The caller
+    removes it when the run ends."""
+    task_id = strategy.cluster_resolver.task_id
+    folder = os.path.join(os.fspath(run_dir), f"{SCRATCH_PREFIX}{task_id}")
+    if os.path.exists(folder):
+        logger.info("Removing the scratch folder %s left by a stopped run", folder)
+        shutil.rmtree(folder, ignore_errors=True)
+    return folder
+
+
+def _worker_names(strategy) -> list[str] | None:
+    """Names of the cluster's tasks by task code (`_task_code`), or None when `strategy` is
+    not a multi-worker strategy over several tasks."""
+    import tensorflow as tf
+
+    if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        return None
+    resolver = strategy.cluster_resolver
+    cluster = resolver.cluster_spec().as_dict() if resolver is not None else {}
+    workers, chiefs = len(cluster.get("worker", [])), len(cluster.get("chief", []))
+    if workers + chiefs < 2 or resolver.task_type is None:
+        return None
+    return ["chief"] + [f"worker {index}" for index in range(workers)]
+
+
+def _task_code(strategy) -> int:
+    """0 for the chief task, 1 + index for worker `index`."""
+    resolver = strategy.cluster_resolver
+    return 0 if resolver.task_type == "chief" else 1 + int(resolver.task_id)
+
+
+def _digest_words(digest: str | None) -> list[int]:
+    """The first DIGEST_WORDS 32-bit words of a hex digest; zeros for None."""
+    if not digest:
+        return [0] * DIGEST_WORDS
+    return [int(digest[8 * i : 8 * (i + 1)], 16) for i in range(DIGEST_WORDS)]
+
+
+def _digest_hex(words: list[int]) -> str | None:
+    """Inverse of `_digest_words` (the compared prefix of the digest); None for zeros."""
+    return None if not any(words) else "".join(f"{word:08x}" for word in words)
+
+
+def _all_gather(strategy, row: list[int], timeout_s: float):
+    """Every replica's `row`, gathered on every worker: a [replicas, len(row)] float64 array
+    (one row per replica; a worker's replicas send the same row), deduplicated by row.
+
+    Each replica contributes a table that is zero except for its own row; one SUM all-reduce
+    (`strategy.extended.reduce_to`, the timeout in its `CommunicationOptions`) adds them up.
+    Values below 2**32 stay exact in float64.
+    """
+    import numpy as np
+    import tensorflow as tf
+
+    replicas = strategy.num_replicas_in_sync
+    own = np.asarray(row, np.float64)
+
+    def table(context):
+        values = np.zeros((replicas, own.size), np.float64)
+        values[context.replica_id_in_sync_group] = own
+        return tf.constant(values)
+
+    per_replica = strategy.experimental_distribute_values_from_function(table)
+    options = tf.distribute.experimental.CommunicationOptions(timeout_seconds=timeout_s)
+    try:
+        total = strategy.extended.reduce_to(
+            tf.distribute.ReduceOp.SUM, per_replica, "/device:CPU:0", options=options
+        )
+    except (tf.errors.DeadlineExceededError, tf.errors.UnavailableError) as error:
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error)
+        raise BackupMismatchError(
+            f"Cannot resume: the other workers did not come to the backup check within "
+            f"{timeout_s:g} s ({first}); restart every worker of the job with resume."
+        ) from None
+    gathered = np.asarray(strategy.experimental_local_results(total)[0])
+    return np.unique(gathered, axis=0)

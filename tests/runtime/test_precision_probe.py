@@ -1,0 +1,510 @@
+"""Tests of "auto" precision by measurement (keras_vit/runtime/precision_probe.py): the
+probe's timing loop with a fake clock, the choice it leads to, the cache (key, location,
+corrupt files), and what a run records. The real block step runs once, on a tiny shape."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import math
+import os
+import types
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from hypothesis import given
+from hypothesis import strategies as st
+
+from keras_vit.cli import progress
+from keras_vit.runtime import optimizers, precision, precision_probe
+from keras_vit.train import run_plan, training
+
+AVX512_BF16 = frozenset({"fpu", "avx512f", "avx512_bf16"})
+EXAMPLES = itertools.count()
+LABELS = [precision_probe.setting_label(p, x) for p, x in precision_probe.CANDIDATES]
+TIE = precision_probe.TIE * (1 + 1e-9)  # the tie, and float rounding of its product
+
+
+class FakeHost:
+    """A fake clock and step factory: each probe step of a setting advances the clock by that
+    setting's cost (seconds); counts the steps built and run."""
+
+    def __init__(self, costs):
+        self.now = 0.0
+        self.costs = dict(costs)
+        self.built = []
+        self.calls = []
+
+    def clock(self):
+        return self.now
+
+    def make_step(self, shape, policy, xla):
+        label = precision_probe.setting_label(policy, xla)
+        self.built.append((label, shape))
+
+        def step():
+            self.calls.append(label)
+            self.now += self.costs[label]
+
+        return step
+
+
+@pytest.fixture
+def host(monkeypatch, tmp_path):
+    """A fake host (float32+xla 30 ms, float32 50 ms, bfloat16 90 ms) with its own cache."""
+    monkeypatch.setenv("KERAS_VIT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("KERAS_VIT_PRECISION_PROBE", raising=False)
+    fake = FakeHost({"float32+xla": 0.030, "float32": 0.050, "mixed_bfloat16": 0.090})
+    monkeypatch.setattr(precision_probe, "clock", fake.clock)
+    monkeypatch.setattr(precision_probe, "block_step", fake.make_step)
+    return fake
+
+
+def choose(hidden_dim=768, **kwargs):
+    return precision.choose_precision(hidden_dim, flags=AVX512_BF16, **kwargs)
+
+
+def test_measure_rotates_the_order_and_returns_the_fastest_call():
+    fake = FakeHost({"a": 0.3, "b": 0.1, "c": 0.2})
+    steps = {label: fake.make_step({}, label, False) for label in "abc"}
+    seconds = precision_probe.measure(steps, timer=fake.clock, budget_s=1.0)
+    assert seconds == pytest.approx({"a": 0.3, "b": 0.1, "c": 0.2})
+    # the untimed compile call of each, then one timed call that sets its unit (here one
+    # call: every step is longer than MIN_UNIT_S)
+    assert fake.calls[:6] == ["a", "b", "c"] * 2
+    rounds = [fake.calls[i : i + 3] for i in range(6, len(fake.calls), 3)]
+    assert [r[0] for r in rounds[:3]] == ["a", "b", "c"]  # each round starts one later
+    # MIN_ROUNDS x 0.6 s >= the 1 s budget: stops at MIN_ROUNDS
+    assert len(rounds) == precision_probe.MIN_ROUNDS
+    fake.calls.clear()
+    precision_probe.measure(steps, timer=fake.clock, budget_s=1e9)
+    assert len(fake.calls) == 6 + 3 * precision_probe.MAX_ROUNDS
+
+
+@given(costs=st.lists(st.floats(0.0005, 0.2), min_size=2, max_size=3))
+def test_short_steps_are_timed_in_units_of_back_to_back_calls(costs):
+    """A step shorter than MIN_UNIT_S runs ceil(MIN_UNIT_S / its time) times in a row per
+    round, timed together; the figure is still seconds per call."""
+    labels = "abc"[: len(costs)]
+    fake = FakeHost(dict(zip(labels, costs, strict=True)))
+    steps = {label: fake.make_step({}, label, False) for label in labels}
+    seconds = precision_probe.measure(steps, timer=fake.clock, budget_s=1e9)
+    assert seconds == pytest.approx(dict(zip(labels, costs, strict=True)))
+    per_round = {
+        label: max(1, math.ceil(precision_probe.MIN_UNIT_S / cost))
+        for label, cost in zip(labels, costs, strict=True)
+    }
+    timed = fake.calls[2 * len(labels) :]  # after the compile and the unit-setting calls
+    assert len(timed) == precision_probe.MAX_ROUNDS * sum(per_round.values())
+    first = labels[0]
+    assert timed[: per_round[first]] == [first] * per_round[first]  # back to back
+    for label, cost in zip(labels, costs, strict=True):
+        assert per_round[label] * cost >= precision_probe.MIN_UNIT_S or per_round[label] == 1
+
+
+@pytest.mark.parametrize(
+    ("costs", "passes"),
+    [
+        ({"x": 0.060, "y": 0.100, "z": 0.180}, 1),  # decided: one pass
+        ({"x": 0.060, "y": 0.062, "z": 0.180}, precision_probe.MAX_PASSES),  # a tie
+    ],
+)
+def test_a_tie_is_measured_again_up_to_max_passes(costs, passes):
+    fake = FakeHost(costs)
+    steps = {label: fake.make_step({}, label, False) for label in costs}
+    seconds = precision_probe.measure_until_decided(steps, timer=fake.clock)
+    assert seconds == pytest.approx(costs)
+    one_pass = 2 * len(costs) + len(costs) * rounds_in_budget(costs)
+    assert len(fake.calls) == passes * one_pass
+
+
+def rounds_in_budget(costs) -> int:
+    """Rounds `measure_rounds` times on a FakeHost of `costs` (one call per unit)."""
+    per_round = sum(costs.values())
+    rounds = math.ceil(precision_probe.BUDGET_S / per_round - 1e-9)
+    return min(precision_probe.MAX_ROUNDS, max(precision_probe.MIN_ROUNDS, rounds))
+
+
+class LoadedHost(FakeHost):
+    """A `FakeHost` whose every call of timed round r costs `loads[r]` times its setting's
+    cost (the load of a shared host coming and going between rounds); the untimed first
+    call of each setting costs its plain cost."""
+
+    def __init__(self, costs, loads):
+        super().__init__(costs)
+        self.loads = loads
+
+    def make_step(self, shape, policy, xla):
+        label = precision_probe.setting_label(policy, xla)
+
+        def step():
+            timed = len(self.calls) - 2 * len(self.costs)  # after compile and unit calls
+            load = self.loads[timed // len(self.costs)] if timed >= 0 else 1.0
+            self.calls.append(label)
+            self.now += self.costs[label] * load
+
+        return step
+
+
+@given(
+    costs=st.lists(st.floats(1.01 * precision_probe.MIN_UNIT_S, 1.0), min_size=2, max_size=3),
+    loads=st.lists(
+        st.floats(1.0, 3.0),
+        min_size=precision_probe.MAX_ROUNDS,
+        max_size=precision_probe.MAX_ROUNDS,
+    ),
+)
+def test_load_that_changes_between_rounds_keeps_the_ratios(costs, loads):
+    """Every round at its own load (1-3x): each figure is its cost times the median load (of
+    the loads' logarithms: a geometric median), so the ratios between settings are the
+    costs' ratios whatever the load did."""
+    labels = "abc"[: len(costs)]
+    fake = LoadedHost(dict(zip(labels, costs, strict=True)), loads)
+    steps = {label: fake.make_step({}, label, False) for label in labels}
+    seconds = precision_probe.measure(steps, timer=fake.clock, budget_s=1e9)
+    load = float(np.exp(np.median(np.log(loads))))
+    expected = {label: cost * load for label, cost in zip(labels, costs, strict=True)}
+    assert seconds == pytest.approx(expected)
+
+
+def test_one_lucky_or_unlucky_call_does_not_decide():
+    """A single call far from a setting's usual time (a lucky 2x, an unlucky 5x) changes
+    nothing: "b" (90 ms) stays ahead of "a" (100 ms), at their usual times."""
+    rounds = 9
+    a = [0.100] * rounds
+    b = [0.090] * rounds
+    for lucky, unlucky in ((3, 6), (0, 8)):
+        times = {"a": list(a), "b": list(b)}
+        times["a"][lucky] = 0.050
+        times["b"][unlucky] = 0.450
+        assert precision_probe.paired_figures(times) == pytest.approx({"a": 0.1, "b": 0.09})
+
+
+def test_a_setting_slow_on_most_calls_is_judged_by_them():
+    """ "b" ran at 60 ms in 1 call of 3 and at 150 ms otherwise: its figure is 150 ms (the
+    fastest call, the probe's figure before, said 60 ms and ranked it ahead of "a")."""
+    times = {"a": [0.1] * 9, "b": [0.06, 0.15, 0.15] * 3}
+    figures = precision_probe.paired_figures(times)
+    assert figures["b"] / figures["a"] == pytest.approx(1.5)
+
+
+def test_measured_choice_beats_the_flag_rule_and_is_cached(host):
+    rule = choose(probe=False)
+    assert rule.setting == "mixed_bfloat16"  # the flags say bfloat16 for D 768
+    choice = choose()
+    assert (choice.policy, choice.jit_compile, choice.source) == ("float32", True, "probe")
+    assert choice.figures == {"float32+xla": 30.0, "float32": 50.0, "mixed_bfloat16": 90.0}
+    assert "float32+xla 30.0 ms" in choice.reason and "1.67x float32" in choice.reason
+    assert precision_probe.cpu_model() in choice.reason
+    built = len(host.built)
+    assert built == len(precision_probe.CANDIDATES)
+
+    cached = choose()
+    assert (cached.setting, cached.source, cached.figures) == (
+        "float32+xla",
+        "cache",
+        choice.figures,
+    )
+    assert "cached probe of" in cached.reason
+    assert len(host.built) == built  # nothing measured again
+
+    with open(precision_probe.cache_path(), encoding="utf-8") as handle:
+        entry = next(iter(json.load(handle)["entries"].values()))
+    assert entry["key"] == {
+        "cpu": precision_probe.cpu_model(),
+        "cores": precision_probe.core_count(),
+        "tensorflow": tf.__version__,
+        "hidden_dim": 768,
+        "mlp_dim": 3072,
+        "num_heads": 12,
+        "tokens": 197,
+    }
+
+
+def test_the_cache_key_separates_hosts_and_every_model_shape_field(host, monkeypatch):
+    choose(768)
+    choose(768, tokens=197, mlp_dim=3072, num_heads=12)  # the defaults spelled out: cached
+    assert len(host.built) == 3
+    choose(384)
+    choose(768, tokens=200)
+    choose(768, mlp_dim=1024)
+    choose(768, num_heads=8)
+    assert len(host.built) == 15
+    monkeypatch.setattr(precision_probe, "core_count", lambda: 64)
+    choose(768)
+    monkeypatch.setattr(tf, "__version__", "9.9.9")
+    choose(768)
+    assert len(host.built) == 21
+    with open(precision_probe.cache_path(), encoding="utf-8") as handle:
+        keys = [entry["key"] for entry in json.load(handle)["entries"].values()]
+    assert len(keys) == 7
+    assert {(k["mlp_dim"], k["num_heads"], k["tokens"]) for k in keys} >= {
+        (3072, 12, 200),
+        (1024, 12, 197),
+        (3072, 8, 197),
+        (1536, 6, 197),
+    }
+    # the block that was timed has the shape of the key it is stored under
+    timed = {(s["hidden_dim"], s["mlp_dim"], s["heads"], s["tokens"]) for _, s in host.built}
+    assert (768, 1024, 12, 197) in timed and (768, 3072, 8, 197) in timed
+
+
+def test_within_the_tie_no_xla_then_the_flag_rule_is_kept(host):
+    host.costs.update({"mixed_bfloat16": 0.0309})  # 3% slower than float32+xla
+    choice = choose()
+    assert choice.setting == "mixed_bfloat16" and "within 5%" in choice.reason
+    host.costs.update({"mixed_bfloat16": 0.0330})  # 10% slower
+    assert choose(384).setting == "float32+xla"
+    # D 64: the flag rule says float32+xla; float32 is 4% slower, so no XLA compile
+    host.costs.update({"float32": 0.0312})
+    choice = choose(64)
+    assert choice.setting == "float32"
+    assert "float32 within 5% of the fastest (float32+xla), without XLA's compile" in choice.reason
+    host.costs.update({"float32": 0.0318})  # 6% slower
+    assert choose(64, tokens=50).setting == "float32+xla"
+
+
+def test_a_given_value_limits_the_candidates(host):
+    host.costs.update({"float32+xla": 0.010, "float32": 0.060, "mixed_bfloat16": 0.040})
+    no_xla = choose(jit_compile=False)
+    assert no_xla.setting == "mixed_bfloat16" and "XLA off as given" in no_xla.reason
+    float32 = choose(mixed_precision="float32")
+    assert float32.setting == "float32+xla" and "float32 as given" in float32.reason
+    assert choose(mixed_precision="mixed_bfloat16").source == "rule"  # one setting left
+    assert choose(jit_compile=True).setting == "float32+xla"
+    assert choose(mixed_precision="float32", jit_compile=False).source == "rule"
+
+
+@given(
+    # near-equal costs (within the tie or just outside) as often as spread-out ones
+    costs=st.lists(
+        st.floats(0.001, 1.0) | st.sampled_from([0.030, 0.031, 0.0315, 0.032]),
+        min_size=3,
+        max_size=3,
+    ),
+    policy=st.sampled_from([precision.AUTO, *precision.POLICIES]),
+    jit=st.sampled_from([precision.AUTO, True, False]),
+    width=st.sampled_from([64, 192, 768]),
+)
+def test_the_choice_is_the_fastest_allowed_or_a_tie_without_xla_then_the_prior(
+    costs, policy, jit, width, monkeypatch, tmp_path
+):
+    with monkeypatch.context() as patch:
+        patch.setenv("KERAS_VIT_CACHE_DIR", str(tmp_path / f"c{next(EXAMPLES)}"))
+        fake = FakeHost(dict(zip(LABELS, costs, strict=True)))
+        patch.setattr(precision_probe, "clock", fake.clock)
+        patch.setattr(precision_probe, "block_step", fake.make_step)
+        prior = choose(width, mixed_precision=policy, jit_compile=jit, probe=False)
+        choice = choose(width, mixed_precision=policy, jit_compile=jit, probe=True)
+    allowed = {
+        label: fake.costs[label]
+        for label in LABELS
+        if policy in (precision.AUTO, label.split("+")[0])
+        and jit in (precision.AUTO, label.endswith("+xla"))
+    }
+    if len(allowed) < 2:
+        assert choice == prior and not fake.built
+        return
+    assert choice.setting in allowed
+    fastest = min(allowed.values())
+    close = {label for label, cost in allowed.items() if cost <= (1 + TIE) * fastest}
+    assert choice.setting in close
+    if choice.setting.endswith("+xla"):  # only where nothing without XLA ties
+        assert all(label.endswith("+xla") for label in close)
+    without_xla = {label for label in close if not label.endswith("+xla")} or close
+    if prior.setting in without_xla:
+        assert choice.setting == prior.setting
+    else:
+        assert allowed[choice.setting] == min(allowed[label] for label in without_xla)
+
+
+def test_a_corrupt_cache_is_ignored_with_a_log_line(host, caplog):
+    path = precision_probe.cache_path()
+    os.makedirs(os.path.dirname(path))
+    for content in ("{not json", json.dumps({"version": 0}), json.dumps([1, 2])):
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write(content)
+        with caplog.at_level(logging.WARNING, logger="keras_vit.runtime.precision_probe"):
+            caplog.clear()
+            assert choose().source == "probe"
+        assert "Ignoring the precision probe cache" in caplog.text
+    bad_entry = {"version": precision_probe.CACHE_VERSION, "entries": {"k": {"figures": "x"}}}
+    with open(path, "w", encoding="utf-8") as handle:
+        json.dump(bad_entry, handle)
+    assert choose().source == "probe"
+    with open(path, encoding="utf-8") as handle:
+        assert "k" not in json.load(handle)["entries"]  # rewritten without the bad entry
+    assert choose().source == "cache"
+
+
+def test_an_unwritable_cache_and_a_failing_probe_never_stop_a_run(
+    host, monkeypatch, tmp_path, caplog
+):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    monkeypatch.setenv("KERAS_VIT_CACHE_DIR", str(blocker / "below"))
+    with caplog.at_level(logging.WARNING, logger="keras_vit.runtime.precision_probe"):
+        assert choose().source == "probe"
+    assert "Could not write the precision probe cache" in caplog.text
+
+    def broken(shape, policy, xla):
+        raise RuntimeError("no oneDNN here")
+
+    monkeypatch.setattr(precision_probe, "block_step", broken)
+    monkeypatch.setenv("KERAS_VIT_CACHE_DIR", str(tmp_path / "other"))
+    with caplog.at_level(logging.WARNING, logger="keras_vit.runtime.precision"):
+        choice = choose()
+    assert choice.setting == "mixed_bfloat16" and "flag rule (probe failed)" in choice.reason
+    assert "no oneDNN here" in caplog.text
+
+
+def test_probe_switches(host, monkeypatch):
+    monkeypatch.setenv("KERAS_VIT_PRECISION_PROBE", "off")
+    off = choose()
+    assert off.source == "rule" and "probe off" in off.reason and not host.built
+    monkeypatch.setenv("KERAS_VIT_PRECISION_PROBE", "on")
+    assert choose().source == "probe"
+    assert choose().source == "cache"
+    monkeypatch.setenv("KERAS_VIT_PRECISION_PROBE", "refresh")
+    assert choose().source == "probe"
+    assert len(host.built) == 6
+    unknown = choose(None)
+    assert unknown.source == "rule" and "width unknown" in unknown.reason
+
+
+def test_several_replicas_are_not_probed(host):
+    class TwoCpuReplicas(tf.distribute.MirroredStrategy):
+        def __init__(self):  # nothing started
+            pass
+
+        num_replicas_in_sync = 2
+        extended = types.SimpleNamespace(worker_devices=("/device:CPU:0", "/device:CPU:1"))
+
+    choice = choose(strategy=TwoCpuReplicas())
+    assert choice.source == "rule" and choice.jit_compile is False and not host.built
+
+
+def test_cache_path_order(monkeypatch, tmp_path):
+    monkeypatch.delenv("KERAS_VIT_CACHE_DIR", raising=False)
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    home = os.path.join(str(tmp_path / "home"), ".cache", "keras_vit", "precision_probe.json")
+    assert precision_probe.cache_path() == home
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert precision_probe.cache_path() == str(
+        tmp_path / "xdg" / "keras_vit" / "precision_probe.json"
+    )
+    monkeypatch.setenv("KERAS_VIT_CACHE_DIR", str(tmp_path / "mine"))
+    assert precision_probe.cache_path() == str(tmp_path / "mine" / "precision_probe.json")
+
+
+def test_probe_shape_defaults_and_given_fields():
+    ti = precision_probe.probe_shape(192, 197)
+    assert (ti["mlp_dim"], ti["heads"], ti["tokens"]) == (768, 3, 197)
+    assert precision_probe.probe_shape(192)["tokens"] == 197
+    small = precision_probe.probe_shape(64, 49, mlp_dim=128, num_heads=4)
+    assert (small["mlp_dim"], small["heads"], small["tokens"], small["batch"]) == (128, 4, 49, 16)
+    assert precision_probe.probe_shape(768, 197)["batch"] == 1  # ~8.7 GFLOP per image
+    assert ti["batch"] == 16  # 0.61 GFLOP per image: a training run's batch, not 5
+    assert precision_probe.probe_shape(32, 17)["batch"] == 16
+    assert precision_probe.probe_shape(96, 17)["heads"] == 1
+
+
+@pytest.mark.parametrize("policy, xla", precision_probe.CANDIDATES)
+def test_the_real_block_step_runs_in_each_setting(policy, xla, monkeypatch):
+    """The probe trains keras_vit's own block: its training kernels run, in the policy."""
+    from keras_vit.layers import _reduced_precision
+
+    seen = []
+    real = _reduced_precision._fast
+    monkeypatch.setattr(
+        _reduced_precision,
+        "_fast",
+        lambda dtype, training: seen.append((dtype, training)) or real(dtype, training=training),
+    )
+    shape = {"hidden_dim": 32, "mlp_dim": 64, "heads": 2, "tokens": 5, "batch": 2}
+    value = precision_probe.block_step(shape, policy, xla)()
+    assert np.isfinite(value) and value != 0
+    assert set(seen) == {(policy.removeprefix("mixed_"), True)}
+
+
+@pytest.mark.parametrize("xla", [True, False])
+def test_the_probe_steps_the_block_as_a_run_steps_its_model(xla, monkeypatch):
+    """The probe's step is Keras' train step with the run's AdamW (a bare forward and
+    backward tied the settings on a host where the models trained 1.2-1.4x faster with XLA):
+    the optimizer's update runs, over every weight of the block, and changes them."""
+    applied = []
+
+    class CountingAdamW(optimizers.ViTAdamW):
+        def apply(self, grads, trainable_variables=None):
+            applied.append(len(grads))
+            return super().apply(grads, trainable_variables)
+
+    monkeypatch.setattr(optimizers, "ViTAdamW", CountingAdamW)
+    shape = {"hidden_dim": 32, "mlp_dim": 64, "heads": 2, "tokens": 5, "batch": 2}
+    step = precision_probe.block_step(shape, "float32", xla)
+    first = step()
+    assert applied and set(applied) == {16}  # 2 LayerNorms x 2, q/k/v/out x 2, 2 MLP layers x 2
+    assert np.isfinite(first) and step() != first  # the update moved the weights
+
+
+def test_a_run_records_the_measured_choice_and_prints_it_first(host, monkeypatch):
+    config = run_plan.RunConfig(
+        recipe=training.TrainConfig(hidden_dim=384, mlp_dim=768, num_heads=6)
+    )
+    resolved = run_plan.plan_run(config, tf.distribute.get_strategy()).resolved()
+    assert (resolved["mixed_precision"], resolved["jit_compile"]) == ("float32", True)
+    assert resolved["precision_probe"]["source"] == "probe"
+    assert resolved["precision_probe"]["figures"]["mixed_bfloat16"] == 90.0
+    assert "measured" in resolved["precision_reason"]
+    # the default recipe's hybrid: 28 px, stride-4 root, 1x1 patches, GAP (no class token)
+    assert {shape["tokens"] for _, shape in host.built} == {49}
+    assert {(s["mlp_dim"], s["heads"]) for _, s in host.built} == {(768, 6)}
+    assert "MLP 768, 6 heads, 49 tokens" in resolved["precision_reason"]
+    json.dumps(resolved)  # config.json can hold it
+    line = progress.start_line("runs/x", {"run": {}, "resolved": resolved}, "float32")
+    assert "jit_compile True (CPU " in line and "float32+xla 30.0 ms" in line
+
+
+@given(
+    grid=st.integers(1, 4),
+    patch=st.sampled_from([2, 4]),
+    pooling=st.sampled_from(["token", "gap"]),
+    heads=st.sampled_from([1, 2]),
+    hybrid=st.booleans(),
+)
+def test_the_shape_from_kwargs_is_the_built_models_shape(grid, patch, pooling, heads, hybrid):
+    """The shape the run plan probes (from builder kwargs) is the shape the built model's
+    first block sees: tokens counted from its input, mlp_dim and heads from the layer."""
+    import keras_vit
+
+    kwargs = dict(
+        patch_size=patch,
+        hidden_dim=8,
+        mlp_dim=12,
+        num_heads=heads,
+        num_layers=1,
+        num_classes=3,
+        channels=1,
+        pooling=pooling,
+    )
+    stride = 1
+    if hybrid:
+        kwargs.update(resnet_stages=[], resnet_width=8, resnet_groups=2)
+        stride = 4
+    kwargs["image_size"] = grid * patch * stride
+    model = (keras_vit.HybridViT if hybrid else keras_vit.ViT)(**kwargs)
+    built = precision_probe.model_shape(model)
+    expected = {"hidden_dim": 8, "mlp_dim": 12, "num_heads": heads}
+    expected["tokens"] = grid * grid + (pooling == "token")  # counted by hand
+    assert built == expected
+    assert precision_probe.shape_from_kwargs(kwargs) == expected
+
+
+def test_model_shape_of_a_model_without_blocks_is_none():
+    import keras
+
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+    assert precision_probe.model_shape(model) is None
