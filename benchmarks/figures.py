@@ -13,7 +13,7 @@ Usage:
     python benchmarks/figures.py --check              # exit 1 and list every stale figure
     python benchmarks/figures.py --update             # rewrite the documents from the JSON
 
-A benchmark writes its file with `write_results` (e.g. `python benchmarks/train_mnist.py
+A benchmark writes its file with `write_results` (e.g. `python benchmarks/studies/train_mnist.py
 --results benchmarks/results/train_mnist.json`); `--update` then refreshes the documents.
 """
 

@@ -7,7 +7,8 @@ precision and compiler of `--mixed-precision`/`--jit-compile` (default auto:
 count (`keras_vit.evaluate.benchmarking`). The peers (keras-hub's `ViTBackbone` + a dense head,
 vit-keras' `build_model`) are measured too when they are installed and asked for with
 `--peers`. The side-by-side harness with one process per framework, interleaved repeats and
-separable memory is `benchmarks/throughput.py`; it uses the same `keras_vit.evaluate.benchmarking`.
+separable memory is `python benchmarks/bench.py run`; it uses the same
+`keras_vit.evaluate.benchmarking`.
 """
 
 from __future__ import annotations

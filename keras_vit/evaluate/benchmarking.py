@@ -1,7 +1,7 @@
 """Benchmark internals: the analytic FLOP count, the GEMM peak, peer models, timed steps.
 
 Used by `keras-vit benchmark` (so the installed command has them) and by the scripts in
-`benchmarks/` (through `benchmarks/common.py`). The FLOP count covers matrix products only
+`benchmarks/` (through `benchmarks/harness/common.py`). The FLOP count covers matrix products only
 (paper section 3.1; FLOPs = 2 x MACs, a training step ~3x the forward pass). Peers:
 keras-hub's `ViTBackbone` + a dense head and vit-keras' `build_model`, when installed.
 """

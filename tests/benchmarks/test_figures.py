@@ -13,8 +13,8 @@ ROOT = Path(__file__).resolve().parents[2]
 BENCHMARKS = ROOT / "benchmarks"
 
 
-def _load(name):
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCHMARKS / f"{name}.py")
+def _load(name, folder=BENCHMARKS):
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", folder / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -74,12 +74,12 @@ def test_check_reports_stale_unknown_and_missing_figures(tmp_path):
 def test_benchmark_writes_a_file_the_check_accepts(tmp_path, monkeypatch):
     """train_mnist.py --results: write_results + figure_values, read back by the check."""
     monkeypatch.syspath_prepend(str(BENCHMARKS))
-    train_mnist = _load("train_mnist")
+    train_mnist = _load("train_mnist", BENCHMARKS / "studies")
     measured = {"test_accuracy": 0.9421, "wall_s": 158.4, "cpu_s": 170.2, "cores": 2}
     figures.write_results(
         tmp_path / "train_mnist.json",
         train_mnist.figure_values(measured),
-        command="python benchmarks/train_mnist.py --results x",
+        command="python benchmarks/studies/train_mnist.py --results x",
         about="test",
     )
     written = json.loads((tmp_path / "train_mnist.json").read_text())

@@ -24,10 +24,15 @@ TINY = "8,32,64,4,2"  # patch, hidden, mlp, heads, layers (the tests' tiny ViT)
 ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
 
 
+FOLDERS = (BENCHMARKS / "harness", BENCHMARKS / "studies")
+
+
 def run_script(name, *args, timeout=900, env=None):
-    """Runs benchmarks/<name> in a fresh interpreter; returns the CompletedProcess."""
+    """Runs benchmarks/{harness,studies}/<name> in a fresh interpreter; returns the
+    CompletedProcess."""
+    path = next(folder / name for folder in FOLDERS if (folder / name).exists())
     return subprocess.run(
-        [sys.executable, str(BENCHMARKS / name), *args],
+        [sys.executable, str(path), *args],
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -95,10 +100,10 @@ def test_keras_vit_step_gflops_by_hand(bench):
         gflops("B/16", 224, "both")
 
 
-def test_issue28_targets_roof_share_needed(scripts):
+def test_targets_roof_share_needed(scripts):
     """1.2x timm's 4.55 img/s of B/16 at 224 needs keras_vit's own 32.7 GFLOP an image at
     178.6 GFLOP/s: 96% of a 186 GFLOP/s roof."""
-    targets = scripts["issue28_targets"]
+    targets = scripts["targets"]
     share = targets.roof_share_needed(
         "B/16", "infer", ("float32", 4.55), {"TensorFlow": 184.0, "torch": 186.0}
     )
@@ -112,11 +117,13 @@ def test_issue28_targets_roof_share_needed(scripts):
 @pytest.fixture(scope="module")
 def scripts():
     """The benchmark scripts imported as modules (their parse_args run in this process)."""
-    sys.path.insert(0, str(BENCHMARKS))
+    folders = [str(BENCHMARKS), *map(str, FOLDERS)]
+    sys.path[:0] = folders
     try:
         yield {name: importlib.import_module(name) for name in SCRIPT_MODULES}
     finally:
-        sys.path.remove(str(BENCHMARKS))
+        for folder in folders:
+            sys.path.remove(folder)
 
 
 SCRIPT_MODULES = (
@@ -126,11 +133,10 @@ SCRIPT_MODULES = (
     "ablation",
     "profile_step",
     "data_scaling",
-    "gpu_mfu",
     "precision_agreement",
     "export_speed",
-    "peers_one_process",
-    "issue28_targets",
+    "in_process",
+    "targets",
     "common",
 )
 
@@ -146,8 +152,6 @@ SCRIPT_MODULES = (
         ("throughput", ["--repeats", "0"]),
         ("throughput", ["--settings", "float32+jit"]),
         ("throughput", ["--settings", "bfloat16"]),
-        ("gpu_mfu", ["--peak-tflops", "0"]),
-        ("gpu_mfu", ["--variant", "X/99"]),
         ("precision_agreement", ["--hidden-dim", "30", "--num-heads", "4"]),
         ("precision_agreement", ["--epochs", "0"]),
         ("scaling", ["--image-sizes", "224,abc"]),
@@ -162,12 +166,12 @@ SCRIPT_MODULES = (
         ("data_scaling", ["--pretrain-steps", "0"]),
         ("data_scaling", ["--finetune-size", "42"]),
         ("export_speed", ["--repeats", "0"]),
-        ("peers_one_process", ["--frameworks", "vit_keras,keras_hub"]),
-        ("peers_one_process", ["--frameworks", "keras_vit,jax_vit"]),
-        ("peers_one_process", ["--frameworks", "timm"]),
-        ("peers_one_process", ["--frameworks", "keras_vit,keras_hub,timm"]),
-        ("peers_one_process", ["--rounds", "0"]),
-        ("peers_one_process", ["--settings", "float32+jit"]),
+        ("in_process", ["--frameworks", "vit_keras,keras_hub"]),
+        ("in_process", ["--frameworks", "keras_vit,jax_vit"]),
+        ("in_process", ["--frameworks", "timm"]),
+        ("in_process", ["--frameworks", "keras_vit,keras_hub,timm"]),
+        ("in_process", ["--rounds", "0"]),
+        ("in_process", ["--settings", "float32+jit"]),
         ("export_speed", ["--variant", "S/16", "--image-size", "100"]),
     ],
 )
@@ -182,9 +186,8 @@ SIZED_SCRIPTS = (
     "throughput",
     "ablation",
     "profile_step",
-    "gpu_mfu",
     "export_speed",
-    "peers_one_process",
+    "in_process",
     "input_pipeline",
 )
 
@@ -230,8 +233,8 @@ def test_scaling_refuses_a_variant_that_names_a_size(scripts, capsys):
     assert "names image size 384" in capsys.readouterr().err
 
 
-def test_issue28_targets_times_a_sized_workload_at_its_size(scripts):
-    targets = scripts["issue28_targets"]
+def test_targets_times_a_sized_workload_at_its_size(scripts):
+    targets = scripts["targets"]
     args = targets.parse_args(["--workloads", "B/16-384:infer"])
     assert targets.worker_args(args, "B/16-384").image_size == 384
     assert targets.worker_args(args, "B/16").image_size == 224
@@ -300,28 +303,6 @@ def test_throughput_tiny_run_writes_table_and_json(tmp_path):
         assert values[run + f"{slug}_peak_rss_mib"]["value"] == record["peak_rss_mb"]
     best = max(records, key=lambda r: r["images_per_s"])["setting"]
     assert values[run + "best_setting"] == best
-
-
-@pytest.mark.large  # ~15 s; a GPU script, its CPU smoke run in the large lane
-def test_gpu_mfu_tiny_run_on_cpu(tmp_path):
-    out = tmp_path / "mfu.json"
-    result = run_script(
-        "gpu_mfu.py",
-        *("--variant", TINY, "--image-size", "16", "--batch-size", "2", "--steps", "1"),
-        *("--repeats", "1", "--warmup", "1", "--peak-tflops", "0.01", "--json", str(out)),
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    payload = json.loads(out.read_text())
-    assert payload["device"] == "CPU" and payload["peak_tflops"] == 0.01
-    # training FLOPs by hand: 6 x MACs (4 patches of 8x8x3, 5 tokens, 2 blocks, 1000 classes)
-    flops = 6 * (
-        4 * 192 * 32 + 2 * (4 * 5 * 32 * 32 + 2 * 5 * 5 * 32 + 2 * 5 * 32 * 64) + 32 * 1000
-    )
-    assert payload["model_tflops_per_s"] == pytest.approx(
-        flops * payload["images_per_s"] / 1e12, rel=1e-6
-    )
-    assert payload["mfu"] == pytest.approx(payload["model_tflops_per_s"] / 0.01)
-    assert "MFU " in result.stdout
 
 
 @pytest.mark.large  # ~40 s (scores all 4950 held-out MNIST images twice)
@@ -490,7 +471,7 @@ def test_cli_benchmark_bad_arguments_exit_2(bad_args, capsys):
 
 
 def test_serving_load_smoke(tmp_path):
-    """benchmarks/serving_load.py on 40 requests: the TF-only server answers the good ones
+    """benchmarks/studies/serving_load.py on 40 requests: the TF-only server answers the good ones
     as it does serially, rejects the bad ones naming the problem, and reports percentiles."""
     out = tmp_path / "serving.json"
     done = run_script(
@@ -570,10 +551,10 @@ def test_export_speed_tiny_run_serves_both_exports_from_tensorflow_only(tmp_path
     assert values["export_bf16_img_s"]["value"] == payload["img_s"]["export mixed_bfloat16"]
 
 
-def test_peers_one_process_ratio_is_the_median_of_per_round_ratios(scripts):
+def test_in_process_ratio_is_the_median_of_per_round_ratios(scripts):
     """Worked by hand: peer/ours per round 12/10, 30/20, 11/10 -> median 1.2; each framework
     at its setting of lowest median (keras_vit float32+xla, 10 < 19 ms)."""
-    module = scripts["peers_one_process"]
+    module = scripts["in_process"]
     times = {
         ("keras_vit", "float32"): [19.0, 19.0, 19.0],
         ("keras_vit", "float32+xla"): [10.0, 20.0, 10.0],
@@ -585,18 +566,18 @@ def test_peers_one_process_ratio_is_the_median_of_per_round_ratios(scripts):
     assert module.ours_over_peers(times, best) == {"vit_keras": pytest.approx(1.2)}
 
 
-def test_peers_one_process_rotates_the_first_point_every_round(scripts):
+def test_in_process_rotates_the_first_point_every_round(scripts):
     calls = []
     steps = {name: (lambda name=name: calls.append(name)) for name in "abc"}
-    times = scripts["peers_one_process"].time_rounds(steps, rounds=4, steps_per_point=1)
+    times = scripts["in_process"].time_rounds(steps, rounds=4, steps_per_point=1)
     assert calls == list("abcbcacababc")
     assert all(len(values) == 4 for values in times.values())
 
 
-def test_peers_one_process_tiny_run_prints_every_point_and_writes_json(tmp_path):
+def test_in_process_tiny_run_prints_every_point_and_writes_json(tmp_path):
     out = tmp_path / "peers.json"
     result = run_script(
-        "peers_one_process.py",
+        "in_process.py",
         *("--variant", TINY, "--image-size", "16", "--batch-size", "2", "--mode", "train"),
         *("--frameworks", "keras_vit", "--settings", "float32,mixed_bfloat16"),
         *("--rounds", "2", "--steps", "1", "--warmup", "1", "--json", str(out)),
@@ -610,7 +591,7 @@ def test_peers_one_process_tiny_run_prints_every_point_and_writes_json(tmp_path)
     assert payload["keras_vit_over_peer"] == {} and payload["host"]["cores"] >= 1
 
 
-def test_peers_one_process_times_timm_in_the_rotation_or_says_why_not(tmp_path):
+def test_in_process_times_timm_in_the_rotation_or_says_why_not(tmp_path):
     """timm joins the one-process rotation where torch and timm import (the optional lane);
     elsewhere (CI) the run goes on without it and says so."""
     import importlib.util
@@ -618,7 +599,7 @@ def test_peers_one_process_times_timm_in_the_rotation_or_says_why_not(tmp_path):
     has_timm = all(importlib.util.find_spec(name) for name in ("torch", "timm"))
     out = tmp_path / "peers.json"
     result = run_script(
-        "peers_one_process.py",
+        "in_process.py",
         *("--variant", TINY, "--image-size", "16", "--batch-size", "2", "--mode", "train"),
         *("--frameworks", "keras_vit,timm", "--settings", "float32"),
         *("--rounds", "2", "--steps", "1", "--warmup", "1", "--json", str(out)),
@@ -648,8 +629,8 @@ def test_peers_one_process_times_timm_in_the_rotation_or_says_why_not(tmp_path):
         ("B/16-200:infer", "B/16-200:infer", "gives image size 200, not a multiple of the patch"),
     ],
 )
-def test_issue28_targets_refuses_a_bad_workload_naming_it(workloads, item, problem):
-    done = run_script("issue28_targets.py", "--workloads", workloads, timeout=120)
+def test_targets_refuses_a_bad_workload_naming_it(workloads, item, problem):
+    done = run_script("targets.py", "--workloads", workloads, timeout=120)
     assert done.returncode == 2, done.stderr[-2000:]
     assert f"{item!r} {problem}" in done.stderr, done.stderr[-2000:]
     assert "Traceback" not in done.stderr

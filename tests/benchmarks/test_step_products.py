@@ -1,4 +1,4 @@
-"""benchmarks/step_products.py: the list of a step's matrix products against the analytic
+"""benchmarks/bench.py products: the list of a step's matrix products against the analytic
 MAC count (checked against the published counts in test_smoke.py), its flags, and a tiny
 run in two engines. No timing assertions."""
 
@@ -15,16 +15,16 @@ from hypothesis import strategies as st
 
 from tests.benchmarks.test_smoke import TINY, run_script
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks" / "harness"
 
 
 @pytest.fixture(scope="module")
 def module():
     sys.path.insert(0, str(BENCHMARKS))
     try:
-        import step_products
+        import products
 
-        yield step_products
+        yield products
     finally:
         sys.path.remove(str(BENCHMARKS))
 
@@ -116,7 +116,7 @@ def test_call_overhead_is_taken_off_each_figure_and_the_floor_takes_the_best(mod
 def test_a_tiny_run_times_every_shape_in_each_engine(tmp_path):
     out = tmp_path / "products.json"
     done = run_script(
-        "step_products.py",
+        "products.py",
         *("--variant", TINY, "--batch-size", "2", "--image-size", "32", "--repeats", "1"),
         *("--per-call", "2", "--engines", "numpy,xla", "--json", str(out)),
         timeout=300,
@@ -155,19 +155,19 @@ def torch_imports():
     ],
 )
 def test_bad_arguments_are_refused_before_any_work(args, named):
-    done = run_script("step_products.py", *args, timeout=120)
+    done = run_script("products.py", *args, timeout=120)
     assert done.returncode == 2
     assert named in done.stderr
 
 
 def test_a_json_path_under_a_file_is_refused_before_any_work(tmp_path):
     (tmp_path / "afile").write_text("")
-    done = run_script("step_products.py", "--json", str(tmp_path / "afile" / "out.json"))
+    done = run_script("products.py", "--json", str(tmp_path / "afile" / "out.json"))
     assert done.returncode == 2 and "is a file, not a folder" in done.stderr
 
 
 @pytest.mark.skipif(torch_imports(), reason="torch imports in this interpreter")
 def test_an_interpreter_without_torch_is_refused_naming_the_import_error():
-    done = run_script("step_products.py", "--engines", "torch,numpy", timeout=120)
+    done = run_script("products.py", "--engines", "torch,numpy", timeout=120)
     assert done.returncode == 2
     assert "does not import torch" in done.stderr and "torch" in done.stderr.splitlines()[-1]

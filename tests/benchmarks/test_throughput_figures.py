@@ -1,4 +1,4 @@
-"""throughput.py's payloads as figures files (benchmarks/throughput_figures.py): the keys, the
+"""throughput.py's payloads as figures files (benchmarks/bench.py results): the keys, the
 merge of several runs into one file, the import of an old `--json` file, the marker tables."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks" / "harness"
 
 
 @pytest.fixture(scope="module")
@@ -125,7 +125,7 @@ def test_import_of_an_old_json_file_and_its_table(tf_figures, tmp_path):
     run = json.loads(results.read_text())["runs"]["b16_224_bs16_infer"]
     assert run["date"] in ("2025-11-30", "2025-12-01")  # the local date of that instant
     assert run["command"] == (
-        "python benchmarks/throughput.py --variant B/16 --image-size 224 --batch-size 16 "
+        "python benchmarks/bench.py run --variant B/16 --image-size 224 --batch-size 16 "
         "--mode infer --settings float32+xla,mixed_bfloat16 "
         "--frameworks keras_vit,keras_hub,vit_keras --steps 3 --repeats 3 --warmup 2 "
         "--gemm-sizes 1024,2048 --interleave framework"

@@ -1,7 +1,7 @@
-"""timm as a peer of benchmarks/throughput.py: its flags, worker names and records (no torch
+"""timm as a peer of benchmarks/bench.py run: its flags, worker names and records (no torch
 needed), and, where torch and timm are installed, that timm's model is the same
 architecture as keras_vit's (parameter count) and each setting's step runs; the timm side
-of the step profile (benchmarks/profile_timm_step.py): its operator kinds, flags, and where
+of the step profile (benchmarks/bench.py profile --peer timm): its operator kinds, flags, and where
 torch is installed a tiny profiled step."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks" / "harness"
 TINY = "8,32,64,4,2"
 
 
@@ -19,9 +19,9 @@ TINY = "8,32,64,4,2"
 def modules():
     sys.path.insert(0, str(BENCHMARKS))
     try:
+        import peers as torch_peer
         import profile_timm_step
         import throughput
-        import torch_peer
 
         yield throughput, torch_peer, profile_timm_step
     finally:

@@ -2,7 +2,7 @@
 them, and `outcome` (the one allowed result: loads, or a CheckpointError/ValueError naming
 the file, within a time and allocation bound, without reading outside the folder).
 
-Used by tests/fuzz/test_readers.py (bounded, the ci profile) and benchmarks/fuzz_readers.py
+Used by tests/fuzz/test_readers.py (bounded, the ci profile) and tests/fuzz/long_run.py
 (the long run that counts inputs and distinct failures per reader).
 """
 

@@ -3,7 +3,7 @@ CheckpointError/ValueError naming the file, within a time and allocation bound, 
 reading outside the checkpoint's folder (`tests.fuzz.readers.outcome`).
 
 Property tests mutate valid tiny files written by keras_vit (the ci profile draws 10 each);
-the hand-made files are the issue's cases. benchmarks/fuzz_readers.py runs the same
+the hand-made files are the issue's cases. tests/fuzz/long_run.py runs the same
 mutations longer and counts the findings.
 """
 
@@ -210,7 +210,7 @@ def test_a_truncated_keras_zip_is_named(valid, tmp_path_factory):
 
 
 def test_an_npy_header_cut_inside_its_dict_is_named(tmp_path):
-    """Found by benchmarks/fuzz_readers.py: NumPy's header parser raised tokenize's
+    """Found by tests/fuzz/long_run.py: NumPy's header parser raised tokenize's
     TokenError ('EOF in multi-line statement') or a SyntaxError, naming no file."""
     import struct
 
@@ -223,7 +223,7 @@ def test_an_npy_header_cut_inside_its_dict_is_named(tmp_path):
 
 
 def test_release_arrays_of_the_wrong_rank_are_named_before_the_architecture(tmp_path):
-    """Found by benchmarks/fuzz_readers.py: a head kernel of one axis raised IndexError in
+    """Found by tests/fuzz/long_run.py: a head kernel of one axis raised IndexError in
     the architecture inference; a config.json "layer_norm_eps": null raised TypeError."""
     from keras_vit.checkpoints.npz_io import write_npz
     from tests.numpy_reference import tiny_official_params

@@ -14,13 +14,13 @@ The roof is the machine's best GEMM measured in the same run: a worker in every 
 times `tf.matmul` in float32 and bfloat16, with and without XLA, at `--gemm-sizes`; model FLOP
 utilisation is the analytic model FLOP rate (paper table 1 counts; training = 3x forward)
 over that roof. The summary compares each framework at its best setting with keras_vit at
-its best, and says what `keras_vit.distribute.choose_precision` ("auto") picks.
+its best, and says what `keras_vit.runtime.distribute.choose_precision` ("auto") picks.
 
-    python benchmarks/throughput.py --variant B/16 --mode infer --json b16.json
+    python benchmarks/bench.py run --variant B/16 --mode infer --json b16.json
 
 Prints two Markdown tables (every point; each framework at its best); writes the raw
 figures (`--json FILE`) and/or the figures that README.md and docs/ quote (`--results FILE`,
-benchmarks/throughput_figures.py: keys, the import of earlier `--json` files, tables).
+benchmarks/bench.py results: keys, the import of earlier `--json` files, tables).
 """
 
 from __future__ import annotations
@@ -30,34 +30,26 @@ import datetime
 import os
 import platform
 import sys
-import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [_HERE, os.path.join(_HERE, ".."), os.path.join(_HERE, "..", "harness")]
 
 import common  # noqa: E402
-import torch_peer  # noqa: E402
+import peers  # noqa: E402
 
-GEMM = "gemm"
-GEMM_TORCH = "gemm_torch"
-TIMM = "timm"
-# keras_vit's own model on Keras' PyTorch backend (eager; in the interpreter of --torch-python)
-KERAS_TORCH = "keras_vit_torch"
-ALL_FRAMEWORKS = (*common.FRAMEWORKS, TIMM, KERAS_TORCH)
-ROOF_NAMES = {GEMM: "TensorFlow", GEMM_TORCH: "torch"}
+GEMM, GEMM_TORCH, TIMM, KERAS_TORCH = "gemm", "gemm_torch", "timm", "keras_vit_torch"
+ALL_FRAMEWORKS = tuple(name for name, peer in peers.PEERS.items() if peer.settings)
+ROOF_NAMES = peers.ROOFS
 DEFAULT_SETTINGS = "float32+xla,mixed_bfloat16+xla,mixed_bfloat16"
 
 
-def setting_label(policy, xla):
-    return f"{policy}+xla" if xla else policy
-
-
 def add_timm_arguments(parser):
-    """--timm-settings and --torch-python (the timm peer, benchmarks/torch_peer.py)."""
+    """--timm-settings and --torch-python (the timm peer, benchmarks/harness/peers.py)."""
     parser.add_argument(
         "--timm-settings",
-        default=",".join(torch_peer.TIMM_SETTINGS),
+        default=",".join(peers.TIMM_SETTINGS),
         help="comma-separated timm settings: float32, bfloat16_autocast, float32+compile, "
-        f"bfloat16_autocast+compile (default {','.join(torch_peer.TIMM_SETTINGS)})",
+        f"bfloat16_autocast+compile (default {','.join(peers.TIMM_SETTINGS)})",
     )
     parser.add_argument(
         "--torch-python",
@@ -112,7 +104,7 @@ def parse_args(argv=None):
         dest="results_path",
         help="write/update this figures file (benchmarks/figures.py format; e.g. "
         "benchmarks/results/throughput_settings.json): this run's values replace its "
-        "earlier ones, other runs stay; see benchmarks/throughput_figures.py for the keys",
+        "earlier ones, other runs stay; see benchmarks/bench.py results for the keys",
     )
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -122,7 +114,7 @@ def parse_args(argv=None):
         parser.error(f"unknown --frameworks {sorted(unknown)}; choose from {ALL_FRAMEWORKS}")
     args.torch_python = args.torch_python or args.python
     try:
-        args.timm_list = [torch_peer.parse_timm_setting(p) for p in args.timm_settings.split(",")]
+        args.timm_list = [peers.parse_timm_setting(p) for p in args.timm_settings.split(",")]
     except ValueError as error:
         parser.error(f"--timm-settings: {error}")
     if args.dtype_policy or args.no_xla:  # the old spelling: one setting
@@ -135,139 +127,16 @@ def parse_args(argv=None):
     return args
 
 
-# ---- worker side ------------------------------------------------------------------------
-
-
-def worker_main(args):
-    """One framework, mode and setting (`--worker keras_vit:train:mixed_bfloat16:noxla`) or
-    the GEMM roof (`--worker gemm`)."""
-    common.exit_with_parent()
-    try:
-        common.set_threads(args.threads)
-        if args.worker == GEMM_TORCH:
-            return torch_gemm_worker(args)
-        if args.worker.startswith(TIMM + ":"):
-            return timm_worker(args)
-        if args.worker == GEMM:
-            common.gemm_gflops(min(args.sizes))  # import and warm up TF before READY
-
-            def handle():
-                best, figures = common.gemm_roof(args.sizes, repeats=1)
-                return {"gemm_gflops": best, "per_setting": figures}
-
-            common.serve(handle, {"framework": GEMM})
-            return 0
-        if args.worker.startswith(KERAS_TORCH + ":"):
-            return keras_torch_worker(args)
-        framework, mode, policy, compiler = args.worker.split(":")
-        reason = common.peer_import_error(framework)
-        if reason is not None:
-            raise ImportError(f"{framework} does not import for {sys.executable}: {reason}")
-        import keras
-
-        keras.config.set_dtype_policy(policy)
-        model = common.build_model(framework, args.variant, args.image_size)
-        step = common.make_step(
-            model,
-            mode,
-            args.batch_size,
-            args.image_size,
-            xla=compiler == "xla",
-            framework=framework,
-        )
-        _serve_step(framework, model, step, args)
-        return 0
-    except Exception as error:  # reported to the parent, which carries on without it
-        common.report_error(error)
-        return 1
-
-
-def _serve_step(framework, model, step, args):
-    """Warm `step` up `--warmup` times, then serve the parent's timing rounds of it."""
-    start = time.perf_counter()
-    for _ in range(args.warmup):
-        step()
-    ready = {
-        "framework": framework,
-        "params": int(model.count_params()),
-        "warmup_s": time.perf_counter() - start,
-    }
-
-    def handle():
-        seconds = common.time_call(step, args.steps)
-        return {"images_per_s": args.steps * args.batch_size / seconds}
-
-    common.serve(handle, ready)
-
-
-def torch_gemm_worker(args):
-    """The torch GEMM roof: `torch.matmul` in float32 and bfloat16 at `--gemm-sizes`."""
-    torch_peer.set_threads(args.threads)
-    torch_peer.gemm_gflops(min(args.sizes), "float32")
-
-    def handle():
-        best, figures = torch_peer.gemm_roof(args.sizes, repeats=1)
-        return {"gemm_gflops": best, "per_setting": figures}
-
-    common.serve(handle, {"framework": GEMM_TORCH})
-    return 0
-
-
-def keras_torch_worker(args):
-    """keras_vit on Keras' PyTorch backend (`--worker keras_vit_torch:train:mixed_bfloat16:
-    noxla`; the parent sets KERAS_BACKEND=torch): `train_on_batch` runs eagerly."""
-    import keras
-
-    _, mode, policy, _ = args.worker.split(":")
-    if keras.backend.backend() != "torch":
-        backend = keras.backend.backend()
-        raise RuntimeError(f"{KERAS_TORCH} needs KERAS_BACKEND=torch, not {backend}")
-    torch_peer.set_threads(args.threads)
-    keras.config.set_dtype_policy(policy)
-    model = common.build_model("keras_vit", args.variant, args.image_size)
-    step = common.make_step(
-        model, mode, args.batch_size, args.image_size, xla=False, framework="keras_vit"
-    )
-    _serve_step(KERAS_TORCH, model, step, args)
-    return 0
-
-
-def timm_worker(args):
-    """One timm point (`--worker timm:train:mixed_bfloat16:eager`)."""
-    _, mode, policy, compiler = args.worker.split(":")
-    reason = torch_peer.import_error()
-    if reason is not None:
-        raise ImportError(f"torch and timm do not import for {sys.executable}: {reason}")
-    torch_peer.set_threads(args.threads)
-    model = torch_peer.build_model(common.variant_arch(args.variant), args.image_size)
-    step = torch_peer.make_step(model, mode, args.batch_size, args.image_size, policy, compiler)
-    start = time.perf_counter()
-    for _ in range(args.warmup):
-        step()
-    ready = {
-        "framework": TIMM,
-        "params": sum(p.numel() for p in model.parameters()),
-        "warmup_s": time.perf_counter() - start,
-    }
-
-    def handle():
-        seconds = common.time_call(step, args.steps)
-        return {"images_per_s": args.steps * args.batch_size / seconds}
-
-    common.serve(handle, ready)
-    return 0
-
-
 # ---- parent side ------------------------------------------------------------------------
 
 
 def worker_env(worker):
     """Environment variables a worker needs beyond the parent's."""
-    return {"KERAS_BACKEND": "torch"} if worker.startswith(KERAS_TORCH + ":") else {}
+    return peers.PEERS[peers.peer_of(worker)].env
 
 
 def worker_argv(args, worker):
-    torch_side = worker == GEMM_TORCH or worker.startswith((TIMM + ":", KERAS_TORCH + ":"))
+    torch_side = peers.PEERS[peers.peer_of(worker)].python == "torch"
     python = args.torch_python if torch_side else args.python
     argv = [python, os.path.abspath(__file__), "--worker", worker]
     for name in ("variant", "image_size", "batch_size", "steps", "warmup"):
@@ -289,18 +158,6 @@ def start_workers(args, names):
     return workers, ready
 
 
-def run_rounds(workers, repeats):
-    """`repeats` rounds, one timed repeat per worker each, order rotated every round."""
-    names = list(workers)
-    payloads = {name: [] for name in names}
-    for round_index in range(repeats):
-        shift = round_index % len(names)
-        for name in names[shift:] + names[:shift]:
-            payloads[name].append(workers[name].request("run"))
-        print(f"  round {round_index + 1}/{repeats} done", flush=True)
-    return payloads
-
-
 def finish_workers(workers):
     """Closes every worker."""
     for worker in workers.values():
@@ -311,7 +168,7 @@ def time_workers(args, names):
     """Starts `names`, times them in rotation; returns (payloads, ready, peak RSS) by name."""
     workers, ready = start_workers(args, names)
     try:
-        payloads = run_rounds(workers, args.repeats) if workers else {}
+        payloads = common.run_rounds(workers, args.repeats) if workers else {}
         peaks = {name: workers[name].request("rss")["peak_rss_mb"] for name in workers}
     finally:
         finish_workers(workers)
@@ -323,13 +180,8 @@ def worker_name(framework, mode, policy, xla):
 
 
 def framework_points(args, framework, mode):
-    """The worker names of one framework's settings (timm's: `--timm-settings`)."""
-    if framework == TIMM:
-        return [f"{TIMM}:{mode}:{policy}:{compiler}" for policy, compiler in args.timm_list]
-    if framework == KERAS_TORCH:  # eager only: Keras' torch.compile takes minutes here
-        policies = dict.fromkeys(policy for policy, _ in args.setting_list)
-        return [worker_name(framework, mode, policy, False) for policy in policies]
-    return [worker_name(framework, mode, policy, xla) for policy, xla in args.setting_list]
+    """The worker names of one framework's settings (`peers.points`)."""
+    return peers.points(framework, mode, args.setting_list, args.timm_list)
 
 
 def rotation_groups(args, mode):
@@ -352,10 +204,7 @@ def record_of(name, mode, rates, ready, peak):
     framework, _, policy, compiler = name.split(":")
     record = common.result_record_from(framework, mode, rates, ready)
     record.update(policy=policy, xla=compiler == "xla", compiler=compiler)
-    if framework == TIMM:
-        record["setting"] = torch_peer.timm_label(policy, compiler)
-    else:
-        record["setting"] = setting_label(policy, record["xla"])
+    record["setting"] = peers.label(name)
     record["peak_rss_mb"] = peak
     return record
 
@@ -402,8 +251,8 @@ def add_ratios(results):
 def auto_summary(args, results):
     """What `choose_precision` picks for keras_vit (measuring on CPU, as a run does), and how
     it fares against the fastest."""
-    from keras_vit import precision
-    from keras_vit.precision_probe import shape_from_kwargs
+    from keras_vit.runtime import precision
+    from keras_vit.runtime.precision_probe import shape_from_kwargs
 
     shape = shape_from_kwargs(common.variant_arch(args.variant), args.image_size)
     choice = precision.choose_precision(shape.pop("hidden_dim"), **shape)
@@ -487,7 +336,8 @@ def load_average():
 def main(argv=None):
     args = parse_args(argv)
     if args.worker:
-        return worker_main(args)
+        common.exit_with_parent()
+        return peers.serve(args)
     modes = ("infer", "train") if args.mode == "both" else (args.mode,)
     load_before = load_average()
     results, gemm_runs = [], {GEMM: [], GEMM_TORCH: []}

@@ -22,9 +22,9 @@ compiled function), and what a call costs - a 1x1x1 product timed the same way, 
 product in TensorFlow, ~1 us in NumPy - is taken off every figure. The workers see no GPU.
 Every figure records the host.
 
-    python benchmarks/step_products.py --variant Ti/16 --batch-size 16 --mode train
-    python benchmarks/step_products.py --variant B/16 --mode infer --engines numpy,xla
-    python benchmarks/step_products.py --torch-python /path/to/torch-venv/bin/python --json p.json
+    python benchmarks/bench.py products --variant Ti/16 --batch-size 16 --mode train
+    python benchmarks/bench.py products --variant B/16 --mode infer --engines numpy,xla
+    python benchmarks/bench.py products --torch-python /path/to/torch-venv/bin/python --json p.json
 """
 
 from __future__ import annotations
@@ -36,7 +36,8 @@ import subprocess
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # common.py, imported lazily
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [_HERE, os.path.join(_HERE, ".."), os.path.join(_HERE, "..", "harness")]
 
 ENGINES = ("xla", "tensorflow", "numpy", "torch")
 
@@ -76,7 +77,7 @@ def step_products(arch, batch_size, image_size=(224, 224), mode="train", channel
 
     Args:
         arch: `patch_size`, `hidden_dim`, `mlp_dim`, `num_heads`, `num_layers`
-            (`keras_vit.benchmarking.variant_arch`).
+            (`keras_vit.evaluate.benchmarking.variant_arch`).
         batch_size: images per step.
         image_size: (height, width) in pixels, multiples of the patch size.
         mode: "train" (forward, input and weight gradients) or "infer" (forward only).
@@ -84,7 +85,7 @@ def step_products(arch, batch_size, image_size=(224, 224), mode="train", channel
 
     Returns:
         A list of records; the forward products' multiply-accumulates are `batch_size` x
-        `keras_vit.benchmarking.analytic_macs`, as the equations count them (keras_vit's
+        `keras_vit.evaluate.benchmarking.analytic_macs`, as the equations count them (keras_vit's
         last block computes only the class token's query, which this list does not model).
     """
     train = mode == "train"

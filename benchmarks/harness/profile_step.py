@@ -17,8 +17,8 @@ number.
 Reads the profile with TensorFlow's bundled `xplane_pb2` (an internal module: this is a
 developer tool, not part of the package).
 
-    python benchmarks/profile_step.py --variant Ti/16 --batch-size 16 --mode train
-    python benchmarks/profile_step.py --variant B/16 --mode infer --setting mixed_bfloat16
+    python benchmarks/bench.py profile --variant Ti/16 --batch-size 16 --mode train
+    python benchmarks/bench.py profile --variant B/16 --mode infer --setting mixed_bfloat16
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ import re
 import sys
 import tempfile
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [_HERE, os.path.join(_HERE, ".."), os.path.join(_HERE, "..", "harness")]
 # XLA reads its flags once, at its first use: set ours before anything imports TensorFlow.
 os.environ["XLA_FLAGS"] = (
     os.environ.get("XLA_FLAGS", "") + " --xla_cpu_enable_xprof_traceme=true"

@@ -15,15 +15,15 @@ and per framework `RUN_FRAMEWORK_best_setting`, `_best_img_s`, `_best_of_roof`,
 `_best_ours_over_this` (keras_vit's best over this framework's best), per run `RUN_roof_gflops`,
 `RUN_load_before` / `RUN_load_after` (1-, 5-, 15-minute load averages), `RUN_ours_over_best_peer`
 (keras_vit's best over the fastest peer's best), `RUN_auto_setting` and `RUN_auto_of_fastest`
-(what `keras_vit.distribute.choose_precision` picks, and its share of the fastest setting).
+(what `keras_vit.runtime.distribute.choose_precision` picks, and its share of the fastest setting).
 
 A results file holds many runs: writing one replaces that run's values and keeps the others;
 `runs` says when, where and how each was measured. `throughput.py --results FILE` writes its
 run; runs saved earlier with `--json` are imported with
 
-    python benchmarks/throughput_figures.py import b16_infer.json --results FILE
+    python benchmarks/bench.py results import b16_infer.json --results FILE
 
-and `python benchmarks/throughput_figures.py table FILE RUN` prints a Markdown table whose
+and `python benchmarks/bench.py results table FILE RUN` prints a Markdown table whose
 cells are `<!--fig ...-->` markers, for a document that `figures.py --check` then guards.
 """
 
@@ -38,16 +38,17 @@ import shlex
 import sys
 from pathlib import Path
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [_HERE, os.path.join(_HERE, ".."), os.path.join(_HERE, "..", "harness")]
 
 import figures  # noqa: E402
 
 POLICY_SLUGS = {"float32": "f32", "mixed_bfloat16": "bf16", "mixed_float16": "f16"}
 FRAMEWORK_LABELS = {"keras_vit": "keras_vit", "keras_hub": "keras-hub", "vit_keras": "vit-keras"}
 ABOUT = (
-    "benchmarks/throughput.py: img/s, peak memory, model GFLOP/s and share of the GEMM roof "
+    "benchmarks/bench.py run: img/s, peak memory, model GFLOP/s and share of the GEMM roof "
     "for every framework x precision/compiler setting, one run per RUN prefix (see "
-    "benchmarks/throughput_figures.py for the keys); `runs` gives each run's date, machine, "
+    "benchmarks/bench.py results for the keys); `runs` gives each run's date, machine, "
     "load and command"
 )
 
@@ -142,7 +143,7 @@ def mode_values(payload: dict, mode: str) -> dict:
 
 def command_of(config: dict) -> str:
     """The throughput.py command line that a payload's `config` describes."""
-    argv = ["python", "benchmarks/throughput.py", "--variant", config["variant"]]
+    argv = ["python", "benchmarks/bench.py", "run", "--variant", config["variant"]]
     for name in ("image_size", "batch_size", "mode", "settings", "frameworks"):
         value = config.get(name)
         if isinstance(value, list):
@@ -192,7 +193,7 @@ def update_results(path, payload: dict, *, date: str, command: str, notes: str =
     figures.write_results(
         path,
         dict(sorted(values.items())),
-        command="benchmarks/throughput.py --results FILE, one run per prefix (see `runs`)",
+        command="benchmarks/bench.py run --results FILE, one run per prefix (see `runs`)",
         about=ABOUT,
         measured={
             "date": latest["date"],

@@ -17,8 +17,8 @@ instead, and its total can exceed the wall time (independent kernels run at the 
 
 Needs torch and timm (not installed by keras_vit; see benchmarks/README.md):
 
-    python benchmarks/profile_timm_step.py --variant S/16 --mode train
-    python benchmarks/profile_timm_step.py --variant Ti/16 --setting bfloat16_autocast
+    python benchmarks/bench.py profile --peer timm --variant S/16 --mode train
+    python benchmarks/bench.py profile --peer timm --variant Ti/16 --setting bfloat16_autocast
 """
 
 from __future__ import annotations
@@ -29,10 +29,11 @@ import os
 import re
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [_HERE, os.path.join(_HERE, ".."), os.path.join(_HERE, "..", "harness")]
 
 import common  # noqa: E402
-import torch_peer  # noqa: E402
+import peers as torch_peer  # noqa: E402
 
 KINDS = (
     ("attention core", re.compile(r"scaled_dot_product|^aten::(_softmax|bmm|baddbmm)")),
@@ -89,7 +90,7 @@ def main(argv=None):
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from keras_vit.benchmarking import variant_arch
+    from keras_vit.evaluate.benchmarking import variant_arch
 
     torch_peer.set_threads(args.threads)
     torch.manual_seed(0)

@@ -7,7 +7,7 @@ of the 4,000 training images (default 250, 500, 1,000, 2,000, 4,000) with the sa
 recipe and the same number of optimizer steps, then each is evaluated two ways on the UCI
 digits (another handwriting set):
 
-- few-shot linear probe (`keras_vit.fewshot`): 10 digits per class, frozen features at 28 px,
+- few-shot linear probe (`keras_vit.evaluate.fewshot`): 10 digits per class, frozen features at 28 px,
   closed-form ridge, l2 chosen on other training digits, 3 seeds;
 - fine-tuning at a higher resolution (40 px): the release's SGD recipe on the 1,297 training
   digits, test accuracy on the 500 test digits.
@@ -20,8 +20,8 @@ checked. Writes a table (stdout, and --json) and a PNG in the style of the paper
 (accuracy against pre-training set size, one line per model).
 
 Usage:
-    python benchmarks/data_scaling.py --png data_scaling.png          # ~20-30 min, 2 cores
-    python benchmarks/data_scaling.py --quick --png /tmp/ds.png       # smoke test, ~2 min
+    python benchmarks/studies/data_scaling.py --png data_scaling.png          # ~20-30 min, 2 cores
+    python benchmarks/studies/data_scaling.py --quick --png /tmp/ds.png       # smoke test, ~2 min
 """
 
 from __future__ import annotations
@@ -83,8 +83,8 @@ def build(name: str, num_classes: int, image_size: int):
     """An uncompiled model: the recipe's ViT or hybrid, or the BiT ResNet."""
     import keras
 
-    from keras_vit import training
-    from keras_vit.hybrid import resnet_features
+    from keras_vit.model.hybrid import resnet_features
+    from keras_vit.train import training
 
     if name != "ResNet":
         config = training.TrainConfig(stem="patch" if name == "ViT" else "resnet")
@@ -102,7 +102,8 @@ def pretrain(name, size, args):
     """(model, seconds per step) after `pretrain_steps` AdamW steps on `size` MNIST images."""
     import keras
 
-    from keras_vit import data, training
+    from keras_vit import data
+    from keras_vit.train import training
 
     keras.utils.set_random_seed(args.seed)
     recipe = training.TrainConfig()
@@ -126,7 +127,8 @@ def pretrain(name, size, args):
 
 
 def fewshot_accuracy(model, args):
-    from keras_vit import data, fewshot
+    from keras_vit import data
+    from keras_vit.evaluate import fewshot
 
     kwargs = dict(image_size=28, batch_size=256, training=False)
     results = fewshot.fewshot_evaluate(
@@ -154,7 +156,8 @@ def transferred(name, model, image_size):
 def finetune_accuracy(name, model, args):
     import keras
 
-    from keras_vit import data, training
+    from keras_vit import data
+    from keras_vit.train import training
 
     keras.utils.set_random_seed(args.seed)
     config = training.FinetuneConfig(steps=args.finetune_steps, image_size=args.finetune_size)
@@ -242,13 +245,14 @@ def figure_values(results, wall_s) -> dict:
 def write_figures(path, results, wall_s, argv) -> None:
     import sys
 
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    _HERE = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:0] = [_HERE, os.path.join(_HERE, ".."), os.path.join(_HERE, "..", "harness")]
     from figures import write_results
 
     write_results(
         path,
         figure_values(results, wall_s),
-        command="python benchmarks/data_scaling.py " + " ".join(argv),
+        command="python benchmarks/studies/data_scaling.py " + " ".join(argv),
         about="The data-size experiment in miniature (paper section 4.2, figure 3): 10-shot "
         "linear and fine-tuned accuracy on the UCI digits of a ViT, a BiT ResNet and a hybrid "
         "pre-trained on growing MNIST subsets",

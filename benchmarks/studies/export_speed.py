@@ -2,7 +2,7 @@
 
 For one variant, keras_vit's ViT (initialised weights, a random head so logits are not 0) is
 exported twice with `keras_vit.export_saved_model`: in float32, and in mixed_bfloat16 through
-`keras_vit.distribute.with_dtype_policy` (what `keras-vit export --mixed-precision
+`keras_vit.runtime.distribute.with_dtype_policy` (what `keras-vit export --mixed-precision
 mixed_bfloat16` writes). Each export is loaded by its own subprocess that imports TensorFlow
 only (PYTHONPATH cleared; no keras_vit, no Keras model code) and answers timing requests on
 `serving_default` for a fixed batch of pixel images; this process times the Keras model's
@@ -13,8 +13,8 @@ Also reported: the largest logit difference of the bfloat16 export against the f
 export, relative to the largest float32 logit, and their top-1 agreement on the batch; and
 the float32 export against the float32 Keras model (should be ~1e-6).
 
-    python benchmarks/export_speed.py --variant S/16 --batch-size 16
-    python benchmarks/export_speed.py --variant 8,32,64,4,2 --image-size 32 --repeats 2  # smoke
+    python benchmarks/studies/export_speed.py --variant S/16 --batch-size 16
+    python benchmarks/studies/export_speed.py --variant 8,32,64,4,2 --image-size 32 --repeats 2
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ import subprocess
 import sys
 import tempfile
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [_HERE, os.path.join(_HERE, ".."), os.path.join(_HERE, "..", "harness")]
 
 import common  # noqa: E402
 
@@ -72,8 +73,8 @@ def build(args):
     import keras
     import numpy as np
 
-    from keras_vit import benchmarking
-    from keras_vit.models import ViT
+    from keras_vit.evaluate import benchmarking
+    from keras_vit.model.models import ViT
 
     keras.utils.set_random_seed(0)
     model = ViT(
@@ -182,7 +183,7 @@ def main(argv=None) -> int:
     import numpy as np
 
     import keras_vit
-    from keras_vit import distribute
+    from keras_vit.runtime import distribute
 
     model = build(args)
     bf16_model = distribute.with_dtype_policy(model, "mixed_bfloat16")
@@ -227,7 +228,7 @@ def main(argv=None) -> int:
         write_results(
             args.results,
             figure_values(result),
-            command="python benchmarks/export_speed.py " + " ".join(sys.argv[1:]),
+            command="python benchmarks/studies/export_speed.py " + " ".join(sys.argv[1:]),
             about="SavedModel export served by a TensorFlow-only process against the Keras "
             "model, float32 and mixed_bfloat16, no XLA (img/s, medians of rotated repeats)",
         )

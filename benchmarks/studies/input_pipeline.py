@@ -8,10 +8,10 @@ Measures, interleaved in one process (median of the repeats):
   of the default `keras-vit train` model consumes, on a fixed batch of the same shape.
 The ratio is how many times faster data arrives than it is used (target >= 5x).
 
-The model, optimizer, loss, jit setting and batch come from `keras_vit.training.TrainConfig`
+The model, optimizer, loss, jit setting and batch come from `keras_vit.train.training.TrainConfig`
 (what `keras-vit train` uses); `--image-size`, `--batch-size` and `--variant` override them.
 
-    python benchmarks/input_pipeline.py --source mnist
+    python benchmarks/studies/input_pipeline.py --source mnist
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ import os
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [_HERE, os.path.join(_HERE, ".."), os.path.join(_HERE, "..", "harness")]
 
 import common  # noqa: E402
 
@@ -53,11 +54,11 @@ def parse_args(argv=None):
 def default_setup(args, info):
     """(ViT kwargs, compile kwargs, image size, batch size) of the default `keras-vit train`.
 
-    From `keras_vit.training.TrainConfig` (its `model_kwargs` and `compile_kwargs`: the
+    From `keras_vit.train.training.TrainConfig` (its `model_kwargs` and `compile_kwargs`: the
     same optimizer, loss and jit setting as `keras-vit train`), with the flags overriding
     the image size, batch size or architecture (`--variant`).
     """
-    from keras_vit.training import TrainConfig
+    from keras_vit.train.training import TrainConfig
 
     config = TrainConfig()
     if args.image_size:
@@ -87,7 +88,7 @@ def main(argv=None):
     import numpy as np
 
     from keras_vit import data
-    from keras_vit.training import build_model
+    from keras_vit.train.training import build_model
 
     info = data.describe(args.source)
     model_kwargs, compile_kwargs, image_size, batch_size = default_setup(args, info)

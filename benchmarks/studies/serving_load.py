@@ -15,9 +15,9 @@
    payload. Prints a JSON summary: latency percentiles (ms), requests/s, RSS figures, checks.
 
 Usage:
-    python benchmarks/serving_load.py                     # 2,000 requests, 8 threads
-    python benchmarks/serving_load.py --requests 40 --threads 2 --pool 8   # smoke test
-    python benchmarks/serving_load.py --results benchmarks/results/serving_load.json
+    python benchmarks/studies/serving_load.py                     # 2,000 requests, 8 threads
+    python benchmarks/studies/serving_load.py --requests 40 --threads 2 --pool 8   # smoke test
+    python benchmarks/studies/serving_load.py --results benchmarks/results/serving_load.json
 """
 
 from __future__ import annotations
@@ -252,7 +252,8 @@ def main(argv=None) -> int:
 
 def write_figures(args, result, load_before) -> None:
     """The summary's figures as a results file for docs/reliability.md (figures.py)."""
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    _HERE = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:0] = [_HERE, os.path.join(_HERE, ".."), os.path.join(_HERE, "..", "harness")]
     from figures import write_results
 
     values = {
@@ -268,12 +269,12 @@ def write_figures(args, result, load_before) -> None:
         rss_growth_mb={"value": result["rss_growth_mb"], "format": "{:.1f}"},
         memory_bound_mb={"value": result["memory_bound_mb"], "format": "{:.0f}"},
     )
-    command = "python benchmarks/serving_load.py " + " ".join(sys.argv[1:])
+    command = "python benchmarks/studies/serving_load.py " + " ".join(sys.argv[1:])
     write_results(
         args.results,
         values,
         command=command.strip(),
-        about="benchmarks/serving_load.py: a TensorFlow-only process serving the export",
+        about="benchmarks/studies/serving_load.py: a TensorFlow-only process serving the export",
         notes=f"1-minute load average {load_before:.2f} at the start (a shared 2-core machine)",
     )
 

@@ -12,9 +12,9 @@ Both are evaluated on every remaining digit (1,697 images). Target (issue 4): th
 model at least 10 points better than the one trained from scratch.
 
 Usage:
-    python benchmarks/transfer_digits.py                          # pre-trains first
-    python benchmarks/train_mnist.py --save /tmp/mnist_vit.npz
-    python benchmarks/transfer_digits.py --weights /tmp/mnist_vit.npz
+    python benchmarks/studies/transfer_digits.py                          # pre-trains first
+    python benchmarks/studies/train_mnist.py --save /tmp/mnist_vit.npz
+    python benchmarks/studies/transfer_digits.py --weights /tmp/mnist_vit.npz
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ def run_finetune(model, config, train, test, num_train):
 def run_scratch(train_config, finetune_config, train, test, num_train, steps, learning_rate):
     import keras
 
-    from keras_vit import training
+    from keras_vit.train import training
 
     keras.utils.set_random_seed(finetune_config.seed)  # same init whatever ran before
     kwargs = train_config.model_kwargs(num_classes=10, channels=1)
@@ -101,7 +101,7 @@ def run_scratch(train_config, finetune_config, train, test, num_train, steps, le
 
 
 def main(argv=None) -> int:
-    from keras_vit import training
+    from keras_vit.train import training
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--weights", help="MNIST-trained model as an official .npz")
@@ -174,7 +174,8 @@ def _write_figures(path, results) -> None:
     """The values docs/data_and_recipes.md quotes (benchmarks/figures.py)."""
     import sys
 
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    _HERE = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:0] = [_HERE, os.path.join(_HERE, ".."), os.path.join(_HERE, "..", "harness")]
     from figures import write_results
 
     values = {
@@ -182,7 +183,7 @@ def _write_figures(path, results) -> None:
         "scratch_accuracy": {"value": results["scratch_accuracy"], "format": "{:.1%}"},
         "gain_points": {"value": results["gain_points"], "format": "{:.1f}"},
     }
-    command = "python benchmarks/transfer_digits.py " + " ".join(sys.argv[1:])
+    command = "python benchmarks/studies/transfer_digits.py " + " ".join(sys.argv[1:])
     write_results(path, values, command=command.strip(), about=__doc__.split("\n")[0])
     print(f"wrote {path}")
 

@@ -6,7 +6,7 @@ last block, timed alternately in one process.
 return_sequence=True)` followed by the same token pooling and head, i.e. what the peers
 compute. Both have the same weights and logits; the script checks that before timing.
 
-    python benchmarks/ablation.py --variant Ti/16 --batch-size 16 --mode both
+    python benchmarks/bench.py ablation --variant Ti/16 --batch-size 16 --mode both
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ import argparse
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [_HERE, os.path.join(_HERE, ".."), os.path.join(_HERE, "..", "harness")]
 
 import common  # noqa: E402
 
@@ -39,7 +40,7 @@ def build_pair(variant, image_size):
     import numpy as np
 
     from keras_vit.layers import TokenPooling
-    from keras_vit.models import ViT
+    from keras_vit.model.models import ViT
 
     arch = common.variant_arch(variant)
     shortcut = ViT(**arch, image_size=image_size, num_classes=1000, name="class_token_only")

@@ -1,8 +1,8 @@
 """Shared helpers of the benchmark scripts: timing, memory, worker processes, output.
 
-The analytic FLOP count, GEMM peak and model builders live in `keras_vit.benchmarking`
+The analytic FLOP count, GEMM peak and model builders live in `keras_vit.evaluate.benchmarking`
 (so the installed `keras-vit benchmark` command has them too) and are re-exported here.
-Run the scripts from the repository root: `python benchmarks/throughput.py --help`.
+Run from the repository root: `python benchmarks/bench.py run --help`.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from keras_vit.benchmarking import (  # noqa: F401  (re-exported for the scripts)
+from keras_vit.evaluate.benchmarking import (  # noqa: F401  (re-exported for the scripts)
     FRAMEWORKS,
     MODES,
     add_derived,
@@ -34,6 +34,7 @@ from keras_vit.benchmarking import (  # noqa: F401  (re-exported for the scripts
     peer_import_error,
     variant_arch,
 )
+from keras_vit.runtime.precision_probe import setting_label  # noqa: F401  (the one setting label)
 
 
 def median(values):
@@ -44,7 +45,7 @@ def median(values):
 def host_record() -> dict:
     """The host every figure of a run is measured on: CPU model, cores this process may use,
     the CPU's flags, and those of them that are bfloat16 matrix units."""
-    from keras_vit import precision, precision_probe
+    from keras_vit.runtime import precision, precision_probe
 
     flags = precision.cpu_flags()
     return {
@@ -57,7 +58,7 @@ def host_record() -> dict:
 
 def parse_setting(text):
     """ "mixed_bfloat16+xla" -> ("mixed_bfloat16", True); "float32" -> ("float32", False)."""
-    from keras_vit import precision
+    from keras_vit.runtime import precision
 
     policy, _, compiler = text.strip().partition("+")
     if policy not in precision.POLICIES or compiler not in ("", "xla"):
@@ -118,7 +119,7 @@ def checked_patch(parser, variant: str) -> int:
 def named_image_size(variant: str) -> int | None:
     """The image side a variant's name gives ("B/16-384": 384, as the release's and timm's
     names mean it), or None (a plain name, or a custom "patch,hidden,mlp,heads,layers")."""
-    from keras_vit import configs
+    from keras_vit.spec import configs
 
     if "," in variant:
         return None
@@ -210,7 +211,7 @@ def set_threads(threads: int) -> None:
 
 
 def result_record_from(framework: str, mode: str, rates: list[float], ready: dict) -> dict:
-    """A result record (as `keras_vit.benchmarking.measure` makes) from a worker's figures."""
+    """A result record (as `keras_vit.evaluate.benchmarking.measure` makes) from a worker's figures."""
     return {
         "framework": framework,
         "mode": mode,
@@ -290,6 +291,28 @@ class Worker:
         self.stderr.close()
 
 
+def run_rounds(workers, repeats, deadline=None):
+    """{name: [payloads]} of up to `repeats` rounds (at least one), one timed repeat per
+    worker each, the order rotated every round; stops after the round that passes
+    `deadline` (perf_counter); a worker that dies is dropped (and said so), the rest go on."""
+    names = list(workers)
+    payloads = {name: [] for name in names}
+    for index in range(repeats):
+        shift = index % len(names)
+        for name in names[shift:] + names[:shift]:
+            try:
+                payloads[name].append(workers[name].request("run"))
+            except (OSError, RuntimeError) as error:  # e.g. killed by the kernel's OOM killer
+                code = workers[name].process.poll()
+                print(f"  dropping {name}: the worker died (exit code {code}): {error}", flush=True)
+                names.remove(name)
+                workers.pop(name).close()
+        print(f"  round {index + 1}/{repeats} done", flush=True)
+        if deadline is not None and time.perf_counter() > deadline:
+            break
+    return {name: figures for name, figures in payloads.items() if name in workers and figures}
+
+
 def exit_with_parent(poll_s: float = 2.0) -> None:
     """Ends this worker when its parent goes away (killed harness, interrupted test run)."""
     parent = os.getppid()
@@ -331,3 +354,26 @@ def write_json(path: str, payload: dict) -> None:
         json.dump(payload, handle, indent=2)
         handle.write("\n")
     os.replace(temp, path)
+
+
+def roof_main(argv=None) -> int:
+    """`bench.py roof [--gemm-sizes 1024,2048] [--repeats 3]`: the GEMM roof alone, in
+    TensorFlow (float32 and bfloat16, XLA on and off) and, where it imports, torch."""
+    import argparse
+
+    import peers
+
+    parser = argparse.ArgumentParser(prog="bench.py roof", description=roof_main.__doc__)
+    parser.add_argument("--gemm-sizes", default="1024,2048,4096", help="n of the n x n products")
+    parser.add_argument("--repeats", type=int, default=3, help="timed repeats, median (3)")
+    args = parser.parse_args(argv)
+    sizes = tuple(int(n) for n in args.gemm_sizes.split(","))
+    roofs = {"TensorFlow": gemm_roof(sizes, args.repeats)}
+    if peers.import_error() is None:
+        roofs["torch"] = peers.gemm_roof(sizes, args.repeats)
+    for engine, (best, figures) in roofs.items():
+        cells = "; ".join(
+            f"{k}: {', '.join(f'{n} {v:.1f}' for n, v in f.items())}" for k, f in figures.items()
+        )
+        print(f"{engine}: best {best:.1f} GFLOP/s ({cells})")
+    return 0

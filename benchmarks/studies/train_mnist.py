@@ -1,17 +1,17 @@
 """Benchmark: the default `keras-vit train` recipe on the embedded MNIST, with plain model.fit.
 
-Trains `keras_vit.training.TrainConfig()` (a small patch-4 ViT) on the 4,000 embedded MNIST
+Trains `keras_vit.train.training.TrainConfig()` (a small patch-4 ViT) on the 4,000 embedded MNIST
 training images and evaluates on the 1,000 held-out ones. Prints the held-out accuracy, the
 wall time of `fit` + `evaluate`, the training images per second, and the process CPU time
 (on a machine shared with other jobs, CPU seconds / cores is an estimate of the quiet-machine
 wall time). Target (issue 4): >= 97.5% in under 3 minutes on 2 CPU cores.
 
 Usage:
-    python benchmarks/train_mnist.py                     # the defaults
-    python benchmarks/train_mnist.py --results benchmarks/results/train_mnist.json
-    python benchmarks/train_mnist.py --cli --results benchmarks/results/keras_vit_train.json
-    python benchmarks/train_mnist.py --epochs 5 --save /tmp/mnist_vit.npz
-    python benchmarks/train_mnist.py --set hidden_dim=96 --set num_layers=4
+    python benchmarks/studies/train_mnist.py                     # the defaults
+    python benchmarks/studies/train_mnist.py --results benchmarks/results/train_mnist.json
+    python benchmarks/studies/train_mnist.py --cli --results benchmarks/results/keras_vit_train.json
+    python benchmarks/studies/train_mnist.py --epochs 5 --save /tmp/mnist_vit.npz
+    python benchmarks/studies/train_mnist.py --set hidden_dim=96 --set num_layers=4
 """
 
 from __future__ import annotations
@@ -83,11 +83,11 @@ def train_default(config, verbose=2):
 
 
 def train_like_the_cli():
-    """What `keras-vit train` with no arguments does (`keras_vit.runs.train(RunConfig())`,
+    """What `keras-vit train` with no arguments does (`keras_vit.train.runs.train(RunConfig())`,
     run directory in a temporary folder); returns its results dict."""
     import tempfile
 
-    from keras_vit import runs
+    from keras_vit.train import runs
 
     with tempfile.TemporaryDirectory() as folder:
         start_wall, start_cpu = time.time(), time.process_time()
@@ -123,7 +123,7 @@ def figure_values(results: dict) -> dict:
 
 
 def main(argv=None) -> int:
-    from keras_vit import training
+    from keras_vit.train import training
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--epochs", type=int, help="override TrainConfig.epochs")
@@ -139,7 +139,7 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--cli",
         action="store_true",
-        help="time what `keras-vit train` does (keras_vit.runs.train with the defaults)",
+        help="time what `keras-vit train` does (keras_vit.train.runs.train with the defaults)",
     )
     parser.add_argument(
         "--results",
@@ -180,10 +180,11 @@ def _write_figures(args, results, about) -> None:
         return
     import sys
 
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    _HERE = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:0] = [_HERE, os.path.join(_HERE, ".."), os.path.join(_HERE, "..", "harness")]
     from figures import write_results
 
-    command = "python benchmarks/train_mnist.py " + " ".join(sys.argv[1:])
+    command = "python benchmarks/studies/train_mnist.py " + " ".join(sys.argv[1:])
     write_results(args.results, figure_values(results), command=command.strip(), about=about)
     print(f"wrote {args.results}")
 

@@ -6,10 +6,10 @@ hang, an allocation beyond 8 x the input + 64 MiB, a read outside the folder). I
 stop at the first failure: every input runs.
 
 Usage:
-    python benchmarks/fuzz_readers.py --examples 200 --json /tmp/after.json
+    python tests/fuzz/long_run.py --examples 200 --json /tmp/after.json
     # the same campaigns against an older keras_vit (e.g. `git archive` of main):
-    PYTHONPATH=/tmp/old:. python benchmarks/fuzz_readers.py --json /tmp/before.json
-    python benchmarks/fuzz_readers.py --merge /tmp/before.json /tmp/after.json \
+    PYTHONPATH=/tmp/old:. python tests/fuzz/long_run.py --json /tmp/before.json
+    python tests/fuzz/long_run.py --merge /tmp/before.json /tmp/after.json \
         --results benchmarks/results/fuzz_readers.json
 """
 
@@ -24,7 +24,8 @@ import tempfile
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # after PYTHONPATH
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.append(ROOT)  # after PYTHONPATH
 
 
 def _kind(message: str) -> str:
@@ -110,7 +111,7 @@ def merge(before_path, after_path, results_path) -> None:
     write_results(
         results_path,
         values,
-        command="python benchmarks/fuzz_readers.py (against the code before and after issue 26)",
+        command="python tests/fuzz/long_run.py (against the code before and after issue 26)",
         about="Reader fuzzing: inputs tried per campaign, distinct failures found on the old "
         "readers, distinct failures left",
         notes=f"before: {os.path.basename(before_path)}, after: {os.path.basename(after_path)}",

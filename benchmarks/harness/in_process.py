@@ -14,9 +14,9 @@ autocast for mixed_bfloat16), POLICY+xla is `torch.compile` of it (`torch_peer.p
 two runtimes' thread pools take turns, as the points do; on a 2-core AMD EPYC timm's float32
 step took the same time here as in a process of its own (955 against 928-1010 ms).
 
-    python benchmarks/peers_one_process.py --variant Ti/16 --mode train --rounds 12
-    python benchmarks/peers_one_process.py --frameworks keras_vit,timm --settings float32+xla
-    python benchmarks/peers_one_process.py --variant B/16 --mode infer --settings float32+xla
+    python benchmarks/bench.py in-process --variant Ti/16 --mode train --rounds 12
+    python benchmarks/bench.py in-process --frameworks keras_vit,timm --settings float32+xla
+    python benchmarks/bench.py in-process --variant B/16 --mode infer --settings float32+xla
 """
 
 from __future__ import annotations
@@ -26,10 +26,11 @@ import os
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [_HERE, os.path.join(_HERE, ".."), os.path.join(_HERE, "..", "harness")]
 
 import common  # noqa: E402
-import torch_peer  # noqa: E402
+import peers as torch_peer  # noqa: E402
 
 DEFAULT_SETTINGS = "float32,float32+xla"
 FRAMEWORKS = (*common.FRAMEWORKS, "timm")
@@ -73,10 +74,6 @@ def parse_args(argv=None):
     return args
 
 
-def setting_name(policy: str, xla: bool) -> str:
-    return policy + ("+xla" if xla else "")
-
-
 def build_points(args, frameworks):
     """{(framework, setting name): step function}, each model built under its policy."""
     import keras
@@ -95,7 +92,7 @@ def build_points(args, frameworks):
                 )
             for _ in range(args.warmup):
                 step()
-            steps[(framework, setting_name(policy, xla))] = step
+            steps[(framework, common.setting_label(policy, xla))] = step
     keras.mixed_precision.set_global_policy("float32")
     return steps
 
@@ -110,10 +107,8 @@ def timm_step(args, policy: str, compiled: bool):
 
 
 def peer_import_error(framework: str) -> str | None:
-    """None when `framework` imports here, else why not."""
-    if framework == "timm":
-        return torch_peer.import_error()
-    return common.peer_import_error(framework)
+    """None when `framework` (a `peers.PEERS` row) imports here, else why not."""
+    return torch_peer.import_problem(*torch_peer.PEERS[framework].modules)
 
 
 def time_rounds(steps, rounds, steps_per_point):
@@ -187,7 +182,7 @@ def main(argv=None):
         common.write_json(
             args.json_path,
             {
-                "command": "python benchmarks/peers_one_process.py "
+                "command": "python benchmarks/bench.py in-process "
                 + " ".join(argv or sys.argv[1:]),
                 "measured": started,
                 "load_before": load_before,

@@ -7,7 +7,7 @@ timed in rotating order (repeats interleaved, median reported). A step is forwar
 16, 224 -> 384 -> 512 pixels is 197 -> 577 -> 1025 tokens: the projections and MLP grow
 linearly with tokens, q k^T and the weighted sum quadratically.
 
-    python benchmarks/scaling.py --variant Ti/16 --image-sizes 224,384,512 --batch-sizes 1,4,16
+    python benchmarks/bench.py scaling --variant Ti/16 --image-sizes 224,384 --batch-sizes 1,16
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ import argparse
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [_HERE, os.path.join(_HERE, ".."), os.path.join(_HERE, "..", "harness")]
 
 import common  # noqa: E402
 import throughput  # noqa: E402
@@ -95,7 +96,7 @@ def measure(args):
     try:
         for name, worker in workers.items():
             ready[name] = worker.read("READY")
-        payloads = throughput.run_rounds(workers, args.repeats)
+        payloads = common.run_rounds(workers, args.repeats)
         peaks = {name: worker.request("rss")["peak_rss_mb"] for name, worker in workers.items()}
     finally:
         throughput.finish_workers(workers)

@@ -1,14 +1,14 @@
 """Does the automatic precision change the answers? float32 against the chosen setting.
 
-Trains the same ViT twice with `keras_vit.runs.train` on an embedded dataset (same seed and
+Trains the same ViT twice with `keras_vit.train.runs.train` on an embedded dataset (same seed and
 recipe, `keras-vit train`'s default recipe widened with `--hidden-dim`): once in float32
-with XLA, once with `--mixed-precision auto` (what `keras_vit.distribute.choose_precision`
+with XLA, once with `--mixed-precision auto` (what `keras_vit.runtime.distribute.choose_precision`
 picks for the width on this machine). It prints both learning curves side by side, then
 runs the float32-trained model on the held-out images in float32 and under the chosen
-policy (`keras_vit.distribute.with_dtype_policy`, same weights) and reports the top-1
+policy (`keras_vit.runtime.distribute.with_dtype_policy`, same weights) and reports the top-1
 agreement and the largest logit difference.
 
-    python benchmarks/precision_agreement.py --hidden-dim 256 --json agreement.json
+    python benchmarks/studies/precision_agreement.py --hidden-dim 256 --json agreement.json
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [_HERE, os.path.join(_HERE, ".."), os.path.join(_HERE, "..", "harness")]
 
 import common  # noqa: E402
 
@@ -53,7 +54,7 @@ def parse_args(argv=None):
 
 
 def run_config(args, mixed_precision, jit_compile):
-    from keras_vit import runs, training
+    from keras_vit.train import runs, training
 
     recipe = training.TrainConfig(
         dataset=args.dataset,
@@ -74,7 +75,7 @@ def run_config(args, mixed_precision, jit_compile):
 
 def train(args, folder, name, mixed_precision, jit_compile):
     """Trains one run; returns (RunResult, its resolved precision)."""
-    from keras_vit import runs
+    from keras_vit.train import runs
 
     run_dir = os.path.join(folder, name)
     result = runs.train(run_config(args, mixed_precision, jit_compile), run_dir, verbose=0)
@@ -86,7 +87,8 @@ def held_out_logits(model, args, policy):
     """(logits under `policy`, labels) of the held-out images, same weights as `model`."""
     import numpy as np
 
-    from keras_vit import data, distribute
+    from keras_vit import data
+    from keras_vit.runtime import distribute
 
     split = data.load(
         args.dataset,

@@ -1,7 +1,7 @@
-"""The speed targets of issue 28 in one run: B/16 inference, S/16 and Ti/16 training steps.
+"""The CPU speed targets in one run: B/16 inference, S/16 and Ti/16 training steps.
 
 For each workload (batch 16 at 224, or at the size a name such as B/16-384 gives) every point
-runs in its own process (the workers of benchmarks/throughput.py): keras_vit at float32,
+runs in its own process (the workers of benchmarks/bench.py run): keras_vit at float32,
 float32+XLA, mixed_bfloat16 and mixed_bfloat16+XLA; timm at float32, bfloat16 autocast and
 torch.compile (`--torch-python`, skipped with the reason when torch/timm do not import there);
 the Keras peers keras-hub and vit-keras at float32+XLA and mixed_bfloat16 (skipped with the
@@ -13,20 +13,20 @@ is in the first group), then the parent asks each for one timed repeat per round
 rotated every round, so that the load of the machine hits every point alike. Rounds stop at
 `--repeats` or when the workload's (group's) share of `--budget-s` is spent (at least one
 round). The results are written after every workload, so a run cut short keeps what it
-measured. After the rounds, "auto" (`keras_vit.precision.choose_precision`, measuring with a
+measured. After the rounds, "auto" (`keras_vit.runtime.precision.choose_precision`, measuring with a
 fresh probe unless `--keep-probe-cache`) is asked which setting it picks for the model's shape.
 
 The table gives the ratios the targets need: auto over the fastest keras_vit setting
 (target >= 0.90), keras_vit's best over timm's best and over the best Keras peer (>= 1.20),
 and the share of the run's roof (its best GEMM) at which keras_vit's own products
-(`keras_vit.benchmarking.keras_vit_step_gflops`) would have to run, over the whole step with
+(`keras_vit.evaluate.benchmarking.keras_vit_step_gflops`) would have to run, over the whole step with
 nothing else in it, for 1.2x timm's best: past 100%, no choice of kernels reaches that target
 on the host.
 Every figure is written with the host (CPU model, bfloat16 units, cores, load average) to
 `--out` (.json and .md).
 
-    python benchmarks/issue28_targets.py --torch-python /path/to/torch/python
-    python benchmarks/issue28_targets.py --quick   # one round, fewer points: a smoke run
+    python benchmarks/bench.py targets --torch-python /path/to/torch/python
+    python benchmarks/bench.py targets --quick   # one round, fewer points: a smoke run
 """
 
 from __future__ import annotations
@@ -38,24 +38,24 @@ import platform
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [_HERE, os.path.join(_HERE, ".."), os.path.join(_HERE, "..", "harness")]
 
 import common  # noqa: E402
 import figures  # noqa: E402
+import peers  # noqa: E402
 import throughput  # noqa: E402
-import torch_peer  # noqa: E402
 
 WORKLOADS = (("B/16", "infer"), ("S/16", "train"), ("Ti/16", "train"))
 # each framework's settings, likeliest fastest first (so that those share the first group)
 KERAS_VIT_SETTINGS = ("mixed_bfloat16", "float32+xla", "float32", "mixed_bfloat16+xla")
 PEER_SETTINGS = ("mixed_bfloat16", "float32+xla")
-PEERS = ("keras_hub", "vit_keras")
 KERAS_TORCH_SETTINGS = ("mixed_bfloat16", "float32")  # eager: torch.compile takes minutes here
 TIMM_SETTINGS = ("bfloat16_autocast", "float32", "float32+compile")
 # expected peak RSS of one point, GB (AMD EPYC run of 2026-12-02, rounded up); GEMM roofs ~1
 POINT_GB = {("B/16", "infer"): 2.0, ("S/16", "train"): 3.7, ("Ti/16", "train"): 2.8}
 AUTO_TARGET, PEER_TARGET = 0.90, 1.20
-DEFAULT_OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "issue28")
+DEFAULT_OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "results", "targets")
 
 
 def parse_args(argv=None):
@@ -95,7 +95,7 @@ def parse_args(argv=None):
     parser.add_argument("--out", default=DEFAULT_OUT, help="path without suffix (.json, .md)")
     args = parser.parse_args(argv)
     args.workload_list = parse_workloads(parser, args.workloads)
-    known = ("keras_vit", throughput.KERAS_TORCH, "timm", *PEERS)
+    known = ("keras_vit", throughput.KERAS_TORCH, "timm", *peers.KERAS_PEERS)
     args.only_list = known if args.only is None else tuple(args.only.split(","))
     if set(args.only_list) - set(known):
         parser.error(f"--only: unknown {sorted(set(args.only_list) - set(known))}; of {known}")
@@ -118,7 +118,7 @@ def point_names(args, mode):
             columns.append(
                 [
                     f"timm:{mode}:{policy}:{compiler}"
-                    for policy, compiler in map(torch_peer.parse_timm_setting, timm)
+                    for policy, compiler in map(peers.parse_timm_setting, timm)
                 ]
             )
         if throughput.KERAS_TORCH in wanted:
@@ -126,7 +126,7 @@ def point_names(args, mode):
                 [f"{throughput.KERAS_TORCH}:{mode}:{p}:noxla" for p in KERAS_TORCH_SETTINGS]
             )
         roofs.append(throughput.GEMM_TORCH)
-    for peer in PEERS:
+    for peer in peers.KERAS_PEERS:
         if peer in wanted and skip_reason(args.python, peer) is None:
             columns.append(
                 [throughput.worker_name(peer, mode, *common.parse_setting(s)) for s in peers]
@@ -206,11 +206,11 @@ _SKIPS = {}
 
 
 def skip_reason(python, framework):
-    """None when `framework` imports in `python`, else the reason (printed once)."""
-    module = {"timm": "timm, torch", "keras_hub": "keras_hub", "vit_keras": "vit_keras"}
+    """None when `framework` (a `peers.PEERS` row) imports in `python`, else the reason
+    (printed once)."""
     key = (python, framework)
     if key not in _SKIPS:
-        problem = common.import_problem_in(python, module[framework])
+        problem = common.import_problem_in(python, ", ".join(peers.PEERS[framework].modules))
         _SKIPS[key] = None if problem is None else f"does not import in {python}: {problem}"
         if _SKIPS[key]:
             print(f"skipping {framework}: {_SKIPS[key]}", flush=True)
@@ -232,26 +232,6 @@ def worker_args(args, variant):
     )
 
 
-def run_rounds(workers, repeats, deadline):
-    """Up to `repeats` rounds (at least one), rotated; stops at `deadline` (perf_counter)."""
-    names = list(workers)
-    payloads = {name: [] for name in names}
-    for index in range(repeats):
-        shift = index % len(names)
-        for name in names[shift:] + names[:shift]:
-            try:
-                payloads[name].append(workers[name].request("run"))
-            except (OSError, RuntimeError) as error:  # e.g. killed by the kernel's OOM killer
-                code = workers[name].process.poll()
-                print(f"  dropping {name}: the worker died (exit code {code}): {error}", flush=True)
-                names.remove(name)
-                workers.pop(name).close()
-        print(f"  round {index + 1}/{repeats} done", flush=True)
-        if time.perf_counter() > deadline:
-            break
-    return {name: figures for name, figures in payloads.items() if name in workers and figures}
-
-
 def time_workload(args, variant, mode, deadline):
     """{name: [payloads]}, ready records and peak RSS of one workload's points, group by group."""
     groups = groups_of(point_names(args, mode), variant, mode, args.memory_gb)
@@ -271,7 +251,7 @@ def time_group(args, variant, names, deadline):
     wargs = worker_args(args, variant)
     workers, ready = throughput.start_workers(wargs, names)
     try:
-        payloads = run_rounds(workers, args.repeats, deadline)
+        payloads = common.run_rounds(workers, args.repeats, deadline)
         peaks = {}
         for name in list(workers):
             try:
@@ -287,8 +267,8 @@ def time_group(args, variant, names, deadline):
 
 def auto_setting(variant, refresh):
     """What "auto" picks for the variant's shape (a fresh probe when `refresh`)."""
-    from keras_vit import precision
-    from keras_vit.precision_probe import shape_from_kwargs
+    from keras_vit.runtime import precision
+    from keras_vit.runtime.precision_probe import shape_from_kwargs
 
     shape = shape_from_kwargs(common.variant_arch(variant), common.variant_image_size(variant))
     if refresh:
@@ -310,14 +290,14 @@ def summarise(variant, mode, records, roofs, choice):
     ours = best.get("keras_vit")
     on_torch = best.get(throughput.KERAS_TORCH)
     auto = rate.get(("keras_vit", choice.setting))
-    peers = [best[p] + (p,) for p in PEERS if p in best]
-    best_peer = max(peers, key=lambda item: item[1]) if peers else None
+    keras_peers = [best[p] + (p,) for p in peers.KERAS_PEERS if p in best]
+    best_peer = max(keras_peers, key=lambda item: item[1]) if keras_peers else None
     timm = best.get("timm")
     return {
         "workload": f"{variant} {mode}",
         "keras_vit": {s: v for (f, s), v in rate.items() if f == "keras_vit"},
         "timm": {s: v for (f, s), v in rate.items() if f == "timm"},
-        "keras_peers": {f"{f} {s}": v for (f, s), v in rate.items() if f in PEERS},
+        "keras_peers": {f"{f} {s}": v for (f, s), v in rate.items() if f in peers.KERAS_PEERS},
         "best": {f: {"setting": s, "images_per_s": v} for f, (s, v) in best.items()},
         "auto": {"setting": choice.setting, "images_per_s": auto, "reason": choice.reason},
         "auto_over_best": auto / ours[1] if auto and ours else None,
@@ -458,9 +438,9 @@ def write(args, line, summaries, records, text):
     figures.write_results(
         args.out + ".json",
         figure_values(summaries),
-        command="python benchmarks/issue28_targets.py "
+        command="python benchmarks/bench.py targets "
         + " ".join(a for a in sys.argv[1:] if a != "--worker"),
-        about="issue 28 targets: auto over the fastest keras_vit setting, keras_vit best over "
+        about="CPU targets: auto over the fastest keras_vit setting, keras_vit best over "
         "timm best and over the best Keras peer, batch 16 at 224 or the size the variant's "
         "name gives (workloads: " + ", ".join(s["workload"] for s in summaries) + ")",
         notes=line,

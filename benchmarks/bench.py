@@ -1,0 +1,114 @@
+"""The benchmark harness' one entry: `python benchmarks/bench.py VERB ...` (`VERB --help`).
+
+    run        peers side by side at every setting, one workload (harness/throughput.py)
+    targets    the CPU targets' suite of workloads, every point in its own process
+    in-process keras_vit and the peers in one process, rotated rounds
+    scaling    a training step as tokens and batch grow
+    ablation   the class-token-only last block against a full one
+    profile    where a step's time goes (`--peer timm` for timm's step)
+    products   every matrix product of a step, timed alone per engine
+    roof       the GEMM roof alone (TensorFlow and, where it imports, torch)
+    results    throughput runs as figures files (import, table)
+    figures    the documents' figures against results/*.json (--check, --update)
+    gpu        the GPU race (keras_vit on Keras JAX and PyTorch, timm); no TensorFlow
+    suite      a suite of suites.toml: each line's command, or with --quick its quick variant
+
+Nothing is imported before the verb is chosen, so `gpu` stays free of TensorFlow. The
+peers are one table (harness/peers.py); studies that are not speed races are scripts in
+benchmarks/studies/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import shlex
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [HERE, os.path.join(HERE, "harness")]
+
+VERBS = {
+    "run": "throughput",
+    "targets": "targets",
+    "in-process": "in_process",
+    "scaling": "scaling",
+    "ablation": "ablation",
+    "profile": "profile_step",
+    "products": "products",
+    "roof": "common",
+    "results": "throughput_figures",
+    "figures": "figures",
+    "gpu": "gpu",
+}
+
+
+def suite_commands(name: str, quick: bool, only=None) -> list[tuple[str, list[str]]]:
+    """[(workload, argv)] of suite `name` of suites.toml: its lines' commands (or quick
+    variants), each a bench.py verb or a studies/ script, as an argv to run.
+
+    Raises:
+        ValueError: an unknown suite or workload, named with the known ones.
+    """
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
+    with open(os.path.join(HERE, "suites.toml"), "rb") as handle:
+        suites = tomllib.load(handle)
+    if name not in suites:
+        raise ValueError(f"unknown suite {name!r}; suites.toml has {sorted(suites)}")
+    lines = suites[name]
+    unknown = sorted(set(only or ()) - set(lines))
+    if unknown:
+        raise ValueError(f"suite {name!r} has no workload {unknown[0]!r}; it has {sorted(lines)}")
+    commands = []
+    for workload, line in lines.items():
+        if only and workload not in only:
+            continue
+        words = shlex.split(line["quick" if quick else "command"])
+        script = os.path.join(HERE, words[0])
+        head = [script] if words[0].endswith(".py") else [os.path.join(HERE, "bench.py"), words[0]]
+        commands.append((workload, [sys.executable, *head, *words[1:]]))
+    return commands
+
+
+def suite_main(argv) -> int:
+    parser = argparse.ArgumentParser(prog="bench.py suite", description="runs a suite")
+    parser.add_argument("name", help="a table of suites.toml (figures, targets, gpu)")
+    parser.add_argument("--quick", action="store_true", help="each line's quick variant")
+    parser.add_argument("--only", help="comma-separated workloads of the suite")
+    parser.add_argument("--dry-run", action="store_true", help="print the commands only")
+    args = parser.parse_args(argv)
+    try:
+        commands = suite_commands(args.name, args.quick, args.only and args.only.split(","))
+    except ValueError as error:
+        parser.error(str(error))
+    failed = []
+    for workload, command in commands:
+        print(f"{workload}: {shlex.join(command)}", flush=True)
+        if not args.dry_run and subprocess.run(command, cwd=os.path.dirname(HERE)).returncode:
+            failed.append(workload)
+    if failed:
+        print(f"failed: {', '.join(failed)}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["suite"]:
+        return suite_main(argv[1:])
+    if not argv or argv[0] not in VERBS:
+        print(f"usage: bench.py VERB ...\n{__doc__}", file=sys.stderr)
+        return 2
+    verb, argv = argv[0], argv[1:]
+    if verb == "profile" and argv[:2] == ["--peer", "timm"]:
+        verb, argv = "profile_timm_step", argv[2:]
+    module = importlib.import_module(VERBS.get(verb, verb))
+    return (module.roof_main if verb == "roof" else module.main)(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

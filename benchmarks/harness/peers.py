@@ -1,0 +1,269 @@
+"""The peers of the harness as one table (`PEERS`), and timm on PyTorch.
+
+A peer is one `PEERS` row: the modules that must import for it, the interpreter its
+workers run in ("main": `--python`; "torch": `--torch-python`), the environment it needs,
+which settings it is timed at ("keras": `--settings`, "eager": their policies without
+XLA, "timm": `--timm-settings`, None: a GEMM roof), and the function that builds it, warms
+it up and serves the parent's timing rounds (`serve_*`, in the worker process). Adding a
+peer is adding a row (and its `serve_*` function when no existing one builds it).
+
+timm's peer (optional: torch and timm are not installed by keras_vit's extras) is the same
+architecture as `keras_vit.evaluate.benchmarking.build_model` builds: timm's `VisionTransformer` with
+the variant's patch, width, depth, heads and MLP ratio, class-token pooling, no dropout,
+random weights (no download). Settings (`TIMM_SETTINGS`):
+
+  - "float32": eager float32;
+  - "bfloat16_autocast": eager, inside `torch.autocast("cpu", dtype=torch.bfloat16)`
+    (the products in bfloat16, weights and optimizer state float32, as Keras' mixed policy);
+  - "float32+compile": `torch.compile` of the model (inductor), float32.
+
+A training step is AdamW (learning rate 1e-4) on cross-entropy, as `make_step` does for the
+Keras models; inference runs under `torch.inference_mode()`. Images are NCHW (PyTorch's
+layout), so the layout conversion is not timed. The torch GEMM roof (`gemm_roof`) times
+`torch.matmul` in float32 and bfloat16 at the harness' sizes.
+"""
+
+from __future__ import annotations
+
+import collections
+import statistics
+import sys
+import time
+
+import common
+
+from keras_vit.evaluate.benchmarking import import_problem
+
+TIMM_SETTINGS = ("float32", "bfloat16_autocast", "float32+compile")
+"""timm's settings; each is (policy, compiler) = ("float32"|"mixed_bfloat16", "eager"|"compile")."""
+SETTING_PARTS = {
+    "float32": ("float32", "eager"),
+    "bfloat16_autocast": ("mixed_bfloat16", "eager"),
+    "float32+compile": ("float32", "compile"),
+    "bfloat16_autocast+compile": ("mixed_bfloat16", "compile"),
+}
+
+
+def parse_timm_setting(text: str) -> tuple[str, str]:
+    """ "bfloat16_autocast" -> ("mixed_bfloat16", "eager"); raises ValueError otherwise."""
+    try:
+        return SETTING_PARTS[text.strip()]
+    except KeyError:
+        raise ValueError(f"{text!r} is not one of {sorted(SETTING_PARTS)}") from None
+
+
+def timm_label(policy: str, compiler: str) -> str:
+    """The setting label of (policy, compiler), the inverse of `parse_timm_setting`."""
+    base = "bfloat16_autocast" if policy == "mixed_bfloat16" else "float32"
+    return base + ("+compile" if compiler == "compile" else "")
+
+
+def import_error() -> str | None:
+    """None when torch and timm import here, else the import's error (`import_problem`)."""
+    return import_problem("torch", "timm")
+
+
+def build_model(arch: dict, image_size: int, num_classes: int = 1000):
+    """timm's ViT with `arch` (keras_vit.evaluate.benchmarking.variant_arch's fields)."""
+    from timm.models.vision_transformer import VisionTransformer
+
+    return VisionTransformer(
+        img_size=image_size,
+        patch_size=arch["patch_size"],
+        embed_dim=arch["hidden_dim"],
+        depth=arch["num_layers"],
+        num_heads=arch["num_heads"],
+        mlp_ratio=arch["mlp_dim"] / arch["hidden_dim"],
+        num_classes=num_classes,
+        drop_rate=0.0,
+        attn_drop_rate=0.0,
+        drop_path_rate=0.0,
+        global_pool="token",
+    )
+
+
+def make_step(model, mode, batch_size, image_size, policy, compiler, num_classes=1000, seed=0):
+    """A no-argument function running one step of `model` (see the module docstring)."""
+    import contextlib
+
+    import torch
+
+    generator = torch.Generator().manual_seed(seed)
+    images = torch.rand((batch_size, 3, image_size, image_size), generator=generator) * 2 - 1
+    labels = torch.randint(0, num_classes, (batch_size,), generator=generator)
+    run = torch.compile(model) if compiler == "compile" else model
+
+    def autocast():
+        if policy == "mixed_bfloat16":
+            return torch.autocast("cpu", dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+    if mode == "infer":
+        model.eval()
+
+        def infer():
+            with torch.inference_mode(), autocast():
+                return run(images).float().sum().item()
+
+        return infer
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    model.train()
+
+    def train():
+        optimizer.zero_grad(set_to_none=True)
+        with autocast():
+            loss = loss_fn(run(images).float(), labels)
+        loss.backward()
+        optimizer.step()
+        return loss.item()
+
+    return train
+
+
+def gemm_gflops(size: int, dtype: str, repeats: int = 1) -> float:
+    """Median GFLOP/s of a `size x size` `torch.matmul` in `dtype` ("float32"/"bfloat16")."""
+    import torch
+
+    kind = torch.bfloat16 if dtype == "bfloat16" else torch.float32
+    a = torch.randn(size, size).to(kind)
+    b = torch.randn(size, size).to(kind)
+    torch.matmul(a, b)
+    steps = min(20, max(1, int(2e10 // (2 * size**3))))
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(steps):
+            torch.matmul(a, b)
+        times.append((time.perf_counter() - start) / steps)
+    return 2.0 * size**3 / statistics.median(times) / 1e9
+
+
+def gemm_roof(sizes, repeats: int = 1):
+    """(best GFLOP/s, {"torch float32": {size: GFLOP/s}, "torch bfloat16": {...}})."""
+    figures = {
+        f"torch {dtype}": {str(n): gemm_gflops(n, dtype, repeats) for n in sizes}
+        for dtype in ("float32", "bfloat16")
+    }
+    best = max(value for per_size in figures.values() for value in per_size.values())
+    return best, figures
+
+
+def set_threads(threads: int) -> None:
+    """torch's intra-op threads (0 keeps torch's default)."""
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)
+
+
+# ---- the worker side of each peer: build, warm up, serve the timing rounds ---------------
+
+
+def serve_step(framework, params, step, args):
+    """Warms `step` up `--warmup` times, then serves the parent's timing rounds of it."""
+    start = time.perf_counter()
+    for _ in range(args.warmup):
+        step()
+    ready = {"framework": framework, "params": params, "warmup_s": time.perf_counter() - start}
+
+    def handle():
+        seconds = common.time_call(step, args.steps)
+        return {"images_per_s": args.steps * args.batch_size / seconds}
+
+    common.serve(handle, ready)
+
+
+def serve_keras(args, framework, mode, policy, compiler):
+    """A Keras model (`keras_vit.evaluate.benchmarking.build_model`) under `policy`, XLA or not; on
+    Keras' PyTorch backend (keras_vit_torch) eager, as `KERAS_BACKEND=torch` runs it."""
+    import keras
+
+    if (
+        PEERS[framework].env.get("KERAS_BACKEND", keras.backend.backend())
+        != keras.backend.backend()
+    ):
+        raise RuntimeError(
+            f"{framework} needs KERAS_BACKEND={PEERS[framework].env['KERAS_BACKEND']}"
+        )
+    built = "keras_vit" if framework == "keras_vit_torch" else framework
+    keras.config.set_dtype_policy(policy)
+    model = common.build_model(built, args.variant, args.image_size)
+    xla = compiler == "xla"
+    step = common.make_step(model, mode, args.batch_size, args.image_size, xla=xla, framework=built)
+    serve_step(framework, int(model.count_params()), step, args)
+
+
+def serve_timm(args, framework, mode, policy, compiler):
+    """timm's ViT (`build_model`) at one of `TIMM_SETTINGS`."""
+    model = build_model(common.variant_arch(args.variant), args.image_size)
+    step = make_step(model, mode, args.batch_size, args.image_size, policy, compiler)
+    serve_step(framework, sum(p.numel() for p in model.parameters()), step, args)
+
+
+def serve_gemm(args, framework, *_):
+    """The GEMM roof of TensorFlow (`gemm`) or torch (`gemm_torch`) at `--gemm-sizes`."""
+    roof = gemm_roof if framework == "gemm_torch" else common.gemm_roof
+    roof(args.sizes[:1], repeats=1)  # import and warm up before READY
+
+    def handle():
+        best, figures = roof(args.sizes, repeats=1)
+        return {"gemm_gflops": best, "per_setting": figures}
+
+    common.serve(handle, {"framework": framework})
+
+
+Peer = collections.namedtuple("Peer", "modules python env settings serve")
+PEERS = {
+    "keras_vit": Peer(("keras_vit",), "main", {}, "keras", serve_keras),
+    "keras_hub": Peer(("keras_hub",), "main", {}, "keras", serve_keras),
+    "vit_keras": Peer(("vit_keras.vit",), "main", {}, "keras", serve_keras),
+    "timm": Peer(("torch", "timm"), "torch", {}, "timm", serve_timm),
+    "keras_vit_torch": Peer(("torch",), "torch", {"KERAS_BACKEND": "torch"}, "eager", serve_keras),
+    "gemm": Peer(("tensorflow",), "main", {}, None, serve_gemm),
+    "gemm_torch": Peer(("torch",), "torch", {}, None, serve_gemm),
+}
+ROOFS = {"gemm": "TensorFlow", "gemm_torch": "torch"}
+KERAS_PEERS = ("keras_hub", "vit_keras")
+
+
+def peer_of(worker: str) -> str:
+    """The peer of a worker name ("timm:train:mixed_bfloat16:eager" -> "timm")."""
+    return worker.split(":")[0]
+
+
+def serve(args) -> int:
+    """The worker process of `args.worker` ("PEER:MODE:POLICY:COMPILER", or a roof name)."""
+    framework, *point = args.worker.split(":")
+    try:
+        peer = PEERS[framework]
+        reason = import_problem(*peer.modules)
+        if reason is not None:
+            raise ImportError(f"{framework} does not import for {sys.executable}: {reason}")
+        (set_threads if peer.python == "torch" else common.set_threads)(args.threads)
+        peer.serve(args, framework, *point)
+        return 0
+    except Exception as error:  # reported to the parent, which carries on without it
+        common.report_error(error)
+        return 1
+
+
+def points(framework, mode, keras_settings, timm_settings) -> list[str]:
+    """The worker names of one peer's settings: "keras" `keras_settings` [(policy, xla)],
+    "eager" their policies without XLA, "timm" `timm_settings` [(policy, compiler)]."""
+    kind = PEERS[framework].settings
+    if kind == "timm":
+        return [f"{framework}:{mode}:{policy}:{compiler}" for policy, compiler in timm_settings]
+    if kind == "eager":  # Keras' torch.compile takes minutes here
+        return [
+            f"{framework}:{mode}:{p}:noxla" for p in dict.fromkeys(p for p, _ in keras_settings)
+        ]
+    return [f"{framework}:{mode}:{p}:{'xla' if x else 'noxla'}" for p, x in keras_settings]
+
+
+def label(worker: str) -> str:
+    """The setting label of a worker name, as `--settings`/`--timm-settings` spell it."""
+    framework, _, policy, compiler = worker.split(":")
+    if PEERS[framework].settings == "timm":
+        return timm_label(policy, compiler)
+    return common.setting_label(policy, compiler == "xla")

@@ -1,0 +1,162 @@
+"""The peers of the harness are one table (benchmarks/harness/peers.py): adding a peer is
+adding a `PEERS` row, and every place that starts, names or labels a worker reads it."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import pytest
+
+HARNESS = Path(__file__).resolve().parents[2] / "benchmarks" / "harness"
+
+
+@pytest.fixture(scope="module")
+def harness():
+    sys.path.insert(0, str(HARNESS))
+    try:
+        import peers
+        import throughput
+
+        yield peers, throughput
+    finally:
+        sys.path.remove(str(HARNESS))
+
+
+def test_a_new_peer_is_one_table_row(harness, monkeypatch):
+    peers, throughput = harness
+    row = peers.Peer(("flax",), "torch", {"KERAS_BACKEND": "jax"}, "keras", peers.serve_keras)
+    monkeypatch.setitem(peers.PEERS, "flax_vit", row)
+    settings = [("float32", True), ("mixed_bfloat16", False)]
+    names = peers.points("flax_vit", "train", settings, [])
+    assert names == ["flax_vit:train:float32:xla", "flax_vit:train:mixed_bfloat16:noxla"]
+    assert [peers.label(name) for name in names] == ["float32+xla", "mixed_bfloat16"]
+    assert throughput.worker_env(names[0]) == {"KERAS_BACKEND": "jax"}
+    args = argparse.Namespace(
+        python=sys.executable, torch_python="/opt/other/python", variant="Ti/16",
+        image_size=224, batch_size=2, steps=1, warmup=1, gemm_sizes="none", threads=0,
+    )  # fmt: skip
+    assert throughput.worker_argv(args, names[1])[0] == "/opt/other/python"
+
+
+@pytest.mark.parametrize(
+    "peer, expected",
+    [
+        ("keras_vit", ["keras_vit:infer:float32:xla", "keras_vit:infer:float32:noxla"]),
+        ("keras_vit_torch", ["keras_vit_torch:infer:float32:noxla"]),  # eager only
+        ("timm", ["timm:infer:mixed_bfloat16:eager"]),
+    ],
+)
+def test_each_kind_of_settings(harness, peer, expected):
+    peers, _ = harness
+    keras_settings = [("float32", True), ("float32", False)]
+    assert peers.points(peer, "infer", keras_settings, [("mixed_bfloat16", "eager")]) == expected
+
+
+def test_a_worker_of_a_peer_that_does_not_import_reports_why(harness, capsys):
+    peers, _ = harness
+    peers.PEERS["absent_peer"] = peers.Peer(("no_such_module_xyz",), "main", {}, "keras", None)
+    try:
+        args = argparse.Namespace(worker="absent_peer:train:float32:xla", threads=0)
+        assert peers.serve(args) == 1
+    finally:
+        del peers.PEERS["absent_peer"]
+    out = capsys.readouterr().out
+    assert out.startswith("ERROR ") and "absent_peer does not import" in out
+    assert "No module named 'no_such_module_xyz'" in out
+
+
+def test_bench_entry_dispatches_verbs_and_refuses_an_unknown_one(capsys):
+    sys.path.insert(0, str(HARNESS.parent))
+    try:
+        import bench
+    finally:
+        sys.path.remove(str(HARNESS.parent))
+    assert bench.main(["race"]) == 2
+    assert "usage: bench.py VERB" in capsys.readouterr().err
+    assert bench.main(["figures", "--check"]) == 0  # the documents' figures, as CI checks them
+    with pytest.raises(SystemExit) as done:
+        bench.main(["gpu", "--peers", "flax"])
+    assert done.value.code == 2 and "unknown peer 'flax'" in capsys.readouterr().err
+
+
+def _bench():
+    sys.path.insert(0, str(HARNESS.parent))
+    try:
+        import bench
+
+        return bench
+    finally:
+        sys.path.remove(str(HARNESS.parent))
+
+
+def test_every_suite_line_parses_with_its_verb_both_ways():
+    """A workload is one line of suites.toml: its command and quick variant are arguments
+    its verb (or study) accepts, and a quick variant times a tiny model."""
+    pytest.importorskip("tomllib" if sys.version_info >= (3, 11) else "tomli")
+    import importlib
+    import os
+
+    bench = _bench()
+    folders = [str(HARNESS.parent), str(HARNESS), str(HARNESS.parent / "studies")]
+    sys.path[:0] = folders
+    try:
+        for suite in ("figures", "targets", "gpu"):
+            for quick in (False, True):
+                for workload, argv in bench.suite_commands(suite, quick):
+                    if argv[1].endswith("bench.py"):
+                        verb, args = argv[2], argv[3:]
+                        name = bench.VERBS[verb]
+                    else:
+                        name, args = os.path.basename(argv[1])[:-3], argv[2:]
+                    module = importlib.import_module(name)
+                    if hasattr(module, "parse_args"):
+                        module.parse_args(args)  # SystemExit(2) on a bad line
+                    if quick and "--variant" in args:
+                        assert args[args.index("--variant") + 1] == "8,32,64,4,2", workload
+    finally:
+        for folder in folders:
+            sys.path.remove(folder)
+    with pytest.raises(ValueError, match="unknown suite 'nope'"):
+        bench.suite_commands("nope", False)
+    with pytest.raises(ValueError, match="suite 'gpu' has no workload 'x'"):
+        bench.suite_commands("gpu", False, ["x"])
+
+
+class _FakeWorker:
+    """A worker whose `request` logs its name, and raises from `dies_at` on."""
+
+    def __init__(self, name, log, dies_at=None):
+        self.name, self.log, self.dies_at, self.calls = name, log, dies_at, 0
+        self.process = argparse.Namespace(poll=lambda: -9)
+        self.closed = False
+
+    def request(self, command):
+        self.calls += 1
+        if self.dies_at is not None and self.calls >= self.dies_at:
+            raise RuntimeError("worker exited (-9)")
+        self.log.append(self.name)
+        return {"images_per_s": 1.0}
+
+    def close(self):
+        self.closed = True
+
+
+def test_run_rounds_rotates_drops_the_dead_and_stops_at_the_deadline(harness, capsys):
+    sys.path.insert(0, str(HARNESS))
+    try:
+        import common
+    finally:
+        sys.path.remove(str(HARNESS))
+    log = []
+    workers = {n: _FakeWorker(n, log, dies_at=2 if n == "b" else None) for n in "abc"}
+    dead = workers["b"]
+    payloads = common.run_rounds(workers, repeats=3)
+    assert log == ["a", "b", "c", "c", "a", "a", "c"]  # round 2 starts at b (dead), round 3 at c
+    assert sorted(payloads) == ["a", "c"] and dead.closed and "b" not in workers
+    assert "dropping b: the worker died (exit code -9)" in capsys.readouterr().out
+    log.clear()
+    workers = {n: _FakeWorker(n, log) for n in "ab"}
+    payloads = common.run_rounds(workers, repeats=5, deadline=0.0)  # passed: one round
+    assert log == ["a", "b"] and all(len(v) == 1 for v in payloads.values())
