@@ -211,7 +211,8 @@ def set_threads(threads: int) -> None:
 
 
 def result_record_from(framework: str, mode: str, rates: list[float], ready: dict) -> dict:
-    """A result record (as `keras_vit.evaluate.benchmarking.measure` makes) from a worker's figures."""
+    """A result record (as `keras_vit.evaluate.benchmarking.measure` makes) from a worker's
+    figures."""
     return {
         "framework": framework,
         "mode": mode,

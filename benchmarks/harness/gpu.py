@@ -4,8 +4,8 @@ Runs where the GPUs are (PyTorch, JAX and timm, Keras brought as a wheel, no Ten
 nothing in this module's import chain imports TensorFlow. Every point (peer, workload) and
 every GEMM probe runs in its own process. Per point: img/s (median of repeats, data on the
 device), peak device memory, and model FLOP utilisation (analytic FLOPs, 2 x MACs, training
-3x the forward: `keras_vit.evaluate.benchmarking.model_gflops`, the same count for every peer) against
-the data-sheet dense bfloat16 peak (`PEAK_BF16_TFLOPS`) and against the best bfloat16 GEMM
+3x the forward: `keras_vit.evaluate.benchmarking.model_gflops`, the same count for every peer)
+against the data-sheet dense bfloat16 peak (`PEAK_BF16_TFLOPS`) and against the best bfloat16 GEMM
 measured in the same run (jax.numpy and torch). One JSON file (`--json`).
 
 Peers: keras_vit under `mixed_bfloat16` on Keras JAX (XLA) and on Keras PyTorch (eager);

@@ -8,8 +8,8 @@ it up and serves the parent's timing rounds (`serve_*`, in the worker process). 
 peer is adding a row (and its `serve_*` function when no existing one builds it).
 
 timm's peer (optional: torch and timm are not installed by keras_vit's extras) is the same
-architecture as `keras_vit.evaluate.benchmarking.build_model` builds: timm's `VisionTransformer` with
-the variant's patch, width, depth, heads and MLP ratio, class-token pooling, no dropout,
+architecture as `keras_vit.evaluate.benchmarking.build_model` builds: timm's `VisionTransformer`
+with the variant's patch, width, depth, heads and MLP ratio, class-token pooling, no dropout,
 random weights (no download). Settings (`TIMM_SETTINGS`):
 
   - "float32": eager float32;

@@ -19,8 +19,8 @@ fresh probe unless `--keep-probe-cache`) is asked which setting it picks for the
 The table gives the ratios the targets need: auto over the fastest keras_vit setting
 (target >= 0.90), keras_vit's best over timm's best and over the best Keras peer (>= 1.20),
 and the share of the run's roof (its best GEMM) at which keras_vit's own products
-(`keras_vit.evaluate.benchmarking.keras_vit_step_gflops`) would have to run, over the whole step with
-nothing else in it, for 1.2x timm's best: past 100%, no choice of kernels reaches that target
+(`keras_vit.evaluate.benchmarking.keras_vit_step_gflops`) would have to run, over the whole step
+with nothing else in it, for 1.2x timm's best: past 100%, no choice of kernels reaches that target
 on the host.
 Every figure is written with the host (CPU model, bfloat16 units, cores, load average) to
 `--out` (.json and .md).

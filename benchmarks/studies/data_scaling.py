@@ -7,8 +7,8 @@ of the 4,000 training images (default 250, 500, 1,000, 2,000, 4,000) with the sa
 recipe and the same number of optimizer steps, then each is evaluated two ways on the UCI
 digits (another handwriting set):
 
-- few-shot linear probe (`keras_vit.evaluate.fewshot`): 10 digits per class, frozen features at 28 px,
-  closed-form ridge, l2 chosen on other training digits, 3 seeds;
+- few-shot linear probe (`keras_vit.evaluate.fewshot`): 10 digits per class, frozen features at 28
+px, closed-form ridge, l2 chosen on other training digits, 3 seeds;
 - fine-tuning at a higher resolution (40 px): the release's SGD recipe on the 1,297 training
   digits, test accuracy on the 500 test digits.
 
