@@ -47,9 +47,11 @@ def assert_nothing_written(run_dir):
 # --- point 2: labels -----------------------------------------------------------------------
 
 LOGITS = np.random.default_rng(1).normal(size=(4, K)).astype("float32")
-BAD_LABELS = [([0, 7, 1, 2], "label 7 at index 1 is outside the class range [0, 5)"),
-              ([0, 1, -1, 2], "label -1 at index 2 is outside the class range [0, 5)"),
-              ([0, 1, 2, 1.5], "label 1.5 at index 3 is not an integer class id in [0, 5)")]  # fmt: skip
+BAD_LABELS = [
+    ([0, 7, 1, 2], "label 7 at index 1 is outside the class range [0, 5)"),
+    ([0, 1, -1, 2], "label -1 at index 2 is outside the class range [0, 5)"),
+    ([0, 1, 2, 1.5], "label 1.5 at index 3 is not an integer class id in [0, 5)"),
+]
 
 
 @pytest.mark.parametrize("smoothing", [0.0, 0.1])
