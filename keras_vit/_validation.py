@@ -110,9 +110,9 @@ def label_problem(labels, num_classes=None) -> str | None:
         return (
             f"labels must be integer class ids, not {values.dtype} (label {flat[0]!r} at index 0)"
         )
-    whole = np.isfinite(flat) & (np.mod(flat, 1) == 0) if values.dtype.kind == "f" else None
     upper = 2**31 if num_classes is None else num_classes  # int32 class ids
-    with np.errstate(invalid="ignore"):
+    with np.errstate(invalid="ignore"):  # NaN and inf compare False, their remainder is NaN
+        whole = np.isfinite(flat) & (np.mod(flat, 1) == 0) if values.dtype.kind == "f" else None
         bad = (flat < 0) | (flat >= upper)
     if whole is not None:
         bad |= ~whole
