@@ -504,7 +504,8 @@ def _replica_asserted(dataset, strategy):
 
 def check_replica_batches(num_examples: int, batch_size: int, strategy) -> None:
     """ValueError unless every batch of `num_examples` arrays at global `batch_size` (the
-    last, partial one included) splits evenly over the strategy's replicas.
+    last, partial one included) splits evenly over the strategy's replicas (the batches that
+    occur: 2 examples at batch 3 are one batch of 2).
 
     Each replica averages the loss over its own share and the shares' gradients are summed
     with weight 1/R (Keras' `scale_loss_for_distribution`), so unequal shares weight some
@@ -516,7 +517,8 @@ def check_replica_batches(num_examples: int, batch_size: int, strategy) -> None:
     replicas = strategy.num_replicas_in_sync
     if replicas == 1:
         return
-    distribute.per_replica_batch_size(batch_size, strategy)
+    if num_examples >= batch_size:  # a full batch occurs
+        distribute.per_replica_batch_size(batch_size, strategy)
     last = num_examples % batch_size
     if last % replicas:
         name = type(strategy).__name__

@@ -166,9 +166,8 @@ def test_replica_batches_are_refused_exactly_when_a_share_differs(n, batch, repl
     with pytest.raises(ValueError) as error:
         runs.check_replica_batches(n, batch, strategy)
     message = str(error.value)
-    assert "\n" not in message and f"({replicas} with" in message or f"replicas={replicas}" in (
-        message
-    )
+    assert "\n" not in message
+    assert f"({replicas} with" in message or f"replicas={replicas}" in message, message
     assert f"batch_size={batch}" in message
 
 
