@@ -18,7 +18,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from hypothesis import assume, given, settings
+from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
 import keras_vit
@@ -267,6 +267,8 @@ def tiny_build():
     nan_pixel=st.sampled_from([False, False, False, True]),
     size=st.sampled_from([8, 8, 8, 6]),
 )
+@example(n=3, batch=2, labels=[0, 3, 1, 2, 0], nan_pixel=False, size=8)  # one label fault
+@example(n=3, batch=4, labels=[2, 0, 1, 0, 0], nan_pixel=False, size=8)  # all in one batch
 def test_fit_run_trains_every_batch_or_names_the_fault_before_any_file(
     tmp_path_factory, n, batch, labels, nan_pixel, size
 ):
