@@ -89,3 +89,56 @@ def check_divisible(image_size: tuple[int, int], patch_size: tuple[int, int]) ->
             "(the image is cut into non-overlapping patches, paper section 3.1)."
         )
     return image_size[0] // patch_size[0], image_size[1] // patch_size[1]
+
+
+def label_problem(labels, num_classes=None) -> str | None:
+    """What is wrong with the first bad label of `labels`, or None when every label is an
+    integer class id in [0, `num_classes`) (in [0, 2**31), int32, when `num_classes` is None).
+
+    A label is bad when it is not a whole number (1.5, NaN, inf, a string, a bool), or
+    is negative, or is `num_classes` or more. The answer names the label, its index in
+    `labels` flattened (C order) and the range, e.g. "label 7 at index 3 is outside the
+    class range [0, 5)".
+    """
+    import numpy as np
+
+    values = np.asarray(labels)
+    flat = values.reshape(-1)
+    if not flat.size:
+        return None
+    if values.dtype.kind not in "iuf":
+        return (
+            f"labels must be integer class ids, not {values.dtype} (label {flat[0]!r} at index 0)"
+        )
+    upper = 2**31 if num_classes is None else num_classes  # int32 class ids
+    with np.errstate(invalid="ignore"):  # NaN and inf compare False, their remainder is NaN
+        whole = np.isfinite(flat) & (np.mod(flat, 1) == 0) if values.dtype.kind == "f" else None
+        bad = (flat < 0) | (flat >= upper)
+    if whole is not None:
+        bad |= ~whole
+    if not bad.any():
+        return None
+    index = int(np.argmax(bad))
+    value = flat[index].item()
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)  # Keras casts integer labels to the logits' float dtype
+    rule = _class_range(num_classes)
+    if whole is not None and not whole[index]:
+        return f"label {value!r} at index {index} is not an integer class id in {rule}"
+    return f"label {value!r} at index {index} is outside the class range {rule}"
+
+
+def _class_range(num_classes) -> str:
+    return "[0, 2**31)" if num_classes is None else f"[0, {num_classes})"
+
+
+def check_labels(labels, num_classes=None, *, what: str = "labels"):
+    """`labels` as an int32 NumPy array if each is an integer class id in
+    [0, `num_classes`) (see `label_problem`), else ValueError naming the first bad label,
+    its index and the range (`what` says where the labels came from)."""
+    import numpy as np
+
+    problem = label_problem(labels, num_classes)
+    if problem is not None:
+        raise ValueError(f"Bad {what}: {problem}.")
+    return np.asarray(labels).astype(np.int32)

@@ -4,17 +4,24 @@ from __future__ import annotations
 
 import numpy as np
 
+from keras_vit._validation import check_labels
 from keras_vit.data.info import DatasetInfo
+
+MAX_CLASSES = 2**20
+"""The largest class count an array source may imply (1 + its largest label): its class
+names are listed, so a stray huge label (10**9) would otherwise exhaust the memory."""
 
 
 def check_arrays(source) -> tuple[np.ndarray, np.ndarray]:
     """Validates an `(x, y)` pair; returns x as `(n, h, w, c)` and y as int32 `(n,)`.
 
     x holds pixel values in [0, 255] (uint8 or real), shaped `(n, h, w)` or `(n, h, w, c)`
-    with c in {1, 3, 4}; y holds integer class ids >= 0.
+    with c in {1, 3, 4}; y holds integer class ids in [0, `MAX_CLASSES`).
 
     Raises:
-        ValueError: wrong ranks, lengths, channel counts or non-integer labels.
+        ValueError: wrong ranks, lengths or channel counts, pixel values that are not
+            finite numbers in [0, 255] (naming the first and its index), or a label that is
+            no integer class id (naming the first, its index and the range).
     """
     if not (isinstance(source, (tuple, list)) and len(source) == 2):
         raise ValueError(
@@ -34,9 +41,24 @@ def check_arrays(source) -> tuple[np.ndarray, np.ndarray]:
             "y must be a 1-D array of integer labels, one per image. "
             f"Received: x.shape={x.shape}, y.shape={y.shape}"
         )
-    if len(y) and (not np.all(np.equal(np.mod(y, 1), 0)) or y.min() < 0):
-        raise ValueError(f"y must hold integer class ids >= 0. Received: y[:5]={y[:5]!r}")
-    return x, y.astype(np.int32)
+    _check_pixels(x)
+    return x, check_labels(y, MAX_CLASSES, what="labels y of the (x, y) source")
+
+
+def _check_pixels(x) -> None:
+    """ValueError unless x holds real numbers, each finite and in [0, 255] (images already
+    scaled to [-1, 1] or holding NaN would otherwise train silently on wrong pixels)."""
+    if x.dtype.kind not in "iuf":
+        raise ValueError(f"x must hold real pixel values in [0, 255]. Received: x.dtype={x.dtype}")
+    flat = x.reshape(-1)
+    with np.errstate(invalid="ignore"):
+        bad = ~np.isfinite(flat) | (flat < 0) | (flat > 255)
+    if bad.any():
+        index = np.unravel_index(int(np.argmax(bad)), x.shape)
+        raise ValueError(
+            "x must hold finite pixel values in [0, 255] (keras_vit.data scales them to "
+            f"[-1, 1] itself). Received: x[{', '.join(map(str, index))}]={flat[bad][0].item()!r}"
+        )
 
 
 def describe_arrays(source) -> DatasetInfo:

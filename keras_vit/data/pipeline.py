@@ -40,6 +40,20 @@ def source_kind(source) -> str:
     return find_source(source).kind
 
 
+def check_training_batches(num_examples, batch_size: int, name: str, split: str) -> None:
+    """ValueError when a training pipeline of `num_examples` examples (None: unknown) at
+    `batch_size` would yield no batch: training batches drop the last partial one
+    (`drop_remainder=True`), so fewer examples than the batch give an epoch of 0 steps, a
+    "finished" run that never updated a weight. The one home of this rule (`load` and
+    `keras_vit.train.run_plan` call it)."""
+    if num_examples is not None and num_examples < batch_size:
+        raise ValueError(
+            f"The batch size {batch_size} is larger than the {num_examples} training images of "
+            f"{name!r} ({split}): a training pipeline drops the last partial batch, so it would "
+            "yield no batch; choose a smaller batch size (--batch-size)."
+        )
+
+
 def default_augmentation(source) -> Augmentation:
     """The source's training augmentation: mild crop and no flip for the embedded digit
     sets ("mnist", "digits"), the release's Inception crop + flip otherwise."""
@@ -215,7 +229,10 @@ def load(
         int32 `(batch,)` or float32 `(batch, num_classes)`).
 
     Raises:
-        ValueError: unknown source (naming the known ones), bad split, sizes or channels.
+        ValueError: unknown source (naming the known ones), bad split, sizes or channels;
+            `training=True` with fewer examples than `batch_size` (no batch at all,
+            `check_training_batches`); array labels that are no integer class id and pixels
+            that are not finite values in [0, 255] (`keras_vit.data.arrays.check_arrays`).
         FileNotFoundError: a TFDS dataset that is not prepared in `data_dir`.
     """
     size = to_pair("image_size", image_size)
@@ -243,6 +260,8 @@ def load(
         bad_images=bad_images,
     )
     logger.debug("data %s split %s: %s examples", info.name, split, count)
+    if training and batch_size is not None:
+        check_training_batches(count, batch_size, info.name, split)
     if cache and not in_memory:
         dataset = dataset.cache()
     if training:

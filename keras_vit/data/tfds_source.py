@@ -13,6 +13,7 @@ import logging
 import tensorflow as tf
 
 from keras_vit.data.info import DatasetInfo
+from keras_vit.data.labels import assert_labels
 
 TFDS_PREFIX = "tfds:"
 
@@ -83,7 +84,14 @@ def _label_feature(builder):
             f"The TFDS dataset {builder.name!r} has no (image, label) supervised keys. "
             f"Received: supervised_keys={keys!r}"
         )
-    return builder.info.features[keys[0]], builder.info.features[keys[1]]
+    label = builder.info.features[keys[1]]
+    if not isinstance(getattr(label, "num_classes", None), int):
+        raise ValueError(
+            f"The TFDS dataset {builder.name!r} has a label feature {keys[1]!r} without a class "
+            f"count (a {type(label).__name__}, not a tfds.features.ClassLabel); keras_vit "
+            "trains on integer class ids in [0, num_classes)."
+        )
+    return builder.info.features[keys[0]], label
 
 
 def describe_tfds(name: str, data_dir=None) -> DatasetInfo:
@@ -102,17 +110,20 @@ def describe_tfds(name: str, data_dir=None) -> DatasetInfo:
 
 
 def tfds_examples(name: str, split: str, data_dir=None, shuffle_files=False, seed=0):
-    """Unbatched (image uint8 `(h, w, c)`, label int32) pairs of one TFDS split."""
+    """Unbatched (image uint8 `(h, w, c)`, label int32) pairs of one TFDS split; a label
+    outside the ClassLabel's [0, num_classes) (as -1, "no label", in some test splits)
+    raises InvalidArgumentError where it is read (`keras_vit.data.labels`)."""
     tfds = _tfds()
     builder = prepared_builder(name, data_dir)
-    _label_feature(builder)
+    num_classes = _label_feature(builder)[1].num_classes
     dataset = builder.as_dataset(
         split=split,
         as_supervised=True,
         shuffle_files=shuffle_files,
         read_config=tfds.ReadConfig(shuffle_seed=seed),
     )
+    where = f"the TFDS split {strip_prefix(name)}/{split}"
     return dataset.map(
-        lambda image, label: (image, tf.cast(label, tf.int32)),
+        lambda image, label: (image, tf.cast(assert_labels(label, num_classes, where), tf.int32)),
         num_parallel_calls=tf.data.AUTOTUNE,
     )

@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
-from keras_vit._validation import check_positive_int
+from keras_vit._validation import check_labels, check_positive_int
 from keras_vit.spec import layer_names
 
 logger = logging.getLogger(__name__)
@@ -216,7 +216,10 @@ def fewshot_from_features(
         {shots: FewshotResult}.
 
     Raises:
-        ValueError: bad shots/seeds/grid, or a class with fewer examples than `shots`.
+        ValueError: bad shots/seeds/grid/num_classes, a class with fewer examples than
+            `shots`, or a training or test label that is no integer class id in
+            [0, num_classes) (naming the first, its index and the range; a test batch is
+            checked as it is read).
     """
     check_positive_int("seeds", seeds)
     for value in shots:
@@ -225,8 +228,9 @@ def fewshot_from_features(
         raise ValueError(f"`l2_grid` must hold values > 0. Received: l2_grid={l2_grid!r}")
     if holdout_per_class < 0:
         raise ValueError(f"`holdout_per_class` must be >= 0. Received: {holdout_per_class}")
+    check_positive_int("num_classes", num_classes)
     train_features = np.asarray(train_features)
-    train_labels = np.asarray(train_labels)
+    train_labels = check_labels(train_labels, num_classes, what="few-shot training labels")
     probes = {}
     for n in shots:
         for seed in range(seeds):
@@ -237,7 +241,7 @@ def fewshot_from_features(
     correct = dict.fromkeys(probes, 0)
     count = 0
     for features, labels in test_batches:
-        labels = np.asarray(labels).reshape(-1)
+        labels = check_labels(np.asarray(labels).reshape(-1), num_classes, what="test labels")
         for key, (probe, weights, _) in probes.items():
             predictions = np.argmax(probe.design(features) @ weights, axis=1)
             correct[key] += int(np.sum(predictions == labels))
@@ -340,7 +344,8 @@ def fewshot_evaluate(
     """
     extractor = feature_model(model, layer)
     features, labels = collect_features(extractor, train, progress=progress)
-    num_classes = num_classes or int(labels.max()) + 1
+    if num_classes is None:  # 1 + the largest label, once every label is a class id
+        num_classes = int(check_labels(labels, what="few-shot training labels").max()) + 1
     logger.info("Few-shot pool: %d training images, %d-d features", *features.shape)
     return fewshot_from_features(
         features,

@@ -356,6 +356,8 @@ def _split_sizes(config: RunConfig, info, train_split: str) -> tuple[int, int | 
     """(training images, validation images) of the run; ConfigError for an empty split or a
     batch larger than the training set (an empty split trained 0 steps, or crashed after the
     first epoch)."""
+    from keras_vit.data.pipeline import check_training_batches
+
     recipe = config.recipe
     count = _split_counter(config)
     num_train = None
@@ -368,11 +370,10 @@ def _split_sizes(config: RunConfig, info, train_split: str) -> tuple[int, int | 
             f"Dataset {info.name!r} has no training images in {train_split!r}; it has "
             f"{info.num_examples}."
         )
-    if num_train < recipe.batch_size:
-        raise ConfigError(
-            f"The batch size {recipe.batch_size} is larger than the {num_train} training "
-            f"images of {info.name!r} ({train_split}); choose a smaller --batch-size."
-        )
+    try:
+        check_training_batches(num_train, recipe.batch_size, info.name, train_split)
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
     num_validation = count(config.validation_split)
     if num_validation == 0:
         raise ConfigError(

@@ -67,7 +67,7 @@ from collections.abc import Callable
 import keras
 
 from keras_vit import _atomic
-from keras_vit._validation import check_choice
+from keras_vit._validation import check_choice, check_labels, check_positive_int
 from keras_vit.runtime import distribute
 from keras_vit.spec import kept_model
 from keras_vit.train import callbacks, run_lock, training, worker_restart
@@ -270,7 +270,13 @@ def fit_run(
         RunDirError: see `check_run_dir`; also a resumed run whose best.json records
             another `select` than the one given (the kept model would switch rule midway).
         ValueError: arrays with `steps_per_epoch` (an epoch of arrays is one pass over them),
-            or `select` not one of `keras_vit.spec.kept_model.SELECTIONS`.
+            or `select` not one of `keras_vit.spec.kept_model.SELECTIONS`; before any file is
+            written, data that cannot train this model (see `_checked_data`: labels that
+            are no integer class id in [0, num_classes), non-finite images, no example or
+            batch at all, batches that the replicas cannot share evenly). A dataset's labels
+            are checked as its batches are read (InvalidArgumentError at the first bad one),
+            and a dataset of unknown size that yields no batch stops the run at the end of
+            its first epoch (`_RequireSteps`), before metrics.json.
     """
     import tensorflow as tf
 
@@ -287,6 +293,10 @@ def fit_run(
     if resume and is_complete(run_dir):
         logger.info("Run %s is already complete; nothing to resume", run_dir)
         return load_result(run_dir)
+    model = _build_in_scope(build_model, strategy)  # before any file: the data checks need it
+    train_data, validation_data, test_data = _checked_data(
+        model, strategy, train_data, validation_data, test_data, batch_size
+    )
     lock = _lock(run_dir) if chief else None
     scratch = None
     try:
@@ -294,7 +304,6 @@ def fit_run(
             _atomic.write_json(os.path.join(run_dir, CONFIG_FILE), config or {})
         if chief and resume:  # under the run's lock: no other writer
             _remove_leftovers(run_dir)
-        model = _build_in_scope(build_model, strategy)
         monitor = monitor or ("val_accuracy" if validation_data is not None else "accuracy")
         scratch = None if chief else worker_restart.scratch_dir(run_dir, strategy)
         history, callback_list = _run_callbacks(
@@ -365,6 +374,162 @@ def _check_fit_input(train_data, steps_per_epoch) -> None:
         )
 
 
+def _checked_data(model, strategy, train_data, validation_data, test_data, batch_size):
+    """`fit_run` step 2b, before any file is written: (train, validation, test data) checked
+    against the compiled `model` and `strategy`.
+
+    Arrays are checked whole: labels integer class ids in [0, num_classes) (the model's
+    output width), images finite and shaped as the model's input, at least one example, a
+    batch size > 0, and under R > 1 replicas every batch (the last, partial one included)
+    a multiple of R. Datasets: a training set of 0 batches is refused, a static batch size
+    must be a multiple of R (an unknown one is asserted per batch), and every label is
+    asserted as it is read (`keras_vit.data.labels`)."""
+    num_classes = int(model.output_shape[-1])
+    if isinstance(train_data, tuple) and batch_size is not None:
+        check_positive_int("batch_size", batch_size)
+    checked = []
+    for data, what in (
+        (train_data, "train_data"),
+        (validation_data, "validation_data"),
+        (test_data, "test_data"),
+    ):
+        if data is None:
+            checked.append(None)
+        elif isinstance(data, tuple):
+            checked.append(_checked_arrays(data, model, num_classes, what))
+        else:
+            checked.append(_checked_dataset(data, num_classes, what))
+    if isinstance(train_data, tuple):
+        check_replica_batches(len(checked[0][0]), batch_size or 32, strategy)
+    else:
+        _check_dataset_batches(checked[0], strategy)
+        checked[0] = _replica_asserted(checked[0], strategy)
+    return tuple(checked)
+
+
+def _checked_arrays(data, model, num_classes: int, what: str):
+    """(images, int32 labels) of an (images, labels) tuple, or ValueError naming the first
+    bad value (see `_checked_data`)."""
+    import numpy as np
+
+    if len(data) != 2:
+        raise ValueError(
+            f"{what} must be an (images, labels) pair of arrays. Received: a tuple of {len(data)}"
+        )
+    images, labels = np.asarray(data[0]), np.asarray(data[1])
+    if not len(images) or len(images) != len(labels):
+        raise ValueError(
+            f"{what} needs at least one image and one label per image. Received: "
+            f"{len(images)} images, {len(labels)} labels"
+        )
+    _check_model_input(images, model, what)
+    return images, check_labels(labels, num_classes, what=f"labels of {what}")
+
+
+def _check_model_input(images, model, what: str) -> None:
+    """ValueError for images of another shape than the model's input, or not finite."""
+    import numpy as np
+
+    expected = tuple(model.input_shape[1:])
+    shape = images.shape[1:]
+    if len(shape) != len(expected) or any(
+        e not in (None, s) for e, s in zip(expected, shape, strict=True)
+    ):
+        raise ValueError(
+            f"{what}: images of shape {images.shape} do not fit the model's input "
+            f"(batch, {', '.join(map(str, expected))})."
+        )
+    if images.dtype.kind not in "iuf":
+        raise ValueError(f"{what}: images must be real numbers. Received: dtype={images.dtype}")
+    finite = np.isfinite(images)
+    if not finite.all():
+        index = np.unravel_index(int(np.argmin(finite)), images.shape)
+        raise ValueError(
+            f"{what}: images must be finite. Received: "
+            f"images[{', '.join(map(str, index))}]={images[index].item()!r}"
+        )
+
+
+def _checked_dataset(dataset, num_classes: int, what: str):
+    from keras_vit.data.labels import checked_labels
+
+    return checked_labels(dataset, num_classes, what)
+
+
+def _check_dataset_batches(dataset, strategy) -> None:
+    """ValueError for a training dataset of 0 batches, or whose static batch size the
+    strategy's replicas cannot share evenly (`distribute.per_replica_batch_size`)."""
+    if int(dataset.cardinality()) == 0:
+        raise ValueError(
+            "train_data yields no batch (its cardinality is 0): nothing would be trained. A "
+            "training pipeline drops the last partial batch, so a split smaller than the "
+            "batch size gives none; choose a smaller batch size."
+        )
+    batch = _static_batch(dataset)
+    if strategy.num_replicas_in_sync > 1 and batch is not None:
+        distribute.per_replica_batch_size(batch, strategy)
+
+
+def _static_batch(dataset) -> int | None:
+    import tensorflow as tf
+
+    first = tf.nest.flatten(dataset.element_spec)[0]
+    return first.shape[0] if first.shape.rank else None
+
+
+def _replica_asserted(dataset, strategy):
+    """Under R > 1 replicas, a dataset whose batch size is not static asserts that each
+    batch is a multiple of R (else the replicas' shares differ: a wrong gradient, or a
+    crash in the all-reduce)."""
+    import tensorflow as tf
+
+    replicas = strategy.num_replicas_in_sync
+    if replicas == 1 or _static_batch(dataset) is not None:
+        return dataset
+    name = type(strategy).__name__
+
+    def check(images, *rest):
+        size = tf.shape(tf.nest.flatten(images)[0])[0]
+        test = tf.debugging.Assert(
+            tf.equal(size % replicas, 0),
+            [f"A batch that the {replicas} replicas of {name} cannot share evenly:", size],
+        )
+        with tf.control_dependencies([test]):
+            return (tf.nest.map_structure(tf.identity, images), *rest)
+
+    return dataset.map(check)
+
+
+def check_replica_batches(num_examples: int, batch_size: int, strategy) -> None:
+    """ValueError unless every batch of `num_examples` arrays at global `batch_size` (the
+    last, partial one included) splits evenly over the strategy's replicas (the batches that
+    occur: 2 examples at batch 3 are one batch of 2).
+
+    Each replica averages the loss over its own share and the shares' gradients are summed
+    with weight 1/R (Keras' `scale_loss_for_distribution`), so unequal shares weight some
+    examples more than one device would (9 images at batch 4 on 2 replicas: the last batch
+    of 1 ended 0.049 away from one device's weights) or crash the all-reduce (batch 5:
+    InvalidArgumentError in AddN). Equal shares train as one device does. Dropping the
+    remainder instead would train on other examples than one device does, silently.
+    """
+    replicas = strategy.num_replicas_in_sync
+    if replicas == 1:
+        return
+    if num_examples >= batch_size:  # a full batch occurs
+        distribute.per_replica_batch_size(batch_size, strategy)
+    last = num_examples % batch_size
+    if last % replicas:
+        name = type(strategy).__name__
+        raise ValueError(
+            f"{num_examples} examples at global batch size {batch_size} end every epoch with a "
+            f"batch of {last}, which the {replicas} replicas of {name} cannot share evenly "
+            f"(each replica must get the same number of examples); use a number of examples "
+            f"whose remainder by the batch size is a multiple of {replicas} (e.g. "
+            f"{num_examples - last}). Received: num_examples={num_examples}, "
+            f"batch_size={batch_size}, replicas={replicas}"
+        )
+
+
 def _build_in_scope(build_model, strategy) -> keras.Model:
     """`fit_run` step 2: the compiled model, every variable created by `strategy`."""
     with strategy.scope():
@@ -390,6 +555,7 @@ def _run_callbacks(run_dir, monitor, select, strategy, chief, scratch, extra_cal
     snapshots, learning curves, TensorBoard, `extra_callbacks`, then the backup last)."""
     history = callbacks.HistoryCSV(os.path.join(run_dir, HISTORY_FILE), write=chief)
     callback_list = [
+        _RequireSteps(),  # first: raises before any other callback writes the empty epoch
         history,
         callbacks.ModelSnapshots(
             run_dir, monitor=monitor, write=chief, scratch_dir=scratch, select=select
@@ -406,6 +572,27 @@ def _run_callbacks(run_dir, monitor, select, strategy, chief, scratch, extra_cal
         callbacks.AtomicBackupAndRestore(_backup_dir(run_dir, strategy, chief)),
     ]
     return history, callback_list
+
+
+class _RequireSteps(keras.callbacks.Callback):
+    """Stops `fit` with a ValueError at the end of an epoch that took no training step (a
+    dataset of unknown size that yields no batch: Keras only warns "Your input ran out of
+    data" and still counts optimizer iterations), before the other callbacks record it and
+    before metrics.json would mark the run finished."""
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.steps = 0
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.steps += 1
+
+    def on_epoch_end(self, epoch, logs=None):
+        if not self.steps:
+            raise ValueError(
+                f"Epoch {epoch + 1} took no training step: train_data yielded no batch (empty, "
+                "or fewer examples than its batch size with drop_remainder). The run is not "
+                "finished; give training data with at least one batch."
+            )
 
 
 def _fit_input(train_data, steps_per_epoch, batch_size, first_epoch, epochs, seed, strategy):
@@ -636,9 +823,7 @@ def evaluate_saved(model_file, data, *, batch_size: int | None = None) -> dict:
         {"model": file name, "loss", "accuracy", "loss_name"}.
     """
     model = load_model(model_file, compile=False)
-    model.compile(
-        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"]
-    )
+    model.compile(loss=training.loss(), metrics=["accuracy"])  # raises on bad labels
     results = evaluate(model, data, batch_size=batch_size)
     return {"model": os.path.basename(model_file), **results, "loss_name": TEST_LOSS}
 

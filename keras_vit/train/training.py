@@ -20,12 +20,14 @@ import dataclasses
 import math
 
 import keras
+import numpy as np
 from keras import ops
 
 from keras_vit._validation import (
     check_choice,
     check_heads,
     check_int,
+    check_labels,
     check_non_negative_number,
     check_positive_int,
     check_positive_number,
@@ -197,12 +199,90 @@ def finetune_optimizer(base_lr, total_steps, warmup_steps=None):
     )
 
 
+def _concrete(labels) -> bool:
+    """True when `labels` holds values now (eager), False inside a traced function."""
+    backend = keras.backend.backend()
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        return tf.executing_eagerly()
+    if backend == "jax":
+        import jax
+
+        return not isinstance(labels, jax.core.Tracer)
+    return True  # numpy, torch: eager
+
+
+def _raise_on_bad_labels(labels, num_classes) -> None:
+    """Host-side check (eager, or a JAX callback): ValueError naming the first bad label."""
+    check_labels(np.asarray(labels), int(num_classes), what="labels passed to the loss")
+
+
+def _traced_label_check(labels, valid, num_classes) -> None:
+    """Inside a traced train step: TensorFlow's Assert (eager and graph mode; XLA drops
+    assert ops, see `label_factor`) or a JAX host callback that raises."""
+    backend = keras.backend.backend()
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        first = tf.argmin(tf.cast(valid, tf.int32))
+        tf.debugging.Assert(
+            tf.reduce_all(valid),
+            [
+                "Bad labels passed to the loss: each must be an integer class id in [0,",
+                num_classes,
+                "); first bad label and its index:",
+                labels[first],
+                first,
+            ],
+            summarize=3,
+        )
+    elif backend == "jax":
+        import jax
+
+        jax.debug.callback(_raise_on_bad_labels, labels, num_classes)
+
+
+def label_factor(y_true, num_classes, ignore_class=None):
+    """1.0 for each integer label in [0, `num_classes`), NaN for any other, shape `(n,)` for
+    `y_true` flattened; raises first where the backend can.
+
+    Sparse cross-entropy casts labels to int32 and one-hot encodes them, so 7 or -1 of 5
+    classes become an all-zero target (a finite loss, trained on without a word) and 1.5
+    becomes 1. Eager: ValueError naming the first bad label, its index and the range.
+    Traced: TensorFlow raises InvalidArgumentError from `tf.debugging.Assert` in graph mode;
+    JAX raises from a host callback (`jax.debug.callback`). Under TensorFlow's XLA
+    (`jit_compile=True`) assert ops are dropped, so there the NaN factor makes the loss and
+    the gradients NaN: a visible failure, never a finite wrong loss. `ignore_class` labels
+    count as good (Keras skips them).
+    """
+    labels = ops.reshape(y_true, (-1,))
+    if _concrete(labels):
+        values = np.asarray(ops.convert_to_numpy(labels))
+        if ignore_class is not None:
+            values = np.where(values == ignore_class, 0, values)
+        _raise_on_bad_labels(values, num_classes)
+    values = ops.cast(labels, "float32")
+    upper = ops.cast(num_classes, "float32")
+    valid = (values == ops.floor(values)) & (values >= 0) & (values < upper)
+    if ignore_class is not None:
+        valid = valid | (values == float(ignore_class))
+    if not _concrete(labels):
+        _traced_label_check(labels, valid, num_classes)
+    return ops.where(valid, 1.0, float("nan"))
+
+
+def _times_factor(per_example, factor):
+    return per_example * ops.cast(ops.reshape(factor, ops.shape(per_example)), per_example.dtype)
+
+
 @keras.saving.register_keras_serializable(package="keras_vit")
 class SparseCrossentropyWithSmoothing(keras.losses.Loss):
     """Cross-entropy from logits for integer labels with label smoothing.
 
     The target distribution is (1 - label_smoothing) * one_hot(y) + label_smoothing / K
-    (as keras.losses.CategoricalCrossentropy, which needs one-hot labels).
+    (as keras.losses.CategoricalCrossentropy, which needs one-hot labels). Labels that are
+    no integer class id in [0, K) raise (see `label_factor`).
 
     Args:
         label_smoothing: in [0, 1).
@@ -218,13 +298,26 @@ class SparseCrossentropyWithSmoothing(keras.losses.Loss):
 
     def call(self, y_true, y_pred):
         num_classes = ops.shape(y_pred)[-1]
+        factor = label_factor(y_true, num_classes)
         labels = ops.one_hot(ops.cast(ops.reshape(y_true, (-1,)), "int32"), num_classes)
-        return keras.losses.categorical_crossentropy(
+        per_example = keras.losses.categorical_crossentropy(
             labels, y_pred, from_logits=True, label_smoothing=self.label_smoothing
         )
+        return _times_factor(per_example, factor)
 
     def get_config(self):
         return {**super().get_config(), "label_smoothing": self.label_smoothing}
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class CheckedSparseCrossentropy(keras.losses.SparseCategoricalCrossentropy):
+    """`keras.losses.SparseCategoricalCrossentropy` that raises on labels outside
+    [0, num_classes) or not whole (see `label_factor`): Keras' own wraps them on the JAX
+    backend and under XLA into a finite loss, and casts 1.5 to 1 on every backend."""
+
+    def call(self, y_true, y_pred):
+        factor = label_factor(y_true, ops.shape(y_pred)[-1], self.ignore_class)
+        return _times_factor(super().call(y_true, y_pred), factor)
 
 
 def loss(label_smoothing=0.0, one_hot=False):
@@ -235,8 +328,10 @@ def loss(label_smoothing=0.0, one_hot=False):
         one_hot: True when the data yields one-hot (or MixUp-mixed) float labels.
 
     Returns:
-        `keras.losses.CategoricalCrossentropy` (one_hot), `SparseCategoricalCrossentropy`
-        (integer labels, no smoothing) or `SparseCrossentropyWithSmoothing`.
+        `keras.losses.CategoricalCrossentropy` (one_hot), `CheckedSparseCrossentropy` (a
+        `SparseCategoricalCrossentropy`; integer labels, no smoothing) or
+        `SparseCrossentropyWithSmoothing`. The last two raise on labels that are no integer
+        class id in [0, num_classes) (`label_factor`).
     """
     if one_hot:
         return keras.losses.CategoricalCrossentropy(
@@ -244,7 +339,7 @@ def loss(label_smoothing=0.0, one_hot=False):
         )
     if label_smoothing:
         return SparseCrossentropyWithSmoothing(label_smoothing)
-    return keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    return CheckedSparseCrossentropy(from_logits=True)
 
 
 def build_model(model_kwargs: dict):

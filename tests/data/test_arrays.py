@@ -56,7 +56,10 @@ def test_arrays_slices_are_per_class_and_disjoint():
     [
         ((np.zeros((4, 8)), np.zeros(4)), "x must be"),
         ((np.zeros((4, 8, 8)), np.zeros(3)), "y must be"),
-        ((np.zeros((4, 8, 8)), np.array([0, 1.5, 2, 3])), "integer class ids"),
+        (
+            (np.zeros((4, 8, 8)), np.array([0, 1.5, 2, 3])),
+            r"label 1.5 at index 1 is not an integer class id",
+        ),
         ((np.zeros((4, 8, 8, 2)), np.zeros(4)), "channels"),
         ((np.zeros((4, 8, 8)),), "pair"),
     ],
