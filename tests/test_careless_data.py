@@ -18,7 +18,7 @@ from keras_vit import data
 from keras_vit.data import tfds_source
 from keras_vit.evaluate import fewshot
 from keras_vit.train import runs, training
-from tests.test_distribute import run_helper
+from tests.runtime.test_distribute import run_helper
 
 TINY = dict(image_size=8, patch_size=4, hidden_dim=8, num_heads=2, mlp_dim=16, num_layers=1)
 K = 5
