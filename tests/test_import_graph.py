@@ -129,7 +129,7 @@ def test_no_subcommand_imports_another():
 
 
 # The layers, bottom up: what a lower module may not import (imports inside functions count).
-BELOW_THE_BUILDERS = ("keras_vit.checkpoints", "keras_vit.layers")
+BELOW_THE_BUILDERS = ("keras_vit.checkpoints", "keras_vit.kernels", "keras_vit.layers")
 BELOW_THE_BUILDERS_MODULES = ("keras_vit.configs", "keras_vit.builder", "keras_vit.layer_names")
 ABOVE_THE_BUILDERS = (
     "keras_vit.models",
@@ -177,3 +177,18 @@ def test_the_model_from_anything_module_is_what_its_callers_use():
     for caller in ("keras_vit.run_plan", "keras_vit.cli.convert"):
         assert "keras_vit.models" not in imports_of(caller)
         assert "keras_vit.hybrid" not in imports_of(caller)
+
+
+def test_kernels_sit_below_the_layers():
+    """keras_vit.kernels imports nothing from keras_vit.layers (the layers call dispatch), and
+    the layers hold no backend test or TensorFlow import of their own."""
+    kernels = [m for m in MODULES if m.startswith("keras_vit.kernels")]
+    assert "keras_vit.kernels.dispatch" in kernels
+    upward = {(m, i) for m in kernels for i in imports_of(m) if i.startswith("keras_vit.layers")}
+    assert upward == set()
+    for module, path in MODULES.items():
+        if module.startswith("keras_vit.layers"):
+            text = path.read_text()
+            assert "keras.backend.backend()" not in text, module
+            assert "import tensorflow" not in text and "from tensorflow" not in text, module
+    assert "keras_vit.kernels.dispatch" in imports_of("keras_vit.layers.attention")

@@ -6,7 +6,7 @@ import keras
 from keras import ops
 
 from keras_vit._validation import check_choice, check_heads, check_positive_int, check_rate
-from keras_vit.layers import _reduced_precision
+from keras_vit.kernels import dispatch
 from keras_vit.layers.attention import MultiHeadSelfAttention, check_num_queries
 from keras_vit.layers.layer_scale import LayerScale, check_layer_scale_init
 from keras_vit.layers.mlp import MLP_ACTIVATIONS, MlpBlock
@@ -158,16 +158,14 @@ class TransformerBlock(keras.layers.Layer):
         `call` uses the layer's own `num_output_tokens`; `keras_vit.feature_extractor` calls
         this with None to read a class-token-only last block's full output sequence.
         """
-        normed = _reduced_precision.layer_norm(self.norm_0, tokens, training=training)
+        normed = dispatch.layer_norm(self.norm_0, tokens, training=training)
         y = self.attention(normed, training=training, num_queries=num_output_tokens)
         y = self.dropout(y, training=training)
         if self.ls1 is not None:
             y = self.ls1(y)
         residual = tokens if num_output_tokens is None else tokens[:, :num_output_tokens]
         x = residual + self._drop_path(y, training=training)
-        y = self.mlp(
-            _reduced_precision.layer_norm(self.norm_2, x, training=training), training=training
-        )
+        y = self.mlp(dispatch.layer_norm(self.norm_2, x, training=training), training=training)
         if self.ls2 is not None:
             y = self.ls2(y)
         return x + self._drop_path(y, training=training)
