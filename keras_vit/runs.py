@@ -437,7 +437,7 @@ def _fit_metrics(model, history, run_dir, monitor, strategy, start) -> dict:
         "monitor": monitor,
         "best": _atomic.read_json(os.path.join(run_dir, "best.json")),
         "fit_wall_time_s": round(time.perf_counter() - start, 3),
-        "num_replicas": strategy.num_replicas_in_sync,
+        "num_replicas": distribute.num_replicas(strategy),
     }
 
 
@@ -795,7 +795,7 @@ def _config_record(plan: RunPlan, strategy) -> dict:
         "resolved": {
             **plan.resolved(),
             "strategy": type(strategy).__name__,
-            "num_replicas": strategy.num_replicas_in_sync,
+            "num_replicas": distribute.num_replicas(strategy),
         },
         "versions": {
             "keras_vit": __version__,
