@@ -775,7 +775,9 @@ def _build_model(plan: RunPlan) -> keras.Model:
 
     if plan.source_model is not None:
         source = distribute.with_dtype_policy(plan.source_model, plan.precision.policy)
-        model = finetune(source, plan.info.num_classes, image_size=plan.image_size)
+        model = finetune(
+            source, plan.info.num_classes, image_size=plan.image_size, remat=plan.config.remat
+        )
     else:
         model = training.build_model(plan.model_kwargs)
     compile_kwargs = plan.config.recipe.compile_kwargs(plan.num_train_examples)

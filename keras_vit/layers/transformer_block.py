@@ -36,6 +36,12 @@ class TransformerBlock(keras.layers.Layer):
         layer_scale_init: None (default: no LayerScale) or the initial value of the
             LayerScale gammas (a positive float, e.g. 1e-5).
         mlp_activation: "gelu" (default) or "quick_gelu" (see `MlpBlock`).
+        remat: False (default) or True: in training, recompute the block's activations in
+            the backward pass instead of storing them (`keras.remat`: `jax.checkpoint` on
+            JAX, `tf.recompute_grad` on TensorFlow, activation checkpointing on PyTorch),
+            trading about one more forward pass per step for the memory of the block's
+            intermediates (the attention weights, `(batch, heads, tokens, tokens)`, and the
+            MLP's `(batch, tokens, mlp_dim)`); the same values. Inference is unchanged.
         num_output_tokens: None (default: every token) or an int k >= 1: the block computes
             only its first k output tokens (k queries; keys and values still come from all
             tokens), which equal the first k rows of the full block's output. The ViT
@@ -68,9 +74,13 @@ class TransformerBlock(keras.layers.Layer):
         num_output_tokens=None,
         layer_scale_init=None,
         mlp_activation="gelu",
+        remat=False,
         **kwargs,
     ):
         super().__init__(**kwargs)
+        if not isinstance(remat, bool):
+            raise ValueError(f"`remat` must be True or False. Received: remat={remat!r}")
+        self.remat = remat
         self.num_heads = check_positive_int("num_heads", num_heads)
         self.mlp_dim = check_positive_int("mlp_dim", mlp_dim)
         self.dropout_rate = check_rate("dropout_rate", dropout_rate)
@@ -150,7 +160,15 @@ class TransformerBlock(keras.layers.Layer):
         return self.attention.attention_probabilities(self.norm_0(tokens))
 
     def call(self, tokens, training=None):
-        return self.forward(tokens, training=training, num_output_tokens=self.num_output_tokens)
+        num_output_tokens = self.num_output_tokens
+        if self.remat and training:
+            # Keras' rematerialisation of the whole block (as `keras.RematScope(mode="full")`
+            # does per layer): its activations are recomputed in the backward pass
+            def block(x):
+                return self.forward(x, training=training, num_output_tokens=num_output_tokens)
+
+            return keras.remat(block)(tokens)
+        return self.forward(tokens, training=training, num_output_tokens=num_output_tokens)
 
     def forward(self, tokens, training=None, num_output_tokens=None):
         """The block on `tokens`, returning the first `num_output_tokens` outputs (None: all).
@@ -190,4 +208,5 @@ class TransformerBlock(keras.layers.Layer):
             "num_output_tokens": self.num_output_tokens,
             "layer_scale_init": self.layer_scale_init,
             "mlp_activation": self.mlp_activation,
+            "remat": self.remat,
         }
