@@ -484,3 +484,36 @@ def test_float32_training_attention_kernel_stays_off_where_a_gpu_is_visible(monk
     out = block(tf.constant(x), training=True)
     assert not calls and out.shape == x.shape
     assert block.attention.attention_kernel == "fused"
+
+
+def test_remat_recomputes_the_block_in_training_with_the_same_values(monkeypatch):
+    """remat=True routes the training call through keras.remat (not inference) and gives the
+    block's outputs and every weight's gradient unchanged; the flag is in the config."""
+    import tensorflow as tf
+
+    rng = np.random.default_rng(11)
+    blocks = [TransformerBlock(num_heads=2, mlp_dim=32, remat=flag) for flag in (True, False)]
+    for block in blocks:
+        block.build((None, 5, 16))
+    _randomise(blocks[0], rng, scale=0.3)
+    blocks[1].set_weights(blocks[0].get_weights())
+    calls = []
+    real = keras.remat
+    monkeypatch.setattr(keras, "remat", lambda f: calls.append(1) or real(f))
+    x = tf.constant(rng.standard_normal((2, 5, 16)).astype(np.float32))
+    results = []
+    for block in blocks:
+        with tf.GradientTape() as tape:
+            out = block(x, training=True)
+            loss = tf.reduce_sum(out**2)
+        results.append((np.asarray(out), tape.gradient(loss, block.trainable_weights)))
+    assert calls == [1]  # the remat block, once
+    blocks[0](x, training=False)
+    assert calls == [1]  # inference stores nothing: no remat
+    np.testing.assert_allclose(results[0][0], results[1][0], atol=1e-6)
+    for g_remat, g_plain in zip(results[0][1], results[1][1], strict=True):
+        np.testing.assert_allclose(np.asarray(g_remat), np.asarray(g_plain), atol=1e-5)
+    assert blocks[0].get_config()["remat"] is True
+    assert TransformerBlock.from_config(blocks[0].get_config()).remat is True
+    with pytest.raises(ValueError, match="`remat` must be True or False. Received: remat='yes'"):
+        TransformerBlock(num_heads=2, mlp_dim=32, remat="yes")
