@@ -45,5 +45,5 @@ def test_a_batch_that_does_not_divide_by_the_devices_is_refused(jax_cli):
 def test_data_parallel_gives_the_losses_of_one_device(jax_cli):
     losses = jax_cli["losses"]
     assert losses["auto_replicas"] == 1 and losses["mirrored_replicas"] == 2
-    assert losses["auto"][-1] < losses["auto"][0]  # it trains
+    assert losses["auto"][1] < losses["auto"][0]  # it trains (one gradient step)
     np.testing.assert_allclose(losses["mirrored"], losses["auto"], rtol=1e-4)
