@@ -11,14 +11,15 @@ from __future__ import annotations
 import sys
 import types
 
-from keras_vit import _aliases, _allocator, _registration
+from keras_vit import _aliases, _registration
 from keras_vit._lazy import lazy_exports
 from keras_vit._version import __version__ as __version__
+from keras_vit.kernels import tf_allocator
 from keras_vit.spec import configs
 
 _aliases.install()  # the module paths of the flat layout (keras_vit.runs, ...) keep working
 
-_allocator.prefer_bfc_cpu_allocator()  # before TensorFlow makes its CPU allocator
+tf_allocator.prefer_bfc_cpu_allocator()  # before TensorFlow makes its CPU allocator
 
 # public name -> the module that defines it ("" for a sub-module of the same name)
 _EXPORTS = {

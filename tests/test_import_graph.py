@@ -213,3 +213,18 @@ def test_the_model_from_anything_module_is_what_its_callers_use():
     for caller in ("keras_vit.train.run_plan", "keras_vit.cli.convert"):
         assert "keras_vit.model.models" not in imports_of(caller)
         assert "keras_vit.model.hybrid" not in imports_of(caller)
+
+
+def test_kernels_sit_below_the_layers():
+    """keras_vit.kernels imports nothing from keras_vit.layers (the layers call dispatch), and
+    the layers hold no backend test or TensorFlow import of their own."""
+    kernels = [m for m in MODULES if m.startswith("keras_vit.kernels")]
+    assert "keras_vit.kernels.dispatch" in kernels
+    upward = {(m, i) for m in kernels for i in imports_of(m) if i.startswith("keras_vit.layers")}
+    assert upward == set()
+    for module, path in MODULES.items():
+        if module.startswith("keras_vit.layers"):
+            text = path.read_text()
+            assert "keras.backend.backend()" not in text, module
+            assert "import tensorflow" not in text and "from tensorflow" not in text, module
+    assert "keras_vit.kernels.dispatch" in imports_of("keras_vit.layers.attention")

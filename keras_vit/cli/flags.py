@@ -225,6 +225,13 @@ def add_run_arguments(parser, *, task: str) -> None:
     )
     add_precision_arguments(parser)
     parser.add_argument(
+        "--remat",
+        action="store_true",
+        help="recompute each Transformer block's activations in the backward pass instead "
+        "of storing them (keras.remat): less memory at high resolution, about one more "
+        "forward pass a step",
+    )
+    parser.add_argument(
         "--run-dir",
         type=run_dir_path,
         help=f"run directory (default: runs/{task}-<date>-<time>); must be new unless --resume",
@@ -360,7 +367,7 @@ def run_config_flags(args) -> dict:
     """The `keras_vit.train.runs.RunConfig` arguments train and finetune take from the same flags
     (data, distribution, precision, validation carve)."""
     names = ("data_dir", "strategy", "mixed_precision", "shots_per_class", "bad_images")
-    names += ("validation_split", "split_seed", "allow_test_selection", "select")
+    names += ("validation_split", "split_seed", "allow_test_selection", "select", "remat")
     return {name: getattr(args, name) for name in names}
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import tensorflow as tf
 from keras import ops
 
@@ -91,8 +92,17 @@ def preprocess_inputs(images):
     Returns:
         A float32 tensor of the same shape: 0 -> -1, 127.5 -> 0, 255 -> 1.
     """
-    images = ops.cast(images, "float32")
+    images = _cast_float32(images)
     return (images - 127.5) / 127.5
+
+
+def _cast_float32(images):
+    """`images` as float32: with TensorFlow's cast for a `tf.Tensor` (inside a tf.data map,
+    where a symbolic tensor is no array that JAX's or PyTorch's `keras.ops` could take), with
+    `keras.ops` otherwise (an array or a tensor of the Keras backend)."""
+    if isinstance(images, tf.Tensor):
+        return tf.cast(images, tf.float32)
+    return ops.cast(images, "float32")
 
 
 scale_to_unit_range = preprocess_inputs
@@ -122,9 +132,9 @@ def from_unit_range(images, preprocessing: str):
         raise ValueError(
             f"The {preprocessing} mean/std needs 3 channels. Received: shape {tuple(images.shape)}"
         )
-    mean = ops.convert_to_tensor(MEAN_STD[preprocessing][0], "float32")
-    std = ops.convert_to_tensor(MEAN_STD[preprocessing][1], "float32")
-    return ((ops.cast(images, "float32") + 1.0) * 0.5 - mean) / std
+    mean = np.asarray(MEAN_STD[preprocessing][0], np.float32)
+    std = np.asarray(MEAN_STD[preprocessing][1], np.float32)
+    return ((_cast_float32(images) + 1.0) * 0.5 - mean) / std
 
 
 def convert_channels(image, channels: int):

@@ -293,8 +293,11 @@ def stream_features(extractor, data, *, progress: bool = False):
     import keras
 
     bar = keras.utils.Progbar(None, unit_name="batch") if progress else None
+    tensorflow = keras.backend.backend() == "tensorflow"
     for step, (images, labels) in enumerate(data, start=1):
-        features = np.asarray(extractor.predict_on_batch(images))
+        # JAX's and PyTorch's compiled steps take arrays, not tf.data's tensors
+        batch = images if tensorflow else np.asarray(images)
+        features = np.asarray(extractor.predict_on_batch(batch))
         if bar is not None:
             bar.update(step)
         yield features.astype(np.float32), np.asarray(labels).reshape(-1)

@@ -8,7 +8,7 @@ import keras
 from keras import ops
 
 from keras_vit._validation import check_heads, check_positive_int, check_rate
-from keras_vit.layers import _reduced_precision
+from keras_vit.kernels import dispatch
 
 QUANTIZED_SAVE_MESSAGE = (
     "Cannot save layer {name!r}: it was quantized with keras.Model.quantize, and a quantized "
@@ -27,20 +27,6 @@ def flattened_glorot_uniform(hidden_dim: int) -> keras.initializers.Initializer:
     """
     limit = math.sqrt(3.0 / hidden_dim)
     return keras.initializers.RandomUniform(-limit, limit)
-
-
-def _exact_bfloat16_kernels() -> tuple[bool, bool]:
-    """(bfloat16 einsum sums in float32, bfloat16 softmax rounds once like float32's) for
-    the backend's kernels: measured once on TensorFlow; (True, False) on other backends,
-    whose softmax `_call_heads_major` always runs in float32."""
-    if keras.backend.backend() != "tensorflow":
-        return True, False
-    from keras_vit import _tf_checks
-
-    return (
-        _tf_checks.bfloat16_einsum_accumulates_in_float32(),
-        _tf_checks.bfloat16_softmax_rounds_like_float32(),
-    )
 
 
 def check_num_queries(num_queries, num_tokens, name="num_queries") -> int:
@@ -64,9 +50,21 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     `(num_heads, head_dim)`, and `out` kernel `(num_heads, head_dim, hidden_dim)` with bias
     `(hidden_dim,)`. The same layout as `keras.layers.MultiHeadAttention`, so no transposes.
 
-    Numerics: under float16 the logits and softmax are computed in float32 (q k^T easily
-    exceeds float16's 65504), and under every policy the softmax accumulates in float32
-    (under bfloat16 inference on TensorFlow, inside TensorFlow's bfloat16 softmax kernel).
+    Kernel: chosen when the layer is built, by `keras_vit.kernels.dispatch.attention_kernel`,
+    and stored in `self.attention_kernel` (as timm's `fused_attn`): `"fused"` runs
+    `keras.ops.dot_product_attention`, which takes the backend's fused kernel where it has
+    one (cuDNN flash attention on JAX GPUs, splash attention on TPUs, PyTorch's
+    `scaled_dot_product_attention`); `"tensorflow"` the TensorFlow CPU forms measured faster
+    there (`keras_vit.kernels.tensorflow`); `"explicit"` einsum, softmax, einsum. Set the
+    attribute to `"explicit"` after building to force explicit probabilities. Explicit
+    fallbacks, whatever the kernel: float16 (the logits and softmax are computed in float32,
+    as q k^T easily exceeds float16's 65504; the policy's kernel is `"explicit"`), and
+    attention dropout in training (a fused kernel has no dropout on its weights).
+    `num_queries` (the class-token-only last block) runs on every kernel: the fused op takes
+    fewer queries than keys. Under every policy the softmax accumulates in float32 (under
+    bfloat16 inference on TensorFlow, inside TensorFlow's bfloat16 softmax kernel).
+    `attention_probabilities` (attention maps, rollout, `explain`) always computes the
+    explicit probabilities from the same weights.
 
     Args:
         num_heads: number of heads; the input width must be divisible by it.
@@ -122,6 +120,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         self.attention_dropout = keras.layers.Dropout(
             self.attention_dropout_rate, dtype=self.dtype_policy, name="attention_dropout"
         )
+        self.attention_kernel = dispatch.attention_kernel(self.compute_dtype)
 
     def attention_probabilities(self, tokens):
         """Attention weights `(batch, num_heads, num_tokens, num_tokens)`, float32, rows sum to 1.
@@ -138,27 +137,26 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         logits = ops.einsum("btnh,bsnh->bnts", query, key)
         return ops.softmax(ops.cast(logits, "float32"), axis=-1)
 
+    def explicit_context(self, query, key, value, training=None):
+        """The explicit form of the attention core: the probabilities (float32 logits and
+        softmax, `_probabilities`), attention dropout, then the weighted sum of `value`.
+
+        query `(batch, q, heads, head_dim)`; key, value `(batch, t, heads, head_dim)`.
+        Returns `(batch, q, heads, head_dim)` in the compute dtype."""
+        probs = ops.cast(self._probabilities(query, key), self.compute_dtype)
+        probs = self.attention_dropout(probs, training=training)
+        return ops.einsum("bnts,bsnh->btnh", probs, value)
+
     def call(self, tokens, training=None, num_queries=None):
         queries = tokens
         if num_queries is not None:
             num_queries = check_num_queries(num_queries, tokens.shape[1])
             queries = tokens[:, :num_queries]
-        if self.compute_dtype == "bfloat16" and not self._quantized():
-            return self._call_heads_major(queries, tokens, training, num_queries is None)
-        query, key, value = self.query(queries), self.key(tokens), self.value(tokens)
-        use_dropout = training and self.attention_dropout_rate > 0
-        if self.compute_dtype == "float16" or use_dropout:
-            probs = ops.cast(self._probabilities(query, key), self.compute_dtype)
-            probs = self.attention_dropout(probs, training=training)
-            context = ops.einsum("bnts,bsnh->btnh", probs, value)
-        else:
-            scale = 1.0 / math.sqrt(self.head_dim)
-            context = _reduced_precision.attention(
-                query, key, value, scale, self.compute_dtype, training=training
-            )
-        return self.out(context)
+        return dispatch.attention(
+            self, queries, tokens, training=training, self_attention=num_queries is None
+        )
 
-    def _quantized(self) -> bool:
+    def quantized(self) -> bool:
         """True once `keras.Model.quantize` has replaced the projections' kernels (their
         `kernel` is then an integer tensor that only EinsumDense's own call can apply)."""
         layers = (self.query, self.key, self.value, self.out)
@@ -179,74 +177,9 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             ValueError: the layer's projections are quantized and `store` belongs to a
                 `.keras` archive.
         """
-        if self._quantized() and getattr(store, "archive", None) is not None:
+        if self.quantized() and getattr(store, "archive", None) is not None:
             raise ValueError(QUANTIZED_SAVE_MESSAGE.format(name=self.name))
         super().save_own_variables(store)
-
-    def _call_heads_major(self, queries, tokens, training, self_attention):
-        """`call` under bfloat16: every product a 2-D or heads-major batched matmul.
-
-        On TensorFlow without XLA (what `keras_vit.runtime.distribute.choose_precision` picks for
-        bfloat16 on CPU) the 2-D products run with their bias as one fused oneDNN kernel and
-        the batched products need no layout copies inside `einsum`; q, k and v come from one
-        product when queries and keys are the same tokens. The scale 1/sqrt(head_dim) is
-        folded into the query kernel and bias (exact for head_dim 64: a power of two); in
-        training the softmax runs on float32 logits, as its gradient needs. Where this
-        TensorFlow build's bfloat16 `einsum` rounds its partial sums or its softmax rounds
-        each step (oneDNN off, `keras_vit._tf_checks`), the token products run as batched
-        matmuls and the softmax in float32 in inference too. Same weights and, up to
-        rounding, the same result as the EinsumDense path.
-        """
-        scale = 1.0 / math.sqrt(self.head_dim)
-        if self_attention:
-            query, key, value = self._project_heads_major(
-                tokens, (self.query, self.key, self.value), (scale, 1.0, 1.0)
-            )
-        else:
-            (query,) = self._project_heads_major(queries, (self.query,), (scale,))
-            key, value = self._project_heads_major(tokens, (self.key, self.value), (1.0, 1.0))
-        einsum_exact, softmax_exact = _exact_bfloat16_kernels()
-        if einsum_exact:
-            logits = ops.einsum("bnth,bnsh->bnts", query, key)
-        else:
-            logits = ops.matmul(query, ops.swapaxes(key, -1, -2))
-        if training or not softmax_exact:
-            probs = ops.cast(ops.softmax(ops.cast(logits, "float32"), axis=-1), self.compute_dtype)
-        else:
-            # the bfloat16 kernel already accumulates in float32 and rounds once: same bits
-            # as the float32 softmax rounded to bfloat16, without the two casts
-            probs = ops.softmax(logits, axis=-1)
-        probs = self.attention_dropout(probs, training=training)
-        if einsum_exact:
-            context = ops.einsum("bnts,bnsh->btnh", probs, value)
-        else:
-            context = ops.transpose(ops.matmul(probs, value), (0, 2, 1, 3))
-        hidden_dim = self.num_heads * self.head_dim
-        outputs = ops.matmul(
-            ops.reshape(context, (-1, hidden_dim)), ops.reshape(self.out.kernel, (hidden_dim, -1))
-        )
-        outputs = ops.add(outputs, self.out.bias)
-        return ops.reshape(outputs, (ops.shape(queries)[0], ops.shape(queries)[1], hidden_dim))
-
-    def _project_heads_major(self, tokens, layers, scales):
-        """`tokens` `(batch, t, D)` through the EinsumDense `layers` as one 2-D product:
-        a list of `(batch, num_heads, t, head_dim)`, output i multiplied by `scales[i]`."""
-        hidden_dim = tokens.shape[-1]
-        kernels, biases = [], []
-        for layer, scale in zip(layers, scales, strict=True):
-            kernel = ops.reshape(layer.kernel, (hidden_dim, -1))
-            bias = ops.reshape(layer.bias, (-1,))
-            if scale != 1.0:
-                kernel = kernel * ops.cast(scale, kernel.dtype)
-                bias = bias * ops.cast(scale, bias.dtype)
-            kernels.append(kernel)
-            biases.append(bias)
-        kernel, bias = ops.concatenate(kernels, axis=1), ops.concatenate(biases, axis=0)
-        x = ops.add(ops.matmul(ops.reshape(tokens, (-1, hidden_dim)), kernel), bias)
-        batch, num_tokens = ops.shape(tokens)[0], ops.shape(tokens)[1]
-        x = ops.reshape(x, (batch, num_tokens, len(layers), self.num_heads, self.head_dim))
-        # unstack, not x[i]: the gradient of a slice is a zero-filled copy per output
-        return ops.unstack(ops.transpose(x, (2, 0, 3, 1, 4)), num=len(layers), axis=0)
 
     def cross_attend(self, queries, tokens):
         """Attention of `queries` `(batch, q, D)` over `tokens` `(batch, t, D)` with this

@@ -6,7 +6,7 @@ import keras
 from keras import ops
 
 from keras_vit._validation import check_choice, check_positive_int, check_rate
-from keras_vit.layers import _reduced_precision
+from keras_vit.kernels import dispatch
 
 MLP_ACTIVATIONS = ("gelu", "quick_gelu")
 
@@ -79,9 +79,7 @@ class MlpBlock(keras.layers.Layer):
         if self.activation == "quick_gelu":
             x = quick_gelu(x)
         else:
-            x = _reduced_precision.gelu(
-                x, self.gelu_approximate, self.compute_dtype, training=training
-            )
+            x = dispatch.gelu(x, self.gelu_approximate, self.compute_dtype, training=training)
         x = self.dropout(x, training=training)
         x = self.dense_1(x)
         x = ops.reshape(x, ops.shape(tokens)) if flatten else x

@@ -6,6 +6,7 @@ import keras
 from keras import ops
 
 from keras_vit._validation import check_choice, check_divisible, check_positive_int, to_pair
+from keras_vit.kernels import dispatch
 
 PREPROCESSING_MODES = ("[-1,1]", "imagenet", "clip")
 
@@ -13,13 +14,11 @@ PREPROCESSING_MODES = ("[-1,1]", "imagenet", "clip")
 def _checked_at_run_time(images, patch_size):
     """`images`, for sizes unknown when the graph is traced (TensorFlow's relaxed shapes),
     after a run-time check that each side is a multiple of the patch: a clear error naming
-    the patch, the rule and the shape (`keras_vit._tf_checks.assert_divisible`), never a
+    the patch, the rule and the shape (`keras_vit.kernels.tf_checks.assert_divisible`), never a
     silently dropped border. JAX traces with concrete sizes, where `check_divisible` in
     `call` applies; other backends fail the reshape to whole patches instead."""
-    if keras.backend.backend() == "tensorflow":
-        from keras_vit._tf_checks import assert_divisible
-
-        return assert_divisible(images, patch_size)
+    if dispatch.graph_assertions():
+        return dispatch.assert_divisible(images, patch_size)
     shape = ops.shape(images)
     rows = (shape[1] // patch_size[0]) * patch_size[0]
     cols = (shape[2] // patch_size[1]) * patch_size[1]
@@ -186,11 +185,9 @@ def _assert_size_at_run_time(images, image_size, channels):
     has seen a second input size, so Keras' own check ("expected shape=(None, 32, 32, 3),
     found shape=(1, 40, 40, 3)") passes and the wrong size used to fail later, inside the
     position-embedding add. On TensorFlow the size is asserted at run time
-    (`keras_vit._tf_checks`), naming both shapes, before anything uses the images. JAX traces
+    (`keras_vit.kernels.tf_checks`), naming both shapes, before anything uses the images. JAX traces
     with concrete shapes, where the static check in `call` already applies.
     """
-    if keras.backend.backend() != "tensorflow":
+    if not dispatch.graph_assertions():
         return images
-    from keras_vit._tf_checks import assert_image_size
-
-    return assert_image_size(images, image_size, channels)
+    return dispatch.assert_image_size(images, image_size, channels)

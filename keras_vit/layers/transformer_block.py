@@ -6,7 +6,7 @@ import keras
 from keras import ops
 
 from keras_vit._validation import check_choice, check_heads, check_positive_int, check_rate
-from keras_vit.layers import _reduced_precision
+from keras_vit.kernels import dispatch
 from keras_vit.layers.attention import MultiHeadSelfAttention, check_num_queries
 from keras_vit.layers.layer_scale import LayerScale, check_layer_scale_init
 from keras_vit.layers.mlp import MLP_ACTIVATIONS, MlpBlock
@@ -36,6 +36,12 @@ class TransformerBlock(keras.layers.Layer):
         layer_scale_init: None (default: no LayerScale) or the initial value of the
             LayerScale gammas (a positive float, e.g. 1e-5).
         mlp_activation: "gelu" (default) or "quick_gelu" (see `MlpBlock`).
+        remat: False (default) or True: in training, recompute the block's activations in
+            the backward pass instead of storing them (`keras.remat`: `jax.checkpoint` on
+            JAX, `tf.recompute_grad` on TensorFlow, activation checkpointing on PyTorch),
+            trading about one more forward pass per step for the memory of the block's
+            intermediates (the attention weights, `(batch, heads, tokens, tokens)`, and the
+            MLP's `(batch, tokens, mlp_dim)`); the same values. Inference is unchanged.
         num_output_tokens: None (default: every token) or an int k >= 1: the block computes
             only its first k output tokens (k queries; keys and values still come from all
             tokens), which equal the first k rows of the full block's output. The ViT
@@ -68,9 +74,13 @@ class TransformerBlock(keras.layers.Layer):
         num_output_tokens=None,
         layer_scale_init=None,
         mlp_activation="gelu",
+        remat=False,
         **kwargs,
     ):
         super().__init__(**kwargs)
+        if not isinstance(remat, bool):
+            raise ValueError(f"`remat` must be True or False. Received: remat={remat!r}")
+        self.remat = remat
         self.num_heads = check_positive_int("num_heads", num_heads)
         self.mlp_dim = check_positive_int("mlp_dim", mlp_dim)
         self.dropout_rate = check_rate("dropout_rate", dropout_rate)
@@ -150,7 +160,15 @@ class TransformerBlock(keras.layers.Layer):
         return self.attention.attention_probabilities(self.norm_0(tokens))
 
     def call(self, tokens, training=None):
-        return self.forward(tokens, training=training, num_output_tokens=self.num_output_tokens)
+        num_output_tokens = self.num_output_tokens
+        if self.remat and training:
+            # Keras' rematerialisation of the whole block (as `keras.RematScope(mode="full")`
+            # does per layer): its activations are recomputed in the backward pass
+            def block(x):
+                return self.forward(x, training=training, num_output_tokens=num_output_tokens)
+
+            return keras.remat(block)(tokens)
+        return self.forward(tokens, training=training, num_output_tokens=num_output_tokens)
 
     def forward(self, tokens, training=None, num_output_tokens=None):
         """The block on `tokens`, returning the first `num_output_tokens` outputs (None: all).
@@ -158,16 +176,14 @@ class TransformerBlock(keras.layers.Layer):
         `call` uses the layer's own `num_output_tokens`; `keras_vit.feature_extractor` calls
         this with None to read a class-token-only last block's full output sequence.
         """
-        normed = _reduced_precision.layer_norm(self.norm_0, tokens, training=training)
+        normed = dispatch.layer_norm(self.norm_0, tokens, training=training)
         y = self.attention(normed, training=training, num_queries=num_output_tokens)
         y = self.dropout(y, training=training)
         if self.ls1 is not None:
             y = self.ls1(y)
         residual = tokens if num_output_tokens is None else tokens[:, :num_output_tokens]
         x = residual + self._drop_path(y, training=training)
-        y = self.mlp(
-            _reduced_precision.layer_norm(self.norm_2, x, training=training), training=training
-        )
+        y = self.mlp(dispatch.layer_norm(self.norm_2, x, training=training), training=training)
         if self.ls2 is not None:
             y = self.ls2(y)
         return x + self._drop_path(y, training=training)
@@ -192,4 +208,5 @@ class TransformerBlock(keras.layers.Layer):
             "num_output_tokens": self.num_output_tokens,
             "layer_scale_init": self.layer_scale_init,
             "mlp_activation": self.mlp_activation,
+            "remat": self.remat,
         }

@@ -73,6 +73,7 @@ def encode_tokens(
     dynamic_grid=None,
     grid_images=None,
     final_norm="tokens",
+    remat=False,
     **family,
 ):
     """The Transformer encoder on a symbolic patch-token sequence.
@@ -130,6 +131,7 @@ def encode_tokens(
         gelu_approximate=gelu_approximate,
         layer_scale_init=family["layer_scale_init"],
         mlp_activation=family["mlp_activation"],
+        remat=remat,
     )
     dist_read = family["distilled"] and family["distillation_head"]
     last_tokens = (1 + int(dist_read)) if class_token_only else None
@@ -512,6 +514,7 @@ def vision_transformer(
     input_preprocessing="[-1,1]",
     dynamic_image_size=False,
     final_norm="tokens",
+    remat=False,
     **family,
 ):
     """Builds a ViT-family `keras.Model` around a stem (see the module docstring).
@@ -596,6 +599,7 @@ def vision_transformer(
         dynamic_grid=((size[0] // patch[0], size[1] // patch[1]), patch) if dynamic else None,
         grid_images=images if dynamic else None,
         final_norm=final_norm,
+        remat=remat,
         **numerics,
         **family,
     )

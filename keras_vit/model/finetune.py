@@ -106,6 +106,7 @@ def finetune(
     representation_size=None,
     *,
     resize_method="bilinear",
+    remat=None,
 ):
     """Returns a new model with `model`'s pre-trained body and a zero-initialised head.
 
@@ -135,6 +136,9 @@ def finetune(
         resize_method: "bilinear" (release, default), "bicubic" (timm's), "torch_bicubic"
             (Hugging Face's) or "dinov2" (original DINOv2's); see
             `keras_vit.resize_position_embeddings`.
+        remat: None (default) keeps the source's setting; True or False sets every
+            Transformer block's `remat` (recompute its activations in the backward pass:
+            less memory at fine-tuning resolutions, about one more forward pass a step).
 
     Returns:
         A functional `keras.Model` with input `images` `(batch, height, width, channels)`
@@ -147,6 +151,8 @@ def finetune(
             size not divisible by the patch, or a model that is not a keras_vit classifier.
     """
     check_num_classes(num_classes)
+    if remat is not None and not isinstance(remat, bool):
+        raise ValueError(f"`remat` must be None, True or False. Received: remat={remat!r}")
     if representation_size is not None:
         check_positive_int("representation_size", representation_size)
     _check_model(model)
@@ -160,6 +166,8 @@ def finetune(
         )
     clone = _rebuild(model, image_size)
     _copy_body(model, clone, resize_method)
+    if remat is not None:
+        set_remat(clone, remat)
 
     x = body_features(clone)
     if representation_size is not None:
@@ -191,3 +199,14 @@ def _head_activation(model, layers):
             activation = model.get_layer(name).activation
             return None if keras.activations.serialize(activation) == "linear" else activation
     return None
+
+
+def set_remat(model, remat: bool) -> None:
+    """Sets `remat` on every `TransformerBlock` of `model` (nested models included): True
+    recomputes each block's activations in its backward pass (`keras.remat`). Read at each
+    training call, and saved in the block's config (`.keras` files keep it)."""
+    from keras_vit.layers import TransformerBlock
+
+    for layer in model._flatten_layers(include_self=False, recursive=True):
+        if isinstance(layer, TransformerBlock):
+            layer.remat = bool(remat)

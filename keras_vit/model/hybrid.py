@@ -119,6 +119,7 @@ def HybridViT(
     position_embedding="learned",
     final_norm="tokens",
     input_preprocessing="[-1,1]",
+    remat=False,
     weights=None,
     name="hybrid_vit",
 ):
@@ -150,7 +151,8 @@ def HybridViT(
             the Transformer, as in `keras_vit.ViT`.
         num_classes, image_size, channels, include_top, pooling, representation_size,
         dropout_rate, attention_dropout_rate, drop_path_rate, classifier_activation,
-        return_sequence, position_embedding, final_norm, input_preprocessing, weights, name:
+        return_sequence, position_embedding, final_norm, input_preprocessing, remat, weights,
+        name:
         as in `keras_vit.ViT`.
 
     Inputs:

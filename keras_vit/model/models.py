@@ -38,6 +38,7 @@ def ViT(
     no_embed_class=False,
     norm_pre=False,
     mlp_activation="gelu",
+    remat=False,
     weights=None,
     name="vit",
 ):
@@ -123,6 +124,10 @@ def ViT(
             (timm `pre_norm=True`, CLIP image towers). Default False.
         mlp_activation: "gelu" (default; its form as `gelu_approximate` says) or
             "quick_gelu" (x * sigmoid(1.702 x); OpenAI CLIP, timm `act_layer="quick_gelu"`).
+        remat: False (default) or True: each Transformer block recomputes its activations
+            in the backward pass instead of storing them (`keras.remat`; `TransformerBlock`'s
+            `remat`): less memory per training step at fine-tuning resolutions, about one
+            more forward pass of compute. Kept in the `.keras` file.
         weights: None, a checkpoint path of any format keras_vit reads (`.npz`, `.keras`, a
             Hugging Face folder, a timm `.safetensors`), or a published checkpoint name
             (see `keras_vit.checkpoints`).

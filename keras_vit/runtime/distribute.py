@@ -33,6 +33,7 @@ import json
 import logging
 import os
 
+import keras
 import tensorflow as tf
 
 from keras_vit.runtime.precision import (  # noqa: F401  (re-exported: their home is keras_vit.runtime.precision)
@@ -117,6 +118,8 @@ def resolve_strategy(name: str = "auto", *, tpu: str | None = None) -> tf.distri
         raise ValueError(
             f"Unknown distribution strategy {name!r}; expected one of {list(STRATEGY_NAMES)}."
         )
+    if keras.backend.backend() != "tensorflow":
+        return _keras_backend_strategy(name)
     if name == "tpu":
         return _tpu_strategy(tpu)
     if name == "multi_worker":
@@ -128,6 +131,45 @@ def resolve_strategy(name: str = "auto", *, tpu: str | None = None) -> tf.distri
         gpus = tf.config.list_logical_devices("GPU")
         return tf.distribute.OneDeviceStrategy(gpus[0].name if gpus else "/cpu:0")
     return _auto_strategy(tpu)
+
+
+TENSORFLOW_ONLY_STRATEGIES = ("multi_worker", "tpu")
+
+
+def _keras_backend_strategy(name: str) -> tf.distribute.Strategy:
+    """`resolve_strategy` on Keras' JAX or PyTorch backend: TensorFlow's default strategy (a
+    no-op scope; the variables are the backend's), after setting Keras' own distribution for
+    "mirrored" on JAX: `keras.distribution.DataParallel` over every local device (each step's
+    global batch split across them, gradients averaged). "multi_worker" and "tpu" are
+    tf.distribute strategies: refused in one line."""
+    backend = keras.backend.backend()
+    if name in TENSORFLOW_ONLY_STRATEGIES:
+        raise StrategyUnavailableError(
+            f"--strategy {name} is TensorFlow-only (tf.distribute); the Keras backend is "
+            f"{backend!r}: run with KERAS_BACKEND=tensorflow, or use 'auto' or 'mirrored'."
+        )
+    keras.distribution.set_distribution(None)
+    if name == "mirrored":
+        if backend != "jax":
+            raise StrategyUnavailableError(
+                f"--strategy mirrored needs TensorFlow or JAX (keras.distribution.DataParallel);"
+                f" the Keras backend is {backend!r}: use 'auto' (one device)."
+            )
+        devices = keras.distribution.list_devices()
+        keras.distribution.set_distribution(keras.distribution.DataParallel(devices=devices))
+        logger.info("%d local devices: keras.distribution.DataParallel", len(devices))
+    return tf.distribute.get_strategy()
+
+
+def num_replicas(strategy) -> int:
+    """How many replicas share each global batch: Keras' `DataParallel` devices where one is
+    set (JAX), else `strategy.num_replicas_in_sync`."""
+    if keras.backend.backend() != "tensorflow":
+        distribution = keras.distribution.distribution()
+        if isinstance(distribution, keras.distribution.DataParallel):
+            return int(distribution.device_mesh.shape[0])
+        return 1
+    return strategy.num_replicas_in_sync
 
 
 def _auto_strategy(tpu: str | None) -> tf.distribute.Strategy:
@@ -238,6 +280,8 @@ def check_variables_in_scope(model, strategy: tf.distribute.Strategy) -> None:
     Raises:
         ValueError: naming the variables created outside the scope.
     """
+    if keras.backend.backend() != "tensorflow":
+        return  # the backend's own variables; no tf.distribute scope to be created in
     outside = [
         variable.path
         for variable in model.variables
@@ -262,12 +306,13 @@ def per_replica_batch_size(global_batch_size: int, strategy: tf.distribute.Strat
         strategy: the strategy; its `num_replicas_in_sync` replicas share the batch.
 
     Returns:
-        `global_batch_size // num_replicas_in_sync`.
+        `global_batch_size // num_replicas_in_sync` (on JAX, the devices of Keras'
+        `DataParallel`, which takes the global batch and splits it: `num_replicas`).
 
     Raises:
         ValueError: the global batch is not a positive multiple of the number of replicas.
     """
-    replicas = strategy.num_replicas_in_sync
+    replicas = num_replicas(strategy)
     if (
         isinstance(global_batch_size, bool)
         or not isinstance(global_batch_size, int)
@@ -276,10 +321,16 @@ def per_replica_batch_size(global_batch_size: int, strategy: tf.distribute.Strat
     ):
         raise ValueError(
             f"The global batch size must be a positive multiple of the number of replicas "
-            f"({replicas} with {type(strategy).__name__}), so each replica gets the same share. "
-            f"Received: batch_size={global_batch_size!r}"
+            f"({replicas} with {_strategy_name(strategy)}), so each replica gets the same "
+            f"share. Received: batch_size={global_batch_size!r}"
         )
     return global_batch_size // replicas
+
+
+def _strategy_name(strategy) -> str:
+    if keras.backend.backend() != "tensorflow":
+        return type(keras.distribution.distribution() or strategy).__name__
+    return type(strategy).__name__
 
 
 def clip_after_all_reduce(optimizer) -> None:

@@ -42,7 +42,7 @@ class ViTAdamW(keras.optimizers.AdamW):
         super().__init__(*args, **kwargs)
         self.no_decay_pattern = no_decay_pattern
         self.fused = bool(fused)
-        self._fused_update = None  # keras_vit._tf_kernels.AdamWUpdate, made on first use
+        self._fused_update = None  # keras_vit.kernels.tensorflow.AdamWUpdate, made on first use
         if no_decay_pattern:
             self.exclude_from_weight_decay(var_names=[no_decay_pattern])
 
@@ -70,7 +70,7 @@ class ViTAdamW(keras.optimizers.AdamW):
             super()._backend_update_step(grads, trainable_variables, learning_rate)
             return
         if self._fused_update is None:
-            from keras_vit._tf_kernels import AdamWUpdate
+            from keras_vit.kernels.tensorflow import AdamWUpdate
 
             self._fused_update = AdamWUpdate()
         slots = [self._get_variable_index(v) for v in trainable_variables]

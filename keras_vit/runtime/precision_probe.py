@@ -280,7 +280,7 @@ def block_step(shape: dict, policy: str, xla: bool):
     in a `keras.Model` on token input, compiled as a run compiles its model
     (`keras_vit.runtime.optimizers.ViTAdamW`, `jit_compile=xla`) and stepped with
     `train_on_batch`: the probe times the kernels the model trains with (its attention
-    form, its LayerNorm and GELU, `keras_vit._tf_kernels` in training) and what each step
+    form, its LayerNorm and GELU, `keras_vit.kernels.tensorflow` in training) and what each step
     costs around them in Keras
     (the optimizer update, the loss, the step's own overhead).
 

@@ -84,6 +84,8 @@ class RunConfig:
             from the N like from any train split.
         allow_test_selection: False (default) refuses a validation or training split that
             shares images with `test_split` (`keras_vit.train.selection`); True allows it.
+        remat: True recomputes each Transformer block's activations in the backward pass
+            (`keras_vit.ViT(remat=True)`): less memory, about one more forward pass a step.
     """
 
     task: str = "train"
@@ -102,6 +104,7 @@ class RunConfig:
     bad_images: str = "skip"
     allow_test_selection: bool = False
     select: str = kept_model.DEFAULT_SELECTION
+    remat: bool = False
 
     def __post_init__(self):
         if self.task not in TASKS:
@@ -267,6 +270,7 @@ def plan_run(config: RunConfig, strategy) -> RunPlan:
             "num_classes": info.num_classes,
             "image_size": list(image_size),
             "representation_size": None,
+            "remat": config.remat,
         }
         patch = to_pair("patch_size", source_kwargs["patch_size"])
     else:
@@ -527,6 +531,7 @@ def train_model_kwargs(config: RunConfig, num_classes, channels, image_size) -> 
     kwargs["image_size"] = list(image_size)
     if config.patch_size is not None:
         kwargs["patch_size"] = config.patch_size
+    kwargs["remat"] = config.remat
     return kwargs
 
 

@@ -622,7 +622,7 @@ def _fit_metrics(model, history, run_dir, monitor, strategy, start) -> dict:
         "monitor": monitor,
         "best": _atomic.read_json(os.path.join(run_dir, "best.json")),
         "fit_wall_time_s": round(time.perf_counter() - start, 3),
-        "num_replicas": strategy.num_replicas_in_sync,
+        "num_replicas": distribute.num_replicas(strategy),
     }
 
 
@@ -965,7 +965,9 @@ def _build_model(plan: RunPlan) -> keras.Model:
 
     if plan.source_model is not None:
         source = distribute.with_dtype_policy(plan.source_model, plan.precision.policy)
-        model = finetune(source, plan.info.num_classes, image_size=plan.image_size)
+        model = finetune(
+            source, plan.info.num_classes, image_size=plan.image_size, remat=plan.config.remat
+        )
     else:
         model = training.build_model(plan.model_kwargs)
     compile_kwargs = plan.config.recipe.compile_kwargs(plan.num_train_examples)
@@ -985,7 +987,7 @@ def _config_record(plan: RunPlan, strategy) -> dict:
         "resolved": {
             **plan.resolved(),
             "strategy": type(strategy).__name__,
-            "num_replicas": strategy.num_replicas_in_sync,
+            "num_replicas": distribute.num_replicas(strategy),
         },
         "versions": {
             "keras_vit": __version__,

@@ -5,7 +5,6 @@ import numpy as np
 import pytest
 
 from keras_vit.layers import MlpBlock, MultiHeadSelfAttention, TransformerBlock
-from keras_vit.layers import attention as attention_module
 from tests import numpy_reference as ref
 from tests.output_checks import assert_outputs_close, bfloat16_slack
 
@@ -300,7 +299,9 @@ def bfloat16_kernels(request, monkeypatch):
     taken where bfloat16 einsum and softmax round each step (batched matmuls, float32
     softmax), so that every host runs both."""
     if request.param == "matmul":
-        monkeypatch.setattr(attention_module, "_exact_bfloat16_kernels", lambda: (False, False))
+        from keras_vit.kernels import tensorflow as tf_kernels
+
+        monkeypatch.setattr(tf_kernels, "exact_bfloat16_kernels", lambda: (False, False))
     return request.param
 
 
@@ -389,18 +390,18 @@ def test_bfloat16_attention_after_int8_quantization_keeps_einsum_dense_path():
 @pytest.mark.parametrize("approximate", [True, False])
 def test_float32_training_block_matches_equations_and_keras_gradients(approximate, monkeypatch):
     """In float32 training the block's LayerNorms, GELU and attention core are
-    keras_vit._tf_kernels' forms: the output is the NumPy block's, and every weight's gradient
-    is the one autodiff gives through Keras' own LayerNormalization, gelu and
+    keras_vit.kernels.tensorflow's forms: the output is the NumPy block's, and every weight's
+    gradient is the one autodiff gives through Keras' own LayerNormalization, gelu and
     dot_product_attention (the inference path)."""
     import tensorflow as tf
 
-    from keras_vit import _tf_checks
-    from keras_vit.layers import _reduced_precision
+    from keras_vit.kernels import dispatch, tf_checks
 
+    monkeypatch.setattr(tf_checks, "gpu_visible", lambda: False)  # the kernel, on any host
     block, x, expected = _random_block_and_reference(8, approximate)
     probe = np.random.default_rng(9).standard_normal((2, 17, 32)).astype(np.float32)
     kernels_used = []
-    real_fast = _reduced_precision._fast
+    real_fast = dispatch._fast
 
     def recording(dtype, training):
         kernels_used.append(real_fast(dtype, training=training))
@@ -412,12 +413,11 @@ def test_float32_training_block_matches_equations_and_keras_gradients(approximat
             loss = tf.reduce_sum(out * probe)
         return out, tape.gradient(loss, block.trainable_weights)
 
-    monkeypatch.setattr(_reduced_precision, "_fast", recording)
-    monkeypatch.setattr(_tf_checks, "gpu_visible", lambda: False)  # the kernel, on any host
+    monkeypatch.setattr(dispatch, "_fast", recording)
     out, fast = gradients()
     assert kernels_used and all(kernels_used)
     np.testing.assert_allclose(np.asarray(out), expected, atol=1e-4)
-    monkeypatch.setattr(_reduced_precision, "_fast", lambda dtype, training: False)
+    monkeypatch.setattr(dispatch, "_fast", lambda dtype, training: False)
     _, keras_path = gradients()
     assert len(fast) == 16
     for weight, g_fast, g_keras in zip(block.trainable_weights, fast, keras_path, strict=True):
@@ -433,23 +433,24 @@ def test_float32_training_block_matches_equations_and_keras_gradients(approximat
 
 @pytest.mark.parametrize("jit_compile", [False, True])
 def test_float32_training_attention_kernel_runs_without_xla_only(jit_compile, monkeypatch):
-    """keras_vit._tf_kernels.attention in a float32 training step without XLA; under XLA,
+    """keras_vit.kernels.tensorflow.attention in a float32 training step without XLA; under XLA,
     where it measured slower for the default model, Keras' dot_product_attention. Both give
     the block the same gradients."""
     import tensorflow as tf
 
-    from keras_vit import _tf_checks, _tf_kernels
+    from keras_vit.kernels import tensorflow as tf_kernels
+    from keras_vit.kernels import tf_checks
 
+    monkeypatch.setattr(tf_checks, "gpu_visible", lambda: False)  # as on a CPU-only host
     block, x, _ = _random_block_and_reference(8, True)
     calls = []
-    real = _tf_kernels.attention
+    real = tf_kernels.attention
 
     def counting(*args):
         calls.append(1)
         return real(*args)
 
-    monkeypatch.setattr(_tf_kernels, "attention", counting)
-    monkeypatch.setattr(_tf_checks, "gpu_visible", lambda: False)  # as on a CPU-only host
+    monkeypatch.setattr(tf_kernels, "attention", counting)
 
     def gradients(x):
         with tf.GradientTape() as tape:
@@ -473,11 +474,46 @@ def test_float32_training_attention_kernel_stays_off_where_a_gpu_is_visible(monk
     """Measured on CPUs only: a process that sees a GPU keeps Keras' dot_product_attention."""
     import tensorflow as tf
 
-    from keras_vit import _tf_checks, _tf_kernels
+    from keras_vit.kernels import tensorflow as tf_kernels
+    from keras_vit.kernels import tf_checks
 
+    monkeypatch.setattr(tf_checks, "gpu_visible", lambda: True)
     block, x, _ = _random_block_and_reference(8, True)
     calls = []
-    monkeypatch.setattr(_tf_kernels, "attention", lambda *args: calls.append(1))
-    monkeypatch.setattr(_tf_checks, "gpu_visible", lambda: True)
+    monkeypatch.setattr(tf_kernels, "attention", lambda *args: calls.append(1))
     out = block(tf.constant(x), training=True)
     assert not calls and out.shape == x.shape
+    assert block.attention.attention_kernel == "fused"
+
+
+def test_remat_recomputes_the_block_in_training_with_the_same_values(monkeypatch):
+    """remat=True routes the training call through keras.remat (not inference) and gives the
+    block's outputs and every weight's gradient unchanged; the flag is in the config."""
+    import tensorflow as tf
+
+    rng = np.random.default_rng(11)
+    blocks = [TransformerBlock(num_heads=2, mlp_dim=32, remat=flag) for flag in (True, False)]
+    for block in blocks:
+        block.build((None, 5, 16))
+    _randomise(blocks[0], rng, scale=0.3)
+    blocks[1].set_weights(blocks[0].get_weights())
+    calls = []
+    real = keras.remat
+    monkeypatch.setattr(keras, "remat", lambda f: calls.append(1) or real(f))
+    x = tf.constant(rng.standard_normal((2, 5, 16)).astype(np.float32))
+    results = []
+    for block in blocks:
+        with tf.GradientTape() as tape:
+            out = block(x, training=True)
+            loss = tf.reduce_sum(out**2)
+        results.append((np.asarray(out), tape.gradient(loss, block.trainable_weights)))
+    assert calls == [1]  # the remat block, once
+    blocks[0](x, training=False)
+    assert calls == [1]  # inference stores nothing: no remat
+    np.testing.assert_allclose(results[0][0], results[1][0], atol=1e-6)
+    for g_remat, g_plain in zip(results[0][1], results[1][1], strict=True):
+        np.testing.assert_allclose(np.asarray(g_remat), np.asarray(g_plain), atol=1e-5)
+    assert blocks[0].get_config()["remat"] is True
+    assert TransformerBlock.from_config(blocks[0].get_config()).remat is True
+    with pytest.raises(ValueError, match="`remat` must be True or False. Received: remat='yes'"):
+        TransformerBlock(num_heads=2, mlp_dim=32, remat="yes")

@@ -437,12 +437,12 @@ def test_probe_shape_defaults_and_given_fields():
 @pytest.mark.parametrize("policy, xla", precision_probe.CANDIDATES)
 def test_the_real_block_step_runs_in_each_setting(policy, xla, monkeypatch):
     """The probe trains keras_vit's own block: its training kernels run, in the policy."""
-    from keras_vit.layers import _reduced_precision
+    from keras_vit.kernels import dispatch
 
     seen = []
-    real = _reduced_precision._fast
+    real = dispatch._fast
     monkeypatch.setattr(
-        _reduced_precision,
+        dispatch,
         "_fast",
         lambda dtype, training: seen.append((dtype, training)) or real(dtype, training=training),
     )

@@ -378,7 +378,7 @@ def test_vit_adamw_fuses_only_where_it_can(monkeypatch):
     amsgrad, or with fused=False; the flag survives the config."""
     import tensorflow as tf
 
-    from keras_vit import _tf_kernels
+    from keras_vit.kernels import tensorflow as _tf_kernels
 
     calls = []
     real = _tf_kernels.AdamWUpdate.__call__

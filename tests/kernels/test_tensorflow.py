@@ -1,4 +1,4 @@
-"""keras_vit._tf_kernels against the equations in float64 (NumPy), forward and gradient.
+"""keras_vit.kernels.tensorflow against the equations in float64 (NumPy), forward and gradient.
 
 The gradients are checked against hand-derived NumPy formulas of the textbook functions,
 not against the kernels' own code: GELU's derivative d/dx [x Phi(x)] and the tanh form's
@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.special import erf
 
-from keras_vit import _tf_kernels
+from keras_vit.kernels import tensorflow as _tf_kernels
 
 C = math.sqrt(2 / math.pi)
 DTYPES = {"float32": 1e-5, "bfloat16": 1.6e-2, "float16": 2e-3}  # relative to the largest value

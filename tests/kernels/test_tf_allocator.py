@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from keras_vit import _allocator
+from keras_vit.kernels import tf_allocator as _allocator
 
 # One XLA call with a 64 MiB temporary (a 4096 x 4096 float32 product reduced to a scalar),
 # repeated; prints the minor page faults per call (the kernel's own count, getrusage).

@@ -1,6 +1,8 @@
 """TensorFlow-only forms of elementwise functions for training (bfloat16, float16 and
 float32; they pay where XLA is off, and XLA fuses them as it fuses Keras' forms), the
-attention core with a hand-written gradient (float32 training), and the fused AdamW update.
+attention core with a hand-written gradient (float32 training), the heads-major bfloat16
+attention (`heads_major_attention`), and the fused AdamW update. `keras_vit.kernels.dispatch`
+decides where each runs.
 
 Without XLA, TensorFlow runs each elementwise operation of a function and of its gradient as
 its own kernel over the whole tensor; on bfloat16 tensors those kernels, not the products,
@@ -18,6 +20,9 @@ from __future__ import annotations
 import math
 
 import tensorflow as tf
+from keras import ops
+
+from keras_vit.kernels import tf_checks
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 _CUBIC = 0.044715  # the tanh approximation's coefficient (Hendrycks & Gimpel 2016)
@@ -144,8 +149,8 @@ def attention(query, key, value, scale):
     process against Keras' op, alternating (median of per-round ratios; median steps): without
     XLA 1.06x at Ti/16 (two runs; 1299 -> 1226 ms, 1272 -> 1232 ms) and 1.11x at S/16 (3947 ->
     3491 ms); under XLA 0.99x and 1.005x, and 0.93x for the default `keras-vit train` model
-    (XLA rewrites both gradients its own way), so `keras_vit.layers._reduced_precision.
-    attention` uses it without XLA only.
+    (XLA rewrites both gradients its own way), so `keras_vit.kernels.dispatch` uses it
+    without XLA only.
 
     Args:
         query: `(batch, queries, heads, head_dim)`.
@@ -220,3 +225,80 @@ class AdamWUpdate:
         self._program(
             list(variables), list(momentums), list(velocities), list(grads), tuple(decays), hyper
         )
+
+
+def exact_bfloat16_kernels() -> tuple[bool, bool]:
+    """(bfloat16 einsum sums in float32, bfloat16 softmax rounds once like float32's) for
+    this TensorFlow build's kernels, measured once per process (`keras_vit.kernels.tf_checks`)."""
+    return (
+        tf_checks.bfloat16_einsum_accumulates_in_float32(),
+        tf_checks.bfloat16_softmax_rounds_like_float32(),
+    )
+
+
+def heads_major_attention(layer, queries, tokens, training, self_attention):
+    """A `MultiHeadSelfAttention`'s output under bfloat16 on TensorFlow: every product a 2-D
+    or heads-major batched matmul, `(batch, q, hidden_dim)`.
+
+    On TensorFlow without XLA (what `keras_vit.runtime.distribute.choose_precision` picks for
+    bfloat16 on CPU) the 2-D products run with their bias as one fused oneDNN kernel and
+    the batched products need no layout copies inside `einsum`; q, k and v come from one
+    product when queries and keys are the same tokens (`self_attention`). The scale
+    1/sqrt(head_dim) is folded into the query kernel and bias (exact for head_dim 64: a power
+    of two); in training the softmax runs on float32 logits, as its gradient needs. Where
+    this TensorFlow build's bfloat16 `einsum` rounds its partial sums or its softmax rounds
+    each step (oneDNN off, `keras_vit.kernels.tf_checks`), the token products run as batched
+    matmuls and the softmax in float32 in inference too. Same weights and, up to rounding,
+    the same result as the EinsumDense path. Attention dropout applies to the probabilities.
+    """
+    scale = 1.0 / math.sqrt(layer.head_dim)
+    if self_attention:
+        query, key, value = _project_heads_major(
+            layer, tokens, (layer.query, layer.key, layer.value), (scale, 1.0, 1.0)
+        )
+    else:
+        (query,) = _project_heads_major(layer, queries, (layer.query,), (scale,))
+        key, value = _project_heads_major(layer, tokens, (layer.key, layer.value), (1.0, 1.0))
+    einsum_exact, softmax_exact = exact_bfloat16_kernels()
+    if einsum_exact:
+        logits = ops.einsum("bnth,bnsh->bnts", query, key)
+    else:
+        logits = ops.matmul(query, ops.swapaxes(key, -1, -2))
+    if training or not softmax_exact:
+        probs = ops.cast(ops.softmax(ops.cast(logits, "float32"), axis=-1), layer.compute_dtype)
+    else:
+        # the bfloat16 kernel already accumulates in float32 and rounds once: same bits
+        # as the float32 softmax rounded to bfloat16, without the two casts
+        probs = ops.softmax(logits, axis=-1)
+    probs = layer.attention_dropout(probs, training=training)
+    if einsum_exact:
+        context = ops.einsum("bnts,bnsh->btnh", probs, value)
+    else:
+        context = ops.transpose(ops.matmul(probs, value), (0, 2, 1, 3))
+    hidden_dim = layer.num_heads * layer.head_dim
+    outputs = ops.matmul(
+        ops.reshape(context, (-1, hidden_dim)), ops.reshape(layer.out.kernel, (hidden_dim, -1))
+    )
+    outputs = ops.add(outputs, layer.out.bias)
+    return ops.reshape(outputs, (ops.shape(queries)[0], ops.shape(queries)[1], hidden_dim))
+
+
+def _project_heads_major(layer, tokens, projections, scales):
+    """`tokens` `(batch, t, D)` through the EinsumDense `projections` as one 2-D product:
+    a list of `(batch, num_heads, t, head_dim)`, output i multiplied by `scales[i]`."""
+    hidden_dim = tokens.shape[-1]
+    kernels, biases = [], []
+    for projection, scale in zip(projections, scales, strict=True):
+        kernel = ops.reshape(projection.kernel, (hidden_dim, -1))
+        bias = ops.reshape(projection.bias, (-1,))
+        if scale != 1.0:
+            kernel = kernel * ops.cast(scale, kernel.dtype)
+            bias = bias * ops.cast(scale, bias.dtype)
+        kernels.append(kernel)
+        biases.append(bias)
+    kernel, bias = ops.concatenate(kernels, axis=1), ops.concatenate(biases, axis=0)
+    x = ops.add(ops.matmul(ops.reshape(tokens, (-1, hidden_dim)), kernel), bias)
+    batch, num_tokens = ops.shape(tokens)[0], ops.shape(tokens)[1]
+    x = ops.reshape(x, (batch, num_tokens, len(projections), layer.num_heads, layer.head_dim))
+    # unstack, not x[i]: the gradient of a slice is a zero-filled copy per output
+    return ops.unstack(ops.transpose(x, (2, 0, 3, 1, 4)), num=len(projections), axis=0)

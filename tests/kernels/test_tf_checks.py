@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from keras_vit import _tf_checks
+from keras_vit.kernels import tf_checks as _tf_checks
 from tests.output_checks import onednn_bfloat16_kernels
 
 
