@@ -1,8 +1,9 @@
 """README.md's "Backends" table is true at this commit (issue 47): each row's probe
 (tests/helpers/backend_claims.py) works where the table says "yes" and fails where it says
 "no", on each backend lane: TensorFlow in this process, JAX in a KERAS_BACKEND=jax process
-(`pytest -m jax`, the CI's JAX lane). A change that makes a "no" work (or breaks a "yes")
-fails here until the table says so."""
+(`pytest -m jax`, the CI's JAX lane), PyTorch in a KERAS_BACKEND=torch process (`pytest -m
+torch_backend`, skipped where torch is not installed). A change that makes a "no" work (or
+breaks a "yes") fails here until the table says so."""
 
 from __future__ import annotations
 
@@ -51,7 +52,7 @@ def check_column(results: dict, backend: str) -> None:
 
 def test_the_table_has_a_column_per_backend_lane():
     table = backend_table(README.read_text())
-    assert table and all(set(cells) == {"tensorflow", "jax"} for cells in table.values())
+    assert table and all(set(cells) == {"tensorflow", "jax", "torch"} for cells in table.values())
     assert claimed("yes") and not claimed("no: needs TensorFlow, and says so")
     with pytest.raises(AssertionError):
         claimed("partly")
@@ -69,3 +70,12 @@ def test_the_jax_column_is_true(tmp_path):
     env = {"JAX_PLATFORMS": "cpu", "KERAS_VIT_PRECISION_PROBE": "off"}
     results = run_subset("jax", "tests.helpers.backend_claims", tmp_path, env=env, timeout=600)
     check_column(results, "jax")
+
+
+@pytest.mark.torch_backend
+@pytest.mark.slow
+def test_the_torch_column_is_true(tmp_path):
+    pytest.importorskip("torch")
+    env = {"KERAS_VIT_PRECISION_PROBE": "off"}
+    results = run_subset("torch", "tests.helpers.backend_claims", tmp_path, env=env, timeout=600)
+    check_column(results, "torch")
