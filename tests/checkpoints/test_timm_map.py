@@ -152,7 +152,9 @@ def test_timm_siglip_forward_matches_in_the_pytorch_lane(tmp_path):
     with torch.no_grad():
         for parameter in reference.parameters():
             parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.2)
-    timm.models.save_for_hf(reference, str(tmp_path / "timm"), model_args=args)
+    timm.models.save_for_hf(
+        reference, str(tmp_path / "timm"), model_args=args, safe_serialization=True
+    )
     config_path = tmp_path / "timm" / "config.json"
     config = json.loads(config_path.read_text())
     config["pretrained_cfg"]["input_size"] = [3, size, size]  # the tiny model's, as real files
