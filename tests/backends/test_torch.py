@@ -54,3 +54,23 @@ def test_a_bfloat16_copy_computes_in_bfloat16_close_to_float32(torch_results):
     assert torch_results["bf16_block_dtype"] == "bfloat16"
     assert torch_results["bf16_logits_dtype"] == "float32"
     assert 0 < torch_results["bf16_vs_float32"] < 0.05  # bfloat16 ran, and stayed close
+
+
+def test_attention_reaches_sdpa_and_matches_timms_forward(tmp_path):
+    """Issue 45: on PyTorch each attention layer picks the fused kernel when it is built, its
+    call reaches `torch.nn.functional.scaled_dot_product_attention` once a block, and the
+    logits of a timm file (random weights, non-square 24x20 input) equal timm's own forward,
+    as the explicit kernel's do."""
+    pytest.importorskip("torch")
+    pytest.importorskip("timm")
+    results = run_subset(
+        "torch",
+        "tests.helpers.torch_timm_fused",
+        tmp_path,
+        env={"CUDA_VISIBLE_DEVICES": ""},
+        timeout=600,
+    )
+    assert results["backend"] == "torch" and results["logits_std"] > 1e-2
+    assert results["kernels"] == ["fused"] and results["attention_layers"] == 2
+    assert results["sdpa_calls_fused"] == 2 and results["sdpa_calls_explicit"] == 0
+    assert results["fused_vs_timm"] < 1e-5 and results["explicit_vs_timm"] < 1e-5
