@@ -39,7 +39,11 @@ def test_global_pools_keras_vit_holds(metadata, config, class_token):
     "config, class_token, rule",
     [
         ({"global_pool": "avg"}, True, "global_pool='avg' with a class token"),
-        ({"model_args": {"global_pool": "map"}}, True, "global_pool='map' with a class token"),
+        (
+            {"model_args": {"global_pool": "map"}},
+            True,
+            "global_pool='map' but the file has no attention-pooling tensors",
+        ),
         ({"global_pool": "token"}, False, "global_pool='token' but the file has no cls_token"),
     ],
 )

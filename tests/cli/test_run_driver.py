@@ -73,4 +73,4 @@ def test_print_summary(tmp_path, monkeypatch, capsys):
     assert out[0] == "Test accuracy: 98.77% on 'test' (best.keras; test loss 0.0432, cross-entropy)"
     assert out[1].startswith("Kept model: the last epoch, 1 of 1 (--select last)")
     assert out[2] == f"Trained 1 epoch, 1 step on 2 replica(s); run directory: {tmp_path}"
-    assert out[3].startswith(f"Models: {tmp_path / 'best.keras'} (kept)")
+    assert out[3].startswith(f"Models: {tmp_path / 'best.keras'} and best.npz (the kept model")

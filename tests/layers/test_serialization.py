@@ -94,6 +94,7 @@ EVERY_ARGUMENT = [
             num_output_tokens=1,
             layer_scale_init=1e-4,
             mlp_activation="quick_gelu",
+            remat=True,
         ),
     ),
     (layers.TokenPooling, dict(pooling="gap", token_index=1, num_prefix_tokens=2)),

@@ -14,7 +14,7 @@ update) is jit-compiled. Reported per point:
 - with `--run`, the step executed once and the process's peak resident set (`ru_maxrss`),
   and the peak RSS increase over the process before the step.
 
-Measured (benchmarks/results/memory_b16_384.json; Intel Xeon, 2 cores, JAX 0.10.2, Keras
+Measured (benchmarks/results/runs/memory_b16_384.json; Intel Xeon, 2 cores, JAX 0.10.2, Keras
 3.15.1): B/16 at 384 px, batch 8, every combination 8,396 MiB of XLA temporaries. On XLA:CPU
 neither changes the step's memory: JAX's CPU `dot_product_attention` is the same einsum +
 softmax + einsum as the explicit path (no fused kernel on CPU), and XLA:CPU drops the
@@ -28,7 +28,7 @@ Usage:
     python benchmarks/memory.py --image-size 384 --batch-size 8
     python benchmarks/memory.py --image-size 224 384 518 --run
 
-Writes benchmarks/results/memory_<model>_<sizes>.json (or --output).
+Writes benchmarks/results/runs/memory_<model>_<sizes>.json (or --output).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ import subprocess
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 COMBINATIONS = [("explicit", False), ("fused", False), ("explicit", True), ("fused", True)]
 
 
@@ -66,9 +66,9 @@ def measure_point(model_name, image_size, batch_size, kernel, remat, run) -> dic
     import jax
     import keras
     import numpy as np
+    from keras_vit.finetune import set_remat
 
     from keras_vit import build_any, configs
-    from keras_vit.finetune import set_remat
     from keras_vit.layers import MultiHeadSelfAttention
 
     model = build_any.build(
@@ -146,7 +146,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--image-size", type=int, nargs="+", default=[384])
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--run", action="store_true", help="execute the step: peak RSS too")
-    parser.add_argument("--output", help="JSON path (default under benchmarks/results/)")
+    parser.add_argument("--output", help="JSON path (default under benchmarks/results/runs/)")
     parser.add_argument("--point", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--kernel", default="fused", help=argparse.SUPPRESS)
     parser.add_argument("--remat", action="store_true", help=argparse.SUPPRESS)
@@ -174,7 +174,9 @@ def main(argv=None) -> int:
             if key in point:
                 point[f"{key}_vs_explicit_no_remat"] = round(point[key] / base[key], 3)
     slug = args.model.replace("/", "").lower() + "_" + "_".join(map(str, args.image_size))
-    output = args.output or os.path.join(ROOT, "benchmarks", "results", f"memory_{slug}.json")
+    output = args.output or os.path.join(
+        ROOT, "benchmarks", "results", "runs", f"memory_{slug}.json"
+    )
     record = {
         "method": "one training step (forward, cross-entropy, gradients, SGD update) of the "
         "model, jit-compiled on Keras' JAX backend, float32, each point its own process; "
