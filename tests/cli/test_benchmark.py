@@ -339,3 +339,15 @@ def test_hybrid_macs_equal_a_count_of_the_built_layers(stages, patch, image_size
         resnet_width=8,
     )
     assert got == expected
+
+
+def test_the_stem_count_of_resnet50_is_the_published_one():
+    """ResNet-50 v1.5 (stages 3, 4, 6, 3; the same convolutions and strides as the BiT
+    stem) at 224 + its 2048 x 1000 classifier: 4.09 GMACs (torchvision's ResNet50 table,
+    "GFLOPS 4.09", which are multiply-adds)."""
+    from keras_vit.evaluate.benchmarking import stem_convolutions
+
+    convs, feature_map = stem_convolutions((3, 4, 6, 3), 224)
+    assert feature_map == (7, 7, 2048)
+    macs = sum(kh * kw * cin * cout * h * w for kh, kw, cin, cout, h, w in convs)
+    assert round((macs + 2048 * 1000) / 1e9, 2) == 4.09
