@@ -6,7 +6,9 @@ precision and compiler of `--mixed-precision`/`--jit-compile` (default auto:
 (float32 and bfloat16, with and without XLA) and the model FLOP utilisation from the analytic FLOP
 count (`keras_vit.evaluate.benchmarking`). The peers (keras-hub's `ViTBackbone` + a dense head,
 vit-keras' `build_model`) are measured too when they are installed and asked for with
-`--peers`. The side-by-side harness with one process per framework, interleaved repeats and
+`--peers`. A hybrid ("R50+B/16", any spelling) is keras_vit's `HybridViT` alone (no peer builds
+one: each is skipped with a note), its FLOP count includes the ResNet stem's convolutions.
+The side-by-side harness with one process per framework, interleaved repeats and
 separable memory is `python benchmarks/bench.py run`; it uses the same
 `keras_vit.evaluate.benchmarking`.
 """
@@ -27,8 +29,10 @@ from keras_vit.evaluate.benchmarking import (
     add_derived,
     format_results,
     gemm_roof,
+    hybrid_config,
     measure,
     peer_import_error,
+    token_grid,
     variant_arch,
 )
 from keras_vit.spec import configs
@@ -47,8 +51,10 @@ def add_parser(subparsers):
         "--model",
         default="Ti/16",
         help="the architecture timed, named as in `keras-vit train --model`: a variant ("
-        f"{configs.variant_list()}; default Ti/16; also spelled ViT_Ti16 or ti16), or a "
-        "custom 'patch,hidden,mlp,heads,layers' such as 8,32,64,4,2",
+        f"{configs.variant_list()}; default Ti/16; also spelled ViT_Ti16 or ti16), a hybrid "
+        f"({', '.join(configs.HYBRID_CONFIGS)}; also spelled R50_B16 or r50b16; keras_vit "
+        "only, no peer has one), or a custom 'patch,hidden,mlp,heads,layers' such as "
+        "8,32,64,4,2",
     )
     parser.add_argument(  # the old spelling: warns and names --model; hidden in --help
         "--variant",
@@ -86,10 +92,16 @@ def check_args(args):
     flags.image_size_of_name(args, default=(224, 224))  # "B/16-384": 384
     args.model = variant_name(args.model)
     try:
-        patch = variant_arch(args.model)["patch_size"]
+        arch = variant_arch(args.model)
     except ValueError as error:
         raise UsageError(f"--model: {error}") from None
-    if any(side % patch for side in args.image_size):
+    if "resnet_stages" in arch:
+        try:
+            token_grid(arch, args.image_size)
+        except ValueError as error:
+            raise UsageError(f"--image-size {size_text(args.image_size)}: {error}") from None
+    elif any(side % arch["patch_size"] for side in args.image_size):
+        patch = arch["patch_size"]
         raise UsageError(
             f"--image-size {size_text(args.image_size)}: each side must be a multiple of the "
             f"patch ({patch})"
@@ -131,15 +143,13 @@ def size_text(image_size) -> str:
 
 
 def variant_name(text: str) -> str:
-    """The table name ("Ti/16") of a ViT variant in any spelling
-    `keras_vit.spec.configs.resolve_model` takes ("Ti/16", "ViT_Ti16", "ti16", "ViT-Ti_16"); a
-    custom "patch,hidden,mlp,heads,layers" spec unchanged.
+    """The table name ("Ti/16", "R50+B/16") of a ViT variant or hybrid in any spelling
+    `keras_vit.spec.configs.resolve_model` takes ("Ti/16", "ViT_Ti16", "ti16", "ViT-Ti_16";
+    "R50+B/16", "R50_B16", "r50b16", "R50+ViT-B_16"); a custom
+    "patch,hidden,mlp,heads,layers" spec unchanged.
 
     Raises:
-        UsageError: a name `resolve_model` does not know, listing the valid names; a
-            hybrid in any spelling ("R50+B/16", "R50_B16", "r50b16"): one line naming its
-            table row and the plain variants (hybrids are not timed: the analytic FLOP count
-            of `keras_vit.evaluate.benchmarking` and the peers cover the plain ViT only).
+        UsageError: a name `resolve_model` does not know, listing the valid names.
     """
     if "," in text:
         return text
@@ -150,21 +160,21 @@ def variant_name(text: str) -> str:
             f"--model {text!r} is not a named variant ({configs.variant_list()}) nor a custom "
             f"'patch,hidden,mlp,heads,layers': {error}"
         ) from None
-    if named.is_hybrid:
-        raise UsageError(
-            f"--model {text!r} is the hybrid {named.name} (ResNet stem + ViT); benchmark times "
-            "plain ViT variants only (its analytic FLOP count and its peers are ViT's): "
-            f"{configs.variant_list()}, or a custom 'patch,hidden,mlp,heads,layers'"
-        )
     return named.name
 
 
-def skipped_peers() -> dict:
-    """{peer: why it does not import} for the peers of `--peers` that do not import here;
-    each is also named on stderr (a peer's missing dependency should not look like a peer
-    never asked for)."""
+def skipped_peers(model: str = "Ti/16") -> dict:
+    """{peer: why it is not timed} for the peers of `--peers` that do not import here, or all
+    of them for a hybrid `model` (no peer builds a ResNet + ViT hybrid); each is also named on
+    stderr, one line a peer (a skipped peer should not look like a peer never asked for)."""
     skipped = {}
+    hybrid = hybrid_config(model) is not None
     for framework in FRAMEWORKS[1:]:
+        if hybrid:
+            reason = f"it has no hybrid (ResNet + ViT) model like {model}"
+            skipped[framework] = reason
+            print(f"--peers: {framework} skipped, {reason}", file=sys.stderr)
+            continue
         reason = peer_import_error(framework)
         if reason is not None:
             skipped[framework] = reason
@@ -209,7 +219,7 @@ def run(args):
         print(f"Precision: {choice.describe()}", flush=True)
     keras.config.set_dtype_policy(choice.policy)
     modes = MODES if args.mode == "both" else (args.mode,)
-    skipped = skipped_peers() if args.peers else {}
+    skipped = skipped_peers(args.model) if args.peers else {}
     frameworks = ["keras_vit"] + [f for f in FRAMEWORKS[1:] if args.peers and f not in skipped]
     results = []
     for framework in frameworks:
@@ -232,7 +242,7 @@ def run(args):
     peak, per_size = gemm_roof(sizes) if sizes else (None, {})
     add_derived(results, args.model, args.image_size, peak)
     note = (
-        f"ViT-{args.model} @{size_text(args.image_size)}, batch {args.batch_size}, "
+        f"{model_label(args.model)} @{size_text(args.image_size)}, batch {args.batch_size}, "
         f"{choice.policy}, "
         f"XLA {'on' if choice.jit_compile else 'off'}; GEMM roof (best of float32/bfloat16, "
         "XLA on/off) "
@@ -250,6 +260,12 @@ def run(args):
         }
         write_json(args.json_path, payload)
     return 0
+
+
+def model_label(model: str) -> str:
+    """The table's title of `model`: "ViT-Ti/16", a custom "ViT-8,32,64,4,2", a hybrid
+    "R50+B/16" (its name already says ViT's size after the stem)."""
+    return model if hybrid_config(model) is not None else f"ViT-{model}"
 
 
 def vars_for_json(args):

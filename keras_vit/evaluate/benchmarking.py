@@ -24,10 +24,27 @@ ARCH_FIELDS = ("patch_size", "hidden_dim", "mlp_dim", "num_heads", "num_layers")
 PEER_MODULES = {"keras_hub": "keras_hub", "vit_keras": "vit_keras.vit"}
 
 
+def hybrid_config(variant):
+    """The `keras_vit.spec.configs.HybridConfig` of a hybrid named in any spelling
+    `keras_vit.spec.configs.resolve_model` takes ("R50+B/16", "R50_B16", "r50b16"), else None
+    (a plain variant, a custom spec or an unknown name)."""
+    from keras_vit.spec import configs
+
+    if "," in variant:
+        return None
+    try:
+        named = configs.resolve_model(variant)
+    except ValueError:
+        return None
+    return named.config if named.is_hybrid else None
+
+
 def variant_arch(variant):
     """The architecture (`patch_size`, `hidden_dim`, `mlp_dim`, `num_heads`, `num_layers`) of
     a named variant from `keras_vit.spec.configs.VIT_CONFIGS`, or of a custom spec
-    "patch,hidden,mlp,heads,layers" (e.g. "8,32,64,4,2").
+    "patch,hidden,mlp,heads,layers" (e.g. "8,32,64,4,2"). A hybrid of
+    `keras_vit.spec.configs.HYBRID_CONFIGS` ("R50+B/16", any spelling) adds `resnet_stages`,
+    and its `patch_size` is the patch on the ResNet feature map (`keras_vit.HybridViT`).
 
     Raises:
         ValueError: unknown variant name or a malformed spec.
@@ -45,8 +62,86 @@ def variant_arch(variant):
                 f"hidden divisible by heads. Received: {variant!r}"
             )
         return dict(zip(ARCH_FIELDS, values, strict=True))
+    hybrid = hybrid_config(variant)
+    if hybrid is not None:
+        kwargs = hybrid.as_kwargs()
+        return {
+            **{field: kwargs[field] for field in ARCH_FIELDS},
+            "resnet_stages": kwargs["resnet_stages"],
+        }
     config = configs.get_config(variant)
     return {field: getattr(config, field) for field in ARCH_FIELDS}
+
+
+def _same(size, stride):
+    """Output side of a "same"-padded (TF "SAME") convolution or pooling: ceil(size / stride)."""
+    return -(-size // stride)
+
+
+def stem_convolutions(resnet_stages, image_size, channels=3, width=64):
+    """The convolutions of the release's BiT ResNet stem (`keras_vit.HybridViT`'s
+    `resnet_stages`) on one image, in order, and its feature map.
+
+    Root: conv 7x7/2 (`width` filters) then a 3x3/2 max-pool (no MACs); stage s (1-based) of
+    `resnet_stages[s - 1]` bottleneck units of width `f = width * 2**(s - 1)`: conv1 1x1 to f,
+    conv2 3x3 (stride 2 in the first unit of stages 2+) to f, conv3 1x1 to 4f, and in the
+    first unit (width or stride change) the projection conv_proj 1x1/stride to 4f. Every side
+    is "same"-padded: out = ceil(in / stride). (Kolesnikov et al. 2020, BiT; the ViT release's
+    models_resnet.py.)
+
+    Args:
+        resnet_stages: units per stage, e.g. (3, 4, 9); () for the root only.
+        image_size: int (square) or (height, width) in pixels.
+        channels: image channels. width: root width (64 in the release).
+
+    Returns:
+        (convs, feature_map): convs a list of `(kh, kw, in_channels, out_channels, out_height,
+        out_width)`, feature_map `(height, width, channels)`.
+    """
+    height, width_px = to_pair("image_size", image_size)
+    height, width_px = _same(height, 2), _same(width_px, 2)
+    convs = [(7, 7, channels, width, height, width_px)]
+    height, width_px = _same(height, 2), _same(width_px, 2)  # the max-pool
+    in_channels = width
+    for s, units in enumerate(resnet_stages, start=1):
+        features = width * 2 ** (s - 1)
+        for u in range(1, units + 1):
+            stride = 2 if (s > 1 and u == 1) else 1
+            out_h, out_w = _same(height, stride), _same(width_px, stride)
+            convs.append((1, 1, in_channels, features, height, width_px))
+            convs.append((3, 3, features, features, out_h, out_w))
+            convs.append((1, 1, features, 4 * features, out_h, out_w))
+            if in_channels != 4 * features or stride != 1:
+                convs.append((1, 1, in_channels, 4 * features, out_h, out_w))
+            height, width_px, in_channels = out_h, out_w, 4 * features
+    return convs, (height, width_px, in_channels)
+
+
+def _conv_macs(conv):
+    kh, kw, cin, cout, out_h, out_w = conv
+    return kh * kw * cin * cout * out_h * out_w
+
+
+def token_grid(arch, image_size, channels=3, resnet_width=64):
+    """The patch grid `(rows, columns)` of `arch` (`variant_arch`) at `image_size`: whole
+    patches of the image for a ViT, of the ResNet feature map for a hybrid.
+
+    Raises:
+        ValueError: for a hybrid, a feature-map side not a multiple of the patch (the model
+            refuses it too), naming both.
+    """
+    patch = arch["patch_size"]
+    if arch.get("resnet_stages") is None:  # whole patches, as the count has always taken
+        height, width = to_pair("image_size", image_size)
+        return height // patch, width // patch
+    stages = arch["resnet_stages"]
+    _, (height, width, _) = stem_convolutions(stages, image_size, channels, resnet_width)
+    if height % patch or width % patch:
+        raise ValueError(
+            f"the ResNet feature map is {height}x{width}; each side must be a multiple of the "
+            f"patch ({patch})"
+        )
+    return height // patch, width // patch
 
 
 def analytic_macs(
@@ -59,6 +154,8 @@ def analytic_macs(
     channels=3,
     num_classes=1000,
     class_token=True,
+    resnet_stages=None,
+    resnet_width=64,
     **_ignored,
 ):
     """Multiply-accumulates of one forward pass of one image (matrix products only).
@@ -67,24 +164,40 @@ def analytic_macs(
     weighted sum of values (2 N^2 D over all heads) and the MLP (2 N D M), then the head.
     Layer norms, softmax, GELU and biases are left out, as in the published counts
     (torchvision's ViT table, whose "GFLOPS" are multiply-adds: B/16 17.56 G, B/32 4.41 G at
-    224).
+    224). A hybrid (`resnet_stages` given) adds every convolution of its BiT ResNet stem
+    (`stem_convolutions`: kh kw C_in C_out per output position; GroupNorm, ReLU, max-pool and
+    the weight standardisation left out likewise), and its patches are cut from the stem's
+    feature map (paper section 3.1).
 
     Args:
         patch_size, hidden_dim, mlp_dim, num_layers: the architecture (paper table 1).
         image_size: int (square) or (height, width) in pixels, each a multiple of
-            `patch_size`.
+            `patch_size` (of the feature map's sides for a hybrid).
         channels: image channels. num_classes: head outputs (0 for no head).
         class_token: whether a class token is prepended (token pooling).
+        resnet_stages: None for a ViT; a hybrid's units per ResNet stage ((3, 4, 9) for
+            R50+B/16, () for the root only).
+        resnet_width: a hybrid's root width (64 in the release and the named hybrids).
 
     Returns:
         The MAC count (int); FLOPs are twice this.
+
+    Raises:
+        ValueError: a side not a multiple of the patch (`token_grid`).
     """
-    height, width = to_pair("image_size", image_size)
-    patches = (height // patch_size) * (width // patch_size)
+    arch = {"patch_size": patch_size, "resnet_stages": resnet_stages}
+    rows, columns = token_grid(arch, image_size, channels, resnet_width)
+    patches = rows * columns
     tokens = patches + int(class_token)
     d = hidden_dim
+    stem = 0
+    if resnet_stages is not None:
+        convs, (_, _, channels) = stem_convolutions(
+            resnet_stages, image_size, channels, resnet_width
+        )
+        stem = sum(_conv_macs(conv) for conv in convs)
     embed = patches * patch_size * patch_size * channels * d
-    return embed + num_layers * _block_macs(tokens, d, mlp_dim) + d * num_classes
+    return stem + embed + num_layers * _block_macs(tokens, d, mlp_dim) + d * num_classes
 
 
 def _block_macs(tokens, d, mlp_dim, queries=None):
@@ -117,14 +230,22 @@ def keras_vit_step_gflops(variant, image_size, mode, num_classes=1000):
         raise ValueError(f"mode must be 'infer' or 'train'. Received: {mode!r}")
     arch = variant_arch(variant)
     full = analytic_macs(**arch, image_size=image_size, num_classes=num_classes)
-    height, width = to_pair("image_size", image_size)
-    patches = (height // arch["patch_size"]) * (width // arch["patch_size"])
-    tokens, d, mlp = patches + 1, arch["hidden_dim"], arch["mlp_dim"]
+    rows, columns = token_grid(arch, image_size)
+    tokens, d, mlp = rows * columns + 1, arch["hidden_dim"], arch["mlp_dim"]
     macs = full - _block_macs(tokens, d, mlp) + _block_macs(tokens, d, mlp, queries=1)
     if mode == "train":
-        image_gradient = patches * arch["patch_size"] ** 2 * 3 * d
-        return 2.0 * (TRAINING_FLOPS_FACTOR * macs - image_gradient) / 1e9
+        return 2.0 * (TRAINING_FLOPS_FACTOR * macs - _first_layer_macs(arch, image_size)) / 1e9
     return 2.0 * macs / 1e9
+
+
+def _first_layer_macs(arch, image_size):
+    """MACs of the layer that reads the image (the patch embedding, or a hybrid's root
+    conv): a training step skips its input gradient, which costs as much as its forward."""
+    if arch.get("resnet_stages") is not None:
+        convs, _ = stem_convolutions(arch["resnet_stages"], image_size)
+        return _conv_macs(convs[0])
+    rows, columns = token_grid(arch, image_size)
+    return rows * columns * arch["patch_size"] ** 2 * 3 * arch["hidden_dim"]
 
 
 def peak_rss_mb():
@@ -196,7 +317,8 @@ def peer_import_error(framework):
 def build_model(framework, variant, image_size, num_classes=1000):
     """The same ViT architecture built with `framework` (no dropout, token pooling).
 
-    keras_vit: `keras_vit.ViT`; keras_hub: `keras_hub.models.ViTBackbone` + class token +
+    keras_vit: `keras_vit.ViT` (`keras_vit.HybridViT` for a hybrid, which the peers lack:
+    ValueError); keras_hub: `keras_hub.models.ViTBackbone` + class token +
     dense head; vit_keras: `vit_keras.vit.build_model` (linear head). The global dtype policy
     applies; the head is float32 in every case. `image_size`: int or (height, width).
     """
@@ -204,10 +326,16 @@ def build_model(framework, variant, image_size, num_classes=1000):
 
     arch = variant_arch(variant)
     image_size = to_pair("image_size", image_size)
+    if framework == "keras_vit" and "resnet_stages" in arch:
+        from keras_vit.model.hybrid import HybridViT
+
+        return HybridViT(**arch, image_size=image_size, num_classes=num_classes, dropout_rate=0.0)
     if framework == "keras_vit":
         from keras_vit.model.models import ViT
 
         return ViT(**arch, image_size=image_size, num_classes=num_classes, dropout_rate=0.0)
+    if "resnet_stages" in arch:
+        raise ValueError(f"{framework} has no hybrid (ResNet + ViT) model like {variant!r}.")
     if framework == "keras_hub":
         import keras_hub
 

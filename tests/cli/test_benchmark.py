@@ -180,3 +180,174 @@ def test_a_json_path_that_names_no_file_is_refused_before_work(tmp_path, capsys,
     if kind == "fifo":
         assert stat.S_ISFIFO(os.lstat(path).st_mode)
     assert not (tmp_path / "new").exists()
+
+
+HYBRID_SPELLINGS = [
+    ("R50+B/16", "R50+B/16"),
+    ("R50_B16", "R50+B/16"),
+    ("r50b16", "R50+B/16"),
+    ("R50+ViT-B_16", "R50+B/16"),
+    ("R26+S/32", "R26+S/32"),
+    ("r26_s32", "R26+S/32"),
+    ("R26+B/32", "R26+B/32"),
+    ("R50+L/32", "R50+L/32"),
+    ("R+Ti/16", "R+Ti/16"),
+    ("R_Ti16", "R+Ti/16"),
+]
+
+
+@pytest.mark.parametrize("spelling, name", HYBRID_SPELLINGS)
+def test_each_hybrid_spelling_is_timed_by_keras_vit_alone(
+    spelling, name, tmp_path, capsys, monkeypatch
+):
+    """Every spelling reaches the timer as its table row, for keras_vit only (each peer
+    skipped in one line), and the table's GFLOP/s are the hybrid's analytic count x img/s.
+    The timer is a stand-in here (the real one: the test below); R50+L/32 would take
+    minutes to build."""
+    from keras_vit.evaluate import benchmarking
+
+    timed = []
+
+    def fake_measure(framework, variant, image_size, batch_size, mode, **kwargs):
+        timed.append((framework, variant, image_size, mode))
+        return benchmarking.result_record(framework, mode, [10.0], 1, 0.0)
+
+    monkeypatch.setattr(benchmark, "measure", fake_measure)
+    out_file = tmp_path / "bench.json"
+    argv = ["benchmark", "--model", spelling, *TINY_RUN, "--mode", "both", "--image-size", "64"]
+    assert main([*argv, "--peers", "--json", str(out_file)]) == 0
+    assert timed == [("keras_vit", name, (64, 64), "infer"), ("keras_vit", name, (64, 64), "train")]
+    captured = capsys.readouterr()
+    assert f"{name} @64, batch 2" in captured.out and "ViT-R" not in captured.out
+    for peer in benchmarking.FRAMEWORKS[1:]:
+        note = f"--peers: {peer} skipped, it has no hybrid (ResNet + ViT) model like {name}"
+        assert captured.err.count(note) == 1, captured.err
+    payload = json.loads(out_file.read_text())
+    assert payload["config"]["model"] == name
+    assert sorted(payload["skipped_peers"]) == sorted(benchmarking.FRAMEWORKS[1:])
+    for record in payload["results"]:
+        gflops = benchmarking.model_gflops(name, 64, record["mode"])
+        assert record["model_gflops_per_s"] == pytest.approx(10.0 * gflops)
+
+
+def test_a_hybrid_is_timed_for_inference_and_training(tmp_path, capsys):
+    out_file = tmp_path / "bench.json"
+    argv = ["benchmark", "--model", "R_Ti16", *TINY_RUN, "--mode", "both", "--image-size", "32"]
+    assert main([*argv, "--quiet", "--json", str(out_file)]) == 0
+    out = capsys.readouterr().out
+    assert "R+Ti/16 @32, batch 2" in out
+    results = json.loads(out_file.read_text())["results"]
+    assert [(r["framework"], r["mode"]) for r in results] == [
+        ("keras_vit", "infer"),
+        ("keras_vit", "train"),
+    ]
+    assert all(r["images_per_s"] > 0 and r["model_gflops_per_s"] > 0 for r in results)
+    assert results[0]["params"] > 5_000_000  # the Ti/16 Transformer after the ResNet root
+
+
+def test_a_hybrid_image_size_its_feature_map_cannot_patch_is_refused(capsys, monkeypatch):
+    monkeypatch.setattr(benchmark, "measure", lambda *a, **k: pytest.fail("timed"))
+    # R+Ti/16: patch 8 on the stride-4 feature map; 40 px -> a 10x10 map
+    assert main(["benchmark", "--model", "R+Ti/16", *TINY_RUN, "--image-size", "40"]) == 2
+    err = capsys.readouterr().err
+    assert "--image-size 40: the ResNet feature map is 10x10; each side must be a multiple of " in (
+        err
+    )
+
+
+def _layer_macs_of_a_forward_pass(model, images):
+    """MACs per image of every Conv2D / StdConv2D / Dense / EinsumDense of `model`, from
+    its kernel's actual shape and the actual output shape of one forward pass (each layer's
+    `call` wrapped to record what it returns), and the token count the key projections
+    returned."""
+    import keras
+    import numpy as np
+
+    from keras_vit.layers import StdConv2D
+
+    kinds = (keras.layers.Conv2D, StdConv2D, keras.layers.Dense, keras.layers.EinsumDense)
+    layers = [layer for layer in model._flatten_layers() if isinstance(layer, kinds)]
+    outputs = {}
+
+    def recording(layer):
+        call = layer.call
+
+        def wrapped(*args, **kwargs):
+            result = call(*args, **kwargs)
+            outputs.setdefault(id(layer), []).append(tuple(result.shape[1:]))
+            return result
+
+        return wrapped
+
+    for layer in layers:
+        layer.call = recording(layer)
+    model(images)
+    keys = {outputs[id(layer)][0][0] for layer in layers if layer.name == "key"}
+    total = 0
+    for layer in layers:
+        kernel = tuple(layer.kernel.shape)
+        if getattr(layer, "equation", "").startswith("btd,dnh"):  # q/k/v: (D, heads, head_dim)
+            contracted = kernel[0]
+        else:  # conv (kh, kw, in, out), dense (in, out), attention out (heads, head_dim, D)
+            contracted = int(np.prod(kernel[:-1]))
+        for shape in outputs[id(layer)]:
+            total += int(np.prod(shape)) * contracted
+    (tokens,) = keys  # every block attends over the same tokens
+    return total, tokens
+
+
+@pytest.mark.parametrize(
+    "stages, patch, image_size",
+    [
+        ((), 2, (32, 24)),
+        ((), 2, (30, 22)),  # odd sides after the root conv: "same" rounds up (15 -> 8)
+        ((1,), 1, (16, 16)),
+        ((1,), 1, (29, 30)),
+        ((1, 2), 1, (26, 38)),
+        ((2, 1, 1), 2, (64, 32)),
+    ],
+)
+def test_hybrid_macs_equal_a_count_of_the_built_layers(stages, patch, image_size):
+    """analytic_macs of a hybrid == the MACs of the built HybridViT's convolutions and dense
+    layers (actual kernel and output shapes) + q k^T and the weighted sum of values
+    (2 N^2 D a block, N read from the key projection's actual output)."""
+    import numpy as np
+
+    from keras_vit.evaluate.benchmarking import analytic_macs
+    from keras_vit.model.hybrid import HybridViT
+
+    arch = dict(patch_size=patch, hidden_dim=16, mlp_dim=24, num_heads=2, num_layers=2)
+    model = HybridViT(
+        resnet_stages=stages,
+        resnet_width=8,
+        resnet_groups=4,
+        image_size=image_size,
+        num_classes=5,
+        pooling="gap",  # every block over every token (token pooling's last block: 1 query)
+        **arch,
+    )
+    images = np.zeros((1, *image_size, 3), "float32")
+    layers, n = _layer_macs_of_a_forward_pass(model, images)
+    attention = arch["num_layers"] * 2 * n * n * arch["hidden_dim"]
+    expected = layers + attention
+    got = analytic_macs(
+        **arch,
+        image_size=image_size,
+        num_classes=5,
+        class_token=False,
+        resnet_stages=stages,
+        resnet_width=8,
+    )
+    assert got == expected
+
+
+def test_the_stem_count_of_resnet50_is_the_published_one():
+    """ResNet-50 v1.5 (stages 3, 4, 6, 3; the same convolutions and strides as the BiT
+    stem) at 224 + its 2048 x 1000 classifier: 4.09 GMACs (torchvision's ResNet50 table,
+    "GFLOPS 4.09", which are multiply-adds)."""
+    from keras_vit.evaluate.benchmarking import stem_convolutions
+
+    convs, feature_map = stem_convolutions((3, 4, 6, 3), 224)
+    assert feature_map == (7, 7, 2048)
+    macs = sum(kh * kw * cin * cout * h * w for kh, kw, cin, cout, h, w in convs)
+    assert round((macs + 2048 * 1000) / 1e9, 2) == 4.09

@@ -84,26 +84,19 @@ def test_convert_builds_every_spelling(table_name, spelling):
 
 
 @pytest.mark.parametrize("table_name, spelling", CASES)
-def test_benchmark_times_every_vit_spelling(table_name, spelling):
+def test_benchmark_times_every_spelling(table_name, spelling):
+    """Every spelling of every row, hybrids included (keras_vit's HybridViT alone), passes
+    benchmark's checks as that row at the default 224 (tests/cli/test_benchmark.py times
+    them)."""
     args = build_parser().parse_args(["benchmark", "--model", spelling, "--gemm-sizes", "none"])
-    if table_name in configs.HYBRID_CONFIGS:
-        # Not timed (the FLOP count and the peers are the plain ViT's): one line naming the
-        # spelling and the row it reads as, never "not a named variant" (issue 46).
-        with pytest.raises(UsageError) as raised:
-            benchmark.check_args(args)
-        message = str(raised.value)
-        assert "\n" not in message
-        assert message.startswith(f"--model {spelling!r} is the hybrid {table_name} ")
-        assert "not a named variant" not in message and "Unknown model" not in message
-        return
     benchmark.check_args(args)
     assert args.model == table_name
 
 
 @pytest.mark.parametrize("table_name, spelling", CASES)
 def test_every_subcommand_reads_a_spelling_as_the_same_row(table_name, spelling):
-    """train, convert, and benchmark read one spelling as one table row (benchmark refuses
-    a hybrid by that row's name); none of them calls a known spelling unknown."""
+    """train, convert, and benchmark read one spelling as one table row; none of them calls
+    a known spelling unknown or refuses a hybrid."""
     from keras_vit.cli import train
 
     rows = set()
@@ -111,11 +104,7 @@ def test_every_subcommand_reads_a_spelling_as_the_same_row(table_name, spelling)
     rows.add(run_plan.resolve_model_name(config.model).name)
     builder, _ = convert.builder_for(spelling)
     rows.add(next(n for n in configs.MODEL_CONFIGS if configs.builder_name(n) == builder.__name__))
-    try:
-        rows.add(benchmark.variant_name(spelling))
-    except UsageError as error:
-        assert f"is the hybrid {table_name} " in str(error)
-        rows.add(table_name)
+    rows.add(benchmark.variant_name(spelling))
     assert rows == {table_name}
 
 
