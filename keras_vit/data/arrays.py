@@ -73,3 +73,20 @@ def describe_arrays(source) -> DatasetInfo:
         num_examples={"train": int(len(y))},
         image_size=(int(x.shape[1]), int(x.shape[2])),
     )
+
+
+def check_array_split(split: str) -> None:
+    """A pair of arrays is one split, "train" (sliced as "train[:90%]", "train[90%:]"):
+    another name ("test", "validation") would silently give the same images back.
+
+    Raises:
+        ValueError: a split name other than "train", naming it.
+    """
+    from keras_vit.data.splits import parse_split
+
+    name = parse_split(split).name
+    if name != "train":
+        raise ValueError(
+            f"A pair of arrays (x, y) has one split, 'train' (slice it, e.g. 'train[:90%]' and "
+            f"'train[90%:]'); received split {split!r}. Pass your test images as their own pair."
+        )

@@ -92,6 +92,7 @@ def _embedded_examples(source, split, options):
 
 
 def _array_examples(source, split, options):
+    arrays_source.check_array_split(split)
     x, y = arrays_source.check_arrays(source)
     return _in_memory(x, y, split, options.split_seed)
 
@@ -126,6 +127,7 @@ def _embedded_counts(source, split, data_dir, shots, seed):
 
 
 def _array_counts(source, split, data_dir, shots, seed):
+    arrays_source.check_array_split(split)
     labels = arrays_source.check_arrays(source)[1]
     return _label_counts(labels, arrays_source.describe_arrays(source).class_names, split)
 

@@ -442,5 +442,5 @@ def probe_figures(
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     entries[key_text(key)] = {"key": key, "shape": shape, "figures": figures, "date": date}
     write_cache(path, entries)
-    logger.info("Precision probe (%s): %s ms per step; cached in %s", key_text(key), figures, path)
+    logger.debug("Precision probe (%s): %s ms per step; cached in %s", key_text(key), figures, path)
     return figures, date, False

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -67,3 +69,22 @@ def test_arrays_slices_are_per_class_and_disjoint():
 def test_bad_arrays_are_refused(source, match):
     with pytest.raises(ValueError, match=match):
         data.load(source, image_size=8, batch_size=2, training=False)
+
+
+@pytest.mark.parametrize("split", ["test", "validation", "banana", "test[:50%]"])
+def test_a_split_other_than_train_is_refused_naming_it(split):
+    """A pair of arrays is the 'train' split: 'test' gave the same images back, silently."""
+    x, y = np.zeros((6, 8, 8), "uint8"), np.arange(6) % 3
+    with pytest.raises(
+        ValueError, match=f"has one split, 'train'.*received split {re.escape(repr(split))}"
+    ):
+        data.load((x, y), split, image_size=8, batch_size=2, training=False)
+    with pytest.raises(ValueError, match="has one split, 'train'"):
+        data.class_counts((x, y), split)
+
+
+def test_slices_of_the_train_split_are_still_read():
+    x, y = np.zeros((10, 8, 8), "uint8"), np.arange(10) % 2
+    first = data.load((x, y), "train[:80%]", image_size=8, batch_size=10, training=False)
+    rest = data.load((x, y), "train[80%:]", image_size=8, batch_size=10, training=False)
+    assert sum(len(b[1]) for b in first) + sum(len(b[1]) for b in rest) == 10
