@@ -41,7 +41,9 @@ class TransformerBlock(keras.layers.Layer):
             JAX, `tf.recompute_grad` on TensorFlow, activation checkpointing on PyTorch),
             trading about one more forward pass per step for the memory of the block's
             intermediates (the attention weights, `(batch, heads, tokens, tokens)`, and the
-            MLP's `(batch, tokens, mlp_dim)`); the same values. Inference is unchanged.
+            MLP's `(batch, tokens, mlp_dim)`); the same values. Inference is unchanged. On
+            JAX, XLA:CPU needs its memory scheduler for the saving (see
+            `keras_vit.kernels.dispatch.prefer_memory_schedule`; the builders ask for it).
         num_output_tokens: None (default: every token) or an int k >= 1: the block computes
             only its first k output tokens (k queries; keys and values still come from all
             tokens), which equal the first k rows of the full block's output. The ViT
@@ -81,6 +83,8 @@ class TransformerBlock(keras.layers.Layer):
         if not isinstance(remat, bool):
             raise ValueError(f"`remat` must be True or False. Received: remat={remat!r}")
         self.remat = remat
+        if remat:
+            dispatch.prefer_memory_schedule()
         self.num_heads = check_positive_int("num_heads", num_heads)
         self.mlp_dim = check_positive_int("mlp_dim", mlp_dim)
         self.dropout_rate = check_rate("dropout_rate", dropout_rate)

@@ -24,6 +24,7 @@ from keras_vit._validation import (
     check_rate,
     to_pair,
 )
+from keras_vit.kernels import dispatch
 from keras_vit.layers import (
     ClassToken,
     LearnedTokens,
@@ -568,8 +569,8 @@ def vision_transformer(
         position_embedding=position_embedding,
         include_top=include_top,
     )
-    dynamic = bool(dynamic_image_size)
-    _check_dynamic(dynamic, stem, position_embedding)
+    _check_dynamic(dynamic := bool(dynamic_image_size), stem, position_embedding)
+    dispatch.prefer_memory_schedule(remat is True)  # before any layer computes (see there)
     if weights is not None and include_top and representation_size is None:
         from keras_vit.checkpoints.prediction_head import prediction_representation_size
 

@@ -127,7 +127,11 @@ def ViT(
         remat: False (default) or True: each Transformer block recomputes its activations
             in the backward pass instead of storing them (`keras.remat`; `TransformerBlock`'s
             `remat`): less memory per training step at fine-tuning resolutions, about one
-            more forward pass of compute. Kept in the `.keras` file.
+            more forward pass of compute. Kept in the `.keras` file. On Keras' JAX backend
+            it adds XLA:CPU's memory-scheduling flag to `XLA_FLAGS` first (without it XLA on
+            CPU schedules the recomputation away; `keras_vit.kernels.dispatch.
+            prefer_memory_schedule`), which takes effect when this is the process's first
+            JAX computation.
         weights: None, a checkpoint path of any format keras_vit reads (`.npz`, `.keras`, a
             Hugging Face folder, a timm `.safetensors`), or a published checkpoint name
             (see `keras_vit.checkpoints`).

@@ -68,6 +68,7 @@ import keras
 
 from keras_vit import _atomic
 from keras_vit._validation import check_choice, check_labels, check_positive_int
+from keras_vit.kernels import dispatch
 from keras_vit.runtime import distribute
 from keras_vit.spec import kept_model
 from keras_vit.train import callbacks, run_lock, training, worker_restart
@@ -887,6 +888,8 @@ def train(
     if resume:
         config = read_run_config(run_dir)
     config = config or RunConfig()
+    if config.remat:  # before the strategy or plan loads or probes anything on the backend
+        dispatch.prefer_memory_schedule()
     if strategy is None:
         strategy = distribute.resolve_strategy(config.strategy)
     plan = plan_run(config, strategy)
