@@ -54,12 +54,31 @@ def quiet_start_wanted() -> bool:
     )
 
 
+LIGHT_MODULES = ("keras_vit.spec", "keras_vit._")
+"""Modules that import neither Keras nor TensorFlow (`spec/` and the private helpers)."""
+
+
+def backend_before_tensorflow(module_name: str = "") -> None:
+    """Imports Keras, and with it its backend's framework, before anything imports TensorFlow
+    (unless `module_name`, about to be imported, is one of `LIGHT_MODULES`).
+
+    Under KERAS_BACKEND=torch, PyTorch imported after TensorFlow 2.21 crashes the process
+    (a segmentation fault in triton's CUDA bindings, which torch._dynamo imports; torch
+    2.14.1 CUDA wheels, seen on a CPU-only host), while the other order works. Under the
+    TensorFlow backend Keras imports TensorFlow itself, so this changes nothing there."""
+    if "tensorflow" not in sys.modules and not module_name.startswith(LIGHT_MODULES):
+        importlib.import_module("keras")
+
+
 def import_quietly(module_name: str):
     """`importlib.import_module(module_name)`, hiding TensorFlow's start-up block when
-    `quiet_start_wanted()` (the device listing, where the CUDA probing happens, included)."""
+    `quiet_start_wanted()` (the device listing, where the CUDA probing happens, included);
+    Keras' backend first (`backend_before_tensorflow`)."""
     if not quiet_start_wanted():
+        backend_before_tensorflow(module_name)
         return importlib.import_module(module_name)
     with stderr_fd_silenced():
+        backend_before_tensorflow(module_name)
         module = importlib.import_module(module_name)
         if "tensorflow" in sys.modules:
             sys.modules["tensorflow"].config.list_physical_devices()

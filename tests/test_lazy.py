@@ -78,3 +78,30 @@ def test_keras_vit_imports_its_names_on_first_use():
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.strip() == "ok"
+
+
+IMPORT_ORDER = (
+    "import sys\n"
+    "seen = []\n"
+    "class Finder:\n"
+    "    def find_spec(self, name, path=None, target=None):\n"
+    "        if name in ('keras', 'tensorflow') and name not in seen:\n"
+    "            seen.append(name)\n"
+    "sys.meta_path.insert(0, Finder())\n"
+    "from keras_vit._lazy import import_quietly\n"
+    "import_quietly({module!r})\n"
+    "print(seen)\n"
+)
+
+
+@pytest.mark.parametrize(
+    "module, seen",
+    [("tensorflow", "['keras', 'tensorflow']"), ("keras_vit.spec.configs", "[]")],
+)
+def test_keras_backend_comes_before_tensorflow_and_light_modules_stay_light(module, seen):
+    """A lazily imported module asks for Keras (its backend) before TensorFlow; `spec/` starts
+    neither (under KERAS_BACKEND=torch, PyTorch imported after TensorFlow crashes)."""
+    code = IMPORT_ORDER.format(module=module)
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip().splitlines()[-1] == seen

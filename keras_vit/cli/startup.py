@@ -17,17 +17,24 @@ import os
 import warnings
 
 # shared with the quiet start of `import keras_vit` users (`keras_vit._lazy`)
-from keras_vit._lazy import VERBOSE_ENV, stderr_fd_silenced, verbose_from_env  # noqa: F401
+from keras_vit._lazy import (  # noqa: F401
+    VERBOSE_ENV,
+    backend_before_tensorflow,
+    stderr_fd_silenced,
+    verbose_from_env,
+)
 
 
 def start_tensorflow(verbose: bool) -> None:
-    """Imports TensorFlow and lists its devices, quietly unless `verbose`.
+    """Imports TensorFlow (after Keras' backend: `backend_before_tensorflow`) and lists its
+    devices, quietly unless `verbose`.
 
     Quiet mode also raises the Python loggers of TensorFlow and absl (used by TensorFlow
     Datasets) to ERROR and keeps TF_CPP_MIN_LOG_LEVEL at 2 for later C++ messages (the user's
     own value wins).
     """
     if verbose:
+        backend_before_tensorflow()
         import tensorflow as tf
 
         tf.config.list_physical_devices()
@@ -35,6 +42,7 @@ def start_tensorflow(verbose: bool) -> None:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     with stderr_fd_silenced(), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # deprecation notes printed while TF imports
+        backend_before_tensorflow()
         import tensorflow as tf
 
         tf.config.list_physical_devices()

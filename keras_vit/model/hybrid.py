@@ -41,7 +41,7 @@ def resnet_features(images, *, stages, width=ROOT_WIDTH, groups=GROUP_NORM_GROUP
         groups=groups, epsilon=GROUP_NORM_EPSILON, name=names.ROOT_NORM
     )(x)
     x = keras.layers.ReLU(name="relu_root")(x)
-    x = keras.layers.MaxPooling2D(3, strides=2, padding="same", name="pool_root")(x)
+    x = _same_max_pool(x)
     for s, num_units in enumerate(stages, start=1):
         for u in range(1, num_units + 1):
             x = BottleneckUnit(
@@ -52,6 +52,19 @@ def resnet_features(images, *, stages, width=ROOT_WIDTH, groups=GROUP_NORM_GROUP
                 name=names.unit_name(s, u),
             )(x)
     return x
+
+
+def _same_max_pool(x):
+    """The root's 3x3/2 max-pool with TF "SAME" padding, as zero padding + a "valid" pool:
+    the same values, since its input is a ReLU's (>= 0) and every window holds one input.
+    (Keras' "same" pooling pads by edge replication on PyTorch, whose backward torch 2.14's
+    inductor fails to compile under torch.compile, `--jit-compile`.)"""
+    pads = []
+    for size in x.shape[1:3]:
+        total = max((-(-size // 2) - 1) * 2 + 3 - size, 0)
+        pads.append((total // 2, total - total // 2))
+    x = keras.layers.ZeroPadding2D(tuple(pads), name="pool_root_pad")(x)
+    return keras.layers.MaxPooling2D(3, strides=2, padding="valid", name="pool_root")(x)
 
 
 def _check_stages(stages):

@@ -8,9 +8,13 @@ tf.data pipelines, tf.distribute strategies, SavedModel export (TensorFlow only)
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 
-from tests.backends.subset import run_subset
+from tests.backends.subset import ROOT, run_subset
 
 pytestmark = pytest.mark.torch_backend
 
@@ -74,3 +78,35 @@ def test_attention_reaches_sdpa_and_matches_timms_forward(tmp_path):
     assert results["kernels"] == ["fused"] and results["attention_layers"] == 2
     assert results["sdpa_calls_fused"] == 2 and results["sdpa_calls_explicit"] == 0
     assert results["fused_vs_timm"] < 1e-5 and results["explicit_vs_timm"] < 1e-5
+
+
+def _cli_on_torch(tmp_path, *flags) -> subprocess.CompletedProcess:
+    """`keras-vit train` on the tiny digits run in a fresh KERAS_BACKEND=torch process, as a
+    user starts it (the CLI imports TensorFlow for tf.data; nothing imports torch first)."""
+    run = ["--epochs", "1", "--batch-size", "16", "--run-dir", str(tmp_path / "run"), *flags]
+    argv = ["train", "--model", "tiny", "--dataset", "digits", "--shots-per-class", "10", *run]
+    code = f"import sys\nfrom keras_vit.cli.main import main\nsys.exit(main({argv!r}))\n"
+    env = {**os.environ, "KERAS_BACKEND": "torch", "CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": ROOT}
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=1200
+    )
+
+
+def test_keras_vit_train_runs_on_torch_from_a_fresh_process(tmp_path):
+    """TensorFlow imported before PyTorch crashed the process (a segmentation fault in
+    triton's CUDA bindings, torch 2.14.1): the CLI now imports Keras' backend first."""
+    pytest.importorskip("torch")
+    done = _cli_on_torch(tmp_path, "--stem", "patch", "--no-jit-compile")
+    assert done.returncode == 0, (done.returncode, done.stderr[-3000:])
+    assert "Test accuracy" in done.stdout
+
+
+@pytest.mark.large
+def test_jit_compile_on_torch_trains_the_hybrid(tmp_path):
+    """`--jit-compile` on PyTorch is Keras' torch.compile; the hybrid's root max-pool used to
+    fail in inductor (`replication_pad2d_backward`). Minutes of compilation on 2 cores:
+    `pytest -m "large and torch_backend"`."""
+    pytest.importorskip("torch")
+    done = _cli_on_torch(tmp_path, "--stem", "resnet", "--jit-compile")
+    assert done.returncode == 0, (done.returncode, done.stderr[-3000:])
+    assert "Test accuracy" in done.stdout and "jit_compile True" in done.stdout

@@ -3,6 +3,8 @@ start-up block goes) silenced only inside the block, and the quiet TensorFlow st
 
 import logging
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -58,3 +60,24 @@ def test_verbose_start_leaves_the_loggers(monkeypatch):
     monkeypatch.setattr(logging.getLogger("tensorflow"), "level", logging.INFO)
     startup.start_tensorflow(verbose=True)
     assert logging.getLogger("tensorflow").level == logging.INFO
+
+
+def test_keras_backend_is_imported_before_tensorflow():
+    """In a fresh process the quiet start asks for `keras` before `tensorflow` (under
+    KERAS_BACKEND=torch, PyTorch imported after TensorFlow crashes the process)."""
+    code = (
+        "import sys\n"
+        "seen = []\n"
+        "class Finder:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name in ('keras', 'tensorflow') and name not in seen:\n"
+        "            seen.append(name)\n"
+        "sys.meta_path.insert(0, Finder())\n"
+        "from keras_vit.cli import startup\n"
+        "startup.start_tensorflow(False)\n"
+        "print(seen)\n"
+    )
+    env = {**os.environ, "KERAS_BACKEND": "tensorflow"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "['keras', 'tensorflow']"

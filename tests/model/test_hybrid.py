@@ -10,12 +10,14 @@ from __future__ import annotations
 import keras
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import keras_vit
 from keras_vit import HybridViT
 from keras_vit.checkpoints import CheckpointError, load_npz, save_npz
 from keras_vit.model.finetune import finetune
-from keras_vit.model.hybrid import HYBRID_CONFIGS
+from keras_vit.model.hybrid import HYBRID_CONFIGS, _same_max_pool
 from tests.numpy_reference import hybrid_forward
 from tests.output_checks import (
     assert_close_to_float32,
@@ -454,3 +456,15 @@ def test_finetune_a_hybrid_to_a_new_size_and_task(tiny_hybrid_images):
     np.testing.assert_allclose(table[0, 1:].reshape(8, 8, 32), expected, atol=1e-5)
     images = np.random.default_rng(6).uniform(-1, 1, (2, 64, 64, 3)).astype(np.float32)
     np.testing.assert_array_equal(np.asarray(tuned(images)), 0.0)  # zero head
+
+
+@settings(max_examples=25, deadline=None)
+@given(height=st.integers(3, 21), width=st.integers(3, 21), channels=st.integers(1, 4))
+def test_the_root_pool_equals_keras_same_max_pool_on_relu_outputs(height, width, channels):
+    """The root's zero-padded "valid" pool against Keras' own 3x3/2 "same" MaxPooling2D
+    (which PyTorch's backend pads by replication), on odd and even sizes: the same values."""
+    rng = np.random.default_rng(height * 100 + width * 10 + channels)
+    x = np.maximum(rng.normal(size=(2, height, width, channels)), 0).astype("float32")
+    expected = keras.layers.MaxPooling2D(3, strides=2, padding="same")(x)
+    pooled = _same_max_pool(keras.ops.convert_to_tensor(x))
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(pooled), np.asarray(expected))
