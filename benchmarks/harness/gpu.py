@@ -52,13 +52,6 @@ PEERS = {
     "keras_vit_torch": (("torch", "keras"), "torch"),
 }
 LAST = ("keras_vit_torch",)
-GEMM_ENGINES = ("jax", "torch")
-
-
-def missing_module(modules) -> str | None:
-    """The first of `modules` not installed here, as a one-line reason, or None."""
-    missing = [module for module in modules if importlib.util.find_spec(module) is None]
-    return f"{missing[0]} is not installed here" if missing else None
 
 
 def peak_tflops(device: str, override: float | None = None) -> float | None:
@@ -237,7 +230,7 @@ def point_specs(args) -> list[dict]:
     smoke = args.smoke
     sizes, repeats = ([128, 256], 1) if smoke else ([4096, 8192], 3)
     gemm = {"kind": "gemm", "sizes": sizes, "repeats": repeats}
-    specs = [{**gemm, "engine": engine, "needs": (engine,)} for engine in GEMM_ENGINES]
+    specs = [{**gemm, "engine": engine, "needs": (engine,)} for engine in ("jax", "torch")]
     counts = dict(warmup=1, steps=1, repeats=1) if smoke else dict(warmup=3, steps=10, repeats=3)
     late = [peer for peer in args.peers if peer in LAST]
     for group in ([peer for peer in args.peers if peer not in LAST], late):
@@ -269,7 +262,8 @@ def run_all(args) -> list[dict]:
     deadline, records = time.monotonic() + args.budget_s, []
     for spec in point_specs(args):
         left = deadline - time.monotonic()
-        reason = missing_module(spec["needs"])
+        missing = [module for module in spec["needs"] if importlib.util.find_spec(module) is None]
+        reason = f"{missing[0]} is not installed here" if missing else None
         if reason is None and left < 5:
             reason = f"budget of {args.budget_s:.0f} s spent"
         result = {"skipped": reason} if reason else launch(spec, min(left, args.point_timeout_s))
@@ -310,19 +304,6 @@ def summarise(args, records: list[dict]) -> dict:
             "keras_vit_best_over_timm_best": ratios}  # fmt: skip
 
 
-def markdown(records: list[dict]) -> str:
-    rows = ["| workload | peer | img/s | peak GiB | model TFLOP/s | MFU sheet | MFU GEMM |",
-            "|---|---|---|---|---|---|---|"]  # fmt: skip
-    pct = lambda v: "-" if v is None else f"{100 * v:.1f}%"  # noqa: E731
-    for r in (r for r in records if r["kind"] == "model"):
-        cells = [f"skipped: {r['skipped']} |||"] if "skipped" in r else [
-            f"{r['images_per_s']:.1f}", f"{r['peak_memory_gib']:.2f} ({r['memory_kind']})",
-            f"{r['model_tflops_per_s']:.3f}", pct(r["mfu_datasheet"]), pct(r["mfu_gemm"])
-        ]  # fmt: skip
-        rows.append(f"| {r['workload_name']} | {r['peer']} | " + " | ".join(cells) + " |")
-    return "\n".join(rows)
-
-
 def main(argv=None) -> int:
     args = parse_args(argv)
     if args.point:
@@ -330,7 +311,15 @@ def main(argv=None) -> int:
         return 0
     start, records = time.monotonic(), run_all(args)
     summary = summarise(args, records)
-    print(markdown(records))
+    pct = lambda v: "-" if v is None else f"{100 * v:.1f}%"  # noqa: E731
+    print("| workload | peer | img/s | peak GiB | model TFLOP/s | MFU sheet | MFU GEMM |")
+    print("|---" * 7 + "|")
+    for r in (r for r in records if r["kind"] == "model"):
+        cells = [f"skipped: {r['skipped']} |||"] if "skipped" in r else [
+            f"{r['images_per_s']:.1f}", f"{r['peak_memory_gib']:.2f} ({r['memory_kind']})",
+            f"{r['model_tflops_per_s']:.3f}", pct(r["mfu_datasheet"]), pct(r["mfu_gemm"])
+        ]  # fmt: skip
+        print(f"| {r['workload_name']} | {r['peer']} | " + " | ".join(cells) + " |")
     print(json.dumps(summary))
     payload = {**summary, "smoke": args.smoke, "budget_s": args.budget_s,
                "wall_s": time.monotonic() - start, "points": records}  # fmt: skip

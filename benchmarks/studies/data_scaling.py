@@ -1,14 +1,11 @@
 """Study: the paper's data-requirement experiment in miniature (section 4.2, figures 3-4).
 
-The paper finds ViT behind BiT ResNets on small pre-training data and ahead on large, hybrids
-ahead at small compute. Here three models of similar size, "ViT" (the default recipe with the
-patch stem: patch 4, 4 blocks of width 64), "hybrid" (the default recipe: BiT root stem + the
-same Transformer) and "ResNet" (the same root, two bottleneck stages, average pooling), are
-pre-trained with the same AdamW recipe and steps on growing stratified subsets of the embedded
-MNIST (250 to 4,000 images). Measured on the UCI digits: the 10-shot linear probe
-(`keras_vit.evaluate.fewshot`, frozen 28 px features, 3 seeds) and the accuracy fine-tuned at
-40 px (the release's SGD recipe; 1,297 training, 500 test digits); beside them each model's
-parameters and step time. A table (stdout, --json) and a PNG in the style of figure 3.
+A ViT (the default recipe, patch stem), a hybrid (BiT root stem + the same Transformer) and a
+BiT ResNet (the same root, two bottleneck stages) are pre-trained with the same AdamW recipe
+and steps on growing stratified subsets of the embedded MNIST (250 to 4,000 images).
+Measured on the UCI digits: 10-shot linear probe accuracy (`keras_vit.evaluate.fewshot`, 3
+seeds) and accuracy fine-tuned at 40 px (the release's SGD recipe), with each model's
+parameters and step time; a table (stdout, --json) and a PNG like the paper's figure 3.
 
     python benchmarks/studies/data_scaling.py --png data_scaling.png   # ~20-30 min, 2 cores
     python benchmarks/studies/data_scaling.py --quick --png /tmp/ds.png  # smoke run, ~2 min
@@ -103,46 +100,35 @@ def pretrain(name, size, args):
     return model, (time.perf_counter() - start) / 3
 
 
-def fewshot_accuracy(model):
+def transfer_accuracies(name, model, args) -> tuple[float, float]:
+    """(10-shot linear accuracy, fine-tuned accuracy) of the pre-trained `model` on the UCI
+    digits. Fine-tuned: keras_vit.finetune for the ViT and the hybrid (position table resized,
+    zero head); the CNN rebuilt at the new size, its convolution weights copied, a zero head."""
+    import keras
+
+    import keras_vit
     from keras_vit import data
     from keras_vit.evaluate import fewshot
+    from keras_vit.train import training
 
     train, test = (data.load("digits", split, image_size=28, batch_size=256, training=False)
                    for split in ("train", "test"))  # fmt: skip
-    return fewshot.fewshot_evaluate(model, train, test, shots=(SHOTS,), seeds=3)[SHOTS].mean
-
-
-def transferred(name, model, image_size):
-    """The model for 10 digit classes at `image_size`: keras_vit.finetune for the ViT and the
-    hybrid (position table resized, zero head); the CNN rebuilt at the new size with its
-    convolution weights copied (a CNN needs no resize) and a zero head."""
-    import keras_vit
-
-    if name != "ResNet":
-        return keras_vit.finetune(model, 10, image_size=image_size)
-    target = build(name, 10, image_size)
-    for layer in target.layers:
-        if layer.weights and layer.name != "head":
-            layer.set_weights(model.get_layer(layer.name).get_weights())
-    return target
-
-
-def finetune_accuracy(name, model, args):
-    import keras
-
-    from keras_vit import data
-    from keras_vit.train import training
-
+    few = fewshot.fewshot_evaluate(model, train, test, shots=(SHOTS,), seeds=3)[SHOTS].mean
     keras.utils.set_random_seed(SEED)
     size, steps = args.finetune_size, args.finetune_steps
     config = training.FinetuneConfig(steps=steps, image_size=size)
     train = data.load("digits", "train", image_size=size, batch_size=config.batch_size,
                       training=True, shuffle_seed=SEED)  # fmt: skip
     test = data.load("digits", "test", image_size=size, batch_size=256, training=False)
-    target = transferred(name, model, size)
+    if name != "ResNet":
+        target = keras_vit.finetune(model, 10, image_size=size)
+    else:
+        target = build(name, 10, size)
+        for layer in (layer for layer in target.layers if layer.weights and layer.name != "head"):
+            layer.set_weights(model.get_layer(layer.name).get_weights())
     optimizer = training.finetune_optimizer(config.learning_rate, steps)
     fit(target, train, optimizer, training.loss(), steps, args.xla, metrics=["accuracy"])
-    return float(target.evaluate(test, verbose=0, return_dict=True)["accuracy"])
+    return few, float(target.evaluate(test, verbose=0, return_dict=True)["accuracy"])
 
 
 def plot(results, path):
@@ -208,11 +194,11 @@ def measure(args) -> list[dict]:
     for size in args.sizes:
         for name in args.models:
             model, step_s = pretrain(name, size, args)
+            few, tuned = transfer_accuracies(name, model, args)
             results.append({
                 "model": name, "size": size, "params": int(model.count_params()),
-                "step_ms": round(1000 * step_s, 1),
-                "fewshot": round(fewshot_accuracy(model), 4),
-                "finetune": round(finetune_accuracy(name, model, args), 4),
+                "step_ms": round(1000 * step_s, 1), "fewshot": round(few, 4),
+                "finetune": round(tuned, 4),
             })  # fmt: skip
             print(json.dumps(results[-1]), flush=True)
             if args.png:  # redrawn after every point: a stopped run keeps its figure

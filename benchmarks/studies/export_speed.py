@@ -1,13 +1,11 @@
-"""Study: does a TensorFlow-only process run the SavedModel export as fast as the Keras model?
+"""Study: does a TensorFlow-only process serve the SavedModel export as fast as Keras runs it?
 
-keras_vit's ViT of one variant (a random head, so logits are not 0) is exported with
-`keras_vit.export_saved_model` in float32 and in mixed_bfloat16 (`distribute.with_dtype_policy`,
-what `keras-vit export --mixed-precision mixed_bfloat16` writes). Each export is served by
-its own process that imports TensorFlow only (PYTHONPATH cleared); this process times the
-Keras model's `predict_on_batch` under both policies (no XLA, as the export). Measured: img/s
-of the four points on one batch, timed in turn with the order rotating every round (medians);
-the bfloat16 export's largest logit difference from the float32 export's (relative to the
-largest logit) and their top-1 agreement; the float32 export against the Keras model.
+A ViT of the variant (a random head) is exported in float32 and in mixed_bfloat16 (what
+`keras-vit export --mixed-precision mixed_bfloat16` writes), each served by its own process
+that imports TensorFlow only. Measured: img/s of the two exports and of the Keras model's
+`predict_on_batch` under both policies (no XLA), timed in turn in rotating order (medians);
+the bfloat16 export's top-1 agreement and largest logit difference (relative) against the
+float32 export's, and the float32 export against the Keras model.
 
     python benchmarks/studies/export_speed.py --variant S/16 --batch-size 16
 """
@@ -19,6 +17,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from functools import partial
 
 import report
 from common import add_model_arguments, check_model_arguments, median, time_call
@@ -64,40 +63,10 @@ def parse_args(argv=None):
     return args
 
 
-def build(args):
-    """keras_vit's ViT of the variant with a random head (seeded)."""
-    import keras
-    import numpy as np
-    from common import variant_arch
-
-    from keras_vit.model.models import ViT
-
-    keras.utils.set_random_seed(0)
-    arch = variant_arch(args.variant)
-    model = ViT(**arch, image_size=args.image_size, num_classes=1000, dropout_rate=0.0)
-    head, rng = model.get_layer("head"), np.random.default_rng(0)
-    head.set_weights([rng.normal(0, 0.05, w.shape) for w in head.get_weights()])
-    return model
-
-
-def serving_timer(export_path, pixels_file, logits_file):
-    """(a TensorFlow-only server process of the export, seconds of `steps` calls of it)."""
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    server = subprocess.Popen(
-        [sys.executable, "-c", SERVER, export_path, pixels_file, logits_file],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
-        cwd=tempfile.gettempdir(),  # never import the checkout's keras_vit
-    )  # fmt: skip
-    line = server.stdout.readline().strip()
-    if line != "ready":
-        raise RuntimeError(f"the TensorFlow-only server did not start (said {line!r})")
-
-    def call(steps):
-        server.stdin.write(f"{steps}\n")
-        server.stdin.flush()
-        return float(server.stdout.readline())
-
-    return server, call
+def ask(server, steps) -> float:
+    """Seconds a serving process took for `steps` calls of its export."""
+    print(steps, file=server.stdin, flush=True)
+    return float(server.stdout.readline())
 
 
 def summary(rates, logits, args):
@@ -135,49 +104,60 @@ def figure_values(result) -> dict:
 
 
 def start_points(models, images, pixels, folder):
-    """(timers, logits, servers) of the four points: each export served by its own process."""
+    """(timers, logits, servers) of the four points (`timer(steps)`: seconds); each export
+    served by its own process that imports TensorFlow only (no PYTHONPATH, another folder)."""
     import numpy as np
 
     import keras_vit
 
     timers, logits, servers, pixels_file = {}, {}, [], os.path.join(folder, "pixels.npy")
     np.save(pixels_file, pixels)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    pipes = dict(stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
     for policy, model in models.items():
         path = keras_vit.export_saved_model(model, os.path.join(folder, policy))
         out = os.path.join(folder, f"{policy}.npy")
-        server, timers[f"export {policy}"] = serving_timer(path, pixels_file, out)
+        argv = [sys.executable, "-c", SERVER, path, pixels_file, out]
+        server = subprocess.Popen(argv, cwd=tempfile.gettempdir(), **pipes)
         servers.append(server)
-        logits[f"export {policy}"] = np.load(out)
+        if (line := server.stdout.readline().strip()) != "ready":
+            raise RuntimeError(f"the TensorFlow-only server did not start (said {line!r})")
+        timers[f"export {policy}"], logits[f"export {policy}"] = partial(ask, server), np.load(out)
         model.predict_on_batch(images)  # builds the predict function (no XLA)
-        timers[f"keras {policy}"] = lambda steps, m=model: time_call(
-            lambda: m.predict_on_batch(images), steps
-        )
+        timers[f"keras {policy}"] = partial(time_call, partial(model.predict_on_batch, images))
     logits["keras float32"] = np.asarray(models["float32"].predict_on_batch(images))
     return timers, logits, servers
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    import keras
     import numpy as np
+    from common import variant_arch
 
+    from keras_vit.model.models import ViT
     from keras_vit.runtime import distribute
 
-    model = build(args)
+    keras.utils.set_random_seed(0)
+    arch = variant_arch(args.variant)
+    model = ViT(**arch, image_size=args.image_size, num_classes=1000, dropout_rate=0.0)
+    head, rng = model.get_layer("head"), np.random.default_rng(0)  # a random head: logits != 0
+    head.set_weights([rng.normal(0, 0.05, w.shape) for w in head.get_weights()])
     models = {"float32": model}
     models["mixed_bfloat16"] = distribute.with_dtype_policy(model, "mixed_bfloat16")
     shape = (args.batch_size, args.image_size, args.image_size, 3)
     pixels = np.random.default_rng(1).uniform(0, 255, shape).astype("float32")
     images = pixels / 127.5 - 1.0  # the export scales [0, 255] to [-1, 1] itself
+    images_per_call = args.steps * args.batch_size
     with tempfile.TemporaryDirectory() as tmp:
         timers, logits, servers = start_points(models, images, pixels, tmp)
         try:
             for timer in timers.values() if args.warmup else ():
                 timer(args.warmup)
-            rates = {point: [] for point in POINTS}
-            for index in range(args.repeats):
-                for point in POINTS[index % 4 :] + POINTS[: index % 4]:
-                    rates[point].append(args.steps * args.batch_size / timers[point](args.steps))
-                print(f"  round {index + 1}/{args.repeats} done", flush=True)
+            rates = {
+                point: lambda t=timers[point]: images_per_call / t(args.steps) for point in POINTS
+            }
+            rates = report.rotated_rates(rates, args.repeats)
         finally:
             for server in servers:
                 server.stdin.close()

@@ -1,12 +1,10 @@
 """Study: does the input pipeline keep up? keras_vit.data.load alone vs the training step.
 
-Measures, interleaved in one process (medians of the repeats), the images/s that
-`keras_vit.data.load(source, "train", training=True)` delivers alone (the prefetched tf.data
-pipeline, the source's default augmentation) and the images/s a training step
-(`train_on_batch`: forward, backward, AdamW, XLA) of the default `keras-vit train` model
-consumes on a batch of the same shape; their ratio should be >= 5x. Model, optimizer, loss,
-jit setting and batch are `keras_vit.train.training.TrainConfig`'s; `--image-size`,
-`--batch-size` and `--variant` override them.
+Measures, interleaved (medians of the repeats), the images/s `keras_vit.data.load(source,
+"train", training=True)` delivers alone (prefetched, the source's default augmentation) and
+the images/s a training step (`train_on_batch`, XLA) of the default `keras-vit train` model
+(`TrainConfig`; `--image-size`, `--batch-size`, `--variant` override it) consumes on a batch
+of the same shape. Their ratio should be >= 5x.
 
     python benchmarks/studies/input_pipeline.py --source mnist
 """
@@ -40,25 +38,6 @@ def parse_args(argv=None):
     return args
 
 
-def default_setup(args, info):
-    """(ViT kwargs, compile kwargs, image size, batch size) of the default `keras-vit train`
-    (`TrainConfig`'s `model_kwargs` and `compile_kwargs`), the flags overriding them."""
-    from common import variant_arch
-
-    from keras_vit.train.training import TrainConfig
-
-    config = TrainConfig()
-    config.image_size = args.image_size or config.image_size
-    config.batch_size = args.batch_size or config.batch_size
-    for field, value in variant_arch(args.variant).items() if args.variant else ():
-        setattr(config, field, value)
-    compile_kwargs = config.compile_kwargs(info.num_examples["train"])
-    if args.no_xla:
-        compile_kwargs["jit_compile"] = False
-    model_kwargs = config.model_kwargs(info.num_classes, info.channels)
-    return model_kwargs, compile_kwargs, config.image_size, config.batch_size
-
-
 def pipeline_rate(iterator, batches, batch_size):
     """Images/second of pulling `batches` batches from a prefetched iterator."""
     start = time.perf_counter()
@@ -70,13 +49,20 @@ def pipeline_rate(iterator, batches, batch_size):
 def main(argv=None):
     args = parse_args(argv)
     import numpy as np
-    from common import peak_rss_mb
+    from common import peak_rss_mb, variant_arch
 
     from keras_vit import data
-    from keras_vit.train.training import build_model
+    from keras_vit.train.training import TrainConfig, build_model
 
-    info = data.describe(args.source)
-    model_kwargs, compile_kwargs, size, batch = default_setup(args, info)
+    info, config = data.describe(args.source), TrainConfig()  # what `keras-vit train` uses
+    config.image_size = size = args.image_size or config.image_size
+    config.batch_size = batch = args.batch_size or config.batch_size
+    for field, value in variant_arch(args.variant).items() if args.variant else ():
+        setattr(config, field, value)
+    compile_kwargs = config.compile_kwargs(info.num_examples["train"])
+    if args.no_xla:
+        compile_kwargs["jit_compile"] = False
+    model_kwargs = config.model_kwargs(info.num_classes, info.channels)
     dataset = data.load(args.source, "train", image_size=size, batch_size=batch, training=True)
     iterator = iter(dataset.repeat())
     images, labels = next(iterator)
@@ -87,11 +73,13 @@ def main(argv=None):
     for _ in range(2):
         model.train_on_batch(x, y)
     pipeline_rate(iterator, 2, batch)  # fill the prefetch buffer
-    data_rates, train_rates = [], []
-    for _ in range(args.repeats):
-        data_rates.append(pipeline_rate(iterator, args.batches, batch))
-        seconds = time_call(lambda: model.train_on_batch(x, y), args.steps)
-        train_rates.append(args.steps * batch / seconds)
+
+    def train_rate():
+        return args.steps * batch / time_call(lambda: model.train_on_batch(x, y), args.steps)
+
+    rates = {"pipeline": lambda: pipeline_rate(iterator, args.batches, batch), "train": train_rate}
+    rates = report.rotated_rates(rates, args.repeats)
+    data_rates, train_rates = rates["pipeline"], rates["train"]
     data_rate, train_rate = median(data_rates), median(train_rates)
     result = {
         "source": args.source, "image_size": size, "batch_size": batch, "model": model_kwargs,

@@ -1,16 +1,12 @@
 """Study: peak memory of one ViT training step on Keras' JAX backend, fused vs explicit
-attention x remat on/off (CPU by default; each point its own process, KERAS_BACKEND=jax).
+attention x remat on/off (CPU by default; each point its own process).
 
-The model (B/16 by default) is built at each image size, its attention layers set to the
-kernel asked ("fused": `keras.ops.dot_product_attention`; "explicit": einsum + softmax +
-einsum, the `(batch, heads, tokens, tokens)` probabilities materialised) and every block's
-`remat` set; one training step (forward, cross-entropy, gradients, an SGD update) is
-jit-compiled. Measured: XLA's memory analysis of the compiled step (temporaries: activations
-kept for the backward pass and scratch; arguments + outputs), and with `--run` the step's
-peak RSS and its increase. On XLA:CPU neither changes the step's memory (8,396 MiB of
-temporaries at 384 px, batch 8, results/runs/memory_b16_384.json): JAX's CPU attention is
-the explicit einsums, and XLA:CPU drops remat's optimisation barriers. Writes
-benchmarks/results/runs/memory_<model>_<sizes>.json (or --output).
+A training step (forward, cross-entropy, gradients, an SGD update) of the model at each image
+size, its attention kernel set ("fused": `keras.ops.dot_product_attention`; "explicit": the
+probabilities materialised) and every block's `remat` set, is jit-compiled. Measured: XLA's
+memory analysis of it (temporaries; arguments + outputs), with `--run` its peak RSS. XLA:CPU
+has no fused attention and drops remat's barriers: neither changes the step's memory there
+(B/16 at 384 px, batch 8: 8,396 MiB of temporaries each, results/runs/memory_b16_384.json).
 
     python benchmarks/studies/memory.py --image-size 224 384 518 --run
 """
@@ -25,16 +21,17 @@ import time
 
 import report
 
+METHOD = (
+    "one training step (forward, cross-entropy, gradients, SGD update) of the model, "
+    "jit-compiled on Keras' JAX backend, float32, each point its own process; XLA's memory "
+    "analysis of the compiled step; with --run the step executed once and the process's peak RSS"
+)
 # (attention kernel, remat); the first, explicit attention without remat, is the baseline.
 COMBINATIONS = [(kernel, remat) for remat in (False, True) for kernel in ("explicit", "fused")]
 
 
-def _rss_mib() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # Linux: KiB
-
-
-def compiled_step(model_name, image_size, batch_size, kernel, remat):
-    """(the jit-compiled training step, its arguments, tokens) of one point."""
+def measure_point(model_name, image_size, batch_size, kernel, remat, run) -> dict:
+    """One point, in this process (KERAS_BACKEND=jax must be set before Keras is imported)."""
     import jax
     import keras
     import numpy as np
@@ -65,29 +62,27 @@ def compiled_step(model_name, image_size, batch_size, kernel, remat):
         loss, grads = jax.value_and_grad(loss_fn)(trainable, frozen, images, labels)
         return loss, [w - 1e-3 * g for w, g in zip(trainable, grads, strict=True)]
 
-    tokens = (image_size // model.get_layer("embedding").patch_size[0]) ** 2 + 1
-    return jax.jit(step).lower(*arguments).compile(), arguments, tokens
-
-
-def measure_point(model_name, image_size, batch_size, kernel, remat, run) -> dict:
-    """One point, in this process (KERAS_BACKEND=jax must be set before Keras is imported)."""
     start = time.perf_counter()
-    compiled, arguments, tokens = compiled_step(model_name, image_size, batch_size, kernel, remat)
+    compiled = jax.jit(step).lower(*arguments).compile()
     analysis, mib = compiled.memory_analysis(), 2**20
     out = {
         "model": model_name, "image_size": image_size, "batch_size": batch_size,
-        "tokens": tokens, "attention_kernel": kernel, "remat": remat,
+        "tokens": (image_size // model.get_layer("embedding").patch_size[0]) ** 2 + 1,
+        "attention_kernel": kernel, "remat": remat,
         "compile_s": round(time.perf_counter() - start, 1),
         "xla_temp_mib": round(analysis.temp_size_in_bytes / mib, 1),
         "xla_arguments_outputs_mib": round(
             (analysis.argument_size_in_bytes + analysis.output_size_in_bytes) / mib, 1),
     }  # fmt: skip
-    if run:
-        before, start = _rss_mib(), time.perf_counter()
+    if run:  # ru_maxrss: KiB on Linux
+        before, start = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, time.perf_counter()
         out["loss"] = float(compiled(*arguments)[0])
         out["step_s"] = round(time.perf_counter() - start, 1)
-        out["peak_rss_mib"] = round(_rss_mib(), 1)
-        out["peak_rss_increase_mib"] = round(_rss_mib() - before, 1)
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        out["peak_rss_mib"], out["peak_rss_increase_mib"] = (
+            round(peak / 1024, 1),
+            round((peak - before) / 1024, 1),
+        )
     return out
 
 
@@ -117,14 +112,13 @@ def main(argv=None) -> int:
         return 0
     env = {**os.environ, "KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu"}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, (report.ROOT, env.get("PYTHONPATH"))))
-    points = []
+    points, common = [], [sys.executable, os.path.abspath(__file__), "--point", "--model"]
+    common += [args.model, "--batch-size", str(args.batch_size)]
     for size in args.image_size:
         for kernel, remat in COMBINATIONS:
-            command = [sys.executable, os.path.abspath(__file__), "--point", "--model", args.model,
-                       "--image-size", str(size), "--batch-size", str(args.batch_size),
-                       "--kernel", kernel, *(["--remat"] if remat else []),
-                       *(["--run"] if args.run else [])]  # fmt: skip
-            points.append(report.child_json(command, "POINT ", env=env))
+            flags = ["--kernel", kernel, *["--remat"] * remat, *["--run"] * args.run]
+            point = [*common, "--image-size", str(size), *flags]
+            points.append(report.child_json(point, "POINT ", env=env))
             print(json.dumps(points[-1]), flush=True)
     for point in points:
         base = next(p for p in points if p["image_size"] == point["image_size"])
@@ -135,11 +129,7 @@ def main(argv=None) -> int:
     output = args.output or os.path.join(report.ROOT, f"benchmarks/results/runs/memory_{slug}.json")
     from keras_vit.runtime.precision_probe import cpu_model
 
-    method = ("one training step (forward, cross-entropy, gradients, SGD update) of the model, "
-              "jit-compiled on Keras' JAX backend, float32, each point its own process; XLA's "
-              "memory analysis of the compiled step; with --run the step executed once and the "
-              "process's peak RSS")  # fmt: skip
-    record = {"method": method, "host": cpu_model(), "cpu_count": os.cpu_count(),
+    record = {"method": METHOD, "host": cpu_model(), "cpu_count": os.cpu_count(),
               "run": bool(args.run), "points": points}  # fmt: skip
     report.save_json(output, record)
     print(f"wrote {output}")

@@ -1,11 +1,10 @@
 """Study: does the automatic precision change the answers? float32 against the chosen setting.
 
-Trains the same ViT twice with `keras_vit.train.runs.train` (same seed and recipe: `keras-vit
-train`'s, widened with `--hidden-dim`), in float32 with XLA and with `--mixed-precision auto`
-(`keras_vit.runtime.distribute.choose_precision`'s pick for the width on this machine).
-Measures both learning curves and wall times, and, for the float32-trained model run on the
-held-out images in float32 and under the chosen policy (same weights,
-`distribute.with_dtype_policy`), the top-1 agreement and the largest logit difference.
+Trains one ViT (`keras-vit train`'s recipe, widened by `--hidden-dim`) twice with
+`keras_vit.train.runs.train`: float32 with XLA, and `--mixed-precision auto`. Measures both
+learning curves and wall times, and for the float32-trained model run on the held-out images
+in float32 and under the chosen policy (same weights), top-1 agreement and the largest logit
+difference.
 
     python benchmarks/studies/precision_agreement.py --hidden-dim 256 --json agreement.json
 """
@@ -52,8 +51,9 @@ def train(args, folder, mixed_precision, jit_compile):
     return runs.train(config, run_dir, verbose=0), runs.read_config(run_dir)["resolved"]
 
 
-def held_out_logits(model, args, policy):
-    """(logits under `policy`, labels) of the held-out images, same weights as `model`."""
+def agreement(model, args, policy):
+    """Top-1 agreement, largest logit difference and both accuracies on the held-out images
+    of `model` run in float32 and under `policy` (the same weights)."""
     import numpy as np
 
     from keras_vit import data
@@ -63,14 +63,10 @@ def held_out_logits(model, args, policy):
     split = data.load(args.dataset, "test", image_size=args.image_size, batch_size=256,
                       training=False, channels=channels, shots_per_class=shots)  # fmt: skip
     images, labels = (np.concatenate(part) for part in zip(*split.as_numpy_iterator(), strict=True))
-    run_model = distribute.with_dtype_policy(model, policy)
-    return run_model.predict(images, batch_size=256, verbose=0).astype("float64"), labels
-
-
-def agreement(model, args, policy):
-    """Top-1 agreement, largest logit difference and both accuracies, float32 vs `policy`."""
-    reference, labels = held_out_logits(model, args, "float32")
-    chosen, _ = held_out_logits(model, args, policy)
+    reference, chosen = (
+        distribute.with_dtype_policy(model, name).predict(images, batch_size=256, verbose=0)
+        .astype("float64") for name in ("float32", policy)
+    )  # fmt: skip
     top_reference, top_chosen = reference.argmax(-1), chosen.argmax(-1)
     return {
         "images": int(len(labels)),
@@ -80,17 +76,6 @@ def agreement(model, args, policy):
         "accuracy_float32": float((top_reference == labels).mean()),
         "accuracy_chosen": float((top_chosen == labels).mean()),
     }
-
-
-def curves_table(reference, chosen, label):
-    rows = [
-        f"| epoch | float32 loss | float32 val acc | {label} loss | val acc |",
-        "|---" * 5 + "|",
-    ]
-    for a, b in zip(reference.history, chosen.history, strict=False):
-        rows.append(f"| {int(a['epoch']) + 1} | {a['loss']:.4f} | {a['val_accuracy']:.4f} | "
-                    f"{b['loss']:.4f} | {b['val_accuracy']:.4f} |")  # fmt: skip
-    return "\n".join(rows)
 
 
 def main(argv=None):
@@ -109,7 +94,12 @@ def main(argv=None):
     fit_s = [run.metrics["fit_wall_time_s"] for run in (reference, chosen)]
     print(f"auto for hidden_dim {args.hidden_dim}: {label} ({resolved['precision_reason']}); "
           f"load average {load_before[0]:.1f} before, {load_after[0]:.1f} after")  # fmt: skip
-    print(curves_table(reference, chosen, label))
+    print(
+        f"| epoch | float32 loss | float32 val acc | {label} loss | val acc |\n" + "|---" * 5 + "|"
+    )
+    for a, b in zip(reference.history, chosen.history, strict=False):
+        print(f"| {int(a['epoch']) + 1} | {a['loss']:.4f} | {a['val_accuracy']:.4f} | "
+              f"{b['loss']:.4f} | {b['val_accuracy']:.4f} |")  # fmt: skip
     print(f"training wall time: float32+xla {reference_s:.0f} s, {label} {chosen_s:.0f} s "
           f"(fit only: {fit_s[0]:.0f} s, {fit_s[1]:.0f} s)")  # fmt: skip
     print(

@@ -1,9 +1,7 @@
 """The studies' shared report code: their flags, refusals, output files and child processes.
 
-A study (a script of this folder) measures one thing and reports it three ways: a summary on
-stdout, its raw figures as JSON (`--json`), and, where the documents quote it, the figures as
-a results file (`--results`, written by `benchmarks/figures.py`'s `write_results`). Importing
-this module puts `benchmarks/` and `benchmarks/harness/` on the path (`figures`, `common`).
+A study (a script of this folder) reports on stdout, its raw figures as JSON (`--json`) and,
+where the documents quote it, a results file (`--results`, `figures.write_results`).
 """
 
 from __future__ import annotations
@@ -72,6 +70,17 @@ def write_figures(path, values, script, about, argv=None, notes="") -> None:
     command = f"python benchmarks/studies/{os.path.basename(script)} {' '.join(argv)}"
     write_results(path, values, command=command.strip(), about=about, notes=notes)
     print(f"wrote {path}")
+
+
+def rotated_rates(rates: dict, repeats: int) -> dict:
+    """{name: [images/s, one per round]}: each round calls every function of `rates` ({name:
+    () -> images/s}) once, the order rotated every round so load drift hits them alike."""
+    names, measured = list(rates), {name: [] for name in rates}
+    for index in range(repeats):
+        for name in names[index % len(names) :] + names[: index % len(names)]:
+            measured[name].append(rates[name]())
+        print(f"  round {index + 1}/{repeats} done", flush=True)
+    return measured
 
 
 def child_json(argv, prefix="RESULT ", **run) -> dict:

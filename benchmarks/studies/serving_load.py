@@ -1,14 +1,11 @@
 """Study: serving under load, a TensorFlow-only process answering concurrent requests.
 
-Exports a tiny ViT (random non-zero weights) with `keras_vit.export_saved_model`; a second
-process with PYTHONPATH cleared (TensorFlow only: no keras_vit, no Keras model code) loads it
-and serves `--requests` `serving_bytes` requests from `--threads` threads, each a batch of
-1-16 encoded images (JPEG or PNG, sides 16-64 px) drawn from `--pool` prepared payloads;
-`--bad-fraction` of the payloads hold one bad image (a truncated JPEG, text, an empty string),
-and exactly round(requests x bad fraction) requests use them. Measured: latency percentiles
-(ms), requests/s, resident memory (RSS) after a warm-up and its growth under the load.
-Checked: every good answer equals the serial answer for its payload, every bad request fails
-with InvalidArgumentError naming the problem, RSS grows by at most `--memory-bound-mb`.
+A tiny ViT export (random weights) is served, by a process importing TensorFlow only, to
+`--requests` `serving_bytes` requests from `--threads` threads: batches of 1-16 JPEG or PNG
+images (16-64 px) from `--pool` payloads, `--bad-fraction` of them with one bad image.
+Measured: latency percentiles (ms), requests/s, RSS after a warm-up and its growth. Checked:
+good answers equal the serial ones, bad requests fail naming the problem, RSS growth within
+`--memory-bound-mb`.
 
     python benchmarks/studies/serving_load.py --results benchmarks/results/serving_load.json
     python benchmarks/studies/serving_load.py --requests 40 --threads 2 --pool 8   # smoke run
@@ -24,7 +21,8 @@ import tempfile
 import report
 
 SERVER = r"""
-import json, random, sys, threading, time
+import json, random, sys, time
+from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import tensorflow as tf
 
@@ -49,6 +47,14 @@ def call(index):
         return None, " ".join(str(error.message).split())
 
 
+def timed(index):  # (index, seconds, |logits - serial logits| or None, error or None)
+    start = time.perf_counter()
+    logits, error = call(index)
+    seconds = time.perf_counter() - start
+    diff = None if error is not None else float(np.max(np.abs(logits - reference[index][0])))
+    return index, seconds, diff, error
+
+
 reference = [call(i) for i in range(len(pool))]  # serial answers, and the warm-up
 rss_warm, rng = rss_mb(), random.Random(0)
 bad_ids = [i for i in range(len(pool)) if bad[i]]
@@ -57,49 +63,24 @@ num_bad = round(args["requests"] * args["bad_fraction"]) if bad_ids else 0
 order = [rng.choice(bad_ids) for _ in range(num_bad)]
 order += [rng.choice(good_ids) for _ in range(args["requests"] - num_bad)]
 rng.shuffle(order)  # exactly round(requests * bad_fraction) bad requests, spread at random
-latencies, mismatches, bad_messages, wrong = [], [], [], []
-lock, cursor = threading.Lock(), iter(order)
-
-
-def take():
-    with lock:
-        return next(cursor, None)
-
-
-def worker():
-    while (index := take()) is not None:
-        start = time.perf_counter()
-        logits, error = call(index)
-        elapsed = time.perf_counter() - start
-        with lock:
-            latencies.append(elapsed)
-            if bad[index] and error is None:
-                wrong.append(f"bad payload {index} answered")
-            elif bad[index]:
-                bad_messages.append(error)
-            elif error is not None:
-                wrong.append(f"good payload {index} failed: {error[:200]}")
-            else:
-                mismatches.append(float(np.max(np.abs(logits - reference[index][0]))))
-
-
-threads = [threading.Thread(target=worker) for _ in range(args["threads"])]
 start = time.perf_counter()
-for thread in threads:
-    thread.start()
-for thread in threads:
-    thread.join()
+with ThreadPoolExecutor(args["threads"]) as threads:
+    answers = list(threads.map(timed, order))
 wall, rss_end = time.perf_counter() - start, rss_mb()
-ms = np.array(latencies) * 1000
+wrong = [f"bad payload {i} answered" for i, _, _, e in answers if bad[i] and e is None]
+wrong += [f"good payload {i} failed: {e[:200]}" for i, _, _, e in answers
+          if e is not None and not bad[i]]
+ms = np.array([seconds for _, seconds, _, _ in answers]) * 1000
 print("RESULT " + json.dumps({
-    "requests": len(latencies), "threads": args["threads"],
+    "requests": len(answers), "threads": args["threads"],
     "bad_requests": sum(bad[i] for i in order),
-    "requests_per_s": round(len(latencies) / wall, 1),
+    "requests_per_s": round(len(answers) / wall, 1),
     "latency_ms": {p: round(float(np.percentile(ms, q)), 2)
                    for p, q in (("p50", 50), ("p90", 90), ("p99", 99), ("max", 100))},
-    "max_abs_logit_diff": max(mismatches, default=0.0), "wrong": wrong[:10],
-    "bad_messages": sorted({m.split("unavailable> ")[-1].split(" [[")[0][:160]
-                            for m in bad_messages}),
+    "max_abs_logit_diff": max((d for _, _, d, _ in answers if d is not None), default=0.0),
+    "wrong": wrong[:10],
+    "bad_messages": sorted({e.split("unavailable> ")[-1].split(" [[")[0][:160]
+                            for i, _, _, e in answers if e is not None and bad[i]}),
     "rss_warm_mb": round(rss_warm, 1), "rss_end_mb": round(rss_end, 1),
     "rss_growth_mb": round(rss_end - rss_warm, 1),
 }))
