@@ -13,6 +13,7 @@ has no fused attention and drops remat's barriers: neither changes the step's me
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import resource
@@ -87,7 +88,7 @@ def measure_point(model_name, image_size, batch_size, kernel, remat, run) -> dic
 
 
 def parse_args(argv=None):
-    parser, hidden = report.parser(__doc__, json_help=None), "==SUPPRESS=="
+    parser, hidden = report.parser(__doc__, json_help=None), argparse.SUPPRESS
     parser.add_argument("--model", default="B/16", help="a named variant (B/16)")
     parser.add_argument("--image-size", type=int, nargs="+", default=[384], help="(384)")
     parser.add_argument("--batch-size", type=int, default=8, help="(8)")
