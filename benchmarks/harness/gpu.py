@@ -1,20 +1,13 @@
 """The GPU race: keras_vit on Keras JAX and Keras PyTorch beside timm, with no TensorFlow.
 
-Runs where the GPUs are (PyTorch, JAX and timm, Keras brought as a wheel, no TensorFlow):
-nothing in this module's import chain imports TensorFlow. Every point (peer, workload) and
-every GEMM probe runs in its own process. Per point: img/s (median of repeats, data on the
-device), peak device memory, and model FLOP utilisation (analytic FLOPs, 2 x MACs, training
-3x the forward: `keras_vit.evaluate.benchmarking.model_gflops`, the same count for every peer)
-against the data-sheet dense bfloat16 peak (`PEAK_BF16_TFLOPS`) and against the best bfloat16 GEMM
-measured in the same run (jax.numpy and torch). One JSON file (`--json`).
-
-Peers: keras_vit under `mixed_bfloat16` on Keras JAX (XLA) and on Keras PyTorch (eager);
-timm's `VisionTransformer` of the same architecture under bfloat16 autocast, eager and
-`torch.compile`. A peer whose modules do not import is skipped with a one-line reason.
-
-The run is capped by `--budget-s` (default 420 s of points, under 8 minutes in all): no point
-starts after the budget is spent, and each is killed after `--point-timeout-s` or the time
-left, whichever comes first; what did not run is recorded as skipped, with the reason.
+Runs where the GPUs are (PyTorch, JAX, timm, Keras as a wheel): nothing in its import chain
+imports TensorFlow. Peers: keras_vit under mixed_bfloat16 on Keras JAX (XLA) and PyTorch
+(eager); timm's `VisionTransformer` of the same architecture under bfloat16 autocast, eager
+and `torch.compile` (a peer whose modules are missing is skipped, saying so). Every point and
+each bfloat16 GEMM probe (jax.numpy, torch) runs in its own process, under one `--budget-s`.
+Measured per point: img/s (median of repeats, data on the device), peak device memory, and
+model FLOP utilisation (`benchmarking.model_gflops`, the same count for every peer) against
+the data-sheet bfloat16 peak and the run's best GEMM. One JSON file (`--json`).
 
     python benchmarks/bench.py gpu --json gpu.json         # on the GPU machine
     python benchmarks/bench.py gpu --smoke --json s.json   # tiny, on CPU (CI)
@@ -36,15 +29,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 TINY = "8,32,64,4,2"  # patch, hidden, mlp, heads, layers
 
 # Dense (no sparsity) bfloat16 tensor-core peaks from the vendors' data sheets, TFLOP/s.
-PEAK_BF16_TFLOPS = {
-    "H200": 989.0,
-    "H100 PCIe": 756.0,
-    "H100": 989.0,
-    "A100": 312.0,
-    "L40S": 362.0,
-    "L4": 121.0,
-    "A10G": 70.0,
-}
+PEAK_BF16_TFLOPS = {"H200": 989.0, "H100 PCIe": 756.0, "H100": 989.0, "A100": 312.0,
+                    "L40S": 362.0, "L4": 121.0, "A10G": 70.0}  # fmt: skip
 
 # name: (variant, mode, image size, batch); the GPU suite (issue 45's table), then its smoke.
 WORKLOADS = {
@@ -56,36 +42,29 @@ WORKLOADS = {
 }
 SMOKE_WORKLOADS = {"tiny_train_16": (TINY, "train", 16, 2), "tiny_infer_16": (TINY, "infer", 16, 2)}
 
-# name: (modules that must import, KERAS_BACKEND or None, step builder); order = run order.
+# name: (modules that must import, KERAS_BACKEND or None); the order is the run order, and
+# keras_vit on Keras PyTorch (eager, the slowest) runs after every other point, so that a
+# budget too short for all drops its points first.
 PEERS = {
-    "keras_vit_jax": (("jax", "keras"), "jax", "keras"),
-    "timm_compile": (("torch", "timm"), None, "timm"),
-    "timm_eager": (("torch", "timm"), None, "timm"),
-    "keras_vit_torch": (("torch", "keras"), "torch", "keras"),
+    "keras_vit_jax": (("jax", "keras"), "jax"),
+    "timm_compile": (("torch", "timm"), None),
+    "timm_eager": (("torch", "timm"), None),
+    "keras_vit_torch": (("torch", "keras"), "torch"),
 }
-LAST = ("keras_vit_torch",)  # run after every other point (see `point_specs`)
-GEMM_ENGINES = {"jax": ("jax",), "torch": ("torch",)}
-
-
-def missing_module(modules) -> str | None:
-    """The first of `modules` not installed here, as a one-line reason, or None."""
-    for module in modules:
-        if importlib.util.find_spec(module) is None:
-            return f"{module} is not installed here"
-    return None
+LAST = ("keras_vit_torch",)
 
 
 def peak_tflops(device: str, override: float | None = None) -> float | None:
     """`override`, else the data-sheet entry whose key appears in `device` (longest first)."""
-    if override is not None:
+    keys = [key for key in PEAK_BF16_TFLOPS if key.lower() in device.lower()]
+    if override is not None or not keys:
         return override
-    for key in sorted(PEAK_BF16_TFLOPS, key=len, reverse=True):
-        if key.lower() in device.lower():
-            return PEAK_BF16_TFLOPS[key]
-    return None
+    return PEAK_BF16_TFLOPS[max(keys, key=len)]
 
 
-# ---- the child side: one point in this process ----------------------------------------
+def host_peak():
+    """Peak resident memory of this process (GiB), for a point run on a CPU."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, "host RSS"
 
 
 def device_and_memory(engine: str):
@@ -97,30 +76,22 @@ def device_and_memory(engine: str):
 
         def peak():
             stats = device.memory_stats() or {}
-            if "peak_bytes_in_use" in stats:
-                return stats["peak_bytes_in_use"] / 2**30, "device"
-            return host_peak()
+            if "peak_bytes_in_use" not in stats:
+                return host_peak()
+            return stats["peak_bytes_in_use"] / 2**30, "device"
 
-        name = device.device_kind if device.platform != "cpu" else "CPU"
-        return name, peak
+        return (device.device_kind if device.platform != "cpu" else "CPU"), peak
     import torch
 
-    if torch.cuda.is_available():
-        return torch.cuda.get_device_name(0), lambda: (
-            torch.cuda.max_memory_allocated() / 2**30,
-            "device",
-        )
-    return "CPU", host_peak
-
-
-def host_peak():
-    """Peak resident memory of this process (GiB), for a point run on the CPU."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, "host RSS"
+    if not torch.cuda.is_available():
+        return "CPU", host_peak
+    name = torch.cuda.get_device_name(0)
+    return name, lambda: (torch.cuda.max_memory_allocated() / 2**30, "device")
 
 
 def keras_step(variant, mode, size, batch):
     """keras_vit's ViT under mixed_bfloat16, compiled as the backend compiles (XLA on JAX,
-    eager on PyTorch), one step on a batch already on the device."""
+    eager on PyTorch): one step on a batch already on the device."""
     import keras
     import numpy as np
 
@@ -128,11 +99,9 @@ def keras_step(variant, mode, size, batch):
 
     keras.config.set_dtype_policy("mixed_bfloat16")
     model = benchmarking.build_model("keras_vit", variant, size)
-    model.compile(
-        optimizer=benchmarking.step_optimizer("keras_vit"),
-        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-        jit_compile=keras.backend.backend() == "jax",
-    )
+    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    jit = keras.backend.backend() == "jax"
+    model.compile(optimizer=benchmarking.step_optimizer("keras_vit"), loss=loss, jit_compile=jit)
     rng = np.random.default_rng(0)
     images = keras.ops.convert_to_tensor(rng.uniform(-1, 1, (batch, size, size, 3)), "float32")
     labels = keras.ops.convert_to_tensor(rng.integers(0, 1000, (batch,)), "int32")
@@ -151,14 +120,10 @@ def timm_step(variant, mode, size, batch, compiled):
     arch = benchmarking.variant_arch(variant)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model = vt.VisionTransformer(
-        img_size=size,
-        patch_size=arch["patch_size"],
-        embed_dim=arch["hidden_dim"],
-        depth=arch["num_layers"],
-        num_heads=arch["num_heads"],
-        mlp_ratio=arch["mlp_dim"] / arch["hidden_dim"],
-        global_pool="token",
-    ).to(device)
+        img_size=size, patch_size=arch["patch_size"], embed_dim=arch["hidden_dim"],
+        depth=arch["num_layers"], num_heads=arch["num_heads"],
+        mlp_ratio=arch["mlp_dim"] / arch["hidden_dim"], global_pool="token",
+    ).to(device)  # fmt: skip
     images = torch.rand((batch, 3, size, size), device=device) * 2 - 1
     labels = torch.randint(0, 1000, (batch,), device=device)
     run = torch.compile(model) if compiled else model
@@ -200,52 +165,38 @@ def gemm_tflops(engine: str, sizes, repeats: int) -> dict:
             a = torch.ones((n, n), dtype=torch.bfloat16, device=device)
             return lambda: (a @ a, sync())
 
+    from keras_vit.evaluate.benchmarking import time_steps
+
     figures = {}
     for n in sizes:
         call = make(n)
         call()
         steps = max(1, min(50, int(5e12 // (2 * n**3))))
-        times = [time_call(call, steps) / steps for _ in range(repeats)]
+        times = [time_steps(call, steps) / steps for _ in range(repeats)]
         figures[str(n)] = 2 * n**3 / statistics.median(times) / 1e12
     return figures
-
-
-def time_call(call, steps: int) -> float:
-    """Seconds for `steps` consecutive calls of `call` (each blocks until done)."""
-    start = time.perf_counter()
-    for _ in range(steps):
-        call()
-    return time.perf_counter() - start
 
 
 def run_point(spec: dict) -> dict:
     """Runs one point (`spec`: kind "gemm" or "model") in this process; returns its figures."""
     if spec["kind"] == "gemm":
-        device, _ = device_and_memory(spec["engine"])
         figures = gemm_tflops(spec["engine"], spec["sizes"], spec["repeats"])
+        device = device_and_memory(spec["engine"])[0]
         return {"device": device, "tflops": figures, "best_tflops": max(figures.values())}
-    variant, mode, size, batch = spec["workload"]
-    engine = "jax" if spec["peer"] == "keras_vit_jax" else "torch"
-    device, peak = device_and_memory(engine)
-    if spec["peer"].startswith("keras_vit"):
+    from keras_vit.evaluate.benchmarking import time_steps
+
+    (variant, mode, size, batch), peer = spec["workload"], spec["peer"]
+    device, peak = device_and_memory("jax" if peer == "keras_vit_jax" else "torch")
+    if peer.startswith("keras_vit"):
         step = keras_step(variant, mode, size, batch)
     else:
-        step = timm_step(variant, mode, size, batch, spec["peer"] == "timm_compile")
-    warmup_s = time_call(step, spec["warmup"])
-    rates = [batch * spec["steps"] / time_call(step, spec["steps"]) for _ in range(spec["repeats"])]
+        step = timm_step(variant, mode, size, batch, peer == "timm_compile")
+    warmup_s, steps = time_steps(step, spec["warmup"]), spec["steps"]
+    rates = [batch * steps / time_steps(step, steps) for _ in range(spec["repeats"])]
     memory, memory_kind = peak()
-    return {
-        "device": device,
-        "images_per_s": statistics.median(rates),
-        "images_per_s_all": rates,
-        "warmup_s": warmup_s,
-        "peak_memory_gib": memory,
-        "memory_kind": memory_kind,
-        "tensorflow_imported": "tensorflow" in sys.modules,
-    }
-
-
-# ---- the parent side: every point in its own process, under one budget -----------------
+    return {"device": device, "images_per_s": statistics.median(rates), "images_per_s_all": rates,
+            "warmup_s": warmup_s, "peak_memory_gib": memory, "memory_kind": memory_kind,
+            "tensorflow_imported": "tensorflow" in sys.modules}  # fmt: skip
 
 
 def parse_args(argv=None):
@@ -259,10 +210,11 @@ def parse_args(argv=None):
     parser.add_argument("--json", dest="json_path", help="write the results here")
     parser.add_argument("--point", help=argparse.SUPPRESS)  # the child: a point's JSON spec
     args = parser.parse_args(argv)
-    table = SMOKE_WORKLOADS if args.smoke else WORKLOADS
-    args.workloads = args.workloads.split(",") if args.workloads else list(table)
+    args.table = SMOKE_WORKLOADS if args.smoke else WORKLOADS
+    args.workloads = args.workloads.split(",") if args.workloads else list(args.table)
     args.peers = args.peers.split(",")
-    for kind, names, known in (("workload", args.workloads, table), ("peer", args.peers, PEERS)):
+    checks = (("workload", args.workloads, args.table), ("peer", args.peers, PEERS))
+    for kind, names, known in checks:
         unknown = [name for name in names if name not in known]
         if unknown:
             parser.error(f"unknown {kind} {unknown[0]!r}; expected one of {sorted(known)}")
@@ -270,31 +222,21 @@ def parse_args(argv=None):
         parser.error("--budget-s and --point-timeout-s must be > 0")
     if args.peak_tflops is not None and not args.peak_tflops > 0:
         parser.error(f"--peak-tflops {args.peak_tflops}: must be > 0")
-    args.table = table
     return args
 
 
 def point_specs(args) -> list[dict]:
-    """The GEMM probes, then every (workload, peer) point, in run order: keras_vit on JAX
-    and timm for every workload first, keras_vit on Keras PyTorch (eager, the slowest path)
-    after them, so that a budget too short for all drops those points first."""
+    """The GEMM probes, then every (workload, peer) point in run order (`PEERS`)."""
     smoke = args.smoke
-    sizes = [128, 256] if smoke else [4096, 8192]
-    specs = [
-        {"kind": "gemm", "engine": e, "sizes": sizes, "repeats": 1 if smoke else 3, "needs": m}
-        for e, m in GEMM_ENGINES.items()
-    ]
-    counts = (
-        {"warmup": 1, "steps": 1, "repeats": 1}
-        if smoke
-        else {"warmup": 3, "steps": 10, "repeats": 3}
-    )
+    sizes, repeats = ([128, 256], 1) if smoke else ([4096, 8192], 3)
+    gemm = {"kind": "gemm", "sizes": sizes, "repeats": repeats}
+    specs = [{**gemm, "engine": engine, "needs": (engine,)} for engine in ("jax", "torch")]
+    counts = dict(warmup=1, steps=1, repeats=1) if smoke else dict(warmup=3, steps=10, repeats=3)
     late = [peer for peer in args.peers if peer in LAST]
     for group in ([peer for peer in args.peers if peer not in LAST], late):
         for name in args.workloads:
-            for peer in group:
-                spec = {"kind": "model", "workload_name": name, "workload": args.table[name]}
-                specs.append({**spec, **counts, "peer": peer, "needs": PEERS[peer][0]})
+            point = {"kind": "model", "workload_name": name, "workload": args.table[name], **counts}
+            specs += [{**point, "peer": peer, "needs": PEERS[peer][0]} for peer in group]
     return specs
 
 
@@ -316,27 +258,25 @@ def launch(spec: dict, timeout: float) -> dict:
 
 
 def run_all(args) -> list[dict]:
-    """Every point in its own process until the budget is spent."""
-    deadline = time.monotonic() + args.budget_s
-    records = []
+    """Every point in its own process until the budget is spent, each said in one line."""
+    deadline, records = time.monotonic() + args.budget_s, []
     for spec in point_specs(args):
         left = deadline - time.monotonic()
-        reason = missing_module(spec["needs"])
+        missing = [module for module in spec["needs"] if importlib.util.find_spec(module) is None]
+        reason = f"{missing[0]} is not installed here" if missing else None
         if reason is None and left < 5:
             reason = f"budget of {args.budget_s:.0f} s spent"
         result = {"skipped": reason} if reason else launch(spec, min(left, args.point_timeout_s))
-        records.append({**spec, **result})
+        records.append(record := {**spec, **result})
+        if "skipped" in record:
+            said = "skipped: " + record["skipped"]
+        elif record["kind"] == "gemm":
+            said = f"{record['best_tflops']:.2f} TFLOP/s bfloat16 GEMM on {record['device']}"
+        else:
+            said = f"{record['images_per_s']:.1f} img/s on {record['device']}"
         label = spec.get("peer", "gemm " + spec.get("engine", ""))
-        print(f"{spec.get('workload_name', 'gemm')} {label}: " + one_line(records[-1]), flush=True)
+        print(f"{spec.get('workload_name', 'gemm')} {label}: {said}", flush=True)
     return records
-
-
-def one_line(record: dict) -> str:
-    if "skipped" in record:
-        return "skipped: " + record["skipped"]
-    if record["kind"] == "gemm":
-        return f"{record['best_tflops']:.2f} TFLOP/s bfloat16 GEMM on {record['device']}"
-    return f"{record['images_per_s']:.1f} img/s on {record['device']}"
 
 
 def summarise(args, records: list[dict]) -> dict:
@@ -356,30 +296,12 @@ def summarise(args, records: list[dict]) -> dict:
         r["mfu_gemm"] = r["model_tflops_per_s"] / gemm if gemm else None
     ratios = {}
     for name in args.workloads:
-        best = {
-            side: max((r["images_per_s"] for r in ran if r.get("workload_name") == name
-                       and r["peer"].startswith(side)), default=None)
-            for side in ("keras_vit", "timm")
-        }  # fmt: skip
-        ratios[name] = best["keras_vit"] / best["timm"] if all(best.values()) else None
+        points = [r for r in ran if r.get("workload_name") == name]
+        best = [max((r["images_per_s"] for r in points if r["peer"].startswith(side)), default=None)
+                for side in ("keras_vit", "timm")]  # fmt: skip
+        ratios[name] = best[0] / best[1] if all(best) else None
     return {"device": device, "datasheet_peak_tflops": sheet, "measured_gemm_tflops": gemm,
             "keras_vit_best_over_timm_best": ratios}  # fmt: skip
-
-
-def markdown(records: list[dict]) -> str:
-    rows = ["| workload | peer | img/s | peak GiB | model TFLOP/s | MFU sheet | MFU GEMM |",
-            "|---|---|---|---|---|---|---|"]  # fmt: skip
-    pct = lambda v: "-" if v is None else f"{100 * v:.1f}%"  # noqa: E731
-    for r in (r for r in records if r["kind"] == "model"):
-        if "skipped" in r:
-            rows.append(f"| {r['workload_name']} | {r['peer']} | skipped: {r['skipped']} ||||")
-            continue
-        rows.append(
-            f"| {r['workload_name']} | {r['peer']} | {r['images_per_s']:.1f} | "
-            f"{r['peak_memory_gib']:.2f} ({r['memory_kind']}) | {r['model_tflops_per_s']:.3f} | "
-            f"{pct(r['mfu_datasheet'])} | {pct(r['mfu_gemm'])} |"
-        )
-    return "\n".join(rows)
 
 
 def main(argv=None) -> int:
@@ -387,10 +309,17 @@ def main(argv=None) -> int:
     if args.point:
         print("RESULT " + json.dumps(run_point(json.loads(args.point))), flush=True)
         return 0
-    start = time.monotonic()
-    records = run_all(args)
+    start, records = time.monotonic(), run_all(args)
     summary = summarise(args, records)
-    print(markdown(records))
+    pct = lambda v: "-" if v is None else f"{100 * v:.1f}%"  # noqa: E731
+    print("| workload | peer | img/s | peak GiB | model TFLOP/s | MFU sheet | MFU GEMM |")
+    print("|---" * 7 + "|")
+    for r in (r for r in records if r["kind"] == "model"):
+        cells = [f"skipped: {r['skipped']} |||"] if "skipped" in r else [
+            f"{r['images_per_s']:.1f}", f"{r['peak_memory_gib']:.2f} ({r['memory_kind']})",
+            f"{r['model_tflops_per_s']:.3f}", pct(r["mfu_datasheet"]), pct(r["mfu_gemm"])
+        ]  # fmt: skip
+        print(f"| {r['workload_name']} | {r['peer']} | " + " | ".join(cells) + " |")
     print(json.dumps(summary))
     payload = {**summary, "smoke": args.smoke, "budget_s": args.budget_s,
                "wall_s": time.monotonic() - start, "points": records}  # fmt: skip

@@ -1,35 +1,26 @@
-"""SavedModel speed: a TensorFlow-only process runs the export as fast as the Keras model.
+"""Study: does a TensorFlow-only process serve the SavedModel export as fast as Keras runs it?
 
-For one variant, keras_vit's ViT (initialised weights, a random head so logits are not 0) is
-exported twice with `keras_vit.export_saved_model`: in float32, and in mixed_bfloat16 through
-`keras_vit.runtime.distribute.with_dtype_policy` (what `keras-vit export --mixed-precision
-mixed_bfloat16` writes). Each export is loaded by its own subprocess that imports TensorFlow
-only (PYTHONPATH cleared; no keras_vit, no Keras model code) and answers timing requests on
-`serving_default` for a fixed batch of pixel images; this process times the Keras model's
-`predict_on_batch` under both policies (no XLA, as the export). The four points are timed in
-turn, the order rotating every round, so load drift hits them alike; medians are reported.
-
-Also reported: the largest logit difference of the bfloat16 export against the float32
-export, relative to the largest float32 logit, and their top-1 agreement on the batch; and
-the float32 export against the float32 Keras model (should be ~1e-6).
+A ViT of the variant (a random head) is exported in float32 and in mixed_bfloat16 (what
+`keras-vit export --mixed-precision mixed_bfloat16` writes), each served by its own process
+that imports TensorFlow only. Measured: img/s of the two exports and of the Keras model's
+`predict_on_batch` under both policies (no XLA), timed in turn in rotating order (medians);
+the bfloat16 export's top-1 agreement and largest logit difference (relative) against the
+float32 export's, and the float32 export against the Keras model.
 
     python benchmarks/studies/export_speed.py --variant S/16 --batch-size 16
-    python benchmarks/studies/export_speed.py --variant 8,32,64,4,2 --image-size 32 --repeats 2
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
 import sys
 import tempfile
+from functools import partial
 
-_HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:0] = [_HERE, os.path.join(_HERE, ".."), os.path.join(_HERE, "..", "harness")]
-
-import common  # noqa: E402
+import report
+from common import add_model_arguments, check_model_arguments, median, time_call
 
 SERVER = r"""
 import sys, time
@@ -37,8 +28,7 @@ import numpy as np
 import tensorflow as tf
 
 assert "keras_vit" not in sys.modules
-model = tf.saved_model.load(sys.argv[1])
-serve = model.signatures["serving_default"]
+serve = tf.saved_model.load(sys.argv[1]).signatures["serving_default"]
 images = tf.constant(np.load(sys.argv[2]))
 np.save(sys.argv[3], serve(images=images)["logits"].numpy())
 print("ready", flush=True)
@@ -50,188 +40,135 @@ for line in sys.stdin:
 """
 
 POINTS = ("keras float32", "keras mixed_bfloat16", "export float32", "export mixed_bfloat16")
+# The documents' figures of the summary: {figure key: (summary key, format)}.
+RATIOS = {
+    "export_over_keras_f32": ("export_over_keras_float32", "{:.2f}x"),
+    "export_over_keras_bf16": ("export_over_keras_bfloat16", "{:.2f}x"),
+    "bf16_over_f32_export": ("bf16_export_over_f32_export", "{:.2f}x"),
+    "bf16_max_diff_relative": ("bf16_vs_f32_export_max_diff_relative", "{:.1%}"),
+    "bf16_top1_agreement": ("bf16_vs_f32_export_top1_agreement", "{:.0%}"),
+}
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    common.add_model_arguments(parser, modes=("infer",), default_mode="infer")
+    parser = report.parser(__doc__, "export_speed.json")
+    add_model_arguments(parser, modes=("infer",), default_mode="infer")
     parser.set_defaults(variant="S/16")
     parser.add_argument("--steps", type=int, default=3, help="calls per timed repeat (3)")
     parser.add_argument("--repeats", type=int, default=5, help="timed rounds (5)")
     parser.add_argument("--warmup", type=int, default=2, help="untimed calls per point (2)")
-    parser.add_argument("--json", help="write the raw results here")
-    parser.add_argument("--results", help="write the documents' figures here")
     args = parser.parse_args(argv)
-    common.check_model_arguments(parser, args, {"--steps": args.steps, "--repeats": args.repeats})
-    if args.warmup < 0:
-        parser.error("--warmup must be >= 0")
+    check_model_arguments(parser, args, {"--steps": args.steps, "--repeats": args.repeats})
+    report.at_least(parser, args, "warmup", minimum=0)
     return args
 
 
-def build(args):
-    """keras_vit's ViT of the variant with a random head (seeded)."""
-    import keras
-    import numpy as np
-
-    from keras_vit.evaluate import benchmarking
-    from keras_vit.model.models import ViT
-
-    keras.utils.set_random_seed(0)
-    model = ViT(
-        **benchmarking.variant_arch(args.variant),
-        image_size=args.image_size,
-        num_classes=1000,
-        dropout_rate=0.0,
-    )
-    head = model.get_layer("head")
-    rng = np.random.default_rng(0)
-    kernel, bias = head.get_weights()
-    head.set_weights([rng.normal(0, 0.05, kernel.shape), rng.normal(0, 0.05, bias.shape)])
-    return model
-
-
-def start_server(export_path, pixels_file, logits_file):
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    server = subprocess.Popen(
-        [sys.executable, "-c", SERVER, export_path, pixels_file, logits_file],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-        env=env,
-        cwd=tempfile.gettempdir(),  # never import the checkout's keras_vit
-    )
-    line = server.stdout.readline().strip()
-    if line != "ready":
-        raise RuntimeError(f"the TensorFlow-only server did not start (said {line!r})")
-    return server
-
-
-def timed_by(server):
-    def call(steps):
-        server.stdin.write(f"{steps}\n")
-        server.stdin.flush()
-        return float(server.stdout.readline())
-
-    return call
-
-
-def timed_keras(model, images):
-    model.predict_on_batch(images)  # builds the predict function (no XLA)
-    return lambda steps: common.time_call(lambda: model.predict_on_batch(images), steps)
+def ask(server, steps) -> float:
+    """Seconds a serving process took for `steps` calls of its export."""
+    print(steps, file=server.stdin, flush=True)
+    return float(server.stdout.readline())
 
 
 def summary(rates, logits, args):
     import numpy as np
 
-    med = {point: common.median(values) for point, values in rates.items()}
-    f32, bf16, keras_f32 = (
-        logits["export float32"],
-        logits["export mixed_bfloat16"],
-        logits["keras float32"],
-    )
+    med = {point: median(values) for point, values in rates.items()}
+    f32, bf16 = logits["export float32"], logits["export mixed_bfloat16"]
     scale = float(np.max(np.abs(f32)))
     return {
-        "variant": args.variant,
-        "image_size": args.image_size,
-        "batch_size": args.batch_size,
-        "img_s": med,
-        "img_s_repeats": rates,
+        "variant": args.variant, "image_size": args.image_size, "batch_size": args.batch_size,
+        "img_s": med, "img_s_repeats": rates,
         "export_over_keras_float32": med["export float32"] / med["keras float32"],
         "export_over_keras_bfloat16": med["export mixed_bfloat16"] / med["keras mixed_bfloat16"],
         "bf16_export_over_f32_export": med["export mixed_bfloat16"] / med["export float32"],
         "max_abs_logit": scale,
         "bf16_vs_f32_export_max_diff_relative": float(np.max(np.abs(bf16 - f32))) / scale,
-        "bf16_vs_f32_export_top1_agreement": float(
-            np.mean(np.argmax(bf16, 1) == np.argmax(f32, 1))
-        ),
-        "f32_export_vs_keras_max_diff": float(np.max(np.abs(f32 - keras_f32))),
+        "bf16_vs_f32_export_top1_agreement": float(np.mean(bf16.argmax(1) == f32.argmax(1))),
+        "f32_export_vs_keras_max_diff": float(np.max(np.abs(f32 - logits["keras float32"]))),
         "load_average": list(os.getloadavg()),
-    }
+    }  # fmt: skip
 
 
 def figure_values(result) -> dict:
     """The documents' figures: img/s of the four points, their ratios, the agreement."""
-    img_s = result["img_s"]
     values = {
-        f"{side}_{short}_img_s": {"value": img_s[f"{side} {policy}"], "format": "{:.2f}"}
+        f"{side}_{short}_img_s": report.fig(result["img_s"][f"{side} {policy}"], "{:.2f}")
         for side in ("keras", "export")
         for short, policy in (("f32", "float32"), ("bf16", "mixed_bfloat16"))
     }
-    ratios = {
-        "export_over_keras_f32": "export_over_keras_float32",
-        "export_over_keras_bf16": "export_over_keras_bfloat16",
-        "bf16_over_f32_export": "bf16_export_over_f32_export",
-    }
-    for key, name in ratios.items():
-        values[key] = {"value": result[name], "format": "{:.2f}x"}
-    values["bf16_max_diff_relative"] = {
-        "value": result["bf16_vs_f32_export_max_diff_relative"],
-        "format": "{:.1%}",
-    }
-    values["bf16_top1_agreement"] = {
-        "value": result["bf16_vs_f32_export_top1_agreement"],
-        "format": "{:.0%}",
-    }
+    for key, (name, form) in RATIOS.items():
+        values[key] = report.fig(result[name], form)
     values["load"] = " / ".join(f"{v:.2f}" for v in result["load_average"])
     values["setup"] = f"{result['variant']} @{result['image_size']}, batch {result['batch_size']}"
     return values
 
 
-def main(argv=None) -> int:
-    args = parse_args(argv)
+def start_points(models, images, pixels, folder):
+    """(timers, logits, servers) of the four points (`timer(steps)`: seconds); each export
+    served by its own process that imports TensorFlow only (no PYTHONPATH, another folder)."""
     import numpy as np
 
     import keras_vit
+
+    timers, logits, servers, pixels_file = {}, {}, [], os.path.join(folder, "pixels.npy")
+    np.save(pixels_file, pixels)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    pipes = dict(stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+    for policy, model in models.items():
+        path = keras_vit.export_saved_model(model, os.path.join(folder, policy))
+        out = os.path.join(folder, f"{policy}.npy")
+        argv = [sys.executable, "-c", SERVER, path, pixels_file, out]
+        server = subprocess.Popen(argv, cwd=tempfile.gettempdir(), **pipes)
+        servers.append(server)
+        if (line := server.stdout.readline().strip()) != "ready":
+            raise RuntimeError(f"the TensorFlow-only server did not start (said {line!r})")
+        timers[f"export {policy}"], logits[f"export {policy}"] = partial(ask, server), np.load(out)
+        model.predict_on_batch(images)  # builds the predict function (no XLA)
+        timers[f"keras {policy}"] = partial(time_call, partial(model.predict_on_batch, images))
+    logits["keras float32"] = np.asarray(models["float32"].predict_on_batch(images))
+    return timers, logits, servers
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    import keras
+    import numpy as np
+    from common import variant_arch
+
+    from keras_vit.model.models import ViT
     from keras_vit.runtime import distribute
 
-    model = build(args)
-    bf16_model = distribute.with_dtype_policy(model, "mixed_bfloat16")
-    rng = np.random.default_rng(1)
-    pixels = rng.uniform(0, 255, (args.batch_size, args.image_size, args.image_size, 3))
-    pixels = pixels.astype("float32")
+    keras.utils.set_random_seed(0)
+    arch = variant_arch(args.variant)
+    model = ViT(**arch, image_size=args.image_size, num_classes=1000, dropout_rate=0.0)
+    head, rng = model.get_layer("head"), np.random.default_rng(0)  # a random head: logits != 0
+    head.set_weights([rng.normal(0, 0.05, w.shape) for w in head.get_weights()])
+    models = {"float32": model}
+    models["mixed_bfloat16"] = distribute.with_dtype_policy(model, "mixed_bfloat16")
+    shape = (args.batch_size, args.image_size, args.image_size, 3)
+    pixels = np.random.default_rng(1).uniform(0, 255, shape).astype("float32")
     images = pixels / 127.5 - 1.0  # the export scales [0, 255] to [-1, 1] itself
-    timers, logits, servers = {}, {}, []
+    images_per_call = args.steps * args.batch_size
     with tempfile.TemporaryDirectory() as tmp:
-        pixels_file = os.path.join(tmp, "pixels.npy")
-        np.save(pixels_file, pixels)
-        for point, keras_model in (("float32", model), ("mixed_bfloat16", bf16_model)):
-            path = keras_vit.export_saved_model(keras_model, os.path.join(tmp, point))
-            logits_file = os.path.join(tmp, f"{point}.npy")
-            servers.append(start_server(path, pixels_file, logits_file))
-            timers[f"export {point}"] = timed_by(servers[-1])
-            logits[f"export {point}"] = np.load(logits_file)
-            timers[f"keras {point}"] = timed_keras(keras_model, images)
-        logits["keras float32"] = np.asarray(model.predict_on_batch(images))
+        timers, logits, servers = start_points(models, images, pixels, tmp)
         try:
-            for timer in timers.values():
-                if args.warmup:
-                    timer(args.warmup)
-            rates = {point: [] for point in POINTS}
-            for round_index in range(args.repeats):
-                order = POINTS[round_index % 4 :] + POINTS[: round_index % 4]
-                for point in order:
-                    seconds = timers[point](args.steps)
-                    rates[point].append(args.steps * args.batch_size / seconds)
-                print(f"  round {round_index + 1}/{args.repeats} done", flush=True)
+            for timer in timers.values() if args.warmup else ():
+                timer(args.warmup)
+            rates = {
+                point: lambda t=timers[point]: images_per_call / t(args.steps) for point in POINTS
+            }
+            rates = report.rotated_rates(rates, args.repeats)
         finally:
             for server in servers:
                 server.stdin.close()
                 server.wait(timeout=60)
     result = summary(rates, logits, args)
     print(json.dumps({k: v for k, v in result.items() if k != "img_s_repeats"}, indent=2))
-    if args.json:
-        common.write_json(args.json, result)
+    report.save_json(args.json, result)
     if args.results:
-        from figures import write_results
-
-        write_results(
-            args.results,
-            figure_values(result),
-            command="python benchmarks/studies/export_speed.py " + " ".join(sys.argv[1:]),
-            about="SavedModel export served by a TensorFlow-only process against the Keras "
-            "model, float32 and mixed_bfloat16, no XLA (img/s, medians of rotated repeats)",
-        )
+        about = "SavedModel export served by a TensorFlow-only process against the Keras model, "
+        about += "float32 and mixed_bfloat16, no XLA (img/s, medians of rotated repeats)"
+        report.write_figures(args.results, figure_values(result), __file__, about)
     return 0
 
 

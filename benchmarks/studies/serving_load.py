@@ -1,57 +1,43 @@
-"""Serving under load: a TensorFlow-only process answers concurrent `serving_bytes` requests.
+"""Study: serving under load, a TensorFlow-only process answering concurrent requests.
 
-1. Exports a ViT (tiny by default, random non-zero weights) with
-   `keras_vit.export_saved_model`, in this process.
-2. Starts a second process with `PYTHONPATH` cleared that imports TensorFlow only (no
-   keras_vit, no Keras model code), loads the SavedModel and serves `--requests` requests
-   from `--threads` threads. Each request is a batch of 1-16 encoded images (JPEG or PNG,
-   sides 16-64 px) drawn from a pool of prepared payloads; `--bad-fraction` of the payloads
-   hold one bad image (truncated JPEG, text, an empty string) and must be rejected, and
-   exactly `round(requests * bad_fraction)` of the requests use them (100 of 2,000).
-3. Checks: every good request's logits equal the answer computed serially for the same
-   payload before the load (max abs difference); every bad request fails with
-   `InvalidArgumentError` whose message names the problem; resident memory (RSS) after the
-   load is within `--memory-bound-mb` of the RSS after a warm-up of one request per
-   payload. Prints a JSON summary: latency percentiles (ms), requests/s, RSS figures, checks.
+A tiny ViT export (random weights) is served, by a process importing TensorFlow only, to
+`--requests` `serving_bytes` requests from `--threads` threads: batches of 1-16 JPEG or PNG
+images (16-64 px) from `--pool` payloads, `--bad-fraction` of them with one bad image.
+Measured: latency percentiles (ms), requests/s, RSS after a warm-up and its growth. Checked:
+good answers equal the serial ones, bad requests fail naming the problem, RSS growth within
+`--memory-bound-mb`.
 
-Usage:
-    python benchmarks/studies/serving_load.py                     # 2,000 requests, 8 threads
-    python benchmarks/studies/serving_load.py --requests 40 --threads 2 --pool 8   # smoke test
     python benchmarks/studies/serving_load.py --results benchmarks/results/serving_load.json
+    python benchmarks/studies/serving_load.py --requests 40 --threads 2 --pool 8   # smoke run
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 
+import report
+
 SERVER = r"""
-import io, json, os, random, sys, threading, time
+import json, random, sys, time
+from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import tensorflow as tf
 
 args = json.loads(sys.argv[1])
 assert "keras_vit" not in sys.modules
-model = tf.saved_model.load(args["export"])
-serve = model.signatures["serving_bytes"]
+serve = tf.saved_model.load(args["export"]).signatures["serving_bytes"]
 with np.load(args["payloads"], allow_pickle=False) as stored:
-    pool = [
-        [stored[f"p{i}_{j}"].tobytes() for j in range(int(stored[f"n{i}"]))]
-        for i in range(int(stored["count"]))
-    ]
+    pool = [[stored[f"p{i}_{j}"].tobytes() for j in range(int(stored[f"n{i}"]))]
+            for i in range(int(stored["count"]))]
     bad = [bool(b) for b in stored["bad"]]
 
 
 def rss_mb():
     with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
+        return next(int(line.split()[1]) / 1024 for line in f if line.startswith("VmRSS:"))
 
 
 def call(index):
@@ -61,91 +47,64 @@ def call(index):
         return None, " ".join(str(error.message).split())
 
 
+def timed(index):  # (index, seconds, |logits - serial logits| or None, error or None)
+    start = time.perf_counter()
+    logits, error = call(index)
+    seconds = time.perf_counter() - start
+    diff = None if error is not None else float(np.max(np.abs(logits - reference[index][0])))
+    return index, seconds, diff, error
+
+
 reference = [call(i) for i in range(len(pool))]  # serial answers, and the warm-up
-rss_warm = rss_mb()
-rng = random.Random(0)
+rss_warm, rng = rss_mb(), random.Random(0)
 bad_ids = [i for i in range(len(pool)) if bad[i]]
 good_ids = [i for i in range(len(pool)) if not bad[i]]
 num_bad = round(args["requests"] * args["bad_fraction"]) if bad_ids else 0
 order = [rng.choice(bad_ids) for _ in range(num_bad)]
 order += [rng.choice(good_ids) for _ in range(args["requests"] - num_bad)]
 rng.shuffle(order)  # exactly round(requests * bad_fraction) bad requests, spread at random
-latencies, mismatches, bad_messages, wrong = [], [], [], []
-lock = threading.Lock()
-cursor = iter(range(len(order)))
-
-
-def worker():
-    while True:
-        with lock:
-            position = next(cursor, None)
-        if position is None:
-            return
-        index = order[position]
-        start = time.perf_counter()
-        logits, error = call(index)
-        elapsed = time.perf_counter() - start
-        with lock:
-            latencies.append(elapsed)
-            if bad[index]:
-                if error is None:
-                    wrong.append(f"bad payload {index} answered")
-                else:
-                    bad_messages.append(error)
-            elif error is not None:
-                wrong.append(f"good payload {index} failed: {error[:200]}")
-            else:
-                mismatches.append(float(np.max(np.abs(logits - reference[index][0]))))
-
-
-threads = [threading.Thread(target=worker) for _ in range(args["threads"])]
 start = time.perf_counter()
-for thread in threads:
-    thread.start()
-for thread in threads:
-    thread.join()
-wall = time.perf_counter() - start
-rss_end = rss_mb()
-ms = np.array(latencies) * 1000
+with ThreadPoolExecutor(args["threads"]) as threads:
+    answers = list(threads.map(timed, order))
+wall, rss_end = time.perf_counter() - start, rss_mb()
+wrong = [f"bad payload {i} answered" for i, _, _, e in answers if bad[i] and e is None]
+wrong += [f"good payload {i} failed: {e[:200]}" for i, _, _, e in answers
+          if e is not None and not bad[i]]
+ms = np.array([seconds for _, seconds, _, _ in answers]) * 1000
 print("RESULT " + json.dumps({
-    "requests": len(latencies),
-    "threads": args["threads"],
+    "requests": len(answers), "threads": args["threads"],
     "bad_requests": sum(bad[i] for i in order),
-    "requests_per_s": round(len(latencies) / wall, 1),
+    "requests_per_s": round(len(answers) / wall, 1),
     "latency_ms": {p: round(float(np.percentile(ms, q)), 2)
                    for p, q in (("p50", 50), ("p90", 90), ("p99", 99), ("max", 100))},
-    "max_abs_logit_diff": max(mismatches, default=0.0),
+    "max_abs_logit_diff": max((d for _, _, d, _ in answers if d is not None), default=0.0),
     "wrong": wrong[:10],
-    "bad_messages": sorted(set(
-        m.split("unavailable> ")[-1].split(" [[")[0][:160] for m in bad_messages
-    )),
-    "rss_warm_mb": round(rss_warm, 1),
-    "rss_end_mb": round(rss_end, 1),
+    "bad_messages": sorted({e.split("unavailable> ")[-1].split(" [[")[0][:160]
+                            for i, _, _, e in answers if e is not None and bad[i]}),
+    "rss_warm_mb": round(rss_warm, 1), "rss_end_mb": round(rss_end, 1),
     "rss_growth_mb": round(rss_end - rss_warm, 1),
 }))
 """
 
 # What the rejection of each kind of bad payload must say (TensorFlow's decoder messages).
 BAD_MESSAGE_WORDS = ("Invalid JPEG data", "Unknown image file format", "Input is empty", "Empty")
+FIGURES = {"requests": "{:,}", "bad_requests": "{}", "threads": "{}", "rss_warm_mb": "{:.0f}"}
+FIGURES |= {"requests_per_s": "{:.1f}", "rss_growth_mb": "{:.1f}", "memory_bound_mb": "{:.0f}"}
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--requests", type=int, default=2000)
-    parser.add_argument("--threads", type=int, default=8)
-    parser.add_argument("--pool", type=int, default=100, help="distinct request payloads")
-    parser.add_argument("--bad-fraction", type=float, default=0.05)
-    parser.add_argument("--memory-bound-mb", type=float, default=64.0)
-    parser.add_argument("--image-size", type=int, default=32, help="model input side")
-    parser.add_argument("--json", help="also write the summary to this file")
-    parser.add_argument(
-        "--results", help="write the documents' figures to this results file (figures.py)"
-    )
+    parser = report.parser(__doc__, "serving_load.json", "also write the summary here")
+    parser.add_argument("--requests", type=int, default=2000, help="(2000)")
+    parser.add_argument("--threads", type=int, default=8, help="(8)")
+    parser.add_argument("--pool", type=int, default=100, help="distinct request payloads (100)")
+    parser.add_argument("--bad-fraction", type=float, default=0.05, help="(0.05)")
+    parser.add_argument("--memory-bound-mb", type=float, default=64.0, help="(64)")
+    parser.add_argument("--image-size", type=int, default=32, help="model input side (32)")
     args = parser.parse_args(argv)
-    if args.requests <= 0 or args.threads <= 0 or args.pool <= 0:
-        parser.error("--requests, --threads and --pool must be positive")
+    report.at_least(parser, args, "requests", "threads", "pool")
+    report.at_least(parser, args, "image_size", minimum=8)
     if not 0 <= args.bad_fraction < 1:
-        parser.error("--bad-fraction must be in [0, 1)")
+        parser.error(f"--bad-fraction {args.bad_fraction}: must be in [0, 1)")
     return args
 
 
@@ -154,33 +113,27 @@ def export_model(folder, image_size):
 
     import keras_vit
 
-    model = keras_vit.ViT(
-        image_size=image_size,
-        patch_size=8,
-        hidden_dim=32,
-        num_heads=4,
-        mlp_dim=64,
-        num_layers=2,
-        num_classes=10,
-    )
+    model = keras_vit.ViT(image_size=image_size, patch_size=8, hidden_dim=32, num_heads=4,
+                          mlp_dim=64, num_layers=2, num_classes=10)  # fmt: skip
     rng = np.random.default_rng(0)
     model.set_weights([w + 0.05 * rng.standard_normal(w.shape) for w in model.get_weights()])
     return keras_vit.export_saved_model(model, os.path.join(folder, "export"), version=1)
 
 
-def _encode(image_module, io, pixels, kind="JPEG"):
+def encoded(pixels, kind) -> bytes:
+    import io
+
+    from PIL import Image
+
     buffer = io.BytesIO()
-    image_module.fromarray(pixels).save(buffer, format=kind, quality=90)
+    Image.fromarray(pixels).save(buffer, format=kind, **({"quality": 90} if kind == "JPEG" else {}))
     return buffer.getvalue()
 
 
 def make_payloads(path, count, bad_fraction):
     """`count` batches of encoded images; `round(count * bad_fraction)` of them, spread
     evenly, hold one bad image each: a truncated JPEG, text, or an empty string in turn."""
-    import io
-
     import numpy as np
-    from PIL import Image
 
     rng = np.random.default_rng(1)
     arrays, bad = {}, []
@@ -191,23 +144,17 @@ def make_payloads(path, count, bad_fraction):
         for _ in range(int(rng.integers(1, 17))):
             height, width = (int(v) for v in rng.integers(16, 65, 2))
             pixels = rng.integers(0, 256, (height, width, 3), dtype=np.uint8)
-            buffer = io.BytesIO()
-            kind = "JPEG" if rng.random() < 0.5 else "PNG"
-            options = {"quality": 90} if kind == "JPEG" else {}
-            Image.fromarray(pixels).save(buffer, format=kind, **options)
-            images.append(buffer.getvalue())
-        is_bad = i in bad_indices
-        if is_bad:
+            images.append(encoded(pixels, "JPEG" if rng.random() < 0.5 else "PNG"))
+        if i in bad_indices:
             kind = bad_indices.index(i) % 3
             jpeg = next((b for b in images if b[:2] == b"\xff\xd8"), None)
             if kind == 0 and jpeg is None:
-                jpeg = _encode(Image, io, rng.integers(0, 256, (32, 32, 3), dtype=np.uint8))
+                jpeg = encoded(rng.integers(0, 256, (32, 32, 3), dtype=np.uint8), "JPEG")
             broken = (jpeg[: len(jpeg) // 2], b"not an image", b"")[kind]
             images[int(rng.integers(len(images)))] = broken
-        bad.append(bool(is_bad))
+        bad.append(i in bad_indices)
         arrays[f"n{i}"] = np.array(len(images))
-        for j, data in enumerate(images):
-            arrays[f"p{i}_{j}"] = np.frombuffer(data, np.uint8)
+        arrays.update({f"p{i}_{j}": np.frombuffer(data, np.uint8) for j, data in enumerate(images)})
     np.savez(path, count=np.array(count), bad=np.array(bad), **arrays)
 
 
@@ -215,68 +162,31 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="serving_load_") as folder:
-        export = export_model(folder, args.image_size)
         payloads = os.path.join(folder, "payloads.npz")
         make_payloads(payloads, args.pool, args.bad_fraction)
-        config = {"export": export, "payloads": payloads, **vars(args)}
-        env = {**os.environ, "PYTHONPATH": "", "TF_CPP_MIN_LOG_LEVEL": "2"}
-        done = subprocess.run(
-            [sys.executable, "-c", SERVER, json.dumps(config)],
-            capture_output=True,
-            text=True,
-            env=env,
-            cwd=folder,
-            timeout=3600,
-        )
-    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
-    if done.returncode or not lines:
-        print(done.stdout[-3000:] + done.stderr[-3000:], file=sys.stderr)
-        return 1
-    result = json.loads(lines[-1][len("RESULT ") :])
+        config = {"export": export_model(folder, args.image_size), "payloads": payloads}
+        env = {**os.environ, "PYTHONPATH": ""}
+        argv = [sys.executable, "-c", SERVER, json.dumps({**config, **vars(args)})]
+        result = report.child_json(argv, env=env, cwd=folder, timeout=3600)
+    messages_named = all(
+        any(word in message for word in BAD_MESSAGE_WORDS) for message in result["bad_messages"]
+    )
     result["checks"] = {
         "good_answers_equal_serial": result["max_abs_logit_diff"] <= 1e-5 and not result["wrong"],
-        "bad_rejected_naming_problem": all(
-            any(word in message for word in BAD_MESSAGE_WORDS) for message in result["bad_messages"]
-        ),
+        "bad_rejected_naming_problem": messages_named,
         "memory_within_bound": result["rss_growth_mb"] <= args.memory_bound_mb,
     }
     result["memory_bound_mb"] = args.memory_bound_mb
     print(json.dumps(result, indent=2))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=2)
+    report.save_json(args.json, result)
     if args.results:
-        write_figures(args, result, load_before)
+        values = {f"latency_{name}_ms": report.fig(value, "{:.1f}")
+                  for name, value in result["latency_ms"].items()}  # fmt: skip
+        values.update({key: report.fig(result[key], form) for key, form in FIGURES.items()})
+        notes = f"1-minute load average {load_before:.2f} at the start (a shared 2-core machine)"
+        about = "benchmarks/studies/serving_load.py: a TensorFlow-only process serving the export"
+        report.write_figures(args.results, values, __file__, about, notes=notes)
     return 0 if all(result["checks"].values()) else 1
-
-
-def write_figures(args, result, load_before) -> None:
-    """The summary's figures as a results file for docs/reliability.md (figures.py)."""
-    _HERE = os.path.dirname(os.path.abspath(__file__))
-    sys.path[:0] = [_HERE, os.path.join(_HERE, ".."), os.path.join(_HERE, "..", "harness")]
-    from figures import write_results
-
-    values = {
-        f"latency_{name}_ms": {"value": value, "format": "{:.1f}"}
-        for name, value in result["latency_ms"].items()
-    }
-    values.update(
-        requests={"value": result["requests"], "format": "{:,}"},
-        bad_requests={"value": result["bad_requests"], "format": "{}"},
-        threads={"value": result["threads"], "format": "{}"},
-        requests_per_s={"value": result["requests_per_s"], "format": "{:.1f}"},
-        rss_warm_mb={"value": result["rss_warm_mb"], "format": "{:.0f}"},
-        rss_growth_mb={"value": result["rss_growth_mb"], "format": "{:.1f}"},
-        memory_bound_mb={"value": result["memory_bound_mb"], "format": "{:.0f}"},
-    )
-    command = "python benchmarks/studies/serving_load.py " + " ".join(sys.argv[1:])
-    write_results(
-        args.results,
-        values,
-        command=command.strip(),
-        about="benchmarks/studies/serving_load.py: a TensorFlow-only process serving the export",
-        notes=f"1-minute load average {load_before:.2f} at the start (a shared 2-core machine)",
-    )
 
 
 if __name__ == "__main__":

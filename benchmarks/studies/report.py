@@ -1,0 +1,96 @@
+"""The studies' shared report code: their flags, refusals, output files and child processes.
+
+A study (a script of this folder) reports on stdout, its raw figures as JSON (`--json`) and,
+where the documents quote it, a results file (`--results`, `figures.write_results`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+for _folder in (os.path.join(ROOT, "benchmarks", "harness"), os.path.join(ROOT, "benchmarks")):
+    if _folder not in sys.path:
+        sys.path.insert(0, _folder)
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+def parser(doc: str, results: str | None = None, json_help="write the raw results here"):
+    """A study's `ArgumentParser`: the first paragraph of `doc` as its description, `--json`
+    (unless `json_help` is None), and `--results` where `results` names the results file the
+    documents quote."""
+    made = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    if json_help:
+        made.add_argument("--json", help=json_help)
+    if results:
+        made.add_argument(
+            "--results", help=f"write the documents' figures here (benchmarks/results/{results}; "
+            "then `python benchmarks/figures.py --update`)",
+        )  # fmt: skip
+    return made
+
+
+def at_least(parser, args, *names, minimum=1) -> None:
+    """`parser.error` naming the flag and its value for the first of `names` (attributes of
+    `args`, None skipped) below `minimum`."""
+    for name in names:
+        value = getattr(args, name)
+        if value is not None and value < minimum:
+            parser.error(f"--{name.replace('_', '-')} {value}: must be >= {minimum}")
+
+
+def fig(value, form: str = "{}") -> dict:
+    """One value of a results file: `value` and the format the documents render it with."""
+    return {"value": value, "format": form}
+
+
+def save_json(path, payload, append: bool = False) -> None:
+    """`payload` as JSON at `path` (atomically), or appended to it as one line; nothing
+    without a path."""
+    if path and append:
+        with open(path, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps(payload) + "\n")
+    elif path:
+        from common import write_json
+
+        write_json(path, payload)
+
+
+def write_figures(path, values, script, about, argv=None, notes="") -> None:
+    """Writes the documents' figures to the results file `path`, with the command that made
+    them (`python benchmarks/studies/SCRIPT ARGV`, `argv` defaulting to this process')."""
+    from figures import write_results
+
+    argv = sys.argv[1:] if argv is None else argv
+    command = f"python benchmarks/studies/{os.path.basename(script)} {' '.join(argv)}"
+    write_results(path, values, command=command.strip(), about=about, notes=notes)
+    print(f"wrote {path}")
+
+
+def rotated_rates(rates: dict, repeats: int) -> dict:
+    """{name: [images/s, one per round]}: each round calls every function of `rates` ({name:
+    () -> images/s}) once, the order rotated every round so load drift hits them alike."""
+    names, measured = list(rates), {name: [] for name in rates}
+    for index in range(repeats):
+        for name in names[index % len(names) :] + names[: index % len(names)]:
+            measured[name].append(rates[name]())
+        print(f"  round {index + 1}/{repeats} done", flush=True)
+    return measured
+
+
+def child_json(argv, prefix="RESULT ", **run) -> dict:
+    """Runs `argv` (`subprocess.run` keywords in `run`); the JSON of its last stdout line
+    starting with `prefix`. Exits (SystemExit, the child's output tail) if it fails."""
+    done = subprocess.run(argv, capture_output=True, text=True, **run)
+    lines = [line for line in done.stdout.splitlines() if line.startswith(prefix)]
+    if done.returncode or not lines:
+        raise SystemExit(
+            f"the child process failed (exit {done.returncode}):\n"
+            f"{done.stdout[-2000:]}{done.stderr[-3000:]}"
+        )
+    return json.loads(lines[-1][len(prefix) :])
