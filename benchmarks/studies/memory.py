@@ -4,11 +4,15 @@ attention x remat on/off (CPU by default; each point its own process).
 A training step (forward, cross-entropy, gradients, an SGD update) of the model at each image
 size, its attention kernel set ("fused": `keras.ops.dot_product_attention`; "explicit": the
 probabilities materialised) and every block's `remat` set, is jit-compiled. Measured: XLA's
-memory analysis of it (temporaries; arguments + outputs), with `--run` its peak RSS. XLA:CPU
-has no fused attention and drops remat's barriers: neither changes the step's memory there
-(B/16 at 384 px, batch 8: 8,396 MiB of temporaries each, results/runs/memory_b16_384.json).
+memory analysis of it (temporaries; arguments + outputs), with `--run` its peak RSS. The
+model is built with `remat` as keras_vit's builders take it, so a remat point gets what the
+builders ask of XLA:CPU (its memory scheduler, `keras_vit.kernels.dispatch.
+prefer_memory_schedule`); `--default-scheduler` keeps XLA:CPU's default (concurrency-
+optimised) scheduler for every point, which schedules the recomputation away (the figures
+before keras_vit asked for the memory scheduler). XLA:CPU has no fused attention kernel.
 
-    python benchmarks/studies/memory.py --image-size 224 384 518 --run
+    python benchmarks/studies/memory.py --image-size 224 384 518
+    python benchmarks/studies/memory.py --image-size 384 --default-scheduler
 """
 
 from __future__ import annotations
@@ -39,12 +43,10 @@ def measure_point(model_name, image_size, batch_size, kernel, remat, run) -> dic
 
     from keras_vit.layers import MultiHeadSelfAttention
     from keras_vit.model.build_any import build
-    from keras_vit.model.finetune import set_remat
     from keras_vit.spec import configs
 
     kwargs = configs.resolve_model(model_name).config.as_kwargs()
-    model = build({**kwargs, "image_size": image_size, "num_classes": 1000})
-    set_remat(model, remat)
+    model = build({**kwargs, "image_size": image_size, "num_classes": 1000, "remat": remat})
     for layer in model._flatten_layers(include_self=False, recursive=True):
         if isinstance(layer, MultiHeadSelfAttention):
             layer.attention_kernel = kernel
@@ -69,7 +71,7 @@ def measure_point(model_name, image_size, batch_size, kernel, remat, run) -> dic
     out = {
         "model": model_name, "image_size": image_size, "batch_size": batch_size,
         "tokens": (image_size // model.get_layer("embedding").patch_size[0]) ** 2 + 1,
-        "attention_kernel": kernel, "remat": remat,
+        "attention_kernel": kernel, "remat": remat, "xla_flags": os.environ.get("XLA_FLAGS", ""),
         "compile_s": round(time.perf_counter() - start, 1),
         "xla_temp_mib": round(analysis.temp_size_in_bytes / mib, 1),
         "xla_arguments_outputs_mib": round(
@@ -93,6 +95,8 @@ def parse_args(argv=None):
     parser.add_argument("--image-size", type=int, nargs="+", default=[384], help="(384)")
     parser.add_argument("--batch-size", type=int, default=8, help="(8)")
     parser.add_argument("--run", action="store_true", help="execute the step: peak RSS too")
+    parser.add_argument("--default-scheduler", action="store_true",
+                        help="XLA:CPU's default scheduler for every point")  # fmt: skip
     parser.add_argument("--output", help="JSON path (default under benchmarks/results/runs/)")
     parser.add_argument("--point", action="store_true", help=hidden)
     parser.add_argument("--kernel", default="fused", help=hidden)
@@ -112,6 +116,8 @@ def main(argv=None) -> int:
         print("POINT " + json.dumps(point), flush=True)
         return 0
     env = {**os.environ, "KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu"}
+    if args.default_scheduler:  # named by the user: keras_vit leaves it (the default's value)
+        env["XLA_FLAGS"] = "--xla_cpu_enable_concurrency_optimized_scheduler=true"
     env["PYTHONPATH"] = os.pathsep.join(filter(None, (report.ROOT, env.get("PYTHONPATH"))))
     points, common = [], [sys.executable, os.path.abspath(__file__), "--point", "--model"]
     common += [args.model, "--batch-size", str(args.batch_size)]
@@ -127,11 +133,13 @@ def main(argv=None) -> int:
             if key in point:
                 point[f"{key}_vs_explicit_no_remat"] = round(point[key] / base[key], 3)
     slug = args.model.replace("/", "").lower() + "_" + "_".join(map(str, args.image_size))
+    slug += "_default_scheduler" * args.default_scheduler
     output = args.output or os.path.join(report.ROOT, f"benchmarks/results/runs/memory_{slug}.json")
     from keras_vit.runtime.precision_probe import cpu_model
 
     record = {"method": METHOD, "host": cpu_model(), "cpu_count": os.cpu_count(),
-              "run": bool(args.run), "points": points}  # fmt: skip
+              "run": bool(args.run), "default_scheduler": args.default_scheduler,
+              "points": points}  # fmt: skip
     report.save_json(output, record)
     print(f"wrote {output}")
     return 0
