@@ -103,8 +103,15 @@ def parse_args(argv=None):
     parser.add_argument("--remat", action="store_true", help=hidden)
     args = parser.parse_args(argv)
     report.at_least(parser, args, "batch_size")
-    if min(args.image_size) < 1:
-        parser.error(f"--image-size {min(args.image_size)}: must be >= 1")
+    from keras_vit.spec import configs
+
+    try:
+        patch = configs.resolve_model(args.model).config.patch_size
+    except ValueError as error:
+        parser.error(f"--model {args.model!r}: {error}")
+    for size in args.image_size:
+        if size < 1 or size % patch:
+            parser.error(f"--image-size {size}: must be a positive multiple of the patch {patch}")
     return args
 
 
