@@ -2,25 +2,18 @@
 
 A peer is one `PEERS` row: the modules that must import for it, the interpreter its
 workers run in ("main": `--python`; "torch": `--torch-python`), the environment it needs,
-which settings it is timed at ("keras": `--settings`, "eager": their policies without
-XLA, "timm": `--timm-settings`, None: a GEMM roof), and the function that builds it, warms
-it up and serves the parent's timing rounds (`serve_*`, in the worker process). Adding a
-peer is adding a row (and its `serve_*` function when no existing one builds it).
+which settings it is timed at ("keras": `--settings`, "eager": their policies without XLA,
+"timm": `--timm-settings`, None: a GEMM roof), and the function that builds it, warms it
+up and serves the parent's timing rounds (in the worker process). Adding a peer is adding
+a row (and its `serve_*` function when no existing one builds it).
 
-timm's peer (optional: torch and timm are not installed by keras_vit's extras) is the same
-architecture as `keras_vit.evaluate.benchmarking.build_model` builds: timm's `VisionTransformer`
-with the variant's patch, width, depth, heads and MLP ratio, class-token pooling, no dropout,
-random weights (no download). Settings (`TIMM_SETTINGS`):
-
-  - "float32": eager float32;
-  - "bfloat16_autocast": eager, inside `torch.autocast("cpu", dtype=torch.bfloat16)`
-    (the products in bfloat16, weights and optimizer state float32, as Keras' mixed policy);
-  - "float32+compile": `torch.compile` of the model (inductor), float32.
-
-A training step is AdamW (learning rate 1e-4) on cross-entropy, as `make_step` does for the
-Keras models; inference runs under `torch.inference_mode()`. Images are NCHW (PyTorch's
-layout), so the layout conversion is not timed. The torch GEMM roof (`gemm_roof`) times
-`torch.matmul` in float32 and bfloat16 at the harness' sizes.
+timm's peer is the architecture `keras_vit.evaluate.benchmarking.build_model` builds:
+timm's `VisionTransformer` with the variant's patch, width, depth, heads and MLP ratio,
+class-token pooling, no dropout, random weights. Its settings: "float32" (eager),
+"bfloat16_autocast" (eager in `torch.autocast("cpu", dtype=torch.bfloat16)`, weights and
+optimizer state float32, as Keras' mixed policy) and "float32+compile" (`torch.compile`,
+inductor). A training step is AdamW (1e-4) on cross-entropy, as `make_step` does for the
+Keras models; inference runs under `torch.inference_mode()`; images are NCHW.
 """
 
 from __future__ import annotations
@@ -56,11 +49,6 @@ def timm_label(policy: str, compiler: str) -> str:
     """The setting label of (policy, compiler), the inverse of `parse_timm_setting`."""
     base = "bfloat16_autocast" if policy == "mixed_bfloat16" else "float32"
     return base + ("+compile" if compiler == "compile" else "")
-
-
-def import_error() -> str | None:
-    """None when torch and timm import here, else the import's error (`import_problem`)."""
-    return import_problem("torch", "timm")
 
 
 def build_model(arch: dict, image_size: int, num_classes: int = 1000):
