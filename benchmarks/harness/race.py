@@ -1,31 +1,16 @@
 """The speed races on one loop: points timed in rotated rounds, one summary.
 
-A point is (peer, mode, setting) of one workload (variant, image size, batch size); a peer
-is a row of `peers.PEERS`. Every verb times its points in rounds (`common.run_rounds`): each
-round times every point once, starting one point later each round, so that a drift of a
-shared machine's speed hits every point alike; the figure of a point is its median. The
-verbs are presets of the same flags (`bench.py VERB --help`):
-
-    run         every `--frameworks` x `--settings` (`--timm-settings`), each point in its
-                own worker process (peak RSS per point), the GEMM roof in the same rotation;
-                model FLOP utilisation (training = 3x forward), each framework's best over
-                keras_vit's best, what `auto` (`choose_precision`) picks. `--interleave
-                framework` (default) rotates one framework's settings at a time, `all` every
-                point, `--one-at-a-time` each alone (memory runs); `--json`, `--results`
-    targets     the CPU targets: a preset list of workloads (`--workloads`; B/16 infer,
-                S/16 and Ti/16 train at batch 16) and per-peer settings, as many points at
-                once as fit in `--memory-gb`, under one `--budget-s`; auto over the fastest
-                keras_vit setting (>= 0.90), keras_vit's best over timm's and the best Keras
-                peer's (>= 1.20), the roof share 1.2x timm needs; `--out` .json and .md,
-                written after every workload
-    in-process  the same points built and timed in this process (`--rounds`): keras_vit's
-                ratio to a peer is the median of per-round ratios, each at its fastest
-                setting; timm joins with a Keras setting's policy (+xla: `torch.compile`)
-    scaling     keras_vit's step over `--image-sizes` (at the base batch) and `--batch-sizes`
-                (at the base size), one worker a point
-    ablation    the classifier whose last block computes only the class token against the
-                same weights with a full last block: logits checked first, then timed
-    roof        the GEMM roof alone, TensorFlow and (where it imports) torch
+A point is (peer, mode, setting) of a workload (variant, image size, batch); a peer is a
+row of `peers.PEERS`. Every verb times its points in rounds (`common.run_rounds`), each
+starting one point later than the last, so that a drift of a shared machine's speed hits
+every point alike; a point's figure is its median. The verbs are presets of one parser:
+`run` (every `--frameworks` x `--settings`, a worker process per point, the GEMM roof in
+the same rotation: utilisation, each framework's best over keras_vit's, what `auto`
+picks), `targets` (a preset list of `--workloads` and per-peer settings, as many points at
+once as fit in `--memory-gb`, under one `--budget-s`: the CPU targets' ratios to `--out`),
+`in-process` (the points built and timed in this process: ratio = median of per-round
+ratios), `scaling` (keras_vit over image sizes and batches), `ablation` (the class-token-
+only last block against a full one, same weights) and `roof` (the GEMM roof alone).
 
     python benchmarks/bench.py run --variant B/16 --mode infer --json b16.json
 """
@@ -49,7 +34,7 @@ import peers  # noqa: E402
 GEMMS = tuple(peers.ROOFS)  # the roof workers: TensorFlow's, torch's
 ALL_FRAMEWORKS = tuple(name for name, peer in peers.PEERS.items() if peer.settings)
 TIMM_ORDER = "bfloat16_autocast,float32,float32+compile"
-PRESETS = {  # each verb's defaults of the shared flags
+PRESETS = {  # each verb's defaults of the shared flags (the rest: `build_parser`)
     "run": dict(steps=3, repeats=5, warmup=2, gemm_sizes="1024,2048,4096",
                 settings="float32+xla,mixed_bfloat16+xla,mixed_bfloat16",
                 frameworks="keras_vit,keras_hub,vit_keras,timm"),
@@ -213,7 +198,7 @@ def workload_problem(variant) -> str | None:
     return f"gives image size {size}, not a multiple of the patch {patch}" if size % patch else None
 
 
-# ---- points and their workers -------------------------------------------------------------
+# ---- points, their workers, the rounds ---------------------------------------------------
 
 
 def workload_args(args, variant, image_size=None, batch_size=None):
@@ -268,25 +253,35 @@ def time_points(args, points, deadline=None):
     return payloads, ready, peaks
 
 
-class LocalPoint:
-    """A step built in this process, timed by `common.run_rounds` as a worker is."""
-
-    process = types.SimpleNamespace(poll=lambda: None)
-
-    def __init__(self, step, steps):
-        self.step, self.steps = step, steps
-
-    def request(self, command):
-        return {"ms": 1000 * common.time_call(self.step, self.steps) / self.steps}
-
-    def close(self):
-        pass
+def time_groups(args, groups, mode, wargs, deadline=None):
+    """The records of `groups` (lists of worker names) of one mode, each group timed together
+    (in its share of the time left to `deadline`), and {roof worker: its payloads}."""
+    records, roofs = [], {kind: [] for kind in GEMMS}
+    for index, group in enumerate(groups):
+        print(f"{mode}: timing {', '.join(group)}", flush=True)
+        left = deadline and (deadline - time.perf_counter()) / (len(groups) - index)
+        points = {name: (name, wargs) for name in group}
+        payloads, ready, peaks = time_points(args, points, left and time.perf_counter() + left)
+        for kind in GEMMS:
+            roofs[kind] += payloads.pop(kind, [])
+        records += [
+            record_of(n, mode, [p["images_per_s"] for p in runs], ready[n], peaks[n])
+            for n, runs in payloads.items()
+        ]
+    return records, roofs
 
 
 def time_rounds(steps, rounds, steps_per_point):
-    """{point: [ms per step, one a round]} of in-process `steps` {point: step function}."""
-    points = {key: LocalPoint(step, steps_per_point) for key, step in steps.items()}
-    return {k: [p["ms"] for p in v] for k, v in common.run_rounds(points, rounds).items()}
+    """{point: [ms per step, one a round]} of in-process `steps` {point: step function},
+    each served to `common.run_rounds` as a worker is."""
+    points = {
+        key: types.SimpleNamespace(
+            request=lambda _, step=step: common.time_call(step, steps_per_point) / steps_per_point,
+            process=types.SimpleNamespace(poll=lambda: None), close=lambda: None,
+        )
+        for key, step in steps.items()
+    }  # fmt: skip
+    return {k: [1000 * s for s in v] for k, v in common.run_rounds(points, rounds).items()}
 
 
 def record_of(name, mode, rates, ready, peak):
@@ -325,25 +320,20 @@ def auto_choice(variant, image_size, refresh=False):
             os.environ.pop("KERAS_VIT_PRECISION_PROBE", None)
 
 
-def ratio(value, target=None):
+def ratio(value, target=None, fmt="{:.2f}x"):
     if value is None:
         return "-"
     mark = "" if target is None else " (met)" if value >= target else " (NOT met)"
-    return f"{value:.2f}x{mark}"
+    return fmt.format(value) + mark
 
 
-def percent(value):
-    return "-" if value is None else f"{100 * value:.0f}%"
-
-
-def host_line(load_before, started):
+def host_line(load_before, load_after):
     host = common.host_record()
     return (
         f"{host['cpu']}, {host['cores']} cores, bfloat16 units: "
         f"{', '.join(host['bfloat16_flags']) or 'none'}; {platform.platform()}; "
         f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; load average "
-        f"{load_before} before, {common.load_average()} after; "
-        f"{time.perf_counter() - started:.0f} s"
+        f"{load_before} before, {load_after} after"
     )
 
 
@@ -399,15 +389,11 @@ def run_tables(results, best):
     rows = [
         [r["mode"], r["framework"], r["setting"], f"{r['images_per_s']:.2f}",
          f"{min(r['images_per_s_all']):.2f}-{max(r['images_per_s_all']):.2f}",
-         f"{r['peak_rss_mb']:.0f}", f"{r['model_gflops_per_s']:.1f}", percent(r["utilisation"]),
-         ratio(r["ours_over_this"])]
-        for r in results
+         f"{r['peak_rss_mb']:.0f}", f"{r['model_gflops_per_s']:.1f}",
+         ratio(r["utilisation"], fmt="{:.0%}"), ratio(r["ours_over_this"])] for r in results
     ]  # fmt: skip
-    best_rows = [
-        [r["mode"], r["framework"], r["setting"], f"{r['images_per_s']:.2f}",
-         percent(r["utilisation"]), ratio(r["best_ours_over_this"])]
-        for r in best.values()
-    ]  # fmt: skip
+    best_rows = [[*row[:4], row[7], ratio(r["best_ours_over_this"])]
+                 for row, r in zip(rows, results, strict=True) if r in best.values()]  # fmt: skip
     best_header = ["mode", "framework", "best setting", "img/s", "of roof", "ours best/this best"]
     return common.markdown(header, rows) + "\n\n" + common.markdown(best_header, best_rows)
 
@@ -416,31 +402,22 @@ def run(args):
     """`run`: times every point of every mode; prints the tables, writes --json/--results."""
     load_before, results, gemm = common.load_average(), [], {kind: [] for kind in GEMMS}
     for mode in ("infer", "train") if args.mode == "both" else (args.mode,):
-        for group in filter(None, rotation_groups(args, mode)):
-            print(f"{mode}: timing {', '.join(group)}", flush=True)
-            payloads, ready, peaks = time_points(args, {name: (name, args) for name in group})
-            for kind in GEMMS:
-                gemm[kind] += payloads.pop(kind, [])
-            results += [
-                record_of(n, mode, [p["images_per_s"] for p in runs], ready[n], peaks[n])
-                for n, runs in payloads.items()
-            ]
+        records, roofs = time_groups(args, filter(None, rotation_groups(args, mode)), mode, args)
+        results += records
+        for kind, runs in roofs.items():
+            gemm[kind] += runs
     load_after = common.load_average()
     roofs = {k: common.median([g["gemm_gflops"] for g in runs]) for k, runs in gemm.items() if runs}
-    roof, host = max(roofs.values()) if roofs else None, common.host_record()
+    roof, host = max(roofs.values(), default=None), common.host_record()
     common.add_derived(results, args.variant, args.image_size, roof)
     best = add_ratios(results)
     auto_text, auto = auto_summary(args, results)
     roof_text = ", ".join(f"{peers.ROOFS[kind]} {value:.1f}" for kind, value in roofs.items())
-    print(
-        f"ViT-{args.variant} @{args.image_size}, batch {args.batch_size}, {args.repeats} "
-        f"repeats x {args.steps} steps, interleaved by {args.interleave}; roof (best GEMM of "
-        "the run: float32/bfloat16, XLA on/off; torch float32/bfloat16) "
-        f"{f'{roof:.1f} GFLOP/s ({roof_text})' if roof else 'not measured'}; load average "
-        f"{load_before} before, {load_after} after; host {host['cpu']}, {host['cores']} cores, "
-        f"bfloat16 units: {', '.join(host['bfloat16_flags']) or 'none'}"
-    )
-    print(run_tables(results, best) + "\n" + auto_text)
+    roof_text = f"{roof:.1f} GFLOP/s ({roof_text})" if roof else "not measured"
+    print(f"ViT-{args.variant} @{args.image_size}, batch {args.batch_size}, {args.repeats} "
+          f"repeats x {args.steps} steps, interleaved by {args.interleave}; roof (the run's best "
+          f"GEMM) {roof_text}; host {host_line(load_before, load_after)}\n"
+          f"{run_tables(results, best)}\n{auto_text}")  # fmt: skip
     config = {k: v for k, v in vars(args).items() if k not in ("worker", "sizes", "verb")}
     machine = {**host, "cpus": os.cpu_count(), "platform": platform.platform(),
                "load_average_before": load_before, "load_average_after": load_after}  # fmt: skip
@@ -552,27 +529,10 @@ def summarise(variant, mode, records, roofs, choice):
 
 def time_workload(args, variant, mode, deadline):
     """The records and summary of one workload, its points timed group by group."""
-    print(f"{variant} {mode}: starting the points", flush=True)
     wargs = workload_args(args, variant)
     groups = groups_of(target_points(args, mode), variant, mode, args.memory_gb)
-    payloads, ready, peaks = {}, {}, {}
-    for index, group in enumerate(groups):
-        if len(groups) > 1:
-            print(f"  group {index + 1}/{len(groups)}: {', '.join(group)}", flush=True)
-        share = (deadline - time.perf_counter()) / (len(groups) - index)
-        points = {name: (name, wargs) for name in group}
-        timed = time_points(args, points, time.perf_counter() + share)
-        for into, values in zip((payloads, ready, peaks), timed, strict=True):
-            into.update(values)
-    roofs = {
-        peers.ROOFS[kind]: max(p["gemm_gflops"] for p in payloads.pop(kind))
-        for kind in GEMMS
-        if payloads.get(kind)
-    }
-    records = [
-        record_of(name, mode, [p["images_per_s"] for p in runs], ready[name], peaks[name])
-        for name, runs in payloads.items()
-    ]
+    records, payloads = time_groups(args, groups, mode, wargs, deadline)
+    roofs = {peers.ROOFS[k]: max(p["gemm_gflops"] for p in v) for k, v in payloads.items() if v}
     common.add_derived(records, variant, wargs.image_size, max(roofs.values(), default=None))
     choice = auto_choice(variant, wargs.image_size, refresh=not args.keep_probe_cache)
     return records, summarise(variant, mode, records, roofs, choice)
@@ -627,7 +587,9 @@ def targets(args, argv):
         more, summary = time_workload(args, variant, mode, started + share * (index + 1))
         records, summaries = records + more, summaries + [summary]
         print(f"  {summary['workload']}: {time.perf_counter() - started:.0f} s so far", flush=True)
-        host, config = host_line(load_before, started), vars(args).copy()
+        elapsed = time.perf_counter() - started
+        host = f"{host_line(load_before, common.load_average())}; {elapsed:.0f} s"
+        config = vars(args).copy()
         config.pop("workload_list")
         extra = {"host": host, "machine_record": common.host_record(), "config": config,
                  "summaries": summaries, "results": records}  # fmt: skip
@@ -734,24 +696,21 @@ def scaling_points(args):
 
 def scaling(args):
     """`scaling`: one keras_vit worker a point, timed together; a table, --json."""
-    (point,) = peers.points("keras_vit", args.mode, args.setting_list[:1], [])
+    (name,) = peers.points("keras_vit", args.mode, args.setting_list[:1], [])
     points = {
-        f"{size}px/b{batch}": (point, workload_args(args, args.variant, size, batch))
+        f"{size}px/b{batch}": (name, workload_args(args, args.variant, size, batch))
         for size, batch in scaling_points(args)
     }
     payloads, ready, peaks = time_points(args, points)
     patch, records = common.variant_arch(args.variant)["patch_size"], []
     for key, (_, wargs) in points.items():
-        rates = [p["images_per_s"] for p in payloads[key]]
-        rate, size = common.median(rates), wargs.image_size
+        size, batch = wargs.image_size, wargs.batch_size
+        r = record_of(name, args.mode, [p["images_per_s"] for p in payloads[key]], ready[key],
+                      peaks[key])  # fmt: skip
         gflops = common.model_gflops(args.variant, size, args.mode)
-        records.append({
-            "image_size": size, "batch_size": wargs.batch_size,
-            "tokens": (size // patch) ** 2 + 1, "images_per_s": rate, "images_per_s_all": rates,
-            "step_s": wargs.batch_size / rate, "gflops_per_image": gflops,
-            "model_gflops_per_s": gflops * rate, "peak_rss_mb": peaks[key],
-            "params": ready[key]["params"],
-        })  # fmt: skip
+        records.append({**r, "image_size": size, "batch_size": batch, "gflops_per_image": gflops,
+                        "tokens": (size // patch) ** 2 + 1, "step_s": batch / r["images_per_s"],
+                        "model_gflops_per_s": gflops * r["images_per_s"]})  # fmt: skip
     print(f"ViT-{args.variant} {args.mode} step, {args.settings}, median of {args.repeats}")
     header = ["image", "batch", "tokens", "step s", "ms/image", "GFLOP/image", "GFLOP/s", "RSS MiB"]
     print(common.markdown(header, [
