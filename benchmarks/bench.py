@@ -31,23 +31,14 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [HERE, os.path.join(HERE, "harness")]
 
 RACES = ("run", "targets", "in-process", "scaling", "ablation", "roof")
-VERBS = {
-    **dict.fromkeys(RACES, "race"),
-    "profile": "step_profile",
-    "products": "products",
-    "results": "throughput_figures",
-    "figures": "figures",
-    "gpu": "gpu",
-}
+VERBS = {**dict.fromkeys(RACES, "race"), "profile": "step_profile", "products": "products",
+         "results": "throughput_figures", "figures": "figures", "gpu": "gpu"}  # fmt: skip
 
 
 def suite_commands(name: str, quick: bool, only=None) -> list[tuple[str, list[str]]]:
     """[(workload, argv)] of suite `name` of suites.toml: its lines' commands (or quick
-    variants), each a bench.py verb or a studies/ script, as an argv to run.
-
-    Raises:
-        ValueError: an unknown suite or workload, named with the known ones.
-    """
+    variants), each a bench.py verb or a studies/ script. Raises ValueError naming an unknown
+    suite or workload, with the known ones."""
     try:
         import tomllib
     except ModuleNotFoundError:  # Python 3.10
@@ -62,12 +53,12 @@ def suite_commands(name: str, quick: bool, only=None) -> list[tuple[str, list[st
         raise ValueError(f"suite {name!r} has no workload {unknown[0]!r}; it has {sorted(lines)}")
     commands = []
     for workload, line in lines.items():
-        if only and workload not in only:
-            continue
         words = shlex.split(line["quick" if quick else "command"])
-        script = os.path.join(HERE, words[0])
-        head = [script] if words[0].endswith(".py") else [os.path.join(HERE, "bench.py"), words[0]]
-        commands.append((workload, [sys.executable, *head, *words[1:]]))
+        if words[0].endswith(".py"):  # a study
+            words[0] = os.path.join(HERE, words[0])
+        else:
+            words.insert(0, os.path.join(HERE, "bench.py"))
+        commands += [(workload, [sys.executable, *words])] if not only or workload in only else []
     return commands
 
 

@@ -1,9 +1,6 @@
-"""Shared helpers of the benchmarks: arguments, timing, worker processes, tables, output.
-
-The analytic FLOP count, GEMM roof and model builders live in
-`keras_vit.evaluate.benchmarking` (the installed `keras-vit benchmark` has them too) and are
-re-exported here.
-"""
+"""Shared helpers of the benchmarks: arguments, timing, worker processes, tables, output
+(the FLOP counts, GEMM roof and model builders of `keras_vit.evaluate.benchmarking`, which
+`keras-vit benchmark` uses too, re-exported)."""
 
 from __future__ import annotations
 
@@ -20,7 +17,6 @@ from collections.abc import Callable
 from keras_vit.evaluate.benchmarking import (  # noqa: F401  (re-exported for the scripts)
     FRAMEWORKS,
     add_derived,
-    analytic_macs,
     build_model,
     gemm_roof,
     keras_vit_step_gflops,
@@ -28,7 +24,7 @@ from keras_vit.evaluate.benchmarking import (  # noqa: F401  (re-exported for th
     model_gflops,
     peak_rss_mb,
     variant_arch,
-)
+)  # fmt: skip
 from keras_vit.runtime.precision_probe import setting_label  # noqa: F401  (the one setting label)
 
 
@@ -42,12 +38,9 @@ def host_record() -> dict:
     from keras_vit.runtime import precision, precision_probe
 
     flags = precision.cpu_flags()
-    return {
-        "cpu": precision_probe.cpu_model(),
-        "cores": precision_probe.core_count(),
-        "bfloat16_flags": [f for f in precision.BFLOAT16_CPU_FLAGS if f in flags],
-        "cpu_flags": sorted(flags),
-    }
+    return {"cpu": precision_probe.cpu_model(), "cores": precision_probe.core_count(),
+            "bfloat16_flags": [f for f in precision.BFLOAT16_CPU_FLAGS if f in flags],
+            "cpu_flags": sorted(flags)}  # fmt: skip
 
 
 def load_average():
@@ -64,9 +57,7 @@ def parse_setting(text):
 
     policy, _, compiler = text.strip().partition("+")
     if policy not in precision.POLICIES or compiler not in ("", "xla"):
-        raise ValueError(
-            f"{text!r} is not POLICY or POLICY+xla with POLICY in {precision.POLICIES}"
-        )
+        raise ValueError(f"{text!r} is not POLICY or POLICY+xla, POLICY in {precision.POLICIES}")
     return policy, compiler == "xla"
 
 
@@ -119,9 +110,7 @@ def variant_image_size(variant: str, image_size: int | None = None) -> int:
 def add_model_arguments(parser, modes=("infer", "train", "both"), default_mode="both"):
     """Adds --variant, --image-size, --batch-size and --mode (shared by the scripts)."""
     parser.add_argument("--variant", default="Ti/16", help="named variant (Ti/16)")
-    parser.add_argument(
-        "--image-size", type=int, help="square side (224, or the size the variant's name gives)"
-    )
+    parser.add_argument("--image-size", type=int, help="side (224, or the variant name's size)")
     parser.add_argument("--batch-size", type=int, default=16, help="batch size (16)")
     parser.add_argument("--mode", choices=modes, default=default_mode)
 
@@ -152,21 +141,10 @@ def check_model_arguments(parser, args, counts) -> None:
 def import_problem_in(python: str, modules: str, timeout=None) -> str | None:
     """None when `import {modules}` succeeds in the interpreter `python`, else the last line
     of its error. Raises OSError where `python` does not run, TimeoutExpired."""
-    done = subprocess.run(
-        [python, "-c", f"import {modules}"], capture_output=True, text=True, timeout=timeout
-    )
-    if done.returncode == 0:
-        return None
-    return (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
-
-
-def set_threads(threads: int) -> None:
-    """Pins TensorFlow's intra- and inter-op thread pools (0 keeps TensorFlow's default)."""
-    if threads:
-        import tensorflow as tf
-
-        tf.config.threading.set_intra_op_parallelism_threads(threads)
-        tf.config.threading.set_inter_op_parallelism_threads(threads)
+    run = subprocess.run([python, "-c", f"import {modules}"], capture_output=True, text=True,
+                         timeout=timeout)  # fmt: skip
+    lines = run.stderr.strip().splitlines() or [f"exit {run.returncode}"]
+    return lines[-1] if run.returncode else None
 
 
 def markdown(header, rows) -> str:
@@ -217,14 +195,14 @@ class Worker:
 
     def close(self) -> None:
         """Asks the worker to quit; kills it after a timeout."""
-        if self.process.poll() is None:
-            try:
+        try:
+            if self.process.poll() is None:
                 self.process.stdin.write("quit\n")
                 self.process.stdin.flush()
                 self.process.wait(timeout=30)
-            except (OSError, subprocess.TimeoutExpired):
-                self.process.kill()
-                self.process.wait()
+        except (OSError, subprocess.TimeoutExpired):
+            self.process.kill()
+            self.process.wait()
         self.stderr.close()
 
 
@@ -288,6 +266,5 @@ def write_json(path: str, payload: dict) -> None:
     os.makedirs(folder, exist_ok=True)
     temp = os.path.join(folder, f".{os.path.basename(path)}.{os.getpid()}.tmp")
     with open(temp, "w", encoding="utf-8") as handle:
-        json.dump(payload, handle, indent=2)
-        handle.write("\n")
+        handle.write(json.dumps(payload, indent=2) + "\n")
     os.replace(temp, path)

@@ -1,19 +1,13 @@
 """The peers of the harness as one table (`PEERS`), and timm on PyTorch.
 
-A peer is one `PEERS` row: the modules that must import for it, the interpreter its
-workers run in ("main": `--python`; "torch": `--torch-python`), the environment it needs,
-which settings it is timed at ("keras": `--settings`, "eager": their policies without XLA,
-"timm": `--timm-settings`, None: a GEMM roof), and the function that builds it, warms it
-up and serves the parent's timing rounds (in the worker process). Adding a peer is adding
-a row (and its `serve_*` function when no existing one builds it).
-
-timm's peer is the architecture `keras_vit.evaluate.benchmarking.build_model` builds:
-timm's `VisionTransformer` with the variant's patch, width, depth, heads and MLP ratio,
-class-token pooling, no dropout, random weights. Its settings: "float32" (eager),
-"bfloat16_autocast" (eager in `torch.autocast("cpu", dtype=torch.bfloat16)`, weights and
-optimizer state float32, as Keras' mixed policy) and "float32+compile" (`torch.compile`,
-inductor). A training step is AdamW (1e-4) on cross-entropy, as `make_step` does for the
-Keras models; inference runs under `torch.inference_mode()`; images are NCHW.
+A peer is one `PEERS` row: the modules that must import for it, the interpreter of its
+workers ("main": `--python`, "torch": `--torch-python`), its environment, the settings it
+is timed at ("keras": `--settings`, "eager": their policies without XLA, "timm":
+`--timm-settings`, None: a GEMM roof) and the function that builds it, warms it up and
+serves the timing rounds in the worker. timm's peer is the architecture keras_vit builds
+(`VisionTransformer`, class-token pooling, no dropout, random weights), eager float32,
+under bfloat16 autocast (weights float32, as Keras' mixed policy) or `torch.compile`d;
+its step is AdamW (1e-4) on cross-entropy, as `make_step`'s; images NCHW.
 """
 
 from __future__ import annotations
@@ -203,7 +197,6 @@ def serve(args) -> int:
         reason = import_problem(*peer.modules)
         if reason is not None:
             raise ImportError(f"{framework} does not import for {sys.executable}: {reason}")
-        (set_threads if peer.python == "torch" else common.set_threads)(args.threads)
         peer.serve(args, framework, *point)
         return 0
     except Exception as error:  # reported to the parent, which carries on without it

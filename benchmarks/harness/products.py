@@ -1,21 +1,14 @@
 """The matrix products of one ViT step, each timed alone in every engine at hand.
 
-For a variant at a batch size: every matrix product of one training step (the forward
-product, the input and the weight gradient of each) or forward pass, as the equations of
-paper section 3.1 give them (per block the q, k, v and out projections, q k^T and the
-weighted sum of values, the two MLP products; the patch embedding, no gradient for the
-image; the head). Each distinct shape is timed alone, in one process per engine (on a
-2-core machine one engine's spinning threads slow the next): `xla` (`tf.matmul` under
-`jit_compile=True`), `tensorflow` (without XLA: oneDNN's products), `numpy` (the BLAS NumPy
-links), `torch` (`--torch-python`, optional). Transposed operands are passed as the
-products' flags, as backward passes issue them. Each call runs `--per-call` products on
-distinct operands (TensorFlow as one compiled function), and what a call costs (a 1x1x1
-product timed the same way) is taken off every figure. Prints per shape ms and GFLOP/s in
-each engine, and a step's products per engine (sum of count x ms); the best engine per
-shape gives the products' floor on this host. The workers see no GPU.
+Every product of a training step (forward, input and weight gradients) or forward pass, as
+paper section 3.1's equations give them; each distinct shape is timed alone, one process
+per engine: `xla` (`tf.matmul`, `jit_compile=True`), `tensorflow` (no XLA: oneDNN),
+`numpy` (its BLAS), `torch` (`--torch-python`). Transposes are passed as the products'
+flags; each call runs `--per-call` products on distinct operands, less what a call costs
+(a 1x1x1 product). Prints ms and GFLOP/s per shape and engine, a step's products per
+engine, and their floor (the best engine per shape). The workers see no GPU.
 
     python benchmarks/bench.py products --variant Ti/16 --batch-size 16 --mode train
-    python benchmarks/bench.py products --torch-python /path/to/torch/python --json p.json
 """
 
 from __future__ import annotations
@@ -96,14 +89,10 @@ def shape_key(item) -> str:
 def operands(item, rng, copies):
     """`copies` pairs of random float32 operands of a product, stored as its transposes say."""
     batch, m, k, n = item["batch"], item["m"], item["k"], item["n"]
-    left = (k, m) if item["transpose_a"] else (m, k)
-    right = (n, k) if item["transpose_b"] else (k, n)
+    shapes = [(k, m) if item["transpose_a"] else (m, k), (n, k) if item["transpose_b"] else (k, n)]
     lead = (batch,) if batch > 1 else ()
     return [
-        (
-            rng.standard_normal(lead + left, dtype="float32"),
-            rng.standard_normal(lead + right, dtype="float32"),
-        )
+        tuple(rng.standard_normal(lead + shape, dtype="float32") for shape in shapes)
         for _ in range(copies)
     ]
 
@@ -124,22 +113,18 @@ def engine_call(engine, item, pairs):
             jit_compile=engine == "xla",
         )
         return lambda: fn(*flat)
-    if engine == "numpy":
+    if engine == "torch":
+        import torch
+
+        torch.set_num_threads(os.cpu_count() or 1)
+        pairs = [(torch.from_numpy(a), torch.from_numpy(b)) for a, b in pairs]
+        matmul, swap = torch.matmul, lambda x: x.transpose(-1, -2)
+    else:
         import numpy as np
 
-        views = [
-            (np.swapaxes(a, -1, -2) if ta else a, np.swapaxes(b, -1, -2) if tb else b)
-            for a, b in pairs
-        ]
-        return lambda: [np.matmul(x, y) for x, y in views]
-    import torch
-
-    torch.set_num_threads(os.cpu_count() or 1)
-    views = []
-    for a, b in pairs:
-        x, y = torch.from_numpy(a), torch.from_numpy(b)
-        views.append((x.transpose(-1, -2) if ta else x, y.transpose(-1, -2) if tb else y))
-    return lambda: [torch.matmul(x, y) for x, y in views]
+        matmul, swap = np.matmul, lambda x: np.swapaxes(x, -1, -2)
+    views = [(swap(a) if ta else a, swap(b) if tb else b) for a, b in pairs]
+    return lambda: [matmul(x, y) for x, y in views]
 
 
 OVERHEAD = product("call overhead", 1, 1, 1, 1)  # a 1x1x1 product: what a call costs
@@ -230,7 +215,7 @@ def report(items, per_engine, failed) -> str:
     return "\n".join(lines)
 
 
-def parse_args(argv=None, verb="products"):
+def parse_args(argv=None):
     """The run's arguments, or a worker's (`--worker ENGINE`: NumPy and its engine only)."""
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = argparse.ArgumentParser(prog="bench.py products", description=__doc__.split("\n")[0])
@@ -293,7 +278,7 @@ def check_torch(parser, args) -> None:
         parser.error(f"--torch-python {args.torch_python!r} does not import torch: {problem}")
 
 
-def main(argv=None, verb="products") -> int:
+def main(argv=None) -> int:
     args = parse_args(argv)
     if args.worker:
         timed = time_shapes(args.worker, json.loads(args.shapes), args.repeats, args.per_call)

@@ -33,14 +33,14 @@ import peers  # noqa: E402
 
 GEMMS = tuple(peers.ROOFS)  # the roof workers: TensorFlow's, torch's
 ALL_FRAMEWORKS = tuple(name for name, peer in peers.PEERS.items() if peer.settings)
-TIMM_ORDER = "bfloat16_autocast,float32,float32+compile"
 PRESETS = {  # each verb's defaults of the shared flags (the rest: `build_parser`)
     "run": dict(steps=3, repeats=5, warmup=2, gemm_sizes="1024,2048,4096",
                 settings="float32+xla,mixed_bfloat16+xla,mixed_bfloat16",
                 frameworks="keras_vit,keras_hub,vit_keras,timm"),
     "targets": dict(mode="train", steps=1, repeats=3, warmup=1, gemm_sizes="1024,2048",
                     settings="mixed_bfloat16,float32+xla,float32,mixed_bfloat16+xla",
-                    frameworks=",".join(ALL_FRAMEWORKS), timm_settings=TIMM_ORDER),
+                    frameworks=",".join(ALL_FRAMEWORKS),
+                    timm_settings="bfloat16_autocast,float32,float32+compile"),
     "in-process": dict(mode="train", steps=2, repeats=10, warmup=2,
                        settings="float32,float32+xla", frameworks="keras_vit,keras_hub,vit_keras"),
     "scaling": dict(mode="train", steps=1, repeats=3, warmup=1),
@@ -53,19 +53,19 @@ PEER_SETTINGS = ("mixed_bfloat16", "float32+xla")  # the Keras peers' in `target
 # expected peak RSS of one point, GB (AMD EPYC run of 2026-12-02, rounded up); GEMM roofs ~1
 POINT_GB = {("B/16", "infer"): 2.0, ("S/16", "train"): 3.7, ("Ti/16", "train"): 2.8}
 AUTO_TARGET, PEER_TARGET = 0.90, 1.20
-DEFAULT_OUT = os.path.join(_HERE, "..", "results", "targets")
+RATIOS = ("auto_over_best", "ours_over_timm", "ours_over_keras_peer", "torch_backend_over_timm",
+          "torch_backend_over_tensorflow")  # fmt: skip
 
 
 def build_parser(verb):
     """The one parser: shared flags at `PRESETS[verb]`, and the few a verb adds."""
     preset = {"settings": "float32+xla", "frameworks": "keras_vit", "gemm_sizes": "none",
-              "steps": 1, "repeats": 3, "warmup": 1}  # fmt: skip
-    preset.update(PRESETS[verb])
+              "steps": 1, "repeats": 3, "warmup": 1, **PRESETS[verb]}  # fmt: skip
     parser = argparse.ArgumentParser(prog=f"bench.py {verb}", description=__doc__.split("\n")[0])
     modes = MODES.get(verb, ("infer", "train", "both"))
     common.add_model_arguments(parser, modes, preset.pop("mode", modes[-1]))
     add = parser.add_argument
-    add("--settings", help="comma-separated POLICY or POLICY+xla points (keras_vit, Keras peers)")
+    add("--settings", help="comma-separated POLICY or POLICY+xla (keras_vit, the Keras peers)")
     add("--timm-settings", default=",".join(peers.TIMM_SETTINGS), help="comma-separated, of "
         f"{', '.join(peers.SETTING_PARTS)}")  # fmt: skip
     add("--dtype-policy", help="with --no-xla: one setting, the older spelling of --settings")
@@ -78,7 +78,6 @@ def build_parser(verb):
     add("--repeats", "--rounds", dest="repeats", type=int, help="timed rounds")
     add("--warmup", type=int, help="untimed steps per point")
     add("--gemm-sizes", help="n of the n x n GEMM roof products, comma-separated, or none")
-    add("--threads", type=int, default=0, help="thread pools (0: the library's default)")
     add("--worker", help=argparse.SUPPRESS)
     add("--json", dest="json_path", help="write the raw figures here")
     if verb == "run":
@@ -91,7 +90,7 @@ def build_parser(verb):
         add("--memory-gb", type=float, help="memory of a group of points (85%% of MemAvailable)")
         add("--keep-probe-cache", action="store_true", help="auto from the probe's cache")
         add("--quick", action="store_true", help="one round, fewer settings: a smoke run")
-        add("--out", default=DEFAULT_OUT, help="path without suffix (.json, .md)")
+        add("--out", default=os.path.join(_HERE, "..", "results", "targets"), help="no suffix")
     if verb == "scaling":
         add("--image-sizes", default="224,384,512", help="sizes at the base batch")
         add("--batch-sizes", default="1,4,16", help="batches at the base size")
@@ -114,38 +113,32 @@ def parse_args(argv=None, verb="run"):
     unknown = sorted(set(args.frameworks) - set(ALL_FRAMEWORKS))
     if unknown:
         parser.error(f"unknown --frameworks {unknown}; choose from {ALL_FRAMEWORKS}")
-    try:
-        args.setting_list = [common.parse_setting(s) for s in args.settings.split(",")]
-    except ValueError as error:
-        parser.error(f"--settings: {error}")
-    try:
-        args.timm_list = [peers.parse_timm_setting(s) for s in args.timm_settings.split(",")]
-    except ValueError as error:
-        parser.error(f"--timm-settings: {error}")
+    parses = {"settings": common.parse_setting, "timm_settings": peers.parse_timm_setting}
+    for name, parse in parses.items():
+        try:
+            items = [parse(s) for s in getattr(args, name).split(",")]
+        except ValueError as error:
+            parser.error(f"--{name.replace('_', '-')}: {error}")
+        setattr(args, "setting_list" if name == "settings" else "timm_list", items)
     args.torch_python = args.torch_python or args.python
     args.sizes = () if args.gemm_sizes == "none" else tuple(map(int, args.gemm_sizes.split(",")))
     if verb == "scaling":
         check_scaling(parser, args)
     counts = {"--steps": args.steps, "--repeats": args.repeats, "--warmup": args.warmup}
     common.check_model_arguments(parser, args, counts)
-    if verb == "in-process":
-        check_in_process(parser, args.frameworks)
+    allowed = (*common.FRAMEWORKS, "timm")
+    if verb == "in-process" and (set(args.frameworks) - set(allowed) or "keras_vit" not in
+                                 args.frameworks):  # fmt: skip
+        parser.error(f"--frameworks must include keras_vit and name only {list(allowed)}; "
+                     f"got {args.frameworks}")  # fmt: skip
+    if verb == "in-process" and {"timm", "keras_hub"} <= set(args.frameworks):
+        parser.error(
+            "--frameworks: timm and keras_hub cannot share a process (torch's import "
+            "of triton crashed after keras-hub's): time them in separate runs"
+        )
     if verb == "targets":
         args.workload_list = parse_workloads(parser, args.workloads)
     return args
-
-
-def check_in_process(parser, frameworks):
-    """keras_vit and the peers that can share one process with it."""
-    allowed = (*common.FRAMEWORKS, "timm")
-    if set(frameworks) - set(allowed) or "keras_vit" not in frameworks:
-        parser.error(f"--frameworks must include keras_vit and name only {list(allowed)}; "
-                     f"got {frameworks}")  # fmt: skip
-    if {"timm", "keras_hub"} <= set(frameworks):
-        parser.error(
-            "--frameworks: timm and keras_hub cannot share a process (torch's import of "
-            "triton crashed after keras-hub's); time them in separate runs"
-        )
 
 
 def check_scaling(parser, args):
@@ -172,10 +165,8 @@ def parse_workloads(parser, text: str) -> list:
     workloads = []
     for item in (item.strip() for item in text.split(",")):
         variant, _, mode = item.rpartition(":")
-        problem = None
-        if mode not in ("infer", "train") or not variant:
-            problem = "must be VARIANT:MODE with MODE infer or train, e.g. Ti/16:train"
-        else:
+        problem = "must be VARIANT:MODE with MODE infer or train, e.g. Ti/16:train"
+        if mode in ("infer", "train") and variant:
             problem = workload_problem(variant)
         if problem is None and (variant, mode) in workloads:
             problem = "is given twice"
@@ -198,7 +189,7 @@ def workload_problem(variant) -> str | None:
     return f"gives image size {size}, not a multiple of the patch {patch}" if size % patch else None
 
 
-# ---- points, their workers, the rounds ---------------------------------------------------
+# ---- points, their workers, the rounds -----------------------------------------------------
 
 
 def workload_args(args, variant, image_size=None, batch_size=None):
@@ -220,7 +211,7 @@ def worker_argv(args, worker):
     argv += ["--worker", worker]
     for name in ("variant", "image_size", "batch_size", "steps", "warmup"):
         argv += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
-    return argv + ["--gemm-sizes", args.gemm_sizes or "none", "--threads", str(args.threads)]
+    return argv + ["--gemm-sizes", args.gemm_sizes or "none"]
 
 
 def time_points(args, points, deadline=None):
@@ -305,14 +296,12 @@ def best_by(items, group, rate):
 
 
 def auto_choice(variant, image_size, refresh=False):
-    """What "auto" (`choose_precision`) picks for the variant's shape (a fresh probe when
-    `refresh`)."""
+    """What "auto" (`choose_precision`) picks for the variant's shape (fresh probe: `refresh`)."""
     from keras_vit.runtime import precision
     from keras_vit.runtime.precision_probe import shape_from_kwargs
 
     shape = shape_from_kwargs(common.variant_arch(variant), image_size)
-    if refresh:
-        os.environ["KERAS_VIT_PRECISION_PROBE"] = "refresh"
+    os.environ.update({"KERAS_VIT_PRECISION_PROBE": "refresh"} if refresh else {})
     try:
         return precision.choose_precision(shape.pop("hidden_dim"), **shape)
     finally:
@@ -323,8 +312,8 @@ def auto_choice(variant, image_size, refresh=False):
 def ratio(value, target=None, fmt="{:.2f}x"):
     if value is None:
         return "-"
-    mark = "" if target is None else " (met)" if value >= target else " (NOT met)"
-    return fmt.format(value) + mark
+    return fmt.format(value) + ("" if target is None else " (met)" if value >= target else
+                                " (NOT met)")  # fmt: skip
 
 
 def host_line(load_before, load_after):
@@ -337,7 +326,7 @@ def host_line(load_before, load_after):
     )
 
 
-# ---- run: every point in its own worker, the roof in the same rotation --------------------
+# ---- run: every point in its own worker, the roof in the same rotation ---------------------
 
 
 def rotation_groups(args, mode):
@@ -436,12 +425,13 @@ def run(args):
     return 0
 
 
-# ---- targets: a preset list of workloads, per-peer settings, groups that fit in memory ----
+# ---- targets: a preset list of workloads, per-peer settings, groups that fit in memory -----
 
 
-def target_points(args, mode):
-    """The worker names of one workload: the roofs, then each framework's settings (its
-    likeliest fastest first), interleaved so that those share the first group."""
+def target_groups(args, variant, mode):
+    """The worker names of one workload, cut into groups whose expected peak RSS fits in
+    `--memory-gb`: the roofs, then each framework's settings, its likeliest fastest first,
+    interleaved so that those share the first group."""
     keras_peers = [common.parse_setting(s) for s in PEER_SETTINGS[: 1 if args.quick else 2]]
     columns = [
         peers.points(f, mode, keras_peers if f in peers.KERAS_PEERS else args.setting_list,
@@ -449,36 +439,28 @@ def target_points(args, mode):
         for f in args.frameworks
     ]  # fmt: skip
     torch_side = {"timm", "keras_vit_torch"} & set(args.frameworks)
-    roofs = list(GEMMS if torch_side else GEMMS[:1])
     rows = max(map(len, columns), default=0)
-    return roofs + [c[i] for i in range(rows) for c in columns if i < len(c)]
-
-
-def memory_available_gb():
-    """MemAvailable of /proc/meminfo in GB (None where it cannot be read)."""
-    try:
-        with open("/proc/meminfo", encoding="ascii") as handle:
-            lines = [line.split() for line in handle if line.startswith("MemAvailable:")]
-        return int(lines[0][1]) / 1e6 if lines else None
-    except OSError:
-        return None
-
-
-def groups_of(names, variant, mode, memory_gb):
-    """`names` cut into consecutive groups whose expected peak RSS fits in `memory_gb`."""
-    point_gb = POINT_GB.get((variant, mode), 3.7)
-    if memory_gb is None:
-        available = memory_available_gb()
-        memory_gb = 0.85 * available if available else float("inf")
+    names = list(GEMMS[: 1 + bool(torch_side)])
+    names += [c[i] for i in range(rows) for c in columns if i < len(c)]
+    memory_gb = args.memory_gb or 0.85 * memory_available_gb()
     groups, used = [[]], 0.0
     for name in names:
-        need = 1.0 if name in GEMMS else point_gb
+        need = 1.0 if name in GEMMS else POINT_GB.get((variant, mode), 3.7)
         if groups[-1] and used + need > memory_gb:
-            groups.append([])
-            used = 0.0
+            groups, used = groups + [[]], 0.0
         groups[-1].append(name)
         used += need
     return groups
+
+
+def memory_available_gb():
+    """MemAvailable of /proc/meminfo in GB (infinite where it cannot be read)."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as handle:
+            lines = [line.split() for line in handle if line.startswith("MemAvailable:")]
+        return int(lines[0][1]) / 1e6 if lines else float("inf")
+    except OSError:
+        return float("inf")
 
 
 def roof_share_needed(variant, mode, timm, roofs):
@@ -527,17 +509,6 @@ def summarise(variant, mode, records, roofs, choice):
     }  # fmt: skip
 
 
-def time_workload(args, variant, mode, deadline):
-    """The records and summary of one workload, its points timed group by group."""
-    wargs = workload_args(args, variant)
-    groups = groups_of(target_points(args, mode), variant, mode, args.memory_gb)
-    records, payloads = time_groups(args, groups, mode, wargs, deadline)
-    roofs = {peers.ROOFS[k]: max(p["gemm_gflops"] for p in v) for k, v in payloads.items() if v}
-    common.add_derived(records, variant, wargs.image_size, max(roofs.values(), default=None))
-    choice = auto_choice(variant, wargs.image_size, refresh=not args.keep_probe_cache)
-    return records, summarise(variant, mode, records, roofs, choice)
-
-
 def targets_table(host, summaries):
     """The targets' Markdown table, the host above it."""
     header = ["workload", "keras_vit img/s by setting", "auto", "auto/best", "timm best",
@@ -563,43 +534,38 @@ def targets_table(host, summaries):
     return f"Host: {host}\n\n" + common.markdown(header, rows) + "\n"
 
 
-def figure_values(summaries) -> dict:
-    """The ratios of each workload as figures (benchmarks/figures.py keys)."""
-    values = {"workloads": len(summaries)}
-    names = ("auto_over_best", "ours_over_timm", "ours_over_keras_peer",
-             "torch_backend_over_timm", "torch_backend_over_tensorflow")  # fmt: skip
-    for s in summaries:
-        key = s["workload"].replace("/", "").replace(" ", "_").lower()
-        for name in names:
-            if s[name] is not None:
-                values[f"{key}_{name}"] = {"value": round(s[name], 3), "format": "{:.2f}x"}
-    return values
-
-
 def targets(args, argv):
-    """`targets`: every workload in turn, its share of `--budget-s`; `--out` after each."""
+    """`targets`: every workload in turn, in its share of `--budget-s`; after each, `--out`
+    .json (figures: each workload's `RATIOS`, the raw records beside) and .md."""
     import figures
 
     started, load_before = time.perf_counter(), common.load_average()
-    share = args.budget_s / len(args.workload_list)
-    records, summaries = [], []
+    records, summaries, values = [], [], {}
     for index, (variant, mode) in enumerate(args.workload_list):
-        more, summary = time_workload(args, variant, mode, started + share * (index + 1))
+        print(f"{variant} {mode}: starting the points", flush=True)
+        wargs = workload_args(args, variant)
+        deadline = started + args.budget_s / len(args.workload_list) * (index + 1)
+        more, gemm = time_groups(args, target_groups(args, variant, mode), mode, wargs, deadline)
+        roofs = {peers.ROOFS[k]: max(p["gemm_gflops"] for p in v) for k, v in gemm.items() if v}
+        common.add_derived(more, variant, wargs.image_size, max(roofs.values(), default=None))
+        choice = auto_choice(variant, wargs.image_size, refresh=not args.keep_probe_cache)
+        summary = summarise(variant, mode, more, roofs, choice)
         records, summaries = records + more, summaries + [summary]
-        print(f"  {summary['workload']}: {time.perf_counter() - started:.0f} s so far", flush=True)
+        key = f"{variant}_{mode}".replace("/", "").lower()
+        values.update({f"{key}_{name}": {"value": round(summary[name], 3), "format": "{:.2f}x"}
+                       for name in RATIOS if summary[name] is not None})  # fmt: skip
         elapsed = time.perf_counter() - started
         host = f"{host_line(load_before, common.load_average())}; {elapsed:.0f} s"
-        config = vars(args).copy()
-        config.pop("workload_list")
-        extra = {"host": host, "machine_record": common.host_record(), "config": config,
-                 "summaries": summaries, "results": records}  # fmt: skip
-        workloads = ", ".join(s["workload"] for s in summaries)
+        print(f"  {summary['workload']}: {elapsed:.0f} s so far", flush=True)
+        config = {k: v for k, v in vars(args).items() if k != "workload_list"}
         figures.write_results(
-            args.out + ".json", figure_values(summaries), notes=host, extra=extra,
+            args.out + ".json", {"workloads": len(summaries), **values}, notes=host,
             command="python benchmarks/bench.py targets " + " ".join(argv),
             about="CPU targets: auto over the fastest keras_vit setting, keras_vit best over "
-            "timm best and over the best Keras peer, batch 16 at 224 or the size the "
-            f"variant's name gives (workloads: {workloads})",
+            "timm best and over the best Keras peer, batch 16 at 224 or the size the variant's "
+            f"name gives (workloads: {', '.join(s['workload'] for s in summaries)})",
+            extra={"host": host, "machine_record": common.host_record(), "config": config,
+                   "summaries": summaries, "results": records},
         )  # fmt: skip
         with open(args.out + ".md", "w", encoding="utf-8") as handle:
             handle.write(targets_table(host, summaries))
@@ -608,7 +574,7 @@ def targets(args, argv):
     return 0
 
 
-# ---- in-process, scaling, ablation, roof ----------------------------------------------------
+# ---- in-process, scaling, ablation, roof ---------------------------------------------------
 
 
 def build_steps(args, frameworks):
@@ -624,9 +590,8 @@ def build_steps(args, frameworks):
             if framework == "timm":
                 peers.set_threads(os.cpu_count() or 0)
                 model = peers.build_model(common.variant_arch(args.variant), args.image_size)
-                compiler = "compile" if xla else "eager"
                 step = peers.make_step(model, args.mode, args.batch_size, args.image_size,
-                                       policy, compiler)  # fmt: skip
+                                       policy, "compile" if xla else "eager")  # fmt: skip
             else:
                 model = common.build_model(framework, args.variant, args.image_size)
                 step = common.make_step(model, args.mode, args.batch_size, args.image_size,
@@ -670,8 +635,8 @@ def in_process(args, argv):
          f"{1000 * args.batch_size / common.median(v):.2f}", f"{min(v):.0f}-{max(v):.0f}"]
         for (f, s), v in times.items()
     ]  # fmt: skip
-    print(common.markdown(["framework", "setting", "ms per step (median)", "img/s", "range ms"],
-                          rows))  # fmt: skip
+    header = ["framework", "setting", "ms per step (median)", "img/s", "range ms"]
+    print(common.markdown(header, rows))
     for peer, value in ratios.items():
         print(f"keras_vit ({best['keras_vit']}) / {peer} ({best[peer]}): {value:.3f}x "
               "(median of per-round ratios)")  # fmt: skip
@@ -690,8 +655,7 @@ def in_process(args, argv):
 def scaling_points(args):
     """The (image size, batch size) points: sizes at the base batch, batches at the base size."""
     chosen = [(size, args.base_batch_size) for size in args.image_sizes]
-    chosen += [(args.base_image_size, batch) for batch in args.batch_sizes]
-    return list(dict.fromkeys(chosen))
+    return list(dict.fromkeys(chosen + [(args.base_image_size, b) for b in args.batch_sizes]))
 
 
 def scaling(args):
@@ -726,9 +690,9 @@ def scaling(args):
 
 
 def ablation_pair(variant, image_size):
-    """(shortcut, full): the keras_vit classifier, whose last block computes only the class
-    token, and `ViT(include_top=False, return_sequence=True)` + the same pooling and head
-    (what the peers compute), with the same weights."""
+    """(shortcut, full, largest logit difference): the keras_vit classifier, whose last block
+    computes only the class token, and `ViT(include_top=False, return_sequence=True)` + the
+    same pooling and head (what the peers compute), with the same weights."""
     import keras
     import numpy as np
 
@@ -755,12 +719,12 @@ def ablation(args):
     print(f"{args.variant} @{args.image_size}: max logit difference {diff:.2e}", flush=True)
     if diff > 1e-4:
         sys.exit("the two models disagree; not timing them")
-    _, xla = args.setting_list[0]
     for mode in ("infer", "train") if args.mode == "both" else (args.mode,):
         steps = {
-            m.name: common.make_step(m, mode, args.batch_size, args.image_size, xla=xla)
+            m.name: common.make_step(m, mode, args.batch_size, args.image_size,
+                                     xla=args.setting_list[0][1])
             for m in (shortcut, full)
-        }
+        }  # fmt: skip
         for step in steps.values():
             common.time_call(step, args.warmup)
         times = time_rounds(steps, args.repeats, args.steps)
@@ -775,15 +739,14 @@ def ablation(args):
 
 
 def roof(args):
-    """`roof`: the GEMM roof alone, in TensorFlow (float32 and bfloat16, XLA on and off)
-    and, where it imports, torch."""
+    """`roof`: the GEMM roof alone, TensorFlow's (float32 and bfloat16, XLA on and off) and,
+    where it imports, torch's."""
     roofs = {"TensorFlow": common.gemm_roof(args.sizes, args.repeats)}
     if peers.import_problem("torch") is None:
         roofs["torch"] = peers.gemm_roof(args.sizes, args.repeats)
     for engine, (best, figures) in roofs.items():
-        cells = "; ".join(
-            f"{k}: {', '.join(f'{n} {v:.1f}' for n, v in f.items())}" for k, f in figures.items()
-        )
+        cells = "; ".join(f"{k}: {', '.join(f'{n} {v:.1f}' for n, v in f.items())}"
+                          for k, f in figures.items())  # fmt: skip
         print(f"{engine}: best {best:.1f} GFLOP/s ({cells})")
     return 0
 

@@ -1,20 +1,10 @@
-"""Where the time of one step goes on CPU, by kind of operation: keras_vit (TensorFlow's
-profiler) or, with `--peer timm`, timm (`torch.profiler`).
+"""Where one step's time goes on CPU, by kind of operation: keras_vit under TensorFlow's
+profiler (`--setting POLICY+xla`: the XLA program's events; `POLICY`: TensorFlow's kernels,
+the attention core's found by node name; summed over threads, so the total can exceed the
+wall time; read with TensorFlow's internal `xplane_pb2`: a developer tool) or, with
+`--peer timm`, timm under `torch.profiler` (operators' self time). A table by kind
+(`KINDS`) and the `--top` operations, with calls per step.
 
-keras_vit: with `--setting POLICY+xla` (default float32+xla) the events are the XLA
-program's (`--xla_cpu_enable_xprof_traceme`); with `--setting POLICY` (no XLA) TensorFlow's
-own kernels (oneDNN's `_Mkl*` among them), the attention core's (the batched products of
-softmax(q k^T) v, the softmax and its gradient) found by node name. Events are summed over
-threads, so the total can exceed the wall time. The profile is read with TensorFlow's
-bundled `xplane_pb2` (an internal module: a developer tool, not part of the package).
-
-timm (`--setting float32` or `bfloat16_autocast`): operators' self CPU time, which adds up
-to about the step's wall time (PyTorch runs intra-op threads inside the operator).
-
-Both print a table by kind (`KINDS`) and the `--top` operations, with calls per step: what
-a step costs beyond its kernels grows with their number.
-
-    python benchmarks/bench.py profile --variant Ti/16 --batch-size 16 --mode train
     python benchmarks/bench.py profile --variant B/16 --mode infer --setting mixed_bfloat16
     python benchmarks/bench.py profile --peer timm --variant S/16 --mode train
 """
@@ -50,9 +40,8 @@ KINDS = (
      r"^aten::(copy_|clone|contiguous|transpose|permute|cat|stack|_unsafe_view)$"),
     ("casts", None, r"^Cast$", None),
 )  # fmt: skip
-# TensorFlow kernels of the attention core, by node name, directly in the attention layer's
-# scope: `einsum` or `MatMul` run as a BatchMatMul, the softmax, and its gradient's `mul`,
-# `Sum`, `sub` (the q/k/v/out projections, `query`... `out`, or one 2-D MatMul, are not).
+# TensorFlow kernels of the attention core, by node name in the attention layer's scope:
+# `einsum`/BatchMatMul, the softmax, its gradient's `mul`, `Sum`, `sub` (not the projections)
 ATTENTION_SCOPE = r"MultiHeadDotProductAttention[^/]*/"
 CORE_NODE = re.compile(ATTENTION_SCOPE + r"(einsum|Softmax)")
 CORE_BATCHED = re.compile(ATTENTION_SCOPE + r"(ArithmeticOptimizer/\w+_)?MatMul")
@@ -82,7 +71,7 @@ def is_attention_core(node: str, op_type: str) -> bool:
     return bool(CORE_BATCHED.search(node)) and "BatchMatMul" in op_type
 
 
-def parse_args(argv=None, verb="profile"):
+def parse_args(argv=None):
     parser = argparse.ArgumentParser(prog="bench.py profile", description=__doc__.split("\n")[0])
     common.add_model_arguments(parser, modes=("infer", "train"), default_mode="train")
     parser.add_argument("--peer", choices=("keras_vit", "timm"), default="keras_vit")
@@ -106,9 +95,8 @@ def parse_args(argv=None, verb="profile"):
 
 
 def xplane_times(logdir, xla):
-    """({operation: summed seconds}, {operation: events}) of the newest TensorFlow profile
-    under `logdir`: the XLA program's events (name without its numeric suffix) on XLA's
-    threads, or TensorFlow's kernels by op type (`attention core/<op type>` for the core's)."""
+    """({operation: seconds}, {operation: events}) of the TensorFlow profile in `logdir`: the
+    XLA program's events (less numeric suffixes) or TensorFlow's kernels by op type."""
     from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
     path = sorted(glob.glob(os.path.join(logdir, "**", "*.xplane.pb"), recursive=True))[-1]
@@ -154,8 +142,7 @@ def profile_keras_vit(args):
 
 
 def profile_timm(args):
-    """(wall seconds per step, times, calls) of timm's step under `torch.profiler`: each
-    operator's self CPU time, less the wrappers'."""
+    """(wall seconds per step, times, calls) of timm's step under `torch.profiler`."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -177,7 +164,7 @@ def profile_timm(args):
 
 
 def print_tables(times, calls, steps, top, item, count):
-    """Per kind and for the `top` operations: ms per step, share of the summed time, calls."""
+    """Per kind and for the `top` operations: ms per step, share of the time, calls."""
     total = sum(times.values()) / steps
     by_kind, kind_calls = collections.Counter(), collections.Counter()
     for name, value in times.items():
