@@ -148,14 +148,9 @@ def import_problem_in(python: str, modules: str, timeout=None) -> str | None:
 
 
 def markdown(header, rows) -> str:
-    """A Markdown table, columns padded to their widest cell."""
-    widths = [max(len(str(c)) for c in col) for col in zip(header, *rows, strict=True)]
-
-    def line(cells):
-        return "| " + " | ".join(str(c).ljust(w) for c, w in zip(cells, widths, strict=True)) + " |"
-
-    rule = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
-    return "\n".join([line(header), rule, *map(line, rows)])
+    """A Markdown table (cells unpadded: `| timm | float32 |` reads the same in a log)."""
+    lines = [header, ["---"] * len(header), *rows]
+    return "\n".join("| " + " | ".join(map(str, cells)) + " |" for cells in lines)
 
 
 # ---- worker processes, driven over stdin/stdout ------------------------------------------

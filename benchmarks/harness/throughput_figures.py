@@ -1,21 +1,13 @@
 """`run`'s measurements as figures (benchmarks/figures.py) and the tables that quote them.
 
-One run (variant, image size, batch size, mode) becomes the values
-`RUN_FRAMEWORK_SETTING_METRIC` of a results file, RUN as `b16_224_bs16_infer` and SETTING
-`f32_xla`, `bf16_xla`, `bf16`, `f16_xla`, `f16`; METRIC: `img_s` (median images/s), `range`
-(slowest-fastest repeat), `peak_rss_mib`, `model_gflops`, `of_roof` (that rate over the
-run's best GEMM), `ours_over_this` (keras_vit at the same setting / this); per framework
-`RUN_FRAMEWORK_best_setting`, `_best_img_s`, `_best_of_roof`, `_best_ours_over_this`; per
-run `RUN_roof_gflops`, `RUN_load_before`/`_after`, `RUN_ours_over_best_peer` and
-`RUN_auto_setting`/`_auto_of_fastest` (what `choose_precision` picks, its share of the
-fastest setting). Writing a run replaces that run's values and keeps the others; `runs`
-says when, where and how each was measured. `bench.py run --results FILE` writes its run;
-
-    python benchmarks/bench.py results import b16_infer.json --results FILE
-    python benchmarks/bench.py results table FILE RUN
-
-import payloads saved earlier with `--json`, and print a Markdown table whose cells are
-`<!--fig ...-->` markers, for a document that `figures.py --check` then guards.
+A run (variant, image size, batch, mode) becomes the values `RUN_FRAMEWORK_SETTING_METRIC`
+of a results file (RUN `b16_224_bs16_infer`, SETTING `f32_xla`, `bf16`, ...; METRIC of
+`FORMATS` and `range`), per framework `RUN_FRAMEWORK_best_setting`, `_best_img_s`,
+`_best_of_roof`, `_best_ours_over_this`, per run `RUN_roof_gflops`, `RUN_load_before`/
+`_after`, `RUN_ours_over_best_peer`, `RUN_auto_setting`/`_auto_of_fastest`. Writing a run
+replaces its values and keeps the other runs' (`runs`: when, where, how each was measured).
+`bench.py results import F.json --results FILE` imports a `run --json` payload;
+`bench.py results table FILE RUN` prints a Markdown table of `<!--fig ...-->` markers.
 """
 
 from __future__ import annotations
@@ -36,12 +28,10 @@ import figures  # noqa: E402
 
 POLICY_SLUGS = {"float32": "f32", "mixed_bfloat16": "bf16", "mixed_float16": "f16"}
 FRAMEWORK_LABELS = {"keras_vit": "keras_vit", "keras_hub": "keras-hub", "vit_keras": "vit-keras"}
-ABOUT = (
-    "benchmarks/bench.py run: img/s, peak memory, model GFLOP/s and share of the GEMM roof "
-    "for every framework x precision/compiler setting, one run per RUN prefix (see "
-    "benchmarks/bench.py results for the keys); `runs` gives each run's date, machine, "
-    "load and command"
-)
+ABOUT = ("benchmarks/bench.py run: img/s, peak memory, model GFLOP/s and share of the GEMM roof "
+         "for every framework x precision/compiler setting, one run per RUN prefix (see "
+         "benchmarks/bench.py results for the keys); `runs` gives each run's date, machine, "
+         "load and command")  # fmt: skip
 
 
 def run_id(config: dict, mode: str) -> str:
