@@ -162,3 +162,21 @@ def test_run_rounds_rotates_drops_the_dead_and_stops_at_the_deadline(harness, ca
     workers = {n: _FakeWorker(n, log) for n in "ab"}
     payloads = common.run_rounds(workers, repeats=5, deadline=0.0)  # passed: one round
     assert log == ["a", "b"] and all(len(v) == 1 for v in payloads.values())
+
+
+def test_targets_points_start_with_the_roofs_and_each_group_fits_in_memory(harness):
+    """`targets`: the roofs first, then every framework's settings interleaved, likeliest
+    fastest first (so that those share the first group), cut into groups whose expected
+    peak RSS (Ti/16 training 2.8 GB a point, a roof 1 GB) fits in `--memory-gb`."""
+    _, race = harness
+    argv = ["--only", "keras_vit,timm,keras_hub", "--memory-gb", "7"]
+    groups = race.target_groups(race.parse_args(argv, "targets"), "Ti/16", "train")
+    names = [name for group in groups for name in group]
+    assert names[:5] == [
+        "gemm", "gemm_torch", "keras_vit:train:mixed_bfloat16:noxla",
+        "timm:train:mixed_bfloat16:eager", "keras_hub:train:mixed_bfloat16:noxla",
+    ]  # fmt: skip
+    assert len(names) == 2 + 4 + 3 + 2 and len(set(names)) == len(names)
+    assert [len(group) for group in groups] == [3, 2, 2, 2, 2]
+    quick = race.parse_args([*argv, "--quick"], "targets")
+    assert [len(group) for group in race.target_groups(quick, "Ti/16", "train")] == [3, 2, 2]
