@@ -517,10 +517,8 @@ def targets_table(host, summaries):
     rows = []
     for s in summaries:
         timm, peer = s["best"].get("timm"), s["best_keras_peer"]
-
-        def listed(values, digits=2):
-            return ", ".join(f"{k} {v:.{digits}f}" for k, v in values.items()) or "-"
-
+        listed = lambda values, digits=2: ", ".join(  # noqa: E731
+            f"{k} {v:.{digits}f}" for k, v in values.items()) or "-"  # fmt: skip
         rows.append([
             s["workload"], listed(s["keras_vit"]), s["auto"]["setting"],
             ratio(s["auto_over_best"], AUTO_TARGET),
