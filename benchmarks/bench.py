@@ -1,21 +1,21 @@
 """The benchmark harness' one entry: `python benchmarks/bench.py VERB ...` (`VERB --help`).
 
-    run        peers side by side at every setting, one workload (harness/throughput.py)
-    targets    the CPU targets' suite of workloads, every point in its own process
-    in-process keras_vit and the peers in one process, rotated rounds
+    run        peers side by side at every setting, one workload, a worker per point
+    targets    the CPU targets' workloads, every point in its own process
+    in-process the same points timed in one process, rotated rounds
     scaling    a training step as tokens and batch grow
     ablation   the class-token-only last block against a full one
+    roof       the GEMM roof alone (TensorFlow and, where it imports, torch)
     profile    where a step's time goes (`--peer timm` for timm's step)
     products   every matrix product of a step, timed alone per engine
-    roof       the GEMM roof alone (TensorFlow and, where it imports, torch)
-    results    throughput runs as figures files (import, table)
+    results    `run`'s payloads as figures files (import, table)
     figures    the documents' figures against results/*.json (--check, --update)
     gpu        the GPU race (keras_vit on Keras JAX and PyTorch, timm); no TensorFlow
     suite      a suite of suites.toml: each line's command, or with --quick its quick variant
 
-Nothing is imported before the verb is chosen, so `gpu` stays free of TensorFlow. The
-peers are one table (harness/peers.py); studies that are not speed races are scripts in
-benchmarks/studies/.
+The races (run ... roof) are presets of one loop (harness/race.py); the peers are one table
+(harness/peers.py). Nothing is imported before the verb is chosen, so `gpu` stays free of
+TensorFlow. Studies that are not speed races are scripts in benchmarks/studies/.
 """
 
 from __future__ import annotations
@@ -30,28 +30,15 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [HERE, os.path.join(HERE, "harness")]
 
-VERBS = {
-    "run": "throughput",
-    "targets": "targets",
-    "in-process": "in_process",
-    "scaling": "scaling",
-    "ablation": "ablation",
-    "profile": "profile_step",
-    "products": "products",
-    "roof": "common",
-    "results": "throughput_figures",
-    "figures": "figures",
-    "gpu": "gpu",
-}
+RACES = ("run", "targets", "in-process", "scaling", "ablation", "roof")
+VERBS = {**dict.fromkeys(RACES, "race"), "profile": "step_profile", "products": "products",
+         "results": "throughput_figures", "figures": "figures", "gpu": "gpu"}  # fmt: skip
 
 
 def suite_commands(name: str, quick: bool, only=None) -> list[tuple[str, list[str]]]:
     """[(workload, argv)] of suite `name` of suites.toml: its lines' commands (or quick
-    variants), each a bench.py verb or a studies/ script, as an argv to run.
-
-    Raises:
-        ValueError: an unknown suite or workload, named with the known ones.
-    """
+    variants), each a bench.py verb or a studies/ script. Raises ValueError naming an unknown
+    suite or workload, with the known ones."""
     try:
         import tomllib
     except ModuleNotFoundError:  # Python 3.10
@@ -66,12 +53,12 @@ def suite_commands(name: str, quick: bool, only=None) -> list[tuple[str, list[st
         raise ValueError(f"suite {name!r} has no workload {unknown[0]!r}; it has {sorted(lines)}")
     commands = []
     for workload, line in lines.items():
-        if only and workload not in only:
-            continue
         words = shlex.split(line["quick" if quick else "command"])
-        script = os.path.join(HERE, words[0])
-        head = [script] if words[0].endswith(".py") else [os.path.join(HERE, "bench.py"), words[0]]
-        commands.append((workload, [sys.executable, *head, *words[1:]]))
+        if words[0].endswith(".py"):  # a study
+            words[0] = os.path.join(HERE, words[0])
+        else:
+            words.insert(0, os.path.join(HERE, "bench.py"))
+        commands += [(workload, [sys.executable, *words])] if not only or workload in only else []
     return commands
 
 
@@ -104,10 +91,8 @@ def main(argv=None) -> int:
         print(f"usage: bench.py VERB ...\n{__doc__}", file=sys.stderr)
         return 2
     verb, argv = argv[0], argv[1:]
-    if verb == "profile" and argv[:2] == ["--peer", "timm"]:
-        verb, argv = "profile_timm_step", argv[2:]
-    module = importlib.import_module(VERBS.get(verb, verb))
-    return (module.roof_main if verb == "roof" else module.main)(argv)
+    module = importlib.import_module(VERBS[verb])
+    return module.main(argv, verb) if verb in RACES else module.main(argv)
 
 
 if __name__ == "__main__":

@@ -1,20 +1,12 @@
 """Measured figures in README.md and docs/ come from the JSON files the benchmarks write.
 
-A figure in a document is written between two HTML comments (invisible once rendered):
-
-    held-out accuracy <!--fig train_mnist.held_out_accuracy-->94.3%<!--/fig-->
-
-`train_mnist` names `benchmarks/results/train_mnist.json`, `held_out_accuracy` one of its
-`values`; the text between the comments must be that value as its `format` renders it
-(`"{:.1%}".format(0.943)` -> `94.3%`). Each results file also says when, where and how its
-figures were measured (`measured`: date, machine, load; `command`).
-
-Usage:
-    python benchmarks/figures.py --check              # exit 1 and list every stale figure
-    python benchmarks/figures.py --update             # rewrite the documents from the JSON
-
-A benchmark writes its file with `write_results` (e.g. `python benchmarks/studies/train_mnist.py
---results benchmarks/results/train_mnist.json`); `--update` then refreshes the documents.
+A figure in a document sits between two HTML comments (invisible once rendered):
+`<!--fig train_mnist.held_out_accuracy-->94.3%<!--/fig-->` names the value
+`held_out_accuracy` of `benchmarks/results/train_mnist.json`, and the text must be that
+value as its `format` renders it (`"{:.1%}".format(0.943)`). Each results file also says
+when, where and how its figures were measured (`measured`, `command`). A benchmark writes
+its file with `write_results`; `python benchmarks/figures.py --check` lists every stale
+figure (exit 1), `--update` rewrites the documents from the JSON.
 """
 
 from __future__ import annotations
@@ -43,16 +35,11 @@ def render(entry) -> str:
 
 
 def load_results(name: str, results_dir: Path = RESULTS_DIR) -> dict:
-    path = Path(results_dir) / f"{name}.json"
-    with open(path) as handle:
-        return json.load(handle)
+    return json.loads((Path(results_dir) / f"{name}.json").read_text())
 
 
 def document_paths(root: Path = ROOT) -> list[Path]:
-    paths = []
-    for pattern in DOCUMENTS:
-        paths.extend(sorted(root.glob(pattern)))
-    return paths
+    return [path for pattern in DOCUMENTS for path in sorted(root.glob(pattern))]
 
 
 def check_text(text: str, results_dir: Path = RESULTS_DIR) -> list[str]:
@@ -90,39 +77,25 @@ def update_text(text: str, results_dir: Path = RESULTS_DIR) -> str:
 
 
 def machine_description() -> str:
-    """'Linux x86_64, 2 CPUs (model name), Python 3.11.9' for the `measured` record."""
-    cpu = platform.processor() or platform.machine()
+    """'Linux x86_64, 2 CPUs (model name)' for the `measured` record."""
     try:
         with open("/proc/cpuinfo") as handle:
             names = [line.split(":", 1)[1].strip() for line in handle if "model name" in line]
-        cpu = names[0] if names else cpu
     except OSError:
-        pass
+        names = []
+    cpu = names[0] if names else platform.processor() or platform.machine()
     return f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPUs ({cpu})"
 
 
-def write_results(
-    path,
-    values: dict,
-    *,
-    command: str,
-    about: str,
-    notes: str = "",
-    measured: dict | None = None,
-    extra: dict | None = None,
-) -> None:
-    """Writes a results file (atomically): the values with their formats and when, where and
-    how they were measured (by default today, this machine, the 1-minute load average now;
-    `measured` replaces that record for figures measured earlier). `extra` adds top-level
-    entries (e.g. throughput_figures.py's per-run `runs`)."""
+def write_results(path, values, *, command, about, notes="", measured=None, extra=None):
+    """Writes a results file atomically: the values with their formats and when, where and
+    how they were measured (default: today, this machine, the 1-minute load now); `extra`
+    adds top-level entries (e.g. the per-run `runs` of `bench.py run --results`)."""
     if measured is None:
         load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
-        measured = {
-            "date": datetime.date.today().isoformat(),
-            "machine": machine_description(),
-            "load_average_1min_at_end": None if load is None else round(load, 2),
-            "notes": notes,
-        }
+        measured = {"date": datetime.date.today().isoformat(), "machine": machine_description(),
+                    "load_average_1min_at_end": None if load is None else round(load, 2),
+                    "notes": notes}  # fmt: skip
     payload = {"about": about, "command": command, "measured": measured, **(extra or {})}
     payload["values"] = values
     path = Path(path)

@@ -1,9 +1,6 @@
-"""Shared helpers of the benchmark scripts: timing, memory, worker processes, output.
-
-The analytic FLOP count, GEMM peak and model builders live in `keras_vit.evaluate.benchmarking`
-(so the installed `keras-vit benchmark` command has them too) and are re-exported here.
-Run from the repository root: `python benchmarks/bench.py run --help`.
-"""
+"""Shared helpers of the benchmarks: arguments, timing, worker processes, tables, output
+(the FLOP counts, GEMM roof and model builders of `keras_vit.evaluate.benchmarking`, which
+`keras-vit benchmark` uses too, re-exported)."""
 
 from __future__ import annotations
 
@@ -19,21 +16,15 @@ from collections.abc import Callable
 
 from keras_vit.evaluate.benchmarking import (  # noqa: F401  (re-exported for the scripts)
     FRAMEWORKS,
-    MODES,
     add_derived,
-    analytic_macs,
     build_model,
-    format_results,
-    gemm_gflops,
-    gemm_peak,
     gemm_roof,
     keras_vit_step_gflops,
     make_step,
     model_gflops,
     peak_rss_mb,
-    peer_import_error,
     variant_arch,
-)
+)  # fmt: skip
 from keras_vit.runtime.precision_probe import setting_label  # noqa: F401  (the one setting label)
 
 
@@ -43,17 +34,21 @@ def median(values):
 
 
 def host_record() -> dict:
-    """The host every figure of a run is measured on: CPU model, cores this process may use,
-    the CPU's flags, and those of them that are bfloat16 matrix units."""
+    """CPU model, cores this process may use, the CPU's flags and its bfloat16 units."""
     from keras_vit.runtime import precision, precision_probe
 
     flags = precision.cpu_flags()
-    return {
-        "cpu": precision_probe.cpu_model(),
-        "cores": precision_probe.core_count(),
-        "bfloat16_flags": [f for f in precision.BFLOAT16_CPU_FLAGS if f in flags],
-        "cpu_flags": sorted(flags),
-    }
+    return {"cpu": precision_probe.cpu_model(), "cores": precision_probe.core_count(),
+            "bfloat16_flags": [f for f in precision.BFLOAT16_CPU_FLAGS if f in flags],
+            "cpu_flags": sorted(flags)}  # fmt: skip
+
+
+def load_average():
+    """The 1-, 5- and 15-minute load averages (os.getloadavg), or None where unknown."""
+    try:
+        return [round(value, 2) for value in os.getloadavg()]
+    except OSError:
+        return None
 
 
 def parse_setting(text):
@@ -62,42 +57,8 @@ def parse_setting(text):
 
     policy, _, compiler = text.strip().partition("+")
     if policy not in precision.POLICIES or compiler not in ("", "xla"):
-        raise ValueError(
-            f"{text!r} is not POLICY or POLICY+xla with POLICY in {precision.POLICIES}"
-        )
+        raise ValueError(f"{text!r} is not POLICY or POLICY+xla, POLICY in {precision.POLICIES}")
     return policy, compiler == "xla"
-
-
-def parse_settings_argument(parser, text):
-    """`--settings` "float32,float32+xla" -> [("float32", False), ("float32", True)]; a
-    `parser.error` naming the flag for a bad point."""
-    try:
-        return [parse_setting(part) for part in text.split(",")]
-    except ValueError as error:
-        parser.error(f"--settings: {error}")
-
-
-def print_profile_tables(times, calls, steps, kind_of, top, *, item="operation", count="events"):
-    """The two tables of a step profile (`profile_step.py`, `profile_timm_step.py`): per kind
-    (`kind_of(name)`) and for the `top` names, ms per step, share of the summed time and
-    `count` per step, from {name: seconds} and {name: count} summed over `steps` steps."""
-    import collections
-
-    total = sum(times.values()) / steps
-    by_kind, kind_calls = collections.Counter(), collections.Counter()
-    for name, value in times.items():
-        by_kind[kind_of(name)] += value / steps
-        kind_calls[kind_of(name)] += calls[name] // steps
-    print(f"| kind | ms per step | share | {count} per step |\n|---|---|---|---|")
-    for kind, value in by_kind.most_common():
-        print(f"| {kind} | {value * 1000:.0f} | {100 * value / total:.1f}% | {kind_calls[kind]} |")
-    print(f"| {item} | kind | ms per step | share | {count} per step |\n|---|---|---|---|---|")
-    for name, value in times.most_common(top):
-        value /= steps
-        print(
-            f"| {name} | {kind_of(name)} | {value * 1000:.1f} | {100 * value / total:.1f}% "
-            f"| {calls[name] // steps} |"
-        )
 
 
 def time_call(fn: Callable[[], object], steps: int) -> float:
@@ -130,12 +91,10 @@ def named_image_size(variant: str) -> int | None:
 
 
 def variant_image_size(variant: str, image_size: int | None = None) -> int:
-    """The square side to time `variant` at: `image_size` (--image-size) when given, else
-    the size its name gives, else 224.
+    """The side to time `variant` at: `image_size` when given, else its name's, else 224.
 
     Raises:
-        ValueError: the name gives one size and `image_size` another (both named), or a
-            size below 1.
+        ValueError: the name gives one size and `image_size` another, or a size below 1.
     """
     named = named_image_size(variant)
     if named is not None and named < 1:
@@ -145,27 +104,20 @@ def variant_image_size(variant: str, image_size: int | None = None) -> int:
             f"--variant {variant!r} names image size {named}, --image-size {image_size} "
             "another: give one of them"
         )
-    if image_size is not None:
-        return image_size
-    return named or 224
+    return image_size if image_size is not None else named or 224
 
 
 def add_model_arguments(parser, modes=("infer", "train", "both"), default_mode="both"):
     """Adds --variant, --image-size, --batch-size and --mode (shared by the scripts)."""
     parser.add_argument("--variant", default="Ti/16", help="named variant (Ti/16)")
-    parser.add_argument(
-        "--image-size",
-        type=int,
-        help="square side (224, or the size the variant's name gives: B/16-384 is 384)",
-    )
+    parser.add_argument("--image-size", type=int, help="side (224, or the variant name's size)")
     parser.add_argument("--batch-size", type=int, default=16, help="batch size (16)")
     parser.add_argument("--mode", choices=modes, default=default_mode)
 
 
 def checked_image_size(parser, args) -> None:
-    """Sets `args.image_size` to `variant_image_size(args.variant, args.image_size)`;
-    `parser.error` (naming where the size came from) unless the variant is known and the
-    size a positive multiple of its patch."""
+    """Sets `args.image_size` (`variant_image_size`); `parser.error` (naming where the size
+    came from) unless the variant is known and the size a positive multiple of its patch."""
     patch = checked_patch(parser, args.variant)
     given = args.image_size is not None
     try:
@@ -178,88 +130,44 @@ def checked_image_size(parser, args) -> None:
 
 
 def check_model_arguments(parser, args, counts) -> None:
-    """`parser.error` unless the variant is known, the image size a positive multiple of its
-    patch, and the batch size and every value in `counts` ({flag: value}) at least 1.
-    Sets `args.image_size` (`variant_image_size`: a size in the variant's name counts)."""
+    """`checked_image_size`, then `parser.error` unless the batch size and every value of
+    `counts` ({flag: value}) is at least 1."""
     checked_image_size(parser, args)
-    counts = {"--batch-size": args.batch_size, **counts}
-    for flag, value in counts.items():
+    for flag, value in {"--batch-size": args.batch_size, **counts}.items():
         if value < 1:
             parser.error(f"{flag} {value}: must be >= 1")
 
 
 def import_problem_in(python: str, modules: str, timeout=None) -> str | None:
-    """None when `import {modules}` (e.g. "timm, torch") succeeds in the interpreter
-    `python`, else the last line of its error output. Raises OSError where `python` does not
-    run, subprocess.TimeoutExpired after `timeout` seconds."""
-    done = subprocess.run(
-        [python, "-c", f"import {modules}"], capture_output=True, text=True, timeout=timeout
-    )
-    if done.returncode == 0:
-        return None
-    return (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
+    """None when `import {modules}` succeeds in the interpreter `python`, else the last line
+    of its error. Raises OSError where `python` does not run, TimeoutExpired."""
+    run = subprocess.run([python, "-c", f"import {modules}"], capture_output=True, text=True,
+                         timeout=timeout)  # fmt: skip
+    lines = run.stderr.strip().splitlines() or [f"exit {run.returncode}"]
+    return lines[-1] if run.returncode else None
 
 
-def set_threads(threads: int) -> None:
-    """Pins TensorFlow's intra- and inter-op thread pools (0 keeps TensorFlow's default)."""
-    if not threads:
-        return
-    import tensorflow as tf
-
-    tf.config.threading.set_intra_op_parallelism_threads(threads)
-    tf.config.threading.set_inter_op_parallelism_threads(threads)
+def markdown(header, rows) -> str:
+    """A Markdown table (cells unpadded: `| timm | float32 |` reads the same in a log)."""
+    lines = [header, ["---"] * len(header), *rows]
+    return "\n".join("| " + " | ".join(map(str, cells)) + " |" for cells in lines)
 
 
-def result_record_from(framework: str, mode: str, rates: list[float], ready: dict) -> dict:
-    """A result record (as `keras_vit.evaluate.benchmarking.measure` makes) from a worker's
-    figures."""
-    return {
-        "framework": framework,
-        "mode": mode,
-        "images_per_s": median(rates),
-        "images_per_s_all": rates,
-        "params": ready.get("params"),
-        "warmup_s": ready.get("warmup_s"),
-    }
-
-
-def rss_mb() -> float:
-    """Current resident memory of this process in MiB (psutil when installed)."""
-    try:
-        import psutil
-    except ImportError:
-        return peak_rss_mb()
-    return psutil.Process().memory_info().rss / 2**20
-
-
-# ---- worker processes: one per (framework, mode), driven over stdin/stdout -------------
+# ---- worker processes, driven over stdin/stdout ------------------------------------------
 
 
 class Worker:
-    """A benchmark subprocess that answers one JSON line per request line.
-
-    The child prints a line starting with `READY ` (JSON) once its model is built and warmed
-    up, then for each `run` line a `RESULT ` line (`rss`: its peak RSS); `quit` ends it.
-    Lines without either prefix (library logging) are ignored.
-    """
+    """A benchmark subprocess: prints `READY <json>` once built and warmed up, then answers
+    each `run` line with `RESULT <json>` (`rss`: its peak RSS); `quit` ends it. Other lines
+    (library logging) are ignored; `ERROR <json>` is raised as RuntimeError."""
 
     def __init__(self, argv: list[str], env: dict | None = None):
         env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1", **(env or {}))
-        # stderr goes to a file: a full pipe would block a chatty child.
-        self.stderr = tempfile.TemporaryFile(mode="w+")
+        self.stderr = tempfile.TemporaryFile(mode="w+")  # a full pipe would block the child
         self.process = subprocess.Popen(
-            argv,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self.stderr,
-            text=True,
-            env=env,
-        )
-
-    def stderr_tail(self, chars: int = 2000) -> str:
-        """The end of the child's stderr."""
-        self.stderr.seek(0)
-        return self.stderr.read()[-chars:]
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr,
+            text=True, env=env,
+        )  # fmt: skip
 
     def read(self, prefix: str) -> dict:
         """The JSON payload of the next stdout line with `prefix`; raises RuntimeError."""
@@ -267,7 +175,8 @@ class Worker:
             line = self.process.stdout.readline()
             if not line:
                 code = self.process.wait()
-                raise RuntimeError(f"worker exited ({code}): {self.stderr_tail()}")
+                self.stderr.seek(0)
+                raise RuntimeError(f"worker exited ({code}): {self.stderr.read()[-2000:]}")
             if line.startswith(prefix + " "):
                 return json.loads(line[len(prefix) + 1 :])
             if line.startswith("ERROR "):
@@ -281,14 +190,14 @@ class Worker:
 
     def close(self) -> None:
         """Asks the worker to quit; kills it after a timeout."""
-        if self.process.poll() is None:
-            try:
+        try:
+            if self.process.poll() is None:
                 self.process.stdin.write("quit\n")
                 self.process.stdin.flush()
                 self.process.wait(timeout=30)
-            except (OSError, subprocess.TimeoutExpired):
-                self.process.kill()
-                self.process.wait()
+        except (OSError, subprocess.TimeoutExpired):
+            self.process.kill()
+            self.process.wait()
         self.stderr.close()
 
 
@@ -352,29 +261,5 @@ def write_json(path: str, payload: dict) -> None:
     os.makedirs(folder, exist_ok=True)
     temp = os.path.join(folder, f".{os.path.basename(path)}.{os.getpid()}.tmp")
     with open(temp, "w", encoding="utf-8") as handle:
-        json.dump(payload, handle, indent=2)
-        handle.write("\n")
+        handle.write(json.dumps(payload, indent=2) + "\n")
     os.replace(temp, path)
-
-
-def roof_main(argv=None) -> int:
-    """`bench.py roof [--gemm-sizes 1024,2048] [--repeats 3]`: the GEMM roof alone, in
-    TensorFlow (float32 and bfloat16, XLA on and off) and, where it imports, torch."""
-    import argparse
-
-    import peers
-
-    parser = argparse.ArgumentParser(prog="bench.py roof", description=roof_main.__doc__)
-    parser.add_argument("--gemm-sizes", default="1024,2048,4096", help="n of the n x n products")
-    parser.add_argument("--repeats", type=int, default=3, help="timed repeats, median (3)")
-    args = parser.parse_args(argv)
-    sizes = tuple(int(n) for n in args.gemm_sizes.split(","))
-    roofs = {"TensorFlow": gemm_roof(sizes, args.repeats)}
-    if peers.import_error() is None:
-        roofs["torch"] = peers.gemm_roof(sizes, args.repeats)
-    for engine, (best, figures) in roofs.items():
-        cells = "; ".join(
-            f"{k}: {', '.join(f'{n} {v:.1f}' for n, v in f.items())}" for k, f in figures.items()
-        )
-        print(f"{engine}: best {best:.1f} GFLOP/s ({cells})")
-    return 0

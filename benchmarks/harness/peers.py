@@ -1,42 +1,26 @@
 """The peers of the harness as one table (`PEERS`), and timm on PyTorch.
 
-A peer is one `PEERS` row: the modules that must import for it, the interpreter its
-workers run in ("main": `--python`; "torch": `--torch-python`), the environment it needs,
-which settings it is timed at ("keras": `--settings`, "eager": their policies without
-XLA, "timm": `--timm-settings`, None: a GEMM roof), and the function that builds it, warms
-it up and serves the parent's timing rounds (`serve_*`, in the worker process). Adding a
-peer is adding a row (and its `serve_*` function when no existing one builds it).
-
-timm's peer (optional: torch and timm are not installed by keras_vit's extras) is the same
-architecture as `keras_vit.evaluate.benchmarking.build_model` builds: timm's `VisionTransformer`
-with the variant's patch, width, depth, heads and MLP ratio, class-token pooling, no dropout,
-random weights (no download). Settings (`TIMM_SETTINGS`):
-
-  - "float32": eager float32;
-  - "bfloat16_autocast": eager, inside `torch.autocast("cpu", dtype=torch.bfloat16)`
-    (the products in bfloat16, weights and optimizer state float32, as Keras' mixed policy);
-  - "float32+compile": `torch.compile` of the model (inductor), float32.
-
-A training step is AdamW (learning rate 1e-4) on cross-entropy, as `make_step` does for the
-Keras models; inference runs under `torch.inference_mode()`. Images are NCHW (PyTorch's
-layout), so the layout conversion is not timed. The torch GEMM roof (`gemm_roof`) times
-`torch.matmul` in float32 and bfloat16 at the harness' sizes.
+A peer is one `PEERS` row: the modules that must import for it, the interpreter of its
+workers ("main": `--python`, "torch": `--torch-python`), its environment, the settings it
+is timed at ("keras": `--settings`, "eager": their policies without XLA, "timm":
+`--timm-settings`, None: a GEMM roof) and the function that builds it, warms it up and
+serves the timing rounds in the worker. timm's peer is the architecture keras_vit builds
+(`VisionTransformer`, class-token pooling, no dropout, random weights), eager float32,
+under bfloat16 autocast (weights float32, as Keras' mixed policy) or `torch.compile`d;
+its step is AdamW (1e-4) on cross-entropy, as `make_step`'s; images NCHW.
 """
 
 from __future__ import annotations
 
 import collections
-import statistics
 import sys
-import time
 
 import common
 
 from keras_vit.evaluate.benchmarking import import_problem
 
-TIMM_SETTINGS = ("float32", "bfloat16_autocast", "float32+compile")
-"""timm's settings; each is (policy, compiler) = ("float32"|"mixed_bfloat16", "eager"|"compile")."""
-SETTING_PARTS = {
+TIMM_SETTINGS = ("float32", "bfloat16_autocast", "float32+compile")  # `run`'s default
+SETTING_PARTS = {  # timm's setting labels: (policy, compiler)
     "float32": ("float32", "eager"),
     "bfloat16_autocast": ("mixed_bfloat16", "eager"),
     "float32+compile": ("float32", "compile"),
@@ -54,13 +38,7 @@ def parse_timm_setting(text: str) -> tuple[str, str]:
 
 def timm_label(policy: str, compiler: str) -> str:
     """The setting label of (policy, compiler), the inverse of `parse_timm_setting`."""
-    base = "bfloat16_autocast" if policy == "mixed_bfloat16" else "float32"
-    return base + ("+compile" if compiler == "compile" else "")
-
-
-def import_error() -> str | None:
-    """None when torch and timm import here, else the import's error (`import_problem`)."""
-    return import_problem("torch", "timm")
+    return {parts: text for text, parts in SETTING_PARTS.items()}[(policy, compiler)]
 
 
 def build_model(arch: dict, image_size: int, num_classes: int = 1000):
@@ -68,18 +46,11 @@ def build_model(arch: dict, image_size: int, num_classes: int = 1000):
     from timm.models.vision_transformer import VisionTransformer
 
     return VisionTransformer(
-        img_size=image_size,
-        patch_size=arch["patch_size"],
-        embed_dim=arch["hidden_dim"],
-        depth=arch["num_layers"],
-        num_heads=arch["num_heads"],
-        mlp_ratio=arch["mlp_dim"] / arch["hidden_dim"],
-        num_classes=num_classes,
-        drop_rate=0.0,
-        attn_drop_rate=0.0,
-        drop_path_rate=0.0,
-        global_pool="token",
-    )
+        img_size=image_size, patch_size=arch["patch_size"], embed_dim=arch["hidden_dim"],
+        depth=arch["num_layers"], num_heads=arch["num_heads"],
+        mlp_ratio=arch["mlp_dim"] / arch["hidden_dim"], num_classes=num_classes,
+        drop_rate=0.0, attn_drop_rate=0.0, drop_path_rate=0.0, global_pool="token",
+    )  # fmt: skip
 
 
 def make_step(model, mode, batch_size, image_size, policy, compiler, num_classes=1000, seed=0):
@@ -94,9 +65,8 @@ def make_step(model, mode, batch_size, image_size, policy, compiler, num_classes
     run = torch.compile(model) if compiler == "compile" else model
 
     def autocast():
-        if policy == "mixed_bfloat16":
-            return torch.autocast("cpu", dtype=torch.bfloat16)
-        return contextlib.nullcontext()
+        bfloat16 = policy == "mixed_bfloat16"
+        return torch.autocast("cpu", dtype=torch.bfloat16) if bfloat16 else contextlib.nullcontext()
 
     if mode == "infer":
         model.eval()
@@ -125,18 +95,11 @@ def gemm_gflops(size: int, dtype: str, repeats: int = 1) -> float:
     """Median GFLOP/s of a `size x size` `torch.matmul` in `dtype` ("float32"/"bfloat16")."""
     import torch
 
-    kind = torch.bfloat16 if dtype == "bfloat16" else torch.float32
-    a = torch.randn(size, size).to(kind)
-    b = torch.randn(size, size).to(kind)
+    a, b = (torch.randn(size, size).to(getattr(torch, dtype)) for _ in range(2))
     torch.matmul(a, b)
     steps = min(20, max(1, int(2e10 // (2 * size**3))))
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        for _ in range(steps):
-            torch.matmul(a, b)
-        times.append((time.perf_counter() - start) / steps)
-    return 2.0 * size**3 / statistics.median(times) / 1e9
+    times = [common.time_call(lambda: torch.matmul(a, b), steps) / steps for _ in range(repeats)]
+    return 2.0 * size**3 / common.median(times) / 1e9
 
 
 def gemm_roof(sizes, repeats: int = 1):
@@ -162,10 +125,8 @@ def set_threads(threads: int) -> None:
 
 def serve_step(framework, params, step, args):
     """Warms `step` up `--warmup` times, then serves the parent's timing rounds of it."""
-    start = time.perf_counter()
-    for _ in range(args.warmup):
-        step()
-    ready = {"framework": framework, "params": params, "warmup_s": time.perf_counter() - start}
+    ready = {"framework": framework, "params": params,
+             "warmup_s": common.time_call(step, args.warmup)}  # fmt: skip
 
     def handle():
         seconds = common.time_call(step, args.steps)
@@ -175,17 +136,13 @@ def serve_step(framework, params, step, args):
 
 
 def serve_keras(args, framework, mode, policy, compiler):
-    """A Keras model (`keras_vit.evaluate.benchmarking.build_model`) under `policy`, XLA or not; on
-    Keras' PyTorch backend (keras_vit_torch) eager, as `KERAS_BACKEND=torch` runs it."""
+    """A Keras model (`keras_vit.evaluate.benchmarking.build_model`) under `policy`, XLA or
+    not; on Keras' PyTorch backend (keras_vit_torch) eager, as `KERAS_BACKEND=torch` runs it."""
     import keras
 
-    if (
-        PEERS[framework].env.get("KERAS_BACKEND", keras.backend.backend())
-        != keras.backend.backend()
-    ):
-        raise RuntimeError(
-            f"{framework} needs KERAS_BACKEND={PEERS[framework].env['KERAS_BACKEND']}"
-        )
+    backend = PEERS[framework].env.get("KERAS_BACKEND", keras.backend.backend())
+    if backend != keras.backend.backend():
+        raise RuntimeError(f"{framework} needs KERAS_BACKEND={backend}")
     built = "keras_vit" if framework == "keras_vit_torch" else framework
     keras.config.set_dtype_policy(policy)
     model = common.build_model(built, args.variant, args.image_size)
@@ -240,7 +197,6 @@ def serve(args) -> int:
         reason = import_problem(*peer.modules)
         if reason is not None:
             raise ImportError(f"{framework} does not import for {sys.executable}: {reason}")
-        (set_threads if peer.python == "torch" else common.set_threads)(args.threads)
         peer.serve(args, framework, *point)
         return 0
     except Exception as error:  # reported to the parent, which carries on without it
@@ -255,9 +211,7 @@ def points(framework, mode, keras_settings, timm_settings) -> list[str]:
     if kind == "timm":
         return [f"{framework}:{mode}:{policy}:{compiler}" for policy, compiler in timm_settings]
     if kind == "eager":  # Keras' torch.compile takes minutes here
-        return [
-            f"{framework}:{mode}:{p}:noxla" for p in dict.fromkeys(p for p, _ in keras_settings)
-        ]
+        keras_settings = [(policy, False) for policy in dict.fromkeys(p for p, _ in keras_settings)]
     return [f"{framework}:{mode}:{p}:{'xla' if x else 'noxla'}" for p, x in keras_settings]
 
 

@@ -1,30 +1,14 @@
 """The matrix products of one ViT step, each timed alone in every engine at hand.
 
-For a variant at a batch size this lists every matrix product of one training step (the
-forward product, the input gradient and the weight gradient of each) or of one forward pass,
-as the equations of paper section 3.1 give them: per block the q, k, v and out projections,
-the attention's q k^T and its weighted sum of values, the two MLP products; the patch
-embedding (no gradient for the image) and the head. Each distinct shape is then timed alone,
-in one process per engine (on a 2-core machine one engine's spinning threads slow the next):
-
-- `xla`: TensorFlow `tf.matmul` under XLA (`jit_compile=True`, Eigen's products on CPU);
-- `tensorflow`: the same without XLA (oneDNN's products where TensorFlow enables it);
-- `numpy`: `np.matmul` (the BLAS NumPy links: OpenBLAS in the PyPI wheels);
-- `torch`: `torch.matmul`, in the interpreter given by `--torch-python` (optional).
-
-It prints, per shape, ms and GFLOP/s in each engine, and the time a step's products take in
-each engine (the sum over shapes of count x ms). The best engine per shape gives the
-products' floor on this host: what the step's products would cost if every one ran at the
-best speed any library here reaches for that shape. Transposed operands are passed as the
-products' flags (`transpose_a`/`transpose_b`, or transposed views), as frameworks' backward
-passes issue them. Each call runs `--per-call` products on distinct operands (TensorFlow as one
-compiled function), and what a call costs - a 1x1x1 product timed the same way, ~0.08 ms per
-product in TensorFlow, ~1 us in NumPy - is taken off every figure. The workers see no GPU.
-Every figure records the host.
+Every product of a training step (forward, input and weight gradients) or forward pass, as
+paper section 3.1's equations give them; each distinct shape is timed alone, one process
+per engine: `xla` (`tf.matmul`, `jit_compile=True`), `tensorflow` (no XLA: oneDNN),
+`numpy` (its BLAS), `torch` (`--torch-python`). Transposes are passed as the products'
+flags; each call runs `--per-call` products on distinct operands, less what a call costs
+(a 1x1x1 product). Prints ms and GFLOP/s per shape and engine, a step's products per
+engine, and their floor (the best engine per shape). The workers see no GPU.
 
     python benchmarks/bench.py products --variant Ti/16 --batch-size 16 --mode train
-    python benchmarks/bench.py products --variant B/16 --mode infer --engines numpy,xla
-    python benchmarks/bench.py products --torch-python /path/to/torch-venv/bin/python --json p.json
 """
 
 from __future__ import annotations
@@ -37,57 +21,33 @@ import sys
 import time
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:0] = [_HERE, os.path.join(_HERE, ".."), os.path.join(_HERE, "..", "harness")]
+sys.path[:0] = [_HERE, os.path.join(_HERE, "..")]
 
 ENGINES = ("xla", "tensorflow", "numpy", "torch")
 
 
 def product(name, m, k, n, count, *, batch=1, transpose_a=False, transpose_b=False):
-    """One product `(batch, m, k) x (batch, k, n)`, run `count` times a step. With
+    """One product `(batch, m, k) x (batch, k, n)`, run `count` times a step; with
     `transpose_a` the left operand is stored `(k, m)`, with `transpose_b` the right `(n, k)`."""
-    return {
-        "name": name,
-        "batch": batch,
-        "m": m,
-        "k": k,
-        "n": n,
-        "transpose_a": transpose_a,
-        "transpose_b": transpose_b,
-        "count": count,
-    }
+    return {"name": name, "batch": batch, "m": m, "k": k, "n": n, "transpose_a": transpose_a,
+            "transpose_b": transpose_b, "count": count}  # fmt: skip
 
 
-def with_gradients(forward, train):
-    """`forward`, and in training its two gradients: for y = a b, da = dy b^T (an `(m, n) x
-    (n, k)` product with b stored `(k, n)`) and db = a^T dy (`(k, m) x (m, n)`, a stored
-    `(m, k)`)."""
-    if not train:
-        return [forward]
-    f = forward
-    common = {"batch": f["batch"], "count": f["count"]}
-    return [
-        forward,
-        product(f["name"] + " dX", f["m"], f["n"], f["k"], transpose_b=True, **common),
-        product(f["name"] + " dW", f["k"], f["m"], f["n"], transpose_a=True, **common),
+def with_gradients(f, train):
+    """`f`, and in training its gradients: for y = a b, da = dy b^T (`(m, n) x (n, k)`, b
+    stored `(k, n)`) and db = a^T dy (`(k, m) x (m, n)`, a stored `(m, k)`)."""
+    same = {"batch": f["batch"], "count": f["count"]}
+    return [f] + train * [
+        product(f["name"] + " dX", f["m"], f["n"], f["k"], transpose_b=True, **same),
+        product(f["name"] + " dW", f["k"], f["m"], f["n"], transpose_a=True, **same),
     ]
 
 
 def step_products(arch, batch_size, image_size=(224, 224), mode="train", channels=3, classes=1000):
-    """Every matrix product of one step of a ViT with class token, as `product` records.
-
-    Args:
-        arch: `patch_size`, `hidden_dim`, `mlp_dim`, `num_heads`, `num_layers`
-            (`keras_vit.evaluate.benchmarking.variant_arch`).
-        batch_size: images per step.
-        image_size: (height, width) in pixels, multiples of the patch size.
-        mode: "train" (forward, input and weight gradients) or "infer" (forward only).
-        channels, classes: image channels and head outputs.
-
-    Returns:
-        A list of records; the forward products' multiply-accumulates are `batch_size` x
-        `keras_vit.evaluate.benchmarking.analytic_macs`, as the equations count them (keras_vit's
-        last block computes only the class token's query, which this list does not model).
-    """
+    """Every matrix product of one step ("train" or "infer") of a ViT with class token of
+    `arch` (`variant_arch`'s fields) at `image_size` (height, width), as `product` records;
+    the forward products' MACs are `batch_size` x `analytic_macs` (keras_vit's last block
+    computes only the class token's query, which this list does not model)."""
     train = mode == "train"
     p, d, f = arch["patch_size"], arch["hidden_dim"], arch["mlp_dim"]
     heads, layers = arch["num_heads"], arch["num_layers"]
@@ -95,27 +55,23 @@ def step_products(arch, batch_size, image_size=(224, 224), mode="train", channel
     tokens = patches + 1
     rows, head_dim, pairs = batch_size * tokens, d // heads, batch_size * heads
     embed = product("patch embedding", batch_size * patches, p * p * channels, d, 1)
-    items = [embed]
-    if train:  # the image needs no gradient: the weight gradient only
-        items.append(with_gradients(embed, True)[2])
+    items = [embed] + with_gradients(embed, train)[2:]  # the image needs no gradient
     for name, width_in, width_out, count in (
         ("q/k/v/out projection", d, d, 4 * layers),
         ("MLP fc1", d, f, layers),
         ("MLP fc2", f, d, layers),
     ):
         items += with_gradients(product(name, rows, width_in, width_out, count), train)
-    items.append(product("q k^T", tokens, head_dim, tokens, layers, batch=pairs, transpose_b=True))
-    items.append(product("probs v", tokens, tokens, head_dim, layers, batch=pairs))
-    if train:
-        core = {"batch": pairs, "count": layers}
-        items += [
-            product("q k^T dQ", tokens, tokens, head_dim, **core),
-            product("q k^T dK", tokens, tokens, head_dim, transpose_a=True, **core),
-            product("probs v dP", tokens, head_dim, tokens, transpose_b=True, **core),
-            product("probs v dV", tokens, tokens, head_dim, transpose_a=True, **core),
-        ]
-    items += with_gradients(product("head", batch_size, d, classes, 1), train)
-    return items
+    core = {"batch": pairs, "count": layers}
+    items.append(product("q k^T", tokens, head_dim, tokens, transpose_b=True, **core))
+    items.append(product("probs v", tokens, tokens, head_dim, **core))
+    items += train * [
+        product("q k^T dQ", tokens, tokens, head_dim, **core),
+        product("q k^T dK", tokens, tokens, head_dim, transpose_a=True, **core),
+        product("probs v dP", tokens, head_dim, tokens, transpose_b=True, **core),
+        product("probs v dV", tokens, tokens, head_dim, transpose_a=True, **core),
+    ]
+    return items + with_gradients(product("head", batch_size, d, classes, 1), train)
 
 
 def macs(item) -> int:
@@ -124,39 +80,26 @@ def macs(item) -> int:
 
 
 def shape_key(item) -> str:
-    """The product's shape and transposes, e.g. "16x197x64x197 tb": records that share it
-    are timed once."""
+    """The product's shape and transposes ("16x197x64x197 tb"): records sharing it are
+    timed once."""
     flags = ("ta " if item["transpose_a"] else "") + ("tb" if item["transpose_b"] else "")
     return f"{item['batch']}x{item['m']}x{item['k']}x{item['n']} {flags}".strip()
-
-
-def distinct_shapes(items) -> list[dict]:
-    """One record per shape key, in first-seen order."""
-    seen = {}
-    for item in items:
-        seen.setdefault(shape_key(item), item)
-    return list(seen.values())
 
 
 def operands(item, rng, copies):
     """`copies` pairs of random float32 operands of a product, stored as its transposes say."""
     batch, m, k, n = item["batch"], item["m"], item["k"], item["n"]
-    left = (k, m) if item["transpose_a"] else (m, k)
-    right = (n, k) if item["transpose_b"] else (k, n)
+    shapes = [(k, m) if item["transpose_a"] else (m, k), (n, k) if item["transpose_b"] else (k, n)]
     lead = (batch,) if batch > 1 else ()
     return [
-        (
-            rng.standard_normal(lead + left, dtype="float32"),
-            rng.standard_normal(lead + right, dtype="float32"),
-        )
+        tuple(rng.standard_normal(lead + shape, dtype="float32") for shape in shapes)
         for _ in range(copies)
     ]
 
 
 def engine_call(engine, item, pairs):
-    """A no-argument callable running the product once on each operand pair of `pairs`: in
-    TensorFlow one compiled function for all of them, as products run inside a step (a
-    single product per call would time TensorFlow's ~0.3 ms of call overhead with it)."""
+    """A no-argument callable running the product on each operand pair of `pairs` (in
+    TensorFlow one compiled function for all, as products run inside a step)."""
     ta, tb = item["transpose_a"], item["transpose_b"]
     if engine in ("xla", "tensorflow"):
         import tensorflow as tf
@@ -170,22 +113,18 @@ def engine_call(engine, item, pairs):
             jit_compile=engine == "xla",
         )
         return lambda: fn(*flat)
-    if engine == "numpy":
+    if engine == "torch":
+        import torch
+
+        torch.set_num_threads(os.cpu_count() or 1)
+        pairs = [(torch.from_numpy(a), torch.from_numpy(b)) for a, b in pairs]
+        matmul, swap = torch.matmul, lambda x: x.transpose(-1, -2)
+    else:
         import numpy as np
 
-        views = [
-            (np.swapaxes(a, -1, -2) if ta else a, np.swapaxes(b, -1, -2) if tb else b)
-            for a, b in pairs
-        ]
-        return lambda: [np.matmul(x, y) for x, y in views]
-    import torch
-
-    torch.set_num_threads(os.cpu_count() or 1)
-    views = []
-    for a, b in pairs:
-        x, y = torch.from_numpy(a), torch.from_numpy(b)
-        views.append((x.transpose(-1, -2) if ta else x, y.transpose(-1, -2) if tb else y))
-    return lambda: [torch.matmul(x, y) for x, y in views]
+        matmul, swap = np.matmul, lambda x: np.swapaxes(x, -1, -2)
+    views = [(swap(a) if ta else a, swap(b) if tb else b) for a, b in pairs]
+    return lambda: [matmul(x, y) for x, y in views]
 
 
 OVERHEAD = product("call overhead", 1, 1, 1, 1)  # a 1x1x1 product: what a call costs
@@ -193,9 +132,8 @@ OVERHEAD = product("call overhead", 1, 1, 1, 1)  # a 1x1x1 product: what a call 
 
 def time_shapes(engine, shapes, repeats, per_call) -> dict:
     """`{"overhead_ms": ..., "ms": {shape key: ...}}`: median ms per product in `engine`,
-    each call running `per_call` products on distinct operands (two warm-up calls, then
-    `repeats` timed calls), and the same for a 1x1x1 product: the engine's cost of a call,
-    per product, which `net_ms` takes off."""
+    `per_call` products a call (two warm-up calls, `repeats` timed), and the same for a
+    1x1x1 product: the cost of a call, which `net_ms` takes off."""
     import numpy as np
 
     rng = np.random.default_rng(0)
@@ -217,16 +155,8 @@ def net_ms(timed) -> dict:
     return {key: max(ms - timed["overhead_ms"], 0.0) for key, ms in timed["ms"].items()}
 
 
-def run_worker(args) -> None:
-    """`--worker ENGINE`: times the shapes of `--shapes` (JSON) and prints one RESULT line."""
-    shapes = json.loads(args.shapes)
-    timed = time_shapes(args.worker, shapes, args.repeats, args.per_call)
-    print("RESULT " + json.dumps(timed), flush=True)
-
-
 def timed_in_process(engine, shapes, args) -> dict | str:
-    """`time_shapes` of `engine` in a fresh process (on the CPU: GPUs hidden); or why the
-    engine gave none."""
+    """`time_shapes` of `engine` in a fresh process (GPUs hidden), or why it gave none."""
     python = args.torch_python if engine == "torch" else sys.executable
     command = [python, os.path.abspath(__file__), "--worker", engine, "--shapes"]
     command += [json.dumps(shapes), "--repeats", str(args.repeats)]
@@ -244,8 +174,8 @@ def timed_in_process(engine, shapes, args) -> dict | str:
 
 
 def step_figures(items, per_engine) -> dict:
-    """Per engine, ms of a step's products (sum of count x net ms); and `floor`: the same
-    sum with the best engine's net ms for each shape."""
+    """Per engine, ms of a step's products (sum of count x net ms); `floor`: the same with
+    the best engine's net ms for each shape."""
     nets = {engine: net_ms(timed) for engine, timed in per_engine.items()}
     totals = {
         engine: sum(item["count"] * ms[shape_key(item)] for item in items)
@@ -259,16 +189,14 @@ def step_figures(items, per_engine) -> dict:
 
 
 def cell(gflop, raw, net) -> str:
-    """One engine's figure for one product: net ms and GFLOP/s, or "call overhead" where the
-    call costs 90% or more of the time."""
+    """Net ms and GFLOP/s, or "call overhead" where the call costs 90% of the time."""
     if net <= 0.1 * raw:
         return f"{raw:.2f} ms (call overhead)"
     return f"{net:.2f} ms {gflop / net * 1e3:.0f} GF/s"
 
 
 def report(items, per_engine, failed) -> str:
-    """The table: each product, its count, net ms and GFLOP/s per engine; then each
-    engine's call overhead and the step sums."""
+    """Each product's count, net ms and GFLOP/s per engine; the call overheads, step sums."""
     engines = list(per_engine)
     nets = {engine: net_ms(timed) for engine, timed in per_engine.items()}
     lines = ["product | shape | count | " + " | ".join(engines), "---"]
@@ -287,70 +215,36 @@ def report(items, per_engine, failed) -> str:
     return "\n".join(lines)
 
 
-def add_timing_arguments(parser) -> None:
-    """--repeats and --per-call (the run's and its workers')."""
-    parser.add_argument(
-        "--repeats", type=int, default=11, help="timed calls per shape (default: 11)"
-    )
-    parser.add_argument(
-        "--per-call",
-        type=int,
-        default=8,
-        help="products per call, on distinct operands (default: 8)",
-    )
-
-
-def worker_args(argv):
-    """A worker's arguments (`timed_in_process`): it imports only NumPy and its engine."""
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--worker", choices=ENGINES, required=True)
-    parser.add_argument("--shapes", required=True)
-    add_timing_arguments(parser)
-    return parser.parse_args(argv)
-
-
 def parse_args(argv=None):
+    """The run's arguments, or a worker's (`--worker ENGINE`: NumPy and its engine only)."""
     argv = sys.argv[1:] if argv is None else list(argv)
+    parser = argparse.ArgumentParser(prog="bench.py products", description=__doc__.split("\n")[0])
+    parser.add_argument("--repeats", type=int, default=11, help="timed calls per shape (11)")
+    parser.add_argument("--per-call", type=int, default=8, help="products per call (8)")
     if "--worker" in argv:
-        return worker_args(argv)
-    import common
-
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    common.add_model_arguments(parser, modes=("train", "infer"), default_mode="train")
-    add_timing_arguments(parser)
-    parser.add_argument(
-        "--engines",
-        default="xla,tensorflow,numpy",
-        help=f"comma-separated, of {', '.join(ENGINES)} (default: xla,tensorflow,numpy)",
-    )
-    parser.add_argument(
-        "--torch-python", help="interpreter with torch, for the torch engine (default: this one)"
-    )
-    parser.add_argument("--json", dest="json_path", help="also write the figures here")
-    args = parser.parse_args(argv)
-    args.worker = None
-    check_args(parser, args)
-    return args
-
-
-def check_args(parser, args) -> None:
-    """parser.error, before any work, for a value the run cannot honour; sets `args.arch`
-    and `args.engine_list`."""
+        parser.add_argument("--worker", choices=ENGINES, required=True)
+        parser.add_argument("--shapes", required=True)
+        return parser.parse_args(argv)
     import common
 
     from keras_vit.cli.benchmark import check_json_path
     from keras_vit.cli.flags import UsageError
 
-    counts = {"--repeats": args.repeats, "--per-call": args.per_call}
-    common.check_model_arguments(parser, args, counts)
-    args.arch = common.variant_arch(args.variant)
+    common.add_model_arguments(parser, modes=("train", "infer"), default_mode="train")
+    parser.add_argument("--engines", default="xla,tensorflow,numpy", help=f"of {ENGINES}")
+    parser.add_argument("--torch-python", help="interpreter with torch (default: this one)")
+    parser.add_argument("--json", dest="json_path", help="also write the figures here")
+    args = parser.parse_args(argv)
+    args.worker = None
+    common.check_model_arguments(parser, args, {"--repeats": args.repeats,
+                                                "--per-call": args.per_call})  # fmt: skip
     args.engine_list = engine_list(parser, args.engines)
     check_torch(parser, args)
-    if args.json_path is not None:
-        try:
-            check_json_path(args.json_path)
-        except UsageError as error:
-            parser.error(str(error))
+    try:
+        args.json_path is None or check_json_path(args.json_path)
+    except UsageError as error:
+        parser.error(str(error))
+    return args
 
 
 def engine_list(parser, text) -> list[str]:
@@ -387,13 +281,15 @@ def check_torch(parser, args) -> None:
 def main(argv=None) -> int:
     args = parse_args(argv)
     if args.worker:
-        run_worker(args)
+        timed = time_shapes(args.worker, json.loads(args.shapes), args.repeats, args.per_call)
+        print("RESULT " + json.dumps(timed), flush=True)
         return 0
     import common
 
-    size = (args.image_size, args.image_size)
-    items = step_products(args.arch, args.batch_size, size, args.mode)
-    shapes = distinct_shapes(items)
+    items = step_products(common.variant_arch(args.variant), args.batch_size,
+                          (args.image_size, args.image_size), args.mode)  # fmt: skip
+    distinct = {}
+    shapes = [distinct.setdefault(shape_key(i), i) for i in items if shape_key(i) not in distinct]
     per_engine, failed = {}, {}
     for engine in args.engine_list:
         timed = timed_in_process(engine, shapes, args)
@@ -410,19 +306,12 @@ def main(argv=None) -> int:
     print(f"{args.variant} {args.mode}, batch {args.batch_size} at {args.image_size}")
     print(report(items, per_engine, failed))
     if args.json_path:
-        payload = {
-            "host": host,
-            "variant": args.variant,
-            "mode": args.mode,
-            "batch_size": args.batch_size,
-            "image_size": args.image_size,
-            "per_call": args.per_call,
-            "products": items,
-            "timed": per_engine,
-            "step_ms": step_figures(items, per_engine),
-            "failed": failed,
-        }
-        common.write_json(args.json_path, payload)
+        common.write_json(args.json_path, {
+            "host": host, "variant": args.variant, "mode": args.mode,
+            "batch_size": args.batch_size, "image_size": args.image_size,
+            "per_call": args.per_call, "products": items, "timed": per_engine,
+            "step_ms": step_figures(items, per_engine), "failed": failed,
+        })  # fmt: skip
     return 0
 
 

@@ -17,27 +17,27 @@ def harness():
     sys.path.insert(0, str(HARNESS))
     try:
         import peers
-        import throughput
+        import race
 
-        yield peers, throughput
+        yield peers, race
     finally:
         sys.path.remove(str(HARNESS))
 
 
 def test_a_new_peer_is_one_table_row(harness, monkeypatch):
-    peers, throughput = harness
+    peers, race = harness
     row = peers.Peer(("flax",), "torch", {"KERAS_BACKEND": "jax"}, "keras", peers.serve_keras)
     monkeypatch.setitem(peers.PEERS, "flax_vit", row)
     settings = [("float32", True), ("mixed_bfloat16", False)]
     names = peers.points("flax_vit", "train", settings, [])
     assert names == ["flax_vit:train:float32:xla", "flax_vit:train:mixed_bfloat16:noxla"]
     assert [peers.label(name) for name in names] == ["float32+xla", "mixed_bfloat16"]
-    assert throughput.worker_env(names[0]) == {"KERAS_BACKEND": "jax"}
+    assert race.worker_env(names[0]) == {"KERAS_BACKEND": "jax"}
     args = argparse.Namespace(
         python=sys.executable, torch_python="/opt/other/python", variant="Ti/16",
         image_size=224, batch_size=2, steps=1, warmup=1, gemm_sizes="none", threads=0,
     )  # fmt: skip
-    assert throughput.worker_argv(args, names[1])[0] == "/opt/other/python"
+    assert race.worker_argv(args, names[1])[0] == "/opt/other/python"
 
 
 @pytest.mark.parametrize(
@@ -109,10 +109,12 @@ def test_every_suite_line_parses_with_its_verb_both_ways():
                         verb, args = argv[2], argv[3:]
                         name = bench.VERBS[verb]
                     else:
-                        name, args = os.path.basename(argv[1])[:-3], argv[2:]
+                        verb, name, args = None, os.path.basename(argv[1])[:-3], argv[2:]
                     module = importlib.import_module(name)
-                    if hasattr(module, "parse_args"):
-                        module.parse_args(args)  # SystemExit(2) on a bad line
+                    if verb in bench.RACES:  # the races share one parser, a preset per verb
+                        module.parse_args(args, verb)  # SystemExit(2) on a bad line
+                    elif hasattr(module, "parse_args"):
+                        module.parse_args(args)
                     if quick and "--variant" in args:
                         assert args[args.index("--variant") + 1] == "8,32,64,4,2", workload
     finally:
@@ -160,3 +162,21 @@ def test_run_rounds_rotates_drops_the_dead_and_stops_at_the_deadline(harness, ca
     workers = {n: _FakeWorker(n, log) for n in "ab"}
     payloads = common.run_rounds(workers, repeats=5, deadline=0.0)  # passed: one round
     assert log == ["a", "b"] and all(len(v) == 1 for v in payloads.values())
+
+
+def test_targets_points_start_with_the_roofs_and_each_group_fits_in_memory(harness):
+    """`targets`: the roofs first, then every framework's settings interleaved, likeliest
+    fastest first (so that those share the first group), cut into groups whose expected
+    peak RSS (Ti/16 training 2.8 GB a point, a roof 1 GB) fits in `--memory-gb`."""
+    _, race = harness
+    argv = ["--only", "keras_vit,timm,keras_hub", "--memory-gb", "7"]
+    groups = race.target_groups(race.parse_args(argv, "targets"), "Ti/16", "train")
+    names = [name for group in groups for name in group]
+    assert names[:5] == [
+        "gemm", "gemm_torch", "keras_vit:train:mixed_bfloat16:noxla",
+        "timm:train:mixed_bfloat16:eager", "keras_hub:train:mixed_bfloat16:noxla",
+    ]  # fmt: skip
+    assert len(names) == 2 + 4 + 3 + 2 and len(set(names)) == len(names)
+    assert [len(group) for group in groups] == [3, 2, 2, 2, 2]
+    quick = race.parse_args([*argv, "--quick"], "targets")
+    assert [len(group) for group in race.target_groups(quick, "Ti/16", "train")] == [3, 2, 2]

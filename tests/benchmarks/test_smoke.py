@@ -25,14 +25,18 @@ ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
 
 
 FOLDERS = (BENCHMARKS / "harness", BENCHMARKS / "studies")
+VERBS = ("run", "targets", "in-process", "scaling", "ablation", "profile")  # of bench.py
 
 
 def run_script(name, *args, timeout=900, env=None):
-    """Runs benchmarks/{harness,studies}/<name> in a fresh interpreter; returns the
-    CompletedProcess."""
-    path = next(folder / name for folder in FOLDERS if (folder / name).exists())
+    """Runs benchmarks/{harness,studies}/<name>, or `bench.py <name>` for a verb of `VERBS`,
+    in a fresh interpreter; returns the CompletedProcess."""
+    if name in VERBS:
+        command = [str(BENCHMARKS / "bench.py"), name]
+    else:
+        command = [str(next(folder / name for folder in FOLDERS if (folder / name).exists()))]
     return subprocess.run(
-        [sys.executable, str(path), *args],
+        [sys.executable, *command, *args],
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -103,7 +107,7 @@ def test_keras_vit_step_gflops_by_hand(bench):
 def test_targets_roof_share_needed(scripts):
     """1.2x timm's 4.55 img/s of B/16 at 224 needs keras_vit's own 32.7 GFLOP an image at
     178.6 GFLOP/s: 96% of a 186 GFLOP/s roof."""
-    targets = scripts["targets"]
+    targets = scripts["race"]
     share = targets.roof_share_needed(
         "B/16", "infer", ("float32", 4.55), {"TensorFlow": 184.0, "torch": 186.0}
     )
@@ -127,31 +131,37 @@ def scripts():
 
 
 SCRIPT_MODULES = (
-    "throughput",
-    "scaling",
+    "race",
     "input_pipeline",
-    "ablation",
-    "profile_step",
+    "step_profile",
     "data_scaling",
     "precision_agreement",
     "export_speed",
-    "in_process",
-    "targets",
     "common",
 )
+
+
+def parse(scripts, script, args):
+    """`parse_args` of a bench.py verb (the races' one parser at the verb's preset; the
+    profile) or of a study."""
+    if script == "profile":
+        return scripts["step_profile"].parse_args(args)
+    if script in VERBS:
+        return scripts["race"].parse_args(args, script)
+    return scripts[script].parse_args(args)
 
 
 @pytest.mark.parametrize(
     "script, bad_args",
     [
-        ("throughput", ["--variant", "X/99"]),
-        ("throughput", ["--variant", "Ti/16", "--image-size", "100"]),
-        ("throughput", ["--frameworks", "flax"]),
-        ("throughput", ["--timm-settings", "float16"]),
-        ("throughput", ["--timm-settings", "float32+xla"]),
-        ("throughput", ["--repeats", "0"]),
-        ("throughput", ["--settings", "float32+jit"]),
-        ("throughput", ["--settings", "bfloat16"]),
+        ("run", ["--variant", "X/99"]),
+        ("run", ["--variant", "Ti/16", "--image-size", "100"]),
+        ("run", ["--frameworks", "flax"]),
+        ("run", ["--timm-settings", "float16"]),
+        ("run", ["--timm-settings", "float32+xla"]),
+        ("run", ["--repeats", "0"]),
+        ("run", ["--settings", "float32+jit"]),
+        ("run", ["--settings", "bfloat16"]),
         ("precision_agreement", ["--hidden-dim", "30", "--num-heads", "4"]),
         ("precision_agreement", ["--epochs", "0"]),
         ("scaling", ["--image-sizes", "224,abc"]),
@@ -159,35 +169,35 @@ SCRIPT_MODULES = (
         ("input_pipeline", ["--repeats", "0"]),
         ("ablation", ["--variant", "Ti/16", "--image-size", "100"]),
         ("ablation", ["--steps", "0"]),
-        ("profile_step", ["--variant", "X/99"]),
-        ("profile_step", ["--top", "0"]),
-        ("profile_step", ["--setting", "bfloat16"]),
+        ("profile", ["--variant", "X/99"]),
+        ("profile", ["--top", "0"]),
+        ("profile", ["--setting", "bfloat16"]),
         ("data_scaling", ["--sizes", "250,9000"]),
         ("data_scaling", ["--pretrain-steps", "0"]),
         ("data_scaling", ["--finetune-size", "42"]),
         ("export_speed", ["--repeats", "0"]),
-        ("in_process", ["--frameworks", "vit_keras,keras_hub"]),
-        ("in_process", ["--frameworks", "keras_vit,jax_vit"]),
-        ("in_process", ["--frameworks", "timm"]),
-        ("in_process", ["--frameworks", "keras_vit,keras_hub,timm"]),
-        ("in_process", ["--rounds", "0"]),
-        ("in_process", ["--settings", "float32+jit"]),
+        ("in-process", ["--frameworks", "vit_keras,keras_hub"]),
+        ("in-process", ["--frameworks", "keras_vit,jax_vit"]),
+        ("in-process", ["--frameworks", "timm"]),
+        ("in-process", ["--frameworks", "keras_vit,keras_hub,timm"]),
+        ("in-process", ["--rounds", "0"]),
+        ("in-process", ["--settings", "float32+jit"]),
         ("export_speed", ["--variant", "S/16", "--image-size", "100"]),
     ],
 )
 def test_scripts_reject_bad_arguments(scripts, script, bad_args, capsys):
     with pytest.raises(SystemExit) as raised:
-        scripts[script].parse_args(bad_args)
+        parse(scripts, script, bad_args)
     assert raised.value.code == 2
     assert "error:" in capsys.readouterr().err
 
 
 SIZED_SCRIPTS = (
-    "throughput",
+    "run",
     "ablation",
-    "profile_step",
+    "profile",
     "export_speed",
-    "in_process",
+    "in-process",
     "input_pipeline",
 )
 
@@ -196,17 +206,20 @@ SIZED_SCRIPTS = (
 def test_scripts_time_a_variant_at_the_size_its_name_gives(scripts, script, capsys):
     """B/16-384 was timed at 224: the size in the name is now honoured, and an
     --image-size that differs is refused, both named."""
-    parse = scripts[script].parse_args
-    assert parse(["--variant", "B/16-384"]).image_size == 384
-    assert parse(["--variant", "ViT-B_16-384", "--image-size", "384"]).image_size == 384
+
+    def parse_script(args):
+        return parse(scripts, script, args)
+
+    assert parse_script(["--variant", "B/16-384"]).image_size == 384
+    assert parse_script(["--variant", "ViT-B_16-384", "--image-size", "384"]).image_size == 384
     with pytest.raises(SystemExit) as raised:
-        parse(["--variant", "B/16-384", "--image-size", "224"])
+        parse_script(["--variant", "B/16-384", "--image-size", "224"])
     assert raised.value.code == 2
     err = capsys.readouterr().err
     assert "names image size 384, --image-size 224 another" in err
     if script != "input_pipeline":  # its default is the train config's size
-        assert parse(["--variant", "B/16"]).image_size == 224
-        assert parse(["--variant", TINY, "--image-size", "32"]).image_size == 32
+        assert parse_script(["--variant", "B/16"]).image_size == 224
+        assert parse_script(["--variant", TINY, "--image-size", "32"]).image_size == 32
 
 
 @pytest.mark.parametrize("script", SIZED_SCRIPTS)
@@ -218,30 +231,32 @@ def test_scripts_time_a_variant_at_the_size_its_name_gives(scripts, script, caps
     ],
 )
 def test_scripts_refuse_a_size_in_the_name_they_cannot_build(scripts, script, variant, message):
-    done = run_script(f"{script}.py", "--variant", variant, timeout=120)
+    done = run_script(
+        script if script in VERBS else f"{script}.py", "--variant", variant, timeout=120
+    )
     assert done.returncode == 2, done.stderr[-2000:]
     assert message in done.stderr and "Traceback" not in done.stderr, done.stderr[-2000:]
 
 
 def test_timm_names_give_their_size(scripts):
-    assert scripts["throughput"].parse_args(["--variant", "vit_base_patch16_384"]).image_size == 384
+    assert parse(scripts, "run", ["--variant", "vit_base_patch16_384"]).image_size == 384
 
 
 def test_scaling_refuses_a_variant_that_names_a_size(scripts, capsys):
     with pytest.raises(SystemExit):
-        scripts["scaling"].parse_args(["--variant", "B/16-384"])
+        parse(scripts, "scaling", ["--variant", "B/16-384"])
     assert "names image size 384" in capsys.readouterr().err
 
 
 def test_targets_times_a_sized_workload_at_its_size(scripts):
-    targets = scripts["targets"]
-    args = targets.parse_args(["--workloads", "B/16-384:infer"])
-    assert targets.worker_args(args, "B/16-384").image_size == 384
-    assert targets.worker_args(args, "B/16").image_size == 224
+    race = scripts["race"]
+    args = race.parse_args(["--workloads", "B/16-384:infer"], "targets")
+    assert race.workload_args(args, "B/16-384").image_size == 384
+    assert race.workload_args(args, "B/16").image_size == 224
 
 
 def test_scripts_parse_good_arguments(scripts):
-    args = scripts["throughput"].parse_args(["--variant", "S/16", "--frameworks", "keras_vit"])
+    args = parse(scripts, "run", ["--variant", "S/16", "--frameworks", "keras_vit"])
     assert (args.variant, args.frameworks, args.sizes) == (
         "S/16",
         ["keras_vit"],
@@ -252,10 +267,10 @@ def test_scripts_parse_good_arguments(scripts):
         ("mixed_bfloat16", True),
         ("mixed_bfloat16", False),
     ]
-    old = scripts["throughput"].parse_args(["--dtype-policy", "mixed_bfloat16", "--no-xla"])
+    old = parse(scripts, "run", ["--dtype-policy", "mixed_bfloat16", "--no-xla"])
     assert old.setting_list == [("mixed_bfloat16", False)]  # the deprecated spelling
-    args = scripts["scaling"].parse_args(["--image-sizes", "224,384", "--batch-sizes", "2"])
-    assert scripts["scaling"].points(args) == [(224, 4), (384, 4), (224, 2)]
+    args = parse(scripts, "scaling", ["--image-sizes", "224,384", "--batch-sizes", "2"])
+    assert scripts["race"].scaling_points(args) == [(224, 4), (384, 4), (224, 2)]
     assert scripts["input_pipeline"].parse_args([]).source == "mnist"
 
 
@@ -263,7 +278,7 @@ def test_throughput_tiny_run_writes_table_and_json(tmp_path):
     out = tmp_path / "throughput.json"
     figures_file = tmp_path / "throughput_settings.json"
     result = run_script(
-        "throughput.py",
+        "run",
         *("--variant", TINY, "--image-size", "16", "--batch-size", "2", "--mode", "train"),
         *("--steps", "1", "--repeats", "1", "--warmup", "1", "--gemm-sizes", "64"),
         *("--frameworks", "keras_vit", "--settings", "float32,mixed_bfloat16"),
@@ -325,7 +340,7 @@ def test_precision_agreement_tiny_run(tmp_path):
 
 def test_ablation_tiny_run_checks_logits_then_times_both_models():
     result = run_script(
-        "ablation.py",
+        "ablation",
         *("--variant", TINY, "--image-size", "16", "--batch-size", "2", "--mode", "both"),
         *("--steps", "1", "--repeats", "1", "--warmup", "1", "--no-xla"),
     )
@@ -344,7 +359,7 @@ def test_ablation_tiny_run_checks_logits_then_times_both_models():
 def test_profile_step_tiny_run_breaks_the_step_down(tmp_path, setting):
     """XLA's compiled operations, or TensorFlow's own kernels without XLA (bfloat16 casts)."""
     result = run_script(
-        "profile_step.py",
+        "profile",
         *("--variant", TINY, "--image-size", "16", "--batch-size", "2", "--steps", "1"),
         *("--setting", setting),
         env={"TMPDIR": str(tmp_path)},  # the profiler's trace folder goes here...
@@ -394,13 +409,13 @@ ATTENTION = "vit_1/encoderblock_0_1/MultiHeadDotProductAttention_1_1/"
     ],
 )
 def test_profile_step_finds_the_attention_core_by_node_name(scripts, node, op_type, core):
-    assert scripts["profile_step"].is_attention_core(node, op_type) is core
+    assert scripts["step_profile"].is_attention_core(node, op_type) is core
 
 
 def test_scaling_tiny_run(tmp_path):
     out = tmp_path / "scaling.json"
     result = run_script(
-        "scaling.py",
+        "scaling",
         *("--variant", TINY, "--image-sizes", "16", "--batch-sizes", "1"),
         *("--base-image-size", "16", "--base-batch-size", "1", "--repeats", "1"),
         *("--no-xla", "--json", str(out)),
@@ -554,7 +569,7 @@ def test_export_speed_tiny_run_serves_both_exports_from_tensorflow_only(tmp_path
 def test_in_process_ratio_is_the_median_of_per_round_ratios(scripts):
     """Worked by hand: peer/ours per round 12/10, 30/20, 11/10 -> median 1.2; each framework
     at its setting of lowest median (keras_vit float32+xla, 10 < 19 ms)."""
-    module = scripts["in_process"]
+    module = scripts["race"]
     times = {
         ("keras_vit", "float32"): [19.0, 19.0, 19.0],
         ("keras_vit", "float32+xla"): [10.0, 20.0, 10.0],
@@ -569,7 +584,7 @@ def test_in_process_ratio_is_the_median_of_per_round_ratios(scripts):
 def test_in_process_rotates_the_first_point_every_round(scripts):
     calls = []
     steps = {name: (lambda name=name: calls.append(name)) for name in "abc"}
-    times = scripts["in_process"].time_rounds(steps, rounds=4, steps_per_point=1)
+    times = scripts["race"].time_rounds(steps, rounds=4, steps_per_point=1)
     assert calls == list("abcbcacababc")
     assert all(len(values) == 4 for values in times.values())
 
@@ -577,7 +592,7 @@ def test_in_process_rotates_the_first_point_every_round(scripts):
 def test_in_process_tiny_run_prints_every_point_and_writes_json(tmp_path):
     out = tmp_path / "peers.json"
     result = run_script(
-        "in_process.py",
+        "in-process",
         *("--variant", TINY, "--image-size", "16", "--batch-size", "2", "--mode", "train"),
         *("--frameworks", "keras_vit", "--settings", "float32,mixed_bfloat16"),
         *("--rounds", "2", "--steps", "1", "--warmup", "1", "--json", str(out)),
@@ -599,7 +614,7 @@ def test_in_process_times_timm_in_the_rotation_or_says_why_not(tmp_path):
     has_timm = all(importlib.util.find_spec(name) for name in ("torch", "timm"))
     out = tmp_path / "peers.json"
     result = run_script(
-        "in_process.py",
+        "in-process",
         *("--variant", TINY, "--image-size", "16", "--batch-size", "2", "--mode", "train"),
         *("--frameworks", "keras_vit,timm", "--settings", "float32"),
         *("--rounds", "2", "--steps", "1", "--warmup", "1", "--json", str(out)),
@@ -630,7 +645,7 @@ def test_in_process_times_timm_in_the_rotation_or_says_why_not(tmp_path):
     ],
 )
 def test_targets_refuses_a_bad_workload_naming_it(workloads, item, problem):
-    done = run_script("targets.py", "--workloads", workloads, timeout=120)
+    done = run_script("targets", "--workloads", workloads, timeout=120)
     assert done.returncode == 2, done.stderr[-2000:]
     assert f"{item!r} {problem}" in done.stderr, done.stderr[-2000:]
     assert "Traceback" not in done.stderr

@@ -20,10 +20,10 @@ def modules():
     sys.path.insert(0, str(BENCHMARKS))
     try:
         import peers as torch_peer
-        import profile_timm_step
-        import throughput
+        import race
+        import step_profile
 
-        yield throughput, torch_peer, profile_timm_step
+        yield race, torch_peer, step_profile
     finally:
         sys.path.remove(str(BENCHMARKS))
 
@@ -147,13 +147,15 @@ def test_timm_profile_kinds(modules, operator, kind):
 )
 def test_timm_profile_rejects_bad_arguments(modules, bad_args, capsys):
     with pytest.raises(SystemExit) as raised:
-        modules[2].parse_args(bad_args)
+        modules[2].parse_args(["--peer", "timm", *bad_args])
     assert raised.value.code == 2
     assert "error:" in capsys.readouterr().err
 
 
 def test_timm_profile_tiny_run_breaks_the_step_down(torch_side, modules, capsys):
-    modules[2].main(["--variant", TINY, "--image-size", "16", "--batch-size", "2"])
+    modules[2].main(
+        ["--peer", "timm", "--variant", TINY, "--image-size", "16", "--batch-size", "2"]
+    )
     out = capsys.readouterr().out
     assert "timm 8,32,64,4,2 @16, batch 2, train, float32" in out
     assert "| attention core |" in out and "| matrix products |" in out
