@@ -195,8 +195,11 @@ def shape_from_kwargs(kwargs: dict, image_size=None) -> dict:
 
 
 def host_key(shape: dict, *, tf_version: str | None = None) -> dict:
-    """What the cached figures depend on: CPU model, cores, TensorFlow, and the probe
+    """What the cached figures depend on: CPU model, cores, Keras' backend (the probe times
+    the block on it: a TensorFlow figure does not rank JAX's steps), TensorFlow, and the probe
     `shape`'s hidden_dim, mlp_dim, heads and tokens (`probe_shape`)."""
+    import keras
+
     if tf_version is None:
         import tensorflow as tf
 
@@ -204,6 +207,7 @@ def host_key(shape: dict, *, tf_version: str | None = None) -> dict:
     return {
         "cpu": cpu_model(),
         "cores": core_count(),
+        "backend": keras.backend.backend(),
         "tensorflow": tf_version,
         "hidden_dim": int(shape["hidden_dim"]),
         "mlp_dim": int(shape["mlp_dim"]),

@@ -11,6 +11,7 @@ import math
 import os
 import types
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -215,6 +216,7 @@ def test_measured_choice_beats_the_flag_rule_and_is_cached(host):
     assert entry["key"] == {
         "cpu": precision_probe.cpu_model(),
         "cores": precision_probe.core_count(),
+        "backend": keras.backend.backend(),
         "tensorflow": tf.__version__,
         "hidden_dim": 768,
         "mlp_dim": 3072,
@@ -237,9 +239,12 @@ def test_the_cache_key_separates_hosts_and_every_model_shape_field(host, monkeyp
     monkeypatch.setattr(tf, "__version__", "9.9.9")
     choose(768)
     assert len(host.built) == 21
+    monkeypatch.setattr(keras.backend, "backend", lambda: "jax")  # figures of another backend
+    choose(768)
+    assert len(host.built) == 24
     with open(precision_probe.cache_path(), encoding="utf-8") as handle:
         keys = [entry["key"] for entry in json.load(handle)["entries"].values()]
-    assert len(keys) == 7
+    assert len(keys) == 8
     assert {(k["mlp_dim"], k["num_heads"], k["tokens"]) for k in keys} >= {
         (3072, 12, 200),
         (1024, 12, 197),
