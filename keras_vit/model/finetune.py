@@ -138,7 +138,11 @@ def finetune(
             `keras_vit.resize_position_embeddings`.
         remat: None (default) keeps the source's setting; True or False sets every
             Transformer block's `remat` (recompute its activations in the backward pass:
-            less memory at fine-tuning resolutions, about one more forward pass a step).
+            less memory at fine-tuning resolutions, about one more forward pass a step). On
+            JAX on CPU the saving needs XLA's memory scheduler, read at the process's first
+            JAX computation, before the source existed: set it in `XLA_FLAGS` (see
+            `keras_vit.kernels.dispatch.prefer_memory_schedule`; `keras-vit finetune
+            --remat` does).
 
     Returns:
         A functional `keras.Model` with input `images` `(batch, height, width, channels)`
