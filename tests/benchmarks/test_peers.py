@@ -26,7 +26,7 @@ def harness():
 
 def test_a_new_peer_is_one_table_row(harness, monkeypatch):
     peers, race = harness
-    row = peers.Peer(("flax",), "torch", {"KERAS_BACKEND": "jax"}, "keras", peers.serve_keras)
+    row = peers.Peer(("flax",), "torch", {"KERAS_BACKEND": "jax"}, "keras", peers.keras_step)
     monkeypatch.setitem(peers.PEERS, "flax_vit", row)
     settings = [("float32", True), ("mixed_bfloat16", False)]
     names = peers.points("flax_vit", "train", settings, [])
