@@ -13,9 +13,9 @@
     gpu        the GPU race (keras_vit on Keras JAX and PyTorch, timm); no TensorFlow
     suite      a suite of suites.toml: each line's command, or with --quick its quick variant
 
-The races (run ... roof) are presets of one loop (harness/race.py); the peers are one table
-(harness/peers.py). Nothing is imported before the verb is chosen, so `gpu` stays free of
-TensorFlow. Studies that are not speed races are scripts in benchmarks/studies/.
+The races (run ... roof) are presets of one loop (harness/race.py) over one table of peers
+(harness/peers.py). Nothing is imported before the verb is chosen (`gpu` stays free of
+TensorFlow). Studies that are not speed races are scripts in benchmarks/studies/.
 """
 
 from __future__ import annotations
@@ -32,13 +32,12 @@ sys.path[:0] = [HERE, os.path.join(HERE, "harness")]
 
 RACES = ("run", "targets", "in-process", "scaling", "ablation", "roof")
 VERBS = {**dict.fromkeys(RACES, "race"), "profile": "step_profile", "products": "products",
-         "results": "throughput_figures", "figures": "figures", "gpu": "gpu"}  # fmt: skip
+         "results": "figures", "figures": "figures", "gpu": "gpu"}  # fmt: skip
 
 
 def suite_commands(name: str, quick: bool, only=None) -> list[tuple[str, list[str]]]:
-    """[(workload, argv)] of suite `name` of suites.toml: its lines' commands (or quick
-    variants), each a bench.py verb or a studies/ script. Raises ValueError naming an unknown
-    suite or workload, with the known ones."""
+    """[(workload, argv)] of suite `name` of suites.toml (each a bench.py verb or a studies/
+    script); ValueError naming an unknown suite or workload, with the known ones."""
     try:
         import tomllib
     except ModuleNotFoundError:  # Python 3.10
@@ -92,7 +91,7 @@ def main(argv=None) -> int:
         return 2
     verb, argv = argv[0], argv[1:]
     module = importlib.import_module(VERBS[verb])
-    return module.main(argv, verb) if verb in RACES else module.main(argv)
+    return module.main(argv, verb) if VERBS[verb] in ("race", "figures") else module.main(argv)
 
 
 if __name__ == "__main__":

@@ -1,18 +1,17 @@
-"""Shared helpers of the benchmarks: arguments, timing, worker processes, tables, output
-(the FLOP counts, GEMM roof and model builders of `keras_vit.evaluate.benchmarking`, which
-`keras-vit benchmark` uses too, re-exported)."""
+"""Shared helpers of the benchmarks: arguments, timing, worker processes, tables, output; the
+FLOP counts, GEMM roof and builders of `keras_vit.evaluate.benchmarking` re-exported."""
 
 from __future__ import annotations
 
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 from collections.abc import Callable
+from statistics import median  # noqa: F401  (re-exported for the scripts)
 
 from keras_vit.evaluate.benchmarking import (  # noqa: F401  (re-exported for the scripts)
     FRAMEWORKS,
@@ -26,11 +25,6 @@ from keras_vit.evaluate.benchmarking import (  # noqa: F401  (re-exported for th
     variant_arch,
 )  # fmt: skip
 from keras_vit.runtime.precision_probe import setting_label  # noqa: F401  (the one setting label)
-
-
-def median(values):
-    """The median of a non-empty list (statistics.median)."""
-    return statistics.median(values)
 
 
 def host_record() -> dict:
@@ -91,11 +85,8 @@ def named_image_size(variant: str) -> int | None:
 
 
 def variant_image_size(variant: str, image_size: int | None = None) -> int:
-    """The side to time `variant` at: `image_size` when given, else its name's, else 224.
-
-    Raises:
-        ValueError: the name gives one size and `image_size` another, or a size below 1.
-    """
+    """The side to time `variant` at: `image_size` when given, else its name's, else 224;
+    ValueError where the name gives one size and `image_size` another, or a size below 1."""
     named = named_image_size(variant)
     if named is not None and named < 1:
         raise ValueError(f"--variant {variant!r} names image size {named}; it must be >= 1")
@@ -116,8 +107,8 @@ def add_model_arguments(parser, modes=("infer", "train", "both"), default_mode="
 
 
 def checked_image_size(parser, args) -> None:
-    """Sets `args.image_size` (`variant_image_size`); `parser.error` (naming where the size
-    came from) unless the variant is known and the size a positive multiple of its patch."""
+    """Sets `args.image_size` (`variant_image_size`); `parser.error` naming where it came from
+    unless the variant is known and the size a positive multiple of its patch."""
     patch = checked_patch(parser, args.variant)
     given = args.image_size is not None
     try:
@@ -130,30 +121,17 @@ def checked_image_size(parser, args) -> None:
 
 
 def check_model_arguments(parser, args, counts) -> None:
-    """`checked_image_size`, then `parser.error` unless the batch size and every value of
-    `counts` ({flag: value}) is at least 1."""
+    """`checked_image_size`; `parser.error` unless the batch size and `counts` are >= 1."""
     checked_image_size(parser, args)
     for flag, value in {"--batch-size": args.batch_size, **counts}.items():
         if value < 1:
             parser.error(f"{flag} {value}: must be >= 1")
 
 
-def import_problem_in(python: str, modules: str, timeout=None) -> str | None:
-    """None when `import {modules}` succeeds in the interpreter `python`, else the last line
-    of its error. Raises OSError where `python` does not run, TimeoutExpired."""
-    run = subprocess.run([python, "-c", f"import {modules}"], capture_output=True, text=True,
-                         timeout=timeout)  # fmt: skip
-    lines = run.stderr.strip().splitlines() or [f"exit {run.returncode}"]
-    return lines[-1] if run.returncode else None
-
-
 def markdown(header, rows) -> str:
     """A Markdown table (cells unpadded: `| timm | float32 |` reads the same in a log)."""
     lines = [header, ["---"] * len(header), *rows]
     return "\n".join("| " + " | ".join(map(str, cells)) + " |" for cells in lines)
-
-
-# ---- worker processes, driven over stdin/stdout ------------------------------------------
 
 
 class Worker:
@@ -202,9 +180,8 @@ class Worker:
 
 
 def run_rounds(workers, repeats, deadline=None):
-    """{name: [payloads]} of up to `repeats` rounds (at least one), one timed repeat per
-    worker each, the order rotated every round; stops after the round that passes
-    `deadline` (perf_counter); a worker that dies is dropped (and said so), the rest go on."""
+    """{name: [payloads]} of up to `repeats` rounds (at least one; none after the round that
+    passes `deadline`), the order rotated every round; a worker that dies is dropped, said so."""
     names = list(workers)
     payloads = {name: [] for name in names}
     for index in range(repeats):
@@ -228,10 +205,9 @@ def exit_with_parent(poll_s: float = 2.0) -> None:
     parent = os.getppid()
 
     def watch():
-        while True:
+        while os.getppid() == parent:
             time.sleep(poll_s)
-            if os.getppid() != parent:
-                os._exit(3)
+        os._exit(3)
 
     threading.Thread(target=watch, daemon=True, name="exit-with-parent").start()
 

@@ -1,13 +1,8 @@
-"""The peers of the harness as one table (`PEERS`), and timm on PyTorch.
+"""The peers of the harness as one table (`PEERS`: one row a peer, see `Peer`), and timm.
 
-A peer is one `PEERS` row: the modules that must import for it, the interpreter of its
-workers ("main": `--python`, "torch": `--torch-python`), its environment, the settings it
-is timed at ("keras": `--settings`, "eager": their policies without XLA, "timm":
-`--timm-settings`, None: a GEMM roof) and the function that builds it, warms it up and
-serves the timing rounds in the worker. timm's peer is the architecture keras_vit builds
-(`VisionTransformer`, class-token pooling, no dropout, random weights), eager float32,
-under bfloat16 autocast (weights float32, as Keras' mixed policy) or `torch.compile`d;
-its step is AdamW (1e-4) on cross-entropy, as `make_step`'s; images NCHW.
+timm's peer is the architecture keras_vit builds (`VisionTransformer`, class-token pooling,
+no dropout, random weights), eager float32, under bfloat16 autocast (weights float32, as
+Keras' mixed policy) or `torch.compile`d; its step is AdamW (1e-4) on cross-entropy, NCHW.
 """
 
 from __future__ import annotations
@@ -104,12 +99,9 @@ def gemm_gflops(size: int, dtype: str, repeats: int = 1) -> float:
 
 def gemm_roof(sizes, repeats: int = 1):
     """(best GFLOP/s, {"torch float32": {size: GFLOP/s}, "torch bfloat16": {...}})."""
-    figures = {
-        f"torch {dtype}": {str(n): gemm_gflops(n, dtype, repeats) for n in sizes}
-        for dtype in ("float32", "bfloat16")
-    }
-    best = max(value for per_size in figures.values() for value in per_size.values())
-    return best, figures
+    figures = {f"torch {dtype}": {str(n): gemm_gflops(n, dtype, repeats) for n in sizes}
+               for dtype in ("float32", "bfloat16")}  # fmt: skip
+    return max(value for per_size in figures.values() for value in per_size.values()), figures
 
 
 def set_threads(threads: int) -> None:
@@ -120,23 +112,8 @@ def set_threads(threads: int) -> None:
         torch.set_num_threads(threads)
 
 
-# ---- the worker side of each peer: build, warm up, serve the timing rounds ---------------
-
-
-def serve_step(framework, params, step, args):
-    """Warms `step` up `--warmup` times, then serves the parent's timing rounds of it."""
-    ready = {"framework": framework, "params": params,
-             "warmup_s": common.time_call(step, args.warmup)}  # fmt: skip
-
-    def handle():
-        seconds = common.time_call(step, args.steps)
-        return {"images_per_s": args.steps * args.batch_size / seconds}
-
-    common.serve(handle, ready)
-
-
-def serve_keras(args, framework, mode, policy, compiler):
-    """A Keras model (`keras_vit.evaluate.benchmarking.build_model`) under `policy`, XLA or
+def keras_step(args, framework, mode, policy, compiler):
+    """(parameters, step) of a Keras model (`benchmarking.build_model`) under `policy`, XLA or
     not; on Keras' PyTorch backend (keras_vit_torch) eager, as `KERAS_BACKEND=torch` runs it."""
     import keras
 
@@ -145,20 +122,22 @@ def serve_keras(args, framework, mode, policy, compiler):
         raise RuntimeError(f"{framework} needs KERAS_BACKEND={backend}")
     built = "keras_vit" if framework == "keras_vit_torch" else framework
     keras.config.set_dtype_policy(policy)
-    model = common.build_model(built, args.variant, args.image_size)
-    xla = compiler == "xla"
+    model, xla = common.build_model(built, args.variant, args.image_size), compiler == "xla"
     step = common.make_step(model, mode, args.batch_size, args.image_size, xla=xla, framework=built)
-    serve_step(framework, int(model.count_params()), step, args)
+    return int(model.count_params()), step
 
 
-def serve_timm(args, framework, mode, policy, compiler):
-    """timm's ViT (`build_model`) at one of `TIMM_SETTINGS`."""
+def timm_step(args, framework, mode, policy, compiler):
+    """(parameters, step) of timm's ViT (`build_model`, seed 0) at one of `TIMM_SETTINGS`."""
+    import torch
+
+    torch.manual_seed(0)
     model = build_model(common.variant_arch(args.variant), args.image_size)
     step = make_step(model, mode, args.batch_size, args.image_size, policy, compiler)
-    serve_step(framework, sum(p.numel() for p in model.parameters()), step, args)
+    return sum(p.numel() for p in model.parameters()), step
 
 
-def serve_gemm(args, framework, *_):
+def serve_gemm(args, framework):
     """The GEMM roof of TensorFlow (`gemm`) or torch (`gemm_torch`) at `--gemm-sizes`."""
     roof = gemm_roof if framework == "gemm_torch" else common.gemm_roof
     roof(args.sizes[:1], repeats=1)  # import and warm up before READY
@@ -170,15 +149,18 @@ def serve_gemm(args, framework, *_):
     common.serve(handle, {"framework": framework})
 
 
-Peer = collections.namedtuple("Peer", "modules python env settings serve")
+# modules that must import; workers' interpreter ("main": --python, "torch": --torch-python);
+# their environment; settings ("keras": --settings, "eager": their policies without XLA,
+# "timm": --timm-settings, None: a GEMM roof); the function giving (parameters, step)
+Peer = collections.namedtuple("Peer", "modules python env settings build")
 PEERS = {
-    "keras_vit": Peer(("keras_vit",), "main", {}, "keras", serve_keras),
-    "keras_hub": Peer(("keras_hub",), "main", {}, "keras", serve_keras),
-    "vit_keras": Peer(("vit_keras.vit",), "main", {}, "keras", serve_keras),
-    "timm": Peer(("torch", "timm"), "torch", {}, "timm", serve_timm),
-    "keras_vit_torch": Peer(("torch",), "torch", {"KERAS_BACKEND": "torch"}, "eager", serve_keras),
-    "gemm": Peer(("tensorflow",), "main", {}, None, serve_gemm),
-    "gemm_torch": Peer(("torch",), "torch", {}, None, serve_gemm),
+    "keras_vit": Peer(("keras_vit",), "main", {}, "keras", keras_step),
+    "keras_hub": Peer(("keras_hub",), "main", {}, "keras", keras_step),
+    "vit_keras": Peer(("vit_keras.vit",), "main", {}, "keras", keras_step),
+    "timm": Peer(("torch", "timm"), "torch", {}, "timm", timm_step),
+    "keras_vit_torch": Peer(("torch",), "torch", {"KERAS_BACKEND": "torch"}, "eager", keras_step),
+    "gemm": Peer(("tensorflow",), "main", {}, None, None),
+    "gemm_torch": Peer(("torch",), "torch", {}, None, None),
 }
 ROOFS = {"gemm": "TensorFlow", "gemm_torch": "torch"}
 KERAS_PEERS = ("keras_hub", "vit_keras")
@@ -190,14 +172,21 @@ def peer_of(worker: str) -> str:
 
 
 def serve(args) -> int:
-    """The worker process of `args.worker` ("PEER:MODE:POLICY:COMPILER", or a roof name)."""
+    """The worker process of `args.worker` ("PEER:MODE:POLICY:COMPILER", or a roof name): builds
+    the point, warms it up `--warmup` steps, then serves the parent's timing rounds of it."""
     framework, *point = args.worker.split(":")
     try:
         peer = PEERS[framework]
         reason = import_problem(*peer.modules)
         if reason is not None:
             raise ImportError(f"{framework} does not import for {sys.executable}: {reason}")
-        peer.serve(args, framework, *point)
+        if peer.settings is None:
+            serve_gemm(args, framework)
+            return 0
+        params, step = peer.build(args, framework, *point)
+        warmup_s, rate = common.time_call(step, args.warmup), args.steps * args.batch_size
+        ready = {"framework": framework, "params": params, "warmup_s": warmup_s}
+        common.serve(lambda: {"images_per_s": rate / common.time_call(step, args.steps)}, ready)
         return 0
     except Exception as error:  # reported to the parent, which carries on without it
         common.report_error(error)

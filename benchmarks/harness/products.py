@@ -1,14 +1,9 @@
 """The matrix products of one ViT step, each timed alone in every engine at hand.
 
-Every product of a training step (forward, input and weight gradients) or forward pass, as
-paper section 3.1's equations give them; each distinct shape is timed alone, one process
-per engine: `xla` (`tf.matmul`, `jit_compile=True`), `tensorflow` (no XLA: oneDNN),
-`numpy` (its BLAS), `torch` (`--torch-python`). Transposes are passed as the products'
-flags; each call runs `--per-call` products on distinct operands, less what a call costs
-(a 1x1x1 product). Prints ms and GFLOP/s per shape and engine, a step's products per
-engine, and their floor (the best engine per shape). The workers see no GPU.
-
-    python benchmarks/bench.py products --variant Ti/16 --batch-size 16 --mode train
+Every product of a training step (forward, input and weight gradients) or forward pass (paper
+section 3.1), each distinct shape timed alone, one process per engine (`ENGINES`; no GPU), on
+`--per-call` distinct operand pairs a call, less what a call costs (a 1x1x1 product): ms and
+GFLOP/s per shape and engine, a step's products per engine and their floor (best per shape).
 """
 
 from __future__ import annotations
@@ -27,8 +22,8 @@ ENGINES = ("xla", "tensorflow", "numpy", "torch")
 
 
 def product(name, m, k, n, count, *, batch=1, transpose_a=False, transpose_b=False):
-    """One product `(batch, m, k) x (batch, k, n)`, run `count` times a step; with
-    `transpose_a` the left operand is stored `(k, m)`, with `transpose_b` the right `(n, k)`."""
+    """`(batch, m, k) x (batch, k, n)`, `count` times a step; transposed operands are stored
+    `(k, m)` (left) and `(n, k)` (right)."""
     return {"name": name, "batch": batch, "m": m, "k": k, "n": n, "transpose_a": transpose_a,
             "transpose_b": transpose_b, "count": count}  # fmt: skip
 
@@ -44,10 +39,8 @@ def with_gradients(f, train):
 
 
 def step_products(arch, batch_size, image_size=(224, 224), mode="train", channels=3, classes=1000):
-    """Every matrix product of one step ("train" or "infer") of a ViT with class token of
-    `arch` (`variant_arch`'s fields) at `image_size` (height, width), as `product` records;
-    the forward products' MACs are `batch_size` x `analytic_macs` (keras_vit's last block
-    computes only the class token's query, which this list does not model)."""
+    """Every matrix product of one step ("train"/"infer") of a ViT of `arch` at `image_size`
+    (h, w): forward MACs `batch_size` x `analytic_macs` (no class-token-only last block)."""
     train = mode == "train"
     p, d, f = arch["patch_size"], arch["hidden_dim"], arch["mlp_dim"]
     heads, layers = arch["num_heads"], arch["num_layers"]
@@ -80,8 +73,7 @@ def macs(item) -> int:
 
 
 def shape_key(item) -> str:
-    """The product's shape and transposes ("16x197x64x197 tb"): records sharing it are
-    timed once."""
+    """The product's shape and transposes ("16x197x64x197 tb"), timed once."""
     flags = ("ta " if item["transpose_a"] else "") + ("tb" if item["transpose_b"] else "")
     return f"{item['batch']}x{item['m']}x{item['k']}x{item['n']} {flags}".strip()
 
@@ -98,8 +90,7 @@ def operands(item, rng, copies):
 
 
 def engine_call(engine, item, pairs):
-    """A no-argument callable running the product on each operand pair of `pairs` (in
-    TensorFlow one compiled function for all, as products run inside a step)."""
+    """A callable running the product on each pair of `pairs` (TensorFlow: one function)."""
     ta, tb = item["transpose_a"], item["transpose_b"]
     if engine in ("xla", "tensorflow"):
         import tensorflow as tf
@@ -131,9 +122,8 @@ OVERHEAD = product("call overhead", 1, 1, 1, 1)  # a 1x1x1 product: what a call 
 
 
 def time_shapes(engine, shapes, repeats, per_call) -> dict:
-    """`{"overhead_ms": ..., "ms": {shape key: ...}}`: median ms per product in `engine`,
-    `per_call` products a call (two warm-up calls, `repeats` timed), and the same for a
-    1x1x1 product: the cost of a call, which `net_ms` takes off."""
+    """`{"overhead_ms": ..., "ms": {shape key: ...}}`: median ms per product in `engine` over
+    `repeats` calls of `per_call` products (after two), and the same for a 1x1x1 product."""
     import numpy as np
 
     rng = np.random.default_rng(0)
@@ -158,9 +148,15 @@ def net_ms(timed) -> dict:
 def timed_in_process(engine, shapes, args) -> dict | str:
     """`time_shapes` of `engine` in a fresh process (GPUs hidden), or why it gave none."""
     python = args.torch_python if engine == "torch" else sys.executable
-    command = [python, os.path.abspath(__file__), "--worker", engine, "--shapes"]
-    command += [json.dumps(shapes), "--repeats", str(args.repeats)]
-    command += ["--per-call", str(args.per_call)]
+    command = [
+        python,
+        os.path.abspath(__file__),
+        "--worker",
+        engine,
+        "--shapes",
+        json.dumps(shapes),
+    ]
+    command += ["--repeats", str(args.repeats), "--per-call", str(args.per_call)]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
     try:
         done = subprocess.run(command, capture_output=True, text=True, env=env)
@@ -174,18 +170,11 @@ def timed_in_process(engine, shapes, args) -> dict | str:
 
 
 def step_figures(items, per_engine) -> dict:
-    """Per engine, ms of a step's products (sum of count x net ms); `floor`: the same with
-    the best engine's net ms for each shape."""
+    """Per engine, ms of a step's products (count x net ms); `floor`: best engine per shape."""
     nets = {engine: net_ms(timed) for engine, timed in per_engine.items()}
-    totals = {
-        engine: sum(item["count"] * ms[shape_key(item)] for item in items)
-        for engine, ms in nets.items()
-    }
     if nets:
-        totals["floor"] = sum(
-            item["count"] * min(ms[shape_key(item)] for ms in nets.values()) for item in items
-        )
-    return totals
+        nets["floor"] = {key: min(ms[key] for ms in nets.values()) for key in [*nets.values()][0]}
+    return {e: sum(i["count"] * ms[shape_key(i)] for i in items) for e, ms in nets.items()}
 
 
 def cell(gflop, raw, net) -> str:
@@ -238,7 +227,13 @@ def parse_args(argv=None):
     args.worker = None
     common.check_model_arguments(parser, args, {"--repeats": args.repeats,
                                                 "--per-call": args.per_call})  # fmt: skip
-    args.engine_list = engine_list(parser, args.engines)
+    args.engine_list = [part.strip() for part in args.engines.split(",")]
+    for index, name in enumerate(args.engine_list):
+        if name not in ENGINES:
+            problem = "an empty item" if not name else f"unknown engine {name!r}"
+            parser.error(f"--engines {args.engines!r}: {problem}; choose from {', '.join(ENGINES)}")
+        if name in args.engine_list[:index]:
+            parser.error(f"--engines {args.engines!r}: {name!r} is given twice")
     check_torch(parser, args)
     try:
         args.json_path is None or check_json_path(args.json_path)
@@ -247,34 +242,21 @@ def parse_args(argv=None):
     return args
 
 
-def engine_list(parser, text) -> list[str]:
-    """`--engines` "xla, numpy" -> ["xla", "numpy"]; parser.error naming an empty, unknown
-    or repeated item."""
-    names = [part.strip() for part in text.split(",")]
-    for index, name in enumerate(names):
-        if name not in ENGINES:
-            problem = "an empty item" if not name else f"unknown engine {name!r}"
-            parser.error(f"--engines {text!r}: {problem}; choose from {', '.join(ENGINES)}")
-        if name in names[:index]:
-            parser.error(f"--engines {text!r}: {name!r} is given twice")
-    return names
-
-
 def check_torch(parser, args) -> None:
     """parser.error unless `--torch-python` (default: this interpreter) imports torch when
     the torch engine is asked for; and for `--torch-python` without it."""
-    import common
-
     if "torch" not in args.engine_list:
         if args.torch_python:
             parser.error("--torch-python is only used by the torch engine: add torch to --engines")
         return
     args.torch_python = args.torch_python or sys.executable
     try:
-        problem = common.import_problem_in(args.torch_python, "torch", timeout=300)
+        done = subprocess.run([args.torch_python, "-c", "import torch"], capture_output=True,
+                              text=True, timeout=300)  # fmt: skip
     except (OSError, subprocess.TimeoutExpired) as error:
         parser.error(f"--torch-python {args.torch_python!r} does not run: {error}")
-    if problem:
+    if done.returncode:
+        problem = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
         parser.error(f"--torch-python {args.torch_python!r} does not import torch: {problem}")
 
 
@@ -288,8 +270,7 @@ def main(argv=None) -> int:
 
     items = step_products(common.variant_arch(args.variant), args.batch_size,
                           (args.image_size, args.image_size), args.mode)  # fmt: skip
-    distinct = {}
-    shapes = [distinct.setdefault(shape_key(i), i) for i in items if shape_key(i) not in distinct]
+    shapes = list({shape_key(item): item for item in items}.values())  # each shape once
     per_engine, failed = {}, {}
     for engine in args.engine_list:
         timed = timed_in_process(engine, shapes, args)

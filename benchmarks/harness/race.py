@@ -1,18 +1,9 @@
 """The speed races on one loop: points timed in rotated rounds, one summary.
 
-A point is (peer, mode, setting) of a workload (variant, image size, batch); a peer is a
-row of `peers.PEERS`. Every verb times its points in rounds (`common.run_rounds`), each
-starting one point later than the last, so that a drift of a shared machine's speed hits
-every point alike; a point's figure is its median. The verbs are presets of one parser:
-`run` (every `--frameworks` x `--settings`, a worker process per point, the GEMM roof in
-the same rotation: utilisation, each framework's best over keras_vit's, what `auto`
-picks), `targets` (a preset list of `--workloads` and per-peer settings, as many points at
-once as fit in `--memory-gb`, under one `--budget-s`: the CPU targets' ratios to `--out`),
-`in-process` (the points built and timed in this process: ratio = median of per-round
-ratios), `scaling` (keras_vit over image sizes and batches), `ablation` (the class-token-
-only last block against a full one, same weights) and `roof` (the GEMM roof alone).
-
-    python benchmarks/bench.py run --variant B/16 --mode infer --json b16.json
+A point is (peer, mode, setting) of a workload (variant, image size, batch); a peer is a row
+of `peers.PEERS`. Every verb times its points in rounds (`common.run_rounds`), each starting
+one point later than the last, so that a drift of a shared machine's speed hits every point
+alike; a point's figure is its median. The verbs are presets of one parser (`PRESETS`).
 """
 
 from __future__ import annotations
@@ -83,7 +74,6 @@ def build_parser(verb):
     if verb == "run":
         add("--interleave", choices=("framework", "all"), default="framework")
         add("--one-at-a-time", action="store_true", help="every point alone (memory runs)")
-        add("--results", dest="results_path", help="update this figures file (results verb)")
     if verb == "targets":
         add("--workloads", default=WORKLOADS, help=f"comma-separated VARIANT:MODE ({WORKLOADS})")
         add("--budget-s", type=float, default=420.0, help="seconds for all workloads (420)")
@@ -126,16 +116,14 @@ def parse_args(argv=None, verb="run"):
         check_scaling(parser, args)
     counts = {"--steps": args.steps, "--repeats": args.repeats, "--warmup": args.warmup}
     common.check_model_arguments(parser, args, counts)
-    allowed = (*common.FRAMEWORKS, "timm")
+    allowed = [*common.FRAMEWORKS, "timm"]
     if verb == "in-process" and (set(args.frameworks) - set(allowed) or "keras_vit" not in
                                  args.frameworks):  # fmt: skip
-        parser.error(f"--frameworks must include keras_vit and name only {list(allowed)}; "
-                     f"got {args.frameworks}")  # fmt: skip
+        parser.error(f"--frameworks must include keras_vit and name only {allowed}; got "
+                     f"{args.frameworks}")  # fmt: skip
     if verb == "in-process" and {"timm", "keras_hub"} <= set(args.frameworks):
-        parser.error(
-            "--frameworks: timm and keras_hub cannot share a process (torch's import "
-            "of triton crashed after keras-hub's): time them in separate runs"
-        )
+        parser.error("--frameworks: timm and keras_hub cannot share a process (torch's import of "
+                     "triton crashed after keras-hub's): time them in separate runs")  # fmt: skip
     if verb == "targets":
         args.workload_list = parse_workloads(parser, args.workloads)
     return args
@@ -148,8 +136,7 @@ def check_scaling(parser, args):
         args.batch_sizes = [int(s) for s in args.batch_sizes.split(",") if s]
     except ValueError:
         parser.error("--image-sizes and --batch-sizes take integers separated by commas")
-    patch = common.checked_patch(parser, args.variant)
-    named = common.named_image_size(args.variant)
+    patch, named = common.checked_patch(parser, args.variant), common.named_image_size(args.variant)
     if named is not None:
         parser.error(f"--variant {args.variant!r} names image size {named}: give the plain "
                      "variant; --image-sizes and --base-image-size set the sizes")  # fmt: skip
@@ -161,7 +148,7 @@ def check_scaling(parser, args):
 
 def parse_workloads(parser, text: str) -> list:
     """[(variant, mode)] of `--workloads` ("Ti/16:train,B/16:infer"); parser.error naming the
-    first item that is no VARIANT:MODE of a named variant, MODE infer or train, or repeated."""
+    first item that is no VARIANT:MODE of a known variant and size, or repeated."""
     workloads = []
     for item in (item.strip() for item in text.split(",")):
         variant, _, mode = item.rpartition(":")
@@ -189,9 +176,6 @@ def workload_problem(variant) -> str | None:
     return f"gives image size {size}, not a multiple of the patch {patch}" if size % patch else None
 
 
-# ---- points, their workers, the rounds -----------------------------------------------------
-
-
 def workload_args(args, variant, image_size=None, batch_size=None):
     """`args` for one workload: its variant at `image_size` (or the size its name gives)."""
     size = image_size or common.variant_image_size(variant)
@@ -215,13 +199,10 @@ def worker_argv(args, worker):
 
 
 def time_points(args, points, deadline=None):
-    """(payloads, ready, peak RSS) by key of `points` {key: (worker name, its args)}, all
-    started together, then timed in `args.repeats` rotated rounds (until `deadline`); a
-    point whose worker fails is left out, with its reason."""
-    workers = {
-        key: common.Worker(worker_argv(wargs, name), env=worker_env(name))
-        for key, (name, wargs) in points.items()
-    }
+    """(payloads, ready, peak RSS) by key of `points` {key: (worker name, its args)}: started
+    together, timed in rotated rounds (until `deadline`); a failed worker is left out, said why."""
+    workers = {key: common.Worker(worker_argv(wargs, name), env=worker_env(name))
+               for key, (name, wargs) in points.items()}  # fmt: skip
     ready, peaks, payloads = {}, {}, {}
     try:
         for key in list(workers):
@@ -255,10 +236,8 @@ def time_groups(args, groups, mode, wargs, deadline=None):
         payloads, ready, peaks = time_points(args, points, left and time.perf_counter() + left)
         for kind in GEMMS:
             roofs[kind] += payloads.pop(kind, [])
-        records += [
-            record_of(n, mode, [p["images_per_s"] for p in runs], ready[n], peaks[n])
-            for n, runs in payloads.items()
-        ]
+        records += [record_of(n, mode, [p["images_per_s"] for p in runs], ready[n], peaks[n])
+                    for n, runs in payloads.items()]  # fmt: skip
     return records, roofs
 
 
@@ -310,23 +289,16 @@ def auto_choice(variant, image_size, refresh=False):
 
 
 def ratio(value, target=None, fmt="{:.2f}x"):
-    if value is None:
-        return "-"
-    return fmt.format(value) + ("" if target is None else " (met)" if value >= target else
-                                " (NOT met)")  # fmt: skip
+    met = "" if target is None or value is None else " (met)" if value >= target else " (NOT met)"
+    return "-" if value is None else fmt.format(value) + met
 
 
 def host_line(load_before, load_after):
     host = common.host_record()
-    return (
-        f"{host['cpu']}, {host['cores']} cores, bfloat16 units: "
-        f"{', '.join(host['bfloat16_flags']) or 'none'}; {platform.platform()}; "
-        f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; load average "
-        f"{load_before} before, {load_after} after"
-    )
-
-
-# ---- run: every point in its own worker, the roof in the same rotation ---------------------
+    return (f"{host['cpu']}, {host['cores']} cores, bfloat16 units: "
+            f"{', '.join(host['bfloat16_flags']) or 'none'}; {platform.platform()}; "
+            f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; load average "
+            f"{load_before} before, {load_after} after")  # fmt: skip
 
 
 def rotation_groups(args, mode):
@@ -365,8 +337,8 @@ def auto_summary(args, results):
             share = picked[0]["images_per_s"] / fastest["images_per_s"]
             summary["modes"][mode] = {"setting": choice.setting, "of_fastest": share}
             lines.append(
-                f"  {mode}: auto = {choice.setting}, {picked[0]['images_per_s']:.2f} img/s, "
-                f"{100 * share:.0f}% of the fastest setting ({fastest['setting']})"
+                f"  {mode}: auto = {choice.setting}, {picked[0]['images_per_s']:.2f} "
+                f"img/s, {100 * share:.0f}% of the fastest setting ({fastest['setting']})"
             )
     return "\n".join(lines), summary
 
@@ -387,7 +359,7 @@ def run_tables(results, best):
     return common.markdown(header, rows) + "\n\n" + common.markdown(best_header, best_rows)
 
 
-def run(args):
+def run(args, argv):
     """`run`: times every point of every mode; prints the tables, writes --json/--results."""
     load_before, results, gemm = common.load_average(), [], {kind: [] for kind in GEMMS}
     for mode in ("infer", "train") if args.mode == "both" else (args.mode,):
@@ -413,19 +385,10 @@ def run(args):
     payload = {"config": config, "machine": machine, "roof_gflops": roof,
                "roof_by_framework_gflops": roofs, "gemm_runs": gemm[GEMMS[0]],
                "gemm_runs_torch": gemm[GEMMS[1]], "results": results, "auto": auto}  # fmt: skip
-    if args.json_path:
+    if args.json_path:  # the documents' figures: `bench.py results import`
         common.write_json(args.json_path, payload)
         print(f"wrote {args.json_path}")
-    if args.results_path:
-        import throughput_figures as tf_figures
-
-        date, command = datetime.date.today().isoformat(), tf_figures.command_of(config)
-        ids = tf_figures.update_results(args.results_path, payload, date=date, command=command)
-        print(f"wrote runs {', '.join(ids)} to {args.results_path}")
     return 0
-
-
-# ---- targets: a preset list of workloads, per-peer settings, groups that fit in memory -----
 
 
 def target_groups(args, variant, mode):
@@ -457,9 +420,8 @@ def memory_available_gb():
     """MemAvailable of /proc/meminfo in GB (infinite where it cannot be read)."""
     try:
         with open("/proc/meminfo", encoding="ascii") as handle:
-            lines = [line.split() for line in handle if line.startswith("MemAvailable:")]
-        return int(lines[0][1]) / 1e6 if lines else float("inf")
-    except OSError:
+            return next(int(line.split()[1]) / 1e6 for line in handle if "MemAvailable:" in line)
+    except (OSError, StopIteration):
         return float("inf")
 
 
@@ -474,9 +436,8 @@ def roof_share_needed(variant, mode, timm, roofs):
 
 
 def share_text(share):
-    if share is None:
-        return "-"
-    return f"{share:.0%}" + (" (past the roof)" if share > 1 else "")
+    past = " (past the roof)" if share is not None and share > 1 else ""
+    return "-" if share is None else f"{share:.0%}" + past
 
 
 def summarise(variant, mode, records, roofs, choice):
@@ -572,31 +533,23 @@ def targets(args, argv):
     return 0
 
 
-# ---- in-process, scaling, ablation, roof ---------------------------------------------------
-
-
 def build_steps(args, frameworks):
-    """{(framework, setting): step function}, each model built under its policy, warmed up;
-    timm with the setting's precision, `torch.compile` for +xla."""
+    """{(framework, setting): step function}, each built as its worker builds it, warmed up
+    (timm: the setting's precision, `torch.compile` for +xla)."""
     import keras
 
     steps = {}
     for framework in frameworks:
         for policy, xla in args.setting_list:
-            keras.mixed_precision.set_global_policy(policy)
             keras.utils.set_random_seed(0)
             if framework == "timm":
                 peers.set_threads(os.cpu_count() or 0)
-                model = peers.build_model(common.variant_arch(args.variant), args.image_size)
-                step = peers.make_step(model, args.mode, args.batch_size, args.image_size,
-                                       policy, "compile" if xla else "eager")  # fmt: skip
-            else:
-                model = common.build_model(framework, args.variant, args.image_size)
-                step = common.make_step(model, args.mode, args.batch_size, args.image_size,
-                                        xla=xla, framework=framework)  # fmt: skip
+            compiler = ("compile", "eager") if framework == "timm" else ("xla", "noxla")
+            build = peers.PEERS[framework].build
+            _, step = build(args, framework, args.mode, policy, compiler[not xla])
             common.time_call(step, args.warmup)
             steps[(framework, common.setting_label(policy, xla))] = step
-    keras.mixed_precision.set_global_policy("float32")
+    keras.config.set_dtype_policy("float32")
     return steps
 
 
@@ -609,11 +562,8 @@ def best_settings(times, frameworks):
 def ours_over_peers(times, best):
     """{peer: median over rounds of peer ms / keras_vit ms}, each at its best setting."""
     ours = times[("keras_vit", best["keras_vit"])]
-    return {
-        peer: common.median([t / m for m, t in zip(ours, times[(peer, s)], strict=True)])
-        for peer, s in best.items()
-        if peer != "keras_vit"
-    }
+    return {peer: common.median([t / m for m, t in zip(ours, times[(peer, s)], strict=True)])
+            for peer, s in best.items() if peer != "keras_vit"}  # fmt: skip
 
 
 def in_process(args, argv):
@@ -656,13 +606,11 @@ def scaling_points(args):
     return list(dict.fromkeys(chosen + [(args.base_image_size, b) for b in args.batch_sizes]))
 
 
-def scaling(args):
+def scaling(args, argv):
     """`scaling`: one keras_vit worker a point, timed together; a table, --json."""
     (name,) = peers.points("keras_vit", args.mode, args.setting_list[:1], [])
-    points = {
-        f"{size}px/b{batch}": (name, workload_args(args, args.variant, size, batch))
-        for size, batch in scaling_points(args)
-    }
+    points = {f"{size}px/b{batch}": (name, workload_args(args, args.variant, size, batch))
+              for size, batch in scaling_points(args)}  # fmt: skip
     payloads, ready, peaks = time_points(args, points)
     patch, records = common.variant_arch(args.variant)["patch_size"], []
     for key, (_, wargs) in points.items():
@@ -688,9 +636,8 @@ def scaling(args):
 
 
 def ablation_pair(variant, image_size):
-    """(shortcut, full, largest logit difference): the keras_vit classifier, whose last block
-    computes only the class token, and `ViT(include_top=False, return_sequence=True)` + the
-    same pooling and head (what the peers compute), with the same weights."""
+    """(shortcut, full, largest logit difference): the classifier whose last block computes
+    only the class token, and the same weights with a full last block (as the peers)."""
     import keras
     import numpy as np
 
@@ -711,7 +658,7 @@ def ablation_pair(variant, image_size):
     return shortcut, full, float(np.abs(outputs[0] - outputs[1]).max())
 
 
-def ablation(args):
+def ablation(args, argv):
     """`ablation`: logits compared, then both models timed in rotated rounds per mode."""
     shortcut, full, diff = ablation_pair(args.variant, args.image_size)
     print(f"{args.variant} @{args.image_size}: max logit difference {diff:.2e}", flush=True)
@@ -719,10 +666,11 @@ def ablation(args):
         sys.exit("the two models disagree; not timing them")
     for mode in ("infer", "train") if args.mode == "both" else (args.mode,):
         steps = {
-            m.name: common.make_step(m, mode, args.batch_size, args.image_size,
-                                     xla=args.setting_list[0][1])
+            m.name: common.make_step(
+                m, mode, args.batch_size, args.image_size, xla=args.setting_list[0][1]
+            )
             for m in (shortcut, full)
-        }  # fmt: skip
+        }
         for step in steps.values():
             common.time_call(step, args.warmup)
         times = time_rounds(steps, args.repeats, args.steps)
@@ -736,7 +684,7 @@ def ablation(args):
     return 0
 
 
-def roof(args):
+def roof(args, argv):
     """`roof`: the GEMM roof alone, TensorFlow's (float32 and bfloat16, XLA on and off) and,
     where it imports, torch's."""
     roofs = {"TensorFlow": common.gemm_roof(args.sizes, args.repeats)}
@@ -755,9 +703,9 @@ def main(argv=None, verb="run"):
     if args.worker:
         common.exit_with_parent()
         return peers.serve(args)
-    if verb in ("targets", "in-process"):
-        return {"targets": targets, "in-process": in_process}[verb](args, argv)
-    return {"run": run, "scaling": scaling, "ablation": ablation, "roof": roof}[verb](args)
+    verbs = {"run": run, "targets": targets, "in-process": in_process, "scaling": scaling,
+             "ablation": ablation, "roof": roof}  # fmt: skip
+    return verbs[verb](args, argv)
 
 
 if __name__ == "__main__":

@@ -1,12 +1,9 @@
-"""Where one step's time goes on CPU, by kind of operation: keras_vit under TensorFlow's
-profiler (`--setting POLICY+xla`: the XLA program's events; `POLICY`: TensorFlow's kernels,
-the attention core's found by node name; summed over threads, so the total can exceed the
-wall time; read with TensorFlow's internal `xplane_pb2`: a developer tool) or, with
-`--peer timm`, timm under `torch.profiler` (operators' self time). A table by kind
-(`KINDS`) and the `--top` operations, with calls per step.
+"""Where one step's time goes on CPU, by kind of operation (`KINDS`) and the `--top` ones.
 
-    python benchmarks/bench.py profile --variant B/16 --mode infer --setting mixed_bfloat16
-    python benchmarks/bench.py profile --peer timm --variant S/16 --mode train
+keras_vit under TensorFlow's profiler (`--setting POLICY+xla`: the XLA program's events;
+`POLICY`: TensorFlow's kernels, the attention core's by node name; summed over threads, read
+with TensorFlow's internal `xplane_pb2`: a developer tool) or, with `--peer timm`, timm under
+`torch.profiler` (operators' self time); calls per step.
 """
 
 from __future__ import annotations
@@ -79,7 +76,6 @@ def parse_args(argv=None):
                         "timm: float32 or bfloat16_autocast (float32)")  # fmt: skip
     parser.add_argument("--steps", type=int, default=2, help="profiled steps (2)")
     parser.add_argument("--top", type=int, default=12, help="operations listed (12)")
-    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
     args = parser.parse_args(argv)
     common.check_model_arguments(parser, args, {"--steps": args.steps, "--top": args.top})
     timm = args.peer == "timm"
@@ -91,6 +87,7 @@ def parse_args(argv=None):
         args.policy, args.compiler = parse(args.setting)
     except ValueError as error:
         parser.error(f"--setting: {error}")
+    args.compiler = args.compiler if timm else ("xla" if args.compiler else "noxla")
     return args
 
 
@@ -124,34 +121,22 @@ def xplane_times(logdir, xla):
     return times, calls
 
 
-def profile_keras_vit(args):
+def profile_keras_vit(args, step):
     """(wall seconds per step, times, calls) of keras_vit's step under TensorFlow's profiler."""
-    import keras
     import tensorflow as tf
 
-    keras.mixed_precision.set_global_policy(args.policy)
-    model = common.build_model("keras_vit", args.variant, args.image_size)
-    step = common.make_step(model, args.mode, args.batch_size, args.image_size,
-                            xla=args.compiler, framework="keras_vit")  # fmt: skip
-    common.time_call(step, 2)
     with tempfile.TemporaryDirectory(prefix="keras_vit_profile_") as logdir:
         tf.profiler.experimental.start(logdir)
         seconds = common.time_call(step, args.steps) / args.steps
         tf.profiler.experimental.stop()
-        return (seconds, *xplane_times(logdir, args.compiler))
+        return (seconds, *xplane_times(logdir, args.compiler == "xla"))
 
 
-def profile_timm(args):
+def profile_timm(args, step):
     """(wall seconds per step, times, calls) of timm's step under `torch.profiler`."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    peers.set_threads(args.threads)
-    torch.manual_seed(0)
-    model = peers.build_model(common.variant_arch(args.variant), args.image_size)
-    step = peers.make_step(model, args.mode, args.batch_size, args.image_size, args.policy,
-                           args.compiler)  # fmt: skip
-    common.time_call(step, 2)
     with profile(activities=[ProfilerActivity.CPU]) as trace:
         seconds = common.time_call(step, args.steps) / args.steps
     times, calls = collections.Counter(), collections.Counter()
@@ -175,23 +160,22 @@ def print_tables(times, calls, steps, top, item, count):
         print(f"| {kind} | {value * 1000:.0f} | {100 * value / total:.1f}% | {kind_calls[kind]} |")
     print(f"| {item} | kind | ms per step | share | {count} per step |\n|---|---|---|---|---|")
     for name, value in times.most_common(top):
-        print(
-            f"| {name} | {kind_of(name)} | {value / steps * 1000:.1f} | "
-            f"{100 * value / steps / total:.1f}% | {calls[name] // steps} |"
-        )
+        print(f"| {name} | {kind_of(name)} | {value / steps * 1000:.1f} | "
+              f"{100 * value / steps / total:.1f}% | {calls[name] // steps} |")  # fmt: skip
 
 
 def main(argv=None):
     args = parse_args(argv)
     timm = args.peer == "timm"
-    seconds, times, calls = (profile_timm if timm else profile_keras_vit)(args)
+    build = peers.timm_step if timm else peers.keras_step  # as the race's workers build it
+    _, step = build(args, args.peer, args.mode, args.policy, args.compiler)
+    common.time_call(step, 2)
+    seconds, times, calls = (profile_timm if timm else profile_keras_vit)(args, step)
     item, count = ("operator", "calls") if timm else ("operation", "events")
-    print(
-        f"{'timm ' if timm else ''}{args.variant} @{args.image_size}, batch {args.batch_size}, "
-        f"{args.mode}, {args.setting}: {seconds * 1000:.0f} ms per step (wall, profiler on), "
-        f"{sum(times.values()) / args.steps * 1000:.0f} ms of {item} time per step, "
-        f"{sum(calls.values()) // args.steps} {count} per step"
-    )
+    print(f"{'timm ' if timm else ''}{args.variant} @{args.image_size}, batch {args.batch_size}, "
+          f"{args.mode}, {args.setting}: {seconds * 1000:.0f} ms per step (wall, profiler on), "
+          f"{sum(times.values()) / args.steps * 1000:.0f} ms of {item} time per step, "
+          f"{sum(calls.values()) // args.steps} {count} per step")  # fmt: skip
     print(f"host: {common.host_record()['cpu']}")
     print_tables(times, calls, args.steps, args.top, item, count)
     return 0

@@ -26,7 +26,7 @@ def harness():
 
 def test_a_new_peer_is_one_table_row(harness, monkeypatch):
     peers, race = harness
-    row = peers.Peer(("flax",), "torch", {"KERAS_BACKEND": "jax"}, "keras", peers.serve_keras)
+    row = peers.Peer(("flax",), "torch", {"KERAS_BACKEND": "jax"}, "keras", peers.keras_step)
     monkeypatch.setitem(peers.PEERS, "flax_vit", row)
     settings = [("float32", True), ("mixed_bfloat16", False)]
     names = peers.points("flax_vit", "train", settings, [])
@@ -180,3 +180,28 @@ def test_targets_points_start_with_the_roofs_and_each_group_fits_in_memory(harne
     assert [len(group) for group in groups] == [3, 2, 2, 2, 2]
     quick = race.parse_args([*argv, "--quick"], "targets")
     assert [len(group) for group in race.target_groups(quick, "Ti/16", "train")] == [3, 2, 2]
+
+
+def test_in_process_builds_each_point_with_its_peer_row_as_a_worker_would(harness, monkeypatch):
+    """`in-process` (and `profile`) build a point with the row's `build`, given the compiler a
+    worker name would carry: Keras "xla"/"noxla", timm "compile"/"eager"; each step warmed up."""
+    peers, race = harness
+    built, calls = [], []
+
+    def build(args, framework, mode, policy, compiler):
+        built.append((framework, mode, policy, compiler))
+        return 1, lambda: calls.append(framework)
+
+    for name in ("keras_vit", "timm"):
+        monkeypatch.setitem(peers.PEERS, name, peers.PEERS[name]._replace(build=build))
+    monkeypatch.setattr(peers, "set_threads", lambda threads: None)
+    argv = ["--frameworks", "keras_vit,timm", "--settings", "float32+xla,mixed_bfloat16"]
+    args = race.parse_args([*argv, "--warmup", "2"], "in-process")
+    steps = race.build_steps(args, args.frameworks)
+    assert built == [
+        ("keras_vit", "train", "float32", "xla"), ("keras_vit", "train", "mixed_bfloat16", "noxla"),
+        ("timm", "train", "float32", "compile"), ("timm", "train", "mixed_bfloat16", "eager"),
+    ]  # fmt: skip
+    assert list(steps) == [("keras_vit", "float32+xla"), ("keras_vit", "mixed_bfloat16"),
+                           ("timm", "float32+xla"), ("timm", "mixed_bfloat16")]  # fmt: skip
+    assert calls == ["keras_vit"] * 4 + ["timm"] * 4  # two warm-up steps each

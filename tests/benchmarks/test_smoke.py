@@ -25,7 +25,7 @@ ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
 
 
 FOLDERS = (BENCHMARKS / "harness", BENCHMARKS / "studies")
-VERBS = ("run", "targets", "in-process", "scaling", "ablation", "profile")  # of bench.py
+VERBS = ("run", "targets", "in-process", "scaling", "ablation", "profile", "results")  # bench.py
 
 
 def run_script(name, *args, timeout=900, env=None):
@@ -282,7 +282,7 @@ def test_throughput_tiny_run_writes_table_and_json(tmp_path):
         *("--variant", TINY, "--image-size", "16", "--batch-size", "2", "--mode", "train"),
         *("--steps", "1", "--repeats", "1", "--warmup", "1", "--gemm-sizes", "64"),
         *("--frameworks", "keras_vit", "--settings", "float32,mixed_bfloat16"),
-        *("--json", str(out), "--results", str(figures_file)),
+        *("--json", str(out)),
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "| train | keras_vit | float32 " in result.stdout
@@ -310,7 +310,9 @@ def test_throughput_tiny_run_writes_table_and_json(tmp_path):
     assert payload["auto"]["choice"]["mixed_precision"] in ("float32", "mixed_bfloat16")
     assert "auto: precision " in result.stdout
     assert fastest > 0
-    # --results: the figures file holds the same run, keyed as throughput_figures.py says
+    # `results import`: the figures file holds the same run, keyed as figures.py says
+    done = run_script("results", "import", str(out), "--results", str(figures_file))
+    assert done.returncode == 0, done.stderr[-3000:]
     values = json.loads(figures_file.read_text())["values"]
     run = "8-32-64-4-2_16_bs2_train_keras_vit_"
     for record, slug in zip(records, ("f32", "bf16"), strict=True):

@@ -1,5 +1,5 @@
-"""throughput.py's payloads as figures files (benchmarks/bench.py results): the keys, the
-merge of several runs into one file, the import of an old `--json` file, the marker tables."""
+"""`bench.py run` payloads as figures files (benchmarks/figures.py, `bench.py results`): the
+keys, the merge of several runs into one file, the import of an old `--json` file, the tables."""
 
 from __future__ import annotations
 
@@ -11,16 +11,14 @@ from pathlib import Path
 
 import pytest
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks" / "harness"
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
 @pytest.fixture(scope="module")
 def tf_figures():
     sys.path.insert(0, str(BENCHMARKS))
     try:
-        spec = importlib.util.spec_from_file_location(
-            "throughput_figures", BENCHMARKS / "throughput_figures.py"
-        )
+        spec = importlib.util.spec_from_file_location("figures", BENCHMARKS / "figures.py")
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
         yield module
@@ -77,7 +75,7 @@ def test_values_of_a_run(tf_figures, tmp_path):
     ids = tf_figures.update_results(path, _payload(), date="2026-12-01", command="c")
     assert ids == ["b16_224_bs16_infer"]
     written = json.loads(path.read_text())
-    values = {k: tf_figures.figures.render(v) for k, v in written["values"].items()}
+    values = {k: tf_figures.render(v) for k, v in written["values"].items()}
     run = "b16_224_bs16_infer_"
     assert values[run + "keras_vit_bf16_img_s"] == "2.50"
     assert values[run + "keras_vit_bf16_range"] == "2.40-2.60"
@@ -121,7 +119,7 @@ def test_import_of_an_old_json_file_and_its_table(tf_figures, tmp_path):
     old.write_text(json.dumps(_payload()))
     os.utime(old, (1764547200, 1764547200))  # 2025-12-01 00:00 UTC
     results = tmp_path / "throughput_settings.json"
-    assert tf_figures.main(["import", str(old), "--results", str(results)]) == 0
+    assert tf_figures.main(["import", str(old), "--results", str(results)], "results") == 0
     run = json.loads(results.read_text())["runs"]["b16_224_bs16_infer"]
     assert run["date"] in ("2025-11-30", "2025-12-01")  # the local date of that instant
     assert run["command"] == (
@@ -136,12 +134,12 @@ def test_import_of_an_old_json_file_and_its_table(tf_figures, tmp_path):
         "| framework | f32_xla img/s | bf16 img/s | best setting | best, of roof "
         "| ours best/this best |"
     )
-    shown = [tf_figures.figures.FIGURE.sub(lambda m: m["text"], line) for line in lines[2:]]
+    shown = [tf_figures.FIGURE.sub(lambda m: m["text"], line) for line in lines[2:]]
     assert shown == [
         "| keras_vit | 1.10 | 2.50 | mixed_bfloat16 | 45% | 1.00x |",
         "| keras-hub | 1.40 | 2.00 | mixed_bfloat16 | 36% | 1.25x |",
     ]
-    assert tf_figures.figures.check_text(table, tmp_path) == []
+    assert tf_figures.check_text(table, tmp_path) == []
     with pytest.raises(ValueError, match="no run 'ti16_224_bs16_train'"):
         tf_figures.markdown_table(results, "ti16_224_bs16_train")
 
