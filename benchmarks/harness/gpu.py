@@ -1,16 +1,12 @@
 """The GPU race: keras_vit on Keras JAX and Keras PyTorch beside timm, with no TensorFlow.
 
-Runs where the GPUs are (PyTorch, JAX, timm, Keras as a wheel): nothing in its import chain
-imports TensorFlow. Peers: keras_vit under mixed_bfloat16 on Keras JAX (XLA) and PyTorch
-(eager); timm's `VisionTransformer` of the same architecture under bfloat16 autocast, eager
-and `torch.compile` (a peer whose modules are missing is skipped, saying so). Every point and
-each bfloat16 GEMM probe (jax.numpy, torch) runs in its own process, under one `--budget-s`.
-Measured per point: img/s (median of repeats, data on the device), peak device memory, and
-model FLOP utilisation (`benchmarking.model_gflops`, the same count for every peer) against
+Peers: keras_vit under mixed_bfloat16 on Keras JAX (XLA) and PyTorch (eager), timm's ViT of the
+same architecture under bfloat16 autocast, eager and `torch.compile`; each point and bfloat16
+GEMM probe in its own process, under one `--budget-s`. Per point: img/s (median of repeats, data
+on the device), peak device memory, model FLOP utilisation (`benchmarking.model_gflops`) against
 the data-sheet bfloat16 peak and the run's best GEMM. One JSON file (`--json`).
 
-    python benchmarks/bench.py gpu --json gpu.json         # on the GPU machine
-    python benchmarks/bench.py gpu --smoke --json s.json   # tiny, on CPU (CI)
+    python benchmarks/bench.py gpu --json gpu.json   # on the GPU machine; --smoke: tiny, CPU
 """
 
 from __future__ import annotations
@@ -42,16 +38,14 @@ WORKLOADS = {
 }
 SMOKE_WORKLOADS = {"tiny_train_16": (TINY, "train", 16, 2), "tiny_infer_16": (TINY, "infer", 16, 2)}
 
-# name: (modules that must import, KERAS_BACKEND or None); the order is the run order, and
-# keras_vit on Keras PyTorch (eager, the slowest) runs after every other point, so that a
-# budget too short for all drops its points first.
+# name: (modules that must import, KERAS_BACKEND or None), in run order; keras_vit on Keras
+# PyTorch (eager, the slowest) runs after every other point: a short budget drops it first.
 PEERS = {
     "keras_vit_jax": (("jax", "keras"), "jax"),
     "timm_compile": (("torch", "timm"), None),
     "timm_eager": (("torch", "timm"), None),
     "keras_vit_torch": (("torch", "keras"), "torch"),
 }
-LAST = ("keras_vit_torch",)
 
 
 def peak_tflops(device: str, override: float | None = None) -> float | None:
@@ -62,31 +56,24 @@ def peak_tflops(device: str, override: float | None = None) -> float | None:
     return PEAK_BF16_TFLOPS[max(keys, key=len)]
 
 
-def host_peak():
-    """Peak resident memory of this process (GiB), for a point run on a CPU."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, "host RSS"
-
-
-def device_and_memory(engine: str):
-    """(device name, a function returning this process' peak memory in GiB and its kind)."""
+def device_and_peak(engine: str):
+    """(device name, this process' peak memory in GiB, "device"), or the host's peak RSS and
+    "host RSS" where the device does not count its memory (a CPU)."""
     if engine == "jax":
         import jax
 
         device = jax.local_devices()[0]
+        name = device.device_kind if device.platform != "cpu" else "CPU"
+        peak = (device.memory_stats() or {}).get("peak_bytes_in_use")
+    else:
+        import torch
 
-        def peak():
-            stats = device.memory_stats() or {}
-            if "peak_bytes_in_use" not in stats:
-                return host_peak()
-            return stats["peak_bytes_in_use"] / 2**30, "device"
-
-        return (device.device_kind if device.platform != "cpu" else "CPU"), peak
-    import torch
-
-    if not torch.cuda.is_available():
-        return "CPU", host_peak
-    name = torch.cuda.get_device_name(0)
-    return name, lambda: (torch.cuda.max_memory_allocated() / 2**30, "device")
+        cuda = torch.cuda.is_available()
+        name = torch.cuda.get_device_name(0) if cuda else "CPU"
+        peak = torch.cuda.max_memory_allocated() if cuda else None
+    if peak is None:
+        return name, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, "host RSS"
+    return name, peak / 2**30, "device"
 
 
 def keras_step(variant, mode, size, batch):
@@ -146,54 +133,47 @@ def timm_step(variant, mode, size, batch, compiled):
 
 def gemm_tflops(engine: str, sizes, repeats: int) -> dict:
     """{size: TFLOP/s} of an n x n bfloat16 matrix product in `engine`, median of repeats."""
+    from keras_vit.evaluate.benchmarking import time_steps
+
     if engine == "jax":
         import jax
         import jax.numpy as jnp
 
-        product = jax.jit(lambda a, b: a @ b)
-
-        def make(n):
-            a = jnp.ones((n, n), jnp.bfloat16)
-            return lambda: product(a, a).block_until_ready()
+        product = jax.jit(lambda a: a @ a)
+        calls = {n: jnp.ones((n, n), jnp.bfloat16) for n in sizes}
+        call = lambda a: product(a).block_until_ready()  # noqa: E731
     else:
         import torch
 
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-        sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-
-        def make(n):
-            a = torch.ones((n, n), dtype=torch.bfloat16, device=device)
-            return lambda: (a @ a, sync())
-
-    from keras_vit.evaluate.benchmarking import time_steps
-
+        cuda = torch.cuda.is_available()
+        calls = {n: torch.ones((n, n), dtype=torch.bfloat16, device="cuda" if cuda else "cpu")
+                 for n in sizes}  # fmt: skip
+        call = lambda a: (a @ a, cuda and torch.cuda.synchronize())  # noqa: E731
     figures = {}
-    for n in sizes:
-        call = make(n)
-        call()
+    for n, a in calls.items():
+        call(a)
         steps = max(1, min(50, int(5e12 // (2 * n**3))))
-        times = [time_steps(call, steps) / steps for _ in range(repeats)]
+        times = [time_steps(lambda a=a: call(a), steps) / steps for _ in range(repeats)]
         figures[str(n)] = 2 * n**3 / statistics.median(times) / 1e12
     return figures
 
 
 def run_point(spec: dict) -> dict:
     """Runs one point (`spec`: kind "gemm" or "model") in this process; returns its figures."""
-    if spec["kind"] == "gemm":
-        figures = gemm_tflops(spec["engine"], spec["sizes"], spec["repeats"])
-        device = device_and_memory(spec["engine"])[0]
-        return {"device": device, "tflops": figures, "best_tflops": max(figures.values())}
     from keras_vit.evaluate.benchmarking import time_steps
 
+    if spec["kind"] == "gemm":
+        figures = gemm_tflops(spec["engine"], spec["sizes"], spec["repeats"])
+        device = device_and_peak(spec["engine"])[0]
+        return {"device": device, "tflops": figures, "best_tflops": max(figures.values())}
     (variant, mode, size, batch), peer = spec["workload"], spec["peer"]
-    device, peak = device_and_memory("jax" if peer == "keras_vit_jax" else "torch")
     if peer.startswith("keras_vit"):
         step = keras_step(variant, mode, size, batch)
     else:
         step = timm_step(variant, mode, size, batch, peer == "timm_compile")
     warmup_s, steps = time_steps(step, spec["warmup"]), spec["steps"]
     rates = [batch * steps / time_steps(step, steps) for _ in range(spec["repeats"])]
-    memory, memory_kind = peak()
+    device, memory, memory_kind = device_and_peak("jax" if peer == "keras_vit_jax" else "torch")
     return {"device": device, "images_per_s": statistics.median(rates), "images_per_s_all": rates,
             "warmup_s": warmup_s, "peak_memory_gib": memory, "memory_kind": memory_kind,
             "tensorflow_imported": "tensorflow" in sys.modules}  # fmt: skip
@@ -232,11 +212,11 @@ def point_specs(args) -> list[dict]:
     gemm = {"kind": "gemm", "sizes": sizes, "repeats": repeats}
     specs = [{**gemm, "engine": engine, "needs": (engine,)} for engine in ("jax", "torch")]
     counts = dict(warmup=1, steps=1, repeats=1) if smoke else dict(warmup=3, steps=10, repeats=3)
-    late = [peer for peer in args.peers if peer in LAST]
-    for group in ([peer for peer in args.peers if peer not in LAST], late):
-        for name in args.workloads:
-            point = {"kind": "model", "workload_name": name, "workload": args.table[name], **counts}
-            specs += [{**point, "peer": peer, "needs": PEERS[peer][0]} for peer in group]
+    for late in (False, True):
+        for name, peer in ((n, p) for n in args.workloads for p in args.peers):
+            if (peer == "keras_vit_torch") == late:
+                point = {"kind": "model", "workload_name": name, "workload": args.table[name]}
+                specs.append({**point, **counts, "peer": peer, "needs": PEERS[peer][0]})
     return specs
 
 
