@@ -1,10 +1,8 @@
 """The GPU race: keras_vit on Keras JAX and Keras PyTorch beside timm, with no TensorFlow.
 
-Peers: keras_vit under mixed_bfloat16 on Keras JAX (XLA) and PyTorch (eager), timm's ViT of the
-same architecture under bfloat16 autocast, eager and `torch.compile`; each point and bfloat16
-GEMM probe in its own process, under one `--budget-s`. Per point: img/s (median of repeats, data
-on the device), peak device memory, model FLOP utilisation (`benchmarking.model_gflops`) against
-the data-sheet bfloat16 peak and the run's best GEMM. One JSON file (`--json`).
+keras_vit (mixed_bfloat16; JAX with XLA, PyTorch eager) and timm's ViT (bfloat16 autocast, eager
+and `torch.compile`), each point in its own process: img/s (data on the device), peak device
+memory, MFU against the data-sheet bfloat16 peak and this run's best bfloat16 GEMM. One JSON.
 
     python benchmarks/bench.py gpu --json gpu.json   # on the GPU machine; --smoke: tiny, CPU
 """
