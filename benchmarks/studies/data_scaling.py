@@ -1,20 +1,17 @@
 """Study: the paper's data-requirement experiment in miniature (section 4.2, figures 3-4).
 
-A ViT (the default recipe, patch stem), a hybrid (BiT root stem + the same Transformer) and a
-BiT ResNet (the same root, two bottleneck stages) are pre-trained with the same AdamW recipe
-and steps on growing stratified subsets of the embedded MNIST (250 to 4,000 images).
-Measured on the UCI digits: 10-shot linear probe accuracy (`keras_vit.evaluate.fewshot`, 3
-seeds) and accuracy fine-tuned at 40 px (the release's SGD recipe), with each model's
-parameters and step time; a table (stdout, --json) and a PNG like the paper's figure 3.
+A ViT, a hybrid (BiT root + the same Transformer) and a BiT ResNet, pre-trained alike on growing
+MNIST subsets (250-4,000 images); on the UCI digits: 10-shot linear accuracy (3 seeds) and accuracy
+fine-tuned at 40 px, with parameters and step time (ms). A table (stdout, --json) and a PNG.
 
-    python benchmarks/studies/data_scaling.py --png data_scaling.png   # ~20-30 min, 2 cores
-    python benchmarks/studies/data_scaling.py --quick --png /tmp/ds.png  # smoke run, ~2 min
+    python benchmarks/studies/data_scaling.py --png data_scaling.png   # --quick: smoke run
 """
 
 from __future__ import annotations
 
 import json
 import statistics
+import sys
 import time
 
 import report
@@ -207,8 +204,6 @@ def measure(args) -> list[dict]:
 
 
 def main(argv=None) -> int:
-    import sys
-
     args = parse_args(argv)
     argv = sys.argv[1:] if argv is None else list(argv)
     if args.replot:

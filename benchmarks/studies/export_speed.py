@@ -1,11 +1,8 @@
 """Study: does a TensorFlow-only process serve the SavedModel export as fast as Keras runs it?
 
-A ViT of the variant (a random head) is exported in float32 and in mixed_bfloat16 (what
-`keras-vit export --mixed-precision mixed_bfloat16` writes), each served by its own process
-that imports TensorFlow only. Measured: img/s of the two exports and of the Keras model's
-`predict_on_batch` under both policies (no XLA), timed in turn in rotating order (medians);
-the bfloat16 export's top-1 agreement and largest logit difference (relative) against the
-float32 export's, and the float32 export against the Keras model.
+The variant's float32 and mixed_bfloat16 exports (a random head), each served by a TensorFlow-only
+process, against the Keras model's `predict_on_batch` under both (no XLA): img/s (medians of
+rotated repeats), the bfloat16 export's top-1 agreement and largest relative logit difference.
 
     python benchmarks/studies/export_speed.py --variant S/16 --batch-size 16
 """
@@ -20,7 +17,7 @@ import tempfile
 from functools import partial
 
 import report
-from common import add_model_arguments, check_model_arguments, median, time_call
+from common import add_model_arguments, check_model_arguments, median, time_call, variant_arch
 
 SERVER = r"""
 import sys, time
@@ -133,7 +130,6 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     import keras
     import numpy as np
-    from common import variant_arch
 
     from keras_vit.model.models import ViT
     from keras_vit.runtime import distribute
