@@ -1,10 +1,8 @@
 """Study: does the automatic precision change the answers? float32 against the chosen setting.
 
-Trains one ViT (`keras-vit train`'s recipe, widened by `--hidden-dim`) twice with
-`keras_vit.train.runs.train`: float32 with XLA, and `--mixed-precision auto`. Measures both
-learning curves and wall times, and for the float32-trained model run on the held-out images
-in float32 and under the chosen policy (same weights), top-1 agreement and the largest logit
-difference.
+One ViT (`keras-vit train`'s recipe, widened by `--hidden-dim`) trained by `runs.train` in float32
+with XLA and with `--mixed-precision auto`: learning curves, wall times (s); the float32-trained
+model run in float32 and under the chosen policy: top-1 agreement, largest logit difference.
 
     python benchmarks/studies/precision_agreement.py --hidden-dim 256 --json agreement.json
 """

@@ -1,9 +1,8 @@
 """Study: the default `keras-vit train` recipe on the embedded MNIST, with plain model.fit.
 
-Measures `TrainConfig()` (a patch-4 ViT) trained on the 4,000 embedded MNIST training images:
-held-out accuracy (1,000 images), wall time of fit + evaluate, training images/s, process CPU
-time (CPU s / cores estimates a quiet machine's wall time). Target (issue 4): >= 97.5% in
-under 3 minutes on 2 CPU cores. `--cli` times `keras-vit train` itself (`runs.train`).
+`TrainConfig()` (a patch-4 ViT) on the 4,000 MNIST training images: held-out accuracy (1,000
+images), wall and process CPU time (s) of fit + evaluate, training images/s. Target (issue 4):
+>= 97.5% in under 3 minutes on 2 CPU cores. `--cli` times `keras-vit train` itself.
 
     python benchmarks/studies/train_mnist.py --epochs 5 --save /tmp/mnist_vit.npz
 """
