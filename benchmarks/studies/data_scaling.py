@@ -15,11 +15,10 @@ import sys
 import time
 
 import report
+from common import markdown, time_call
 
-MODELS = ("ViT", "ResNet", "hybrid")
-SIZES = (250, 500, 1000, 2000, 4000)
-SEED, SHOTS = 0, 10
 STYLES = {"ViT": ("tab:blue", "o"), "ResNet": ("tab:gray", "s"), "hybrid": ("tab:orange", "^")}
+MODELS, SIZES, SEED, SHOTS = tuple(STYLES), (250, 500, 1000, 2000, 4000), 0, 10
 PANELS = {"fewshot": "10-shot linear accuracy (digits)", "finetune": "fine-tuned (digits, 40 px)"}
 ABOUT = (
     "The data-size experiment in miniature (paper section 4.2, figure 3): 10-shot linear and "
@@ -92,9 +91,8 @@ def pretrain(name, size, args):
     decay = dict(weight_decay=recipe.weight_decay, decay="cosine")
     loss = training.loss(recipe.label_smoothing)
     fit(model, train, training.pretrain_optimizer(*schedule, **decay), loss, steps, args.xla)
-    start = time.perf_counter()
-    model.fit(train.repeat(), epochs=1, steps_per_epoch=3, verbose=0)  # timed once compiled
-    return model, (time.perf_counter() - start) / 3
+    timed = lambda: model.fit(train.repeat(), epochs=1, steps_per_epoch=3, verbose=0)  # noqa: E731
+    return model, time_call(timed, 1) / 3  # 3 steps timed once compiled
 
 
 def transfer_accuracies(name, model, args) -> tuple[float, float]:
@@ -161,15 +159,15 @@ def median_step_ms(results, name) -> float:
     return statistics.median(r["step_ms"] for r in results if r["model"] == name)
 
 
-def print_table(results, sizes, models) -> None:
-    print("\n| model | params | train step ms (median) | " + " | ".join(map(str, sizes)) + " |")
-    print("|---|---|---|" + "---|" * len(sizes))
-    for key in PANELS:
-        for name in models:
-            rows = {r["size"]: r for r in results if r["model"] == name}
-            cells = " | ".join(f"{100 * rows[s][key]:.1f}" for s in sizes)
-            params = rows[sizes[0]]["params"]
-            print(f"| {name} {key} | {params} | {median_step_ms(results, name)} | {cells} |")
+def print_table(results) -> None:
+    """Accuracy (%) per model and pre-training size, with parameters and median step time."""
+    sizes, rows = sorted({r["size"] for r in results}), []
+    for key, name in ((k, n) for k in PANELS for n in MODELS):
+        by_size = {r["size"]: r for r in results if r["model"] == name}
+        if by_size:  # a model the run had
+            row = [f"{name} {key}", by_size[sizes[0]]["params"], median_step_ms(results, name)]
+            rows.append(row + [f"{100 * by_size[size][key]:.1f}" for size in sizes])
+    print("\n" + markdown(["model", "params", "train step ms (median)", *sizes], rows))
 
 
 def figure_values(results, wall_s) -> dict:
@@ -210,16 +208,15 @@ def main(argv=None) -> int:
         with open(args.replot) as handle:
             saved = json.load(handle)
         results, wall, argv = saved["results"], saved["wall_s"], saved.get("argv", [])
-        print_table(results, tuple(saved["args"]["sizes"]), saved["args"]["models"])
     else:
         start = time.time()
         results = measure(args)
         wall = round(time.time() - start, 1)
-        print_table(results, args.sizes, args.models)
         print(f"\n{args.pretrain_steps} pre-training steps per model and size; fine-tuning "
               f"{args.finetune_steps} steps at {args.finetune_size} px; wall {wall} s")  # fmt: skip
         saved = {"args": vars(args) | {"sizes": list(args.sizes)}, "results": results}
         report.save_json(args.json, saved | {"wall_s": wall, "argv": argv})
+    print_table(results)
     if args.png:
         plot(results, args.png)
     if args.results:
