@@ -28,22 +28,18 @@ PEAK_BF16_TFLOPS = {"H200": 989.0, "H100 PCIe": 756.0, "H100": 989.0, "A100": 31
 
 # name: (variant, mode, image size, batch); the GPU suite (issue 45's table), then its smoke.
 WORKLOADS = {
-    "b16_train_224": ("B/16", "train", 224, 128),
-    "b16_infer_224": ("B/16", "infer", 224, 256),
-    "b16_train_384": ("B/16", "train", 384, 64),
-    "l16_train_224": ("L/16", "train", 224, 64),
+    "b16_train_224": ("B/16", "train", 224, 128), "b16_infer_224": ("B/16", "infer", 224, 256),
+    "b16_train_384": ("B/16", "train", 384, 64), "l16_train_224": ("L/16", "train", 224, 64),
     "ti16_train_224": ("Ti/16", "train", 224, 256),
-}
+}  # fmt: skip
 SMOKE_WORKLOADS = {"tiny_train_16": (TINY, "train", 16, 2), "tiny_infer_16": (TINY, "infer", 16, 2)}
 
 # name: (modules that must import, KERAS_BACKEND or None), in run order; keras_vit on Keras
 # PyTorch (eager, the slowest) runs after every other point: a short budget drops it first.
 PEERS = {
-    "keras_vit_jax": (("jax", "keras"), "jax"),
-    "timm_compile": (("torch", "timm"), None),
-    "timm_eager": (("torch", "timm"), None),
-    "keras_vit_torch": (("torch", "keras"), "torch"),
-}
+    "keras_vit_jax": (("jax", "keras"), "jax"), "timm_compile": (("torch", "timm"), None),
+    "timm_eager": (("torch", "timm"), None), "keras_vit_torch": (("torch", "keras"), "torch"),
+}  # fmt: skip
 
 
 def peak_tflops(device: str, override: float | None = None) -> float | None:
@@ -55,8 +51,7 @@ def peak_tflops(device: str, override: float | None = None) -> float | None:
 
 
 def device_and_peak(engine: str):
-    """(device name, this process' peak memory in GiB, "device"), or the host's peak RSS and
-    "host RSS" where the device does not count its memory (a CPU)."""
+    """(device name, peak memory in GiB, "device"; on a CPU this process' peak, "host RSS")."""
     if engine == "jax":
         import jax
 
@@ -75,8 +70,8 @@ def device_and_peak(engine: str):
 
 
 def keras_step(variant, mode, size, batch):
-    """keras_vit's ViT under mixed_bfloat16, compiled as the backend compiles (XLA on JAX,
-    eager on PyTorch): one step on a batch already on the device."""
+    """keras_vit's ViT under mixed_bfloat16 (XLA on JAX, eager on PyTorch): its step on a batch
+    already on the device."""
     import keras
     import numpy as np
 
@@ -90,9 +85,8 @@ def keras_step(variant, mode, size, batch):
     rng = np.random.default_rng(0)
     images = keras.ops.convert_to_tensor(rng.uniform(-1, 1, (batch, size, size, 3)), "float32")
     labels = keras.ops.convert_to_tensor(rng.integers(0, 1000, (batch,)), "int32")
-    if mode == "train":
-        return lambda: model.train_on_batch(images, labels)
-    return lambda: model.predict_on_batch(images)
+    train = mode == "train"
+    return lambda: model.train_on_batch(images, labels) if train else model.predict_on_batch(images)
 
 
 def timm_step(variant, mode, size, batch, compiled):
@@ -242,8 +236,7 @@ def run_all(args) -> list[dict]:
         left = deadline - time.monotonic()
         missing = [module for module in spec["needs"] if importlib.util.find_spec(module) is None]
         reason = f"{missing[0]} is not installed here" if missing else None
-        if reason is None and left < 5:
-            reason = f"budget of {args.budget_s:.0f} s spent"
+        reason = reason or (f"budget of {args.budget_s:.0f} s spent" if left < 5 else None)
         result = {"skipped": reason} if reason else launch(spec, min(left, args.point_timeout_s))
         records.append(record := {**spec, **result})
         if "skipped" in record:
@@ -258,8 +251,8 @@ def run_all(args) -> list[dict]:
 
 
 def summarise(args, records: list[dict]) -> dict:
-    """Adds model TFLOP/s and both utilisations to each point; the device, both peaks, and
-    per workload keras_vit's best over timm's best."""
+    """Adds model TFLOP/s and both MFUs to each point; the device, both peaks, keras_vit's best
+    over timm's best per workload."""
     from keras_vit.evaluate.benchmarking import model_gflops
 
     ran = [r for r in records if "skipped" not in r]
@@ -287,6 +280,8 @@ def main(argv=None) -> int:
     if args.point:
         print("RESULT " + json.dumps(run_point(json.loads(args.point))), flush=True)
         return 0
+    from common import write_json
+
     start, records = time.monotonic(), run_all(args)
     summary = summarise(args, records)
     pct = lambda v: "-" if v is None else f"{100 * v:.1f}%"  # noqa: E731
@@ -302,8 +297,7 @@ def main(argv=None) -> int:
     payload = {**summary, "smoke": args.smoke, "budget_s": args.budget_s,
                "wall_s": time.monotonic() - start, "points": records}  # fmt: skip
     if args.json_path:
-        with open(args.json_path, "w", encoding="utf-8") as handle:
-            json.dump(payload, handle, indent=2)
+        write_json(args.json_path, payload)
     return 0
 
 
