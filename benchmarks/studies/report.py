@@ -21,9 +21,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
 def parser(doc: str, results: str | None = None, json_help="write the raw results here"):
-    """A study's `ArgumentParser`: the first paragraph of `doc` as its description, `--json`
-    (unless `json_help` is None), and `--results` where `results` names the results file the
-    documents quote."""
+    """A study's parser: `doc`'s first paragraph, `--json` (unless `json_help` is None) and
+    `--results` where `results` names the file of the documents' figures."""
     made = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     if json_help:
         made.add_argument("--json", help=json_help)
@@ -36,8 +35,7 @@ def parser(doc: str, results: str | None = None, json_help="write the raw result
 
 
 def at_least(parser, args, *names, minimum=1) -> None:
-    """`parser.error` naming the flag and its value for the first of `names` (attributes of
-    `args`, None skipped) below `minimum`."""
+    """`parser.error` naming the first flag of `names` (None skipped) below `minimum`."""
     for name in names:
         value = getattr(args, name)
         if value is not None and value < minimum:
@@ -50,8 +48,7 @@ def fig(value, form: str = "{}") -> dict:
 
 
 def save_json(path, payload, append: bool = False) -> None:
-    """`payload` as JSON at `path` (atomically), or appended to it as one line; nothing
-    without a path."""
+    """`payload` as JSON at `path` (atomically), or appended as one line; nothing without one."""
     if path and append:
         with open(path, "a", encoding="utf-8") as handle:
             handle.write(json.dumps(payload) + "\n")
@@ -62,8 +59,7 @@ def save_json(path, payload, append: bool = False) -> None:
 
 
 def write_figures(path, values, script, about, argv=None, notes="") -> None:
-    """Writes the documents' figures to the results file `path`, with the command that made
-    them (`python benchmarks/studies/SCRIPT ARGV`, `argv` defaulting to this process')."""
+    """The documents' figures to `path`, with the command (`argv`: this process' by default)."""
     from figures import write_results
 
     argv = sys.argv[1:] if argv is None else argv
@@ -73,8 +69,7 @@ def write_figures(path, values, script, about, argv=None, notes="") -> None:
 
 
 def rotated_rates(rates: dict, repeats: int) -> dict:
-    """{name: [images/s, one per round]}: each round calls every function of `rates` ({name:
-    () -> images/s}) once, the order rotated every round so load drift hits them alike."""
+    """{name: [images/s per round]} of `rates` ({name: () -> images/s}), rotated every round."""
     names, measured = list(rates), {name: [] for name in rates}
     for index in range(repeats):
         for name in names[index % len(names) :] + names[: index % len(names)]:
@@ -84,8 +79,7 @@ def rotated_rates(rates: dict, repeats: int) -> dict:
 
 
 def child_json(argv, prefix="RESULT ", **run) -> dict:
-    """Runs `argv` (`subprocess.run` keywords in `run`); the JSON of its last stdout line
-    starting with `prefix`. Exits (SystemExit, the child's output tail) if it fails."""
+    """The JSON of the last `prefix` line `argv` prints; SystemExit with its output if it fails."""
     done = subprocess.run(argv, capture_output=True, text=True, **run)
     lines = [line for line in done.stdout.splitlines() if line.startswith(prefix)]
     if done.returncode or not lines:
