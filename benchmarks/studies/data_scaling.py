@@ -219,8 +219,7 @@ def main(argv=None) -> int:
     print_table(results)
     if args.png:
         plot(results, args.png)
-    if args.results:
-        report.write_figures(args.results, figure_values(results, wall), __file__, ABOUT, argv)
+    report.write_figures(args.results, figure_values(results, wall), __file__, ABOUT, argv)
     return 0
 
 

@@ -161,10 +161,9 @@ def main(argv=None) -> int:
     result = summary(rates, logits, args)
     print(json.dumps({k: v for k, v in result.items() if k != "img_s_repeats"}, indent=2))
     report.save_json(args.json, result)
-    if args.results:
-        about = "SavedModel export served by a TensorFlow-only process against the Keras model, "
-        about += "float32 and mixed_bfloat16, no XLA (img/s, medians of rotated repeats)"
-        report.write_figures(args.results, figure_values(result), __file__, about)
+    about = "SavedModel export served by a TensorFlow-only process against the Keras model, "
+    about += "float32 and mixed_bfloat16, no XLA (img/s, medians of rotated repeats)"
+    report.write_figures(args.results, figure_values(result), __file__, about)
     return 0
 
 

@@ -59,7 +59,10 @@ def save_json(path, payload, append: bool = False) -> None:
 
 
 def write_figures(path, values, script, about, argv=None, notes="") -> None:
-    """The documents' figures to `path`, with the command (`argv`: this process' by default)."""
+    """The documents' figures to `path` (none without one), with the command (`argv`: this
+    process' by default)."""
+    if not path:
+        return
     from figures import write_results
 
     argv = sys.argv[1:] if argv is None else argv

@@ -173,13 +173,12 @@ def main(argv=None) -> int:
     result["memory_bound_mb"] = MEMORY_BOUND_MB
     print(json.dumps(result, indent=2))
     report.save_json(args.json, result)
-    if args.results:
-        values = {f"latency_{name}_ms": report.fig(value, "{:.1f}")
-                  for name, value in result["latency_ms"].items()}  # fmt: skip
-        values.update({key: report.fig(result[key], form) for key, form in FIGURES.items()})
-        notes = f"1-minute load average {load_before:.2f} at the start (a shared 2-core machine)"
-        about = "benchmarks/studies/serving_load.py: a TensorFlow-only process serving the export"
-        report.write_figures(args.results, values, __file__, about, notes=notes)
+    values = {f"latency_{name}_ms": report.fig(value, "{:.1f}")
+              for name, value in result["latency_ms"].items()}  # fmt: skip
+    values.update({key: report.fig(result[key], form) for key, form in FIGURES.items()})
+    notes = f"1-minute load average {load_before:.2f} at the start (a shared 2-core machine)"
+    about = "benchmarks/studies/serving_load.py: a TensorFlow-only process serving the export"
+    report.write_figures(args.results, values, __file__, about, notes=notes)
     return 0 if all(result["checks"].values()) else 1
 
 

@@ -99,8 +99,7 @@ def main(argv=None) -> int:
             results["saved"] = args.save
     print(json.dumps(results))
     report.save_json(args.json, results, append=True)
-    if args.results:
-        report.write_figures(args.results, figure_values(results), __file__, about)
+    report.write_figures(args.results, figure_values(results), __file__, about)
     print(
         f"held-out accuracy {results['test_accuracy']:.2%} on 1,000 MNIST images; wall "
         f"{results['wall_s']} s, CPU {results['cpu_s']} s on {results['cores']} cores"

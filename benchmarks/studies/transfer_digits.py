@@ -91,11 +91,10 @@ def main(argv=None) -> int:
     }  # fmt: skip
     print(json.dumps(results))
     report.save_json(args.json, results, append=True)
-    if args.results:
-        values = {key: report.fig(results[key], "{:.1%}")
-                  for key in ("transferred_accuracy", "scratch_accuracy")}  # fmt: skip
-        values["gain_points"] = report.fig(results["gain_points"], "{:.1f}")
-        report.write_figures(args.results, values, __file__, __doc__.split("\n")[0])
+    values = {key: report.fig(results[key], "{:.1%}")
+              for key in ("transferred_accuracy", "scratch_accuracy")}  # fmt: skip
+    values["gain_points"] = report.fig(results["gain_points"], "{:.1f}")
+    report.write_figures(args.results, values, __file__, __doc__.split("\n")[0])
     gain = results["gain_points"]
     print(f"{SHOTS} digits/class at {config.image_size}px, tested on {num_test}: transferred "
           f"{transferred:.2%}, from scratch {scratch:.2%} ({gain:+.1f} points)")  # fmt: skip
