@@ -17,7 +17,7 @@ import tempfile
 from functools import partial
 
 import report
-from common import add_model_arguments, check_model_arguments, median, time_call, variant_arch
+from common import add_model_arguments, build_model, check_model_arguments, median, time_call
 
 SERVER = r"""
 import sys, time
@@ -131,12 +131,10 @@ def main(argv=None) -> int:
     import keras
     import numpy as np
 
-    from keras_vit.model.models import ViT
     from keras_vit.runtime import distribute
 
     keras.utils.set_random_seed(0)
-    arch = variant_arch(args.variant)
-    model = ViT(**arch, image_size=args.image_size, num_classes=1000, dropout_rate=0.0)
+    model = build_model("keras_vit", args.variant, args.image_size)  # no dropout
     head, rng = model.get_layer("head"), np.random.default_rng(0)  # a random head: logits != 0
     head.set_weights([rng.normal(0, 0.05, w.shape) for w in head.get_weights()])
     models = {"float32": model}
@@ -148,7 +146,7 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         timers, logits, servers = start_points(models, images, pixels, tmp)
         try:
-            for timer in timers.values() if args.warmup else ():
+            for timer in timers.values():
                 timer(args.warmup)
             rates = {
                 point: lambda t=timers[point]: images_per_call / t(args.steps) for point in POINTS
