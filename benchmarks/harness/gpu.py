@@ -280,19 +280,17 @@ def main(argv=None) -> int:
     if args.point:
         print("RESULT " + json.dumps(run_point(json.loads(args.point))), flush=True)
         return 0
-    from common import write_json
+    from common import markdown, write_json
 
     start, records = time.monotonic(), run_all(args)
     summary = summarise(args, records)
     pct = lambda v: "-" if v is None else f"{100 * v:.1f}%"  # noqa: E731
-    print("| workload | peer | img/s | peak GiB | model TFLOP/s | MFU sheet | MFU GEMM |")
-    print("|---" * 7 + "|")
-    for r in (r for r in records if r["kind"] == "model"):
-        cells = [f"skipped: {r['skipped']} |||"] if "skipped" in r else [
-            f"{r['images_per_s']:.1f}", f"{r['peak_memory_gib']:.2f} ({r['memory_kind']})",
-            f"{r['model_tflops_per_s']:.3f}", pct(r["mfu_datasheet"]), pct(r["mfu_gemm"])
-        ]  # fmt: skip
-        print(f"| {r['workload_name']} | {r['peer']} | " + " | ".join(cells) + " |")
+    rows = [[r["workload_name"], r["peer"], *(["skipped: " + r["skipped"]] if "skipped" in r else [
+        f"{r['images_per_s']:.1f}", f"{r['peak_memory_gib']:.2f} ({r['memory_kind']})",
+        f"{r['model_tflops_per_s']:.3f}", pct(r["mfu_datasheet"]), pct(r["mfu_gemm"])])]
+        for r in records if r["kind"] == "model"]  # fmt: skip
+    header = "workload|peer|img/s|peak GiB|model TFLOP/s|MFU sheet|MFU GEMM".split("|")
+    print(markdown(header, rows))
     print(json.dumps(summary))
     payload = {**summary, "smoke": args.smoke, "budget_s": args.budget_s,
                "wall_s": time.monotonic() - start, "points": records}  # fmt: skip

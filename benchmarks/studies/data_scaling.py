@@ -68,12 +68,6 @@ def build(name: str, num_classes: int, image_size: int):
     return keras.Model(images, head, name="bit_resnet")
 
 
-def fit(model, data, optimizer, loss, steps, xla, **more):
-    """Compiles `model` and fits it for `steps` steps of `data` (repeated)."""
-    model.compile(optimizer=optimizer, loss=loss, jit_compile=xla, **more)
-    model.fit(data.repeat(), epochs=1, steps_per_epoch=steps, verbose=0)
-
-
 def pretrain(name, size, args):
     """(model, seconds per step) after `pretrain_steps` AdamW steps on `size` MNIST images."""
     import keras
@@ -90,7 +84,8 @@ def pretrain(name, size, args):
     schedule = (recipe.learning_rate, steps, max(1, steps // 20))
     decay = dict(weight_decay=recipe.weight_decay, decay="cosine")
     loss = training.loss(recipe.label_smoothing)
-    fit(model, train, training.pretrain_optimizer(*schedule, **decay), loss, steps, args.xla)
+    model.compile(training.pretrain_optimizer(*schedule, **decay), loss, jit_compile=args.xla)
+    model.fit(train.repeat(), epochs=1, steps_per_epoch=steps, verbose=0)
     timed = lambda: model.fit(train.repeat(), epochs=1, steps_per_epoch=3, verbose=0)  # noqa: E731
     return model, time_call(timed, 1) / 3  # 3 steps timed once compiled
 
@@ -122,7 +117,8 @@ def transfer_accuracies(name, model, args) -> tuple[float, float]:
         for layer in (layer for layer in target.layers if layer.weights and layer.name != "head"):
             layer.set_weights(model.get_layer(layer.name).get_weights())
     optimizer = training.finetune_optimizer(config.learning_rate, steps)
-    fit(target, train, optimizer, training.loss(), steps, args.xla, metrics=["accuracy"])
+    target.compile(optimizer, training.loss(), metrics=["accuracy"], jit_compile=args.xla)
+    target.fit(train.repeat(), epochs=1, steps_per_epoch=steps, verbose=0)
     return few, float(target.evaluate(test, verbose=0, return_dict=True)["accuracy"])
 
 

@@ -93,8 +93,7 @@ def figure_values(result) -> dict:
         for side in ("keras", "export")
         for short, policy in (("f32", "float32"), ("bf16", "mixed_bfloat16"))
     }
-    for key, (name, form) in RATIOS.items():
-        values[key] = report.fig(result[name], form)
+    values |= {key: report.fig(result[name], form) for key, (name, form) in RATIOS.items()}
     values["load"] = " / ".join(f"{v:.2f}" for v in result["load_average"])
     values["setup"] = f"{result['variant']} @{result['image_size']}, batch {result['batch_size']}"
     return values

@@ -17,11 +17,8 @@ import time
 
 import report
 
-METHOD = (
-    "one training step (forward, cross-entropy, gradients, SGD update) of the model, "
-    "jit-compiled on Keras' JAX backend, float32, each point its own process; XLA's memory "
-    "analysis of the compiled step; with --run the step executed once and the process's peak RSS"
-)
+METHOD = "one jit-compiled training step (forward, cross-entropy, gradients, SGD update), Keras "
+METHOD += "on JAX, float32, a process a point; XLA's memory analysis; --run: peak RSS of one step"
 # (attention kernel, remat); the first, explicit attention without remat, is the baseline.
 COMBINATIONS = [(kernel, remat) for remat in (False, True) for kernel in ("explicit", "fused")]
 

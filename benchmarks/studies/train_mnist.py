@@ -71,9 +71,8 @@ def train_like_the_cli() -> dict:
 def figure_values(results: dict) -> dict:
     """The values the documents quote (benchmarks/figures.py), with their formats."""
     values = {"held_out_accuracy": report.fig(results["test_accuracy"], "{:.2%}")}
-    for key in ("wall_s", "cpu_s", "train_images_per_s"):
-        if key in results:
-            values[key] = report.fig(results[key], "{:.0f}")
+    values |= {key: report.fig(results[key], "{:.0f}")
+               for key in ("wall_s", "cpu_s", "train_images_per_s") if key in results}  # fmt: skip
     return values | {key: results[key] for key in ("cores", "epochs") if key in results}
 
 
