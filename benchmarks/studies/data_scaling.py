@@ -124,24 +124,20 @@ def transfer_accuracies(name, model, args) -> tuple[float, float]:
 
 def plot(results, path):
     """Figure-3 style: accuracy against pre-training images (log axis), one line per model."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
     from keras_vit import _atomic
 
-    figure = Figure(figsize=(9, 3.6), layout="constrained")
-    FigureCanvasAgg(figure)
+    figure = Figure(figsize=(9, 3.6), layout="constrained")  # savefig picks Agg for a PNG
     sizes = sorted({r["size"] for r in results})
     for ax, (key, label) in zip(figure.subplots(1, 2), PANELS.items(), strict=True):
         for name in sorted({r["model"] for r in results}, key=MODELS.index):
             rows = sorted((r for r in results if r["model"] == name), key=lambda r: r["size"])
-            color, marker = STYLES[name]
-            ax.plot([r["size"] for r in rows], [100 * r[key] for r in rows], marker=marker,
-                    color=color, label=name)  # fmt: skip
-        ax.set_xscale("log")
+            ax.plot([r["size"] for r in rows], [100 * r[key] for r in rows], label=name,
+                    **dict(zip(("color", "marker"), STYLES[name], strict=True)))  # fmt: skip
+        ax.set(xscale="log", xlabel="MNIST pre-training images", ylabel=f"{label} [%]")
         ax.set_xticks(sizes, [f"{size:,}" for size in sizes])
         ax.minorticks_off()
-        ax.set(xlabel="MNIST pre-training images", ylabel=f"{label} [%]")
         ax.grid(alpha=0.3)
         ax.legend()
     figure.suptitle("Pre-training data size vs transfer (paper figure 3, in miniature)")
