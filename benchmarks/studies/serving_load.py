@@ -53,19 +53,17 @@ def timed(index):  # (index, seconds, |logits - serial logits| or None, error or
 
 reference = [call(i) for i in range(len(pool))]  # serial answers, and the warm-up
 rss_warm, rng = rss_mb(), random.Random(0)
-bad_ids = [i for i in range(len(pool)) if bad[i]]
-good_ids = [i for i in range(len(pool)) if not bad[i]]
-num_bad = round(args["requests"] * args["bad_fraction"]) if bad_ids else 0
-order = [rng.choice(bad_ids) for _ in range(num_bad)]
-order += [rng.choice(good_ids) for _ in range(args["requests"] - num_bad)]
+ids = {flag: [i for i in range(len(pool)) if bad[i] == flag] for flag in (True, False)}
+num_bad = round(args["requests"] * args["bad_fraction"]) if ids[True] else 0
+order = [rng.choice(ids[True]) for _ in range(num_bad)]
+order += [rng.choice(ids[False]) for _ in range(args["requests"] - num_bad)]
 rng.shuffle(order)  # exactly round(requests * bad_fraction) bad requests, spread at random
 start = time.perf_counter()
 with ThreadPoolExecutor(args["threads"]) as threads:
     answers = list(threads.map(timed, order))
 wall, rss_end = time.perf_counter() - start, rss_mb()
-wrong = [f"bad payload {i} answered" for i, _, _, e in answers if bad[i] and e is None]
-wrong += [f"good payload {i} failed: {e[:200]}" for i, _, _, e in answers
-          if e is not None and not bad[i]]
+wrong = [f"bad payload {i} answered" if e is None else f"good payload {i} failed: {e[:200]}"
+         for i, _, _, e in answers if bad[i] == (e is None)]
 ms = np.array([seconds for _, seconds, _, _ in answers]) * 1000
 print("RESULT " + json.dumps({
     "requests": len(answers), "threads": args["threads"],
