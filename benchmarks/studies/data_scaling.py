@@ -175,24 +175,6 @@ def figure_values(results, wall_s) -> dict:
     return values
 
 
-def measure(args) -> list[dict]:
-    """One row per (size, model): parameters, step time, few-shot and fine-tuned accuracy."""
-    results = []
-    for size in args.sizes:
-        for name in args.models:
-            model, step_s = pretrain(name, size, args)
-            few, tuned = transfer_accuracies(name, model, args)
-            results.append({
-                "model": name, "size": size, "params": int(model.count_params()),
-                "step_ms": round(1000 * step_s, 1), "fewshot": round(few, 4),
-                "finetune": round(tuned, 4),
-            })  # fmt: skip
-            print(json.dumps(results[-1]), flush=True)
-            if args.png:  # redrawn after every point: a stopped run keeps its figure
-                plot(results, args.png)
-    return results
-
-
 def main(argv=None) -> int:
     args = parse_args(argv)
     argv = sys.argv[1:] if argv is None else list(argv)
@@ -201,8 +183,16 @@ def main(argv=None) -> int:
             saved = json.load(handle)
         results, wall, argv = saved["results"], saved["wall_s"], saved.get("argv", [])
     else:
-        start = time.time()
-        results = measure(args)
+        start, results = time.time(), []  # a row per (size, model)
+        for size, name in ((size, name) for size in args.sizes for name in args.models):
+            model, step_s = pretrain(name, size, args)
+            few, tuned = transfer_accuracies(name, model, args)
+            results.append({"model": name, "size": size, "params": model.count_params(),
+                            "step_ms": round(1000 * step_s, 1), "fewshot": round(few, 4),
+                            "finetune": round(tuned, 4)})  # fmt: skip
+            print(json.dumps(results[-1]), flush=True)
+            if args.png:  # redrawn after every point: a stopped run keeps its figure
+                plot(results, args.png)
         wall = round(time.time() - start, 1)
         print(f"\n{args.pretrain_steps} pre-training steps per model and size; fine-tuning "
               f"{args.finetune_steps} steps at {args.finetune_size} px; wall {wall} s")  # fmt: skip
