@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import tempfile
 import time
 
 try:
@@ -53,21 +54,6 @@ def train_default(config, verbose=2):
     }  # fmt: skip
 
 
-def train_like_the_cli() -> dict:
-    """What `keras-vit train` with no arguments does (`runs.train(RunConfig())`, the run
-    directory in a temporary folder): its results dict."""
-    import tempfile
-
-    from keras_vit.train import runs
-
-    with tempfile.TemporaryDirectory() as folder:
-        start_wall, start_cpu = time.time(), time.process_time()
-        result = runs.train(runs.RunConfig(), os.path.join(folder, "run"), verbose=0)
-        held_out = result.metrics["held_out"]
-        outcome = _outcome(held_out["loss"], held_out["accuracy"], start_wall, start_cpu)
-    return {**outcome, "epochs": result.metrics["epochs"]}
-
-
 def figure_values(results: dict) -> dict:
     """The values the documents quote (benchmarks/figures.py), with their formats."""
     values = {"held_out_accuracy": report.fig(results["test_accuracy"], "{:.2%}")}
@@ -77,7 +63,7 @@ def figure_values(results: dict) -> dict:
 
 
 def main(argv=None) -> int:
-    from keras_vit.train import training
+    from keras_vit.train import runs, training
 
     parser = report.parser(__doc__, "train_mnist.json", "append the results as a JSON line here")
     parser.add_argument("--epochs", type=int, help="override TrainConfig.epochs")
@@ -85,8 +71,14 @@ def main(argv=None) -> int:
     parser.add_argument("--cli", action="store_true", help="time what `keras-vit train` does")
     args = parser.parse_args(argv)
     report.at_least(parser, args, "epochs")
-    if args.cli:
-        results, about = train_like_the_cli(), "`keras-vit train` with no arguments (runs.train)"
+    if args.cli:  # `runs.train(RunConfig())`, the run directory in a temporary folder
+        about = "`keras-vit train` with no arguments (runs.train)"
+        with tempfile.TemporaryDirectory() as folder:
+            start_wall, start_cpu = time.time(), time.process_time()
+            result = runs.train(runs.RunConfig(), os.path.join(folder, "run"), verbose=0)
+            held_out = result.metrics["held_out"]
+            results = _outcome(held_out["loss"], held_out["accuracy"], start_wall, start_cpu)
+        results["epochs"] = result.metrics["epochs"]
     else:
         about = "the default TrainConfig with plain model.fit"
         overrides = {} if args.epochs is None else {"epochs": args.epochs}
