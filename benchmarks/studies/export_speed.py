@@ -66,26 +66,6 @@ def ask(server, steps) -> float:
     return float(server.stdout.readline())
 
 
-def summary(rates, logits, args):
-    import numpy as np
-
-    med = {point: median(values) for point, values in rates.items()}
-    f32, bf16 = logits["export float32"], logits["export mixed_bfloat16"]
-    scale = float(np.max(np.abs(f32)))
-    return {
-        "variant": args.variant, "image_size": args.image_size, "batch_size": args.batch_size,
-        "img_s": med, "img_s_repeats": rates,
-        "export_over_keras_float32": med["export float32"] / med["keras float32"],
-        "export_over_keras_bfloat16": med["export mixed_bfloat16"] / med["keras mixed_bfloat16"],
-        "bf16_export_over_f32_export": med["export mixed_bfloat16"] / med["export float32"],
-        "max_abs_logit": scale,
-        "bf16_vs_f32_export_max_diff_relative": float(np.max(np.abs(bf16 - f32))) / scale,
-        "bf16_vs_f32_export_top1_agreement": float(np.mean(bf16.argmax(1) == f32.argmax(1))),
-        "f32_export_vs_keras_max_diff": float(np.max(np.abs(f32 - logits["keras float32"]))),
-        "load_average": list(os.getloadavg()),
-    }  # fmt: skip
-
-
 def figure_values(result) -> dict:
     """The documents' figures: img/s of the four points, their ratios, the agreement."""
     values = {
@@ -155,7 +135,21 @@ def main(argv=None) -> int:
             for server in servers:
                 server.stdin.close()
                 server.wait(timeout=60)
-    result = summary(rates, logits, args)
+    med = {point: median(values) for point, values in rates.items()}
+    f32, bf16 = logits["export float32"], logits["export mixed_bfloat16"]
+    scale = float(np.max(np.abs(f32)))
+    result = {
+        "variant": args.variant, "image_size": args.image_size, "batch_size": args.batch_size,
+        "img_s": med, "img_s_repeats": rates,
+        "export_over_keras_float32": med["export float32"] / med["keras float32"],
+        "export_over_keras_bfloat16": med["export mixed_bfloat16"] / med["keras mixed_bfloat16"],
+        "bf16_export_over_f32_export": med["export mixed_bfloat16"] / med["export float32"],
+        "max_abs_logit": scale,
+        "bf16_vs_f32_export_max_diff_relative": float(np.max(np.abs(bf16 - f32))) / scale,
+        "bf16_vs_f32_export_top1_agreement": float(np.mean(bf16.argmax(1) == f32.argmax(1))),
+        "f32_export_vs_keras_max_diff": float(np.max(np.abs(f32 - logits["keras float32"]))),
+        "load_average": list(os.getloadavg()),
+    }  # fmt: skip
     print(json.dumps({k: v for k, v in result.items() if k != "img_s_repeats"}, indent=2))
     report.save_json(args.json, result)
     about = "SavedModel export served by a TensorFlow-only process against the Keras model, "

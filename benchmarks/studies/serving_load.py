@@ -100,18 +100,6 @@ def parse_args(argv=None):
     return args
 
 
-def export_model(folder):
-    import numpy as np
-
-    import keras_vit
-
-    model = keras_vit.ViT(image_size=IMAGE_SIZE, patch_size=8, hidden_dim=32, num_heads=4,
-                          mlp_dim=64, num_layers=2, num_classes=10)  # fmt: skip
-    rng = np.random.default_rng(0)
-    model.set_weights([w + 0.05 * rng.standard_normal(w.shape) for w in model.get_weights()])
-    return keras_vit.export_saved_model(model, os.path.join(folder, "export"), version=1)
-
-
 def encoded(pixels, kind) -> bytes:
     import io
 
@@ -152,11 +140,20 @@ def make_payloads(path, count, bad_fraction):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    import numpy as np
+
+    import keras_vit
+
+    model = keras_vit.ViT(image_size=IMAGE_SIZE, patch_size=8, hidden_dim=32, num_heads=4,
+                          mlp_dim=64, num_layers=2, num_classes=10)  # fmt: skip
+    rng = np.random.default_rng(0)  # random weights: distinct logits
+    model.set_weights([w + 0.05 * rng.standard_normal(w.shape) for w in model.get_weights()])
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="serving_load_") as folder:
         payloads = os.path.join(folder, "payloads.npz")
         make_payloads(payloads, args.pool, args.bad_fraction)
-        config = {"export": export_model(folder), "payloads": payloads}
+        export = keras_vit.export_saved_model(model, os.path.join(folder, "export"), version=1)
+        config = {"export": export, "payloads": payloads}
         env = {**os.environ, "PYTHONPATH": ""}
         argv = [sys.executable, "-c", SERVER, json.dumps({**config, **vars(args)})]
         result = report.child_json(argv, env=env, cwd=folder, timeout=3600)
