@@ -250,12 +250,17 @@ def run_all(args) -> list[dict]:
     return records
 
 
-def summarise(args, records: list[dict]) -> dict:
-    """Adds model TFLOP/s and both MFUs to each point; the device, both peaks, keras_vit's best
-    over timm's best per workload."""
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args.point:
+        print("RESULT " + json.dumps(run_point(json.loads(args.point))), flush=True)
+        return 0
+    from common import markdown, write_json
+
     from keras_vit.evaluate.benchmarking import model_gflops
 
-    ran = [r for r in records if "skipped" not in r]
+    start, records = time.monotonic(), run_all(args)
+    ran = [r for r in records if "skipped" not in r]  # each gets model TFLOP/s and both MFUs
     devices = [r["device"] for r in ran]
     device = next((d for d in devices if d != "CPU"), devices[0] if devices else "unknown")
     gemm = max((r["best_tflops"] for r in ran if r["kind"] == "gemm"), default=None)
@@ -265,25 +270,14 @@ def summarise(args, records: list[dict]) -> dict:
         r["model_tflops_per_s"] = model_gflops(variant, size, mode) * r["images_per_s"] / 1e3
         r["mfu_datasheet"] = r["model_tflops_per_s"] / sheet if sheet else None
         r["mfu_gemm"] = r["model_tflops_per_s"] / gemm if gemm else None
-    ratios = {}
+    ratios = {}  # per workload, keras_vit's best over timm's best
     for name in args.workloads:
         points = [r for r in ran if r.get("workload_name") == name]
         best = [max((r["images_per_s"] for r in points if r["peer"].startswith(side)), default=None)
                 for side in ("keras_vit", "timm")]  # fmt: skip
         ratios[name] = best[0] / best[1] if all(best) else None
-    return {"device": device, "datasheet_peak_tflops": sheet, "measured_gemm_tflops": gemm,
-            "keras_vit_best_over_timm_best": ratios}  # fmt: skip
-
-
-def main(argv=None) -> int:
-    args = parse_args(argv)
-    if args.point:
-        print("RESULT " + json.dumps(run_point(json.loads(args.point))), flush=True)
-        return 0
-    from common import markdown, write_json
-
-    start, records = time.monotonic(), run_all(args)
-    summary = summarise(args, records)
+    summary = {"device": device, "datasheet_peak_tflops": sheet, "measured_gemm_tflops": gemm,
+               "keras_vit_best_over_timm_best": ratios}  # fmt: skip
     pct = lambda v: "-" if v is None else f"{100 * v:.1f}%"  # noqa: E731
     rows = [[r["workload_name"], r["peer"], *(["skipped: " + r["skipped"]] if "skipped" in r else [
         f"{r['images_per_s']:.1f}", f"{r['peak_memory_gib']:.2f} ({r['memory_kind']})",
