@@ -74,11 +74,9 @@ def main(argv=None):
         "train_images_per_s": train_rate, "train_images_per_s_all": train_rates,
         "ratio": data_rate / train_rate, "peak_rss_mb": peak_rss_mb(),
     }  # fmt: skip
-    print(
-        f"{args.source} train pipeline, {size}px, batch {batch}: {data_rate:.0f} img/s; training "
-        f"step of the default model ({result['params']:,} params): {train_rate:.0f} img/s; "
-        f"ratio {result['ratio']:.1f}x (target >= 5x)"
-    )
+    print(f"{args.source} train pipeline, {size}px, batch {batch}: {data_rate:.0f} img/s; training "
+          f"step of the default model ({result['params']:,} params): {train_rate:.0f} img/s; "
+          f"ratio {result['ratio']:.1f}x (target >= 5x)")  # fmt: skip
     report.save_json(args.json, result)
     return 0
 

@@ -48,8 +48,7 @@ def train(args, folder, mixed_precision, jit_compile):
 
 
 def agreement(model, args, policy):
-    """Top-1 agreement, largest logit difference and both accuracies on the held-out images
-    of `model` run in float32 and under `policy` (the same weights)."""
+    """Top-1 agreement, logit difference, accuracies of `model` in float32 and under `policy`."""
     import numpy as np
 
     from keras_vit import data

@@ -14,9 +14,8 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-for _folder in (os.path.join(ROOT, "benchmarks", "harness"), os.path.join(ROOT, "benchmarks")):
-    if _folder not in sys.path:
-        sys.path.insert(0, _folder)
+_FOLDERS = (os.path.join(ROOT, "benchmarks"), os.path.join(ROOT, "benchmarks", "harness"))
+sys.path[:0] = [folder for folder in _FOLDERS if folder not in sys.path]
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
