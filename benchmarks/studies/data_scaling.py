@@ -151,17 +151,6 @@ def median_step_ms(results, name) -> float:
     return statistics.median(r["step_ms"] for r in results if r["model"] == name)
 
 
-def print_table(results) -> None:
-    """Accuracy (%) per model and pre-training size, with parameters and median step time."""
-    sizes, rows = sorted({r["size"] for r in results}), []
-    for key, name in ((k, n) for k in PANELS for n in MODELS):
-        by_size = {r["size"]: r for r in results if r["model"] == name}
-        if by_size:  # a model the run had
-            row = [f"{name} {key}", by_size[sizes[0]]["params"], median_step_ms(results, name)]
-            rows.append(row + [f"{100 * by_size[size][key]:.1f}" for size in sizes])
-    print("\n" + markdown(["model", "params", "train step ms (median)", *sizes], rows))
-
-
 def figure_values(results, wall_s) -> dict:
     """The documents' figures: every accuracy, parameter count and median step time."""
     values = {"wall_min": report.fig(wall_s / 60, "{:.0f}")}
@@ -198,7 +187,13 @@ def main(argv=None) -> int:
               f"{args.finetune_steps} steps at {args.finetune_size} px; wall {wall} s")  # fmt: skip
         saved = {"args": vars(args) | {"sizes": list(args.sizes)}, "results": results}
         report.save_json(args.json, saved | {"wall_s": wall, "argv": argv})
-    print_table(results)
+    sizes, rows = sorted({r["size"] for r in results}), []  # the table: accuracy (%)
+    for key, name in ((k, n) for k in PANELS for n in MODELS):
+        by_size = {r["size"]: r for r in results if r["model"] == name}
+        if by_size:  # a model the run had
+            row = [f"{name} {key}", by_size[sizes[0]]["params"], median_step_ms(results, name)]
+            rows.append(row + [f"{100 * by_size[size][key]:.1f}" for size in sizes])
+    print("\n" + markdown(["model", "params", "train step ms (median)", *sizes], rows))
     if args.png:
         plot(results, args.png)
     report.write_figures(args.results, figure_values(results, wall), __file__, ABOUT, argv)

@@ -26,10 +26,8 @@ def parser(doc: str, results: str | None = None, json_help="write the raw result
     if json_help:
         made.add_argument("--json", help=json_help)
     if results:
-        made.add_argument(
-            "--results", help=f"write the documents' figures here (benchmarks/results/{results}; "
-            "then `python benchmarks/figures.py --update`)",
-        )  # fmt: skip
+        where = f"benchmarks/results/{results}; then `python benchmarks/figures.py --update`"
+        made.add_argument("--results", help=f"write the documents' figures here ({where})")
     return made
 
 
@@ -85,8 +83,6 @@ def child_json(argv, prefix="RESULT ", **run) -> dict:
     done = subprocess.run(argv, capture_output=True, text=True, **run)
     lines = [line for line in done.stdout.splitlines() if line.startswith(prefix)]
     if done.returncode or not lines:
-        raise SystemExit(
-            f"the child process failed (exit {done.returncode}):\n"
-            f"{done.stdout[-2000:]}{done.stderr[-3000:]}"
-        )
+        tail = done.stdout[-2000:] + done.stderr[-3000:]
+        raise SystemExit(f"the child process failed (exit {done.returncode}):\n{tail}")
     return json.loads(lines[-1][len(prefix) :])

@@ -117,13 +117,11 @@ def make_payloads(path, count, bad_fraction):
 
     rng = np.random.default_rng(1)
     arrays, bad = {}, []
-    num_bad = round(count * bad_fraction)
-    bad_indices = [int(i) for i in np.linspace(0, count - 1, num_bad)] if num_bad else []
+    bad_indices = [int(i) for i in np.linspace(0, count - 1, round(count * bad_fraction))]
     for i in range(count):
         images = []
         for _ in range(int(rng.integers(1, 17))):
-            height, width = (int(v) for v in rng.integers(16, 65, 2))
-            pixels = rng.integers(0, 256, (height, width, 3), dtype=np.uint8)
+            pixels = rng.integers(0, 256, (*rng.integers(16, 65, 2), 3), dtype=np.uint8)
             images.append(encoded(pixels, "JPEG" if rng.random() < 0.5 else "PNG"))
         if i in bad_indices:
             kind = bad_indices.index(i) % 3
