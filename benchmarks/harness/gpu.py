@@ -132,17 +132,17 @@ def gemm_tflops(engine: str, sizes, repeats: int) -> dict:
         import jax.numpy as jnp
 
         product = jax.jit(lambda a: a @ a)
-        calls = {n: jnp.ones((n, n), jnp.bfloat16) for n in sizes}
+        matrices = {n: jnp.ones((n, n), jnp.bfloat16) for n in sizes}
         call = lambda a: product(a).block_until_ready()  # noqa: E731
     else:
         import torch
 
         cuda = torch.cuda.is_available()
-        calls = {n: torch.ones((n, n), dtype=torch.bfloat16, device="cuda" if cuda else "cpu")
-                 for n in sizes}  # fmt: skip
+        matrices = {n: torch.ones((n, n), dtype=torch.bfloat16, device="cuda" if cuda else "cpu")
+                    for n in sizes}  # fmt: skip
         call = lambda a: (a @ a, cuda and torch.cuda.synchronize())  # noqa: E731
     figures = {}
-    for n, a in calls.items():
+    for n, a in matrices.items():
         call(a)
         steps = max(1, min(50, int(5e12 // (2 * n**3))))
         times = [time_steps(lambda a=a: call(a), steps) / steps for _ in range(repeats)]
