@@ -1,16 +1,10 @@
 """The GPU race: keras_vit on Keras JAX and Keras PyTorch beside timm, with no TensorFlow.
 
-Runs where the GPUs are (PyTorch, JAX, timm, Keras as a wheel): nothing in its import chain
-imports TensorFlow. Peers: keras_vit under mixed_bfloat16 on Keras JAX (XLA) and PyTorch
-(eager); timm's `VisionTransformer` of the same architecture under bfloat16 autocast, eager
-and `torch.compile` (a peer whose modules are missing is skipped, saying so). Every point and
-each bfloat16 GEMM probe (jax.numpy, torch) runs in its own process, under one `--budget-s`.
-Measured per point: img/s (median of repeats, data on the device), peak device memory, and
-model FLOP utilisation (`benchmarking.model_gflops`, the same count for every peer) against
-the data-sheet bfloat16 peak and the run's best GEMM. One JSON file (`--json`).
+keras_vit (mixed_bfloat16; JAX with XLA, PyTorch eager) and timm's ViT (bfloat16 autocast, eager
+and `torch.compile`), each point in its own process: img/s (data on the device), peak device
+memory, MFU against the data-sheet bfloat16 peak and this run's best bfloat16 GEMM. One JSON.
 
-    python benchmarks/bench.py gpu --json gpu.json         # on the GPU machine
-    python benchmarks/bench.py gpu --smoke --json s.json   # tiny, on CPU (CI)
+    python benchmarks/bench.py gpu --json gpu.json   # on the GPU machine; --smoke: tiny, CPU
 """
 
 from __future__ import annotations
@@ -34,24 +28,18 @@ PEAK_BF16_TFLOPS = {"H200": 989.0, "H100 PCIe": 756.0, "H100": 989.0, "A100": 31
 
 # name: (variant, mode, image size, batch); the GPU suite (issue 45's table), then its smoke.
 WORKLOADS = {
-    "b16_train_224": ("B/16", "train", 224, 128),
-    "b16_infer_224": ("B/16", "infer", 224, 256),
-    "b16_train_384": ("B/16", "train", 384, 64),
-    "l16_train_224": ("L/16", "train", 224, 64),
+    "b16_train_224": ("B/16", "train", 224, 128), "b16_infer_224": ("B/16", "infer", 224, 256),
+    "b16_train_384": ("B/16", "train", 384, 64), "l16_train_224": ("L/16", "train", 224, 64),
     "ti16_train_224": ("Ti/16", "train", 224, 256),
-}
+}  # fmt: skip
 SMOKE_WORKLOADS = {"tiny_train_16": (TINY, "train", 16, 2), "tiny_infer_16": (TINY, "infer", 16, 2)}
 
-# name: (modules that must import, KERAS_BACKEND or None); the order is the run order, and
-# keras_vit on Keras PyTorch (eager, the slowest) runs after every other point, so that a
-# budget too short for all drops its points first.
+# name: (modules that must import, KERAS_BACKEND or None), in run order; keras_vit on Keras
+# PyTorch (eager, the slowest) runs after every other point: a short budget drops it first.
 PEERS = {
-    "keras_vit_jax": (("jax", "keras"), "jax"),
-    "timm_compile": (("torch", "timm"), None),
-    "timm_eager": (("torch", "timm"), None),
-    "keras_vit_torch": (("torch", "keras"), "torch"),
-}
-LAST = ("keras_vit_torch",)
+    "keras_vit_jax": (("jax", "keras"), "jax"), "timm_compile": (("torch", "timm"), None),
+    "timm_eager": (("torch", "timm"), None), "keras_vit_torch": (("torch", "keras"), "torch"),
+}  # fmt: skip
 
 
 def peak_tflops(device: str, override: float | None = None) -> float | None:
@@ -62,36 +50,28 @@ def peak_tflops(device: str, override: float | None = None) -> float | None:
     return PEAK_BF16_TFLOPS[max(keys, key=len)]
 
 
-def host_peak():
-    """Peak resident memory of this process (GiB), for a point run on a CPU."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, "host RSS"
-
-
-def device_and_memory(engine: str):
-    """(device name, a function returning this process' peak memory in GiB and its kind)."""
+def device_and_peak(engine: str):
+    """(device name, peak memory in GiB, "device"; on a CPU this process' peak, "host RSS")."""
     if engine == "jax":
         import jax
 
         device = jax.local_devices()[0]
+        name = device.device_kind if device.platform != "cpu" else "CPU"
+        peak = (device.memory_stats() or {}).get("peak_bytes_in_use")
+    else:
+        import torch
 
-        def peak():
-            stats = device.memory_stats() or {}
-            if "peak_bytes_in_use" not in stats:
-                return host_peak()
-            return stats["peak_bytes_in_use"] / 2**30, "device"
-
-        return (device.device_kind if device.platform != "cpu" else "CPU"), peak
-    import torch
-
-    if not torch.cuda.is_available():
-        return "CPU", host_peak
-    name = torch.cuda.get_device_name(0)
-    return name, lambda: (torch.cuda.max_memory_allocated() / 2**30, "device")
+        cuda = torch.cuda.is_available()
+        name = torch.cuda.get_device_name(0) if cuda else "CPU"
+        peak = torch.cuda.max_memory_allocated() if cuda else None
+    if peak is None:
+        return name, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, "host RSS"
+    return name, peak / 2**30, "device"
 
 
 def keras_step(variant, mode, size, batch):
-    """keras_vit's ViT under mixed_bfloat16, compiled as the backend compiles (XLA on JAX,
-    eager on PyTorch): one step on a batch already on the device."""
+    """keras_vit's ViT under mixed_bfloat16 (XLA on JAX, eager on PyTorch): its step on a batch
+    already on the device."""
     import keras
     import numpy as np
 
@@ -105,9 +85,8 @@ def keras_step(variant, mode, size, batch):
     rng = np.random.default_rng(0)
     images = keras.ops.convert_to_tensor(rng.uniform(-1, 1, (batch, size, size, 3)), "float32")
     labels = keras.ops.convert_to_tensor(rng.integers(0, 1000, (batch,)), "int32")
-    if mode == "train":
-        return lambda: model.train_on_batch(images, labels)
-    return lambda: model.predict_on_batch(images)
+    train = mode == "train"
+    return lambda: model.train_on_batch(images, labels) if train else model.predict_on_batch(images)
 
 
 def timm_step(variant, mode, size, batch, compiled):
@@ -146,54 +125,47 @@ def timm_step(variant, mode, size, batch, compiled):
 
 def gemm_tflops(engine: str, sizes, repeats: int) -> dict:
     """{size: TFLOP/s} of an n x n bfloat16 matrix product in `engine`, median of repeats."""
+    from keras_vit.evaluate.benchmarking import time_steps
+
     if engine == "jax":
         import jax
         import jax.numpy as jnp
 
-        product = jax.jit(lambda a, b: a @ b)
-
-        def make(n):
-            a = jnp.ones((n, n), jnp.bfloat16)
-            return lambda: product(a, a).block_until_ready()
+        product = jax.jit(lambda a: a @ a)
+        matrices = {n: jnp.ones((n, n), jnp.bfloat16) for n in sizes}
+        call = lambda a: product(a).block_until_ready()  # noqa: E731
     else:
         import torch
 
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-        sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-
-        def make(n):
-            a = torch.ones((n, n), dtype=torch.bfloat16, device=device)
-            return lambda: (a @ a, sync())
-
-    from keras_vit.evaluate.benchmarking import time_steps
-
+        cuda = torch.cuda.is_available()
+        matrices = {n: torch.ones((n, n), dtype=torch.bfloat16, device="cuda" if cuda else "cpu")
+                    for n in sizes}  # fmt: skip
+        call = lambda a: (a @ a, cuda and torch.cuda.synchronize())  # noqa: E731
     figures = {}
-    for n in sizes:
-        call = make(n)
-        call()
+    for n, a in matrices.items():
+        call(a)
         steps = max(1, min(50, int(5e12 // (2 * n**3))))
-        times = [time_steps(call, steps) / steps for _ in range(repeats)]
+        times = [time_steps(lambda a=a: call(a), steps) / steps for _ in range(repeats)]
         figures[str(n)] = 2 * n**3 / statistics.median(times) / 1e12
     return figures
 
 
 def run_point(spec: dict) -> dict:
     """Runs one point (`spec`: kind "gemm" or "model") in this process; returns its figures."""
-    if spec["kind"] == "gemm":
-        figures = gemm_tflops(spec["engine"], spec["sizes"], spec["repeats"])
-        device = device_and_memory(spec["engine"])[0]
-        return {"device": device, "tflops": figures, "best_tflops": max(figures.values())}
     from keras_vit.evaluate.benchmarking import time_steps
 
+    if spec["kind"] == "gemm":
+        figures = gemm_tflops(spec["engine"], spec["sizes"], spec["repeats"])
+        device = device_and_peak(spec["engine"])[0]
+        return {"device": device, "tflops": figures, "best_tflops": max(figures.values())}
     (variant, mode, size, batch), peer = spec["workload"], spec["peer"]
-    device, peak = device_and_memory("jax" if peer == "keras_vit_jax" else "torch")
     if peer.startswith("keras_vit"):
         step = keras_step(variant, mode, size, batch)
     else:
         step = timm_step(variant, mode, size, batch, peer == "timm_compile")
     warmup_s, steps = time_steps(step, spec["warmup"]), spec["steps"]
     rates = [batch * steps / time_steps(step, steps) for _ in range(spec["repeats"])]
-    memory, memory_kind = peak()
+    device, memory, memory_kind = device_and_peak("jax" if peer == "keras_vit_jax" else "torch")
     return {"device": device, "images_per_s": statistics.median(rates), "images_per_s_all": rates,
             "warmup_s": warmup_s, "peak_memory_gib": memory, "memory_kind": memory_kind,
             "tensorflow_imported": "tensorflow" in sys.modules}  # fmt: skip
@@ -232,11 +204,11 @@ def point_specs(args) -> list[dict]:
     gemm = {"kind": "gemm", "sizes": sizes, "repeats": repeats}
     specs = [{**gemm, "engine": engine, "needs": (engine,)} for engine in ("jax", "torch")]
     counts = dict(warmup=1, steps=1, repeats=1) if smoke else dict(warmup=3, steps=10, repeats=3)
-    late = [peer for peer in args.peers if peer in LAST]
-    for group in ([peer for peer in args.peers if peer not in LAST], late):
-        for name in args.workloads:
-            point = {"kind": "model", "workload_name": name, "workload": args.table[name], **counts}
-            specs += [{**point, "peer": peer, "needs": PEERS[peer][0]} for peer in group]
+    for late in (False, True):
+        for name, peer in ((n, p) for n in args.workloads for p in args.peers):
+            if (peer == "keras_vit_torch") == late:
+                point = {"kind": "model", "workload_name": name, "workload": args.table[name]}
+                specs.append({**point, **counts, "peer": peer, "needs": PEERS[peer][0]})
     return specs
 
 
@@ -264,8 +236,7 @@ def run_all(args) -> list[dict]:
         left = deadline - time.monotonic()
         missing = [module for module in spec["needs"] if importlib.util.find_spec(module) is None]
         reason = f"{missing[0]} is not installed here" if missing else None
-        if reason is None and left < 5:
-            reason = f"budget of {args.budget_s:.0f} s spent"
+        reason = reason or (f"budget of {args.budget_s:.0f} s spent" if left < 5 else None)
         result = {"skipped": reason} if reason else launch(spec, min(left, args.point_timeout_s))
         records.append(record := {**spec, **result})
         if "skipped" in record:
@@ -279,12 +250,17 @@ def run_all(args) -> list[dict]:
     return records
 
 
-def summarise(args, records: list[dict]) -> dict:
-    """Adds model TFLOP/s and both utilisations to each point; the device, both peaks, and
-    per workload keras_vit's best over timm's best."""
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args.point:
+        print("RESULT " + json.dumps(run_point(json.loads(args.point))), flush=True)
+        return 0
+    from common import markdown, write_json
+
     from keras_vit.evaluate.benchmarking import model_gflops
 
-    ran = [r for r in records if "skipped" not in r]
+    start, records = time.monotonic(), run_all(args)
+    ran = [r for r in records if "skipped" not in r]  # each gets model TFLOP/s and both MFUs
     devices = [r["device"] for r in ran]
     device = next((d for d in devices if d != "CPU"), devices[0] if devices else "unknown")
     gemm = max((r["best_tflops"] for r in ran if r["kind"] == "gemm"), default=None)
@@ -294,38 +270,26 @@ def summarise(args, records: list[dict]) -> dict:
         r["model_tflops_per_s"] = model_gflops(variant, size, mode) * r["images_per_s"] / 1e3
         r["mfu_datasheet"] = r["model_tflops_per_s"] / sheet if sheet else None
         r["mfu_gemm"] = r["model_tflops_per_s"] / gemm if gemm else None
-    ratios = {}
+    ratios = {}  # per workload, keras_vit's best over timm's best
     for name in args.workloads:
         points = [r for r in ran if r.get("workload_name") == name]
         best = [max((r["images_per_s"] for r in points if r["peer"].startswith(side)), default=None)
                 for side in ("keras_vit", "timm")]  # fmt: skip
         ratios[name] = best[0] / best[1] if all(best) else None
-    return {"device": device, "datasheet_peak_tflops": sheet, "measured_gemm_tflops": gemm,
-            "keras_vit_best_over_timm_best": ratios}  # fmt: skip
-
-
-def main(argv=None) -> int:
-    args = parse_args(argv)
-    if args.point:
-        print("RESULT " + json.dumps(run_point(json.loads(args.point))), flush=True)
-        return 0
-    start, records = time.monotonic(), run_all(args)
-    summary = summarise(args, records)
+    summary = {"device": device, "datasheet_peak_tflops": sheet, "measured_gemm_tflops": gemm,
+               "keras_vit_best_over_timm_best": ratios}  # fmt: skip
     pct = lambda v: "-" if v is None else f"{100 * v:.1f}%"  # noqa: E731
-    print("| workload | peer | img/s | peak GiB | model TFLOP/s | MFU sheet | MFU GEMM |")
-    print("|---" * 7 + "|")
-    for r in (r for r in records if r["kind"] == "model"):
-        cells = [f"skipped: {r['skipped']} |||"] if "skipped" in r else [
-            f"{r['images_per_s']:.1f}", f"{r['peak_memory_gib']:.2f} ({r['memory_kind']})",
-            f"{r['model_tflops_per_s']:.3f}", pct(r["mfu_datasheet"]), pct(r["mfu_gemm"])
-        ]  # fmt: skip
-        print(f"| {r['workload_name']} | {r['peer']} | " + " | ".join(cells) + " |")
+    rows = [[r["workload_name"], r["peer"], *(["skipped: " + r["skipped"]] if "skipped" in r else [
+        f"{r['images_per_s']:.1f}", f"{r['peak_memory_gib']:.2f} ({r['memory_kind']})",
+        f"{r['model_tflops_per_s']:.3f}", pct(r["mfu_datasheet"]), pct(r["mfu_gemm"])])]
+        for r in records if r["kind"] == "model"]  # fmt: skip
+    header = "workload|peer|img/s|peak GiB|model TFLOP/s|MFU sheet|MFU GEMM".split("|")
+    print(markdown(header, rows))
     print(json.dumps(summary))
     payload = {**summary, "smoke": args.smoke, "budget_s": args.budget_s,
                "wall_s": time.monotonic() - start, "points": records}  # fmt: skip
     if args.json_path:
-        with open(args.json_path, "w", encoding="utf-8") as handle:
-            json.dump(payload, handle, indent=2)
+        write_json(args.json_path, payload)
     return 0
 
 

@@ -1,28 +1,24 @@
 """Study: the paper's data-requirement experiment in miniature (section 4.2, figures 3-4).
 
-A ViT (the default recipe, patch stem), a hybrid (BiT root stem + the same Transformer) and a
-BiT ResNet (the same root, two bottleneck stages) are pre-trained with the same AdamW recipe
-and steps on growing stratified subsets of the embedded MNIST (250 to 4,000 images).
-Measured on the UCI digits: 10-shot linear probe accuracy (`keras_vit.evaluate.fewshot`, 3
-seeds) and accuracy fine-tuned at 40 px (the release's SGD recipe), with each model's
-parameters and step time; a table (stdout, --json) and a PNG like the paper's figure 3.
+A ViT, a hybrid (BiT root + the same Transformer) and a BiT ResNet, pre-trained alike on growing
+MNIST subsets (250-4,000 images); on the UCI digits: 10-shot linear accuracy (3 seeds) and accuracy
+fine-tuned at 40 px, with parameters and step time (ms). A table (stdout, --json) and a PNG.
 
-    python benchmarks/studies/data_scaling.py --png data_scaling.png   # ~20-30 min, 2 cores
-    python benchmarks/studies/data_scaling.py --quick --png /tmp/ds.png  # smoke run, ~2 min
+    python benchmarks/studies/data_scaling.py --png data_scaling.png   # --quick: smoke run
 """
 
 from __future__ import annotations
 
 import json
 import statistics
+import sys
 import time
 
 import report
+from common import markdown, time_call
 
-MODELS = ("ViT", "ResNet", "hybrid")
-SIZES = (250, 500, 1000, 2000, 4000)
-SEED, SHOTS = 0, 10
 STYLES = {"ViT": ("tab:blue", "o"), "ResNet": ("tab:gray", "s"), "hybrid": ("tab:orange", "^")}
+MODELS, SIZES, SEED, SHOTS = tuple(STYLES), (250, 500, 1000, 2000, 4000), 0, 10
 PANELS = {"fewshot": "10-shot linear accuracy (digits)", "finetune": "fine-tuned (digits, 40 px)"}
 ABOUT = (
     "The data-size experiment in miniature (paper section 4.2, figure 3): 10-shot linear and "
@@ -72,12 +68,6 @@ def build(name: str, num_classes: int, image_size: int):
     return keras.Model(images, head, name="bit_resnet")
 
 
-def fit(model, data, optimizer, loss, steps, xla, **more):
-    """Compiles `model` and fits it for `steps` steps of `data` (repeated)."""
-    model.compile(optimizer=optimizer, loss=loss, jit_compile=xla, **more)
-    model.fit(data.repeat(), epochs=1, steps_per_epoch=steps, verbose=0)
-
-
 def pretrain(name, size, args):
     """(model, seconds per step) after `pretrain_steps` AdamW steps on `size` MNIST images."""
     import keras
@@ -94,10 +84,10 @@ def pretrain(name, size, args):
     schedule = (recipe.learning_rate, steps, max(1, steps // 20))
     decay = dict(weight_decay=recipe.weight_decay, decay="cosine")
     loss = training.loss(recipe.label_smoothing)
-    fit(model, train, training.pretrain_optimizer(*schedule, **decay), loss, steps, args.xla)
-    start = time.perf_counter()
-    model.fit(train.repeat(), epochs=1, steps_per_epoch=3, verbose=0)  # timed once compiled
-    return model, (time.perf_counter() - start) / 3
+    model.compile(training.pretrain_optimizer(*schedule, **decay), loss, jit_compile=args.xla)
+    model.fit(train.repeat(), epochs=1, steps_per_epoch=steps, verbose=0)
+    timed = lambda: model.fit(train.repeat(), epochs=1, steps_per_epoch=3, verbose=0)  # noqa: E731
+    return model, time_call(timed, 1) / 3  # 3 steps timed once compiled
 
 
 def transfer_accuracies(name, model, args) -> tuple[float, float]:
@@ -127,30 +117,27 @@ def transfer_accuracies(name, model, args) -> tuple[float, float]:
         for layer in (layer for layer in target.layers if layer.weights and layer.name != "head"):
             layer.set_weights(model.get_layer(layer.name).get_weights())
     optimizer = training.finetune_optimizer(config.learning_rate, steps)
-    fit(target, train, optimizer, training.loss(), steps, args.xla, metrics=["accuracy"])
+    target.compile(optimizer, training.loss(), metrics=["accuracy"], jit_compile=args.xla)
+    target.fit(train.repeat(), epochs=1, steps_per_epoch=steps, verbose=0)
     return few, float(target.evaluate(test, verbose=0, return_dict=True)["accuracy"])
 
 
 def plot(results, path):
     """Figure-3 style: accuracy against pre-training images (log axis), one line per model."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
     from keras_vit import _atomic
 
-    figure = Figure(figsize=(9, 3.6), layout="constrained")
-    FigureCanvasAgg(figure)
+    figure = Figure(figsize=(9, 3.6), layout="constrained")  # savefig picks Agg for a PNG
     sizes = sorted({r["size"] for r in results})
     for ax, (key, label) in zip(figure.subplots(1, 2), PANELS.items(), strict=True):
         for name in sorted({r["model"] for r in results}, key=MODELS.index):
             rows = sorted((r for r in results if r["model"] == name), key=lambda r: r["size"])
-            color, marker = STYLES[name]
-            ax.plot([r["size"] for r in rows], [100 * r[key] for r in rows], marker=marker,
-                    color=color, label=name)  # fmt: skip
-        ax.set_xscale("log")
+            ax.plot([r["size"] for r in rows], [100 * r[key] for r in rows], label=name,
+                    **dict(zip(("color", "marker"), STYLES[name], strict=True)))  # fmt: skip
+        ax.set(xscale="log", xlabel="MNIST pre-training images", ylabel=f"{label} [%]")
         ax.set_xticks(sizes, [f"{size:,}" for size in sizes])
         ax.minorticks_off()
-        ax.set(xlabel="MNIST pre-training images", ylabel=f"{label} [%]")
         ax.grid(alpha=0.3)
         ax.legend()
     figure.suptitle("Pre-training data size vs transfer (paper figure 3, in miniature)")
@@ -162,17 +149,6 @@ def plot(results, path):
 def median_step_ms(results, name) -> float:
     """The model's median pre-training step time over the sizes (ms)."""
     return statistics.median(r["step_ms"] for r in results if r["model"] == name)
-
-
-def print_table(results, sizes, models) -> None:
-    print("\n| model | params | train step ms (median) | " + " | ".join(map(str, sizes)) + " |")
-    print("|---|---|---|" + "---|" * len(sizes))
-    for key in PANELS:
-        for name in models:
-            rows = {r["size"]: r for r in results if r["model"] == name}
-            cells = " | ".join(f"{100 * rows[s][key]:.1f}" for s in sizes)
-            params = rows[sizes[0]]["params"]
-            print(f"| {name} {key} | {params} | {median_step_ms(results, name)} | {cells} |")
 
 
 def figure_values(results, wall_s) -> dict:
@@ -188,47 +164,39 @@ def figure_values(results, wall_s) -> dict:
     return values
 
 
-def measure(args) -> list[dict]:
-    """One row per (size, model): parameters, step time, few-shot and fine-tuned accuracy."""
-    results = []
-    for size in args.sizes:
-        for name in args.models:
-            model, step_s = pretrain(name, size, args)
-            few, tuned = transfer_accuracies(name, model, args)
-            results.append({
-                "model": name, "size": size, "params": int(model.count_params()),
-                "step_ms": round(1000 * step_s, 1), "fewshot": round(few, 4),
-                "finetune": round(tuned, 4),
-            })  # fmt: skip
-            print(json.dumps(results[-1]), flush=True)
-            if args.png:  # redrawn after every point: a stopped run keeps its figure
-                plot(results, args.png)
-    return results
-
-
 def main(argv=None) -> int:
-    import sys
-
     args = parse_args(argv)
     argv = sys.argv[1:] if argv is None else list(argv)
     if args.replot:
         with open(args.replot) as handle:
             saved = json.load(handle)
         results, wall, argv = saved["results"], saved["wall_s"], saved.get("argv", [])
-        print_table(results, tuple(saved["args"]["sizes"]), saved["args"]["models"])
     else:
-        start = time.time()
-        results = measure(args)
+        start, results = time.time(), []  # a row per (size, model)
+        for size, name in ((size, name) for size in args.sizes for name in args.models):
+            model, step_s = pretrain(name, size, args)
+            few, tuned = transfer_accuracies(name, model, args)
+            results.append({"model": name, "size": size, "params": model.count_params(),
+                            "step_ms": round(1000 * step_s, 1), "fewshot": round(few, 4),
+                            "finetune": round(tuned, 4)})  # fmt: skip
+            print(json.dumps(results[-1]), flush=True)
+            if args.png:  # redrawn after every point: a stopped run keeps its figure
+                plot(results, args.png)
         wall = round(time.time() - start, 1)
-        print_table(results, args.sizes, args.models)
         print(f"\n{args.pretrain_steps} pre-training steps per model and size; fine-tuning "
               f"{args.finetune_steps} steps at {args.finetune_size} px; wall {wall} s")  # fmt: skip
         saved = {"args": vars(args) | {"sizes": list(args.sizes)}, "results": results}
         report.save_json(args.json, saved | {"wall_s": wall, "argv": argv})
+    sizes, rows = sorted({r["size"] for r in results}), []  # the table: accuracy (%)
+    for key, name in ((k, n) for k in PANELS for n in MODELS):
+        by_size = {r["size"]: r for r in results if r["model"] == name}
+        if by_size:  # a model the run had
+            row = [f"{name} {key}", by_size[sizes[0]]["params"], median_step_ms(results, name)]
+            rows.append(row + [f"{100 * by_size[size][key]:.1f}" for size in sizes])
+    print("\n" + markdown(["model", "params", "train step ms (median)", *sizes], rows))
     if args.png:
         plot(results, args.png)
-    if args.results:
-        report.write_figures(args.results, figure_values(results, wall), __file__, ABOUT, argv)
+    report.write_figures(args.results, figure_values(results, wall), __file__, ABOUT, argv)
     return 0
 
 

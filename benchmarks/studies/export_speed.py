@@ -1,11 +1,8 @@
 """Study: does a TensorFlow-only process serve the SavedModel export as fast as Keras runs it?
 
-A ViT of the variant (a random head) is exported in float32 and in mixed_bfloat16 (what
-`keras-vit export --mixed-precision mixed_bfloat16` writes), each served by its own process
-that imports TensorFlow only. Measured: img/s of the two exports and of the Keras model's
-`predict_on_batch` under both policies (no XLA), timed in turn in rotating order (medians);
-the bfloat16 export's top-1 agreement and largest logit difference (relative) against the
-float32 export's, and the float32 export against the Keras model.
+The variant's float32 and mixed_bfloat16 exports (a random head), each served by a TensorFlow-only
+process, against the Keras model's `predict_on_batch` under both (no XLA): img/s (medians of
+rotated repeats), the bfloat16 export's top-1 agreement and largest relative logit difference.
 
     python benchmarks/studies/export_speed.py --variant S/16 --batch-size 16
 """
@@ -20,7 +17,7 @@ import tempfile
 from functools import partial
 
 import report
-from common import add_model_arguments, check_model_arguments, median, time_call
+from common import add_model_arguments, build_model, check_model_arguments, median, time_call
 
 SERVER = r"""
 import sys, time
@@ -69,26 +66,6 @@ def ask(server, steps) -> float:
     return float(server.stdout.readline())
 
 
-def summary(rates, logits, args):
-    import numpy as np
-
-    med = {point: median(values) for point, values in rates.items()}
-    f32, bf16 = logits["export float32"], logits["export mixed_bfloat16"]
-    scale = float(np.max(np.abs(f32)))
-    return {
-        "variant": args.variant, "image_size": args.image_size, "batch_size": args.batch_size,
-        "img_s": med, "img_s_repeats": rates,
-        "export_over_keras_float32": med["export float32"] / med["keras float32"],
-        "export_over_keras_bfloat16": med["export mixed_bfloat16"] / med["keras mixed_bfloat16"],
-        "bf16_export_over_f32_export": med["export mixed_bfloat16"] / med["export float32"],
-        "max_abs_logit": scale,
-        "bf16_vs_f32_export_max_diff_relative": float(np.max(np.abs(bf16 - f32))) / scale,
-        "bf16_vs_f32_export_top1_agreement": float(np.mean(bf16.argmax(1) == f32.argmax(1))),
-        "f32_export_vs_keras_max_diff": float(np.max(np.abs(f32 - logits["keras float32"]))),
-        "load_average": list(os.getloadavg()),
-    }  # fmt: skip
-
-
 def figure_values(result) -> dict:
     """The documents' figures: img/s of the four points, their ratios, the agreement."""
     values = {
@@ -96,8 +73,7 @@ def figure_values(result) -> dict:
         for side in ("keras", "export")
         for short, policy in (("f32", "float32"), ("bf16", "mixed_bfloat16"))
     }
-    for key, (name, form) in RATIOS.items():
-        values[key] = report.fig(result[name], form)
+    values |= {key: report.fig(result[name], form) for key, (name, form) in RATIOS.items()}
     values["load"] = " / ".join(f"{v:.2f}" for v in result["load_average"])
     values["setup"] = f"{result['variant']} @{result['image_size']}, batch {result['batch_size']}"
     return values
@@ -133,14 +109,11 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     import keras
     import numpy as np
-    from common import variant_arch
 
-    from keras_vit.model.models import ViT
     from keras_vit.runtime import distribute
 
     keras.utils.set_random_seed(0)
-    arch = variant_arch(args.variant)
-    model = ViT(**arch, image_size=args.image_size, num_classes=1000, dropout_rate=0.0)
+    model = build_model("keras_vit", args.variant, args.image_size)  # no dropout
     head, rng = model.get_layer("head"), np.random.default_rng(0)  # a random head: logits != 0
     head.set_weights([rng.normal(0, 0.05, w.shape) for w in head.get_weights()])
     models = {"float32": model}
@@ -152,7 +125,7 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         timers, logits, servers = start_points(models, images, pixels, tmp)
         try:
-            for timer in timers.values() if args.warmup else ():
+            for timer in timers.values():
                 timer(args.warmup)
             rates = {
                 point: lambda t=timers[point]: images_per_call / t(args.steps) for point in POINTS
@@ -162,13 +135,26 @@ def main(argv=None) -> int:
             for server in servers:
                 server.stdin.close()
                 server.wait(timeout=60)
-    result = summary(rates, logits, args)
+    med = {point: median(values) for point, values in rates.items()}
+    f32, bf16 = logits["export float32"], logits["export mixed_bfloat16"]
+    scale = float(np.max(np.abs(f32)))
+    result = {
+        "variant": args.variant, "image_size": args.image_size, "batch_size": args.batch_size,
+        "img_s": med, "img_s_repeats": rates,
+        "export_over_keras_float32": med["export float32"] / med["keras float32"],
+        "export_over_keras_bfloat16": med["export mixed_bfloat16"] / med["keras mixed_bfloat16"],
+        "bf16_export_over_f32_export": med["export mixed_bfloat16"] / med["export float32"],
+        "max_abs_logit": scale,
+        "bf16_vs_f32_export_max_diff_relative": float(np.max(np.abs(bf16 - f32))) / scale,
+        "bf16_vs_f32_export_top1_agreement": float(np.mean(bf16.argmax(1) == f32.argmax(1))),
+        "f32_export_vs_keras_max_diff": float(np.max(np.abs(f32 - logits["keras float32"]))),
+        "load_average": list(os.getloadavg()),
+    }  # fmt: skip
     print(json.dumps({k: v for k, v in result.items() if k != "img_s_repeats"}, indent=2))
     report.save_json(args.json, result)
-    if args.results:
-        about = "SavedModel export served by a TensorFlow-only process against the Keras model, "
-        about += "float32 and mixed_bfloat16, no XLA (img/s, medians of rotated repeats)"
-        report.write_figures(args.results, figure_values(result), __file__, about)
+    about = "SavedModel export served by a TensorFlow-only process against the Keras model, "
+    about += "float32 and mixed_bfloat16, no XLA (img/s, medians of rotated repeats)"
+    report.write_figures(args.results, figure_values(result), __file__, about)
     return 0
 
 

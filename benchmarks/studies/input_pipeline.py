@@ -1,10 +1,8 @@
 """Study: does the input pipeline keep up? keras_vit.data.load alone vs the training step.
 
-Measures, interleaved (medians of the repeats), the images/s `keras_vit.data.load(source,
-"train", training=True)` delivers alone (prefetched, the source's default augmentation) and
-the images/s a training step (`train_on_batch`, XLA) of the default `keras-vit train` model
-(`TrainConfig`; `--image-size`, `--batch-size`, `--variant` override it) consumes on a batch
-of the same shape. Their ratio should be >= 5x.
+Images/s of `keras_vit.data.load(source, "train", training=True)` alone (prefetched, the source's
+augmentation) and of a training step (`train_on_batch`, XLA) of the default `keras-vit train`
+model (`--image-size`, `--batch-size`, `--variant` override it), interleaved; the ratio (>= 5x).
 
     python benchmarks/studies/input_pipeline.py --source mnist
 """
@@ -12,7 +10,6 @@ of the same shape. Their ratio should be >= 5x.
 from __future__ import annotations
 
 import sys
-import time
 
 import report
 from common import checked_image_size, checked_patch, median, named_image_size, time_call
@@ -36,14 +33,6 @@ def parse_args(argv=None):
     elif args.variant:
         checked_patch(parser, args.variant)
     return args
-
-
-def pipeline_rate(iterator, batches, batch_size):
-    """Images/second of pulling `batches` batches from a prefetched iterator."""
-    start = time.perf_counter()
-    for _ in range(batches):
-        next(iterator)
-    return batches * batch_size / (time.perf_counter() - start)
 
 
 def main(argv=None):
@@ -70,30 +59,24 @@ def main(argv=None):
     model.compile(**compile_kwargs)
     x = np.asarray(images)
     y = np.asarray(labels) if labels.shape.rank == 1 else np.argmax(labels, -1)
-    for _ in range(2):
-        model.train_on_batch(x, y)
-    pipeline_rate(iterator, 2, batch)  # fill the prefetch buffer
-
-    def train_rate():
-        return args.steps * batch / time_call(lambda: model.train_on_batch(x, y), args.steps)
-
-    rates = {"pipeline": lambda: pipeline_rate(iterator, args.batches, batch), "train": train_rate}
+    step, pull = (lambda: model.train_on_batch(x, y)), (lambda: next(iterator))
+    time_call(step, 2)
+    time_call(pull, 2)  # fills the prefetch buffer
+    rates = {"pipeline": lambda: args.batches * batch / time_call(pull, args.batches),
+             "train": lambda: args.steps * batch / time_call(step, args.steps)}  # fmt: skip
     rates = report.rotated_rates(rates, args.repeats)
     data_rates, train_rates = rates["pipeline"], rates["train"]
     data_rate, train_rate = median(data_rates), median(train_rates)
     result = {
         "source": args.source, "image_size": size, "batch_size": batch, "model": model_kwargs,
-        "jit_compile": bool(compile_kwargs.get("jit_compile")),
-        "params": int(model.count_params()),
+        "jit_compile": bool(compile_kwargs.get("jit_compile")), "params": model.count_params(),
         "pipeline_images_per_s": data_rate, "pipeline_images_per_s_all": data_rates,
         "train_images_per_s": train_rate, "train_images_per_s_all": train_rates,
         "ratio": data_rate / train_rate, "peak_rss_mb": peak_rss_mb(),
     }  # fmt: skip
-    print(
-        f"{args.source} train pipeline, {size}px, batch {batch}: {data_rate:.0f} img/s; training "
-        f"step of the default model ({result['params']:,} params): {train_rate:.0f} img/s; "
-        f"ratio {result['ratio']:.1f}x (target >= 5x)"
-    )
+    print(f"{args.source} train pipeline, {size}px, batch {batch}: {data_rate:.0f} img/s; training "
+          f"step of the default model ({result['params']:,} params): {train_rate:.0f} img/s; "
+          f"ratio {result['ratio']:.1f}x (target >= 5x)")  # fmt: skip
     report.save_json(args.json, result)
     return 0
 

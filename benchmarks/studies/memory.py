@@ -1,18 +1,10 @@
-"""Study: peak memory of one ViT training step on Keras' JAX backend, fused vs explicit
-attention x remat on/off (CPU by default; each point its own process).
+"""Study: peak memory of one ViT training step on Keras' JAX backend (CPU; a process a point).
 
-A training step (forward, cross-entropy, gradients, an SGD update) of the model at each image
-size, its attention kernel set ("fused": `keras.ops.dot_product_attention`; "explicit": the
-probabilities materialised) and every block's `remat` set, is jit-compiled. Measured: XLA's
-memory analysis of it (temporaries; arguments + outputs), with `--run` its peak RSS. The
-model is built with `remat` as keras_vit's builders take it, so a remat point gets what the
-builders ask of XLA:CPU (its memory scheduler, `keras_vit.kernels.dispatch.
-prefer_memory_schedule`); `--default-scheduler` keeps XLA:CPU's default (concurrency-
-optimised) scheduler for every point, which schedules the recomputation away (the figures
-before keras_vit asked for the memory scheduler). XLA:CPU has no fused attention kernel.
+Per point a jit-compiled step (forward, cross-entropy, gradients, SGD update): attention "fused"
+(`keras.ops.dot_product_attention`) or "explicit", x the model's `remat` (with XLA:CPU's memory
+scheduler; `--default-scheduler`: its default). XLA's memory analysis (MiB); `--run`: peak RSS.
 
-    python benchmarks/studies/memory.py --image-size 224 384 518
-    python benchmarks/studies/memory.py --image-size 384 --default-scheduler
+    python benchmarks/studies/memory.py --image-size 224 384 518 [--default-scheduler]
 """
 
 from __future__ import annotations
@@ -20,17 +12,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import sys
 import time
 
 import report
 
-METHOD = (
-    "one training step (forward, cross-entropy, gradients, SGD update) of the model, "
-    "jit-compiled on Keras' JAX backend, float32, each point its own process; XLA's memory "
-    "analysis of the compiled step; with --run the step executed once and the process's peak RSS"
-)
+METHOD = "one jit-compiled training step (forward, cross-entropy, gradients, SGD update), Keras "
+METHOD += "on JAX, float32, a process a point; XLA's memory analysis; --run: peak RSS of one step"
 # (attention kernel, remat); the first, explicit attention without remat, is the baseline.
 COMBINATIONS = [(kernel, remat) for remat in (False, True) for kernel in ("explicit", "fused")]
 
@@ -41,6 +29,7 @@ def measure_point(model_name, image_size, batch_size, kernel, remat, run) -> dic
     import keras
     import numpy as np
 
+    from keras_vit.evaluate.benchmarking import peak_rss_mb
     from keras_vit.layers import MultiHeadSelfAttention
     from keras_vit.model.build_any import build
     from keras_vit.spec import configs
@@ -77,20 +66,17 @@ def measure_point(model_name, image_size, batch_size, kernel, remat, run) -> dic
         "xla_arguments_outputs_mib": round(
             (analysis.argument_size_in_bytes + analysis.output_size_in_bytes) / mib, 1),
     }  # fmt: skip
-    if run:  # ru_maxrss: KiB on Linux
-        before, start = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, time.perf_counter()
+    if run:
+        before, start = peak_rss_mb(), time.perf_counter()
         out["loss"] = float(compiled(*arguments)[0])
         out["step_s"] = round(time.perf_counter() - start, 1)
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        out["peak_rss_mib"], out["peak_rss_increase_mib"] = (
-            round(peak / 1024, 1),
-            round((peak - before) / 1024, 1),
-        )
+        out["peak_rss_mib"] = round(peak_rss_mb(), 1)
+        out["peak_rss_increase_mib"] = round(peak_rss_mb() - before, 1)
     return out
 
 
 def parse_args(argv=None):
-    parser, hidden = report.parser(__doc__, json_help=None), argparse.SUPPRESS
+    parser = report.parser(__doc__, json_help=None)
     parser.add_argument("--model", default="B/16", help="a named variant (B/16)")
     parser.add_argument("--image-size", type=int, nargs="+", default=[384], help="(384)")
     parser.add_argument("--batch-size", type=int, default=8, help="(8)")
@@ -98,9 +84,7 @@ def parse_args(argv=None):
     parser.add_argument("--default-scheduler", action="store_true",
                         help="XLA:CPU's default scheduler for every point")  # fmt: skip
     parser.add_argument("--output", help="JSON path (default under benchmarks/results/runs/)")
-    parser.add_argument("--point", action="store_true", help=hidden)
-    parser.add_argument("--kernel", default="fused", help=hidden)
-    parser.add_argument("--remat", action="store_true", help=hidden)
+    parser.add_argument("--point", help=argparse.SUPPRESS)  # the child: its point as JSON
     args = parser.parse_args(argv)
     report.at_least(parser, args, "batch_size")
     from keras_vit.spec import configs
@@ -118,21 +102,17 @@ def parse_args(argv=None):
 def main(argv=None) -> int:
     args = parse_args(argv)
     if args.point:
-        size = args.image_size[0]
-        point = measure_point(args.model, size, args.batch_size, args.kernel, args.remat, args.run)
-        print("POINT " + json.dumps(point), flush=True)
+        print("POINT " + json.dumps(measure_point(*json.loads(args.point))), flush=True)
         return 0
     env = {**os.environ, "KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu"}
     if args.default_scheduler:  # named by the user: keras_vit leaves it (the default's value)
         env["XLA_FLAGS"] = "--xla_cpu_enable_concurrency_optimized_scheduler=true"
     env["PYTHONPATH"] = os.pathsep.join(filter(None, (report.ROOT, env.get("PYTHONPATH"))))
-    points, common = [], [sys.executable, os.path.abspath(__file__), "--point", "--model"]
-    common += [args.model, "--batch-size", str(args.batch_size)]
+    points, child = [], [sys.executable, os.path.abspath(__file__), "--point"]
     for size in args.image_size:
         for kernel, remat in COMBINATIONS:
-            flags = ["--kernel", kernel, *["--remat"] * remat, *["--run"] * args.run]
-            point = [*common, "--image-size", str(size), *flags]
-            points.append(report.child_json(point, "POINT ", env=env))
+            point = [args.model, size, args.batch_size, kernel, remat, args.run]
+            points.append(report.child_json([*child, json.dumps(point)], "POINT ", env=env))
             print(json.dumps(points[-1]), flush=True)
     for point in points:
         base = next(p for p in points if p["image_size"] == point["image_size"])

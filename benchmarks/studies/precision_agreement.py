@@ -1,10 +1,8 @@
 """Study: does the automatic precision change the answers? float32 against the chosen setting.
 
-Trains one ViT (`keras-vit train`'s recipe, widened by `--hidden-dim`) twice with
-`keras_vit.train.runs.train`: float32 with XLA, and `--mixed-precision auto`. Measures both
-learning curves and wall times, and for the float32-trained model run on the held-out images
-in float32 and under the chosen policy (same weights), top-1 agreement and the largest logit
-difference.
+One ViT (`keras-vit train`'s recipe, widened by `--hidden-dim`) trained by `runs.train` in float32
+with XLA and with `--mixed-precision auto`: learning curves, wall times (s); the float32-trained
+model run in float32 and under the chosen policy: top-1 agreement, largest logit difference.
 
     python benchmarks/studies/precision_agreement.py --hidden-dim 256 --json agreement.json
 """
@@ -12,11 +10,11 @@ difference.
 from __future__ import annotations
 
 import os
-import sys
 import tempfile
 import time
 
 import report
+from common import markdown
 
 ARCHITECTURE = {"hidden_dim": 256, "mlp_dim": 512, "num_heads": 4, "num_layers": 4}
 RECIPE = {"image_size": 28, "patch_size": 4, "epochs": 4, "batch_size": 32}
@@ -30,12 +28,10 @@ def parse_args(argv=None):
         parser.add_argument(flag, type=int, default=default, help=f"({default})")
     args = parser.parse_args(argv)
     report.at_least(parser, args, *ARCHITECTURE, *RECIPE, "shots_per_class")
-    if args.hidden_dim % args.num_heads:
-        parser.error(f"--hidden-dim {args.hidden_dim} must divide by --num-heads {args.num_heads}")
-    if args.image_size % args.patch_size:
-        parser.error(
-            f"--image-size {args.image_size} must divide by --patch-size {args.patch_size}"
-        )
+    for top, bottom in (("hidden_dim", "num_heads"), ("image_size", "patch_size")):
+        if getattr(args, top) % getattr(args, bottom):
+            flags = [f"--{name.replace('_', '-')} {getattr(args, name)}" for name in (top, bottom)]
+            parser.error(f"{flags[0]} must divide by {flags[1]}")
     return args
 
 
@@ -52,8 +48,7 @@ def train(args, folder, mixed_precision, jit_compile):
 
 
 def agreement(model, args, policy):
-    """Top-1 agreement, largest logit difference and both accuracies on the held-out images
-    of `model` run in float32 and under `policy` (the same weights)."""
+    """Top-1 agreement, logit difference, accuracies of `model` in float32 and under `policy`."""
     import numpy as np
 
     from keras_vit import data
@@ -68,14 +63,11 @@ def agreement(model, args, policy):
         .astype("float64") for name in ("float32", policy)
     )  # fmt: skip
     top_reference, top_chosen = reference.argmax(-1), chosen.argmax(-1)
-    return {
-        "images": int(len(labels)),
-        "top1_agreement": float((top_reference == top_chosen).mean()),
-        "max_abs_logit_difference": float(abs(reference - chosen).max()),
-        "max_abs_logit": float(abs(reference).max()),
-        "accuracy_float32": float((top_reference == labels).mean()),
-        "accuracy_chosen": float((top_chosen == labels).mean()),
-    }
+    return {"images": len(labels), "top1_agreement": float((top_reference == top_chosen).mean()),
+            "max_abs_logit_difference": float(abs(reference - chosen).max()),
+            "max_abs_logit": float(abs(reference).max()),
+            "accuracy_float32": float((top_reference == labels).mean()),
+            "accuracy_chosen": float((top_chosen == labels).mean())}  # fmt: skip
 
 
 def main(argv=None):
@@ -94,21 +86,17 @@ def main(argv=None):
     fit_s = [run.metrics["fit_wall_time_s"] for run in (reference, chosen)]
     print(f"auto for hidden_dim {args.hidden_dim}: {label} ({resolved['precision_reason']}); "
           f"load average {load_before[0]:.1f} before, {load_after[0]:.1f} after")  # fmt: skip
-    print(
-        f"| epoch | float32 loss | float32 val acc | {label} loss | val acc |\n" + "|---" * 5 + "|"
-    )
-    for a, b in zip(reference.history, chosen.history, strict=False):
-        print(f"| {int(a['epoch']) + 1} | {a['loss']:.4f} | {a['val_accuracy']:.4f} | "
-              f"{b['loss']:.4f} | {b['val_accuracy']:.4f} |")  # fmt: skip
+    keys = ("loss", "val_accuracy")
+    rows = [[int(a["epoch"]) + 1, *(f"{r[k]:.4f}" for r in (a, b) for k in keys)]
+            for a, b in zip(reference.history, chosen.history, strict=False)]  # fmt: skip
+    print(markdown(["epoch", "float32 loss", "float32 val acc", f"{label} loss", "val acc"], rows))
     print(f"training wall time: float32+xla {reference_s:.0f} s, {label} {chosen_s:.0f} s "
           f"(fit only: {fit_s[0]:.0f} s, {fit_s[1]:.0f} s)")  # fmt: skip
-    print(
-        f"held-out {args.dataset} ({figures['images']} images), float32-trained model: top-1 "
-        f"agreement float32 vs {policy} {100 * figures['top1_agreement']:.2f}%, max |logit "
-        f"difference| {figures['max_abs_logit_difference']:.4f} (max |logit| "
-        f"{figures['max_abs_logit']:.2f}); accuracy {100 * figures['accuracy_float32']:.2f}% "
-        f"float32, {100 * figures['accuracy_chosen']:.2f}% {policy}"
-    )
+    print(f"held-out {args.dataset} ({figures['images']} images), float32-trained model: top-1 "
+          f"agreement float32 vs {policy} {figures['top1_agreement']:.2%}, max |logit difference| "
+          f"{figures['max_abs_logit_difference']:.4f} (max |logit| {figures['max_abs_logit']:.2f});"
+          f" accuracy {figures['accuracy_float32']:.2%} float32, "
+          f"{figures['accuracy_chosen']:.2%} {policy}")  # fmt: skip
     report.save_json(args.json, {
         "config": vars(args),
         "chosen": {key: resolved[key] for key in ("mixed_precision", "jit_compile")},
@@ -121,4 +109,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

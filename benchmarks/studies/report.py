@@ -14,30 +14,25 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-for _folder in (os.path.join(ROOT, "benchmarks", "harness"), os.path.join(ROOT, "benchmarks")):
-    if _folder not in sys.path:
-        sys.path.insert(0, _folder)
+_FOLDERS = (os.path.join(ROOT, "benchmarks"), os.path.join(ROOT, "benchmarks", "harness"))
+sys.path[:0] = [folder for folder in _FOLDERS if folder not in sys.path]
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
 def parser(doc: str, results: str | None = None, json_help="write the raw results here"):
-    """A study's `ArgumentParser`: the first paragraph of `doc` as its description, `--json`
-    (unless `json_help` is None), and `--results` where `results` names the results file the
-    documents quote."""
+    """A study's parser: `doc`'s first paragraph, `--json` (unless `json_help` is None) and
+    `--results` where `results` names the file of the documents' figures."""
     made = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     if json_help:
         made.add_argument("--json", help=json_help)
     if results:
-        made.add_argument(
-            "--results", help=f"write the documents' figures here (benchmarks/results/{results}; "
-            "then `python benchmarks/figures.py --update`)",
-        )  # fmt: skip
+        where = f"benchmarks/results/{results}; then `python benchmarks/figures.py --update`"
+        made.add_argument("--results", help=f"write the documents' figures here ({where})")
     return made
 
 
 def at_least(parser, args, *names, minimum=1) -> None:
-    """`parser.error` naming the flag and its value for the first of `names` (attributes of
-    `args`, None skipped) below `minimum`."""
+    """`parser.error` naming the first flag of `names` (None skipped) below `minimum`."""
     for name in names:
         value = getattr(args, name)
         if value is not None and value < minimum:
@@ -50,8 +45,7 @@ def fig(value, form: str = "{}") -> dict:
 
 
 def save_json(path, payload, append: bool = False) -> None:
-    """`payload` as JSON at `path` (atomically), or appended to it as one line; nothing
-    without a path."""
+    """`payload` as JSON at `path` (atomically), or appended as one line; nothing without one."""
     if path and append:
         with open(path, "a", encoding="utf-8") as handle:
             handle.write(json.dumps(payload) + "\n")
@@ -62,8 +56,10 @@ def save_json(path, payload, append: bool = False) -> None:
 
 
 def write_figures(path, values, script, about, argv=None, notes="") -> None:
-    """Writes the documents' figures to the results file `path`, with the command that made
-    them (`python benchmarks/studies/SCRIPT ARGV`, `argv` defaulting to this process')."""
+    """The documents' figures to `path` (none without one), with the command (`argv`: this
+    process' by default)."""
+    if not path:
+        return
     from figures import write_results
 
     argv = sys.argv[1:] if argv is None else argv
@@ -73,8 +69,7 @@ def write_figures(path, values, script, about, argv=None, notes="") -> None:
 
 
 def rotated_rates(rates: dict, repeats: int) -> dict:
-    """{name: [images/s, one per round]}: each round calls every function of `rates` ({name:
-    () -> images/s}) once, the order rotated every round so load drift hits them alike."""
+    """{name: [images/s per round]} of `rates` ({name: () -> images/s}), rotated every round."""
     names, measured = list(rates), {name: [] for name in rates}
     for index in range(repeats):
         for name in names[index % len(names) :] + names[: index % len(names)]:
@@ -84,13 +79,10 @@ def rotated_rates(rates: dict, repeats: int) -> dict:
 
 
 def child_json(argv, prefix="RESULT ", **run) -> dict:
-    """Runs `argv` (`subprocess.run` keywords in `run`); the JSON of its last stdout line
-    starting with `prefix`. Exits (SystemExit, the child's output tail) if it fails."""
+    """The JSON of the last `prefix` line `argv` prints; SystemExit with its output if it fails."""
     done = subprocess.run(argv, capture_output=True, text=True, **run)
     lines = [line for line in done.stdout.splitlines() if line.startswith(prefix)]
     if done.returncode or not lines:
-        raise SystemExit(
-            f"the child process failed (exit {done.returncode}):\n"
-            f"{done.stdout[-2000:]}{done.stderr[-3000:]}"
-        )
+        tail = done.stdout[-2000:] + done.stderr[-3000:]
+        raise SystemExit(f"the child process failed (exit {done.returncode}):\n{tail}")
     return json.loads(lines[-1][len(prefix) :])

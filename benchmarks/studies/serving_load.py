@@ -1,13 +1,9 @@
 """Study: serving under load, a TensorFlow-only process answering concurrent requests.
 
-A tiny ViT export (random weights) is served, by a process importing TensorFlow only, to
-`--requests` `serving_bytes` requests from `--threads` threads: batches of 1-16 JPEG or PNG
-images (16-64 px) from `--pool` payloads, `--bad-fraction` of them with one bad image.
-Measured: latency percentiles (ms), requests/s, RSS after a warm-up and its growth. Checked:
-good answers equal the serial ones, bad requests fail naming the problem, RSS growth within
-`--memory-bound-mb`.
+A tiny ViT export is served by a TensorFlow-only process to `--requests` `serving_bytes` calls from
+`--threads` threads (1-16 JPEG/PNG images each, `--bad-fraction` with a bad one): latency (ms),
+requests/s, RSS growth (MiB); good answers equal the serial ones, bad ones fail naming the problem.
 
-    python benchmarks/studies/serving_load.py --results benchmarks/results/serving_load.json
     python benchmarks/studies/serving_load.py --requests 40 --threads 2 --pool 8   # smoke run
 """
 
@@ -57,19 +53,17 @@ def timed(index):  # (index, seconds, |logits - serial logits| or None, error or
 
 reference = [call(i) for i in range(len(pool))]  # serial answers, and the warm-up
 rss_warm, rng = rss_mb(), random.Random(0)
-bad_ids = [i for i in range(len(pool)) if bad[i]]
-good_ids = [i for i in range(len(pool)) if not bad[i]]
-num_bad = round(args["requests"] * args["bad_fraction"]) if bad_ids else 0
-order = [rng.choice(bad_ids) for _ in range(num_bad)]
-order += [rng.choice(good_ids) for _ in range(args["requests"] - num_bad)]
+ids = {flag: [i for i in range(len(pool)) if bad[i] == flag] for flag in (True, False)}
+num_bad = round(args["requests"] * args["bad_fraction"]) if ids[True] else 0
+order = [rng.choice(ids[True]) for _ in range(num_bad)]
+order += [rng.choice(ids[False]) for _ in range(args["requests"] - num_bad)]
 rng.shuffle(order)  # exactly round(requests * bad_fraction) bad requests, spread at random
 start = time.perf_counter()
 with ThreadPoolExecutor(args["threads"]) as threads:
     answers = list(threads.map(timed, order))
 wall, rss_end = time.perf_counter() - start, rss_mb()
-wrong = [f"bad payload {i} answered" for i, _, _, e in answers if bad[i] and e is None]
-wrong += [f"good payload {i} failed: {e[:200]}" for i, _, _, e in answers
-          if e is not None and not bad[i]]
+wrong = [f"bad payload {i} answered" if e is None else f"good payload {i} failed: {e[:200]}"
+         for i, _, _, e in answers if bad[i] == (e is None)]
 ms = np.array([seconds for _, seconds, _, _ in answers]) * 1000
 print("RESULT " + json.dumps({
     "requests": len(answers), "threads": args["threads"],
@@ -90,6 +84,7 @@ print("RESULT " + json.dumps({
 BAD_MESSAGE_WORDS = ("Invalid JPEG data", "Unknown image file format", "Input is empty", "Empty")
 FIGURES = {"requests": "{:,}", "bad_requests": "{}", "threads": "{}", "rss_warm_mb": "{:.0f}"}
 FIGURES |= {"requests_per_s": "{:.1f}", "rss_growth_mb": "{:.1f}", "memory_bound_mb": "{:.0f}"}
+MEMORY_BOUND_MB, IMAGE_SIZE = 64.0, 32  # RSS growth allowed; the model's input side
 
 
 def parse_args(argv=None):
@@ -98,26 +93,11 @@ def parse_args(argv=None):
     parser.add_argument("--threads", type=int, default=8, help="(8)")
     parser.add_argument("--pool", type=int, default=100, help="distinct request payloads (100)")
     parser.add_argument("--bad-fraction", type=float, default=0.05, help="(0.05)")
-    parser.add_argument("--memory-bound-mb", type=float, default=64.0, help="(64)")
-    parser.add_argument("--image-size", type=int, default=32, help="model input side (32)")
     args = parser.parse_args(argv)
     report.at_least(parser, args, "requests", "threads", "pool")
-    report.at_least(parser, args, "image_size", minimum=8)
     if not 0 <= args.bad_fraction < 1:
         parser.error(f"--bad-fraction {args.bad_fraction}: must be in [0, 1)")
     return args
-
-
-def export_model(folder, image_size):
-    import numpy as np
-
-    import keras_vit
-
-    model = keras_vit.ViT(image_size=image_size, patch_size=8, hidden_dim=32, num_heads=4,
-                          mlp_dim=64, num_layers=2, num_classes=10)  # fmt: skip
-    rng = np.random.default_rng(0)
-    model.set_weights([w + 0.05 * rng.standard_normal(w.shape) for w in model.get_weights()])
-    return keras_vit.export_saved_model(model, os.path.join(folder, "export"), version=1)
 
 
 def encoded(pixels, kind) -> bytes:
@@ -137,13 +117,11 @@ def make_payloads(path, count, bad_fraction):
 
     rng = np.random.default_rng(1)
     arrays, bad = {}, []
-    num_bad = round(count * bad_fraction)
-    bad_indices = [int(i) for i in np.linspace(0, count - 1, num_bad)] if num_bad else []
+    bad_indices = [int(i) for i in np.linspace(0, count - 1, round(count * bad_fraction))]
     for i in range(count):
         images = []
         for _ in range(int(rng.integers(1, 17))):
-            height, width = (int(v) for v in rng.integers(16, 65, 2))
-            pixels = rng.integers(0, 256, (height, width, 3), dtype=np.uint8)
+            pixels = rng.integers(0, 256, (*rng.integers(16, 65, 2), 3), dtype=np.uint8)
             images.append(encoded(pixels, "JPEG" if rng.random() < 0.5 else "PNG"))
         if i in bad_indices:
             kind = bad_indices.index(i) % 3
@@ -160,11 +138,20 @@ def make_payloads(path, count, bad_fraction):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    import numpy as np
+
+    import keras_vit
+
+    model = keras_vit.ViT(image_size=IMAGE_SIZE, patch_size=8, hidden_dim=32, num_heads=4,
+                          mlp_dim=64, num_layers=2, num_classes=10)  # fmt: skip
+    rng = np.random.default_rng(0)  # random weights: distinct logits
+    model.set_weights([w + 0.05 * rng.standard_normal(w.shape) for w in model.get_weights()])
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="serving_load_") as folder:
         payloads = os.path.join(folder, "payloads.npz")
         make_payloads(payloads, args.pool, args.bad_fraction)
-        config = {"export": export_model(folder, args.image_size), "payloads": payloads}
+        export = keras_vit.export_saved_model(model, os.path.join(folder, "export"), version=1)
+        config = {"export": export, "payloads": payloads}
         env = {**os.environ, "PYTHONPATH": ""}
         argv = [sys.executable, "-c", SERVER, json.dumps({**config, **vars(args)})]
         result = report.child_json(argv, env=env, cwd=folder, timeout=3600)
@@ -174,18 +161,17 @@ def main(argv=None) -> int:
     result["checks"] = {
         "good_answers_equal_serial": result["max_abs_logit_diff"] <= 1e-5 and not result["wrong"],
         "bad_rejected_naming_problem": messages_named,
-        "memory_within_bound": result["rss_growth_mb"] <= args.memory_bound_mb,
+        "memory_within_bound": result["rss_growth_mb"] <= MEMORY_BOUND_MB,
     }
-    result["memory_bound_mb"] = args.memory_bound_mb
+    result["memory_bound_mb"] = MEMORY_BOUND_MB
     print(json.dumps(result, indent=2))
     report.save_json(args.json, result)
-    if args.results:
-        values = {f"latency_{name}_ms": report.fig(value, "{:.1f}")
-                  for name, value in result["latency_ms"].items()}  # fmt: skip
-        values.update({key: report.fig(result[key], form) for key, form in FIGURES.items()})
-        notes = f"1-minute load average {load_before:.2f} at the start (a shared 2-core machine)"
-        about = "benchmarks/studies/serving_load.py: a TensorFlow-only process serving the export"
-        report.write_figures(args.results, values, __file__, about, notes=notes)
+    values = {f"latency_{name}_ms": report.fig(value, "{:.1f}")
+              for name, value in result["latency_ms"].items()}  # fmt: skip
+    values.update({key: report.fig(result[key], form) for key, form in FIGURES.items()})
+    notes = f"1-minute load average {load_before:.2f} at the start (a shared 2-core machine)"
+    about = "benchmarks/studies/serving_load.py: a TensorFlow-only process serving the export"
+    report.write_figures(args.results, values, __file__, about, notes=notes)
     return 0 if all(result["checks"].values()) else 1
 
 
