@@ -4,7 +4,7 @@ Per point a jit-compiled step (forward, cross-entropy, gradients, SGD update): a
 (`keras.ops.dot_product_attention`) or "explicit", x the model's `remat` (with XLA:CPU's memory
 scheduler; `--default-scheduler`: its default). XLA's memory analysis (MiB); `--run`: peak RSS.
 
-    python benchmarks/studies/memory.py --image-size 224 384 518 [--default-scheduler]
+    python benchmarks/studies/memory.py --image-size 224 384 512 [--default-scheduler]
 """
 
 from __future__ import annotations
