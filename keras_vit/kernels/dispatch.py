@@ -96,6 +96,16 @@ def prefer_memory_schedule(remat: bool = True) -> bool:
     return True
 
 
+def pads_pools_explicitly() -> bool:
+    """True on PyTorch: a "same" max-pool is built as zero padding + a "valid" pool where its
+    input is non-negative (the hybrid's root pool). Keras' "same" pooling pads by edge
+    replication on PyTorch, whose backward torch 2.14's inductor fails to compile under
+    `torch.compile` (`--jit-compile`). Elsewhere Keras' own "same" pool stays: the values are
+    the same, but the other graph changed the rounding of the default `keras-vit train` on
+    TensorFlow (test accuracy 97.7% -> 97.3%, the same seed)."""
+    return keras.backend.backend() == "torch"
+
+
 def check_attention_kernel(kernel) -> str:
     """`kernel` if it is one of `ATTENTION_KERNELS`, else a ValueError naming it."""
     if kernel not in ATTENTION_KERNELS:

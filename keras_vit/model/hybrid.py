@@ -12,6 +12,7 @@ from __future__ import annotations
 import keras
 
 from keras_vit._validation import check_positive_int, to_pair
+from keras_vit.kernels import dispatch
 from keras_vit.layers import BottleneckUnit, StdConv2D
 from keras_vit.model.builder import named_builder, vision_transformer
 from keras_vit.spec import configs
@@ -54,11 +55,12 @@ def resnet_features(images, *, stages, width=ROOT_WIDTH, groups=GROUP_NORM_GROUP
     return x
 
 
-def _same_max_pool(x):
-    """The root's 3x3/2 max-pool with TF "SAME" padding, as zero padding + a "valid" pool:
-    the same values, since its input is a ReLU's (>= 0) and every window holds one input.
-    (Keras' "same" pooling pads by edge replication on PyTorch, whose backward torch 2.14's
-    inductor fails to compile under torch.compile, `--jit-compile`.)"""
+def _same_max_pool(x, explicit=None):
+    """The root's 3x3/2 max-pool with TF "SAME" padding; with `explicit` (default: on PyTorch,
+    `dispatch.pads_pools_explicitly`) as zero padding + a "valid" pool: the same values, since
+    its input is a ReLU's (>= 0) and every window holds one input."""
+    if not (dispatch.pads_pools_explicitly() if explicit is None else explicit):
+        return keras.layers.MaxPooling2D(3, strides=2, padding="same", name="pool_root")(x)
     pads = []
     for size in x.shape[1:3]:
         total = max((-(-size // 2) - 1) * 2 + 3 - size, 0)

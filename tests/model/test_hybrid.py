@@ -466,5 +466,15 @@ def test_the_root_pool_equals_keras_same_max_pool_on_relu_outputs(height, width,
     rng = np.random.default_rng(height * 100 + width * 10 + channels)
     x = np.maximum(rng.normal(size=(2, height, width, channels)), 0).astype("float32")
     expected = keras.layers.MaxPooling2D(3, strides=2, padding="same")(x)
-    pooled = _same_max_pool(keras.ops.convert_to_tensor(x))
+    pooled = _same_max_pool(keras.ops.convert_to_tensor(x), explicit=True)
     np.testing.assert_array_equal(keras.ops.convert_to_numpy(pooled), np.asarray(expected))
+
+
+def test_the_root_pool_pads_explicitly_on_pytorch_alone():
+    """The zero-padded form is PyTorch's (torch.compile); other backends keep Keras' "same"
+    pool and the graph `.keras` files saved before hold."""
+    model = HybridViT(image_size=32, patch_size=1, hidden_dim=16, num_heads=2, mlp_dim=16,
+                      num_layers=1, num_classes=3, resnet_stages=(1,))  # fmt: skip
+    names = [layer.name for layer in model.layers]
+    assert "pool_root" in names
+    assert ("pool_root_pad" in names) is (keras.backend.backend() == "torch")
