@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import json
 import os
 import sys
 
@@ -54,20 +55,29 @@ def quiet_start_wanted() -> bool:
     )
 
 
-LIGHT_MODULES = ("keras_vit.spec", "keras_vit._")
-"""Modules that import neither Keras nor TensorFlow (`spec/` and the private helpers)."""
+def configured_backend() -> str:
+    """Keras' backend as Keras will read it, without importing Keras: KERAS_BACKEND, else the
+    "backend" of $KERAS_HOME/keras.json (default ~/.keras), else "tensorflow"."""
+    if os.environ.get("KERAS_BACKEND"):
+        return os.environ["KERAS_BACKEND"]
+    home = os.environ.get("KERAS_HOME") or os.path.join(os.path.expanduser("~"), ".keras")
+    try:
+        with open(os.path.join(home, "keras.json"), encoding="utf-8") as handle:
+            backend = json.load(handle).get("backend")
+    except (OSError, ValueError, AttributeError):
+        backend = None
+    return backend if isinstance(backend, str) else "tensorflow"
 
 
-def backend_before_tensorflow(module_name: str = "") -> None:
-    """Imports Keras, and with it its backend's framework, before anything imports TensorFlow
-    (unless `module_name`, about to be imported, is one of `LIGHT_MODULES`).
-
-    Under KERAS_BACKEND=torch, PyTorch imported after TensorFlow 2.21 crashes the process
-    (a segmentation fault in triton's CUDA bindings, which torch._dynamo imports; torch
-    2.14.1 CUDA wheels, seen on a CPU-only host), while the other order works. Under the
-    TensorFlow backend Keras imports TensorFlow itself, so this changes nothing there."""
-    if "tensorflow" not in sys.modules and not module_name.startswith(LIGHT_MODULES):
-        importlib.import_module("keras")
+def backend_before_tensorflow() -> None:
+    """Under Keras' PyTorch backend, imports Keras (and with it PyTorch) before anything
+    imports TensorFlow: PyTorch imported after TensorFlow 2.21 crashes the process (a
+    segmentation fault in triton's CUDA bindings, which torch._dynamo imports; torch 2.14.1
+    CUDA wheels, seen on a CPU-only host), while the other order works. On other backends,
+    and once TensorFlow is imported, nothing (light names stay light)."""
+    if "tensorflow" not in sys.modules and configured_backend() == "torch":
+        with contextlib.suppress(ImportError):  # no torch: Keras' own error comes later
+            importlib.import_module("keras")
 
 
 def import_quietly(module_name: str):
@@ -75,10 +85,10 @@ def import_quietly(module_name: str):
     `quiet_start_wanted()` (the device listing, where the CUDA probing happens, included);
     Keras' backend first (`backend_before_tensorflow`)."""
     if not quiet_start_wanted():
-        backend_before_tensorflow(module_name)
+        backend_before_tensorflow()
         return importlib.import_module(module_name)
     with stderr_fd_silenced():
-        backend_before_tensorflow(module_name)
+        backend_before_tensorflow()
         module = importlib.import_module(module_name)
         if "tensorflow" in sys.modules:
             sys.modules["tensorflow"].config.list_physical_devices()

@@ -1,13 +1,14 @@
 """keras_vit/_lazy: PEP 562 `__getattr__` / `__dir__` for packages whose public names are
 imported on first use, so that `import keras_vit` starts no TensorFlow."""
 
+import os
 import subprocess
 import sys
 import types
 
 import pytest
 
-from keras_vit._lazy import lazy_exports
+from keras_vit._lazy import configured_backend, lazy_exports
 
 
 def make_package():
@@ -88,20 +89,42 @@ IMPORT_ORDER = (
     "        if name in ('keras', 'tensorflow') and name not in seen:\n"
     "            seen.append(name)\n"
     "sys.meta_path.insert(0, Finder())\n"
-    "from keras_vit._lazy import import_quietly\n"
-    "import_quietly({module!r})\n"
+    "import keras_vit, keras_vit.checkpoints, keras_vit.data\n"
+    "keras_vit.configs, keras_vit.WeightsWarning, keras_vit.checkpoints.read_npz\n"
+    "keras_vit.checkpoints.detect_format, keras_vit.data.DatasetInfo\n"
     "print(seen)\n"
 )
 
 
-@pytest.mark.parametrize(
-    "module, seen",
-    [("tensorflow", "['keras', 'tensorflow']"), ("keras_vit.spec.configs", "[]")],
-)
-def test_keras_backend_comes_before_tensorflow_and_light_modules_stay_light(module, seen):
-    """A lazily imported module asks for Keras (its backend) before TensorFlow; `spec/` starts
-    neither (under KERAS_BACKEND=torch, PyTorch imported after TensorFlow crashes)."""
-    code = IMPORT_ORDER.format(module=module)
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+@pytest.mark.parametrize("backend, seen", [("tensorflow", "[]"), ("torch", "['keras']")])
+def test_light_names_stay_light_and_pytorch_gets_keras_first(tmp_path, backend, seen):
+    """Names whose modules need neither Keras nor TensorFlow start neither; under
+    KERAS_BACKEND=torch a lazy import asks for Keras (PyTorch) first, since PyTorch imported
+    after TensorFlow crashes the process. A stub `keras` package stands in (no torch here)."""
+    (tmp_path / "keras").mkdir()
+    (tmp_path / "keras" / "__init__.py").write_text("")
+    path = os.pathsep.join([str(tmp_path), *filter(None, [os.environ.get("PYTHONPATH")])])
+    env = {**os.environ, "KERAS_BACKEND": backend, "PYTHONPATH": path}
+    result = subprocess.run(
+        [sys.executable, "-c", IMPORT_ORDER], capture_output=True, text=True, env=env
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.strip().splitlines()[-1] == seen
+
+
+@pytest.mark.parametrize(
+    "env, json_text, backend",
+    [({"KERAS_BACKEND": "torch"}, '{"backend": "jax"}', "torch"),
+     ({}, '{"backend": "torch"}', "torch"), ({}, "not json", "tensorflow"),
+     ({}, None, "tensorflow"), ({}, '["torch"]', "tensorflow")],
+)  # fmt: skip
+def test_configured_backend_reads_the_env_then_keras_json(
+    tmp_path, monkeypatch, env, json_text, backend
+):
+    monkeypatch.delenv("KERAS_BACKEND", raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("KERAS_HOME", str(tmp_path))
+    if json_text is not None:
+        (tmp_path / "keras.json").write_text(json_text)
+    assert configured_backend() == backend

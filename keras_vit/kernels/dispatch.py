@@ -71,6 +71,18 @@ def attention_kernel(compute_dtype: str) -> str:
     return FUSED
 
 
+def _jaxlib_knows_the_flag() -> bool:
+    """XLA aborts the process on an XLA_FLAGS option it does not know: the flag is added only
+    with jaxlib >= 0.10, where it was verified (0.10.2)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        major, minor = (int(part) for part in version("jaxlib").split(".")[:2])
+    except (PackageNotFoundError, ValueError):
+        return False
+    return (major, minor) >= (0, 10)
+
+
 def prefer_memory_schedule(remat: bool = True) -> bool:
     """For `remat` (nothing when `remat` is False): on Keras' JAX backend, adds
     `XLA_CPU_MEMORY_SCHEDULE` to the `XLA_FLAGS` environment variable, unless `XLA_FLAGS`
@@ -83,10 +95,12 @@ def prefer_memory_schedule(remat: bool = True) -> bool:
     remat under the default scheduler, 2,503 MiB with the flag; peak RSS 10,283 -> 4,205 MiB,
     the step no slower. The option names only the CPU compiler, so GPUs and TPUs are
     unaffected. XLA reads `XLA_FLAGS` once, at a process's first XLA computation: the flag
-    takes effect when remat is asked for before anything has run on JAX (the builders and
-    `keras-vit train --remat` ask first); otherwise set `XLA_FLAGS` before starting Python.
+    takes effect when remat is asked for before anything has run on JAX: the builders and
+    `keras-vit train/finetune --remat` ask first; loading a remat `.keras` file, or
+    `finetune(remat=True)` and `keras-vit finetune` of a remat source without `--remat`, ask
+    too late: set `XLA_FLAGS` before starting Python there. Added only with jaxlib >= 0.10.
     """
-    if not remat or keras.backend.backend() != "jax":
+    if not remat or keras.backend.backend() != "jax" or not _jaxlib_knows_the_flag():
         return False
     flags = os.environ.get("XLA_FLAGS", "")
     if XLA_CPU_MEMORY_SCHEDULE.split("=")[0] in flags:

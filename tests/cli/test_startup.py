@@ -62,9 +62,14 @@ def test_verbose_start_leaves_the_loggers(monkeypatch):
     assert logging.getLogger("tensorflow").level == logging.INFO
 
 
-def test_keras_backend_is_imported_before_tensorflow():
-    """In a fresh process the quiet start asks for `keras` before `tensorflow` (under
-    KERAS_BACKEND=torch, PyTorch imported after TensorFlow crashes the process)."""
+@pytest.mark.parametrize("backend, seen", [("torch", "['keras', 'tensorflow']"),
+                                           ("tensorflow", "['tensorflow', 'keras']")])  # fmt: skip
+def test_under_pytorch_keras_is_imported_before_tensorflow(tmp_path, backend, seen):
+    """In a fresh process under KERAS_BACKEND=torch the quiet start asks for `keras` before
+    `tensorflow` (PyTorch imported after TensorFlow crashes the process); on TensorFlow it does
+    not ask for Keras first. A stub `keras` package stands in (no torch needed here)."""
+    (tmp_path / "keras").mkdir()
+    (tmp_path / "keras" / "__init__.py").write_text("")
     code = (
         "import sys\n"
         "seen = []\n"
@@ -77,7 +82,8 @@ def test_keras_backend_is_imported_before_tensorflow():
         "startup.start_tensorflow(False)\n"
         "print(seen)\n"
     )
-    env = {**os.environ, "KERAS_BACKEND": "tensorflow"}
+    path = os.pathsep.join([str(tmp_path), *filter(None, [os.environ.get("PYTHONPATH")])])
+    env = {**os.environ, "KERAS_BACKEND": backend, "PYTHONPATH": path}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.strip().splitlines()[-1] == "['keras', 'tensorflow']"
+    assert done.stdout.strip().splitlines()[-1] == seen
