@@ -111,8 +111,10 @@ def prefer_memory_schedule(remat: bool = True) -> bool:
 
 
 def pads_pools_explicitly() -> bool:
-    """True on PyTorch: a "same" max-pool is built as zero padding + a "valid" pool where its
-    input is non-negative (the hybrid's root pool). Keras' "same" pooling pads by edge
+    """True on PyTorch: a "same" max-pool whose input is non-negative (the hybrid's root pool)
+    is built as `keras_vit.layers.ZeroPaddedMaxPool` (zero padding, then a "valid" pool; the
+    pads follow each input's size). A `.keras` file saved on another backend keeps Keras'
+    pool, which `torch.compile` then fails on. Keras' "same" pooling pads by edge
     replication on PyTorch, whose backward torch 2.14's inductor fails to compile under
     `torch.compile` (`--jit-compile`). Elsewhere Keras' own "same" pool stays: the values are
     the same, but the other graph changed the rounding of the default `keras-vit train` on

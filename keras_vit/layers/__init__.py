@@ -25,6 +25,7 @@ _EXPORTS = {
     "StdConv2D": "keras_vit.layers.resnet",
     "TokenPooling": "keras_vit.layers.pooling",
     "TransformerBlock": "keras_vit.layers.transformer_block",
+    "ZeroPaddedMaxPool": "keras_vit.layers.resnet",
 }
 
 __all__ = sorted(_EXPORTS)

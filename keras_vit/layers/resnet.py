@@ -272,3 +272,44 @@ class BottleneckUnit(keras.layers.Layer):
             "norm_epsilon": self.norm_epsilon,
             "std_epsilon": self.std_epsilon,
         }
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class ZeroPaddedMaxPool(keras.layers.Layer):
+    """A max-pool with TF "SAME" padding (Keras' `padding="same"`) for a non-negative input
+    (after a ReLU), computed as zero padding + a "valid" pool: the same values, since every
+    window holds one input. The pads follow each call's height and width (odd or even).
+
+    PyTorch's form of the hybrid root's 3x3/2 pool: Keras' "same" pooling pads by edge
+    replication on PyTorch, whose backward torch 2.14's inductor fails to compile
+    (`torch.compile`); see `keras_vit.kernels.dispatch.pads_pools_explicitly`.
+
+    Args:
+        pool_size: window side (default 3). strides: step (default 2).
+    Input `(batch, height, width, channels)` >= 0; output `(batch, ceil(height / strides),
+    ceil(width / strides), channels)`.
+    """
+
+    def __init__(self, pool_size=3, strides=2, **kwargs):
+        super().__init__(**kwargs)
+        self.pool_size = check_positive_int("pool_size", pool_size)
+        self.strides = check_positive_int("strides", strides)
+
+    def _pads(self, size):
+        out = -(-size // self.strides)
+        total = max((out - 1) * self.strides + self.pool_size - size, 0)
+        return (total // 2, total - total // 2)
+
+    def call(self, x):
+        pads = [(0, 0), self._pads(x.shape[1]), self._pads(x.shape[2]), (0, 0)]
+        padded = ops.pad(x, pads)
+        return ops.max_pool(padded, self.pool_size, self.strides, padding="valid")
+
+    def compute_output_shape(self, input_shape):
+        def side(n):
+            return None if n is None else -(-n // self.strides)
+
+        return (input_shape[0], side(input_shape[1]), side(input_shape[2]), input_shape[3])
+
+    def get_config(self):
+        return {**super().get_config(), "pool_size": self.pool_size, "strides": self.strides}

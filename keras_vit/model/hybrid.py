@@ -13,7 +13,7 @@ import keras
 
 from keras_vit._validation import check_positive_int, to_pair
 from keras_vit.kernels import dispatch
-from keras_vit.layers import BottleneckUnit, StdConv2D
+from keras_vit.layers import BottleneckUnit, StdConv2D, ZeroPaddedMaxPool
 from keras_vit.model.builder import named_builder, vision_transformer
 from keras_vit.spec import configs
 from keras_vit.spec import layer_names as names
@@ -56,17 +56,11 @@ def resnet_features(images, *, stages, width=ROOT_WIDTH, groups=GROUP_NORM_GROUP
 
 
 def _same_max_pool(x, explicit=None):
-    """The root's 3x3/2 max-pool with TF "SAME" padding; with `explicit` (default: on PyTorch,
-    `dispatch.pads_pools_explicitly`) as zero padding + a "valid" pool: the same values, since
-    its input is a ReLU's (>= 0) and every window holds one input."""
+    """The root's 3x3/2 max-pool with TF "SAME" padding: Keras' own, or with `explicit`
+    (default: on PyTorch, `dispatch.pads_pools_explicitly`) `ZeroPaddedMaxPool`."""
     if not (dispatch.pads_pools_explicitly() if explicit is None else explicit):
         return keras.layers.MaxPooling2D(3, strides=2, padding="same", name="pool_root")(x)
-    pads = []
-    for size in x.shape[1:3]:
-        total = max((-(-size // 2) - 1) * 2 + 3 - size, 0)
-        pads.append((total // 2, total - total // 2))
-    x = keras.layers.ZeroPadding2D(tuple(pads), name="pool_root_pad")(x)
-    return keras.layers.MaxPooling2D(3, strides=2, padding="valid", name="pool_root")(x)
+    return ZeroPaddedMaxPool(3, strides=2, name="pool_root")(x)
 
 
 def _check_stages(stages):

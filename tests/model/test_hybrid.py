@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 import keras_vit
 from keras_vit import HybridViT
 from keras_vit.checkpoints import CheckpointError, load_npz, save_npz
+from keras_vit.layers import ZeroPaddedMaxPool
 from keras_vit.model.finetune import finetune
 from keras_vit.model.hybrid import HYBRID_CONFIGS, _same_max_pool
 from tests.numpy_reference import hybrid_forward
@@ -475,6 +476,21 @@ def test_the_root_pool_pads_explicitly_on_pytorch_alone():
     pool and the graph `.keras` files saved before hold."""
     model = HybridViT(image_size=32, patch_size=1, hidden_dim=16, num_heads=2, mlp_dim=16,
                       num_layers=1, num_classes=3, resnet_stages=(1,))  # fmt: skip
-    names = [layer.name for layer in model.layers]
-    assert "pool_root" in names
-    assert ("pool_root_pad" in names) is (keras.backend.backend() == "torch")
+    pool = model.get_layer("pool_root")
+    assert isinstance(pool, ZeroPaddedMaxPool) is (keras.backend.backend() == "torch")
+
+
+def test_one_zero_padded_pool_follows_each_inputs_parity():
+    """The pads come from each call's size, so a model rebuilt at another size (finetune's
+    clone of the layer config) pools as Keras' "same" pool does: 8x8 and 9x11 through one
+    layer, and its config round trip."""
+    layer = ZeroPaddedMaxPool(3, strides=2)
+    clone = ZeroPaddedMaxPool.from_config(layer.get_config())
+    rng = np.random.default_rng(0)
+    for shape in ((2, 8, 8, 3), (2, 9, 11, 3), (1, 1, 2, 1)):
+        x = np.maximum(rng.normal(size=shape), 0).astype("float32")
+        expected = np.asarray(keras.layers.MaxPooling2D(3, strides=2, padding="same")(x))
+        for pool in (layer, clone):
+            got = keras.ops.convert_to_numpy(pool(keras.ops.convert_to_tensor(x)))
+            np.testing.assert_array_equal(got, expected)
+            assert pool.compute_output_shape(shape) == expected.shape
