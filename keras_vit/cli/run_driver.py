@@ -8,7 +8,6 @@ import os
 
 from keras_vit.cli import progress
 from keras_vit.cli.flags import UsageError, usage_errors
-from keras_vit.kernels import dispatch
 
 
 def default_run_dir(task: str) -> str:
@@ -58,6 +57,8 @@ def run_training(config, args, task: str) -> int:
         if refusal := resume_refusal(args, config, stored, task):  # flags it would ignore
             raise UsageError(refusal)
         config = stored
+    from keras_vit.kernels import dispatch  # imports Keras: not before the command runs
+
     dispatch.prefer_memory_schedule(config.remat)  # before the strategy lists JAX's devices
     strategy = resolve_strategy(args.strategy if not args.resume else config.strategy)
     check_jit_compile(args, strategy)
