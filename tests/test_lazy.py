@@ -1,7 +1,6 @@
 """keras_vit/_lazy: PEP 562 `__getattr__` / `__dir__` for packages whose public names are
 imported on first use, so that `import keras_vit` starts no TensorFlow."""
 
-import os
 import subprocess
 import sys
 import types
@@ -9,6 +8,7 @@ import types
 import pytest
 
 from keras_vit._lazy import configured_backend, lazy_exports
+from tests.import_order import imports_asked
 
 
 def make_package():
@@ -81,18 +81,10 @@ def test_keras_vit_imports_its_names_on_first_use():
     assert result.stdout.strip() == "ok"
 
 
-IMPORT_ORDER = (
-    "import sys\n"
-    "seen = []\n"
-    "class Finder:\n"
-    "    def find_spec(self, name, path=None, target=None):\n"
-    "        if name in ('keras', 'tensorflow') and name not in seen:\n"
-    "            seen.append(name)\n"
-    "sys.meta_path.insert(0, Finder())\n"
+LIGHT_NAMES = (
     "import keras_vit, keras_vit.checkpoints, keras_vit.data\n"
     "keras_vit.configs, keras_vit.WeightsWarning, keras_vit.checkpoints.read_npz\n"
     "keras_vit.checkpoints.detect_format, keras_vit.data.DatasetInfo\n"
-    "print(seen)\n"
 )
 
 
@@ -101,15 +93,7 @@ def test_light_names_stay_light_and_pytorch_gets_keras_first(tmp_path, backend, 
     """Names whose modules need neither Keras nor TensorFlow start neither; under
     KERAS_BACKEND=torch a lazy import asks for Keras (PyTorch) first, since PyTorch imported
     after TensorFlow crashes the process. A stub `keras` package stands in (no torch here)."""
-    (tmp_path / "keras").mkdir()
-    (tmp_path / "keras" / "__init__.py").write_text("")
-    path = os.pathsep.join([str(tmp_path), *filter(None, [os.environ.get("PYTHONPATH")])])
-    env = {**os.environ, "KERAS_BACKEND": backend, "PYTHONPATH": path}
-    result = subprocess.run(
-        [sys.executable, "-c", IMPORT_ORDER], capture_output=True, text=True, env=env
-    )
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert result.stdout.strip().splitlines()[-1] == seen
+    assert imports_asked(tmp_path, backend, LIGHT_NAMES) == seen
 
 
 @pytest.mark.parametrize(

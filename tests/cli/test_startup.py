@@ -3,12 +3,11 @@ start-up block goes) silenced only inside the block, and the quiet TensorFlow st
 
 import logging
 import os
-import subprocess
-import sys
 
 import pytest
 
 from keras_vit.cli import startup
+from tests.import_order import imports_asked
 
 
 @pytest.mark.parametrize(
@@ -68,22 +67,5 @@ def test_under_pytorch_keras_is_imported_before_tensorflow(tmp_path, backend, se
     """In a fresh process under KERAS_BACKEND=torch the quiet start asks for `keras` before
     `tensorflow` (PyTorch imported after TensorFlow crashes the process); on TensorFlow it does
     not ask for Keras first. A stub `keras` package stands in (no torch needed here)."""
-    (tmp_path / "keras").mkdir()
-    (tmp_path / "keras" / "__init__.py").write_text("")
-    code = (
-        "import sys\n"
-        "seen = []\n"
-        "class Finder:\n"
-        "    def find_spec(self, name, path=None, target=None):\n"
-        "        if name in ('keras', 'tensorflow') and name not in seen:\n"
-        "            seen.append(name)\n"
-        "sys.meta_path.insert(0, Finder())\n"
-        "from keras_vit.cli import startup\n"
-        "startup.start_tensorflow(False)\n"
-        "print(seen)\n"
-    )
-    path = os.pathsep.join([str(tmp_path), *filter(None, [os.environ.get("PYTHONPATH")])])
-    env = {**os.environ, "KERAS_BACKEND": backend, "PYTHONPATH": path}
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.strip().splitlines()[-1] == seen
+    code = "from keras_vit.cli import startup\nstartup.start_tensorflow(False)\n"
+    assert imports_asked(tmp_path, backend, code) == seen
