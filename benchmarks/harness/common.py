@@ -24,6 +24,7 @@ from keras_vit.evaluate.benchmarking import (  # noqa: F401  (re-exported for th
     peak_rss_mb,
     variant_arch,
 )  # fmt: skip
+from keras_vit.evaluate.benchmarking import time_steps as time_call  # noqa: F401  (re-exported)
 from keras_vit.runtime.precision_probe import setting_label  # noqa: F401  (the one setting label)
 
 
@@ -53,14 +54,6 @@ def parse_setting(text):
     if policy not in precision.POLICIES or compiler not in ("", "xla"):
         raise ValueError(f"{text!r} is not POLICY or POLICY+xla, POLICY in {precision.POLICIES}")
     return policy, compiler == "xla"
-
-
-def time_call(fn: Callable[[], object], steps: int) -> float:
-    """Seconds for `steps` consecutive calls of `fn` (each call must block until done)."""
-    start = time.perf_counter()
-    for _ in range(steps):
-        fn()
-    return time.perf_counter() - start
 
 
 def checked_patch(parser, variant: str) -> int:
@@ -179,25 +172,45 @@ class Worker:
         self.stderr.close()
 
 
-def run_rounds(workers, repeats, deadline=None):
-    """{name: [payloads]} of up to `repeats` rounds (at least one; none after the round that
-    passes `deadline`), the order rotated every round; a worker that dies is dropped, said so."""
-    names = list(workers)
-    payloads = {name: [] for name in names}
+def run_rounds(calls: dict, repeats: int, deadline=None) -> dict:
+    """{name: [results]} of up to `repeats` rounds of `calls` ({name: () -> result}; at least one
+    round, none after the round that passes `deadline`), the order rotated every round, so that
+    a drift of a shared machine's speed hits every point alike; a call that raises OSError or
+    RuntimeError (a worker that died) is dropped, said so."""
+    names, results = list(calls), {name: [] for name in calls}
     for index in range(repeats):
-        shift = index % len(names)
-        for name in names[shift:] + names[:shift]:
+        for name in names[index % len(names) :] + names[: index % len(names)]:
             try:
-                payloads[name].append(workers[name].request("run"))
+                results[name].append(calls[name]())
             except (OSError, RuntimeError) as error:  # e.g. killed by the kernel's OOM killer
-                code = workers[name].process.poll()
-                print(f"  dropping {name}: the worker died (exit code {code}): {error}", flush=True)
+                print(f"  dropping {name}: {error}", flush=True)
                 names.remove(name)
-                workers.pop(name).close()
         print(f"  round {index + 1}/{repeats} done", flush=True)
         if deadline is not None and time.perf_counter() > deadline:
             break
-    return {name: figures for name, figures in payloads.items() if name in workers and figures}
+    return {name: results[name] for name in names if results[name]}
+
+
+def child_result(argv, prefix="RESULT ", **run) -> dict:
+    """The JSON of the last `prefix` line `argv` prints (`run`: subprocess.run's options);
+    RuntimeError naming why there is none (the timeout, or the exit code and last error line),
+    its `output` the tails of the child's stdout and stderr."""
+    output = ""
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, **run)
+    except subprocess.TimeoutExpired as error:
+        why = f"killed after {error.timeout:.0f} s"
+    except OSError as error:
+        why = f"{argv[0]} does not run: {error.strerror or error}"
+    else:
+        lines = [line for line in done.stdout.splitlines() if line.startswith(prefix)]
+        if lines and not done.returncode:
+            return json.loads(lines[-1][len(prefix) :])
+        why = f"exit {done.returncode}: " + (done.stderr.strip().splitlines() or ["-"])[-1][:300]
+        output = done.stdout[-2000:] + done.stderr[-3000:]
+    error = RuntimeError(why)
+    error.output = output
+    raise error
 
 
 def exit_with_parent(poll_s: float = 2.0) -> None:

@@ -1,8 +1,8 @@
 """The GPU race: keras_vit on Keras JAX and Keras PyTorch beside timm, with no TensorFlow.
 
-keras_vit (mixed_bfloat16; JAX with XLA, PyTorch eager) and timm's ViT (bfloat16 autocast, eager
-and `torch.compile`), each point in its own process: img/s (data on the device), peak device
-memory, MFU against the data-sheet bfloat16 peak and this run's best bfloat16 GEMM. One JSON.
+A point is a row of the one peer table (`peers.PEERS`) at one setting (`POINTS`), built as the
+CPU races build it, in its own process: img/s (data on the device), peak device memory, MFU
+against the data-sheet bfloat16 peak and this run's best bfloat16 GEMM. One JSON.
 
     python benchmarks/bench.py gpu --json gpu.json   # on the GPU machine; --smoke: tiny, CPU
 """
@@ -10,14 +10,17 @@ memory, MFU against the data-sheet bfloat16 peak and this run's best bfloat16 GE
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import resource
 import statistics
-import subprocess
 import sys
 import time
+from importlib.util import find_spec
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
+import peers  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TINY = "8,32,64,4,2"  # patch, hidden, mlp, heads, layers
@@ -34,12 +37,14 @@ WORKLOADS = {
 }  # fmt: skip
 SMOKE_WORKLOADS = {"tiny_train_16": (TINY, "train", 16, 2), "tiny_infer_16": (TINY, "infer", 16, 2)}
 
-# name: (modules that must import, KERAS_BACKEND or None), in run order; keras_vit on Keras
-# PyTorch (eager, the slowest) runs after every other point: a short budget drops it first.
-PEERS = {
-    "keras_vit_jax": (("jax", "keras"), "jax"), "timm_compile": (("torch", "timm"), None),
-    "timm_eager": (("torch", "timm"), None), "keras_vit_torch": (("torch", "keras"), "torch"),
-}  # fmt: skip
+# name: (row of peers.PEERS, dtype policy, compiler), in run order; keras_vit on Keras PyTorch
+# (eager, the slowest) runs after every other point: a short budget drops it first.
+POINTS = {
+    "keras_vit_jax": ("keras_vit_jax", "mixed_bfloat16", "xla"),
+    "timm_compile": ("timm", "mixed_bfloat16", "compile"),
+    "timm_eager": ("timm", "mixed_bfloat16", "eager"),
+    "keras_vit_torch": ("keras_vit_torch", "mixed_bfloat16", "noxla"),
+}
 
 
 def peak_tflops(device: str, override: float | None = None) -> float | None:
@@ -69,64 +74,8 @@ def device_and_peak(engine: str):
     return name, peak / 2**30, "device"
 
 
-def keras_step(variant, mode, size, batch):
-    """keras_vit's ViT under mixed_bfloat16 (XLA on JAX, eager on PyTorch): its step on a batch
-    already on the device."""
-    import keras
-    import numpy as np
-
-    from keras_vit.evaluate import benchmarking
-
-    keras.config.set_dtype_policy("mixed_bfloat16")
-    model = benchmarking.build_model("keras_vit", variant, size)
-    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-    jit = keras.backend.backend() == "jax"
-    model.compile(optimizer=benchmarking.step_optimizer("keras_vit"), loss=loss, jit_compile=jit)
-    rng = np.random.default_rng(0)
-    images = keras.ops.convert_to_tensor(rng.uniform(-1, 1, (batch, size, size, 3)), "float32")
-    labels = keras.ops.convert_to_tensor(rng.integers(0, 1000, (batch,)), "int32")
-    train = mode == "train"
-    return lambda: model.train_on_batch(images, labels) if train else model.predict_on_batch(images)
-
-
-def timm_step(variant, mode, size, batch, compiled):
-    """timm's ViT of the same architecture under bfloat16 autocast, eager or compiled."""
-    import timm.models.vision_transformer as vt
-    import torch
-
-    from keras_vit.evaluate import benchmarking
-
-    arch = benchmarking.variant_arch(variant)
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    model = vt.VisionTransformer(
-        img_size=size, patch_size=arch["patch_size"], embed_dim=arch["hidden_dim"],
-        depth=arch["num_layers"], num_heads=arch["num_heads"],
-        mlp_ratio=arch["mlp_dim"] / arch["hidden_dim"], global_pool="token",
-    ).to(device)  # fmt: skip
-    images = torch.rand((batch, 3, size, size), device=device) * 2 - 1
-    labels = torch.randint(0, 1000, (batch,), device=device)
-    run = torch.compile(model) if compiled else model
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    model.train(mode == "train")
-
-    def step():
-        with torch.autocast(device, dtype=torch.bfloat16):
-            if mode == "infer":
-                with torch.inference_mode():
-                    return run(images).float().sum().item()
-            loss = torch.nn.functional.cross_entropy(run(images).float(), labels)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        return loss.item()
-
-    return step
-
-
 def gemm_tflops(engine: str, sizes, repeats: int) -> dict:
     """{size: TFLOP/s} of an n x n bfloat16 matrix product in `engine`, median of repeats."""
-    from keras_vit.evaluate.benchmarking import time_steps
-
     if engine == "jax":
         import jax
         import jax.numpy as jnp
@@ -145,27 +94,23 @@ def gemm_tflops(engine: str, sizes, repeats: int) -> dict:
     for n, a in matrices.items():
         call(a)
         steps = max(1, min(50, int(5e12 // (2 * n**3))))
-        times = [time_steps(lambda a=a: call(a), steps) / steps for _ in range(repeats)]
+        times = [common.time_call(lambda a=a: call(a), steps) / steps for _ in range(repeats)]
         figures[str(n)] = 2 * n**3 / statistics.median(times) / 1e12
     return figures
 
 
 def run_point(spec: dict) -> dict:
     """Runs one point (`spec`: kind "gemm" or "model") in this process; returns its figures."""
-    from keras_vit.evaluate.benchmarking import time_steps
-
     if spec["kind"] == "gemm":
         figures = gemm_tflops(spec["engine"], spec["sizes"], spec["repeats"])
         device = device_and_peak(spec["engine"])[0]
         return {"device": device, "tflops": figures, "best_tflops": max(figures.values())}
-    (variant, mode, size, batch), peer = spec["workload"], spec["peer"]
-    if peer.startswith("keras_vit"):
-        step = keras_step(variant, mode, size, batch)
-    else:
-        step = timm_step(variant, mode, size, batch, peer == "timm_compile")
-    warmup_s, steps = time_steps(step, spec["warmup"]), spec["steps"]
-    rates = [batch * steps / time_steps(step, steps) for _ in range(spec["repeats"])]
-    device, memory, memory_kind = device_and_peak("jax" if peer == "keras_vit_jax" else "torch")
+    (variant, mode, size, batch), (row, policy, compiler) = spec["workload"], POINTS[spec["peer"]]
+    shape = argparse.Namespace(variant=variant, image_size=size, batch_size=batch)
+    _, step = peers.PEERS[row].build(shape, row, mode, policy, compiler)
+    warmup_s, steps = common.time_call(step, spec["warmup"]), spec["steps"]
+    rates = [batch * steps / common.time_call(step, steps) for _ in range(spec["repeats"])]
+    device, memory, memory_kind = device_and_peak("jax" if row == "keras_vit_jax" else "torch")
     return {"device": device, "images_per_s": statistics.median(rates), "images_per_s_all": rates,
             "warmup_s": warmup_s, "peak_memory_gib": memory, "memory_kind": memory_kind,
             "tensorflow_imported": "tensorflow" in sys.modules}  # fmt: skip
@@ -174,7 +119,7 @@ def run_point(spec: dict) -> dict:
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(prog="bench.py gpu", description=__doc__.split("\n\n")[0])
     parser.add_argument("--smoke", action="store_true", help="tiny workloads (CPU, CI)")
-    parser.add_argument("--peers", default=",".join(PEERS), help="comma-separated (all)")
+    parser.add_argument("--peers", default=",".join(POINTS), help="comma-separated (all)")
     parser.add_argument("--workloads", help=f"comma-separated names of {sorted(WORKLOADS)}")
     parser.add_argument("--budget-s", type=float, default=420.0, help="points' budget (420)")
     parser.add_argument("--point-timeout-s", type=float, default=150.0, help="(150)")
@@ -185,7 +130,7 @@ def parse_args(argv=None):
     args.table = SMOKE_WORKLOADS if args.smoke else WORKLOADS
     args.workloads = args.workloads.split(",") if args.workloads else list(args.table)
     args.peers = args.peers.split(",")
-    checks = (("workload", args.workloads, args.table), ("peer", args.peers, PEERS))
+    checks = (("workload", args.workloads, args.table), ("peer", args.peers, POINTS))
     for kind, names, known in checks:
         unknown = [name for name in names if name not in known]
         if unknown:
@@ -202,31 +147,26 @@ def point_specs(args) -> list[dict]:
     smoke = args.smoke
     sizes, repeats = ([128, 256], 1) if smoke else ([4096, 8192], 3)
     gemm = {"kind": "gemm", "sizes": sizes, "repeats": repeats}
-    specs = [{**gemm, "engine": engine, "needs": (engine,)} for engine in ("jax", "torch")]
+    specs = [{**gemm, "engine": engine} for engine in ("jax", "torch")]
     counts = dict(warmup=1, steps=1, repeats=1) if smoke else dict(warmup=3, steps=10, repeats=3)
     for late in (False, True):
         for name, peer in ((n, p) for n in args.workloads for p in args.peers):
             if (peer == "keras_vit_torch") == late:
                 point = {"kind": "model", "workload_name": name, "workload": args.table[name]}
-                specs.append({**point, **counts, "peer": peer, "needs": PEERS[peer][0]})
+                specs.append({**point, **counts, "peer": peer})
     return specs
 
 
 def launch(spec: dict, timeout: float) -> dict:
     """Runs `spec` in a child process; its result, or {"skipped": reason}."""
-    backend = PEERS[spec["peer"]][1] if spec["kind"] == "model" else None
-    env = dict(os.environ, **({"KERAS_BACKEND": backend} if backend else {}))
+    row = peers.PEERS[POINTS[spec["peer"]][0]] if spec["kind"] == "model" else None
+    env = dict(os.environ, **(row.env if row else {}))
     env["PYTHONPATH"] = os.pathsep.join(filter(None, (ROOT, env.get("PYTHONPATH"))))
     argv = [sys.executable, os.path.abspath(__file__), "--point", json.dumps(spec)]
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env)
-    except subprocess.TimeoutExpired:
-        return {"skipped": f"killed after {timeout:.0f} s (point timeout or budget)"}
-    for line in done.stdout.splitlines():
-        if line.startswith("RESULT "):
-            return json.loads(line[7:])
-    tail = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
-    return {"skipped": f"failed (exit {done.returncode}): {tail[:300]}"}
+        return common.child_result(argv, env=env, timeout=timeout)
+    except RuntimeError as error:
+        return {"skipped": f"failed ({error})"}
 
 
 def run_all(args) -> list[dict]:
@@ -234,8 +174,8 @@ def run_all(args) -> list[dict]:
     deadline, records = time.monotonic() + args.budget_s, []
     for spec in point_specs(args):
         left = deadline - time.monotonic()
-        missing = [module for module in spec["needs"] if importlib.util.find_spec(module) is None]
-        reason = f"{missing[0]} is not installed here" if missing else None
+        needs = peers.PEERS[POINTS[spec["peer"]][0]].modules if "peer" in spec else [spec["engine"]]
+        reason = next((f"{m} is not installed here" for m in needs if not find_spec(m)), None)
         reason = reason or (f"budget of {args.budget_s:.0f} s spent" if left < 5 else None)
         result = {"skipped": reason} if reason else launch(spec, min(left, args.point_timeout_s))
         records.append(record := {**spec, **result})
@@ -255,10 +195,6 @@ def main(argv=None) -> int:
     if args.point:
         print("RESULT " + json.dumps(run_point(json.loads(args.point))), flush=True)
         return 0
-    from common import markdown, write_json
-
-    from keras_vit.evaluate.benchmarking import model_gflops
-
     start, records = time.monotonic(), run_all(args)
     ran = [r for r in records if "skipped" not in r]  # each gets model TFLOP/s and both MFUs
     devices = [r["device"] for r in ran]
@@ -267,7 +203,7 @@ def main(argv=None) -> int:
     sheet = peak_tflops(device, args.peak_tflops)
     for r in (r for r in ran if r["kind"] == "model"):
         variant, mode, size, _ = r["workload"]
-        r["model_tflops_per_s"] = model_gflops(variant, size, mode) * r["images_per_s"] / 1e3
+        r["model_tflops_per_s"] = common.model_gflops(variant, size, mode) * r["images_per_s"] / 1e3
         r["mfu_datasheet"] = r["model_tflops_per_s"] / sheet if sheet else None
         r["mfu_gemm"] = r["model_tflops_per_s"] / gemm if gemm else None
     ratios = {}  # per workload, keras_vit's best over timm's best
@@ -284,12 +220,12 @@ def main(argv=None) -> int:
         f"{r['model_tflops_per_s']:.3f}", pct(r["mfu_datasheet"]), pct(r["mfu_gemm"])])]
         for r in records if r["kind"] == "model"]  # fmt: skip
     header = "workload|peer|img/s|peak GiB|model TFLOP/s|MFU sheet|MFU GEMM".split("|")
-    print(markdown(header, rows))
+    print(common.markdown(header, rows))
     print(json.dumps(summary))
     payload = {**summary, "smoke": args.smoke, "budget_s": args.budget_s,
                "wall_s": time.monotonic() - start, "points": records}  # fmt: skip
     if args.json_path:
-        write_json(args.json_path, payload)
+        common.write_json(args.json_path, payload)
     return 0
 
 

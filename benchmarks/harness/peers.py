@@ -2,7 +2,8 @@
 
 timm's peer is the architecture keras_vit builds (`VisionTransformer`, class-token pooling,
 no dropout, random weights), eager float32, under bfloat16 autocast (weights float32, as
-Keras' mixed policy) or `torch.compile`d; its step is AdamW (1e-4) on cross-entropy, NCHW.
+Keras' mixed policy) or `torch.compile`d; its step is AdamW (1e-4) on cross-entropy, NCHW, on
+the GPU where torch sees one (as every peer's data: on the device before the timing).
 """
 
 from __future__ import annotations
@@ -50,18 +51,17 @@ def build_model(arch: dict, image_size: int, num_classes: int = 1000):
 
 def make_step(model, mode, batch_size, image_size, policy, compiler, num_classes=1000, seed=0):
     """A no-argument function running one step of `model` (see the module docstring)."""
-    import contextlib
-
     import torch
 
+    device = "cuda" if torch.cuda.is_available() else "cpu"
     generator = torch.Generator().manual_seed(seed)
     images = torch.rand((batch_size, 3, image_size, image_size), generator=generator) * 2 - 1
     labels = torch.randint(0, num_classes, (batch_size,), generator=generator)
+    model, images, labels = (item.to(device) for item in (model, images, labels))
     run = torch.compile(model) if compiler == "compile" else model
 
-    def autocast():
-        bfloat16 = policy == "mixed_bfloat16"
-        return torch.autocast("cpu", dtype=torch.bfloat16) if bfloat16 else contextlib.nullcontext()
+    def autocast():  # disabled: float32
+        return torch.autocast(device, dtype=torch.bfloat16, enabled=policy == "mixed_bfloat16")
 
     if mode == "infer":
         model.eval()
@@ -114,13 +114,13 @@ def set_threads(threads: int) -> None:
 
 def keras_step(args, framework, mode, policy, compiler):
     """(parameters, step) of a Keras model (`benchmarking.build_model`) under `policy`, XLA or
-    not; on Keras' PyTorch backend (keras_vit_torch) eager, as `KERAS_BACKEND=torch` runs it."""
+    not, on the Keras backend its row names (keras_vit_torch: PyTorch, eager; keras_vit_jax)."""
     import keras
 
     backend = PEERS[framework].env.get("KERAS_BACKEND", keras.backend.backend())
     if backend != keras.backend.backend():
         raise RuntimeError(f"{framework} needs KERAS_BACKEND={backend}")
-    built = "keras_vit" if framework == "keras_vit_torch" else framework
+    built = "keras_vit" if framework.startswith("keras_vit") else framework
     keras.config.set_dtype_policy(policy)
     model, xla = common.build_model(built, args.variant, args.image_size), compiler == "xla"
     step = common.make_step(model, mode, args.batch_size, args.image_size, xla=xla, framework=built)
@@ -159,6 +159,7 @@ PEERS = {
     "vit_keras": Peer(("vit_keras.vit",), "main", {}, "keras", keras_step),
     "timm": Peer(("torch", "timm"), "torch", {}, "timm", timm_step),
     "keras_vit_torch": Peer(("torch",), "torch", {"KERAS_BACKEND": "torch"}, "eager", keras_step),
+    "keras_vit_jax": Peer(("jax",), "main", {"KERAS_BACKEND": "jax"}, "keras", keras_step),
     "gemm": Peer(("tensorflow",), "main", {}, None, None),
     "gemm_torch": Peer(("torch",), "torch", {}, None, None),
 }

@@ -147,26 +147,16 @@ def net_ms(timed) -> dict:
 
 def timed_in_process(engine, shapes, args) -> dict | str:
     """`time_shapes` of `engine` in a fresh process (GPUs hidden), or why it gave none."""
+    import common
+
     python = args.torch_python if engine == "torch" else sys.executable
-    command = [
-        python,
-        os.path.abspath(__file__),
-        "--worker",
-        engine,
-        "--shapes",
-        json.dumps(shapes),
-    ]
-    command += ["--repeats", str(args.repeats), "--per-call", str(args.per_call)]
+    counts = ["--repeats", str(args.repeats), "--per-call", str(args.per_call)]
+    command = [python, __file__, "--worker", engine, "--shapes", json.dumps(shapes)]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
     try:
-        done = subprocess.run(command, capture_output=True, text=True, env=env)
-    except OSError as error:
-        return f"{python} does not run: {error.strerror or error}"
-    for line in done.stdout.splitlines():
-        if line.startswith("RESULT "):
-            return json.loads(line[len("RESULT ") :])
-    tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
-    return f"exit {done.returncode}: {tail}"
+        return common.child_result(command + counts, env=env)
+    except RuntimeError as error:
+        return str(error)
 
 
 def step_figures(items, per_engine) -> dict:

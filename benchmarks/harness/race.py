@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import os
 import platform
 import sys
 import time
-import types
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [_HERE, os.path.join(_HERE, "..")]
@@ -30,7 +30,7 @@ PRESETS = {  # each verb's defaults of the shared flags (the rest: `build_parser
                 frameworks="keras_vit,keras_hub,vit_keras,timm"),
     "targets": dict(mode="train", steps=1, repeats=3, warmup=1, gemm_sizes="1024,2048",
                     settings="mixed_bfloat16,float32+xla,float32,mixed_bfloat16+xla",
-                    frameworks=",".join(ALL_FRAMEWORKS),
+                    frameworks="keras_vit,keras_hub,vit_keras,timm,keras_vit_torch",
                     timm_settings="bfloat16_autocast,float32,float32+compile"),
     "in-process": dict(mode="train", steps=2, repeats=10, warmup=2,
                        settings="float32,float32+xla", frameworks="keras_vit,keras_hub,vit_keras"),
@@ -211,8 +211,9 @@ def time_points(args, points, deadline=None):
             except RuntimeError as error:
                 print(f"skipping {key}: {str(error).strip().splitlines()[-1]}", flush=True)
                 workers.pop(key).close()
-        payloads = common.run_rounds(workers, args.repeats, deadline) if workers else {}
-        for key in list(workers):
+        calls = {key: functools.partial(worker.request, "run") for key, worker in workers.items()}
+        payloads = common.run_rounds(calls, args.repeats, deadline) if workers else {}
+        for key in list(payloads):
             try:
                 peaks[key] = workers[key].request("rss")["peak_rss_mb"]
             except (OSError, RuntimeError) as error:  # died after its last round
@@ -242,16 +243,11 @@ def time_groups(args, groups, mode, wargs, deadline=None):
 
 
 def time_rounds(steps, rounds, steps_per_point):
-    """{point: [ms per step, one a round]} of in-process `steps` {point: step function},
-    each served to `common.run_rounds` as a worker is."""
-    points = {
-        key: types.SimpleNamespace(
-            request=lambda _, step=step: common.time_call(step, steps_per_point) / steps_per_point,
-            process=types.SimpleNamespace(poll=lambda: None), close=lambda: None,
-        )
-        for key, step in steps.items()
-    }  # fmt: skip
-    return {k: [1000 * s for s in v] for k, v in common.run_rounds(points, rounds).items()}
+    """{point: [ms per step, one a round]} of in-process `steps` {point: step function}."""
+    calls = {key: functools.partial(common.time_call, step, steps_per_point)
+             for key, step in steps.items()}  # fmt: skip
+    return {k: [1000 * s / steps_per_point for s in v]
+            for k, v in common.run_rounds(calls, rounds).items()}  # fmt: skip
 
 
 def record_of(name, mode, rates, ready, peak):

@@ -130,7 +130,7 @@ def main(argv=None) -> int:
             rates = {
                 point: lambda t=timers[point]: images_per_call / t(args.steps) for point in POINTS
             }
-            rates = report.rotated_rates(rates, args.repeats)
+            rates = report.run_rounds(rates, args.repeats)
         finally:
             for server in servers:
                 server.stdin.close()

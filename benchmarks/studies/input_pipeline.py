@@ -64,7 +64,7 @@ def main(argv=None):
     time_call(pull, 2)  # fills the prefetch buffer
     rates = {"pipeline": lambda: args.batches * batch / time_call(pull, args.batches),
              "train": lambda: args.steps * batch / time_call(step, args.steps)}  # fmt: skip
-    rates = report.rotated_rates(rates, args.repeats)
+    rates = report.run_rounds(rates, args.repeats)
     data_rates, train_rates = rates["pipeline"], rates["train"]
     data_rate, train_rate = median(data_rates), median(train_rates)
     result = {

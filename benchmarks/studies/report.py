@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -17,6 +16,8 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 _FOLDERS = (os.path.join(ROOT, "benchmarks"), os.path.join(ROOT, "benchmarks", "harness"))
 sys.path[:0] = [folder for folder in _FOLDERS if folder not in sys.path]
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from common import child_result, run_rounds, write_json  # noqa: E402, F401  (run_rounds: the studies')
 
 
 def parser(doc: str, results: str | None = None, json_help="write the raw results here"):
@@ -50,8 +51,6 @@ def save_json(path, payload, append: bool = False) -> None:
         with open(path, "a", encoding="utf-8") as handle:
             handle.write(json.dumps(payload) + "\n")
     elif path:
-        from common import write_json
-
         write_json(path, payload)
 
 
@@ -68,21 +67,9 @@ def write_figures(path, values, script, about, argv=None, notes="") -> None:
     print(f"wrote {path}")
 
 
-def rotated_rates(rates: dict, repeats: int) -> dict:
-    """{name: [images/s per round]} of `rates` ({name: () -> images/s}), rotated every round."""
-    names, measured = list(rates), {name: [] for name in rates}
-    for index in range(repeats):
-        for name in names[index % len(names) :] + names[: index % len(names)]:
-            measured[name].append(rates[name]())
-        print(f"  round {index + 1}/{repeats} done", flush=True)
-    return measured
-
-
 def child_json(argv, prefix="RESULT ", **run) -> dict:
-    """The JSON of the last `prefix` line `argv` prints; SystemExit with its output if it fails."""
-    done = subprocess.run(argv, capture_output=True, text=True, **run)
-    lines = [line for line in done.stdout.splitlines() if line.startswith(prefix)]
-    if done.returncode or not lines:
-        tail = done.stdout[-2000:] + done.stderr[-3000:]
-        raise SystemExit(f"the child process failed (exit {done.returncode}):\n{tail}")
-    return json.loads(lines[-1][len(prefix) :])
+    """`common.child_result`; SystemExit with the child's output if it fails."""
+    try:
+        return child_result(argv, prefix, **run)
+    except RuntimeError as error:
+        raise SystemExit(f"the child process failed ({error}):\n{error.output}") from None

@@ -393,16 +393,16 @@ def make_step(
 
     Training: `step_optimizer(framework)` (AdamW, learning rate 1e-4) on sparse categorical
     cross-entropy from logits through `model.train_on_batch`; inference:
-    `model.predict_on_batch`. Both run the step Keras compiles (`jit_compile=xla`) and block
-    until the result is on the host.
+    `model.predict_on_batch`. Both run the step Keras compiles (`jit_compile=xla`) on a batch
+    already on the backend's device, and block until the result is on the host.
     """
     import keras
     import numpy as np
 
     rng = np.random.default_rng(seed)
     shape = (batch_size, *to_pair("image_size", image_size), 3)
-    images = rng.uniform(-1.0, 1.0, shape).astype("float32")
-    labels = rng.integers(0, num_classes, (batch_size,)).astype("int32")
+    images = keras.ops.convert_to_tensor(rng.uniform(-1.0, 1.0, shape).astype("float32"))
+    labels = keras.ops.convert_to_tensor(rng.integers(0, num_classes, (batch_size,)), "int32")
     model.compile(
         optimizer=step_optimizer(framework),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),

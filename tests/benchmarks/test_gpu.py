@@ -93,7 +93,7 @@ def test_gpu_data_sheet_peak_and_bad_arguments(capsys):
         assert message in capsys.readouterr().err
     specs = gpu.point_specs(gpu.parse_args([]))
     assert [s["engine"] for s in specs[:2]] == ["jax", "torch"]
-    assert len(specs) == 2 + len(gpu.WORKLOADS) * len(gpu.PEERS)
+    assert len(specs) == 2 + len(gpu.WORKLOADS) * len(gpu.POINTS)
     assert {s["workload"] for s in specs[2:]} == set(gpu.WORKLOADS.values())
     peers = [s["peer"] for s in specs[2:]]  # the eager Keras PyTorch points last
     assert peers[-len(gpu.WORKLOADS) :] == ["keras_vit_torch"] * len(gpu.WORKLOADS)

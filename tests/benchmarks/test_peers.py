@@ -4,6 +4,7 @@ adding a `PEERS` row, and every place that starts, names or labels a worker read
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 from pathlib import Path
 
@@ -126,23 +127,18 @@ def test_every_suite_line_parses_with_its_verb_both_ways():
         bench.suite_commands("gpu", False, ["x"])
 
 
-class _FakeWorker:
-    """A worker whose `request` logs its name, and raises from `dies_at` on."""
+def _fake_calls(names, log, dies_at=None):
+    """{name: a call that logs its name, and for `dies_at` (name, n) raises from call n on}."""
+    counts = dict.fromkeys(names, 0)
 
-    def __init__(self, name, log, dies_at=None):
-        self.name, self.log, self.dies_at, self.calls = name, log, dies_at, 0
-        self.process = argparse.Namespace(poll=lambda: -9)
-        self.closed = False
-
-    def request(self, command):
-        self.calls += 1
-        if self.dies_at is not None and self.calls >= self.dies_at:
-            raise RuntimeError("worker exited (-9)")
-        self.log.append(self.name)
+    def call(name):
+        counts[name] += 1
+        if dies_at and dies_at[0] == name and counts[name] >= dies_at[1]:
+            raise RuntimeError("worker exited (-9): killed")
+        log.append(name)
         return {"images_per_s": 1.0}
 
-    def close(self):
-        self.closed = True
+    return {name: functools.partial(call, name) for name in names}
 
 
 def test_run_rounds_rotates_drops_the_dead_and_stops_at_the_deadline(harness, capsys):
@@ -152,15 +148,12 @@ def test_run_rounds_rotates_drops_the_dead_and_stops_at_the_deadline(harness, ca
     finally:
         sys.path.remove(str(HARNESS))
     log = []
-    workers = {n: _FakeWorker(n, log, dies_at=2 if n == "b" else None) for n in "abc"}
-    dead = workers["b"]
-    payloads = common.run_rounds(workers, repeats=3)
+    payloads = common.run_rounds(_fake_calls("abc", log, dies_at=("b", 2)), repeats=3)
     assert log == ["a", "b", "c", "c", "a", "a", "c"]  # round 2 starts at b (dead), round 3 at c
-    assert sorted(payloads) == ["a", "c"] and dead.closed and "b" not in workers
-    assert "dropping b: the worker died (exit code -9)" in capsys.readouterr().out
+    assert sorted(payloads) == ["a", "c"] and len(payloads["a"]) == 3
+    assert "dropping b: worker exited (-9): killed" in capsys.readouterr().out
     log.clear()
-    workers = {n: _FakeWorker(n, log) for n in "ab"}
-    payloads = common.run_rounds(workers, repeats=5, deadline=0.0)  # passed: one round
+    payloads = common.run_rounds(_fake_calls("ab", log), repeats=5, deadline=0.0)  # one round
     assert log == ["a", "b"] and all(len(v) == 1 for v in payloads.values())
 
 
