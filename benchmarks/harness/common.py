@@ -56,39 +56,25 @@ def parse_setting(text):
     return policy, compiler == "xla"
 
 
-def checked_patch(parser, variant: str) -> int:
-    """The patch size of `variant`; an unknown or malformed variant is a `parser.error`."""
-    try:
-        return variant_arch(variant)["patch_size"]
-    except ValueError as error:
-        parser.error(f"--variant: {error}")
-
-
-def named_image_size(variant: str) -> int | None:
-    """The image side a variant's name gives ("B/16-384": 384, as the release's and timm's
-    names mean it), or None (a plain name, or a custom "patch,hidden,mlp,heads,layers")."""
+def variant_image_size(variant: str, image_size: int | None = None) -> int:
+    """The side to time `variant` at: `image_size` when given, else its name's ("B/16-384": 384,
+    as the release's and timm's names mean it), else 224; ValueError naming the value unless the
+    variant is known and the side a positive multiple of its patch, and the name's if it has one."""
     from keras_vit.spec import configs
 
-    if "," in variant:
-        return None
     try:
-        return configs.resolve_model(variant).image_size
-    except ValueError:
-        return None  # an unknown name: `variant_arch` names the problem
-
-
-def variant_image_size(variant: str, image_size: int | None = None) -> int:
-    """The side to time `variant` at: `image_size` when given, else its name's, else 224;
-    ValueError where the name gives one size and `image_size` another, or a size below 1."""
-    named = named_image_size(variant)
-    if named is not None and named < 1:
-        raise ValueError(f"--variant {variant!r} names image size {named}; it must be >= 1")
-    if named is not None and image_size is not None and image_size != named:
-        raise ValueError(
-            f"--variant {variant!r} names image size {named}, --image-size {image_size} "
-            "another: give one of them"
-        )
-    return image_size if image_size is not None else named or 224
+        patch = variant_arch(variant)["patch_size"]
+        named = None if "," in variant else configs.resolve_model(variant).image_size
+    except ValueError as error:
+        raise ValueError(f"--variant {variant!r}: {error}") from None
+    if None not in (named, image_size) and image_size != named:
+        raise ValueError(f"--variant {variant!r} names image size {named}, --image-size "
+                         f"{image_size} another: give one of them")  # fmt: skip
+    size = next(side for side in (image_size, named, 224) if side is not None)
+    if size < patch or size % patch:
+        source = "--image-size" if image_size is not None else f"--variant {variant!r} names size"
+        raise ValueError(f"{source} {size} is not a positive multiple of the patch {patch}")
+    return size
 
 
 def add_model_arguments(parser, modes=("infer", "train", "both"), default_mode="both"):
@@ -100,17 +86,11 @@ def add_model_arguments(parser, modes=("infer", "train", "both"), default_mode="
 
 
 def checked_image_size(parser, args) -> None:
-    """Sets `args.image_size` (`variant_image_size`); `parser.error` naming where it came from
-    unless the variant is known and the size a positive multiple of its patch."""
-    patch = checked_patch(parser, args.variant)
-    given = args.image_size is not None
+    """Sets `args.image_size` (`variant_image_size`), its ValueError a `parser.error`."""
     try:
         args.image_size = variant_image_size(args.variant, args.image_size)
     except ValueError as error:
         parser.error(str(error))
-    if args.image_size < patch or args.image_size % patch:
-        source = "--image-size" if given else f"--variant {args.variant!r} gives image size"
-        parser.error(f"{source} {args.image_size} is not a positive multiple of the patch {patch}")
 
 
 def check_model_arguments(parser, args, counts) -> None:

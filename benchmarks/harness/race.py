@@ -112,10 +112,10 @@ def parse_args(argv=None, verb="run"):
         setattr(args, "setting_list" if name == "settings" else "timm_list", items)
     args.torch_python = args.torch_python or args.python
     args.sizes = () if args.gemm_sizes == "none" else tuple(map(int, args.gemm_sizes.split(",")))
-    if verb == "scaling":
-        check_scaling(parser, args)
     counts = {"--steps": args.steps, "--repeats": args.repeats, "--warmup": args.warmup}
     common.check_model_arguments(parser, args, counts)
+    if verb == "scaling":
+        check_scaling(parser, args)
     allowed = [*common.FRAMEWORKS, "timm"]
     if verb == "in-process" and (set(args.frameworks) - set(allowed) or "keras_vit" not in
                                  args.frameworks):  # fmt: skip
@@ -136,8 +136,9 @@ def check_scaling(parser, args):
         args.batch_sizes = [int(s) for s in args.batch_sizes.split(",") if s]
     except ValueError:
         parser.error("--image-sizes and --batch-sizes take integers separated by commas")
-    patch, named = common.checked_patch(parser, args.variant), common.named_image_size(args.variant)
-    if named is not None:
+    named, patch = common.variant_image_size(args.variant), common.variant_arch(args.variant)
+    patch = patch["patch_size"]
+    if named != 224:  # the variant is known: `check_model_arguments` ran
         parser.error(f"--variant {args.variant!r} names image size {named}: give the plain "
                      "variant; --image-sizes and --base-image-size set the sizes")  # fmt: skip
     if any(s < patch or s % patch for s in [*args.image_sizes, args.base_image_size]):
@@ -154,26 +155,16 @@ def parse_workloads(parser, text: str) -> list:
         variant, _, mode = item.rpartition(":")
         problem = "must be VARIANT:MODE with MODE infer or train, e.g. Ti/16:train"
         if mode in ("infer", "train") and variant:
-            problem = workload_problem(variant)
+            try:
+                problem = common.variant_image_size(variant) and None
+            except ValueError as error:
+                problem = str(error)
         if problem is None and (variant, mode) in workloads:
             problem = "is given twice"
         if problem:
             parser.error(f"--workloads {text!r}: {item!r} {problem}")
         workloads.append((variant, mode))
     return workloads
-
-
-def workload_problem(variant) -> str | None:
-    """Why `variant` (and the image size its name gives) cannot be timed, or None."""
-    try:
-        patch = common.variant_arch(variant)["patch_size"]
-    except ValueError as error:
-        return f"unknown VARIANT: {error}"
-    try:
-        size = common.variant_image_size(variant)
-    except ValueError as error:
-        return str(error)
-    return f"gives image size {size}, not a multiple of the patch {patch}" if size % patch else None
 
 
 def workload_args(args, variant, image_size=None, batch_size=None):

@@ -12,13 +12,13 @@ from __future__ import annotations
 import sys
 
 import report
-from common import checked_image_size, checked_patch, median, named_image_size, time_call
+from common import checked_image_size, median, time_call
 
 
 def parse_args(argv=None):
     parser = report.parser(__doc__)
     parser.add_argument("--source", default="mnist", help="data source of keras_vit.data.load")
-    parser.add_argument("--image-size", type=int, help="default: the train config's")
+    parser.add_argument("--image-size", type=int, help="default: the train config's (variant: 224)")
     parser.add_argument("--batch-size", type=int, help="default: the train config's")
     parser.add_argument("--variant", help="a named variant instead of the default model")
     parser.add_argument("--batches", type=int, default=20, help="batches per pipeline repeat")
@@ -27,11 +27,8 @@ def parse_args(argv=None):
     parser.add_argument("--no-xla", action="store_true")
     args = parser.parse_args(argv)
     report.at_least(parser, args, "batches", "steps", "repeats", "image_size", "batch_size")
-    named = named_image_size(args.variant) if args.variant else None
-    if args.variant and (args.image_size is not None or named is not None):
+    if args.variant:  # at its name's size, or 224
         checked_image_size(parser, args)
-    elif args.variant:
-        checked_patch(parser, args.variant)
     return args
 
 
