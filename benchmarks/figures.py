@@ -11,15 +11,16 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import os
 import platform
 import re
 import shlex
 import sys
-import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT / "benchmarks" / "harness")]
+import common  # noqa: E402
+
 RESULTS_DIR = ROOT / "benchmarks" / "results"
 DOCUMENTS = ("README.md", "docs/*.md")
 FIGURE = re.compile(r"<!--fig (?P<file>[\w-]+)\.(?P<key>[\w-]+)-->(?P<text>.*?)<!--/fig-->")
@@ -71,34 +72,16 @@ def update_text(text: str, results_dir: Path = RESULTS_DIR) -> str:
     return FIGURE.sub(replace, text)
 
 
-def machine_description() -> str:
-    """'Linux x86_64, 2 CPUs (model name)' for the `measured` record."""
-    try:
-        with open("/proc/cpuinfo") as handle:
-            names = [line.split(":", 1)[1].strip() for line in handle if "model name" in line]
-    except OSError:
-        names = []
-    cpu = names[0] if names else platform.processor() or platform.machine()
-    return f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPUs ({cpu})"
-
-
 def write_results(path, values, *, command, about, notes="", measured=None, extra=None):
     """Writes a results file atomically: the values with their formats, when, where and how
     measured (default: today, this machine, the 1-minute load now), `extra` entries."""
     if measured is None:
-        load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
-        measured = {"date": datetime.date.today().isoformat(), "machine": machine_description(),
-                    "load_average_1min_at_end": None if load is None else round(load, 2),
-                    "notes": notes}  # fmt: skip
+        host, load = common.host_record(), common.load_average()
+        machine = f"{platform.system()} {platform.machine()}, {host['cores']} CPUs ({host['cpu']})"
+        measured = {"date": datetime.date.today().isoformat(), "machine": machine,
+                    "load_average_1min_at_end": load and load[0], "notes": notes}  # fmt: skip
     payload = {"about": about, "command": command, "measured": measured, **(extra or {})}
-    payload["values"] = values
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-    with os.fdopen(handle, "w") as out:
-        json.dump(payload, out, indent=2)
-        out.write("\n")
-    os.replace(tmp, path)
+    common.write_json(path, {**payload, "values": values})
 
 
 # ---- `bench.py run` payloads as values: RUN_FRAMEWORK_SETTING_METRIC, per run ------------
@@ -135,8 +118,9 @@ def record_slug(record: dict, config: dict) -> tuple[str, str]:
     return POLICY_SLUGS[policy] + ("_xla" if xla else ""), policy + ("+xla" if xla else "")
 
 
-def _figure(value, fmt):
-    return None if value is None else {"value": value, "format": fmt}
+def fig(value, form: str = "{}") -> dict | None:
+    """One value of a results file: `value` and the format the documents render it with."""
+    return None if value is None else {"value": value, "format": form}
 
 
 def mode_values(payload: dict, mode: str) -> dict:
@@ -151,7 +135,7 @@ def mode_values(payload: dict, mode: str) -> dict:
         values[f"{framework}_{slug}_range"] = f"{min(rates):.2f}-{max(rates):.2f}"
         for metric, fmt in FORMATS.items():
             if record.get(FIELDS[metric]) is not None:
-                values[f"{framework}_{slug}_{metric}"] = _figure(record[FIELDS[metric]], fmt)
+                values[f"{framework}_{slug}_{metric}"] = fig(record[FIELDS[metric]], fmt)
         if framework not in best or record["images_per_s"] > best[framework]["images_per_s"]:
             best[framework] = record
     for framework, record in best.items():
@@ -159,13 +143,13 @@ def mode_values(payload: dict, mode: str) -> dict:
         for metric, field in (("img_s", "images_per_s"), ("of_roof", "utilisation"),
                               ("ours_over_this", "best_ours_over_this")):  # fmt: skip
             if record.get(field) is not None:
-                values[f"{framework}_best_{metric}"] = _figure(record[field], FORMATS[metric])
+                values[f"{framework}_best_{metric}"] = fig(record[field], FORMATS[metric])
     peers = [r["images_per_s"] for f, r in best.items() if f != "keras_vit"]
     if "keras_vit" in best and peers:
         ratio = best["keras_vit"]["images_per_s"] / max(peers)
-        values["ours_over_best_peer"] = _figure(ratio, "{:.2f}x")
+        values["ours_over_best_peer"] = fig(ratio, "{:.2f}x")
     if payload.get("roof_gflops"):
-        values["roof_gflops"] = _figure(payload["roof_gflops"], "{:.1f}")
+        values["roof_gflops"] = fig(payload["roof_gflops"], "{:.1f}")
     for when in ("before", "after"):
         loads = payload.get("machine", {}).get(f"load_average_{when}")
         if loads:
@@ -173,7 +157,7 @@ def mode_values(payload: dict, mode: str) -> dict:
     auto = payload.get("auto", {}).get("modes", {}).get(mode)
     if auto:
         values["auto_setting"] = auto["setting"]
-        values["auto_of_fastest"] = _figure(auto["of_fastest"], "{:.0%}")
+        values["auto_of_fastest"] = fig(auto["of_fastest"], "{:.0%}")
     return values
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import statistics
 import sys
 import time
@@ -70,7 +69,7 @@ def device_and_peak(engine: str):
         name = torch.cuda.get_device_name(0) if cuda else "CPU"
         peak = torch.cuda.max_memory_allocated() if cuda else None
     if peak is None:
-        return name, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, "host RSS"
+        return name, common.peak_rss_mb() / 1024, "host RSS"
     return name, peak / 2**30, "device"
 
 

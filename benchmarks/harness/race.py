@@ -498,8 +498,8 @@ def targets(args, argv):
         summary = summarise(variant, mode, more, roofs, choice)
         records, summaries = records + more, summaries + [summary]
         key = f"{variant}_{mode}".replace("/", "").lower()
-        values.update({f"{key}_{name}": {"value": round(summary[name], 3), "format": "{:.2f}x"}
-                       for name in RATIOS if summary[name] is not None})  # fmt: skip
+        values.update({f"{key}_{n}": figures.fig(round(summary[n], 3), "{:.2f}x")
+                       for n in RATIOS if summary[n] is not None})  # fmt: skip
         elapsed = time.perf_counter() - started
         host = f"{host_line(load_before, common.load_average())}; {elapsed:.0f} s"
         print(f"  {summary['workload']}: {elapsed:.0f} s so far", flush=True)

@@ -23,18 +23,20 @@ METHOD += "on JAX, float32, a process a point; XLA's memory analysis; --run: pea
 COMBINATIONS = [(kernel, remat) for remat in (False, True) for kernel in ("explicit", "fused")]
 
 
-def measure_point(model_name, image_size, batch_size, kernel, remat, run) -> dict:
+def measure_point(variant, image_size, batch_size, kernel, remat, run) -> dict:
     """One point, in this process (KERAS_BACKEND=jax must be set before Keras is imported)."""
     import jax
     import keras
     import numpy as np
+    from common import variant_arch
 
     from keras_vit.evaluate.benchmarking import peak_rss_mb
     from keras_vit.layers import MultiHeadSelfAttention
     from keras_vit.model.build_any import build
     from keras_vit.spec import configs
 
-    kwargs = configs.resolve_model(model_name).config.as_kwargs()
+    config = None if "," in variant else configs.resolve_model(variant).config
+    kwargs = config.as_kwargs() if config else variant_arch(variant)  # "8,32,64,4,2"
     model = build({**kwargs, "image_size": image_size, "num_classes": 1000, "remat": remat})
     for layer in model._flatten_layers(include_self=False, recursive=True):
         if isinstance(layer, MultiHeadSelfAttention):
@@ -58,7 +60,7 @@ def measure_point(model_name, image_size, batch_size, kernel, remat, run) -> dic
     compiled = jax.jit(step).lower(*arguments).compile()
     analysis, mib = compiled.memory_analysis(), 2**20
     out = {
-        "model": model_name, "image_size": image_size, "batch_size": batch_size,
+        "model": variant, "image_size": image_size, "batch_size": batch_size,
         "tokens": (image_size // model.get_layer("embedding").patch_size[0]) ** 2 + 1,
         "attention_kernel": kernel, "remat": remat, "xla_flags": os.environ.get("XLA_FLAGS", ""),
         "compile_s": round(time.perf_counter() - start, 1),
@@ -77,7 +79,7 @@ def measure_point(model_name, image_size, batch_size, kernel, remat, run) -> dic
 
 def parse_args(argv=None):
     parser = report.parser(__doc__, json_help=None)
-    parser.add_argument("--model", default="B/16", help="a named variant (B/16)")
+    parser.add_argument("--variant", default="B/16", help="a named variant (B/16)")
     parser.add_argument("--image-size", type=int, nargs="+", default=[384], help="(384)")
     parser.add_argument("--batch-size", type=int, default=8, help="(8)")
     parser.add_argument("--run", action="store_true", help="execute the step: peak RSS too")
@@ -87,15 +89,8 @@ def parse_args(argv=None):
     parser.add_argument("--point", help=argparse.SUPPRESS)  # the child: its point as JSON
     args = parser.parse_args(argv)
     report.at_least(parser, args, "batch_size")
-    from keras_vit.spec import configs
-
-    try:
-        patch = configs.resolve_model(args.model).config.patch_size
-    except ValueError as error:
-        parser.error(f"--model {args.model!r}: {error}")
     for size in args.image_size:
-        if size < 1 or size % patch:
-            parser.error(f"--image-size {size}: must be a positive multiple of the patch {patch}")
+        report.checked_image_size(parser, argparse.Namespace(variant=args.variant, image_size=size))
     return args
 
 
@@ -111,7 +106,7 @@ def main(argv=None) -> int:
     points, child = [], [sys.executable, os.path.abspath(__file__), "--point"]
     for size in args.image_size:
         for kernel, remat in COMBINATIONS:
-            point = [args.model, size, args.batch_size, kernel, remat, args.run]
+            point = [args.variant, size, args.batch_size, kernel, remat, args.run]
             points.append(report.child_json([*child, json.dumps(point)], "POINT ", env=env))
             print(json.dumps(points[-1]), flush=True)
     for point in points:
@@ -119,7 +114,7 @@ def main(argv=None) -> int:
         for key in ("xla_temp_mib", "peak_rss_increase_mib"):
             if key in point:
                 point[f"{key}_vs_explicit_no_remat"] = round(point[key] / base[key], 3)
-    slug = args.model.replace("/", "").lower() + "_" + "_".join(map(str, args.image_size))
+    slug = args.variant.replace("/", "").lower() + "_" + "_".join(map(str, args.image_size))
     slug += "_default_scheduler" * args.default_scheduler
     output = args.output or os.path.join(report.ROOT, f"benchmarks/results/runs/memory_{slug}.json")
     from keras_vit.runtime.precision_probe import cpu_model

@@ -17,7 +17,8 @@ _FOLDERS = (os.path.join(ROOT, "benchmarks"), os.path.join(ROOT, "benchmarks", "
 sys.path[:0] = [folder for folder in _FOLDERS if folder not in sys.path]
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from common import child_result, run_rounds, write_json  # noqa: E402, F401  (run_rounds: the studies')
+from common import checked_image_size, child_result, run_rounds, write_json  # noqa: E402, F401
+from figures import fig, write_results  # noqa: E402, F401
 
 
 def parser(doc: str, results: str | None = None, json_help="write the raw results here"):
@@ -40,11 +41,6 @@ def at_least(parser, args, *names, minimum=1) -> None:
             parser.error(f"--{name.replace('_', '-')} {value}: must be >= {minimum}")
 
 
-def fig(value, form: str = "{}") -> dict:
-    """One value of a results file: `value` and the format the documents render it with."""
-    return {"value": value, "format": form}
-
-
 def save_json(path, payload, append: bool = False) -> None:
     """`payload` as JSON at `path` (atomically), or appended as one line; nothing without one."""
     if path and append:
@@ -59,8 +55,6 @@ def write_figures(path, values, script, about, argv=None, notes="") -> None:
     process' by default)."""
     if not path:
         return
-    from figures import write_results
-
     argv = sys.argv[1:] if argv is None else argv
     command = f"python benchmarks/studies/{os.path.basename(script)} {' '.join(argv)}"
     write_results(path, values, command=command.strip(), about=about, notes=notes)

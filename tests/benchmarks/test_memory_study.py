@@ -1,5 +1,5 @@
 """benchmarks/studies/memory.py's arguments: image sizes that the model's patch does not
-divide, and unknown models, are refused before any point (each a JAX process) starts."""
+divide, and unknown variants, are refused before any point (each a JAX process) starts."""
 
 from __future__ import annotations
 
@@ -23,11 +23,12 @@ def memory():
 
 @pytest.mark.parametrize(
     "argv, message",
-    [(["--image-size", "518"], "--image-size 518: must be a positive multiple of the patch 16"),
+    [(["--image-size", "518"], "--image-size 518 is not a positive multiple of the patch 16"),
      (["--image-size", "224", "0"], "--image-size 0"),
-     (["--model", "X/3"], "--model 'X/3'"),
-     (["--model", "S/14", "--image-size", "384"], "--image-size 384: must be a positive multiple"),
-     (["--model", "S/14", "--image-size", "384"], "of the patch 14")],
+     (["--variant", "X/3"], "--variant 'X/3'"),
+     (["--variant", "S/14", "--image-size", "384"], "--image-size 384 is not a positive multiple"),
+     (["--variant", "S/14", "--image-size", "384"], "of the patch 14"),
+     (["--variant", "B/16-384", "--image-size", "224"], "names image size 384, --image-size 224")],
 )  # fmt: skip
 def test_bad_sizes_and_models_are_refused_naming_them(memory, argv, message, capsys):
     with pytest.raises(SystemExit) as raised:
@@ -39,4 +40,4 @@ def test_bad_sizes_and_models_are_refused_naming_them(memory, argv, message, cap
 def test_the_papers_sizes_parse(memory):
     args = memory.parse_args(["--image-size", "224", "384", "512", "--default-scheduler"])
     assert args.image_size == [224, 384, 512] and args.default_scheduler
-    assert memory.parse_args(["--model", "S/14", "--image-size", "518"]).image_size == [518]
+    assert memory.parse_args(["--variant", "S/14", "--image-size", "518"]).image_size == [518]
