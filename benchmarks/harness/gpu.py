@@ -75,25 +75,17 @@ def device_and_peak(engine: str):
 
 def gemm_tflops(engine: str, sizes, repeats: int) -> dict:
     """{size: TFLOP/s} of an n x n bfloat16 matrix product in `engine`, median of repeats."""
-    if engine == "jax":
-        import jax
-        import jax.numpy as jnp
+    if engine == "torch":
+        return {str(n): peers.gemm_gflops(n, "bfloat16", repeats) / 1e3 for n in sizes}
+    import jax
 
-        product = jax.jit(lambda a: a @ a)
-        matrices = {n: jnp.ones((n, n), jnp.bfloat16) for n in sizes}
-        call = lambda a: product(a).block_until_ready()  # noqa: E731
-    else:
-        import torch
-
-        cuda = torch.cuda.is_available()
-        matrices = {n: torch.ones((n, n), dtype=torch.bfloat16, device="cuda" if cuda else "cpu")
-                    for n in sizes}  # fmt: skip
-        call = lambda a: (a @ a, cuda and torch.cuda.synchronize())  # noqa: E731
-    figures = {}
-    for n, a in matrices.items():
-        call(a)
+    product, figures = jax.jit(lambda a: a @ a), {}
+    for n in sizes:
+        a = jax.random.normal(jax.random.key(0), (n, n), "bfloat16")
+        product(a).block_until_ready()
         steps = max(1, min(50, int(5e12 // (2 * n**3))))
-        times = [common.time_call(lambda a=a: call(a), steps) / steps for _ in range(repeats)]
+        times = [common.time_call(lambda a=a: product(a).block_until_ready(), steps) / steps
+                 for _ in range(repeats)]  # fmt: skip
         figures[str(n)] = 2 * n**3 / statistics.median(times) / 1e12
     return figures
 

@@ -87,13 +87,18 @@ def make_step(model, mode, batch_size, image_size, policy, compiler, num_classes
 
 
 def gemm_gflops(size: int, dtype: str, repeats: int = 1) -> float:
-    """Median GFLOP/s of a `size x size` `torch.matmul` in `dtype` ("float32"/"bfloat16")."""
+    """Median GFLOP/s of a `size x size` `torch.matmul` in `dtype` ("float32"/"bfloat16"), on
+    the GPU where torch sees one."""
     import torch
 
-    a, b = (torch.randn(size, size).to(getattr(torch, dtype)) for _ in range(2))
-    torch.matmul(a, b)
-    steps = min(20, max(1, int(2e10 // (2 * size**3))))
-    times = [common.time_call(lambda: torch.matmul(a, b), steps) / steps for _ in range(repeats)]
+    cuda = torch.cuda.is_available()
+    a, b = (torch.randn(size, size, device="cuda" if cuda else "cpu").to(getattr(torch, dtype))
+            for _ in range(2))  # fmt: skip
+    call = lambda: (torch.matmul(a, b), cuda and torch.cuda.synchronize())  # noqa: E731
+    call()
+    cap, flops = (50, 5e12) if cuda else (20, 2e10)  # steps, FLOPs of a timed repeat
+    steps = min(cap, max(1, int(flops // (2 * size**3))))
+    times = [common.time_call(call, steps) / steps for _ in range(repeats)]
     return 2.0 * size**3 / common.median(times) / 1e9
 
 

@@ -9,6 +9,7 @@ GFLOP/s per shape and engine, a step's products per engine and their floor (best
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import subprocess
@@ -49,11 +50,9 @@ def step_products(arch, batch_size, image_size=(224, 224), mode="train", channel
     rows, head_dim, pairs = batch_size * tokens, d // heads, batch_size * heads
     embed = product("patch embedding", batch_size * patches, p * p * channels, d, 1)
     items = [embed] + with_gradients(embed, train)[2:]  # the image needs no gradient
-    for name, width_in, width_out, count in (
-        ("q/k/v/out projection", d, d, 4 * layers),
-        ("MLP fc1", d, f, layers),
-        ("MLP fc2", f, d, layers),
-    ):
+    linear = (("q/k/v/out projection", d, d, 4 * layers), ("MLP fc1", d, f, layers),
+              ("MLP fc2", f, d, layers))  # fmt: skip
+    for name, width_in, width_out, count in linear:
         items += with_gradients(product(name, rows, width_in, width_out, count), train)
     core = {"batch": pairs, "count": layers}
     items.append(product("q k^T", tokens, head_dim, tokens, transpose_b=True, **core))
@@ -83,10 +82,8 @@ def operands(item, rng, copies):
     batch, m, k, n = item["batch"], item["m"], item["k"], item["n"]
     shapes = [(k, m) if item["transpose_a"] else (m, k), (n, k) if item["transpose_b"] else (k, n)]
     lead = (batch,) if batch > 1 else ()
-    return [
-        tuple(rng.standard_normal(lead + shape, dtype="float32") for shape in shapes)
-        for _ in range(copies)
-    ]
+    return [tuple(rng.standard_normal(lead + shape, dtype="float32") for shape in shapes)
+            for _ in range(copies)]  # fmt: skip
 
 
 def engine_call(engine, item, pairs):
@@ -96,13 +93,9 @@ def engine_call(engine, item, pairs):
         import tensorflow as tf
 
         flat = [tf.constant(array) for pair in pairs for array in pair]
-        fn = tf.function(
-            lambda *xs: [
-                tf.matmul(xs[i], xs[i + 1], transpose_a=ta, transpose_b=tb)
-                for i in range(0, len(xs), 2)
-            ],
-            jit_compile=engine == "xla",
-        )
+        matmul = functools.partial(tf.matmul, transpose_a=ta, transpose_b=tb)
+        fn = tf.function(lambda *xs: [matmul(*xs[i : i + 2]) for i in range(0, len(xs), 2)],
+                         jit_compile=engine == "xla")  # fmt: skip
         return lambda: fn(*flat)
     if engine == "torch":
         import torch

@@ -44,6 +44,7 @@ PEER_SETTINGS = ("mixed_bfloat16", "float32+xla")  # the Keras peers' in `target
 # expected peak RSS of one point, GB (AMD EPYC run of 2026-12-02, rounded up); GEMM roofs ~1
 POINT_GB = {("B/16", "infer"): 2.0, ("S/16", "train"): 3.7, ("Ti/16", "train"): 2.8}
 AUTO_TARGET, PEER_TARGET = 0.90, 1.20
+SHARE = "roof_share_for_target_over_timm"
 RATIOS = ("auto_over_best", "ours_over_timm", "ours_over_keras_peer", "torch_backend_over_timm",
           "torch_backend_over_tensorflow")  # fmt: skip
 
@@ -153,14 +154,13 @@ def parse_workloads(parser, text: str) -> list:
     workloads = []
     for item in (item.strip() for item in text.split(",")):
         variant, _, mode = item.rpartition(":")
-        problem = "must be VARIANT:MODE with MODE infer or train, e.g. Ti/16:train"
-        if mode in ("infer", "train") and variant:
-            try:
-                problem = common.variant_image_size(variant) and None
-            except ValueError as error:
-                problem = str(error)
-        if problem is None and (variant, mode) in workloads:
-            problem = "is given twice"
+        try:
+            if mode not in ("infer", "train") or not variant:
+                raise ValueError("must be VARIANT:MODE with MODE infer or train, e.g. Ti/16:train")
+            common.variant_image_size(variant)  # ValueError naming an unknown variant or size
+            problem = "is given twice" if (variant, mode) in workloads else None
+        except ValueError as error:
+            problem = str(error)
         if problem:
             parser.error(f"--workloads {text!r}: {item!r} {problem}")
         workloads.append((variant, mode))
@@ -233,8 +233,11 @@ def time_groups(args, groups, mode, wargs, deadline=None):
     return records, roofs
 
 
-def time_rounds(steps, rounds, steps_per_point):
-    """{point: [ms per step, one a round]} of in-process `steps` {point: step function}."""
+def time_rounds(steps, rounds, steps_per_point, warmup=0):
+    """{point: [ms per step, one a round]} of in-process `steps` {point: step function}, each
+    warmed up `warmup` steps first."""
+    for step in steps.values():
+        common.time_call(step, warmup)
     calls = {key: functools.partial(common.time_call, step, steps_per_point)
              for key, step in steps.items()}  # fmt: skip
     return {k: [1000 * s / steps_per_point for s in v]
@@ -318,15 +321,13 @@ def auto_summary(args, results):
     lines, summary = [f"auto: {choice.describe()}"], {"choice": choice.as_dict(), "modes": {}}
     for mode in sorted({r["mode"] for r in results}):
         ours = [r for r in results if r["mode"] == mode and r["framework"] == "keras_vit"]
-        picked = [r for r in ours if r["setting"] == choice.setting]
+        picked = [r["images_per_s"] for r in ours if r["setting"] == choice.setting]
         if picked:
             fastest = max(ours, key=lambda r: r["images_per_s"])
-            share = picked[0]["images_per_s"] / fastest["images_per_s"]
+            share = picked[0] / fastest["images_per_s"]
             summary["modes"][mode] = {"setting": choice.setting, "of_fastest": share}
-            lines.append(
-                f"  {mode}: auto = {choice.setting}, {picked[0]['images_per_s']:.2f} "
-                f"img/s, {100 * share:.0f}% of the fastest setting ({fastest['setting']})"
-            )
+            lines.append(f"  {mode}: auto = {choice.setting}, {picked[0]:.2f} img/s, {share:.0%} "
+                         f"of the fastest setting ({fastest['setting']})")  # fmt: skip
     return "\n".join(lines), summary
 
 
@@ -422,11 +423,6 @@ def roof_share_needed(variant, mode, timm, roofs):
     return gflop * timm[1] * PEER_TARGET / max(roofs.values())
 
 
-def share_text(share):
-    past = " (past the roof)" if share is not None and share > 1 else ""
-    return "-" if share is None else f"{share:.0%}" + past
-
-
 def summarise(variant, mode, records, roofs, choice):
     """The target ratios of one workload from its records."""
     rate = {(r["framework"], r["setting"]): r["images_per_s"] for r in records}
@@ -453,8 +449,12 @@ def summarise(variant, mode, records, roofs, choice):
         "torch_backend_over_tensorflow": over(on_torch, ours),
         "ours_over_keras_peer": over(ours, peer),
         "best_keras_peer": f"{peer[2]} {peer[0]}" if peer else None, "roof_gflops": roofs,
-        "roof_share_for_target_over_timm": roof_share_needed(variant, mode, timm, roofs),
+        SHARE: roof_share_needed(variant, mode, timm, roofs),
     }  # fmt: skip
+
+
+def share_text(share):
+    return ratio(share, fmt="{:.0%}") + " (past the roof)" * ((share or 0) > 1)
 
 
 def targets_table(host, summaries):
@@ -475,7 +475,7 @@ def targets_table(host, summaries):
             f"{peer} {s['keras_peers'][peer]:.2f}" if peer else "-",
             ratio(s["ours_over_keras_peer"], PEER_TARGET), listed(s["keras_vit_torch"]),
             ratio(s["torch_backend_over_timm"], PEER_TARGET), listed(s["roof_gflops"], 0),
-            share_text(s["roof_share_for_target_over_timm"]),
+            share_text(s[SHARE]),
         ])  # fmt: skip
     return f"Host: {host}\n\n" + common.markdown(header, rows) + "\n"
 
@@ -652,15 +652,10 @@ def ablation(args, argv):
     if diff > 1e-4:
         sys.exit("the two models disagree; not timing them")
     for mode in ("infer", "train") if args.mode == "both" else (args.mode,):
-        steps = {
-            m.name: common.make_step(
-                m, mode, args.batch_size, args.image_size, xla=args.setting_list[0][1]
-            )
-            for m in (shortcut, full)
-        }
-        for step in steps.values():
-            common.time_call(step, args.warmup)
-        times = time_rounds(steps, args.repeats, args.steps)
+        xla = args.setting_list[0][1]
+        steps = {m.name: common.make_step(m, mode, args.batch_size, args.image_size, xla=xla)
+                 for m in (shortcut, full)}  # fmt: skip
+        times = time_rounds(steps, args.repeats, args.steps, args.warmup)
         rates = {k: [1000 * args.batch_size / ms for ms in v] for k, v in times.items()}
         medians = {name: common.median(values) for name, values in rates.items()}
         for name, values in rates.items():

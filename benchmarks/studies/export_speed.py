@@ -68,11 +68,9 @@ def ask(server, steps) -> float:
 
 def figure_values(result) -> dict:
     """The documents' figures: img/s of the four points, their ratios, the agreement."""
-    values = {
-        f"{side}_{short}_img_s": report.fig(result["img_s"][f"{side} {policy}"], "{:.2f}")
-        for side in ("keras", "export")
-        for short, policy in (("f32", "float32"), ("bf16", "mixed_bfloat16"))
-    }
+    values = {f"{side}_{short}_img_s": report.fig(result["img_s"][f"{side} {policy}"], "{:.2f}")
+              for side in ("keras", "export")
+              for short, policy in (("f32", "float32"), ("bf16", "mixed_bfloat16"))}  # fmt: skip
     values |= {key: report.fig(result[name], form) for key, (name, form) in RATIOS.items()}
     values["load"] = " / ".join(f"{v:.2f}" for v in result["load_average"])
     values["setup"] = f"{result['variant']} @{result['image_size']}, batch {result['batch_size']}"

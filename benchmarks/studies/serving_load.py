@@ -155,12 +155,10 @@ def main(argv=None) -> int:
         env = {**os.environ, "PYTHONPATH": ""}
         argv = [sys.executable, "-c", SERVER, json.dumps({**config, **vars(args)})]
         result = report.child_json(argv, env=env, cwd=folder, timeout=3600)
-    messages_named = all(
-        any(word in message for word in BAD_MESSAGE_WORDS) for message in result["bad_messages"]
-    )
+    named = [any(word in text for word in BAD_MESSAGE_WORDS) for text in result["bad_messages"]]
     result["checks"] = {
         "good_answers_equal_serial": result["max_abs_logit_diff"] <= 1e-5 and not result["wrong"],
-        "bad_rejected_naming_problem": messages_named,
+        "bad_rejected_naming_problem": all(named),
         "memory_within_bound": result["rss_growth_mb"] <= MEMORY_BOUND_MB,
     }
     result["memory_bound_mb"] = MEMORY_BOUND_MB

@@ -15,10 +15,7 @@ import os
 import tempfile
 import time
 
-try:
-    import report
-except ModuleNotFoundError:  # loaded by path with benchmarks/ on sys.path (tests)
-    from studies import report
+import report
 
 
 def _outcome(loss, accuracy, start_wall, start_cpu) -> dict:
@@ -91,10 +88,9 @@ def main(argv=None) -> int:
     print(json.dumps(results))
     report.save_json(args.json, results, append=True)
     report.write_figures(args.results, figure_values(results), __file__, about)
-    print(
-        f"held-out accuracy {results['test_accuracy']:.2%} on 1,000 MNIST images; wall "
-        f"{results['wall_s']} s, CPU {results['cpu_s']} s on {results['cores']} cores"
-    )
+    print(f"held-out accuracy {results['test_accuracy']:.2%} on 1,000 MNIST images; "
+          f"wall {results['wall_s']} s, CPU {results['cpu_s']} s on {results['cores']} "
+          "cores")  # fmt: skip
     return 0
 
 
