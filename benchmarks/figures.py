@@ -213,7 +213,7 @@ def import_json(json_path, results_path) -> list:
     json_path = Path(json_path)
     payload = json.loads(json_path.read_text())
     date = datetime.date.fromtimestamp(json_path.stat().st_mtime).isoformat()
-    notes = f"imported from {json_path.name} (throughput.py --json), dated by its mtime"
+    notes = f"imported from {json_path.name} (bench.py run --json), dated by its mtime"
     command = command_of(payload["config"])
     return update_results(results_path, payload, date=date, command=command, notes=notes)
 
@@ -228,17 +228,17 @@ def markdown_table(results_path, rid: str) -> str:
     frameworks = [f for f in FRAMEWORK_LABELS if f"{rid}_{f}_best_setting" in values]
     slugs = [s + x for s in ("f32", "bf16", "f16") for x in ("_xla", "")]
     slugs = [s for s in slugs if any(f"{rid}_{f}_{s}_img_s" in values for f in frameworks)]
-    header = ["framework", *[f"{s} img/s" for s in slugs]]
-    header += ["best setting", "best, of roof", "ours best/this best"]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    header = ["framework", *[f"{s} img/s" for s in slugs], "best setting", "best, of roof",
+              "ours best/this best"]  # fmt: skip
+    rows = []
     for framework in frameworks:
-        keys = [f"{rid}_{framework}_{slug}_img_s" for slug in slugs]
-        keys += [f"{rid}_{framework}_{key}" for key in ("best_setting", "best_of_roof",
-                                                        "best_ours_over_this")]  # fmt: skip
+        keys = [f"{slug}_img_s" for slug in slugs]
+        keys = [f"{rid}_{framework}_{key}" for key in (*keys, "best_setting", "best_of_roof",
+                                                       "best_ours_over_this")]  # fmt: skip
         cells = [f"<!--fig {name}.{key}-->{render(values[key])}<!--/fig-->" if key in values
                  else "-" for key in keys]  # fmt: skip
-        lines.append("| " + " | ".join([FRAMEWORK_LABELS[framework], *cells]) + " |")
-    return "\n".join(lines)
+        rows.append([FRAMEWORK_LABELS[framework], *cells])
+    return common.markdown(header, rows)
 
 
 def results_main(argv) -> int:
