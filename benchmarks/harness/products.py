@@ -12,12 +12,13 @@ import argparse
 import functools
 import json
 import os
-import subprocess
 import sys
 import time
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [_HERE, os.path.join(_HERE, "..")]
+
+import common  # noqa: E402
 
 ENGINES = ("xla", "tensorflow", "numpy", "torch")
 
@@ -140,8 +141,6 @@ def net_ms(timed) -> dict:
 
 def timed_in_process(engine, shapes, args) -> dict | str:
     """`time_shapes` of `engine` in a fresh process (GPUs hidden), or why it gave none."""
-    import common
-
     python = args.torch_python if engine == "torch" else sys.executable
     counts = ["--repeats", str(args.repeats), "--per-call", str(args.per_call)]
     command = [python, __file__, "--worker", engine, "--shapes", json.dumps(shapes)]
@@ -188,7 +187,7 @@ def report(items, per_engine, failed) -> str:
 
 
 def parse_args(argv=None):
-    """The run's arguments, or a worker's (`--worker ENGINE`: NumPy and its engine only)."""
+    """The run's arguments, or a worker's (`--worker ENGINE`: it imports no other engine)."""
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = argparse.ArgumentParser(prog="bench.py products", description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=11, help="timed calls per shape (11)")
@@ -197,8 +196,6 @@ def parse_args(argv=None):
         parser.add_argument("--worker", choices=ENGINES, required=True)
         parser.add_argument("--shapes", required=True)
         return parser.parse_args(argv)
-    import common
-
     from keras_vit.cli.benchmark import check_json_path
     from keras_vit.cli.flags import UsageError
 
@@ -233,14 +230,10 @@ def check_torch(parser, args) -> None:
             parser.error("--torch-python is only used by the torch engine: add torch to --engines")
         return
     args.torch_python = args.torch_python or sys.executable
-    try:
-        done = subprocess.run([args.torch_python, "-c", "import torch"], capture_output=True,
-                              text=True, timeout=300)  # fmt: skip
-    except (OSError, subprocess.TimeoutExpired) as error:
-        parser.error(f"--torch-python {args.torch_python!r} does not run: {error}")
-    if done.returncode:
-        problem = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
-        parser.error(f"--torch-python {args.torch_python!r} does not import torch: {problem}")
+    try:  # an empty result once torch imported
+        common.child_result([args.torch_python, "-c", "import torch; print('RESULT {}')"])
+    except RuntimeError as error:
+        parser.error(f"--torch-python {args.torch_python!r} does not import torch ({error})")
 
 
 def main(argv=None) -> int:
@@ -249,8 +242,6 @@ def main(argv=None) -> int:
         timed = time_shapes(args.worker, json.loads(args.shapes), args.repeats, args.per_call)
         print("RESULT " + json.dumps(timed), flush=True)
         return 0
-    import common
-
     items = step_products(common.variant_arch(args.variant), args.batch_size,
                           (args.image_size, args.image_size), args.mode)  # fmt: skip
     shapes = list({shape_key(item): item for item in items}.values())  # each shape once

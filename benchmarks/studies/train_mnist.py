@@ -2,7 +2,7 @@
 
 `TrainConfig()` (a patch-4 ViT) on the 4,000 MNIST training images: held-out accuracy (1,000
 images), wall and process CPU time (s) of fit + evaluate, training images/s. Target (issue 4):
->= 97.5% in under 3 minutes on 2 CPU cores. `--cli` times `keras-vit train` itself.
+>= 97.5% in under 3 minutes on 2 CPU cores.
 
     python benchmarks/studies/train_mnist.py --epochs 5 --save /tmp/mnist_vit.npz
 """
@@ -12,17 +12,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import tempfile
 import time
 
 import report
-
-
-def _outcome(loss, accuracy, start_wall, start_cpu) -> dict:
-    """Held-out loss and accuracy, wall and CPU seconds since the starts, cores."""
-    wall, cpu = time.time() - start_wall, time.process_time() - start_cpu
-    return {"test_accuracy": round(float(accuracy), 4), "test_loss": round(float(loss), 4),
-            "wall_s": round(wall, 1), "cpu_s": round(cpu, 1), "cores": os.cpu_count()}  # fmt: skip
 
 
 def train_default(config, verbose=2):
@@ -43,9 +35,12 @@ def train_default(config, verbose=2):
     history = model.fit(train, epochs=epochs, validation_data=test, verbose=verbose)
     seen = config.steps_per_epoch(num_train) * config.batch_size * epochs
     rate = round(seen / (time.time() - start_wall), 1)
-    outcome = _outcome(*model.evaluate(test, verbose=0), start_wall, start_cpu)
+    loss, accuracy = model.evaluate(test, verbose=0)
+    wall, cpu = time.time() - start_wall, time.process_time() - start_cpu
     return model, {
-        "recipe": dataclasses.asdict(config), "params": model.count_params(), **outcome,
+        "recipe": dataclasses.asdict(config), "params": model.count_params(),
+        "test_accuracy": round(float(accuracy), 4), "test_loss": round(float(loss), 4),
+        "wall_s": round(wall, 1), "cpu_s": round(cpu, 1), "cores": os.cpu_count(),
         "train_images_per_s": rate,
         "val_accuracy_per_epoch": [round(v, 4) for v in history.history["val_accuracy"]],
     }  # fmt: skip
@@ -60,33 +55,23 @@ def figure_values(results: dict) -> dict:
 
 
 def main(argv=None) -> int:
-    from keras_vit.train import runs, training
+    from keras_vit.train import training
 
     parser = report.parser(__doc__, "train_mnist.json", "append the results as a JSON line here")
     parser.add_argument("--epochs", type=int, help="override TrainConfig.epochs")
     parser.add_argument("--save", help="write the trained model as an official .npz here")
-    parser.add_argument("--cli", action="store_true", help="time what `keras-vit train` does")
     args = parser.parse_args(argv)
     report.at_least(parser, args, "epochs")
-    if args.cli:  # `runs.train(RunConfig())`, the run directory in a temporary folder
-        about = "`keras-vit train` with no arguments (runs.train)"
-        with tempfile.TemporaryDirectory() as folder:
-            start_wall, start_cpu = time.time(), time.process_time()
-            result = runs.train(runs.RunConfig(), os.path.join(folder, "run"), verbose=0)
-            held_out = result.metrics["held_out"]
-            results = _outcome(held_out["loss"], held_out["accuracy"], start_wall, start_cpu)
-        results["epochs"] = result.metrics["epochs"]
-    else:
-        about = "the default TrainConfig with plain model.fit"
-        overrides = {} if args.epochs is None else {"epochs": args.epochs}
-        model, results = train_default(training.TrainConfig(**overrides))
-        if args.save:
-            from keras_vit import checkpoints
+    overrides = {} if args.epochs is None else {"epochs": args.epochs}
+    model, results = train_default(training.TrainConfig(**overrides))
+    if args.save:
+        from keras_vit import checkpoints
 
-            checkpoints.save_npz(model, args.save)
-            results["saved"] = args.save
+        checkpoints.save_npz(model, args.save)
+        results["saved"] = args.save
     print(json.dumps(results))
     report.save_json(args.json, results, append=True)
+    about = "the default TrainConfig with plain model.fit"
     report.write_figures(args.results, figure_values(results), __file__, about)
     print(f"held-out accuracy {results['test_accuracy']:.2%} on 1,000 MNIST images; "
           f"wall {results['wall_s']} s, CPU {results['cpu_s']} s on {results['cores']} "
