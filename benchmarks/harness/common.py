@@ -93,12 +93,18 @@ def checked_image_size(parser, args) -> None:
         parser.error(str(error))
 
 
-def check_model_arguments(parser, args, counts) -> None:
-    """`checked_image_size`; `parser.error` unless the batch size and `counts` are >= 1."""
+def at_least(parser, args, *names, minimum=1) -> None:
+    """`parser.error` naming the first flag of `names` (None skipped) below `minimum`."""
+    for name in names:
+        value = getattr(args, name)
+        if value is not None and value < minimum:
+            parser.error(f"--{name.replace('_', '-')} {value}: must be >= {minimum}")
+
+
+def check_model_arguments(parser, args, *counts) -> None:
+    """`checked_image_size`; `at_least` 1 for the batch size and `counts` (names of `args`)."""
     checked_image_size(parser, args)
-    for flag, value in {"--batch-size": args.batch_size, **counts}.items():
-        if value < 1:
-            parser.error(f"{flag} {value}: must be >= 1")
+    at_least(parser, args, "batch_size", *counts)
 
 
 def markdown(header, rows) -> str:

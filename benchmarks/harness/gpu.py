@@ -134,18 +134,15 @@ def parse_args(argv=None):
 
 
 def point_specs(args) -> list[dict]:
-    """The GEMM probes, then every (workload, peer) point in run order (`PEERS`)."""
+    """The GEMM probes, then every (workload, peer) point, keras_vit on Keras PyTorch last."""
     smoke = args.smoke
-    sizes, repeats = ([128, 256], 1) if smoke else ([4096, 8192], 3)
+    sizes, warmup, steps, repeats = ([128, 256], 1, 1, 1) if smoke else ([4096, 8192], 3, 10, 3)
     gemm = {"kind": "gemm", "sizes": sizes, "repeats": repeats}
-    specs = [{**gemm, "engine": engine} for engine in ("jax", "torch")]
-    counts = dict(warmup=1, steps=1, repeats=1) if smoke else dict(warmup=3, steps=10, repeats=3)
-    for late in (False, True):
-        for name, peer in ((n, p) for n in args.workloads for p in args.peers):
-            if (peer == "keras_vit_torch") == late:
-                point = {"kind": "model", "workload_name": name, "workload": args.table[name]}
-                specs.append({**point, **counts, "peer": peer})
-    return specs
+    counts = {"warmup": warmup, "steps": steps, "repeats": repeats}
+    points = [{"kind": "model", "workload_name": name, "workload": args.table[name], "peer": peer,
+               **counts} for name in args.workloads for peer in args.peers]  # fmt: skip
+    return [{**gemm, "engine": engine} for engine in ("jax", "torch")] + sorted(
+        points, key=lambda point: point["peer"] == "keras_vit_torch")  # fmt: skip
 
 
 def launch(spec: dict, timeout: float) -> dict:

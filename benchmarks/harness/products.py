@@ -205,8 +205,7 @@ def parse_args(argv=None):
     parser.add_argument("--json", dest="json_path", help="also write the figures here")
     args = parser.parse_args(argv)
     args.worker = None
-    common.check_model_arguments(parser, args, {"--repeats": args.repeats,
-                                                "--per-call": args.per_call})  # fmt: skip
+    common.check_model_arguments(parser, args, "repeats", "per_call")
     args.engine_list = [part.strip() for part in args.engines.split(",")]
     for index, name in enumerate(args.engine_list):
         if name not in ENGINES:

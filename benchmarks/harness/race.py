@@ -79,7 +79,6 @@ def build_parser(verb):
         add("--workloads", default=WORKLOADS, help=f"comma-separated VARIANT:MODE ({WORKLOADS})")
         add("--budget-s", type=float, default=420.0, help="seconds for all workloads (420)")
         add("--memory-gb", type=float, help="memory of a group of points (85%% of MemAvailable)")
-        add("--keep-probe-cache", action="store_true", help="auto from the probe's cache")
         add("--quick", action="store_true", help="one round, fewer settings: a smoke run")
         add("--out", default=os.path.join(_HERE, "..", "results", "targets"), help="no suffix")
     if verb == "scaling":
@@ -113,8 +112,7 @@ def parse_args(argv=None, verb="run"):
         setattr(args, "setting_list" if name == "settings" else "timm_list", items)
     args.torch_python = args.torch_python or args.python
     args.sizes = () if args.gemm_sizes == "none" else tuple(map(int, args.gemm_sizes.split(",")))
-    counts = {"--steps": args.steps, "--repeats": args.repeats, "--warmup": args.warmup}
-    common.check_model_arguments(parser, args, counts)
+    common.check_model_arguments(parser, args, "steps", "repeats", "warmup")
     if verb == "scaling":
         check_scaling(parser, args)
     allowed = [*common.FRAMEWORKS, "timm"]
@@ -196,21 +194,19 @@ def time_points(args, points, deadline=None):
                for key, (name, wargs) in points.items()}  # fmt: skip
     ready, peaks, payloads = {}, {}, {}
     try:
-        for key in list(workers):
+        for key, worker in workers.items():
             try:
-                ready[key] = workers[key].read("READY")
-            except RuntimeError as error:
+                ready[key] = worker.read("READY")
+            except RuntimeError as error:  # closed with the others below
                 print(f"skipping {key}: {str(error).strip().splitlines()[-1]}", flush=True)
-                workers.pop(key).close()
-        calls = {key: functools.partial(worker.request, "run") for key, worker in workers.items()}
-        payloads = common.run_rounds(calls, args.repeats, deadline) if workers else {}
+        calls = {key: functools.partial(workers[key].request, "run") for key in ready}
+        payloads = common.run_rounds(calls, args.repeats, deadline) if ready else {}
         for key in list(payloads):
             try:
                 peaks[key] = workers[key].request("rss")["peak_rss_mb"]
             except (OSError, RuntimeError) as error:  # died after its last round
                 print(f"  dropping {key}: the worker died: {error}", flush=True)
-                workers.pop(key).close()
-                payloads.pop(key, None)
+                del payloads[key]
     finally:
         for worker in workers.values():
             worker.close()
@@ -494,7 +490,7 @@ def targets(args, argv):
         more, gemm = time_groups(args, target_groups(args, variant, mode), mode, wargs, deadline)
         roofs = {peers.ROOFS[k]: max(p["gemm_gflops"] for p in v) for k, v in gemm.items() if v}
         common.add_derived(more, variant, wargs.image_size, max(roofs.values(), default=None))
-        choice = auto_choice(variant, wargs.image_size, refresh=not args.keep_probe_cache)
+        choice = auto_choice(variant, wargs.image_size, refresh=True)  # this run's load
         summary = summarise(variant, mode, more, roofs, choice)
         records, summaries = records + more, summaries + [summary]
         key = f"{variant}_{mode}".replace("/", "").lower()

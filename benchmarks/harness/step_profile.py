@@ -77,7 +77,7 @@ def parse_args(argv=None):
     parser.add_argument("--steps", type=int, default=2, help="profiled steps (2)")
     parser.add_argument("--top", type=int, default=12, help="operations listed (12)")
     args = parser.parse_args(argv)
-    common.check_model_arguments(parser, args, {"--steps": args.steps, "--top": args.top})
+    common.check_model_arguments(parser, args, "steps", "top")
     timm = args.peer == "timm"
     args.setting = args.setting or ("float32" if timm else "float32+xla")
     try:

@@ -55,7 +55,7 @@ def parse_args(argv=None):
     parser.add_argument("--repeats", type=int, default=5, help="timed rounds (5)")
     parser.add_argument("--warmup", type=int, default=2, help="untimed calls per point (2)")
     args = parser.parse_args(argv)
-    check_model_arguments(parser, args, {"--steps": args.steps, "--repeats": args.repeats})
+    check_model_arguments(parser, args, "steps", "repeats")
     report.at_least(parser, args, "warmup", minimum=0)
     return args
 

@@ -17,7 +17,8 @@ _FOLDERS = (os.path.join(ROOT, "benchmarks"), os.path.join(ROOT, "benchmarks", "
 sys.path[:0] = [folder for folder in _FOLDERS if folder not in sys.path]
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from common import checked_image_size, child_result, run_rounds, write_json  # noqa: E402, F401
+import common  # noqa: E402
+from common import at_least, checked_image_size, child_result, run_rounds  # noqa: E402, F401
 from figures import fig, write_results  # noqa: E402, F401
 
 
@@ -33,21 +34,13 @@ def parser(doc: str, results: str | None = None, json_help="write the raw result
     return made
 
 
-def at_least(parser, args, *names, minimum=1) -> None:
-    """`parser.error` naming the first flag of `names` (None skipped) below `minimum`."""
-    for name in names:
-        value = getattr(args, name)
-        if value is not None and value < minimum:
-            parser.error(f"--{name.replace('_', '-')} {value}: must be >= {minimum}")
-
-
 def save_json(path, payload, append: bool = False) -> None:
     """`payload` as JSON at `path` (atomically), or appended as one line; nothing without one."""
     if path and append:
         with open(path, "a", encoding="utf-8") as handle:
             handle.write(json.dumps(payload) + "\n")
     elif path:
-        write_json(path, payload)
+        common.write_json(path, payload)
 
 
 def write_figures(path, values, script, about, argv=None, notes="") -> None:
