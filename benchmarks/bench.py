@@ -53,11 +53,9 @@ def suite_commands(name: str, quick: bool, only=None) -> list[tuple[str, list[st
     commands = []
     for workload, line in lines.items():
         words = shlex.split(line["quick" if quick else "command"])
-        if words[0].endswith(".py"):  # a study
-            words[0] = os.path.join(HERE, words[0])
-        else:
-            words.insert(0, os.path.join(HERE, "bench.py"))
-        commands += [(workload, [sys.executable, *words])] if not only or workload in only else []
+        script = words.pop(0) if words[0].endswith(".py") else "bench.py"  # a study, or a verb
+        if not only or workload in only:
+            commands.append((workload, [sys.executable, os.path.join(HERE, script), *words]))
     return commands
 
 

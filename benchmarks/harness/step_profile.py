@@ -19,9 +19,8 @@ import tempfile
 _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [_HERE, os.path.join(_HERE, "..")]
 # XLA reads its flags once, at its first use: set ours before anything imports TensorFlow.
-os.environ["XLA_FLAGS"] = (
-    os.environ.get("XLA_FLAGS", "") + " --xla_cpu_enable_xprof_traceme=true"
-).strip()
+_FLAGS = os.environ.get("XLA_FLAGS", "")
+os.environ["XLA_FLAGS"] = f"{_FLAGS} --xla_cpu_enable_xprof_traceme=true".strip()
 
 import common  # noqa: E402
 import peers  # noqa: E402

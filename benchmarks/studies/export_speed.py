@@ -125,9 +125,8 @@ def main(argv=None) -> int:
         try:
             for timer in timers.values():
                 timer(args.warmup)
-            rates = {
-                point: lambda t=timers[point]: images_per_call / t(args.steps) for point in POINTS
-            }
+            rates = {point: lambda t=timers[point]: images_per_call / t(args.steps)
+                     for point in POINTS}  # fmt: skip
             rates = report.run_rounds(rates, args.repeats)
         finally:
             for server in servers:
