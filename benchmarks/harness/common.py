@@ -26,6 +26,7 @@ from keras_vit.evaluate.benchmarking import (  # noqa: F401  (re-exported for th
 )  # fmt: skip
 from keras_vit.evaluate.benchmarking import time_steps as time_call  # noqa: F401  (re-exported)
 from keras_vit.runtime.precision_probe import setting_label  # noqa: F401  (the one setting label)
+from keras_vit.spec import configs
 
 
 def host_record() -> dict:
@@ -60,8 +61,6 @@ def variant_image_size(variant: str, image_size: int | None = None) -> int:
     """The side to time `variant` at: `image_size` when given, else its name's ("B/16-384": 384,
     as the release's and timm's names mean it), else 224; ValueError naming the value unless the
     variant is known and the side a positive multiple of its patch, and the name's if it has one."""
-    from keras_vit.spec import configs
-
     try:
         patch = variant_arch(variant)["patch_size"]
         named = None if "," in variant else configs.resolve_model(variant).image_size
@@ -72,7 +71,7 @@ def variant_image_size(variant: str, image_size: int | None = None) -> int:
                          f"{image_size} another: give one of them")  # fmt: skip
     size = next(side for side in (image_size, named, 224) if side is not None)
     if size < patch or size % patch:
-        source = "--image-size" if image_size is not None else f"--variant {variant!r} names size"
+        source = "--image-size" if named is None else f"--variant {variant!r} names size"
         raise ValueError(f"{source} {size} is not a positive multiple of the patch {patch}")
     return size
 
@@ -159,10 +158,10 @@ class Worker:
 
 
 def run_rounds(calls: dict, repeats: int, deadline=None) -> dict:
-    """{name: [results]} of up to `repeats` rounds of `calls` ({name: () -> result}; at least one
-    round, none after the round that passes `deadline`), the order rotated every round, so that
-    a drift of a shared machine's speed hits every point alike; a call that raises OSError or
-    RuntimeError (a worker that died) is dropped, said so."""
+    """{name: [results]} of up to `repeats` rounds of `calls` ({name: () -> result}), none after
+    the round that passes `deadline` or drops the last, the order rotated every round (a drift of
+    the machine's speed hits every point alike); a call raising OSError or RuntimeError (a worker
+    that died) is dropped, said so."""
     names, results = list(calls), {name: [] for name in calls}
     for index in range(repeats):
         for name in names[index % len(names) :] + names[: index % len(names)]:
@@ -172,7 +171,7 @@ def run_rounds(calls: dict, repeats: int, deadline=None) -> dict:
                 print(f"  dropping {name}: {error}", flush=True)
                 names.remove(name)
         print(f"  round {index + 1}/{repeats} done", flush=True)
-        if deadline is not None and time.perf_counter() > deadline:
+        if not names or deadline is not None and time.perf_counter() > deadline:
             break
     return {name: results[name] for name in names if results[name]}
 

@@ -135,11 +135,10 @@ def check_scaling(parser, args):
         args.batch_sizes = [int(s) for s in args.batch_sizes.split(",") if s]
     except ValueError:
         parser.error("--image-sizes and --batch-sizes take integers separated by commas")
-    named, patch = common.variant_image_size(args.variant), common.variant_arch(args.variant)
-    patch = patch["patch_size"]
-    if named != 224:  # the variant is known: `check_model_arguments` ran
-        parser.error(f"--variant {args.variant!r} names image size {named}: give the plain "
-                     "variant; --image-sizes and --base-image-size set the sizes")  # fmt: skip
+    patch = common.variant_arch(args.variant)["patch_size"]  # known: `check_model_arguments` ran
+    if "," not in args.variant and common.configs.resolve_model(args.variant).image_size:
+        parser.error(f"--variant {args.variant!r} names image size {args.image_size}: give the "
+                     "plain variant: --image-sizes and --base-image-size set sizes")  # fmt: skip
     if any(s < patch or s % patch for s in [*args.image_sizes, args.base_image_size]):
         parser.error(f"every image size must be a positive multiple of the patch ({patch})")
     if min([*args.batch_sizes, args.base_batch_size]) < 1:

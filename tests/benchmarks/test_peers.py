@@ -155,6 +155,10 @@ def test_run_rounds_rotates_drops_the_dead_and_stops_at_the_deadline(harness, ca
     log.clear()
     payloads = common.run_rounds(_fake_calls("ab", log), repeats=5, deadline=0.0)  # one round
     assert log == ["a", "b"] and all(len(v) == 1 for v in payloads.values())
+    log.clear()  # every call dead in round 1: no round 2 (it has no one to start with)
+    assert common.run_rounds(_fake_calls("ab", log, dies_at=("a", 1)) | _fake_calls("b", log,
+                             dies_at=("b", 1)), repeats=3) == {} and log == []  # fmt: skip
+    assert "round 2/3" not in capsys.readouterr().out
 
 
 def test_targets_points_start_with_the_roofs_and_each_group_fits_in_memory(harness):
@@ -198,3 +202,23 @@ def test_in_process_builds_each_point_with_its_peer_row_as_a_worker_would(harnes
     assert list(steps) == [("keras_vit", "float32+xla"), ("keras_vit", "mixed_bfloat16"),
                            ("timm", "float32+xla"), ("timm", "mixed_bfloat16")]  # fmt: skip
     assert calls == ["keras_vit"] * 4 + ["timm"] * 4  # two warm-up steps each
+
+
+@pytest.mark.parametrize(
+    "variant, image_size, message",
+    [("5,32,64,4,2", None, "--image-size 224 is not a positive multiple of the patch 5"),
+     ("B/16-200", None, "--variant 'B/16-200' names size 200 is not a positive multiple"),
+     ("B/16-200", 200, "--variant 'B/16-200' names size 200 is not a positive multiple"),
+     ("B/16", 0, "--image-size 0 is not a positive multiple of the patch 16"),
+     ("X/3", None, "--variant 'X/3': Unknown model")],
+)  # fmt: skip
+def test_variant_image_size_names_where_a_bad_size_came_from(harness, variant, image_size, message):
+    """A custom variant names no size: its 224 is --image-size's default, not the variant's."""
+    sys.path.insert(0, str(HARNESS))
+    try:
+        import common
+    finally:
+        sys.path.remove(str(HARNESS))
+    with pytest.raises(ValueError) as raised:
+        common.variant_image_size(variant, image_size)
+    assert str(raised.value).startswith(message)

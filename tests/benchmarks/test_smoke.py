@@ -241,10 +241,13 @@ def test_timm_names_give_their_size(scripts):
     assert parse(scripts, "run", ["--variant", "vit_base_patch16_384"]).image_size == 384
 
 
-def test_scaling_refuses_a_variant_that_names_a_size(scripts, capsys):
+@pytest.mark.parametrize("variant, size", [("B/16-384", 384), ("B/16-224", 224),
+                                           ("vit_base_patch16_224", 224)])  # fmt: skip
+def test_scaling_refuses_a_variant_that_names_a_size(scripts, capsys, variant, size):
+    """Even the default size: the records would name one size and hold others."""
     with pytest.raises(SystemExit):
-        parse(scripts, "scaling", ["--variant", "B/16-384"])
-    assert "names image size 384" in capsys.readouterr().err
+        parse(scripts, "scaling", ["--variant", variant])
+    assert f"names image size {size}" in capsys.readouterr().err
 
 
 def test_targets_times_a_sized_workload_at_its_size(scripts):

@@ -144,6 +144,19 @@ def test_import_of_an_old_json_file_and_its_table(tf_figures, tmp_path):
         tf_figures.markdown_table(results, "ti16_224_bs16_train")
 
 
+@pytest.mark.parametrize("file, run, message", [
+    ("throughput_settings.json", "nope", "throughput_settings.json has no run 'nope'"),
+    ("missing.json", "b16_224_bs16_infer", "No such file or directory"),
+])  # fmt: skip
+def test_results_table_refuses_a_run_or_file_it_lacks_in_one_line(
+    tf_figures, tmp_path, capsys, file, run, message
+):
+    (tmp_path / "throughput_settings.json").write_text(json.dumps({"values": {"b16_x": 1}}))
+    with pytest.raises(SystemExit) as raised:
+        tf_figures.main(["table", str(tmp_path / file), run], "results")
+    assert raised.value.code == 2 and message in capsys.readouterr().err.splitlines()[-1]
+
+
 def test_records_of_runs_before_settings_read_as_float32_xla(tf_figures):
     """throughput.py of issue 8 wrote neither `policy` nor `xla` (float32, XLA unless
     `--no-xla`)."""
