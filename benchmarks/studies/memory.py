@@ -28,9 +28,8 @@ def measure_point(variant, image_size, batch_size, kernel, remat, run) -> dict:
     import jax
     import keras
     import numpy as np
-    from common import variant_arch
 
-    from keras_vit.evaluate.benchmarking import peak_rss_mb
+    from keras_vit.evaluate.benchmarking import peak_rss_mb, token_grid, variant_arch
     from keras_vit.layers import MultiHeadSelfAttention
     from keras_vit.model.build_any import build
     from keras_vit.spec import configs
@@ -61,7 +60,7 @@ def measure_point(variant, image_size, batch_size, kernel, remat, run) -> dict:
     analysis, mib = compiled.memory_analysis(), 2**20
     out = {
         "model": variant, "image_size": image_size, "batch_size": batch_size,
-        "tokens": (image_size // model.get_layer("embedding").patch_size[0]) ** 2 + 1,
+        "tokens": int(np.prod(token_grid(variant_arch(variant), image_size))) + 1,  # hybrids too
         "attention_kernel": kernel, "remat": remat, "xla_flags": os.environ.get("XLA_FLAGS", ""),
         "compile_s": round(time.perf_counter() - start, 1),
         "xla_temp_mib": round(analysis.temp_size_in_bytes / mib, 1),

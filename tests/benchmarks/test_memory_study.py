@@ -41,3 +41,20 @@ def test_the_papers_sizes_parse(memory):
     args = memory.parse_args(["--image-size", "224", "384", "512", "--default-scheduler"])
     assert args.image_size == [224, 384, 512] and args.default_scheduler
     assert memory.parse_args(["--variant", "S/14", "--image-size", "518"]).image_size == [518]
+
+
+@pytest.mark.large
+@pytest.mark.parametrize("variant, size, tokens", [("8,32,64,4,2", 16, 5), ("R50+B/16", 32, 5)])
+def test_a_point_counts_the_tokens_the_model_sees(variant, size, tokens):
+    """A hybrid's patch (1) is on the ResNet's feature map (a sixteenth of the image a side):
+    32 px give 2 x 2 patches and the class token, not 32 x 32 (~23 s for the hybrid)."""
+    import json
+    import subprocess
+
+    root = os.path.abspath(os.path.join(STUDIES, "..", ".."))
+    env = {**os.environ, "KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu", "PYTHONPATH": root}
+    point = json.dumps([variant, size, 1, "fused", False, False])
+    argv = [sys.executable, os.path.join(STUDIES, "memory.py"), "--point", point]
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300)
+    line = next(x for x in done.stdout.splitlines() if x.startswith("POINT "))
+    assert json.loads(line[6:])["tokens"] == tokens
