@@ -252,14 +252,14 @@ def results_main(argv) -> int:
     table.add_argument("results", help="a results file")
     table.add_argument("run", help="a run id, e.g. b16_224_bs16_infer")
     args = parser.parse_args(argv)
-    if args.command == "table":
-        try:
+    try:
+        if args.command == "table":
             print(markdown_table(args.results, args.run))
-        except (OSError, ValueError) as error:  # no such file, not JSON, no such run
-            parser.error(str(error))
-    for json_file in args.json_files if args.command == "import" else ():
-        ids = import_json(json_file, args.results)
-        print(f"{json_file}: runs {', '.join(ids)} -> {args.results}")
+        for json_file in args.json_files if args.command == "import" else ():
+            ids = import_json(json_file, args.results)
+            print(f"{json_file}: runs {', '.join(ids)} -> {args.results}")
+    except (OSError, ValueError) as error:  # no such file, not JSON, no such run
+        parser.error(str(error))
     return 0
 
 

@@ -144,16 +144,18 @@ def test_import_of_an_old_json_file_and_its_table(tf_figures, tmp_path):
         tf_figures.markdown_table(results, "ti16_224_bs16_train")
 
 
-@pytest.mark.parametrize("file, run, message", [
-    ("throughput_settings.json", "nope", "throughput_settings.json has no run 'nope'"),
-    ("missing.json", "b16_224_bs16_infer", "No such file or directory"),
+@pytest.mark.parametrize("argv, message", [
+    (["table", "{tmp}/throughput_settings.json", "nope"], "has no run 'nope'"),
+    (["table", "{tmp}/missing.json", "b16_224_bs16_infer"], "No such file or directory"),
+    (["import", "{tmp}/missing.json", "--results", "{tmp}/r.json"], "No such file or directory"),
+    (["import", "{tmp}/bad.json", "--results", "{tmp}/r.json"], "Expecting value"),
 ])  # fmt: skip
-def test_results_table_refuses_a_run_or_file_it_lacks_in_one_line(
-    tf_figures, tmp_path, capsys, file, run, message
-):
+def test_results_refuses_a_run_or_file_it_lacks_in_one_line(tf_figures, tmp_path, capsys,
+                                                             argv, message):  # fmt: skip
     (tmp_path / "throughput_settings.json").write_text(json.dumps({"values": {"b16_x": 1}}))
+    (tmp_path / "bad.json").write_text("not JSON")
     with pytest.raises(SystemExit) as raised:
-        tf_figures.main(["table", str(tmp_path / file), run], "results")
+        tf_figures.main([word.format(tmp=tmp_path) for word in argv], "results")
     assert raised.value.code == 2 and message in capsys.readouterr().err.splitlines()[-1]
 
 
