@@ -595,8 +595,8 @@ def scaling(args, argv):
               for size, batch in scaling_points(args)}  # fmt: skip
     payloads, ready, peaks = time_points(args, points)
     patch, records = common.variant_arch(args.variant)["patch_size"], []
-    for key, (_, wargs) in points.items():
-        size, batch = wargs.image_size, wargs.batch_size
+    for key in payloads:  # a point whose worker died was said so by `time_points`: left out
+        size, batch = points[key][1].image_size, points[key][1].batch_size
         r = record_of(name, args.mode, [p["images_per_s"] for p in payloads[key]], ready[key],
                       peaks[key])  # fmt: skip
         gflops = common.model_gflops(args.variant, size, args.mode)

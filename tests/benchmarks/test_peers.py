@@ -222,3 +222,22 @@ def test_variant_image_size_names_where_a_bad_size_came_from(harness, variant, i
     with pytest.raises(ValueError) as raised:
         common.variant_image_size(variant, image_size)
     assert str(raised.value).startswith(message)
+
+
+def test_scaling_reports_the_points_left_when_a_worker_dies(harness, monkeypatch, capsys):
+    """`time_points` leaves out a point whose worker died (said so): the table has the rest."""
+    _, race = harness
+    argv = ["--variant", "8,32,64,4,2", "--image-sizes", "16,32", "--batch-sizes", "2",
+            "--base-image-size", "16", "--base-batch-size", "2"]  # fmt: skip
+    args = race.parse_args(argv, "scaling")
+
+    def time_points(args, points, deadline=None):
+        live = [key for key in points if not key.startswith("32px")]  # 32 px: out of memory
+        return ({key: [{"images_per_s": 10.0}] for key in live},
+                {key: {"params": 1, "warmup_s": 0.1} for key in points},
+                {key: 100.0 for key in live})  # fmt: skip
+
+    monkeypatch.setattr(race, "time_points", time_points)
+    assert race.scaling(args, argv) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line[:4] in ("| 16", "| 32")]
+    assert len(rows) == 1 and rows[0].startswith("| 16 | 2 | 5 |")  # image, batch, tokens
