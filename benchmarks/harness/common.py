@@ -22,6 +22,7 @@ from keras_vit.evaluate.benchmarking import (  # noqa: F401  (re-exported for th
     make_step,
     model_gflops,
     peak_rss_mb,
+    token_grid,
     variant_arch,
 )  # fmt: skip
 from keras_vit.evaluate.benchmarking import time_steps as time_call  # noqa: F401  (re-exported)

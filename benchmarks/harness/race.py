@@ -594,14 +594,14 @@ def scaling(args, argv):
     points = {f"{size}px/b{batch}": (name, workload_args(args, args.variant, size, batch))
               for size, batch in scaling_points(args)}  # fmt: skip
     payloads, ready, peaks = time_points(args, points)
-    patch, records = common.variant_arch(args.variant)["patch_size"], []
-    for key in payloads:  # a point whose worker died was said so by `time_points`: left out
+    arch, records = common.variant_arch(args.variant), []
+    for key, runs in payloads.items():  # a point whose worker died: said so, left out
         size, batch = points[key][1].image_size, points[key][1].batch_size
-        r = record_of(name, args.mode, [p["images_per_s"] for p in payloads[key]], ready[key],
-                      peaks[key])  # fmt: skip
+        rows, columns = common.token_grid(arch, size)  # a hybrid's: of its ResNet feature map
+        r = record_of(name, args.mode, [p["images_per_s"] for p in runs], ready[key], peaks[key])
         gflops = common.model_gflops(args.variant, size, args.mode)
         records.append({**r, "image_size": size, "batch_size": batch, "gflops_per_image": gflops,
-                        "tokens": (size // patch) ** 2 + 1, "step_s": batch / r["images_per_s"],
+                        "tokens": rows * columns + 1, "step_s": batch / r["images_per_s"],
                         "model_gflops_per_s": gflops * r["images_per_s"]})  # fmt: skip
     print(f"ViT-{args.variant} {args.mode} step, {args.settings}, median of {args.repeats}")
     header = ["image", "batch", "tokens", "step s", "ms/image", "GFLOP/image", "GFLOP/s", "RSS MiB"]

@@ -224,10 +224,13 @@ def test_variant_image_size_names_where_a_bad_size_came_from(harness, variant, i
     assert str(raised.value).startswith(message)
 
 
-def test_scaling_reports_the_points_left_when_a_worker_dies(harness, monkeypatch, capsys):
-    """`time_points` leaves out a point whose worker died (said so): the table has the rest."""
+@pytest.mark.parametrize("variant, tokens", [("8,32,64,4,2", 5), ("R50+B/16", 2)])
+def test_scaling_reports_the_points_left_when_a_worker_dies(harness, monkeypatch, capsys,
+                                                            variant, tokens):  # fmt: skip
+    """`time_points` leaves out a point whose worker died (said so): the table has the rest,
+    its tokens those the model sees (a hybrid's: 16 px, a 1 x 1 ResNet feature map)."""
     _, race = harness
-    argv = ["--variant", "8,32,64,4,2", "--image-sizes", "16,32", "--batch-sizes", "2",
+    argv = ["--variant", variant, "--image-sizes", "16,32", "--batch-sizes", "2",
             "--base-image-size", "16", "--base-batch-size", "2"]  # fmt: skip
     args = race.parse_args(argv, "scaling")
 
@@ -240,4 +243,4 @@ def test_scaling_reports_the_points_left_when_a_worker_dies(harness, monkeypatch
     monkeypatch.setattr(race, "time_points", time_points)
     assert race.scaling(args, argv) == 0
     rows = [line for line in capsys.readouterr().out.splitlines() if line[:4] in ("| 16", "| 32")]
-    assert len(rows) == 1 and rows[0].startswith("| 16 | 2 | 5 |")  # image, batch, tokens
+    assert len(rows) == 1 and rows[0].startswith(f"| 16 | 2 | {tokens} |")  # image, batch
