@@ -172,11 +172,6 @@ ROOFS = {"gemm": "TensorFlow", "gemm_torch": "torch"}
 KERAS_PEERS = ("keras_hub", "vit_keras")
 
 
-def peer_of(worker: str) -> str:
-    """The peer of a worker name ("timm:train:mixed_bfloat16:eager" -> "timm")."""
-    return worker.split(":")[0]
-
-
 def serve(args) -> int:
     """The worker process of `args.worker` ("PEER:MODE:POLICY:COMPILER", or a roof name): builds
     the point, warms it up `--warmup` steps, then serves the parent's timing rounds of it."""

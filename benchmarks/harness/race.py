@@ -173,12 +173,12 @@ def workload_args(args, variant, image_size=None, batch_size=None):
 
 def worker_env(worker):
     """Environment variables a worker needs beyond the parent's."""
-    return peers.PEERS[peers.peer_of(worker)].env
+    return peers.PEERS[worker.split(":")[0]].env  # "PEER:MODE:POLICY:COMPILER"
 
 
 def worker_argv(args, worker):
     """The command line of one point's worker process (`--worker NAME`)."""
-    torch_side = peers.PEERS[peers.peer_of(worker)].python == "torch"
+    torch_side = peers.PEERS[worker.split(":")[0]].python == "torch"
     argv = [args.torch_python if torch_side else args.python, os.path.abspath(__file__)]
     argv += ["--worker", worker]
     for name in ("variant", "image_size", "batch_size", "steps", "warmup"):
