@@ -2,22 +2,55 @@
 (tests/train/test_runs.py: one process; tests/runtime/test_distribute.py: two workers on
 127.0.0.1)."""
 
+import contextlib
+import fcntl
+import os
 import signal
 import socket
+import tempfile
 import time
 
 
 def free_ports(count):
-    """Ports free a moment ago. TensorFlow's gRPC server binds without SO_REUSEPORT, so the
-    port cannot be held for it: another process may take it before the worker binds (the
-    two-worker fixture then starts again on new ports)."""
-    sockets = [socket.socket() for _ in range(count)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
+    """`count` ports free a moment ago, none handed out before in this test session.
+
+    TensorFlow's gRPC server binds without SO_REUSEPORT, so the port cannot be held for it:
+    another process may take it before the worker binds (the two-worker fixture then starts
+    again on new ports). Within the session no port is given twice, across pytest-xdist
+    workers too (`_session_ports`): the kernel hands a freed port out again now and then, and
+    two clusters that share one talk to each other's workers (a worker of one joins the
+    other's coordination service, which then aborts its collectives)."""
+    with _session_ports() as given:
+        ports = []
+        while len(ports) < count:
+            with socket.socket() as probe:
+                probe.bind(("127.0.0.1", 0))
+                port = probe.getsockname()[1]
+            if port not in given and port not in ports:
+                ports.append(port)
+        given.update(ports)
     return ports
+
+
+_PROCESS_PORTS = set()  # without pytest-xdist: the ports this process handed out
+
+
+@contextlib.contextmanager
+def _session_ports():
+    """The set of ports this pytest session handed out. Under pytest-xdist it is kept in a
+    file that each worker of the session (PYTEST_XDIST_TESTRUNUID) locks while it draws."""
+    session = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    if not session:
+        yield _PROCESS_PORTS
+        return
+    path = os.path.join(tempfile.gettempdir(), f"keras_vit_test_ports_{session}.txt")
+    with open(path, "a+") as record:
+        fcntl.flock(record, fcntl.LOCK_EX)  # released when the file closes
+        record.seek(0)
+        given = {int(line) for line in record.read().split()}
+        before = set(given)
+        yield given
+        record.write("".join(f"{port}\n" for port in sorted(given - before)))
 
 
 def output_of(process) -> str:

@@ -244,8 +244,12 @@ def two_workers(tmp_path_factory):
         results = start_two_workers(run_dir)
         if not port_was_taken(results):
             break
-    for code, stdout, stderr in results:
-        assert code == 0, stdout[-3000:] + stderr[-3000:]
+    assert [code for code, _, _ in results] == [0, 0], (
+        "\n".join(  # both, one may be the cause
+            f"--- worker {index} exited {code}:\n{stdout[-3000:]}{stderr[-3000:]}"
+            for index, (code, stdout, stderr) in enumerate(results)
+        )
+    )
     return root, run_dir, [parse_result(stdout) for _, stdout, _ in results]
 
 
