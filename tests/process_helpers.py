@@ -1,6 +1,6 @@
 """Subprocess helpers shared by the tests that start, kill and restart training processes
-(tests/train/test_runs.py: one process; tests/runtime/test_distribute.py: two workers on
-127.0.0.1)."""
+(tests/train/test_runs.py: one process; tests/runtime/test_distribute.py and
+tests/train/test_multi_worker_restart.py: two workers on 127.0.0.1)."""
 
 import contextlib
 import fcntl
