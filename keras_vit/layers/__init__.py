@@ -16,6 +16,7 @@ _EXPORTS = {
     "AddSinCosPositionEmbs": "keras_vit.layers.position_embedding",
     "BottleneckUnit": "keras_vit.layers.resnet",
     "ClassToken": "keras_vit.layers.class_token",
+    "Dropout": "keras_vit.layers.dropout",
     "LayerScale": "keras_vit.layers.layer_scale",
     "LearnedTokens": "keras_vit.layers.learned_tokens",
     "MAPHead": "keras_vit.layers.map_head",

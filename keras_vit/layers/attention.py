@@ -9,6 +9,7 @@ from keras import ops
 
 from keras_vit._validation import check_heads, check_positive_int, check_rate
 from keras_vit.kernels import dispatch
+from keras_vit.layers.dropout import Dropout
 
 QUANTIZED_SAVE_MESSAGE = (
     "Cannot save layer {name!r}: it was quantized with keras.Model.quantize, and a quantized "
@@ -117,7 +118,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             name="out",
         )
         self.out.build((None, input_shape[1], self.num_heads, self.head_dim))
-        self.attention_dropout = keras.layers.Dropout(
+        self.attention_dropout = Dropout(
             self.attention_dropout_rate, dtype=self.dtype_policy, name="attention_dropout"
         )
         self.attention_kernel = dispatch.attention_kernel(self.compute_dtype)

@@ -7,6 +7,7 @@ from keras import ops
 
 from keras_vit._validation import check_choice, check_positive_int, check_rate
 from keras_vit.kernels import dispatch
+from keras_vit.layers.dropout import Dropout
 
 MLP_ACTIVATIONS = ("gelu", "quick_gelu")
 
@@ -63,7 +64,7 @@ class MlpBlock(keras.layers.Layer):
         self.dense_0.build(input_shape)
         self.dense_1 = keras.layers.Dense(hidden_dim, name="Dense_1", **common)
         self.dense_1.build((*input_shape[:-1], self.mlp_dim))
-        self.dropout = keras.layers.Dropout(self.dropout_rate, dtype=self.dtype_policy)
+        self.dropout = Dropout(self.dropout_rate, dtype=self.dtype_policy)
 
     def call(self, tokens, training=None):
         # Under a reduced-precision policy the tokens go through as (batch * num_tokens,

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import keras
-from keras import ops
 
 from keras_vit._validation import check_choice, check_heads, check_positive_int, check_rate
 from keras_vit.kernels import dispatch
 from keras_vit.layers.attention import MultiHeadSelfAttention, check_num_queries
+from keras_vit.layers.dropout import Dropout, drop_path
 from keras_vit.layers.layer_scale import LayerScale, check_layer_scale_init
 from keras_vit.layers.mlp import MLP_ACTIVATIONS, MlpBlock
 
@@ -145,16 +145,12 @@ class TransformerBlock(keras.layers.Layer):
             sublayers += [self.ls1, self.ls2]
         for layer in sublayers:
             layer.build(input_shape)
-        self.dropout = keras.layers.Dropout(self.dropout_rate, dtype=policy)
+        self.dropout = Dropout(self.dropout_rate, dtype=policy)
 
     def _drop_path(self, x, training):
         if not training or self.drop_path_rate == 0:
             return x
-        keep = 1.0 - self.drop_path_rate
-        noise = keras.random.uniform(
-            (ops.shape(x)[0], 1, 1), seed=self.seed_generator, dtype=x.dtype
-        )
-        return x * ops.floor(noise + keep) / keep
+        return drop_path(x, self.drop_path_rate, self.seed_generator)
 
     def attention_probabilities(self, tokens):
         """Attention weights `(batch, num_heads, num_tokens, num_tokens)` of this block.

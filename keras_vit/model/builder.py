@@ -33,6 +33,7 @@ from keras_vit.layers import (
     TokenPooling,
     TransformerBlock,
 )
+from keras_vit.layers.dropout import Dropout
 from keras_vit.layers.layer_scale import check_layer_scale_init
 from keras_vit.layers.mlp import MLP_ACTIVATIONS
 from keras_vit.layers.pooling import CLASSIFIER_POOLINGS
@@ -120,7 +121,7 @@ def encode_tokens(
         no_embed_class=family["no_embed_class"],
         num_register_tokens=family["num_register_tokens"],
     )
-    x = keras.layers.Dropout(dropout_rate, name="dropout")(x)
+    x = Dropout(dropout_rate, name="dropout")(x)
     if family["norm_pre"]:
         x = keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, name=names.NORM_PRE)(x)
     block_kwargs = dict(

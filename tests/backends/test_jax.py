@@ -38,3 +38,15 @@ def test_dynamic_image_size_fit_and_finetune(jax_results):
     assert losses[1] < losses[0]
     assert jax_results["finetune_output"] == [None, 3]
     assert jax_results["finetune_logits_zero"]
+
+
+@pytest.mark.slow
+def test_dropout_and_stochastic_depth_rates_in_every_policy(tmp_path):
+    from tests.helpers import dropout_rates
+
+    result = run_subset(
+        "jax", "tests.helpers.dropout_rates", tmp_path, env={"JAX_PLATFORMS": "cpu"}, timeout=300
+    )
+    assert result["backend"] == "jax"
+    for policy, rates in result["rates"].items():
+        assert dropout_rates.binomial_misses(rates) == {}, policy

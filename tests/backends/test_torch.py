@@ -110,3 +110,17 @@ def test_jit_compile_on_torch_trains_the_hybrid(tmp_path):
     done = _cli_on_torch(tmp_path, "--stem", "resnet", "--jit-compile")
     assert done.returncode == 0, (done.returncode, done.stderr[-3000:])
     assert "Test accuracy" in done.stdout and "jit_compile True" in done.stdout
+
+
+@pytest.mark.slow
+def test_dropout_and_stochastic_depth_rates_in_every_policy(tmp_path):
+    pytest.importorskip("torch")
+    from tests.helpers import dropout_rates
+
+    result = run_subset(
+        "torch", "tests.helpers.dropout_rates", tmp_path, env={"CUDA_VISIBLE_DEVICES": ""},
+        timeout=300,
+    )  # fmt: skip
+    assert result["backend"] == "torch"
+    for policy, rates in result["rates"].items():
+        assert dropout_rates.binomial_misses(rates) == {}, policy
