@@ -113,14 +113,19 @@ class PatchEmbed(keras.layers.Layer):
         )
         self.conv.build(input_shape)
 
-    def call(self, images):
-        channels = images.shape[-1]
+    def check_image_shape(self, shape):
+        """Raises the layer's clear ValueError for images of `shape` (batch, height, width,
+        channels) it does not take: another channel count, a side that is not a multiple of
+        the patch, or (without `dynamic_image_size`) another size than the built one. Unknown
+        (None) sizes pass. Used by `call` and, before a step traces, by
+        `keras_vit.model.image_model.ImageModel`."""
+        channels = shape[-1]
         if self.channels is not None and channels is not None and channels != self.channels:
             raise ValueError(
                 f"PatchEmbed was built for {self.channels} channels but received images with "
-                f"{channels} channels (shape {tuple(images.shape)})."
+                f"{channels} channels (shape {tuple(shape)})."
             )
-        size = (images.shape[1], images.shape[2])
+        size = (shape[1], shape[2])
         if None not in size:
             grid = check_divisible(size, self.patch_size)
             if not self.dynamic_image_size and self.grid_size not in (None, grid):
@@ -129,10 +134,14 @@ class PatchEmbed(keras.layers.Layer):
                     f"({self.grid_size} patches) but received size {size}. Build a model for "
                     "the new size (e.g. keras_vit.finetune(model, ..., image_size=...))."
                 )
-        elif self.dynamic_image_size:
-            images = _checked_at_run_time(images, self.patch_size)
-        elif self.grid_size is not None:
-            images = _assert_size_at_run_time(images, self.image_size, self.channels)
+
+    def call(self, images):
+        self.check_image_shape(images.shape)
+        if None in (images.shape[1], images.shape[2]):  # sizes known only at run time
+            if self.dynamic_image_size:
+                images = _checked_at_run_time(images, self.patch_size)
+            elif self.grid_size is not None:
+                images = _assert_size_at_run_time(images, self.image_size, self.channels)
         images = ops.cast(images, self.compute_dtype)
         if self.compute_dtype != "float32":
             return self._project_patches(images)

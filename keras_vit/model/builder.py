@@ -38,6 +38,7 @@ from keras_vit.layers.layer_scale import check_layer_scale_init
 from keras_vit.layers.mlp import MLP_ACTIVATIONS
 from keras_vit.layers.pooling import CLASSIFIER_POOLINGS
 from keras_vit.layers.position_embedding import POSITION_EMBEDDINGS, position_embedding_layer
+from keras_vit.model.image_model import ImageModel
 from keras_vit.spec import layer_names as names
 
 FAMILY_DEFAULTS = {
@@ -618,7 +619,7 @@ def vision_transformer(
         layer_norm_epsilon=layer_norm_epsilon,
         **{switch: family[switch] for switch in HEAD_SWITCHES},
     )
-    return _finish(keras.Model(images, outputs, name=name), weights)
+    return _finish(ImageModel(images, outputs, name=name), weights)
 
 
 def _finish(model, weights):

@@ -16,6 +16,7 @@ from keras_vit.checkpoints.architecture import num_position_prefix_rows, patch_g
 from keras_vit.layers import AddSinCosPositionEmbs, PatchEmbed
 from keras_vit.layers.position_resize import resize_position_embeddings
 from keras_vit.model.builder import check_num_classes, distilled_logits, zero_head
+from keras_vit.model.image_model import ImageModel
 from keras_vit.spec import layer_names as names
 
 _POSITION_LAYER = names.POSITION_EMBEDDING
@@ -193,7 +194,7 @@ def finetune(
         logits = distilled_logits(x, dist, num_classes, activation)
     else:
         logits = zero_head(num_classes, activation)(x)
-    return keras.Model(clone.input, logits, name=model.name)
+    return ImageModel(clone.input, logits, name=model.name)
 
 
 def _head_activation(model, layers):

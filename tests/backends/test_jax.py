@@ -50,3 +50,15 @@ def test_dropout_and_stochastic_depth_rates_in_every_policy(tmp_path):
     assert result["backend"] == "jax"
     for policy, rates in result["rates"].items():
         assert dropout_rates.binomial_misses(rates) == {}, policy
+
+
+@pytest.mark.slow
+def test_a_refused_image_size_leaves_the_model_usable(tmp_path):
+    result = run_subset(
+        "jax", "tests.helpers.refused_sizes", tmp_path, env={"JAX_PLATFORMS": "cpu"}, timeout=300
+    )
+    for kind, rule in (("fixed", "takes images of shape (32, 32, 3)"), ("dynamic", "divisible")):
+        for call in ("predict", "evaluate"):
+            outcome = result[f"{kind}/{call}"]
+            assert outcome["usable"] is True, (kind, call, outcome)
+            assert outcome["error"].startswith("ValueError") and rule in outcome["error"]

@@ -124,3 +124,16 @@ def test_dropout_and_stochastic_depth_rates_in_every_policy(tmp_path):
     assert result["backend"] == "torch"
     for policy, rates in result["rates"].items():
         assert dropout_rates.binomial_misses(rates) == {}, policy
+
+
+@pytest.mark.slow
+def test_a_refused_image_size_leaves_the_model_usable(tmp_path):
+    pytest.importorskip("torch")
+    result = run_subset(
+        "torch", "tests.helpers.refused_sizes", tmp_path, env={"CUDA_VISIBLE_DEVICES": ""},
+        timeout=300,
+    )  # fmt: skip
+    for key, outcome in result.items():
+        if key != "backend":
+            assert outcome["usable"] is True, (key, outcome)
+            assert outcome["error"].startswith("ValueError"), (key, outcome)

@@ -67,8 +67,12 @@ def test_a_side_not_a_multiple_of_the_patch_is_a_clear_error(checkpoint, size):
     model = keras_vit.ViT(image_size=32, dynamic_image_size=True, weights=path, **ARCH)
     model.predict(_images((40, 24)), verbose=0)  # a second size: traced with (None, None)
     rule = r"multiple of the patch size \(8, 8\)"
+    with pytest.raises(ValueError, match=re.escape(f"Image size {size}")):
+        model.predict(_images(size), verbose=0)  # refused before the step (ImageModel)
+    unknown = tf.TensorSpec((None, None, None, 3), tf.float32)  # sizes known only at run time
+    batches = tf.data.Dataset.from_generator(lambda: [_images(size)], output_signature=unknown)
     with pytest.raises(tf.errors.InvalidArgumentError, match=rule) as error:
-        model.predict(_images(size), verbose=0)
+        model.predict(batches, verbose=0)
     assert f"{size[0]} {size[1]}" in str(error.value)  # the shape found
     with pytest.raises(ValueError, match=re.escape(f"Image size {size}")):
         model(_images(size))  # eager: a ValueError before any work
