@@ -14,6 +14,7 @@ from __future__ import annotations
 import keras
 
 from keras_vit.layers.patch_embed import PatchEmbed
+from keras_vit.model.batch_split import check_batches_split, kept_outputs, padded_for_predict
 
 IMAGES = "images"  # the builders' input name
 
@@ -71,24 +72,34 @@ class ImageModel(keras.Model):
     whose `fit`, `evaluate`, `predict`, `train_on_batch`, `test_on_batch` and
     `predict_on_batch` refuse images of a size it does not take before the backend's step
     traces (`check_images`), so a refused call leaves the model usable on every backend.
+    Under a `keras.distribution` with a batch axis (JAX), array inputs whose batches do not
+    split over its devices are refused by `fit` and `evaluate` before the first step, and
+    padded (outputs dropped) by `predict` (`keras_vit.model.batch_split`).
 
     Raises:
         ValueError: images of another rank, size or channel count than the model's input,
-            or (dynamic image size) a side that is not a multiple of the patch.
+            or (dynamic image size) a side that is not a multiple of the patch; a batch that
+            does not split over the distribution's devices (naming the batch and the count).
     """
 
-    def fit(self, x=None, y=None, *args, **kwargs):
+    def fit(self, x=None, y=None, batch_size=None, *args, **kwargs):
         check_images(self, x)
-        check_images(self, kwargs.get("validation_data"), "validation_data")
-        return super().fit(x, y, *args, **kwargs)
+        check_batches_split(x, batch_size, "fit")
+        validation = kwargs.get("validation_data")
+        check_images(self, validation, "validation_data")
+        validation_batch = kwargs.get("validation_batch_size") or batch_size
+        check_batches_split(validation, validation_batch, "fit", "validation_data")
+        return super().fit(x, y, batch_size, *args, **kwargs)
 
-    def evaluate(self, x=None, y=None, *args, **kwargs):
+    def evaluate(self, x=None, y=None, batch_size=None, *args, **kwargs):
         check_images(self, x)
-        return super().evaluate(x, y, *args, **kwargs)
+        check_batches_split(x, batch_size, "evaluate")
+        return super().evaluate(x, y, batch_size, *args, **kwargs)
 
-    def predict(self, x, *args, **kwargs):
+    def predict(self, x, batch_size=None, *args, **kwargs):
         check_images(self, x)
-        return super().predict(x, *args, **kwargs)
+        x, count = padded_for_predict(x, batch_size)
+        return kept_outputs(super().predict(x, batch_size, *args, **kwargs), count)
 
     def train_on_batch(self, x, *args, **kwargs):
         check_images(self, x)

@@ -62,3 +62,21 @@ def test_a_refused_image_size_leaves_the_model_usable(tmp_path):
             outcome = result[f"{kind}/{call}"]
             assert outcome["usable"] is True, (kind, call, outcome)
             assert outcome["error"].startswith("ValueError") and rule in outcome["error"]
+
+
+@pytest.mark.slow
+def test_data_parallel_batches_that_do_not_split(tmp_path):
+    """9 images at batch 4 on 2 devices: predict pads the last batch (the same logits as
+    batches that split), fit and evaluate refuse before the first step (weights unchanged),
+    naming the batch and the device count."""
+    env = {"JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+    result = run_subset("jax", "tests.helpers.uneven_batches", tmp_path, env=env, timeout=300)
+    assert result["devices"] == 2
+    assert result["predict_shape"] == [9, 3]
+    assert result["predict_vs_even_batches"] < 1e-6
+    for key in ("fit", "evaluate"):
+        assert result[key].startswith(f"ValueError: {key} on 9 samples"), result[key]
+        assert "makes a batch of 1" in result[key] and "the 2 devices" in result[key]
+    assert result["fit_moved_weights"] is False
+    assert "batch_size 3" in result["predict_odd_batch_size"]
+    assert result["fit_even"] == "ok" and result["predict_after"] > 0
