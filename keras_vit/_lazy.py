@@ -95,6 +95,25 @@ def import_quietly(module_name: str):
     return module
 
 
+TENSORFLOW_INSTALL = "pip install tensorflow"
+
+
+def is_tensorflow(module_name: str | None) -> bool:
+    """Whether `module_name` (a missing module's name) is TensorFlow or one of its parts."""
+    return bool(module_name) and module_name.split(".")[0] == "tensorflow"
+
+
+def tensorflow_needed(what: str) -> ModuleNotFoundError:
+    """The one-line error for a TensorFlow-only name (`tf.data` pipelines, `tf.distribute`,
+    training runs, SavedModel export) used where TensorFlow is not installed, e.g. a JAX-only
+    or PyTorch-only environment, where the models, checkpoints and Keras' own features work."""
+    return ModuleNotFoundError(
+        f"{what} needs TensorFlow: {TENSORFLOW_INSTALL} (keras_vit's models, checkpoints and "
+        "Keras' fit/predict run on the JAX and PyTorch backends without it).",
+        name="tensorflow",
+    )
+
+
 def lazy_exports(package: str, exports: dict, namespace: dict):
     """`(__getattr__, __dir__)` for `package` whose public names live in other modules.
 
@@ -104,16 +123,25 @@ def lazy_exports(package: str, exports: dict, namespace: dict):
             that name (`keras_vit.checkpoints`).
         namespace: the package's `globals()`; each name is stored there once imported, so
             later look-ups skip `__getattr__`.
+
+    A name whose module needs TensorFlow, where TensorFlow is not installed, raises the
+    one-line `tensorflow_needed` error (a `ModuleNotFoundError` naming the name and the
+    install command).
     """
 
     def __getattr__(name: str):
         if name not in exports:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
         module_name = exports[name]
-        if module_name == "":
-            value = import_quietly(f"{package}.{name}")
-        else:
-            value = getattr(import_quietly(module_name), name)
+        try:
+            if module_name == "":
+                value = import_quietly(f"{package}.{name}")
+            else:
+                value = getattr(import_quietly(module_name), name)
+        except ModuleNotFoundError as error:
+            if not is_tensorflow(error.name):
+                raise
+            raise tensorflow_needed(f"{package}.{name}") from None
         namespace[name] = value
         return value
 

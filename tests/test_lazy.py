@@ -112,3 +112,21 @@ def test_configured_backend_reads_the_env_then_keras_json(
     if json_text is not None:
         (tmp_path / "keras.json").write_text(json_text)
     assert configured_backend() == backend
+
+
+@pytest.mark.slow
+def test_tensorflow_only_names_refuse_in_one_line_without_tensorflow(tmp_path):
+    """In a KERAS_BACKEND=jax process where TensorFlow cannot be imported: each public name
+    that needs it raises one line naming the name and the install command; the model works."""
+    from tests.backends.subset import run_subset
+
+    pytest.importorskip("jax")
+    env = {"JAX_PLATFORMS": "cpu"}
+    result = run_subset("jax", "tests.helpers.without_tensorflow", tmp_path, env=env, timeout=300)
+    failed = result["failed"]
+    tensorflow_only = {"distribute", "export_saved_model", "data.load"}
+    assert {f"keras_vit.{name}" for name in tensorflow_only} <= set(failed)
+    for name, error in failed.items():
+        assert error.startswith(f"ModuleNotFoundError: {name} needs TensorFlow: pip install"), error
+        assert "\n" not in error
+    assert result["predict_shape"] == [1, 2] and result["tensorflow_loaded"] is False
