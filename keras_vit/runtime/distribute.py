@@ -140,9 +140,19 @@ def _keras_backend_strategy(name: str) -> tf.distribute.Strategy:
     """`resolve_strategy` on Keras' JAX or PyTorch backend: TensorFlow's default strategy (a
     no-op scope; the variables are the backend's), after setting Keras' own distribution for
     "mirrored" on JAX: `keras.distribution.DataParallel` over every local device (each step's
-    global batch split across them, gradients averaged). "multi_worker" and "tpu" are
+    global batch split across them, gradients averaged); "multi_worker" on JAX: this process
+    joins the cluster TF_CONFIG describes and `DataParallel` spans every process's devices
+    (`keras_vit.runtime.jax_cluster`). "tpu", and "multi_worker" on PyTorch, are
     tf.distribute strategies: refused in one line."""
     backend = keras.backend.backend()
+    if name == "multi_worker" and backend == "jax":
+        from keras_vit.runtime import jax_cluster
+
+        try:
+            jax_cluster.start()
+        except jax_cluster.ClusterError as error:
+            raise StrategyUnavailableError(f"--strategy multi_worker on JAX: {error}") from None
+        return tf.distribute.get_strategy()
     if name in TENSORFLOW_ONLY_STRATEGIES:
         raise StrategyUnavailableError(
             f"--strategy {name} is TensorFlow-only (tf.distribute); the Keras backend is "
@@ -255,6 +265,10 @@ def is_chief(strategy: tf.distribute.Strategy | None = None) -> bool:
     With a multi-worker strategy the chief is task `chief`, or `worker` 0 when the cluster
     has no `chief` job (the convention of Keras and `tf.distribute`).
     """
+    if keras.backend.backend() == "jax":  # several JAX processes: process 0
+        from keras_vit.runtime import jax_cluster
+
+        return jax_cluster.is_chief()
     if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
         return True
     resolver = strategy.cluster_resolver

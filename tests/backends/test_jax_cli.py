@@ -27,12 +27,16 @@ def test_every_subcommand_runs_on_jax(jax_cli):
     assert {"best.keras", "last.keras", "metrics.json", "config.json"} <= set(jax_cli["run_files"])
 
 
-@pytest.mark.parametrize("name", ["multi_worker", "tpu"])
-def test_tensorflow_only_strategies_are_refused_in_one_line(jax_cli, name):
+@pytest.mark.parametrize(
+    "name, text", [("tpu", "TensorFlow-only"), ("multi_worker", "need TF_CONFIG")]
+)
+def test_strategies_without_what_they_need_are_refused_in_one_line(jax_cli, name, text):
+    """tpu is tf.distribute only; multi_worker on JAX joins the processes TF_CONFIG (or
+    Keras' KERAS_DISTRIBUTION_* variables) describes, and there is none here."""
     code, stderr = jax_cli[f"refused_{name}"]
     assert code == 2
-    assert "TensorFlow-only" in stderr and "Traceback" not in stderr
-    assert len([line for line in stderr.splitlines() if "TensorFlow-only" in line]) == 1
+    assert text in stderr and "Traceback" not in stderr
+    assert len([line for line in stderr.splitlines() if text in line]) == 1
 
 
 def test_a_batch_that_does_not_divide_by_the_devices_is_refused(jax_cli):

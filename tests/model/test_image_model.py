@@ -1,6 +1,6 @@
 """ImageModel: images of a size the model does not take are refused before a step traces, with
 one-line errors, and the model stays usable (the JAX lane checks the same in
-tests/backends/test_jax.py, where a refusal inside the step used to empty the model)."""
+tests/backends/test_jax.py, where a refusal inside the step empties Keras' model)."""
 
 import keras
 import numpy as np

@@ -1,0 +1,141 @@
+"""Several JAX processes as one data-parallel job: `keras.distribution.initialize` from the
+cluster description the TensorFlow path reads, then `DataParallel` over every process's
+devices.
+
+The cluster comes from `TF_CONFIG` (its `chief` job first if it has one, then its `worker`
+list; the first member is JAX's coordinator, process 0) or, without `TF_CONFIG`, from Keras'
+own variables `KERAS_DISTRIBUTION_JOB_ADDRESSES`, `KERAS_DISTRIBUTION_NUM_PROCESSES` and
+`KERAS_DISTRIBUTION_PROCESS_ID`. Where a process has no accelerator the CPU collectives run
+over gloo (`jax_cpu_collectives_implementation`), set before JAX starts its backend.
+
+In a user's own script, before anything computes on JAX::
+
+    import keras_vit.runtime.jax_cluster as jax_cluster
+
+    distribution = jax_cluster.start()       # every process runs the same script
+    model = keras_vit.ViT_B16(num_classes=10)
+    model.compile(...)
+    model.fit(dataset.batch(global_batch))   # a tf.data.Dataset: Keras gives each process
+                                             # its part of every global batch
+    if jax_cluster.is_chief():
+        model.save("model.keras")
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+
+import keras
+
+logger = logging.getLogger(__name__)
+
+KERAS_VARIABLES = (
+    "KERAS_DISTRIBUTION_JOB_ADDRESSES",
+    "KERAS_DISTRIBUTION_NUM_PROCESSES",
+    "KERAS_DISTRIBUTION_PROCESS_ID",
+)
+
+
+class ClusterError(ValueError):
+    """The environment describes no usable cluster of JAX processes."""
+
+
+def cluster_from_environment(environ=None) -> tuple[str, int, int]:
+    """`(coordinator "host:port", number of processes, this process's id)`.
+
+    From `TF_CONFIG` (the `chief` job, then the `worker` list; task `chief` is process 0,
+    worker i is i, or i + 1 after a chief), else from the `KERAS_DISTRIBUTION_*` variables.
+
+    Raises:
+        ClusterError: neither is set, or what is set names no member of its cluster.
+    """
+    environ = os.environ if environ is None else environ
+    if environ.get("TF_CONFIG"):
+        return _from_tf_config(environ["TF_CONFIG"])
+    if all(environ.get(name) for name in KERAS_VARIABLES):
+        addresses = environ["KERAS_DISTRIBUTION_JOB_ADDRESSES"].split(",")
+        try:
+            count = int(environ["KERAS_DISTRIBUTION_NUM_PROCESSES"])
+            index = int(environ["KERAS_DISTRIBUTION_PROCESS_ID"])
+        except ValueError:
+            count = index = -1
+        if not 0 <= index < count:
+            raise ClusterError(
+                "KERAS_DISTRIBUTION_PROCESS_ID must be in [0, KERAS_DISTRIBUTION_NUM_PROCESSES)"
+                f". Received: {index}, {count}"
+            )
+        return addresses[0].strip(), count, index
+    raise ClusterError(
+        'Several JAX processes need TF_CONFIG (e.g. {"cluster": {"worker": '
+        '["host1:12345", "host2:12345"]}, "task": {"type": "worker", "index": 0}}) or '
+        f"all of {', '.join(KERAS_VARIABLES)}."
+    )
+
+
+def _from_tf_config(raw: str) -> tuple[str, int, int]:
+    try:
+        config = json.loads(raw)
+        cluster, task = config["cluster"], config["task"]
+        members = list(cluster.get("chief", [])) + list(cluster.get("worker", []))
+        offset = len(cluster.get("chief", [])) if task["type"] == "worker" else 0
+        index = offset + int(task["index"])
+    except (ValueError, KeyError, TypeError, AttributeError):
+        raise ClusterError(f"TF_CONFIG names no task of a chief/worker cluster: {raw}") from None
+    if task["type"] not in ("chief", "worker") or not 0 <= index < len(members):
+        raise ClusterError(f"TF_CONFIG task {task} is not a member of its cluster {cluster}.")
+    return members[0], len(members), index
+
+
+def start(environ=None):
+    """Joins this process to the cluster (`keras.distribution.initialize`), sets and returns
+    `keras.distribution.DataParallel` over every process's devices. Call it before anything
+    computes on JAX; every process runs the same program.
+
+    Raises:
+        ClusterError: no cluster described (see `cluster_from_environment`), or a backend
+            other than JAX.
+    """
+    if keras.backend.backend() != "jax":
+        raise ClusterError(
+            f"keras_vit.runtime.jax_cluster needs KERAS_BACKEND=jax; the backend is "
+            f"{keras.backend.backend()!r} (TensorFlow: --strategy multi_worker uses "
+            "tf.distribute)."
+        )
+    coordinator, count, index = cluster_from_environment(environ)
+    import jax
+
+    if not _has_accelerator():
+        jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    keras.distribution.initialize(job_addresses=coordinator, num_processes=count, process_id=index)
+    devices = keras.distribution.list_devices()
+    distribution = keras.distribution.DataParallel(devices=devices)
+    keras.distribution.set_distribution(distribution)
+    logger.info(
+        "JAX process %d of %d (coordinator %s): DataParallel over %d devices",
+        index, count, coordinator, len(devices),
+    )  # fmt: skip
+    return distribution
+
+
+def _has_accelerator() -> bool:
+    """Whether JAX is configured for a GPU or TPU (without starting its backends)."""
+    platforms = os.environ.get("JAX_PLATFORMS", "")
+    if platforms:
+        return any(name in platforms for name in ("gpu", "cuda", "rocm", "tpu"))
+    import importlib.util
+
+    return any(
+        importlib.util.find_spec(name) is not None
+        for name in ("jax_cuda12_plugin", "jax_cuda13_plugin", "libtpu", "jax_rocm60_plugin")
+    )
+
+
+def is_chief() -> bool:
+    """True in JAX process 0 (the one that writes final files), and in a single process."""
+    if keras.backend.backend() != "jax":
+        return True
+    import jax
+
+    return jax.process_index() == 0
