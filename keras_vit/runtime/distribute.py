@@ -280,6 +280,17 @@ def is_chief(strategy: tf.distribute.Strategy | None = None) -> bool:
     return resolver.task_type == "worker" and resolver.task_id == 0 and "chief" not in cluster
 
 
+def worker_index(strategy) -> int:
+    """This worker's index among a job's processes: its JAX process index on JAX (several
+    processes: `keras_vit.runtime.jax_cluster`), else the task index of `strategy`'s cluster
+    (TF_CONFIG); names each non-chief worker's own folders in a run directory."""
+    if keras.backend.backend() == "jax":
+        import jax
+
+        return jax.process_index()
+    return strategy.cluster_resolver.task_id
+
+
 def check_variables_in_scope(model, strategy: tf.distribute.Strategy) -> None:
     """Raises a clear error if some of `model`'s variables were not created by `strategy`.
 

@@ -795,8 +795,7 @@ def _backup_dir(run_dir, strategy, chief) -> str:
     """The chief's backup is run_dir/backup; other workers keep their own next to it."""
     if chief:
         return os.path.join(run_dir, BACKUP_DIR)
-    task_id = strategy.cluster_resolver.task_id
-    return os.path.join(run_dir, f".{BACKUP_DIR}-worker-{task_id}")
+    return os.path.join(run_dir, f".{BACKUP_DIR}-worker-{distribute.worker_index(strategy)}")
 
 
 def evaluate(model, data, *, batch_size: int | None = None, verbose=0) -> dict:

@@ -28,6 +28,7 @@ import logging
 import os
 import shutil
 
+from keras_vit.runtime import distribute
 from keras_vit.train import callbacks
 
 logger = logging.getLogger(__name__)
@@ -138,7 +139,7 @@ def scratch_dir(run_dir, strategy) -> str:
     chief keeps, with a stopped run's leftovers removed. Not created here (its writers create
     it): a fresh run's folder must stay empty until the chief has checked it. The caller
     removes it when the run ends."""
-    task_id = strategy.cluster_resolver.task_id
+    task_id = distribute.worker_index(strategy)
     folder = os.path.join(os.fspath(run_dir), f"{SCRATCH_PREFIX}{task_id}")
     if os.path.exists(folder):
         logger.info("Removing the scratch folder %s left by a stopped run", folder)
