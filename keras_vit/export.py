@@ -40,7 +40,7 @@ import tensorflow as tf
 
 from keras_vit import _atomic
 from keras_vit._validation import check_positive_int
-from keras_vit.checkpoints.model_io import model_input_preprocessing
+from keras_vit.checkpoints.keras_files.model_io import model_input_preprocessing
 from keras_vit.data.decode import decode_pixels
 from keras_vit.data.preprocess import from_unit_range, preprocess_inputs
 from keras_vit.model.builder import ONE_CLASS_HINT

@@ -81,7 +81,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 def test_the_import_graph_reads_real_imports():
     # Guards the parser itself: edges that exist in the sources are found.
     assert "keras_vit.spec.configs" in imports_of("keras_vit.model.models")
-    assert "keras_vit.checkpoints.naming" in imports_of("keras_vit.checkpoints.loading")
+    assert "keras_vit.checkpoints.base.naming" in imports_of("keras_vit.checkpoints.loading")
     assert "keras_vit.layers" in imports_of("keras_vit.model.builder")
 
 
@@ -165,6 +165,73 @@ def upward_imports(modules) -> set[tuple[str, str]]:
         for imported in imports_of(module)
         if RANKS[folder_of(imported)] > RANKS[folder_of(module)]
     }
+
+
+# Inside a folder with sub-folders, the same rule one level down: a module imports its own
+# sub-folder and lower-ranked ones, never a higher one nor a sibling of its rank (the Hugging
+# Face and timm formats share `base/`, never each other). "" is the folder's top-level modules
+# (its entry points), above every sub-folder.
+SUB_RANKS = {
+    "checkpoints": {
+        "base": 0,
+        "release": 1,
+        "hf": 1,
+        "timm": 1,
+        "keras_files": 1,
+        "published": 2,
+        "": 3,
+    },
+}
+
+
+def subfolder_of(module: str) -> str:
+    """The sub-folder of `module` inside its folder: `keras_vit.checkpoints.hf.hf_io` -> "hf";
+    a module at the top of the folder (`keras_vit.checkpoints.loading`) -> ""."""
+    parts = module.split(".")
+    folder = folder_of(module)
+    if len(parts) > 2 and parts[2] in SUB_RANKS.get(folder, {}):
+        return parts[2]
+    return ""
+
+
+def sideways_or_upward_imports(graph: dict[str, set[str]]) -> set[tuple[str, str]]:
+    """(module, imported) pairs of `graph` (module -> what it imports) inside one ranked folder
+    where `imported` sits in another sub-folder of the same or a higher rank."""
+    found = set()
+    for module in graph:
+        ranks = SUB_RANKS.get(folder_of(module))
+        if ranks is None:
+            continue
+        mine = subfolder_of(module)
+        for imported in graph[module]:
+            theirs = subfolder_of(imported)
+            if folder_of(imported) == folder_of(module) and theirs != mine:
+                if ranks[theirs] >= ranks[mine]:
+                    found.add((module, imported))
+    return found
+
+
+def test_every_sub_folder_has_a_rank():
+    for folder, ranks in SUB_RANKS.items():
+        on_disk = {p.name for p in (PACKAGE / folder).iterdir() if (p / "__init__.py").exists()}
+        assert on_disk == set(ranks) - {""}, folder
+
+
+def test_the_sub_folder_rule_catches_planted_imports():
+    with_planted = {
+        "keras_vit.checkpoints.hf.hf_io": {"keras_vit.checkpoints.timm.timm_family"},
+        "keras_vit.checkpoints.base.naming": {"keras_vit.checkpoints.loading"},
+        "keras_vit.checkpoints.loading": {"keras_vit.checkpoints.base.naming"},
+    }
+    assert sideways_or_upward_imports(with_planted) == {
+        ("keras_vit.checkpoints.hf.hf_io", "keras_vit.checkpoints.timm.timm_family"),
+        ("keras_vit.checkpoints.base.naming", "keras_vit.checkpoints.loading"),
+    }
+
+
+def test_no_import_runs_up_or_across_the_sub_folders():
+    graph = {module: imports_of(module) for module in MODULES}
+    assert sideways_or_upward_imports(graph) == set()
 
 
 def test_every_folder_has_a_rank():

@@ -25,11 +25,16 @@ from keras_vit._lazy import lazy_exports
 
 # public name -> the module that defines it
 _EXPORTS = {
-    "CheckpointContents": "keras_vit.checkpoints.contents",
+    "CheckpointContents": "keras_vit.checkpoints.base.contents",
+    "CheckpointError": "keras_vit.checkpoints.base.errors",
+    "NAMING_RULES": "keras_vit.checkpoints.base.naming",
+    "NamingRule": "keras_vit.checkpoints.base.naming",
+    "official_variables": "keras_vit.checkpoints.base.naming",
+    "read_npz": "keras_vit.checkpoints.base.npz_io",
     "UnsupportedCheckpointError": "keras_vit.checkpoints.detect",
     "detect_format": "keras_vit.checkpoints.detect",
-    "FORMAT_TABLE": "keras_vit.checkpoints.format_table",
     "CheckpointFormat": "keras_vit.checkpoints.format_table",
+    "FORMAT_TABLE": "keras_vit.checkpoints.format_table",
     "model_contents": "keras_vit.checkpoints.formats",
     "read_checkpoint": "keras_vit.checkpoints.formats",
     "write_checkpoint": "keras_vit.checkpoints.formats",
@@ -40,14 +45,9 @@ _EXPORTS = {
     "load_weights": "keras_vit.checkpoints.loading",
     "load_weights_argument": "keras_vit.checkpoints.loading",
     "save_npz": "keras_vit.checkpoints.loading",
-    "NAMING_RULES": "keras_vit.checkpoints.naming",
-    "NamingRule": "keras_vit.checkpoints.naming",
-    "official_variables": "keras_vit.checkpoints.naming",
-    "CheckpointError": "keras_vit.checkpoints.npz_io",
-    "read_npz": "keras_vit.checkpoints.npz_io",
-    "PUBLISHED_CHECKPOINTS": "keras_vit.checkpoints.registry",
-    "PublishedCheckpoint": "keras_vit.checkpoints.registry",
-    "resolve_checkpoint": "keras_vit.checkpoints.registry",
+    "PUBLISHED_CHECKPOINTS": "keras_vit.checkpoints.published.registry",
+    "PublishedCheckpoint": "keras_vit.checkpoints.published.registry",
+    "resolve_checkpoint": "keras_vit.checkpoints.published.registry",
 }
 
 __all__ = sorted(_EXPORTS)

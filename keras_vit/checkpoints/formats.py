@@ -13,8 +13,8 @@ from __future__ import annotations
 import logging
 import os
 
-from keras_vit.checkpoints import limits
-from keras_vit.checkpoints.contents import CheckpointContents
+from keras_vit.checkpoints.base import limits
+from keras_vit.checkpoints.base.contents import CheckpointContents
 from keras_vit.checkpoints.detect import detect_format
 from keras_vit.checkpoints.format_table import (
     FORMAT_TABLE,
@@ -23,7 +23,7 @@ from keras_vit.checkpoints.format_table import (
     ReadOptions,
     check_expressible,
 )
-from keras_vit.checkpoints.model_io import (
+from keras_vit.checkpoints.keras_files.model_io import (
     model_contents,
     model_input_preprocessing,
     model_numerics,

@@ -14,9 +14,9 @@ from __future__ import annotations
 import logging
 import os
 
-from keras_vit.checkpoints.architecture import Architecture
-from keras_vit.checkpoints.contents import CheckpointContents
-from keras_vit.checkpoints.npz_io import CheckpointError
+from keras_vit.checkpoints.base.architecture import Architecture
+from keras_vit.checkpoints.base.contents import CheckpointContents
+from keras_vit.checkpoints.base.errors import CheckpointError
 from keras_vit.spec import configs
 from keras_vit.spec import layer_names as names
 from keras_vit.spec.run_config_file import RUN_CONFIG_FILE, kwargs_from_run_config
@@ -166,7 +166,7 @@ def model_kwargs(contents: CheckpointContents, num_classes=None, image_size=None
 def local_path(path):
     """`path`, or the local copy of a published ViT-family name (`registry.resolve_family`)
     when no such file or folder exists."""
-    from keras_vit.checkpoints import registry
+    from keras_vit.checkpoints.published import registry
 
     if isinstance(path, str) and not os.path.exists(path) and registry.family_entry(path):
         return registry.resolve_family(path)

@@ -19,16 +19,18 @@ import numpy as np
 
 from keras_vit._validation import check_choice
 from keras_vit._warnings import warn_weights
-from keras_vit.checkpoints import architecture, registry
-from keras_vit.checkpoints.channels import (
+from keras_vit.checkpoints.base import architecture
+from keras_vit.checkpoints.base.channels import (
     adapt_input_kernel,
     can_adapt,
     channel_mismatch,
     input_kernel_key,
 )
-from keras_vit.checkpoints.layouts import PLAIN_POSITION_KEY
-from keras_vit.checkpoints.naming import find_vit_model, official_arrays, official_variables
-from keras_vit.checkpoints.npz_io import CheckpointError, write_npz
+from keras_vit.checkpoints.base.errors import CheckpointError
+from keras_vit.checkpoints.base.naming import find_vit_model, official_arrays, official_variables
+from keras_vit.checkpoints.base.npz_io import write_npz
+from keras_vit.checkpoints.published import registry
+from keras_vit.checkpoints.release.layouts import PLAIN_POSITION_KEY
 from keras_vit.layers.position_resize import RESIZE_METHODS, resize_position_embeddings, square_grid
 from keras_vit.spec import layer_names as names
 
@@ -234,7 +236,7 @@ def _model_heads(model) -> int | None:
 
 def _warn_numerics(model, contents) -> None:
     """Warns when the model's GELU / LayerNorm eps differ from those the weights expect."""
-    from keras_vit.checkpoints.model_io import model_numerics
+    from keras_vit.checkpoints.keras_files.model_io import model_numerics
 
     have, want = model_numerics(model), contents.numerics
     if have != want:
@@ -294,7 +296,7 @@ def load_weights(
 
     A patch kernel (a hybrid's root convolution) with other input channels than the model
     is adapted by timm's `adapt_input_conv` rule (3 -> 1 sums the RGB kernel, 3 -> N repeats
-    it scaled by 3 / N; `keras_vit.checkpoints.channels`) with a WeightsWarning naming both
+    it scaled by 3 / N; `keras_vit.checkpoints.base.channels`) with a WeightsWarning naming both
     channel counts, unless `adapt_channels` is False (then it is a shape mismatch).
 
     Args:
@@ -393,7 +395,7 @@ def _check_forward_resize(model, resize_method) -> None:
 def _contents(model, path, no_embed_class):
     """The `CheckpointContents` of `path` (read with the model's heads and image size as
     hints for timm files, which do not always record them), or `path` itself."""
-    from keras_vit.checkpoints.contents import CheckpointContents
+    from keras_vit.checkpoints.base.contents import CheckpointContents
     from keras_vit.checkpoints.formats import read_checkpoint
 
     if isinstance(path, CheckpointContents):

@@ -237,7 +237,7 @@ def _with_flags(kwargs: dict, args) -> dict:
 def _build_model(contents, args):
     """The model the checkpoint is loaded into (named variant, or read from the file)."""
     from keras_vit.checkpoints import CheckpointError, load_weights
-    from keras_vit.checkpoints.architecture import Architecture
+    from keras_vit.checkpoints.base.architecture import Architecture
     from keras_vit.model.build_any import build
 
     try:

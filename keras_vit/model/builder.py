@@ -572,7 +572,7 @@ def vision_transformer(
     _check_dynamic(dynamic := bool(dynamic_image_size), stem, position_embedding)
     dispatch.prefer_memory_schedule(remat is True)  # before any layer computes (see there)
     if weights is not None and include_top and representation_size is None:
-        from keras_vit.checkpoints.prediction_head import prediction_representation_size
+        from keras_vit.checkpoints.published.prediction_head import prediction_representation_size
 
         representation_size = prediction_representation_size(weights, num_classes, hidden_dim)
     images, embed, tokens = _patch_tokens(

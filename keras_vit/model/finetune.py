@@ -12,7 +12,7 @@ import keras
 
 from keras_vit._validation import check_positive_int, to_pair
 from keras_vit._warnings import warn_weights
-from keras_vit.checkpoints.architecture import num_position_prefix_rows, patch_grid
+from keras_vit.checkpoints.base.architecture import num_position_prefix_rows, patch_grid
 from keras_vit.layers import AddSinCosPositionEmbs, PatchEmbed
 from keras_vit.layers.position_resize import resize_position_embeddings
 from keras_vit.model.builder import check_num_classes, distilled_logits, zero_head

@@ -83,7 +83,7 @@ def locate(source) -> str:
         FileNotFoundError: neither an existing path nor a published checkpoint name.
         OSError, ValueError: a failed download (the message gives the URL and cache path).
     """
-    from keras_vit.checkpoints import registry
+    from keras_vit.checkpoints.published import registry
 
     path = os.fspath(source)
     if os.path.isdir(path) and os.path.isfile(os.path.join(path, RUN_MODEL_FILE)):
@@ -102,7 +102,7 @@ def locate(source) -> str:
 def _is_model_name(source) -> bool:
     if not isinstance(source, str) or os.path.exists(source):
         return False
-    from keras_vit.checkpoints import registry
+    from keras_vit.checkpoints.published import registry
 
     if registry.lookup(source) is not None:
         return False
@@ -172,12 +172,12 @@ def load_keras(path, *, compile: bool = True):
         FileNotFoundError: no file at `path`.
         CheckpointError (a ValueError): not a whole `.keras` zip archive (truncated or another
             format, which Keras itself reports as "File not found";
-            `keras_vit.checkpoints.limits.check_keras_archive`).
+            `keras_vit.checkpoints.base.limits.check_keras_archive`).
     """
     import keras
 
     from keras_vit import layers, visualize  # noqa: F401  (registers the custom layers)
-    from keras_vit.checkpoints.limits import check_keras_archive
+    from keras_vit.checkpoints.base.limits import check_keras_archive
 
     if not os.path.isfile(path):
         raise FileNotFoundError(f"No .keras file at {path!r}.")
@@ -188,7 +188,7 @@ def load_keras(path, *, compile: bool = True):
 def vit_kwargs_from_npz(arrays: dict) -> dict:
     """`keras_vit.ViT` arguments read from an official checkpoint's array shapes.
 
-    Read by `keras_vit.checkpoints.architecture.Architecture.from_arrays`: patch size and
+    Read by `keras_vit.checkpoints.base.architecture.Architecture.from_arrays`: patch size and
     channels from `embedding/kernel`, heads, MLP width and depth from the blocks, the pooling
     from `cls`, the image size from the (square) position table, classes from `head/kernel`,
     `representation_size` from `pre_logits/kernel`.
@@ -196,8 +196,8 @@ def vit_kwargs_from_npz(arrays: dict) -> dict:
     Raises:
         ValueError: the arrays are not an official ViT checkpoint.
     """
-    from keras_vit.checkpoints.architecture import Architecture
-    from keras_vit.checkpoints.layouts import normalise_layout
+    from keras_vit.checkpoints.base.architecture import Architecture
+    from keras_vit.checkpoints.release.layouts import normalise_layout
 
     arrays, _ = normalise_layout(arrays)
     arch = Architecture.from_arrays(arrays)
@@ -225,7 +225,7 @@ def kwargs_of_model(model) -> dict:
     Raises:
         ValueError: the model is no keras_vit ViT.
     """
-    from keras_vit.checkpoints.architecture import Architecture
+    from keras_vit.checkpoints.base.architecture import Architecture
     from keras_vit.model.models import image_shape_of
 
     try:

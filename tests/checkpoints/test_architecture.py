@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import keras_vit
-from keras_vit.checkpoints.architecture import Architecture
+from keras_vit.checkpoints.base.architecture import Architecture
 
 # The tiny test size: image 32, patch 8, hidden 32, 4 heads, MLP 64, 2 layers.
 TRANSFORMER = dict(hidden_dim=32, num_heads=4, mlp_dim=64, num_layers=2)

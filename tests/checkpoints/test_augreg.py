@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 import keras_vit
-from keras_vit.checkpoints import registry
-from keras_vit.checkpoints.npz_io import write_npz
+from keras_vit.checkpoints.base.npz_io import write_npz
+from keras_vit.checkpoints.published import registry
 from keras_vit.train import run_plan
 from tests.numpy_reference import random_official_params, vit_forward
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from keras_vit.checkpoints import channels
+from keras_vit.checkpoints.base import channels
 
 
 def timm_adapt_input_conv(in_chans, conv_weight):

@@ -1,12 +1,12 @@
-"""Published ViT-family names (keras_vit/checkpoints/family_checkpoints.py): each names its
-architecture, source library and file, and resolves to a local folder in the cache."""
+"""Published ViT-family names (keras_vit/checkpoints/published/family_checkpoints.py): each
+names its architecture, source library and file, and resolves to a local folder in the cache."""
 
 from __future__ import annotations
 
 import pytest
 
-from keras_vit.checkpoints import registry
-from keras_vit.checkpoints.family_checkpoints import FAMILY_CHECKPOINTS, family_entry
+from keras_vit.checkpoints.published import registry
+from keras_vit.checkpoints.published.family_checkpoints import FAMILY_CHECKPOINTS, family_entry
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,7 @@ from safetensors.numpy import save_file
 import keras_vit
 from keras_vit._warnings import WeightsWarning
 from keras_vit.checkpoints import CheckpointError, model_contents, save_npz, write_checkpoint
-from keras_vit.checkpoints.architecture import Architecture
+from keras_vit.checkpoints.base.architecture import Architecture
 from keras_vit.checkpoints.loading import load_weights
 from tests.checkpoints.random_models import images_for, logits, tiny_vit
 from tests.checkpoints.torch_state import TINY, timm_forward, timm_state
@@ -246,7 +246,7 @@ def test_old_loader_names_warn_and_load(tmp_path, old):
 
 def test_big_vision_files_are_their_own_row_of_the_table(tmp_path):
     from keras_vit.checkpoints import detect_format, read_checkpoint
-    from keras_vit.checkpoints.npz_io import write_npz
+    from keras_vit.checkpoints.base.npz_io import write_npz
 
     arrays = model_contents(tiny_vit()).arrays
     write_npz(tmp_path / "bv.npz", {"params/" + key: value for key, value in arrays.items()})

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 import keras_vit
 from keras_vit.checkpoints import write_checkpoint
-from keras_vit.checkpoints.model_io import model_contents
+from keras_vit.checkpoints.keras_files.model_io import model_contents
 from keras_vit.layers.position_resize import resize_position_embeddings
 from keras_vit.layers.position_table_ops import resize_table
 from keras_vit.spec.resize_methods import RESIZE_METHODS

@@ -104,7 +104,7 @@ def test_b16_load_then_save_gives_the_official_200_key_table(b16_file, tmp_path)
         for key in expected:
             assert saved[key].dtype == np.float32
             np.testing.assert_array_equal(saved[key], params[key])
-    assert keras_vit.checkpoints.architecture.release_model_name(model) == "ViT-B_16"
+    assert keras_vit.checkpoints.base.architecture.release_model_name(model) == "ViT-B_16"
 
 
 def test_b22_224_checkpoint_loads_into_384_model(b16_file):

@@ -8,7 +8,7 @@ import pytest
 
 import keras_vit
 from keras_vit.checkpoints import CheckpointError, official_variables, save_npz
-from keras_vit.checkpoints.naming import official_key
+from keras_vit.checkpoints.base.naming import official_key
 
 ARCH = dict(patch_size=8, hidden_dim=32, num_heads=4, mlp_dim=64, num_layers=2)
 

@@ -1,4 +1,4 @@
-"""Safe reading and atomic writing of .npz files (keras_vit.checkpoints.npz_io)."""
+"""Safe reading and atomic writing of .npz files (keras_vit.checkpoints.base.npz_io)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import pickle
 import numpy as np
 import pytest
 
-from keras_vit.checkpoints.npz_io import CheckpointError, read_npz, write_npz
+from keras_vit.checkpoints.base.errors import CheckpointError
+from keras_vit.checkpoints.base.npz_io import read_npz, write_npz
 
 
 class _Payload:

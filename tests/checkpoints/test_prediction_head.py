@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from keras_vit.checkpoints.prediction_head import prediction_representation_size
+from keras_vit.checkpoints.published.prediction_head import prediction_representation_size
 
 
 def write(path, head=10, pre_logits=24, prefix=""):

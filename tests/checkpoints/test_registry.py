@@ -15,13 +15,9 @@ import numpy as np
 import pytest
 
 import keras_vit
-from keras_vit.checkpoints import (
-    PUBLISHED_CHECKPOINTS,
-    load_weights_argument,
-    registry,
-    resolve_checkpoint,
-)
-from keras_vit.checkpoints.architecture import release_model_name
+from keras_vit.checkpoints import PUBLISHED_CHECKPOINTS, load_weights_argument, resolve_checkpoint
+from keras_vit.checkpoints.base.architecture import release_model_name
+from keras_vit.checkpoints.published import registry
 from tests.numpy_reference import random_official_params, vit_forward
 
 ARCH = dict(patch_size=8, hidden_dim=32, num_heads=4, mlp_dim=64, num_layers=2)

@@ -11,8 +11,8 @@ from safetensors.numpy import save_file
 
 import keras_vit
 from keras_vit.checkpoints import CheckpointError, read_checkpoint, write_checkpoint
-from keras_vit.checkpoints.npz_io import write_npz
-from keras_vit.checkpoints.safetensors_io import read_safetensors
+from keras_vit.checkpoints.base.npz_io import write_npz
+from keras_vit.checkpoints.base.safetensors_io import read_safetensors
 from tests.checkpoints.torch_state import TINY, timm_forward, timm_state
 from tests.model.test_hybrid import official_hybrid_shapes
 from tests.numpy_reference import tiny_official_params

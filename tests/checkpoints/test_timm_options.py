@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from keras_vit.checkpoints.errors import CheckpointError
-from keras_vit.checkpoints.timm_options import (
+from keras_vit.checkpoints.base.errors import CheckpointError
+from keras_vit.checkpoints.timm.timm_options import (
     check_global_pool,
     image_size_of,
     model_args,

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from keras_vit.checkpoints import torch_layout as tl
-from keras_vit.checkpoints.errors import CheckpointError
+from keras_vit.checkpoints.base import torch_layout as tl
+from keras_vit.checkpoints.base.errors import CheckpointError
 
 # timm/data/constants.py
 IMAGENET_DEFAULT_MEAN = (0.485, 0.456, 0.406)

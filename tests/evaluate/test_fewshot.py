@@ -198,7 +198,7 @@ def test_family_features_are_the_class_token_or_the_patch_mean(switches, layer):
     token)), its pre_logits), or for "gap" the mean of the patch tokens only (registers
     left out), as the NumPy reference of the equations computes them."""
     import keras_vit
-    from keras_vit.checkpoints.naming import official_arrays
+    from keras_vit.checkpoints.base.naming import official_arrays
     from tests.checkpoints.random_models import images_for, randomise
     from tests.numpy_family_reference import family_forward
 

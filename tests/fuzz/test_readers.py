@@ -225,7 +225,7 @@ def test_an_npy_header_cut_inside_its_dict_is_named(tmp_path):
 def test_release_arrays_of_the_wrong_rank_are_named_before_the_architecture(tmp_path):
     """Found by tests/fuzz/long_run.py: a head kernel of one axis raised IndexError in
     the architecture inference; a config.json "layer_norm_eps": null raised TypeError."""
-    from keras_vit.checkpoints.npz_io import write_npz
+    from keras_vit.checkpoints.base.npz_io import write_npz
     from tests.numpy_reference import tiny_official_params
 
     params = tiny_official_params(seed=0)

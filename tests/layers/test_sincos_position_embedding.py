@@ -11,7 +11,7 @@ import pytest
 
 import keras_vit
 from keras_vit.checkpoints import CheckpointError
-from keras_vit.checkpoints.architecture import Architecture
+from keras_vit.checkpoints.base.architecture import Architecture
 from keras_vit.layers import AddSinCosPositionEmbs
 from keras_vit.layers.position_embedding import sincos_2d_table
 from keras_vit.train import run_plan

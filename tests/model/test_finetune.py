@@ -259,7 +259,7 @@ def test_a_distillation_token_without_its_head_gets_one_zero_head(switches):
     pooler (pre_logits dropped): one zero `head` on the class token, the distillation token
     kept; the result is a fresh `distillation_head=False` build, and no pre_logits may be
     put under its head."""
-    from keras_vit.checkpoints.architecture import Architecture
+    from keras_vit.checkpoints.base.architecture import Architecture
 
     source = _randomised(keras_vit.ViT(image_size=(16, 24), **switches, **ARCH))
     tuned = keras_vit.finetune(source, 3)

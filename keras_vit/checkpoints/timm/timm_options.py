@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 
-from keras_vit.checkpoints.npz_io import CheckpointError
+from keras_vit.checkpoints.base.errors import CheckpointError
 
 META = "keras_vit."
 # keras_vit's pooling for each timm `global_pool`, by class token or not.

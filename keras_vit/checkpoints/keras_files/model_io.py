@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import keras
 
-from keras_vit.checkpoints import limits
-from keras_vit.checkpoints.architecture import Architecture
-from keras_vit.checkpoints.contents import CheckpointContents
-from keras_vit.checkpoints.naming import find_vit_model, official_arrays
-from keras_vit.checkpoints.npz_io import CheckpointError
+from keras_vit.checkpoints.base import limits
+from keras_vit.checkpoints.base.architecture import Architecture
+from keras_vit.checkpoints.base.contents import CheckpointContents
+from keras_vit.checkpoints.base.errors import CheckpointError
+from keras_vit.checkpoints.base.naming import find_vit_model, official_arrays
 from keras_vit.layers import TransformerBlock
 from keras_vit.spec import layer_names as names
 

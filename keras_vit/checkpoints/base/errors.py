@@ -1,6 +1,7 @@
 """The checkpoint error class, in a module of its own so that the low-level readers
 (`npz_io`, `safetensors_io`) and their checks (`limits`) share it without importing each
-other. `keras_vit.checkpoints.CheckpointError` and `npz_io.CheckpointError` are this class."""
+other; every module imports it from here. `keras_vit.checkpoints.CheckpointError` is this
+class."""
 
 
 class CheckpointError(ValueError):

@@ -14,7 +14,7 @@ import re
 
 import numpy as np
 
-from keras_vit.checkpoints.npz_io import CheckpointError
+from keras_vit.checkpoints.base.errors import CheckpointError
 from keras_vit.spec import layer_names
 
 logger = logging.getLogger(__name__)

@@ -23,22 +23,16 @@ import logging
 
 import numpy as np
 
-from keras_vit.checkpoints import timm_options
-from keras_vit.checkpoints import torch_layout as tl
-from keras_vit.checkpoints.npz_io import CheckpointError
-from keras_vit.spec import layer_names as names
+from keras_vit.checkpoints.base import torch_layout as tl
+from keras_vit.checkpoints.base.errors import CheckpointError
+from keras_vit.checkpoints.timm import timm_options
 
 logger = logging.getLogger(__name__)
 
 META = "keras_vit."
-DIST, REG = names.DIST_TOKEN, names.REGISTERS
-HEAD_DIST = names.HEAD_DIST + "/"
-NORM_PRE = f"{names.TRANSFORMER}/{names.NORM_PRE}/"
+DIST, REG, HEAD_DIST, NORM_PRE = tl.DIST, tl.REG, tl.HEAD_DIST, tl.NORM_PRE
 # timm sub-layer of a block -> the release-style LayerScale key inside the block.
-LAYER_SCALES = {
-    "ls1.gamma": f"{names.LAYER_SCALE_ATTENTION}/scale",
-    "ls2.gamma": f"{names.LAYER_SCALE_MLP}/scale",
-}
+LAYER_SCALES = {"ls1.gamma": tl.LAYER_SCALE_ATTENTION, "ls2.gamma": tl.LAYER_SCALE_MLP}
 # Tensors of timm ViT variants keras_vit has no layer for, refused by name.
 UNSUPPORTED = {
     "blocks.0.attn.q_norm.weight": "q/k normalisation (qk_norm=True)",

@@ -12,7 +12,7 @@ import os
 
 import numpy as np
 
-from keras_vit.checkpoints import registry
+from keras_vit.checkpoints.published import registry
 
 logger = logging.getLogger(__name__)
 

@@ -36,11 +36,12 @@ import re
 
 import numpy as np
 
-from keras_vit.checkpoints import limits, timm_family, timm_map, timm_options
-from keras_vit.checkpoints import torch_layout as tl
-from keras_vit.checkpoints.contents import CheckpointContents
-from keras_vit.checkpoints.npz_io import CheckpointError
-from keras_vit.checkpoints.safetensors_io import read_safetensors, write_safetensors
+from keras_vit.checkpoints.base import limits
+from keras_vit.checkpoints.base import torch_layout as tl
+from keras_vit.checkpoints.base.contents import CheckpointContents
+from keras_vit.checkpoints.base.errors import CheckpointError
+from keras_vit.checkpoints.base.safetensors_io import read_safetensors, write_safetensors
+from keras_vit.checkpoints.timm import timm_family, timm_map, timm_options
 from keras_vit.spec import configs
 
 logger = logging.getLogger(__name__)

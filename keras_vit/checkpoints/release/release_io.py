@@ -7,11 +7,11 @@ import logging
 
 import numpy as np
 
-from keras_vit.checkpoints import limits
-from keras_vit.checkpoints.architecture import Architecture
-from keras_vit.checkpoints.contents import CheckpointContents
-from keras_vit.checkpoints.layouts import normalise_layout
-from keras_vit.checkpoints.npz_io import read_npz, write_npz
+from keras_vit.checkpoints.base import limits
+from keras_vit.checkpoints.base.architecture import Architecture
+from keras_vit.checkpoints.base.contents import CheckpointContents
+from keras_vit.checkpoints.base.npz_io import read_npz, write_npz
+from keras_vit.checkpoints.release.layouts import normalise_layout
 
 logger = logging.getLogger(__name__)
 

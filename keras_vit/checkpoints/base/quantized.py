@@ -15,7 +15,7 @@ from __future__ import annotations
 import keras
 import numpy as np
 
-from keras_vit.checkpoints.errors import CheckpointError
+from keras_vit.checkpoints.base.errors import CheckpointError
 
 DEQUANTIZED_MODES = ("int8",)
 SCALE = "kernel_scale"

@@ -17,10 +17,10 @@ import zlib
 import numpy as np
 
 from keras_vit._atomic import atomic_path
-from keras_vit.checkpoints import limits
-from keras_vit.checkpoints.errors import CheckpointError
+from keras_vit.checkpoints.base import limits
+from keras_vit.checkpoints.base.errors import CheckpointError
 
-__all__ = ["CheckpointError", "read_npz", "write_npz"]
+__all__ = ["read_npz", "write_npz"]
 
 logger = logging.getLogger(__name__)
 

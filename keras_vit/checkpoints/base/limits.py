@@ -25,7 +25,7 @@ import zlib
 
 import numpy as np
 
-from keras_vit.checkpoints.errors import CheckpointError
+from keras_vit.checkpoints.base.errors import CheckpointError
 
 MAX_EXPANSION = 16
 """Largest uncompressed / file size ratio of an npz member (float weights deflate ~1.1x)."""

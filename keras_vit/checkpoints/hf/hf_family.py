@@ -29,12 +29,11 @@ import dataclasses
 
 import numpy as np
 
-from keras_vit.checkpoints import timm_family
-from keras_vit.checkpoints import torch_layout as tl
-from keras_vit.checkpoints.npz_io import CheckpointError
+from keras_vit.checkpoints.base import torch_layout as tl
+from keras_vit.checkpoints.base.errors import CheckpointError
 
 MODEL_TYPES = ("vit", "deit", "dinov2", "dinov2_with_registers")
-LAYER_SCALE_1, LAYER_SCALE_3 = timm_family.LAYER_SCALES.values()
+LAYER_SCALE_1, LAYER_SCALE_3 = tl.LAYER_SCALE_ATTENTION, tl.LAYER_SCALE_MLP
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,7 +72,7 @@ LAYOUTS = {
         "deit.",
         _VIT_NORMS,
         _VIT_DENSES,
-        tokens={**_CLS, "embeddings.distillation_token": timm_family.DIST},
+        tokens={**_CLS, "embeddings.distillation_token": tl.DIST},
     ),
     "dinov2": HFLayout("dinov2", "dinov2.", _DINO_NORMS, _DINO_DENSES, _DINO_SCALES, _CLS),
     "dinov2_with_registers": HFLayout(
@@ -82,7 +81,7 @@ LAYOUTS = {
         _DINO_NORMS,
         _DINO_DENSES,
         _DINO_SCALES,
-        tokens={**_CLS, "embeddings.register_tokens": timm_family.REG},
+        tokens={**_CLS, "embeddings.register_tokens": tl.REG},
     ),
 }
 # Head tensors of each model type's classification models: {HF layer: release layer}.
@@ -99,7 +98,7 @@ CLASS_HEAD = {"classifier": "head"}
 def heads_of(layout: HFLayout, arrays: dict) -> dict:
     """The `{HF layer: release layer}` heads `arrays` are written with: `CLASS_HEAD` for a
     DeiT without `head_dist` (DeiTForImageClassification), else `HEADS[model type]`."""
-    if layout.model_type == "deit" and timm_family.HEAD_DIST + "kernel" not in arrays:
+    if layout.model_type == "deit" and tl.HEAD_DIST + "kernel" not in arrays:
         return CLASS_HEAD
     return HEADS[layout.model_type]
 
@@ -158,14 +157,14 @@ def writing_layout(arrays: dict) -> HFLayout:
             (norm_pre), a distillation token with LayerScale or registers, a head on a
             DINOv2 (Dinov2Model has none), a pre_logits layer on a DINOv2.
     """
-    if timm_family.NORM_PRE + "scale" in arrays:
+    if tl.NORM_PRE + "scale" in arrays:
         raise CheckpointError(
             "No Hugging Face ViT/DeiT/DINOv2 has a LayerNorm before the encoder (norm_pre, "
             "CLIP towers); write this model as timm or .keras."
         )
     scaled = any(key.endswith(LAYER_SCALE_1) for key in arrays)
-    registers = timm_family.REG in arrays
-    if timm_family.DIST in arrays:
+    registers = tl.REG in arrays
+    if tl.DIST in arrays:
         if scaled or registers:
             raise CheckpointError(
                 "DeiT (the Hugging Face model with a distillation token) has no LayerScale "
@@ -222,7 +221,7 @@ def family_config(layout: HFLayout, arch, contents) -> dict:
             "use_swiglu_ffn": False,
         }
         if registers:
-            config["num_register_tokens"] = int(arrays[timm_family.REG].shape[1])
+            config["num_register_tokens"] = int(arrays[tl.REG].shape[1])
         else:
             config["use_mask_token"] = True
         return config

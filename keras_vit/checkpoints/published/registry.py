@@ -27,12 +27,12 @@ import urllib.parse
 
 import keras
 
-from keras_vit.checkpoints.family_checkpoints import (  # noqa: F401 (the family's names)
+from keras_vit.checkpoints.published.family_checkpoints import (  # noqa: F401 (the family's names)
     FAMILY_CHECKPOINTS,
     FamilyCheckpoint,
     family_entry,
 )
-from keras_vit.checkpoints.family_checkpoints import resolve_family as _resolve_family
+from keras_vit.checkpoints.published.family_checkpoints import resolve_family as _resolve_family
 
 logger = logging.getLogger(__name__)
 
@@ -112,7 +112,7 @@ def lookup(name: str) -> PublishedCheckpoint | None:
     the fine-tuned one), "imagenet21k+imagenet2012/ViT-L_16-224", optionally with ".npz", and
     any "augreg/<file>", "sam/<model>", "gsam/<model>".
     """
-    from keras_vit.checkpoints import augreg
+    from keras_vit.checkpoints.release import augreg
 
     base = name.removesuffix(".npz")
     fields = augreg.lookup(name)
@@ -134,7 +134,7 @@ def collection_entry(collection: str, model_name: str | None, image_size=None):
 
     For "imagenet21k+imagenet2012" a model at 224x224 gets the `-224` file where the release
     has one (ViT-B_16-224, ViT-L_16-224), not the 384 one shrunk; AugReg collections are
-    resolved by `keras_vit.checkpoints.augreg.collection_entry`.
+    resolved by `keras_vit.checkpoints.release.augreg.collection_entry`.
 
     Raises:
         ValueError: if the architecture is not one of the release's or has no such file.
@@ -146,7 +146,7 @@ def collection_entry(collection: str, model_name: str | None, image_size=None):
             f"({', '.join(available)}); this model's is not. Pass a checkpoint path instead."
         )
     if collection.startswith("augreg"):
-        from keras_vit.checkpoints import augreg
+        from keras_vit.checkpoints.release import augreg
 
         return PublishedCheckpoint(*augreg.collection_entry(collection, model_name, image_size))
     entry = PUBLISHED_CHECKPOINTS.get(f"{collection}/{model_name}")

@@ -32,8 +32,8 @@ from collections.abc import Callable
 
 import keras
 
-from keras_vit.checkpoints import limits, quantized
-from keras_vit.checkpoints.npz_io import CheckpointError
+from keras_vit.checkpoints.base import limits, quantized
+from keras_vit.checkpoints.base.errors import CheckpointError
 from keras_vit.spec import layer_names as names
 
 LEAF_RENAMES = {"gamma": "scale", "beta": "bias"}
@@ -191,7 +191,7 @@ def official_arrays(model) -> dict:
     """`{official_key: float32 array}` of every weight of a keras_vit model, in weight order.
 
     A model quantized with `model.quantize("int8")` gives its kernels dequantized to float32
-    (`kernel / kernel_scale`, `keras_vit.checkpoints.quantized`), without the scales, so
+    (`kernel / kernel_scale`, `keras_vit.checkpoints.base.quantized`), without the scales, so
     every writer writes the float layout it reads back.
 
     Raises:

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from keras_vit.checkpoints import torch_layout as tl
-from keras_vit.checkpoints.errors import CheckpointError
+from keras_vit.checkpoints.base import torch_layout as tl
+from keras_vit.checkpoints.base.errors import CheckpointError
 from keras_vit.spec import layer_names as names
 
 POOL = "attn_pool."

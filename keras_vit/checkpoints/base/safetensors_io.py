@@ -16,8 +16,8 @@ import struct
 import numpy as np
 
 from keras_vit._atomic import atomic_path
-from keras_vit.checkpoints import limits
-from keras_vit.checkpoints.errors import CheckpointError
+from keras_vit.checkpoints.base import limits
+from keras_vit.checkpoints.base.errors import CheckpointError
 
 logger = logging.getLogger(__name__)
 
@@ -88,7 +88,7 @@ def read_safetensors(path) -> tuple[dict[str, np.ndarray], dict[str, str]]:
     Raises:
         FileNotFoundError: `path` does not exist.
         CheckpointError: not a safetensors file, a truncated one, or a header whose
-            entries are unsound (`keras_vit.checkpoints.limits.check_safetensors_header`:
+            entries are unsound (`keras_vit.checkpoints.base.limits.check_safetensors_header`:
             reading then allocates at most what the file holds, twice that for bfloat16),
             or a NaN or infinity in a tensor (named; `limits.check_finite`).
     """

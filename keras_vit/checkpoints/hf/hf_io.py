@@ -23,13 +23,14 @@ import os
 import shutil
 import tempfile
 
-from keras_vit.checkpoints import hf_family, limits, timm_family
-from keras_vit.checkpoints import torch_layout as tl
-from keras_vit.checkpoints.architecture import Architecture
-from keras_vit.checkpoints.contents import CheckpointContents
-from keras_vit.checkpoints.hf_files import CONFIG, PREPROCESSOR, WEIGHTS
-from keras_vit.checkpoints.npz_io import CheckpointError
-from keras_vit.checkpoints.safetensors_io import read_safetensors, write_safetensors
+from keras_vit.checkpoints.base import limits
+from keras_vit.checkpoints.base import torch_layout as tl
+from keras_vit.checkpoints.base.architecture import Architecture
+from keras_vit.checkpoints.base.contents import CheckpointContents
+from keras_vit.checkpoints.base.errors import CheckpointError
+from keras_vit.checkpoints.base.safetensors_io import read_safetensors, write_safetensors
+from keras_vit.checkpoints.hf import hf_family
+from keras_vit.checkpoints.hf.hf_files import CONFIG, PREPROCESSOR, WEIGHTS
 
 logger = logging.getLogger(__name__)
 
@@ -247,7 +248,7 @@ def read_hf(path) -> CheckpointContents:
 def _check_registers(arrays, config, folder) -> None:
     """config.json's `num_register_tokens` must match `embeddings.register_tokens`."""
     count = config.get("num_register_tokens")
-    have = arrays[timm_family.REG].shape[1] if timm_family.REG in arrays else 0
+    have = arrays[tl.REG].shape[1] if tl.REG in arrays else 0
     if count is not None and int(count) != have:
         raise CheckpointError(
             f"{folder}/{CONFIG}: num_register_tokens={count} but the weights have {have}."

@@ -17,8 +17,8 @@ import re
 
 import keras
 
-from keras_vit.checkpoints.naming import find_vit_model
-from keras_vit.checkpoints.npz_io import CheckpointError
+from keras_vit.checkpoints.base.errors import CheckpointError
+from keras_vit.checkpoints.base.naming import find_vit_model
 from keras_vit.layers import ClassToken, PatchEmbed, TransformerBlock
 from keras_vit.layers.position_embedding import position_embedding_kind
 from keras_vit.spec import configs
@@ -273,7 +273,7 @@ class Architecture:
     @classmethod
     def from_arrays(cls, arrays, *, no_embed_class=False, mlp_activation="gelu") -> Architecture:
         """Reads official checkpoint arrays in the plain layout (after
-        `keras_vit.checkpoints.layouts.normalise_layout`); fields of missing keys are None.
+        `keras_vit.checkpoints.release.layouts.normalise_layout`); fields of missing keys are None.
 
         Patch size and channels from `embedding/kernel` (P, P, C, D), heads from block 0's
         query kernel (D, H, hd), MLP width from its `Dense_0`, depth from the block count,

@@ -13,7 +13,7 @@ import re
 
 import numpy as np
 
-from keras_vit.checkpoints.npz_io import CheckpointError
+from keras_vit.checkpoints.base.errors import CheckpointError
 from keras_vit.spec import layer_names as names
 from keras_vit.spec.input_scaling import MEAN_STD
 
@@ -23,6 +23,12 @@ MLP = names.MLP_IN_KERNEL.split("/")[0] + "/"
 POSITION = names.POSITION_KEY
 ENCODER_NORM = f"{names.TRANSFORMER}/{names.ENCODER_NORM}/"
 POOLED_NORM = f"{names.POOLED_NORM}/"
+# The ViT family's release-style keys, read and written by the Hugging Face and timm formats.
+DIST, REG = names.DIST_TOKEN, names.REGISTERS
+HEAD_DIST = names.HEAD_DIST + "/"
+NORM_PRE = f"{names.TRANSFORMER}/{names.NORM_PRE}/"
+LAYER_SCALE_ATTENTION = f"{names.LAYER_SCALE_ATTENTION}/scale"
+LAYER_SCALE_MLP = f"{names.LAYER_SCALE_MLP}/scale"
 
 
 def linear_to_kernel(weight) -> np.ndarray:

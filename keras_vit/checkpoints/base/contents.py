@@ -39,7 +39,7 @@ class CheckpointContents:
 
     LayerScale, register tokens, the distillation token and `norm_pre` are seen from the
     keys (`Transformer/encoderblock_{i}/LayerScale_1/scale`, `reg`, `dist`,
-    `Transformer/norm_pre/scale`; see `keras_vit.checkpoints.naming`).
+    `Transformer/norm_pre/scale`; see `keras_vit.checkpoints.base.naming`).
     """
 
     path: str
