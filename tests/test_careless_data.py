@@ -17,7 +17,7 @@ import keras_vit
 from keras_vit import data
 from keras_vit.data import tfds_source
 from keras_vit.evaluate import fewshot
-from keras_vit.train import runs, training
+from keras_vit.train import run_directory, runs, training
 from tests.runtime.test_distribute import run_helper
 
 TINY = dict(image_size=8, patch_size=4, hidden_dim=8, num_heads=2, mlp_dim=16, num_layers=1)
@@ -191,7 +191,7 @@ def test_fit_run_stops_at_a_dataset_label_outside_the_classes(tmp_path):
     run_dir = tmp_path / "run"
     with pytest.raises(tf.errors.InvalidArgumentError, match=r"Bad labels in train_data"):
         runs.fit_run(run_dir, tiny_build(), dataset, epochs=1, verbose=0)
-    assert not runs.is_complete(run_dir)
+    assert not run_directory.is_complete(run_dir)
 
 
 def test_fewshot_refuses_labels_outside_the_classes():
@@ -237,7 +237,7 @@ def test_fit_run_stops_an_epoch_of_zero_steps_of_a_dataset_of_unknown_size(tmp_p
     run_dir = tmp_path / "run"
     with pytest.raises(ValueError, match="Epoch 1 took no training step"):
         runs.fit_run(run_dir, tiny_build(), dataset, epochs=2, verbose=0)
-    assert not runs.is_complete(run_dir)
+    assert not run_directory.is_complete(run_dir)
     assert not (run_dir / "history.csv").exists()
 
 

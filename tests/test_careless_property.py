@@ -25,7 +25,7 @@ import keras_vit
 from keras_vit import data
 from keras_vit.cli.main import main
 from keras_vit.evaluate import fewshot
-from keras_vit.train import runs, training
+from keras_vit.train import fit_data, runs, training
 
 TINY = dict(patch_size=4, hidden_dim=8, num_heads=2, mlp_dim=16, num_layers=1)
 
@@ -173,10 +173,10 @@ def test_replica_batches_are_refused_exactly_when_a_share_differs(n, batch, repl
     sizes = [batch] * (n // batch) + ([n % batch] if n % batch else [])
     even = all(size % replicas == 0 for size in sizes)
     if even:
-        runs.check_replica_batches(n, batch, strategy)
+        fit_data.check_replica_batches(n, batch, strategy)
         return
     with pytest.raises(ValueError) as error:
-        runs.check_replica_batches(n, batch, strategy)
+        fit_data.check_replica_batches(n, batch, strategy)
     message = str(error.value)
     assert "\n" not in message
     assert f"({replicas} with" in message or f"replicas={replicas}" in message, message

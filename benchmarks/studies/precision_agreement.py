@@ -37,14 +37,14 @@ def parse_args(argv=None):
 
 def train(args, folder, mixed_precision, jit_compile):
     """Trains one run in `folder/mixed_precision`; returns (RunResult, its resolved config)."""
-    from keras_vit.train import runs, training
+    from keras_vit.train import run_directory, runs, training
 
     fields = {name: getattr(args, name) for name in (*ARCHITECTURE, *RECIPE)}
     recipe = training.TrainConfig(dataset=args.dataset, jit_compile=jit_compile, **fields)
     config = runs.RunConfig(recipe=recipe, mixed_precision=mixed_precision,
                             shots_per_class=args.shots_per_class)  # fmt: skip
     run_dir = os.path.join(folder, mixed_precision)
-    return runs.train(config, run_dir, verbose=0), runs.read_config(run_dir)["resolved"]
+    return runs.train(config, run_dir, verbose=0), run_directory.read_config(run_dir)["resolved"]
 
 
 def agreement(model, args, policy):

@@ -472,13 +472,13 @@ def usage_errors():
     """Turns the configuration errors found before any work into `UsageError`."""
     from keras_vit.data.image_check import BadImageError
     from keras_vit.runtime import distribute
-    from keras_vit.train import callbacks, run_plan, runs
+    from keras_vit.train import callbacks, run_directory, run_plan
 
     try:
         yield
     except (
         run_plan.ConfigError,
-        runs.RunDirError,
+        run_directory.RunDirError,
         callbacks.BackupError,  # a backup that cannot be resumed from (workers disagree)
         distribute.StrategyUnavailableError,
         BadImageError,

@@ -8,9 +8,10 @@ import logging
 import os
 
 from keras_vit.cli.flags import UsageError, cli_message, usage_errors
+from keras_vit.spec import run_files
 from keras_vit.spec.run_config_file import RUN_CONFIG_FILE
 
-RUN_MODEL_FILE = "best.keras"
+RUN_MODEL_FILE = run_files.BEST_MODEL
 MODEL_SUFFIXES = (".keras", ".npz")
 
 logger = logging.getLogger(__name__)
@@ -119,11 +120,11 @@ def outputs_logits(model) -> bool:
 def read_run_config(path: str) -> dict | None:
     """The config.json of the run RUN_OR_MODEL belongs to (None outside a run), without
     loading the model; UsageError as `resolve_model_path`."""
-    from keras_vit.train import runs
+    from keras_vit.train import run_directory
 
     _, run_dir = resolve_model_path(path)
     with usage_errors():  # a damaged config.json: one line naming it
-        return runs.read_config(run_dir) if run_dir else None
+        return run_directory.read_config(run_dir) if run_dir else None
 
 
 def model_image_shape(model) -> tuple[int, int, int]:

@@ -31,10 +31,10 @@ from collections.abc import Callable
 
 from keras_vit.model import build_any
 from keras_vit.model.build_any import builder_of
-from keras_vit.spec import configs
+from keras_vit.spec import configs, run_files
 from keras_vit.spec.run_config_file import kwargs_from_run_config
 
-RUN_MODEL_FILE = "best.keras"
+RUN_MODEL_FILE = run_files.BEST_MODEL
 
 
 @dataclasses.dataclass(frozen=True)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 
-RUN_CONFIG_FILE = "config.json"
+from keras_vit.spec.run_files import CONFIG_FILE as RUN_CONFIG_FILE
 
 
 def kwargs_from_run_config(npz_path) -> dict | None:

@@ -9,7 +9,8 @@ import sys
 import pytest
 
 from keras_vit.cli.main import main
-from keras_vit.train import run_lock, runs
+from keras_vit.spec import run_files
+from keras_vit.train import run_lock
 
 
 @pytest.fixture
@@ -61,7 +62,7 @@ def test_lock_of_another_host_counts_as_live(tmp_path):
 def test_second_train_resume_on_a_live_run_exits_2_in_one_line(tmp_path, other_process, capsys):
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    (run_dir / runs.CONFIG_FILE).write_text(json.dumps({"run": {}}))
+    (run_dir / run_files.CONFIG_FILE).write_text(json.dumps({"run": {}}))
     write_lock(run_dir, other_process.pid)
     assert main(["train", "--resume", "--run-dir", str(run_dir)]) == 2
     err = capsys.readouterr().err.strip()

@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 import keras_vit
 from keras_vit import _atomic
 from keras_vit.checkpoints import load_npz, save_npz
-from keras_vit.train import run_plan, runs, training
+from keras_vit.spec import run_files
+from keras_vit.train import epoch_streams, run_directory, run_plan, runs, training
 from tests.output_checks import assert_outputs_close, randomize_weights
 from tests.process_helpers import kill_all, sigkill, wait_until
 
@@ -168,11 +169,11 @@ def test_resume_of_a_complete_run_returns_stored_results(finished_run):
 
 def test_existing_run_directory_needs_resume(finished_run, tmp_path):
     run_dir, _ = finished_run
-    with pytest.raises(runs.RunDirError, match="pass --resume"):
-        runs.check_run_dir(run_dir, resume=False)
-    with pytest.raises(runs.RunDirError, match="not a run directory"):
-        runs.check_run_dir(tmp_path / "missing", resume=True)
-    runs.check_run_dir(tmp_path / "new", resume=False)  # a new folder is fine
+    with pytest.raises(run_directory.RunDirError, match="pass --resume"):
+        run_directory.check_run_dir(run_dir, resume=False)
+    with pytest.raises(run_directory.RunDirError, match="not a run directory"):
+        run_directory.check_run_dir(tmp_path / "missing", resume=True)
+    run_directory.check_run_dir(tmp_path / "new", resume=False)  # a new folder is fine
 
 
 # --- SIGKILL mid-epoch, then resume --------------------------------------------------------
@@ -199,7 +200,7 @@ def test_run_killed_mid_epoch_resumes_to_the_same_steps(tmp_path):
             "the run never finished its first epoch",
         )
         # A second writer on the live run is refused at once (the run's lock file).
-        with pytest.raises(runs.RunDirError, match=f"in use by process {process.pid}"):
+        with pytest.raises(run_directory.RunDirError, match=f"in use by process {process.pid}"):
             killable.run(run_dir, resume=True, slow=False)
         time.sleep(2 * killable.SLEEP_S)  # a couple of batches into the next epoch
         sigkill(process)
@@ -269,7 +270,7 @@ def test_run_killed_mid_epoch_resumes_to_the_same_steps(tmp_path):
     )
 
     # The same run uninterrupted (same seed, same process start): the resumed epochs train
-    # on the same batches (runs.epoch_ordered_batches) with the same dropout and
+    # on the same batches (epoch_streams.epoch_ordered_batches) with the same dropout and
     # stochastic-depth masks (the backup's random state), so history and weights agree.
     keras.utils.set_random_seed(0)  # as killable_run.py's __main__ does
     reference = killable.run(tmp_path / "uninterrupted", slow=False)
@@ -483,7 +484,7 @@ def test_epoch_order_is_a_function_of_seed_and_epoch():
     y = np.arange(10)
 
     def epochs_of(first, seed=3):
-        dataset, steps = runs.epoch_ordered_batches(x, y, 4, first, 3, seed)
+        dataset, steps = epoch_streams.epoch_ordered_batches(x, y, 4, first, 3, seed)
         batches = [labels.numpy() for _, labels in dataset]
         assert steps == 3 and len(batches) == steps * (3 - first)
         assert [len(b) for b in batches[:steps]] == [4, 4, 2]
@@ -495,7 +496,7 @@ def test_epoch_order_is_a_function_of_seed_and_epoch():
     np.testing.assert_array_equal(resumed[0], from_start[2])
     assert len({tuple(order) for order in from_start}) == 3
     assert [tuple(o) for o in epochs_of(0, seed=4)] != [tuple(o) for o in from_start]
-    dataset, _ = runs.epoch_ordered_batches(x, y, 4, 0, 1, 3)
+    dataset, _ = epoch_streams.epoch_ordered_batches(x, y, 4, 0, 1, 3)
     images, labels = next(iter(dataset))
     np.testing.assert_array_equal(images.numpy()[:, 0], labels.numpy() * 10)  # pairs kept
 
@@ -554,7 +555,7 @@ def _pipeline_run(run_dir, resume=False, callbacks=(), steps_per_epoch=None):
 # it; 4: an epoch is two thirds of a pass, as `keras-vit finetune` may give it
 def test_a_resumed_pipeline_run_sees_the_uninterrupted_batches(tmp_path, steps):
     """keras_vit.data.load's shuffle and crop seeds advance once per pass; the resumed run
-    skips the finished passes (runs.epoch_passes), so it equals the run that was
+    skips the finished passes (epoch_streams.epoch_passes), so it equals the run that was
     never interrupted."""
     keras.utils.set_random_seed(0)
     with pytest.raises(RuntimeError, match="crash"):
@@ -600,7 +601,7 @@ def test_train_resumed_after_a_crash_repeats_the_uninterrupted_epochs(tmp_path):
 def test_a_resumed_run_keeps_the_rule_its_best_json_records(tmp_path, stored, given, expected):
     if stored is not None:
         (tmp_path / "best.json").write_text(json.dumps(stored))
-    assert runs._resumed_select(str(tmp_path), given) == expected
+    assert run_directory.resumed_select(str(tmp_path), given) == expected
 
 
 @pytest.mark.parametrize(("stored", "given"), [({"select": "best"}, "last"), ({}, "last")])
@@ -611,7 +612,9 @@ def test_resuming_with_another_select_is_refused_before_work(tmp_path, stored, g
     (run_dir / "best.json").write_text(json.dumps({"epoch": 1, **stored}))
     before = sorted(os.listdir(run_dir))
     x, y = killable.data()
-    with pytest.raises(runs.RunDirError, match=r"select='last'.*keeps the 'best' epoch's model"):
+    with pytest.raises(
+        run_directory.RunDirError, match=r"select='last'.*keeps the 'best' epoch's model"
+    ):
         runs.fit_run(run_dir, killable.build, (x, y), epochs=2, batch_size=8, resume=True,
                      select=given)  # fmt: skip
     assert sorted(os.listdir(run_dir)) == before  # nothing written
@@ -633,11 +636,11 @@ def _recipe_changed(**changes):
 
 
 UNUSABLE_CONFIGS = [
-    (b'{"run": {', runs.RunDirError, "is not valid JSON"),
-    (b"\xff\xfe\x00{}", runs.RunDirError, "is not valid JSON"),
-    ([1, 2], runs.RunDirError, "holds a JSON list, not an object"),
-    ({"resolved": {}}, runs.RunDirError, 'has no "run" object'),
-    ({"run": "train"}, runs.RunDirError, 'has no "run" object'),
+    (b'{"run": {', run_directory.RunDirError, "is not valid JSON"),
+    (b"\xff\xfe\x00{}", run_directory.RunDirError, "is not valid JSON"),
+    ([1, 2], run_directory.RunDirError, "holds a JSON list, not an object"),
+    ({"resolved": {}}, run_directory.RunDirError, 'has no "run" object'),
+    ({"run": "train"}, run_directory.RunDirError, 'has no "run" object'),
     (_stored_record(colour="red"), run_plan.ConfigError, "field(s) ['colour']"),
     (_stored_record(recipe=[64]), run_plan.ConfigError, "must be a JSON object, not list"),
     (_recipe_changed(bogus=1), run_plan.ConfigError, "Unknown recipe field(s) ['bogus']"),
@@ -656,13 +659,13 @@ def test_an_unusable_stored_config_is_refused_naming_the_file_before_work(
     (it was a KeyError, TypeError or JSONDecodeError traceback), and nothing written."""
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    path = run_dir / runs.CONFIG_FILE
+    path = run_dir / run_files.CONFIG_FILE
     path.write_bytes(content if isinstance(content, bytes) else json.dumps(content).encode())
-    for attempt in (runs.read_run_config, lambda d: runs.train(run_dir=d, resume=True)):
+    for attempt in (run_directory.read_run_config, lambda d: runs.train(run_dir=d, resume=True)):
         with pytest.raises(error) as info:
             attempt(run_dir)
         assert message in str(info.value) and repr(str(path)) in str(info.value)
-    assert os.listdir(run_dir) == [runs.CONFIG_FILE]
+    assert os.listdir(run_dir) == [run_files.CONFIG_FILE]
 
 
 def test_a_stored_config_reads_back_as_the_config_it_was():
@@ -696,10 +699,10 @@ def test_any_json_value_in_a_stored_recipe_reads_back_or_is_a_config_error(tmp_p
     ConfigError naming config.json; no TypeError, KeyError or AttributeError escapes."""
     run_dir = tmp_path / "fuzzed"
     run_dir.mkdir(exist_ok=True)
-    (run_dir / runs.CONFIG_FILE).write_text(json.dumps(_recipe_changed(**{field: value})))
+    (run_dir / run_files.CONFIG_FILE).write_text(json.dumps(_recipe_changed(**{field: value})))
     try:
-        config = runs.read_run_config(run_dir)
+        config = run_directory.read_run_config(run_dir)
     except run_plan.ConfigError as error:
-        assert runs.CONFIG_FILE in str(error)
+        assert run_files.CONFIG_FILE in str(error)
     else:
         assert getattr(config.recipe, field) == value or field == "image_size"
