@@ -38,9 +38,9 @@ _EXPORTS = {
     "export_saved_model": "keras_vit.export",
     "fewshot_evaluate": "keras_vit.evaluate.fewshot",
     "finetune": "keras_vit.model.finetune",
-    "from_checkpoint": "keras_vit.model.build_any",
+    "from_checkpoint": "keras_vit.model.from_kwargs",
     "HybridViT": "keras_vit.model.hybrid",
-    "ViT": "keras_vit.model.models",
+    "ViT": "keras_vit.model.vit",
     "resize_position_embeddings": "keras_vit.layers.position_resize",
     "preprocess_inputs": "keras_vit.data.preprocess",
     "attention_maps": "keras_vit.visualize",
@@ -49,7 +49,7 @@ _EXPORTS = {
     "mean_attention_distance": "keras_vit.visualize",
     "WeightsWarning": "keras_vit._warnings",
     # the named shortcuts, one per row of the size table: ViT_B16 ..., R50_B16 ...
-    **{configs.builder_name(v): "keras_vit.model.models" for v in configs.VIT_CONFIGS},
+    **{configs.builder_name(v): "keras_vit.model.vit" for v in configs.VIT_CONFIGS},
     **{configs.builder_name(v): "keras_vit.model.hybrid" for v in configs.HYBRID_CONFIGS},
 }
 

@@ -80,7 +80,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 def test_the_import_graph_reads_real_imports():
     # Guards the parser itself: edges that exist in the sources are found.
-    assert "keras_vit.spec.configs" in imports_of("keras_vit.model.models")
+    assert "keras_vit.spec.configs" in imports_of("keras_vit.model.vit")
     assert "keras_vit.checkpoints.base.naming" in imports_of("keras_vit.checkpoints.loading")
     assert "keras_vit.layers" in imports_of("keras_vit.model.builder")
 
@@ -264,21 +264,21 @@ def test_no_module_imports_the_package_facade_or_a_former_path():
 
 def test_from_checkpoint_keeps_its_public_names():
     import keras_vit.checkpoints.from_checkpoint as reader
-    import keras_vit.model.build_any
+    import keras_vit.model.from_kwargs
 
-    assert keras_vit.from_checkpoint is keras_vit.model.build_any.from_checkpoint
+    assert keras_vit.from_checkpoint is keras_vit.model.from_kwargs.from_checkpoint
     assert callable(reader.architecture_kwargs) and callable(reader.model_kwargs)
 
 
-def test_build_any_does_not_reach_up_to_the_resolver():
-    assert "keras_vit.model.model_source" not in imports_of("keras_vit.model.build_any")
+def test_from_kwargs_does_not_reach_up_to_the_resolver():
+    assert "keras_vit.model.from_source" not in imports_of("keras_vit.model.from_kwargs")
 
 
 def test_the_model_from_anything_module_is_what_its_callers_use():
-    assert "keras_vit.model.model_source" in imports_of("keras_vit.train.run_plan")
-    assert "keras_vit.model.model_source" in imports_of("keras_vit.cli.convert")
+    assert "keras_vit.model.from_source" in imports_of("keras_vit.train.run_plan")
+    assert "keras_vit.model.from_source" in imports_of("keras_vit.cli.convert")
     for caller in ("keras_vit.train.run_plan", "keras_vit.cli.convert"):
-        assert "keras_vit.model.models" not in imports_of(caller)
+        assert "keras_vit.model.vit" not in imports_of(caller)
         assert "keras_vit.model.hybrid" not in imports_of(caller)
 
 

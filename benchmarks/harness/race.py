@@ -624,7 +624,7 @@ def ablation_pair(variant, image_size):
     import numpy as np
 
     from keras_vit.layers import TokenPooling
-    from keras_vit.model.models import ViT
+    from keras_vit.model.vit import ViT
 
     arch = common.variant_arch(variant)
     shortcut = ViT(**arch, image_size=image_size, num_classes=1000, name="class_token_only")

@@ -31,7 +31,7 @@ def measure_point(variant, image_size, batch_size, kernel, remat, run) -> dict:
 
     from keras_vit.evaluate.benchmarking import peak_rss_mb, token_grid, variant_arch
     from keras_vit.layers import MultiHeadSelfAttention
-    from keras_vit.model.build_any import build
+    from keras_vit.model.from_kwargs import build
     from keras_vit.spec import configs
 
     config = None if "," in variant else configs.resolve_model(variant).config

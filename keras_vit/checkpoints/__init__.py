@@ -3,7 +3,7 @@ timm `.safetensors` and `.keras` files: read (format picked by content), written
 names.
 
 - `read_checkpoint(path)` / `write_checkpoint(contents, path, format)`, `detect_format(path)`;
-  `keras_vit.from_checkpoint(path)` (in `keras_vit.model.build_any`) builds the model a file
+  `keras_vit.from_checkpoint(path)` (in `keras_vit.model.from_kwargs`) builds the model a file
   describes from the keywords module `from_checkpoint` reads.
 
 - `load_weights(model, path, ...)`: the one loader, every format (`load_npz` and

@@ -1,5 +1,5 @@
 """The model a checkpoint file describes: its builder keywords (`architecture_kwargs`) and
-how `keras_vit.from_checkpoint` (in `keras_vit.model.build_any`, above the builders) loads it
+how `keras_vit.from_checkpoint` (in `keras_vit.model.from_kwargs`, above the builders) loads it
 (`model_kwargs`).
 
 The architecture comes from the file where the file says it: a Hugging Face `config.json`,

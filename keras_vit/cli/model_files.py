@@ -128,8 +128,8 @@ def read_run_config(path: str) -> dict | None:
 
 
 def model_image_shape(model) -> tuple[int, int, int]:
-    """`keras_vit.model.models.image_shape_of(model)`, a UsageError where it has none."""
-    from keras_vit.model.models import image_shape_of
+    """`keras_vit.model.vit.image_shape_of(model)`, a UsageError where it has none."""
+    from keras_vit.model.vit import image_shape_of
 
     try:
         return image_shape_of(model)
@@ -138,12 +138,12 @@ def model_image_shape(model) -> tuple[int, int, int]:
 
 
 def load_keras_file(model_file: str):
-    """A `.keras` file loaded uncompiled in safe mode (`keras_vit.model.model_source.load_keras`);
+    """A `.keras` file loaded uncompiled in safe mode (`keras_vit.model.from_source.load_keras`);
     UsageError naming a missing, truncated or unreadable file."""
-    from keras_vit.model import model_source
+    from keras_vit.model import from_source
 
     try:
-        return model_source.load_keras(model_file, compile=False)
+        return from_source.load_keras(model_file, compile=False)
     except (ValueError, OSError) as error:
         raise UsageError(cli_message(error)) from None
 

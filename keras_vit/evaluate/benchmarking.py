@@ -331,7 +331,7 @@ def build_model(framework, variant, image_size, num_classes=1000):
 
         return HybridViT(**arch, image_size=image_size, num_classes=num_classes, dropout_rate=0.0)
     if framework == "keras_vit":
-        from keras_vit.model.models import ViT
+        from keras_vit.model.vit import ViT
 
         return ViT(**arch, image_size=image_size, num_classes=num_classes, dropout_rate=0.0)
     if "resnet_stages" in arch:

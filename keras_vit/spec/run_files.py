@@ -1,5 +1,5 @@
 """The names of a run directory's files, in one place: `keras_vit.train` writes them; the
-command line, `keras_vit.model.model_source` and the checkpoint readers find a run's files by
+command line, `keras_vit.model.from_source` and the checkpoint readers find a run's files by
 them. Plain strings, no imports, so that every folder may use them (see
 `keras_vit.train.run_directory` for what each file holds).
 """

@@ -19,7 +19,7 @@ import keras
 
 from keras_vit._validation import check_choice, check_divisible, to_pair
 from keras_vit.layers.position_embedding import POSITION_EMBEDDINGS
-from keras_vit.model import model_source
+from keras_vit.model import from_source
 from keras_vit.runtime import distribute
 from keras_vit.runtime.precision import check_policy
 from keras_vit.spec import configs, kept_model
@@ -561,7 +561,7 @@ def named_variant(name: str):
 
 def load_source_model(weights) -> keras.Model:
     """Loads the pre-trained model named by `--weights` (see `RunConfig.weights`) with
-    `keras_vit.model.model_source.load`.
+    `keras_vit.model.from_source.load`.
 
     Accepts a run directory (its best.keras), a `.keras` file, any checkpoint
     `keras_vit.from_checkpoint` reads (release `.npz`, Hugging Face folder, timm
@@ -579,31 +579,31 @@ def load_source_model(weights) -> keras.Model:
             "Hugging Face folder, or a published checkpoint name."
         )
     try:
-        path = model_source.locate(weights)
+        path = from_source.locate(weights)
     except (OSError, ValueError) as error:
         raise ConfigError(_one_line(error)) from None
     try:
-        return model_source.load(path)
+        return from_source.load(path)
     except (ValueError, OSError) as error:
         raise ConfigError(f"Cannot load weights {path}: {_one_line(error)}") from None
 
 
-load_model = model_source.load_keras  # the former name, kept for callers
+load_model = from_source.load_keras  # the former name, kept for callers
 
 
 def vit_kwargs_from_npz(arrays: dict) -> dict:
-    """`keras_vit.model.model_source.vit_kwargs_from_npz`, a `ConfigError` for arrays that are no
+    """`keras_vit.model.from_source.vit_kwargs_from_npz`, a `ConfigError` for arrays that are no
     official ViT checkpoint."""
     try:
-        return model_source.vit_kwargs_from_npz(arrays)
+        return from_source.vit_kwargs_from_npz(arrays)
     except ValueError as error:
         raise ConfigError(str(error)) from None
 
 
 def source_model_kwargs(model) -> dict:
-    """`keras_vit.model.model_source.kwargs_of_model`, a `ConfigError` for a model that is no
+    """`keras_vit.model.from_source.kwargs_of_model`, a `ConfigError` for a model that is no
     keras_vit ViT."""
     try:
-        return model_source.kwargs_of_model(model)
+        return from_source.kwargs_of_model(model)
     except ValueError as error:
         raise ConfigError(str(error)) from None

@@ -352,7 +352,7 @@ def loss(label_smoothing=0.0, one_hot=False):
 def build_model(model_kwargs: dict):
     """`keras_vit.HybridViT(**model_kwargs)` when they name `resnet_stages`, else
     `keras_vit.ViT(**model_kwargs)` (the form config.json records a run's model in)."""
-    from keras_vit.model.build_any import build
+    from keras_vit.model.from_kwargs import build
 
     return build(model_kwargs)
 

@@ -3,10 +3,10 @@ the checkpoint readers record a model in): `keras_vit.HybridViT` when it names
 `resnet_stages`, else `keras_vit.ViT`; and `keras_vit.from_checkpoint(path)`, the model a
 checkpoint file describes, with its weights.
 
-It sits just above `keras_vit.model.models` and `keras_vit.model.hybrid` and reads checkpoints from
+It sits just above `keras_vit.model.vit` and `keras_vit.model.hybrid` and reads checkpoints from
 below (`keras_vit.checkpoints.from_checkpoint` turns a file into builder keywords), so no
 import runs back up from the checkpoint code to the builders; the "model from anything"
-resolver is `keras_vit.model.model_source`.
+resolver is `keras_vit.model.from_source`.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ def builder_of(kwargs: dict):
         from keras_vit.model.hybrid import HybridViT
 
         return HybridViT
-    from keras_vit.model.models import ViT
+    from keras_vit.model.vit import ViT
 
     return ViT
 

@@ -239,7 +239,7 @@ def test_class_token_only_last_block_gives_the_full_models_gradients(tiny_vit_kw
     ],
 )
 def test_encode_tokens_rejects_bad_arguments(kwargs, message):
-    from keras_vit.model.models import encode_tokens
+    from keras_vit.model.vit import encode_tokens
 
     arguments = {**dict(num_heads=4, mlp_dim=64, num_layers=1), **kwargs}
     with pytest.raises(ValueError, match=message):
@@ -371,7 +371,7 @@ def test_preprocess_inputs_maps_to_minus_one_one():
 
 def test_image_shape_of_fixed_and_dynamic_models():
     """The fixed input size, or a dynamic model's position-table size; ValueError without."""
-    from keras_vit.model.models import image_shape_of
+    from keras_vit.model.vit import image_shape_of
 
     kwargs = dict(patch_size=8, hidden_dim=16, num_heads=2, mlp_dim=32, num_layers=1)
     fixed = keras_vit.ViT(image_size=16, channels=1, num_classes=3, **kwargs)

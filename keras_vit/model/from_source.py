@@ -4,8 +4,8 @@ checkpoint file or folder, or a published checkpoint name -> `(builder, keyword 
 `describe(source)` is the one function that turns a source into a `ModelSource` (the builder,
 its keyword arguments and the file the weights are in); `load(source)` gives the model with
 its weights. `keras-vit convert`, the run plans (`keras-vit finetune --weights`, the transfer
-suite) and `keras_vit.from_checkpoint` (in `keras_vit.model.build_any`) go through here. It
-sits above the builders (`keras_vit.model.models`, `keras_vit.model.hybrid`) and the checkpoint
+suite) and `keras_vit.from_checkpoint` (in `keras_vit.model.from_kwargs`) go through here. It
+sits above the builders (`keras_vit.model.vit`, `keras_vit.model.hybrid`) and the checkpoint
 readers (`keras_vit.checkpoints`), which never import it.
 
 Sources, tried in this order:
@@ -29,8 +29,8 @@ import dataclasses
 import os
 from collections.abc import Callable
 
-from keras_vit.model import build_any
-from keras_vit.model.build_any import builder_of
+from keras_vit.model import from_kwargs
+from keras_vit.model.from_kwargs import builder_of
 from keras_vit.spec import configs, run_files
 from keras_vit.spec.run_config_file import kwargs_from_run_config
 
@@ -58,7 +58,7 @@ class ModelSource:
     def build(self, **overrides):
         """`builder(**kwargs, **overrides)`: the model, without the file's weights."""
         kwargs = {**self.kwargs, **overrides}
-        return self.builder(**kwargs) if self.kind == "name" else build_any.build(kwargs)
+        return self.builder(**kwargs) if self.kind == "name" else from_kwargs.build(kwargs)
 
 
 def named(name: str) -> ModelSource:
@@ -67,11 +67,11 @@ def named(name: str) -> ModelSource:
     Raises:
         ValueError: an unknown name; the message lists the valid ones.
     """
-    from keras_vit.model import hybrid, models  # the modules that define the shortcuts
+    from keras_vit.model import hybrid, vit  # the modules that define the shortcuts
 
     resolved = configs.resolve_model(name)
     size = {"image_size": resolved.image_size} if resolved.image_size else {}  # "B/16-384"
-    module = hybrid if resolved.is_hybrid else models
+    module = hybrid if resolved.is_hybrid else vit
     return ModelSource(getattr(module, resolved.builder_name), size)
 
 
@@ -159,10 +159,10 @@ def load(source):
     if run_kwargs is not None:
         from keras_vit import checkpoints
 
-        model = build_any.build(run_kwargs)
+        model = from_kwargs.build(run_kwargs)
         checkpoints.load_weights(model, path)
         return model
-    return build_any.from_checkpoint(path)
+    return from_kwargs.from_checkpoint(path)
 
 
 def load_keras(path, *, compile: bool = True):
@@ -226,7 +226,7 @@ def kwargs_of_model(model) -> dict:
         ValueError: the model is no keras_vit ViT.
     """
     from keras_vit.checkpoints.base.architecture import Architecture
-    from keras_vit.model.models import image_shape_of
+    from keras_vit.model.vit import image_shape_of
 
     try:
         arch = Architecture.from_model(model)
