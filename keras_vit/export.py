@@ -43,7 +43,7 @@ from keras_vit._validation import check_positive_int
 from keras_vit.checkpoints.keras_files.model_io import model_input_preprocessing
 from keras_vit.data.decode import decode_pixels
 from keras_vit.data.preprocess import from_unit_range, preprocess_inputs
-from keras_vit.model.builder import ONE_CLASS_HINT
+from keras_vit.model.arguments import ONE_CLASS_HINT
 from keras_vit.spec import layer_names
 
 logger = logging.getLogger(__name__)
@@ -233,7 +233,7 @@ def find_head(model: keras.Model) -> keras.layers.Layer:
     """The classifier layer whose output is the model's: `head`, or for a distilled model
     (DeiT) `head_mean` (the mean of `head` and `head_dist`) or the `head_activation` after
     it; raises ValueError for a headless model or a one-output head (its softmax is 1.0
-    for every image; `builder.ONE_CLASS_HINT`)."""
+    for every image; `arguments.ONE_CLASS_HINT`)."""
     present = {layer.name for layer in model.layers}
     found = [name for name in layer_names.CLASSIFIER_OUTPUTS if name in present]
     try:

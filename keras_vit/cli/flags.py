@@ -472,12 +472,12 @@ def usage_errors():
     """Turns the configuration errors found before any work into `UsageError`."""
     from keras_vit.data.image_check import BadImageError
     from keras_vit.runtime import distribute
-    from keras_vit.train import callbacks, run_directory, run_plan
+    from keras_vit.train import callbacks, run_config, run_directory
 
     try:
         yield
     except (
-        run_plan.ConfigError,
+        run_config.ConfigError,
         run_directory.RunDirError,
         callbacks.BackupError,  # a backup that cannot be resumed from (workers disagree)
         distribute.StrategyUnavailableError,

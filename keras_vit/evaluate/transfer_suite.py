@@ -59,7 +59,7 @@ def vtab_splits(task: str, num_classes: int, *, data_dir=None) -> tuple[str, str
         ConfigError: more than 1,000 classes (fewer than one example per class).
     """
     from keras_vit.data.sources import find_source
-    from keras_vit.train.run_plan import ConfigError
+    from keras_vit.train.run_config import ConfigError
 
     if not find_source(task).per_class_slices:  # TFDS: its stored order
         return f"train[:{VTAB_TRAIN}]", f"train[{VTAB_TRAIN}:{VTAB_TRAIN + VTAB_VAL}]"
@@ -99,7 +99,7 @@ def task_config(
     """
     from keras_vit import data
     from keras_vit.train import training
-    from keras_vit.train.run_plan import ConfigError, RunConfig
+    from keras_vit.train.run_config import ConfigError, RunConfig
 
     try:
         info = data.describe(task, data_dir=data_dir)
@@ -204,7 +204,7 @@ def check_reusable(config, task_dir) -> None:
     import json
 
     from keras_vit.train import run_directory
-    from keras_vit.train.run_plan import ConfigError
+    from keras_vit.train.run_config import ConfigError
 
     if not os.path.isfile(os.path.join(task_dir, run_files.CONFIG_FILE)):
         return

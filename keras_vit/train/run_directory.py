@@ -29,7 +29,8 @@ import keras
 from keras_vit import _atomic
 from keras_vit.spec import run_files
 from keras_vit.train import callbacks, run_lock
-from keras_vit.train.run_plan import ConfigError, RunConfig, load_model
+from keras_vit.train.run_config import ConfigError, RunConfig
+from keras_vit.train.run_plan import load_model
 
 logger = logging.getLogger(__name__)
 

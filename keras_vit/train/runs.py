@@ -69,8 +69,9 @@ from keras_vit.train import (
     training,
     worker_restart,
 )
+from keras_vit.train.run_config import RunConfig
 from keras_vit.train.run_directory import RunResult
-from keras_vit.train.run_plan import RunConfig, RunPlan, load_model, plan_run
+from keras_vit.train.run_plan import RunPlan, load_model, plan_run
 
 __all__ = ["evaluate", "evaluate_saved", "fit_run", "train"]
 

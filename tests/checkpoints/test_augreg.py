@@ -9,7 +9,7 @@ import pytest
 import keras_vit
 from keras_vit.checkpoints.base.npz_io import write_npz
 from keras_vit.checkpoints.published import registry
-from keras_vit.train import run_plan
+from keras_vit.train import run_config, run_plan
 from tests.numpy_reference import random_official_params, vit_forward
 
 S16_224 = (
@@ -124,7 +124,7 @@ def test_finetune_weights_by_name_reads_the_architecture(bucket):
 
 
 def test_finetune_weights_offline_error_names_url_and_cache(bucket, tmp_path):
-    with pytest.raises(run_plan.ConfigError) as info:
+    with pytest.raises(run_config.ConfigError) as info:
         run_plan.load_source_model("imagenet21k/ViT-B_32")
     message = str(info.value)
     assert (bucket / "imagenet21k" / "ViT-B_32.npz").as_uri() in message

@@ -426,7 +426,7 @@ def test_remat_flag_reaches_the_run_config_and_the_model_arguments(subcommand):
     from keras_vit.cli import finetune as finetune_command
     from keras_vit.cli import train as train_command
     from keras_vit.cli.main import build_parser
-    from keras_vit.train import run_plan
+    from keras_vit.train import run_config, run_plan
 
     module = {"train": train_command, "finetune": finetune_command}[subcommand]
     extra = ["--weights", "Ti/16"] if subcommand == "finetune" else []
@@ -434,7 +434,7 @@ def test_remat_flag_reaches_the_run_config_and_the_model_arguments(subcommand):
         args = build_parser().parse_args([subcommand, *extra, *flags])
         config = module.build_config(args)
         assert config.remat is expected
-        assert run_plan.RunConfig.from_dict(config.to_dict()).remat is expected  # config.json
+        assert run_config.RunConfig.from_dict(config.to_dict()).remat is expected  # config.json
     if subcommand == "train":
         kwargs = run_plan.train_model_kwargs(config, 10, 1, (28, 28))
         assert kwargs["remat"] is True

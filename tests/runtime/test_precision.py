@@ -10,7 +10,7 @@ import tensorflow as tf
 
 import keras_vit
 from keras_vit.runtime import distribute, precision
-from keras_vit.train import run_plan, training
+from keras_vit.train import run_config, run_plan, training
 
 AMX = frozenset({"fpu", "avx512f", "amx_bf16", "amx_tile", "avx512_bf16"})
 AVX512_BF16 = frozenset({"fpu", "avx512f", "avx512_bf16"})
@@ -162,7 +162,7 @@ def test_with_dtype_policy_computes_in_bfloat16_with_the_same_weights(tiny_vit_k
 
 def plan(monkeypatch, flags, **recipe):
     monkeypatch.setattr(precision, "cpu_flags", lambda path="/proc/cpuinfo": flags)
-    config = run_plan.RunConfig(recipe=training.TrainConfig(**recipe))
+    config = run_config.RunConfig(recipe=training.TrainConfig(**recipe))
     return run_plan.plan_run(config, tf.distribute.get_strategy())
 
 

@@ -20,7 +20,7 @@ import keras_vit
 from keras_vit import _atomic
 from keras_vit.checkpoints import load_npz, save_npz
 from keras_vit.spec import run_files
-from keras_vit.train import epoch_streams, run_directory, run_plan, runs, training
+from keras_vit.train import epoch_streams, run_config, run_directory, run_plan, runs, training
 from tests.output_checks import assert_outputs_close, randomize_weights
 from tests.process_helpers import kill_all, sigkill, wait_until
 
@@ -323,7 +323,7 @@ ONE_REPLICA = types.SimpleNamespace(num_replicas_in_sync=1)
 
 
 def test_plan_resolves_the_default_run():
-    plan = run_plan.plan_run(run_plan.RunConfig(), ONE_REPLICA)
+    plan = run_plan.plan_run(run_config.RunConfig(), ONE_REPLICA)
     recipe = training.TrainConfig()
     assert plan.info.name == "mnist" and plan.info.num_classes == 10
     assert plan.channels == 1
@@ -345,7 +345,9 @@ def test_run_trains_on_the_complement_of_a_carved_validation_split(monkeypatch):
     monkeypatch.setattr(
         data, "load", lambda source, split, **kw: calls.append((split, kw)) or _Repeatable()
     )
-    config = run_plan.RunConfig(recipe=tiny_recipe(), validation_split="train[-50:]", split_seed=4)
+    config = run_config.RunConfig(
+        recipe=tiny_recipe(), validation_split="train[-50:]", split_seed=4
+    )
     runs._datasets(run_plan.plan_run(config, ONE_REPLICA))
     splits = {split: (kw["training"], kw["split_seed"]) for split, kw in calls}
     assert splits == {"train[:-50]": (True, 4), "train[-50:]": (False, 4), "test": (False, 4)}
@@ -357,76 +359,76 @@ class _Repeatable:
 
 
 def test_plan_named_variant():
-    config = run_plan.RunConfig(model="Ti/16", recipe=tiny_recipe(image_size=32))
+    config = run_config.RunConfig(model="Ti/16", recipe=tiny_recipe(image_size=32))
     kwargs = run_plan.plan_run(config, ONE_REPLICA).model_kwargs
     assert (kwargs["hidden_dim"], kwargs["num_heads"], kwargs["num_layers"]) == (192, 3, 12)
     assert run_plan.named_variant("vit_ti16") == run_plan.named_variant("Ti/16")
-    tiny = run_plan.plan_run(run_plan.RunConfig(model="tiny"), ONE_REPLICA).model_kwargs
-    assert tiny == run_plan.plan_run(run_plan.RunConfig(), ONE_REPLICA).model_kwargs
+    tiny = run_plan.plan_run(run_config.RunConfig(model="tiny"), ONE_REPLICA).model_kwargs
+    assert tiny == run_plan.plan_run(run_config.RunConfig(), ONE_REPLICA).model_kwargs
 
 
 @pytest.mark.parametrize(
     "config, strategy, message",
     [
-        (run_plan.RunConfig(recipe=tiny_recipe(dataset="mnits")), ONE_REPLICA, "mnits"),
-        (run_plan.RunConfig(model="Q/7"), ONE_REPLICA, "Unknown model 'Q/7'"),
+        (run_config.RunConfig(recipe=tiny_recipe(dataset="mnits")), ONE_REPLICA, "mnits"),
+        (run_config.RunConfig(model="Q/7"), ONE_REPLICA, "Unknown model 'Q/7'"),
         (
-            run_plan.RunConfig(recipe=tiny_recipe(image_size=30), patch_size=4),
+            run_config.RunConfig(recipe=tiny_recipe(image_size=30), patch_size=4),
             ONE_REPLICA,
             "not divisible by the patch size",
         ),
         (
-            run_plan.RunConfig(recipe=tiny_recipe(batch_size=30)),
+            run_config.RunConfig(recipe=tiny_recipe(batch_size=30)),
             types.SimpleNamespace(num_replicas_in_sync=4),
             "multiple of the number of replicas (4",
         ),
         (
-            run_plan.RunConfig(task="finetune", weights="/nonexistent/best.npz"),
+            run_config.RunConfig(task="finetune", weights="/nonexistent/best.npz"),
             ONE_REPLICA,
             "Weights file not found: /nonexistent/best.npz",
         ),
         (
-            run_plan.RunConfig(recipe=tiny_recipe(), validation_split="validation"),
+            run_config.RunConfig(recipe=tiny_recipe(), validation_split="validation"),
             ONE_REPLICA,
             "no split 'validation'",
         ),
         (
-            run_plan.RunConfig(recipe=tiny_recipe(), validation_split="train"),
+            run_config.RunConfig(recipe=tiny_recipe(), validation_split="train"),
             ONE_REPLICA,
             "would select on images the model trains on",
         ),
         (
-            run_plan.RunConfig(recipe=tiny_recipe(), validation_split="train[10%:20%]"),
+            run_config.RunConfig(recipe=tiny_recipe(), validation_split="train[10%:20%]"),
             ONE_REPLICA,
             "would select on images the model trains on",
         ),
     ],
 )
 def test_plan_rejects_bad_configs(config, strategy, message):
-    with pytest.raises(run_plan.ConfigError) as info:
+    with pytest.raises(run_config.ConfigError) as info:
         run_plan.plan_run(config, strategy)
     assert message in str(info.value)
 
 
 def test_run_config_round_trips_through_json():
-    config = run_plan.RunConfig(
+    config = run_config.RunConfig(
         task="finetune",
         recipe=training.FinetuneConfig(steps=7),
         weights="run/best.npz",
         shots_per_class=10,
     )
-    again = run_plan.RunConfig.from_dict(json.loads(json.dumps(config.to_dict())))
+    again = run_config.RunConfig.from_dict(json.loads(json.dumps(config.to_dict())))
     assert again == config
 
 
 def test_run_config_keeps_the_last_epoch_and_stored_runs_their_best():
-    assert run_plan.RunConfig().select == "last"
-    assert run_plan.RunConfig(select="best").select == "best"
-    stored = run_plan.RunConfig().to_dict()
+    assert run_config.RunConfig().select == "last"
+    assert run_config.RunConfig(select="best").select == "best"
+    stored = run_config.RunConfig().to_dict()
     del stored["select"]  # config.json of a run from before the field
-    assert run_plan.RunConfig.from_dict(stored).select == "best"
-    with pytest.raises(run_plan.ConfigError, match=r"select 'first'.*\['last', 'best'\]"):
-        run_plan.RunConfig(select="first")
+    assert run_config.RunConfig.from_dict(stored).select == "best"
+    with pytest.raises(run_config.ConfigError, match=r"select 'first'.*\['last', 'best'\]"):
+        run_config.RunConfig(select="first")
 
 
 def test_architecture_read_from_an_official_npz(tmp_path, tiny_vit_kwargs):
@@ -624,7 +626,7 @@ def test_resuming_with_another_select_is_refused_before_work(tmp_path, stored, g
 
 
 def _stored_record(**run_changes):
-    record = json.loads(json.dumps({"run": run_plan.RunConfig().to_dict(), "resolved": {}}))
+    record = json.loads(json.dumps({"run": run_config.RunConfig().to_dict(), "resolved": {}}))
     record["run"].update(run_changes)
     return record
 
@@ -641,13 +643,13 @@ UNUSABLE_CONFIGS = [
     ([1, 2], run_directory.RunDirError, "holds a JSON list, not an object"),
     ({"resolved": {}}, run_directory.RunDirError, 'has no "run" object'),
     ({"run": "train"}, run_directory.RunDirError, 'has no "run" object'),
-    (_stored_record(colour="red"), run_plan.ConfigError, "field(s) ['colour']"),
-    (_stored_record(recipe=[64]), run_plan.ConfigError, "must be a JSON object, not list"),
-    (_recipe_changed(bogus=1), run_plan.ConfigError, "Unknown recipe field(s) ['bogus']"),
-    (_stored_record(select="Best"), run_plan.ConfigError, "Unknown select 'Best'"),
-    (_stored_record(task="pretrain"), run_plan.ConfigError, "Unknown task 'pretrain'"),
-    (_recipe_changed(learning_rate=-1.0), run_plan.ConfigError, "learning_rate=-1.0"),
-    (_recipe_changed(epochs=0), run_plan.ConfigError, "epochs=0"),
+    (_stored_record(colour="red"), run_config.ConfigError, "field(s) ['colour']"),
+    (_stored_record(recipe=[64]), run_config.ConfigError, "must be a JSON object, not list"),
+    (_recipe_changed(bogus=1), run_config.ConfigError, "Unknown recipe field(s) ['bogus']"),
+    (_stored_record(select="Best"), run_config.ConfigError, "Unknown select 'Best'"),
+    (_stored_record(task="pretrain"), run_config.ConfigError, "Unknown task 'pretrain'"),
+    (_recipe_changed(learning_rate=-1.0), run_config.ConfigError, "learning_rate=-1.0"),
+    (_recipe_changed(epochs=0), run_config.ConfigError, "epochs=0"),
 ]
 
 
@@ -671,11 +673,11 @@ def test_an_unusable_stored_config_is_refused_naming_the_file_before_work(
 def test_a_stored_config_reads_back_as_the_config_it_was():
     """The neighbour that must keep working: the record `to_dict` writes, and one stored
     before `select` existed (read as "best", the rule such runs kept)."""
-    config = run_plan.RunConfig(select="last", recipe=training.TrainConfig(epochs=3))
+    config = run_config.RunConfig(select="last", recipe=training.TrainConfig(epochs=3))
     record = json.loads(json.dumps(config.to_dict()))
-    assert run_plan.RunConfig.from_dict(record) == config
+    assert run_config.RunConfig.from_dict(record) == config
     del record["select"]
-    assert run_plan.RunConfig.from_dict(record).select == "best"
+    assert run_config.RunConfig.from_dict(record).select == "best"
 
 
 JSON_VALUES = st.recursive(
@@ -691,7 +693,7 @@ JSON_VALUES = st.recursive(
     max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(
-    field=st.sampled_from(sorted(run_plan.RunConfig().to_dict()["recipe"])),
+    field=st.sampled_from(sorted(run_config.RunConfig().to_dict()["recipe"])),
     value=JSON_VALUES,
 )
 def test_any_json_value_in_a_stored_recipe_reads_back_or_is_a_config_error(tmp_path, field, value):
@@ -702,7 +704,7 @@ def test_any_json_value_in_a_stored_recipe_reads_back_or_is_a_config_error(tmp_p
     (run_dir / run_files.CONFIG_FILE).write_text(json.dumps(_recipe_changed(**{field: value})))
     try:
         config = run_directory.read_run_config(run_dir)
-    except run_plan.ConfigError as error:
+    except run_config.ConfigError as error:
         assert run_files.CONFIG_FILE in str(error)
     else:
         assert getattr(config.recipe, field) == value or field == "image_size"
