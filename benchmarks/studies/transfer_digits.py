@@ -30,7 +30,7 @@ def run_scratch(train_config, finetune_config, data, num_train, steps, learning_
     """(accuracy, steps run) of the architecture trained from scratch at the fine-tuning size."""
     import keras
 
-    from keras_vit.train import training
+    from keras_vit.train import losses, schedules, training
 
     keras.utils.set_random_seed(finetune_config.seed)  # same init whatever ran before
     kwargs = train_config.model_kwargs(num_classes=10, channels=1)
@@ -39,8 +39,8 @@ def run_scratch(train_config, finetune_config, data, num_train, steps, learning_
     epochs = max(1, -(-steps // per_epoch))
     total, decay = epochs * per_epoch, train_config.weight_decay
     schedule = (learning_rate, total, max(1, total // 10))
-    optimizer = training.pretrain_optimizer(*schedule, weight_decay=decay, decay="cosine")
-    loss = training.loss(train_config.label_smoothing)
+    optimizer = schedules.pretrain_optimizer(*schedule, weight_decay=decay, decay="cosine")
+    loss = losses.loss(train_config.label_smoothing)
     compile_kwargs = dict(optimizer=optimizer, loss=loss, metrics=["accuracy"], jit_compile=True)
     return fit_and_evaluate(model, compile_kwargs, data, epochs, per_epoch), total
 

@@ -64,6 +64,7 @@ from keras_vit.train import (
     callbacks,
     epoch_streams,
     fit_data,
+    losses,
     run_directory,
     run_lock,
     training,
@@ -338,7 +339,7 @@ def evaluate_saved(model_file, data, *, batch_size: int | None = None) -> dict:
         {"model": file name, "loss", "accuracy", "loss_name"}.
     """
     model = load_model(model_file, compile=False)
-    model.compile(loss=training.loss(), metrics=["accuracy"])  # raises on bad labels
+    model.compile(loss=losses.loss(), metrics=["accuracy"])  # raises on bad labels
     results = evaluate(model, data, batch_size=batch_size)
     return {"model": os.path.basename(model_file), **results, "loss_name": TEST_LOSS}
 

@@ -20,7 +20,15 @@ import keras_vit
 from keras_vit import _atomic
 from keras_vit.checkpoints import load_npz, save_npz
 from keras_vit.spec import run_files
-from keras_vit.train import epoch_streams, run_config, run_directory, run_plan, runs, training
+from keras_vit.train import (
+    epoch_streams,
+    losses,
+    run_config,
+    run_directory,
+    run_plan,
+    runs,
+    training,
+)
 from tests.output_checks import assert_outputs_close, randomize_weights
 from tests.process_helpers import kill_all, sigkill, wait_until
 
@@ -111,7 +119,7 @@ def test_test_metrics_are_those_of_best_keras_without_label_smoothing(tmp_path, 
 
     def build():
         model = killable.build()
-        model.compile(optimizer="adam", loss=training.loss(0.3), metrics=["accuracy"])
+        model.compile(optimizer="adam", loss=losses.loss(0.3), metrics=["accuracy"])
         return model
 
     result = runs.fit_run(
