@@ -229,6 +229,19 @@ def test_the_sub_folder_rule_catches_planted_imports():
     }
 
 
+def test_the_architecture_doc_draws_the_sub_folder_ranks():
+    """docs/architecture.md's table of checkpoints/ sub-folders holds SUB_RANKS' ranks."""
+    import re
+
+    doc = (PACKAGE.parent / "docs" / "architecture.md").read_text(encoding="utf-8")
+    drawn = {}
+    for rank, cells in re.findall(r"^\| (\d) \| (.*) \|$", doc, flags=re.M):
+        for sub in re.findall(r"`checkpoints/(\w+)/`", cells):
+            drawn[sub] = int(rank)
+    ranks = {sub: rank for sub, rank in SUB_RANKS["checkpoints"].items() if sub}
+    assert drawn == ranks
+
+
 def test_no_import_runs_up_or_across_the_sub_folders():
     graph = {module: imports_of(module) for module in MODULES}
     assert sideways_or_upward_imports(graph) == set()
