@@ -30,14 +30,14 @@ MOVED = {
         )
     },
     **{
-        f"keras_vit.{name}": f"keras_vit.model.{name}"
-        for name in (
-            "builder",
-            "models",
-            "hybrid",
-            "build_any",
-            "model_source",
-            "finetune",
+        f"keras_vit.{name}": f"keras_vit.model.{new_name}"
+        for name, new_name in (
+            ("builder", "builder"),
+            ("models", "vit"),
+            ("hybrid", "hybrid"),
+            ("build_any", "from_kwargs"),
+            ("model_source", "from_source"),
+            ("finetune", "finetune"),
         )
     },
     **{
