@@ -11,6 +11,9 @@ PLOT_FILE = "learning_curves.png"  # loss and accuracy per epoch
 BEST_RECORD = "best.json"  # the kept epoch, its monitored value and the selection rule
 BACKUP_DIR = "backup"  # resume state, removed when the run completes
 LOG_DIR = "logs"  # TensorBoard event files
+LOCK_FILE = ".lock"  # the training process's id while it runs
+WORKER_BACKUP_PREFIX = f".{BACKUP_DIR}-worker-"  # + the worker's index: its resume state
+SCRATCH_PREFIX = ".scratch-worker-"  # + the worker's index: its throw-away saves
 
 KEPT_STEM, LAST_STEM = "best", "last"  # the kept model and the latest epoch's model
 BEST_MODEL = KEPT_STEM + ".keras"  # what `evaluate`, `export` and a RUN_OR_MODEL argument use

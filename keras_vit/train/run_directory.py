@@ -184,7 +184,7 @@ def backup_dir(run_dir, strategy, chief) -> str:
     if chief:
         return os.path.join(run_dir, run_files.BACKUP_DIR)
     task_id = strategy.cluster_resolver.task_id
-    return os.path.join(run_dir, f".{run_files.BACKUP_DIR}-worker-{task_id}")
+    return os.path.join(run_dir, f"{run_files.WORKER_BACKUP_PREFIX}{task_id}")
 
 
 def load_result(run_dir) -> RunResult:

@@ -17,6 +17,8 @@ RUN_ONLY = {  # names no other file format uses (config.json is also Hugging Fac
     run_files.LAST_MODEL,
     run_files.BEST_NPZ,
     run_files.LAST_NPZ,
+    run_files.LOCK_FILE,
+    run_files.SCRATCH_PREFIX,
 }
 
 
