@@ -143,7 +143,7 @@ def test_an_unknown_name_lists_the_valid_ones(bad):
 def test_a_new_row_is_a_new_shortcut_and_a_new_counted_model():
     """Every row has its generated public shortcut and a parameter count in the tests."""
     from tests.model.test_hybrid import PUBLISHED
-    from tests.model.test_models import RELEASE_PARAMS
+    from tests.model.test_vit import RELEASE_PARAMS
 
     builders = {configs.builder_name(name) for name in configs.MODEL_CONFIGS}
     assert builders == set(RELEASE_PARAMS) | set(PUBLISHED)

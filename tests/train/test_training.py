@@ -433,7 +433,7 @@ def test_the_label_check_leaves_no_assert_in_an_xla_step(jit_compile):
     is the NaN factor alone: bad labels give a NaN loss, never a finite one."""
     import tensorflow as tf
 
-    from keras_vit.train.training import label_factor
+    from keras_vit.train.losses import label_factor
 
     if keras.backend.backend() != "tensorflow":
         pytest.skip("TensorFlow graphs")
