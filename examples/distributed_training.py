@@ -144,7 +144,7 @@ def main(argv=None) -> int:
     except distribute.StrategyUnavailableError as error:  # no TPU, no/bad TF_CONFIG
         print(f"distributed_training.py: {error}", file=sys.stderr)
         return 2
-    policy = distribute.set_mixed_precision(choose_policy(args.mixed_precision))
+    policy = precision.set_mixed_precision(choose_policy(args.mixed_precision))
     per_replica = distribute.per_replica_batch_size(args.batch_size, strategy)
     print(
         f"strategy {type(strategy).__name__}: {strategy.num_replicas_in_sync} replicas x "
@@ -174,7 +174,7 @@ def main(argv=None) -> int:
             ),
             loss=training.loss(),
             metrics=["accuracy"],
-            jit_compile=distribute.resolve_jit_compile(None, strategy),
+            jit_compile=precision.resolve_jit_compile(None, strategy),
         )
         return model
 

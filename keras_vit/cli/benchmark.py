@@ -204,11 +204,11 @@ def run(args):
     sizes = check_args(args)
     import keras
 
-    from keras_vit.runtime import distribute
+    from keras_vit.runtime import precision
     from keras_vit.runtime.precision_probe import shape_from_kwargs
 
     shape = shape_from_kwargs(variant_arch(args.model), args.image_size)
-    choice = distribute.choose_precision(
+    choice = precision.choose_precision(
         shape.pop("hidden_dim"),
         mixed_precision=args.mixed_precision,
         jit_compile=args.jit_compile,

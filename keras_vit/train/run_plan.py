@@ -21,7 +21,7 @@ from keras_vit._validation import check_choice, check_divisible, to_pair
 from keras_vit.layers.position_embedding import POSITION_EMBEDDINGS
 from keras_vit.model import model_source
 from keras_vit.runtime import distribute
-from keras_vit.runtime.precision import check_policy
+from keras_vit.runtime.precision import AUTO, check_policy, choose_precision
 from keras_vit.spec import configs, kept_model
 from keras_vit.train import training
 
@@ -55,7 +55,7 @@ class RunConfig:
             `.keras` file or an official `.npz` (architecture from the config.json next to it,
             else read from the array shapes).
         strategy: a name of `keras_vit.runtime.distribute.STRATEGY_NAMES`.
-        mixed_precision: "auto" (default: `keras_vit.runtime.distribute.choose_precision` picks for
+        mixed_precision: "auto" (default: `keras_vit.runtime.precision.choose_precision` picks for
             the device and the model width), "float32" (or None), "mixed_float16" or
             "mixed_bfloat16".
         validation_split: the split evaluated after every epoch (with `select="best"`, the
@@ -95,7 +95,7 @@ class RunConfig:
     data_dir: str | None = None
     weights: str | None = None
     strategy: str = "auto"
-    mixed_precision: str | None = distribute.AUTO
+    mixed_precision: str | None = AUTO
     validation_split: str = "train[90%:]"
     split_seed: int = 0
     test_split: str | None = "test"
@@ -188,7 +188,7 @@ class RunPlan:
             model `keras_vit.finetune` returns).
         source_model: finetune only: the loaded pre-trained model.
         jit_compile: what `model.compile(jit_compile=...)` gets.
-        precision: the `keras_vit.runtime.distribute.PrecisionChoice` (policy, XLA and why).
+        precision: the `keras_vit.runtime.precision.PrecisionChoice` (policy, XLA and why).
     """
 
     config: RunConfig
@@ -471,13 +471,13 @@ def _split_counter(config: RunConfig):
 
 def choose_run_precision(config: RunConfig, model_kwargs: dict, strategy, image_size=None):
     """The run's `PrecisionChoice`: its `mixed_precision` and recipe `jit_compile`, "auto"
-    resolved by `keras_vit.runtime.distribute.choose_precision` for the device and the model's shape
+    resolved by `keras_vit.runtime.precision.choose_precision` for the device and the model's shape
     (width, MLP width, heads and tokens of `model_kwargs` at `image_size`)."""
     from keras_vit.runtime.precision_probe import shape_from_kwargs
 
     shape = shape_from_kwargs(model_kwargs, image_size)
     try:
-        return distribute.choose_precision(
+        return choose_precision(
             shape.pop("hidden_dim"),
             strategy=strategy,
             mixed_precision=config.mixed_precision,

@@ -1,4 +1,5 @@
-"""Tests of keras_vit.runs (run directories, resume after SIGKILL) and keras_vit.train.run_plan."""
+"""Tests of keras_vit.train.runs (run directories, resume after SIGKILL) and of
+keras_vit.train.run_plan."""
 
 import csv
 import importlib.util
