@@ -26,7 +26,6 @@ _EXPORTS = {
     "runtime": "",
     "train": "",
     "visualize": "",
-    "load_npz": "keras_vit.checkpoints",
     "load_weights": "keras_vit.checkpoints",
     "save_npz": "keras_vit.checkpoints",
     "export_saved_model": "keras_vit.export",

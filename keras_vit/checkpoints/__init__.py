@@ -6,9 +6,10 @@ names.
   `keras_vit.from_checkpoint(path)` (in `keras_vit.model.build_any`) builds the model a file
   describes from the keywords module `from_checkpoint` reads.
 
-- `load_weights(model, path, ...)`: the one loader, every format (`load_npz` and
-  `load_checkpoint` are its deprecated names); `save_npz(model, path)`: the release's
-  flat-key layout.
+- `load_weights(model, path, ...)`: the one loader, every format; `save_npz(model, path)`:
+  the release's flat-key layout.
+- `FAMILY_CHECKPOINTS`: the published ViT-family names (DINOv2, DeiT, ...) read from a local
+  folder.
 - `FORMAT_TABLE` (module `format_table`): one record per format: how it is recognised,
   reader, writer, suffix, what it can express.
 - `load_weights_argument(model, weights)`: what the builders' `weights=` does.
@@ -35,8 +36,6 @@ _EXPORTS = {
     "write_checkpoint": "keras_vit.checkpoints.formats",
     "LoadReport": "keras_vit.checkpoints.loading",
     "SaveReport": "keras_vit.checkpoints.loading",
-    "load_checkpoint": "keras_vit.checkpoints.loading",
-    "load_npz": "keras_vit.checkpoints.loading",
     "load_weights": "keras_vit.checkpoints.loading",
     "load_weights_argument": "keras_vit.checkpoints.loading",
     "save_npz": "keras_vit.checkpoints.loading",
@@ -44,6 +43,7 @@ _EXPORTS = {
     "NamingRule": "keras_vit.checkpoints.naming",
     "official_variables": "keras_vit.checkpoints.naming",
     "CheckpointError": "keras_vit.checkpoints.npz_io",
+    "FAMILY_CHECKPOINTS": "keras_vit.checkpoints.family_checkpoints",
     "read_npz": "keras_vit.checkpoints.npz_io",
     "PUBLISHED_CHECKPOINTS": "keras_vit.checkpoints.registry",
     "PublishedCheckpoint": "keras_vit.checkpoints.registry",

@@ -13,7 +13,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import warnings
 
 import numpy as np
 
@@ -274,8 +273,7 @@ def load_weights(
 ) -> LoadReport:
     """Loads a ViT checkpoint of any format keras_vit reads into a keras_vit model.
 
-    The one public loader (`keras_vit.load_weights`; `load_npz` and `load_checkpoint` are
-    deprecated names of it). The format is picked by content (the table of
+    The one public loader (`keras_vit.load_weights`). The format is picked by content (the table of
     `keras_vit.checkpoints.format_table`): the release's `.npz` (vit_jax/checkpoint.py),
     big_vision's, a Hugging Face ViT folder, a timm `.safetensors` file or a `.keras` file;
     all are converted to the release's layout first. A warning says when the model's GELU
@@ -472,26 +470,6 @@ def _refuse_or_warn(report, model, strict) -> None:
         )
     if problems:
         warn_weights(f"Checkpoint {report.path} loaded partially (the rest is ignored):{problems}")
-
-
-def load_npz(model, path, **kwargs) -> LoadReport:
-    """Deprecated name of `load_weights` (which reads every format, not only `.npz`)."""
-    warnings.warn(
-        "keras_vit.checkpoints.load_npz is deprecated; use keras_vit.load_weights.",
-        DeprecationWarning,
-        stacklevel=2,
-    )
-    return load_weights(model, path, **kwargs)
-
-
-def load_checkpoint(model, path, **kwargs) -> LoadReport:
-    """Deprecated name of `load_weights`."""
-    warnings.warn(
-        "keras_vit.checkpoints.load_checkpoint is deprecated; use keras_vit.load_weights.",
-        DeprecationWarning,
-        stacklevel=2,
-    )
-    return load_weights(model, path, **kwargs)
 
 
 def _warn_if_zero_head(arrays, loaded, path) -> None:

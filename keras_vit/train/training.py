@@ -36,7 +36,7 @@ from keras_vit._validation import (
 )
 from keras_vit.layers.pooling import CLASSIFIER_POOLINGS
 from keras_vit.layers.position_embedding import POSITION_EMBEDDINGS
-from keras_vit.runtime.optimizers import NO_WEIGHT_DECAY_PATTERN, ViTAdamW  # noqa: F401 (public)
+from keras_vit.runtime.optimizers import NO_WEIGHT_DECAY_PATTERN, ViTAdamW
 from keras_vit.spec.configs import RECIPE_DEFAULTS, RECIPE_VIT
 
 _TRAIN_DEFAULTS, _FINETUNE_DEFAULTS = RECIPE_DEFAULTS["train"], RECIPE_DEFAULTS["finetune"]
