@@ -31,7 +31,7 @@ _EXPORTS = {
     "detect_format": "keras_vit.checkpoints.detect",
     "FORMAT_TABLE": "keras_vit.checkpoints.format_table",
     "CheckpointFormat": "keras_vit.checkpoints.format_table",
-    "model_contents": "keras_vit.checkpoints.formats",
+    "model_contents": "keras_vit.checkpoints.model_io",
     "read_checkpoint": "keras_vit.checkpoints.formats",
     "write_checkpoint": "keras_vit.checkpoints.formats",
     "LoadReport": "keras_vit.checkpoints.loading",

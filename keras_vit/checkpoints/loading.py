@@ -25,11 +25,13 @@ from keras_vit.checkpoints.channels import (
     channel_mismatch,
     input_kernel_key,
 )
+from keras_vit.checkpoints.family_checkpoints import family_entry
 from keras_vit.checkpoints.layouts import PLAIN_POSITION_KEY
 from keras_vit.checkpoints.naming import find_vit_model, official_arrays, official_variables
 from keras_vit.checkpoints.npz_io import CheckpointError, write_npz
-from keras_vit.layers.position_resize import RESIZE_METHODS, resize_position_embeddings, square_grid
+from keras_vit.layers.position_resize import resize_position_embeddings, square_grid
 from keras_vit.spec import layer_names as names
+from keras_vit.spec.resize_methods import RESIZE_METHODS
 
 logger = logging.getLogger(__name__)
 
@@ -515,7 +517,7 @@ def load_weights_argument(model, weights, *, base_url=None, cache_dir=None) -> L
             ("ViT-B_16", "imagenet21k/ViT-B_16",
             "imagenet21k+imagenet2012/ViT-L_16-224", "augreg/<file>"); or "imagenet21k" /
             "imagenet21k+imagenet2012", resolved to the file of the model's architecture;
-            or a ViT-family name of `registry.FAMILY_CHECKPOINTS` ("facebook/dinov2-small",
+            or a ViT-family name of `FAMILY_CHECKPOINTS` ("facebook/dinov2-small",
             "deit_small_patch16_224"), read from its local folder in the cache.
         base_url, cache_dir: see `keras_vit.checkpoints.resolve_checkpoint`.
 
@@ -537,7 +539,7 @@ def load_weights_argument(model, weights, *, base_url=None, cache_dir=None) -> L
         )
     if os.path.isfile(weights) or os.path.isdir(weights):
         return load_weights(model, weights, head="auto")
-    if registry.family_entry(weights) is not None:
+    if family_entry(weights) is not None:
         local = registry.resolve_family(weights, cache_dir=cache_dir)
         return load_weights(model, local, head="auto")
     model_name = architecture.release_model_name(model)

@@ -27,11 +27,6 @@ import urllib.parse
 
 import keras
 
-from keras_vit.checkpoints.family_checkpoints import (  # noqa: F401 (the family's names)
-    FAMILY_CHECKPOINTS,
-    FamilyCheckpoint,
-    family_entry,
-)
 from keras_vit.checkpoints.family_checkpoints import resolve_family as _resolve_family
 
 logger = logging.getLogger(__name__)

@@ -18,7 +18,8 @@ from keras_vit import HybridViT
 from keras_vit.checkpoints import CheckpointError, load_weights, save_npz
 from keras_vit.layers import ZeroPaddedMaxPool
 from keras_vit.model.finetune import finetune
-from keras_vit.model.hybrid import HYBRID_CONFIGS, _same_max_pool
+from keras_vit.model.hybrid import _same_max_pool
+from keras_vit.spec.configs import HYBRID_CONFIGS
 from tests.numpy_reference import hybrid_forward
 from tests.output_checks import (
     assert_close_to_float32,
