@@ -42,7 +42,7 @@ _EXPORTS = {
     "NAMING_RULES": "keras_vit.checkpoints.naming",
     "NamingRule": "keras_vit.checkpoints.naming",
     "official_variables": "keras_vit.checkpoints.naming",
-    "CheckpointError": "keras_vit.checkpoints.npz_io",
+    "CheckpointError": "keras_vit.checkpoints.errors",
     "FAMILY_CHECKPOINTS": "keras_vit.checkpoints.family_checkpoints",
     "read_npz": "keras_vit.checkpoints.npz_io",
     "PUBLISHED_CHECKPOINTS": "keras_vit.checkpoints.registry",
