@@ -91,7 +91,7 @@ def export_saved_model(
         jit_compile: compile the model's forward pass with XLA inside the SavedModel
             (default False: TensorFlow's kernels, which on CPU run bfloat16 products on
             oneDNN). The model's own dtype policy is kept: for a bfloat16 export of a float32
-            model, pass `keras_vit.runtime.distribute.with_dtype_policy(model, "mixed_bfloat16")`
+            model, pass `keras_vit.runtime.precision.with_dtype_policy(model, "mixed_bfloat16")`
             (logits stay float32; docs/serving.md gives the measured difference).
 
     Returns:

@@ -191,7 +191,7 @@ pip install -e ".[dev]" && keras-vit export runs/mnist serving/vit --top-k 3
 # a comment line
 TF_CPP_MIN_LOG_LEVEL=2 python examples/train_from_scratch.py --quick \\
     --out /tmp/x  # trailing comment
-keras-vit -v explain cat.jpg --model runs/pets --out=map.png | tee log.txt
+keras-vit -v explain runs/pets cat.jpg --out=map.png | tee log.txt
 ```
 
 <!-- runnable -->
@@ -226,7 +226,7 @@ def test_block_commands_split_join_and_strip():
         ["pip", "install", "-e", ".[dev]"],
         ["keras-vit", "export", "runs/mnist", "serving/vit", "--top-k", "3"],
         ["python", "examples/train_from_scratch.py", "--quick", "--out", "/tmp/x"],
-        ["keras-vit", "-v", "explain", "cat.jpg", "--model", "runs/pets", "--out=map.png"],
+        ["keras-vit", "-v", "explain", "runs/pets", "cat.jpg", "--out=map.png"],
         ["tee", "log.txt"],
         ["tensorboard", "--logdir", "runs"],
     ]

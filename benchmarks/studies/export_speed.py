@@ -108,14 +108,14 @@ def main(argv=None) -> int:
     import keras
     import numpy as np
 
-    from keras_vit.runtime import distribute
+    from keras_vit.runtime import precision
 
     keras.utils.set_random_seed(0)
     model = build_model("keras_vit", args.variant, args.image_size)  # no dropout
     head, rng = model.get_layer("head"), np.random.default_rng(0)  # a random head: logits != 0
     head.set_weights([rng.normal(0, 0.05, w.shape) for w in head.get_weights()])
     models = {"float32": model}
-    models["mixed_bfloat16"] = distribute.with_dtype_policy(model, "mixed_bfloat16")
+    models["mixed_bfloat16"] = precision.with_dtype_policy(model, "mixed_bfloat16")
     shape = (args.batch_size, args.image_size, args.image_size, 3)
     pixels = np.random.default_rng(1).uniform(0, 255, shape).astype("float32")
     images = pixels / 127.5 - 1.0  # the export scales [0, 255] to [-1, 1] itself

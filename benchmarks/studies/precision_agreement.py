@@ -52,14 +52,14 @@ def agreement(model, args, policy):
     import numpy as np
 
     from keras_vit import data
-    from keras_vit.runtime import distribute
+    from keras_vit.runtime import precision
 
     channels, shots = int(model.input_shape[-1]), args.shots_per_class
     split = data.load(args.dataset, "test", image_size=args.image_size, batch_size=256,
                       training=False, channels=channels, shots_per_class=shots)  # fmt: skip
     images, labels = (np.concatenate(part) for part in zip(*split.as_numpy_iterator(), strict=True))
     reference, chosen = (
-        distribute.with_dtype_policy(model, name).predict(images, batch_size=256, verbose=0)
+        precision.with_dtype_policy(model, name).predict(images, batch_size=256, verbose=0)
         .astype("float64") for name in ("float32", policy)
     )  # fmt: skip
     top_reference, top_chosen = reference.argmax(-1), chosen.argmax(-1)

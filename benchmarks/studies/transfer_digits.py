@@ -61,7 +61,7 @@ def main(argv=None) -> int:
     train_config, config, start = training.TrainConfig(), training.FinetuneConfig(), time.time()
     if args.weights:
         model, pretrain = train_config.build(num_classes=10, channels=1), None
-        checkpoints.load_npz(model, args.weights)
+        checkpoints.load_weights(model, args.weights)
     else:
         from train_mnist import train_default
 

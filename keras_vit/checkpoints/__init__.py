@@ -6,9 +6,10 @@ names.
   `keras_vit.from_checkpoint(path)` (in `keras_vit.model.from_kwargs`) builds the model a file
   describes from the keywords module `from_checkpoint` reads.
 
-- `load_weights(model, path, ...)`: the one loader, every format (`load_npz` and
-  `load_checkpoint` are its deprecated names); `save_npz(model, path)`: the release's
-  flat-key layout.
+- `load_weights(model, path, ...)`: the one loader, every format; `save_npz(model, path)`:
+  the release's flat-key layout.
+- `FAMILY_CHECKPOINTS`: the published ViT-family names (DINOv2, DeiT, ...) read from a local
+  folder.
 - `FORMAT_TABLE` (module `format_table`): one record per format: how it is recognised,
   reader, writer, suffix, what it can express.
 - `load_weights_argument(model, weights)`: what the builders' `weights=` does.
@@ -35,19 +36,18 @@ _EXPORTS = {
     "detect_format": "keras_vit.checkpoints.detect",
     "CheckpointFormat": "keras_vit.checkpoints.format_table",
     "FORMAT_TABLE": "keras_vit.checkpoints.format_table",
-    "model_contents": "keras_vit.checkpoints.formats",
+    "model_contents": "keras_vit.checkpoints.keras_files.model_io",
     "read_checkpoint": "keras_vit.checkpoints.formats",
     "write_checkpoint": "keras_vit.checkpoints.formats",
     "LoadReport": "keras_vit.checkpoints.loading",
     "SaveReport": "keras_vit.checkpoints.loading",
-    "load_checkpoint": "keras_vit.checkpoints.loading",
-    "load_npz": "keras_vit.checkpoints.loading",
     "load_weights": "keras_vit.checkpoints.loading",
     "load_weights_argument": "keras_vit.checkpoints.loading",
     "save_npz": "keras_vit.checkpoints.loading",
     "PUBLISHED_CHECKPOINTS": "keras_vit.checkpoints.published.registry",
     "PublishedCheckpoint": "keras_vit.checkpoints.published.registry",
     "resolve_checkpoint": "keras_vit.checkpoints.published.registry",
+    "FAMILY_CHECKPOINTS": "keras_vit.checkpoints.published.family_checkpoints",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -142,7 +142,7 @@ def detect_format(path) -> str:
         path: a file or a folder.
 
     Returns:
-        One of `FORMATS`: "npz", "big_vision", "hf", "timm" or "keras".
+        One of `format_table.FORMATS`: "npz", "big_vision", "hf", "timm" or "keras".
 
     Raises:
         FileNotFoundError: `path` does not exist.

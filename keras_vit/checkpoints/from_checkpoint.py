@@ -167,7 +167,8 @@ def local_path(path):
     """`path`, or the local copy of a published ViT-family name (`registry.resolve_family`)
     when no such file or folder exists."""
     from keras_vit.checkpoints.published import registry
+    from keras_vit.checkpoints.published.family_checkpoints import family_entry
 
-    if isinstance(path, str) and not os.path.exists(path) and registry.family_entry(path):
+    if isinstance(path, str) and not os.path.exists(path) and family_entry(path):
         return registry.resolve_family(path)
     return path

@@ -13,7 +13,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import warnings
 
 import numpy as np
 
@@ -33,9 +32,10 @@ from keras_vit.checkpoints.fit_to_model import (
     under,
 )
 from keras_vit.checkpoints.published import registry
+from keras_vit.checkpoints.published.family_checkpoints import family_entry
 from keras_vit.checkpoints.release.layouts import PLAIN_POSITION_KEY
-from keras_vit.layers.position_resize import RESIZE_METHODS
 from keras_vit.spec import layer_names as names
+from keras_vit.spec.resize_methods import RESIZE_METHODS
 
 logger = logging.getLogger(__name__)
 
@@ -155,8 +155,7 @@ def load_weights(
 ) -> LoadReport:
     """Loads a ViT checkpoint of any format keras_vit reads into a keras_vit model.
 
-    The one public loader (`keras_vit.load_weights`; `load_npz` and `load_checkpoint` are
-    deprecated names of it). The format is picked by content (the table of
+    The one public loader (`keras_vit.load_weights`). The format is picked by content (the table of
     `keras_vit.checkpoints.format_table`): the release's `.npz` (vit_jax/checkpoint.py),
     big_vision's, a Hugging Face ViT folder, a timm `.safetensors` file or a `.keras` file;
     all are converted to the release's layout first. A warning says when the model's GELU
@@ -308,26 +307,6 @@ def _refuse_or_warn(report, model, strict) -> None:
         warn_weights(f"Checkpoint {report.path} loaded partially (the rest is ignored):{problems}")
 
 
-def load_npz(model, path, **kwargs) -> LoadReport:
-    """Deprecated name of `load_weights` (which reads every format, not only `.npz`)."""
-    warnings.warn(
-        "keras_vit.checkpoints.load_npz is deprecated; use keras_vit.load_weights.",
-        DeprecationWarning,
-        stacklevel=2,
-    )
-    return load_weights(model, path, **kwargs)
-
-
-def load_checkpoint(model, path, **kwargs) -> LoadReport:
-    """Deprecated name of `load_weights`."""
-    warnings.warn(
-        "keras_vit.checkpoints.load_checkpoint is deprecated; use keras_vit.load_weights.",
-        DeprecationWarning,
-        stacklevel=2,
-    )
-    return load_weights(model, path, **kwargs)
-
-
 def _warn_if_zero_head(arrays, loaded, path) -> None:
     """A loaded head kernel that is all zero (a checkpoint saved before its head was
     trained) makes every logit 0."""
@@ -371,7 +350,7 @@ def load_weights_argument(model, weights, *, base_url=None, cache_dir=None) -> L
             ("ViT-B_16", "imagenet21k/ViT-B_16",
             "imagenet21k+imagenet2012/ViT-L_16-224", "augreg/<file>"); or "imagenet21k" /
             "imagenet21k+imagenet2012", resolved to the file of the model's architecture;
-            or a ViT-family name of `registry.FAMILY_CHECKPOINTS` ("facebook/dinov2-small",
+            or a ViT-family name of `FAMILY_CHECKPOINTS` ("facebook/dinov2-small",
             "deit_small_patch16_224"), read from its local folder in the cache.
         base_url, cache_dir: see `keras_vit.checkpoints.resolve_checkpoint`.
 
@@ -393,7 +372,7 @@ def load_weights_argument(model, weights, *, base_url=None, cache_dir=None) -> L
         )
     if os.path.isfile(weights) or os.path.isdir(weights):
         return load_weights(model, weights, head="auto")
-    if registry.family_entry(weights) is not None:
+    if family_entry(weights) is not None:
         local = registry.resolve_family(weights, cache_dir=cache_dir)
         return load_weights(model, local, head="auto")
     model_name = architecture.release_model_name(model)

@@ -15,7 +15,6 @@ separable memory is `python benchmarks/bench.py run`; it uses the same
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 import sys
@@ -56,20 +55,12 @@ def add_parser(subparsers):
         "only, no peer has one), or a custom 'patch,hidden,mlp,heads,layers' such as "
         "8,32,64,4,2",
     )
-    parser.add_argument(  # the old spelling: warns and names --model; hidden in --help
-        "--variant",
-        dest="model",
-        action=flags.DeprecatedAlias,
-        new_flag="--model",
-        help=argparse.SUPPRESS,
-    )
     flags.add_image_size_argument(parser, default_text="224, or the size the model's name gives")
     parser.add_argument("--batch-size", type=int, default=16, help="batch size (16)")
     parser.add_argument(
         "--mode", choices=(*MODES, "both"), default="both", help="what to time (both)"
     )
     flags.add_precision_arguments(parser)
-    flags.add_deprecated_precision_aliases(parser)
     parser.add_argument("--steps", type=int, default=3, help="steps per repeat (3)")
     parser.add_argument("--repeats", type=int, default=5, help="timed repeats, median (5)")
     parser.add_argument("--warmup", type=int, default=2, help="untimed warm-up steps (2)")
@@ -204,11 +195,11 @@ def run(args):
     sizes = check_args(args)
     import keras
 
-    from keras_vit.runtime import distribute
+    from keras_vit.runtime import precision
     from keras_vit.runtime.precision_probe import shape_from_kwargs
 
     shape = shape_from_kwargs(variant_arch(args.model), args.image_size)
-    choice = distribute.choose_precision(
+    choice = precision.choose_precision(
         shape.pop("hidden_dim"),
         mixed_precision=args.mixed_precision,
         jit_compile=args.jit_compile,

@@ -19,14 +19,14 @@ logger = logging.getLogger(__name__)
 
 def choose_precision(args, model, probe=None):
     """The `PrecisionChoice` of --mixed-precision/--jit-compile for a loaded `model`; logs it.
-    `probe`: as `keras_vit.runtime.distribute.choose_precision` ("cached" for the one-off commands:
+    `probe`: as `keras_vit.runtime.precision.choose_precision` ("cached" for the one-off commands:
     a cached probe of this host and model shape, else the flag rule)."""
-    from keras_vit.runtime import distribute
+    from keras_vit.runtime import precision
     from keras_vit.runtime.precision_probe import model_shape
 
     shape = model_shape(model) or {}
-    choice = distribute.choose_precision(
-        distribute.model_width(model),
+    choice = precision.choose_precision(
+        precision.model_width(model),
         mixed_precision=args.mixed_precision,
         jit_compile=args.jit_compile,
         tokens=shape.get("tokens"),
@@ -41,10 +41,10 @@ def choose_precision(args, model, probe=None):
 def model_with_precision(args, model, probe=None):
     """(model under the chosen policy, the `PrecisionChoice`); XLA set on the model.
     `probe`: as `choose_precision`."""
-    from keras_vit.runtime import distribute
+    from keras_vit.runtime import precision
 
     choice = choose_precision(args, model, probe)
-    model = distribute.with_dtype_policy(model, choice.policy)
+    model = precision.with_dtype_policy(model, choice.policy)
     model.jit_compile = choice.jit_compile
     return model, choice
 

@@ -101,9 +101,9 @@ def progress_callbacks(mode: str) -> list:
 def check_jit_compile(args, strategy) -> None:
     """UsageError for an explicit --jit-compile that the strategy cannot run on this device
     (without the flag, the recipe's XLA default is turned off there instead)."""
-    from keras_vit.runtime import distribute
+    from keras_vit.runtime import precision
 
-    reason = distribute.xla_unsupported_reason(strategy)
+    reason = precision.xla_unsupported_reason(strategy)
     if getattr(args, "jit_compile", None) is True and reason:
         raise UsageError(f"--jit-compile cannot run here: {reason}; drop the flag.")
 

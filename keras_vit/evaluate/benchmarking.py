@@ -380,7 +380,7 @@ def step_optimizer(framework=None):
     import keras
 
     if framework == "keras_vit":
-        from keras_vit.train.training import ViTAdamW
+        from keras_vit.runtime.optimizers import ViTAdamW
 
         return ViTAdamW(learning_rate=1e-4)
     return keras.optimizers.AdamW(learning_rate=1e-4)

@@ -64,7 +64,7 @@ def from_checkpoint(
     Args:
         path: a release/big_vision `.npz`, a `.keras` file, a Hugging Face ViT folder (or its
             `model.safetensors`), or a timm `.safetensors` file; the format is read from the
-            content. Also a published ViT-family name (`registry.FAMILY_CHECKPOINTS`:
+            content. Also a published ViT-family name (`keras_vit.checkpoints.FAMILY_CHECKPOINTS`:
             "deit_small_patch16_224", "facebook/dinov2-small", ...), read from its local
             folder under the Keras cache (`registry.resolve_family`).
         num_classes: None (default) keeps the file's head (a file without one gives a
@@ -103,7 +103,7 @@ def from_checkpoint(
     from keras_vit.checkpoints.from_checkpoint import local_path, model_kwargs
     from keras_vit.checkpoints.loading import load_weights
     from keras_vit.layers.position_embedding import set_forward_resize_method
-    from keras_vit.layers.position_resize import RESIZE_METHODS
+    from keras_vit.spec.resize_methods import RESIZE_METHODS
 
     check_choice("resize_method", resize_method, RESIZE_METHODS)
     contents = read_checkpoint(local_path(path), num_heads=num_heads, no_embed_class=no_embed_class)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from keras_vit.model.builder import encode_tokens as encode_tokens  # re-exported
 from keras_vit.model.builder import named_builder, vision_transformer
 from keras_vit.spec import configs
 

@@ -4,6 +4,15 @@
 checks and epoch-ordered streams of a run (`fit_data`, `epoch_streams`), and which split a run
 tests on (`selection`).
 
+Public API (see docs/training.md and docs/data_and_recipes.md):
+
+- recipes: `TrainConfig`, `FinetuneConfig`, `pretrain_optimizer`, `finetune_optimizer`,
+  `warmup_schedule`, `WarmupSchedule`, `loss`, `SparseCrossentropyWithSmoothing`,
+  `CheckedSparseCrossentropy`, `ViTAdamW` (defined in `keras_vit.runtime`);
+- runs: `RunConfig`, `plan_run`, `train`, `fit_run`, `evaluate`, `evaluate_saved`,
+  `RunResult`, `load_result`, `read_config`, `read_run_config`, `is_complete`,
+  `check_run_dir`, `RunDirError`, `ConfigError`, `AtomicBackupAndRestore`.
+
 The public names below are imported on first use (PEP 562), so that `import keras_vit.train`
 does not start TensorFlow: `keras_vit.train.train(keras_vit.train.RunConfig(...), run_dir)`.
 """
@@ -31,9 +40,17 @@ _EXPORTS = {
     "train": "keras_vit.train.runs",
     "FinetuneConfig": "keras_vit.train.training",
     "TrainConfig": "keras_vit.train.training",
+    "WarmupSchedule": "keras_vit.train.schedules",
+    "finetune_optimizer": "keras_vit.train.schedules",
+    "pretrain_optimizer": "keras_vit.train.schedules",
+    "warmup_schedule": "keras_vit.train.schedules",
+    "CheckedSparseCrossentropy": "keras_vit.train.losses",
+    "SparseCrossentropyWithSmoothing": "keras_vit.train.losses",
+    "loss": "keras_vit.train.losses",
+    "ViTAdamW": "keras_vit.runtime.optimizers",
+    "AtomicBackupAndRestore": "keras_vit.train.callbacks",
 }
 
 __all__ = sorted(_EXPORTS)
-
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())

@@ -12,7 +12,7 @@ import dataclasses
 from typing import Any
 
 from keras_vit._validation import to_pair
-from keras_vit.runtime import distribute
+from keras_vit.runtime.precision import AUTO
 from keras_vit.spec import configs, kept_model
 from keras_vit.train import training
 
@@ -46,7 +46,7 @@ class RunConfig:
             `.keras` file or an official `.npz` (architecture from the config.json next to it,
             else read from the array shapes).
         strategy: a name of `keras_vit.runtime.distribute.STRATEGY_NAMES`.
-        mixed_precision: "auto" (default: `keras_vit.runtime.distribute.choose_precision` picks for
+        mixed_precision: "auto" (default: `keras_vit.runtime.precision.choose_precision` picks for
             the device and the model width), "float32" (or None), "mixed_float16" or
             "mixed_bfloat16".
         validation_split: the split evaluated after every epoch (with `select="best"`, the
@@ -86,7 +86,7 @@ class RunConfig:
     data_dir: str | None = None
     weights: str | None = None
     strategy: str = "auto"
-    mixed_precision: str | None = distribute.AUTO
+    mixed_precision: str | None = AUTO
     validation_split: str = "train[90%:]"
     split_seed: int = 0
     test_split: str | None = "test"

@@ -21,7 +21,7 @@ from keras_vit._validation import check_choice, check_divisible, to_pair
 from keras_vit.layers.position_embedding import POSITION_EMBEDDINGS
 from keras_vit.model import from_source
 from keras_vit.runtime import distribute
-from keras_vit.runtime.precision import check_policy
+from keras_vit.runtime.precision import check_policy, choose_precision
 from keras_vit.spec import configs
 from keras_vit.train.run_config import ConfigError, RunConfig
 
@@ -46,7 +46,7 @@ class RunPlan:
             model `keras_vit.finetune` returns).
         source_model: finetune only: the loaded pre-trained model.
         jit_compile: what `model.compile(jit_compile=...)` gets.
-        precision: the `keras_vit.runtime.distribute.PrecisionChoice` (policy, XLA and why).
+        precision: the `keras_vit.runtime.precision.PrecisionChoice` (policy, XLA and why).
     """
 
     config: RunConfig
@@ -329,13 +329,13 @@ def _split_counter(config: RunConfig):
 
 def choose_run_precision(config: RunConfig, model_kwargs: dict, strategy, image_size=None):
     """The run's `PrecisionChoice`: its `mixed_precision` and recipe `jit_compile`, "auto"
-    resolved by `keras_vit.runtime.distribute.choose_precision` for the device and the model's shape
+    resolved by `keras_vit.runtime.precision.choose_precision` for the device and the model's shape
     (width, MLP width, heads and tokens of `model_kwargs` at `image_size`)."""
     from keras_vit.runtime.precision_probe import shape_from_kwargs
 
     shape = shape_from_kwargs(model_kwargs, image_size)
     try:
-        return distribute.choose_precision(
+        return choose_precision(
             shape.pop("hidden_dim"),
             strategy=strategy,
             mixed_precision=config.mixed_precision,

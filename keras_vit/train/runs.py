@@ -58,7 +58,7 @@ import keras
 from keras_vit import _atomic
 from keras_vit._validation import check_choice
 from keras_vit.kernels import dispatch
-from keras_vit.runtime import distribute
+from keras_vit.runtime import distribute, precision
 from keras_vit.spec import kept_model, run_files
 from keras_vit.train import (
     callbacks,
@@ -401,7 +401,7 @@ def train(
         run_directory.check_run_dir(run_dir, resume)
     policy = keras.config.dtype_policy()
     try:
-        distribute.set_mixed_precision(plan.precision.policy)
+        precision.set_mixed_precision(plan.precision.policy)
         keras.utils.set_random_seed(config.recipe.seed)
         train_data, validation, test = _datasets(plan)
         record = _config_record(plan, strategy)
@@ -471,7 +471,7 @@ def _build_model(plan: RunPlan) -> keras.Model:
     from keras_vit.model.finetune import finetune
 
     if plan.source_model is not None:
-        source = distribute.with_dtype_policy(plan.source_model, plan.precision.policy)
+        source = precision.with_dtype_policy(plan.source_model, plan.precision.policy)
         model = finetune(
             source, plan.info.num_classes, image_size=plan.image_size, remat=plan.config.remat
         )

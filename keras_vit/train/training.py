@@ -24,7 +24,6 @@ from keras_vit._validation import (
 )
 from keras_vit.layers.pooling import CLASSIFIER_POOLINGS
 from keras_vit.layers.position_embedding import POSITION_EMBEDDINGS
-from keras_vit.runtime.optimizers import NO_WEIGHT_DECAY_PATTERN, ViTAdamW  # noqa: F401 (public)
 from keras_vit.spec.configs import RECIPE_DEFAULTS, RECIPE_VIT
 from keras_vit.train.losses import loss
 from keras_vit.train.schedules import (
@@ -83,10 +82,10 @@ def _check_common(config) -> None:
 
 def _resolved_jit_compile(config) -> bool:
     """The recipe's `jit_compile`, "auto" chosen for this device, the global dtype policy
-    and the recipe's width (`keras_vit.runtime.distribute.choose_precision`)."""
+    and the recipe's width (`keras_vit.runtime.precision.choose_precision`)."""
     if config.jit_compile not in ("auto", None):
         return bool(config.jit_compile)
-    from keras_vit.runtime import distribute
+    from keras_vit.runtime import precision
     from keras_vit.runtime.precision_probe import shape_from_kwargs
 
     hidden_dim = getattr(config, "hidden_dim", None)
@@ -94,7 +93,7 @@ def _resolved_jit_compile(config) -> bool:
     if hidden_dim is not None and hasattr(config, "model_kwargs"):
         shape = shape_from_kwargs(config.model_kwargs(1, 1))
         del shape["hidden_dim"]
-    return distribute.choose_precision(
+    return precision.choose_precision(
         hidden_dim,
         mixed_precision=keras.config.dtype_policy().name,
         jit_compile="auto",

@@ -468,16 +468,6 @@ def test_cli_benchmark_tiny_run(tmp_path, capsys):
     assert [r["xla"] for r in payload["results"]] == [False, False]
 
 
-def test_cli_benchmark_old_flags_are_aliases(caplog):
-    from keras_vit.cli.main import build_parser
-
-    args = build_parser().parse_args(["benchmark", "--dtype-policy", "float32", "--no-xla"])
-    assert (args.mixed_precision, args.jit_compile) == ("float32", False)
-    assert "--no-xla is deprecated; use --no-jit-compile" in caplog.text
-    args = build_parser().parse_args(["benchmark"])
-    assert (args.mixed_precision, args.jit_compile) == ("auto", "auto")
-
-
 @pytest.mark.parametrize(
     "bad_args",
     [["--variant", "X/99"], ["--image-size", "100"], ["--repeats", "0"], ["--gemm-sizes", "a"]],

@@ -227,23 +227,6 @@ def test_from_checkpoint_with_other_channels_adapts_with_a_warning(tmp_path):
     np.testing.assert_allclose(logits(gray, x), expected, atol=1e-5, rtol=0)
 
 
-# --- the one loader and its deprecated names ------------------------------------------
-
-
-@pytest.mark.parametrize("old", ["load_npz", "load_checkpoint"])
-def test_old_loader_names_warn_and_load(tmp_path, old):
-    import keras_vit.checkpoints as checkpoints
-
-    source = tiny_vit(seed=4)
-    save_npz(source, tmp_path / "m.npz")
-    model = tiny_vit(seed=5)
-    with pytest.warns(DeprecationWarning, match="load_weights"):
-        report = getattr(checkpoints, old)(model, tmp_path / "m.npz")
-    assert report.loaded and keras_vit.load_weights is checkpoints.load_weights
-    x = images_for(model)
-    np.testing.assert_allclose(logits(model, x), logits(source, x), atol=1e-6, rtol=0)
-
-
 def test_big_vision_files_are_their_own_row_of_the_table(tmp_path):
     from keras_vit.checkpoints import detect_format, read_checkpoint
     from keras_vit.checkpoints.base.npz_io import write_npz

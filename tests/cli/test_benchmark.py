@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import logging
 
 import pytest
 
@@ -27,23 +26,24 @@ def test_quiet_prints_the_table_only(tmp_path, capsys, quiet):
     assert json.loads(out_file.read_text())["config"]["model"] == TINY
 
 
-def test_model_is_the_flag_and_variant_a_deprecated_alias(capsys, caplog):
+def test_model_names_the_architecture(capsys):
     parser = build_parser()
     assert parser.parse_args(["benchmark"]).model == "Ti/16"
     assert parser.parse_args(["benchmark", "--model", "B/16"]).model == "B/16"
-    with caplog.at_level(logging.WARNING):
-        assert parser.parse_args(["benchmark", "--variant", "S/32"]).model == "S/32"
-    assert "--variant is deprecated; use --model." in caplog.text
-    # both spellings: the new one given first is not silently replaced by the old one
-    with pytest.raises(SystemExit) as raised:
-        parser.parse_args(["benchmark", "--model", "B/16", "--variant", "Ti/16"])
-    assert raised.value.code == 2
-    assert "--variant is the old spelling of --model; give one" in capsys.readouterr().err
-    assert parser.parse_args(["benchmark", "--variant", "Ti/16", "--model", "B/16"]).model == "B/16"
     with pytest.raises(SystemExit):
         parser.parse_args(["benchmark", "--help"])
-    help_text = capsys.readouterr().out
-    assert "--model MODEL" in help_text and "--variant" not in help_text
+    assert "--model MODEL" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "flags", [["--variant", "S/32"], ["--dtype-policy", "float32"], ["--no-xla"]]
+)
+def test_one_spelling_per_flag_others_are_refused(flags, capsys):
+    """`--model`, `--mixed-precision` and `--no-jit-compile` are the only spellings."""
+    with pytest.raises(SystemExit) as raised:
+        build_parser().parse_args(["benchmark", *flags])
+    assert raised.value.code == 2
+    assert f"unrecognized arguments: {' '.join(flags)}" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(

@@ -15,8 +15,9 @@ import pytest
 import tensorflow as tf
 
 import keras_vit
-from keras_vit.cli.export import class_names_from_run, read_class_names_file, resolve_model_path
+from keras_vit.cli.export import read_class_names_file
 from keras_vit.cli.main import main
+from keras_vit.cli.model_files import class_names_from_run, resolve_model_path
 from tests.conftest import TINY_VIT
 from tests.output_checks import randomize_weights
 from tests.test_export import preprocess_reference, tree_listing

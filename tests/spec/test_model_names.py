@@ -9,7 +9,7 @@ import pytest
 
 import keras_vit
 from keras_vit.cli import benchmark, convert
-from keras_vit.cli.common import UsageError
+from keras_vit.cli.flags import UsageError
 from keras_vit.cli.main import build_parser
 from keras_vit.spec import configs
 from keras_vit.train import run_config, run_plan

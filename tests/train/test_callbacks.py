@@ -18,7 +18,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import keras_vit
-from keras_vit.checkpoints import load_npz
+from keras_vit.checkpoints import load_weights
 from keras_vit.train import callbacks, learning_curves, losses, runs
 from keras_vit.train.callbacks import ModelSnapshots
 from tests.conftest import TINY_VIT
@@ -76,7 +76,7 @@ def test_best_and_last_files_hold_their_epochs_weights(tmp_path, select, kept_ep
         loaded = runs.load_model(tmp_path / f"{stem}.keras")
         assert_outputs_close(loaded.predict(x, verbose=0), logits[epoch], atol=1e-6, what=stem)
         fresh = keras_vit.ViT(**TINY_VIT)
-        load_npz(fresh, tmp_path / f"{stem}.npz")
+        load_weights(fresh, tmp_path / f"{stem}.npz")
         assert_outputs_close(fresh.predict(x, verbose=0), logits[epoch], atol=1e-6, what=stem)
 
 

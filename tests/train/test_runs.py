@@ -1,4 +1,5 @@
-"""Tests of keras_vit.runs (run directories, resume after SIGKILL) and keras_vit.train.run_plan."""
+"""Tests of keras_vit.train.runs (run directories, resume after SIGKILL) and of
+keras_vit.train.run_plan."""
 
 import csv
 import importlib.util
@@ -18,7 +19,7 @@ from hypothesis import strategies as st
 
 import keras_vit
 from keras_vit import _atomic
-from keras_vit.checkpoints import load_npz, save_npz
+from keras_vit.checkpoints import load_weights, save_npz
 from keras_vit.spec import run_files
 from keras_vit.train import (
     epoch_streams,
@@ -149,7 +150,7 @@ def test_last_model_files_hold_the_trained_weights(finished_run):
     from_keras = runs.load_model(run_dir / "last.keras")
     assert_outputs_close(from_keras.predict(x[:8], verbose=0), expected, atol=1e-6)
     fresh = killable.build()
-    load_npz(fresh, run_dir / "last.npz")
+    load_weights(fresh, run_dir / "last.npz")
     assert_outputs_close(fresh.predict(x[:8], verbose=0), expected, atol=1e-6)
 
 
@@ -162,7 +163,7 @@ def test_best_model_files_hold_the_best_epochs_weights(finished_run):
     best = runs.load_model(run_dir / "best.keras")
     assert_outputs_close(best.predict(x[:8], verbose=0), expected, atol=1e-6)
     fresh = killable.build()
-    load_npz(fresh, run_dir / "best.npz")
+    load_weights(fresh, run_dir / "best.npz")
     assert_outputs_close(fresh.predict(x[:8], verbose=0), expected, atol=1e-6)
 
 
@@ -474,7 +475,7 @@ def test_disk_full_mid_run_keeps_the_last_finished_epoch(tmp_path):
         x, _ = killable.data()
         from_keras = runs.load_model(run_dir / "last.keras").predict(x[:8], verbose=0)
         fresh = killable.build()
-        load_npz(fresh, run_dir / "last.npz")
+        load_weights(fresh, run_dir / "last.npz")
         np.testing.assert_allclose(fresh.predict(x[:8], verbose=0), from_keras, atol=1e-6)
         runs.load_model(run_dir / "best.keras")
         state = json.loads((run_dir / "backup" / "state.json").read_text())

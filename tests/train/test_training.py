@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from keras_vit.runtime import optimizers
 from keras_vit.train import losses, schedules, training
 
 
@@ -352,7 +353,7 @@ def test_vit_adamw_matches_the_equations(shapes, steps, weight_decay, fused, tra
     start = [rng.normal(0, 1, s).astype("float32") for s in shapes]
     variables = [keras.Variable(w, name=n) for w, n in zip(start, names, strict=True)]
     schedule = schedules.warmup_schedule(0.05, 6, 0, "cosine")
-    optimizer = training.ViTAdamW(
+    optimizer = optimizers.ViTAdamW(
         learning_rate=schedule, weight_decay=weight_decay, no_decay_pattern="bias", fused=fused
     )
     grads = [[rng.normal(0, 1, s).astype("float32") for s in shapes] for _ in range(steps)]
@@ -388,7 +389,7 @@ def test_vit_adamw_fuses_only_where_it_can(monkeypatch):
         strategy = strategy or tf.distribute.get_strategy()
         with strategy.scope():
             variable = keras.Variable(np.ones((3,), "float32"), name="kernel")
-            optimizer = training.ViTAdamW(learning_rate=0.1, **kwargs)
+            optimizer = optimizers.ViTAdamW(learning_rate=0.1, **kwargs)
         strategy.run(lambda: optimizer.apply_gradients([(tf.ones((3,)), variable)]))
         return variable.numpy()
 
@@ -400,9 +401,9 @@ def test_vit_adamw_fuses_only_where_it_can(monkeypatch):
     assert len(calls) == 1
     np.testing.assert_allclose(fused, keras_update, rtol=1e-6)
     assert not np.allclose(fused, 1.0)
-    config = training.ViTAdamW(fused=False).get_config()
+    config = optimizers.ViTAdamW(fused=False).get_config()
     assert config["fused"] is False
-    assert training.ViTAdamW.from_config(config).fused is False
+    assert optimizers.ViTAdamW.from_config(config).fused is False
 
 
 def test_fused_update_outlives_an_earlier_optimizer_and_its_variables():
@@ -413,7 +414,7 @@ def test_fused_update_outlives_an_earlier_optimizer_and_its_variables():
 
     def fit_once(seed):
         model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3, name="head")])
-        optimizer = training.ViTAdamW(learning_rate=0.1, weight_decay=0.1)
+        optimizer = optimizers.ViTAdamW(learning_rate=0.1, weight_decay=0.1)
         model.compile(optimizer=optimizer, loss="mse", jit_compile=False)
         x = np.random.default_rng(seed).normal(size=(8, 4)).astype("float32")
         start = model.get_layer("head").kernel.numpy()

@@ -100,10 +100,10 @@ class CopyBackupThenStop(killable.keras.callbacks.Callback):
 def test_the_cli_reports_a_backup_mismatch_as_a_usage_error_in_one_line():
     """`keras-vit train --resume` on backups of one epoch with different states: exit 2
     with one line (main prints a UsageError as `keras-vit train: error: ...`)."""
-    from keras_vit.cli import common
+    from keras_vit.cli import flags
 
     records = {"worker 0": {2: "ab" * 16}, "worker 1": {2: "cd" * 16, 1: "ef" * 16}}
-    with pytest.raises(common.UsageError) as info, common.usage_errors():
+    with pytest.raises(flags.UsageError) as info, flags.usage_errors():
         worker_restart.choose_epoch(records)
     assert str(info.value).startswith("Cannot resume: the workers' backups of epoch 2 hold")
 

@@ -13,8 +13,7 @@ import numpy as np
 import pytest
 
 import keras_vit
-from keras_vit.checkpoints import CheckpointError, read_checkpoint, write_checkpoint
-from keras_vit.checkpoints.formats import model_contents
+from keras_vit.checkpoints import CheckpointError, model_contents, read_checkpoint, write_checkpoint
 from tests.checkpoints.torch_state import TINY, hf_config, hf_state, write_hf
 
 keras_hub = pytest.importorskip("keras_hub")
