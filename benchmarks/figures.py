@@ -17,9 +17,9 @@ import shlex
 import sys
 from pathlib import Path
 
+from benchmarks.harness import common
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "benchmarks" / "harness")]
-import common  # noqa: E402
 
 RESULTS_DIR = ROOT / "benchmarks" / "results"
 DOCUMENTS = ("README.md", "docs/*.md")
@@ -99,7 +99,7 @@ ABOUT = ("benchmarks/bench.py run: img/s, peak memory, model GFLOP/s and share o
 
 
 def run_id(config: dict, mode: str) -> str:
-    """`b16_224_bs16_infer` (ViT-B/16, 224 px, batch 16; `--variant 8,32,64,4,2`: `8-32-64-4-2`);
+    """`b16_224_bs16_infer` (ViT-B/16, 224 px, batch 16; `--model 8,32,64,4,2`: `8-32-64-4-2`);
     keras_vit against only some peers adds their names: `s16_224_bs16_train_keras_hub`."""
     variant = re.sub(r"\W+", "-", config["variant"].replace("/", "").lower())
     rid = f"{variant}_{config['image_size']}_bs{config['batch_size']}_{mode}"
@@ -163,7 +163,7 @@ def mode_values(payload: dict, mode: str) -> dict:
 
 def command_of(config: dict) -> str:
     """The `bench.py run` command line that a payload's `config` describes."""
-    argv = ["python", "benchmarks/bench.py", "run", "--variant", config["variant"]]
+    argv = ["python", "-m", "benchmarks.bench", "run", "--model", config["variant"]]
     for name in ("image_size", "batch_size", "mode", "settings", "frameworks", "steps",
                  "repeats", "warmup", "gemm_sizes", "interleave"):  # fmt: skip
         value = config.get(name)

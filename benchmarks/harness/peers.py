@@ -11,8 +11,7 @@ from __future__ import annotations
 import collections
 import sys
 
-import common
-
+from benchmarks.harness import common
 from keras_vit.evaluate.benchmarking import import_problem
 
 TIMM_SETTINGS = ("float32", "bfloat16_autocast", "float32+compile")  # `run`'s default

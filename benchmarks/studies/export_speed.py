@@ -4,7 +4,7 @@ The variant's float32 and mixed_bfloat16 exports (a random head), each served by
 process, against the Keras model's `predict_on_batch` under both (no XLA): img/s (medians of
 rotated repeats), the bfloat16 export's top-1 agreement and largest relative logit difference.
 
-    python benchmarks/studies/export_speed.py --variant S/16 --batch-size 16
+    python -m benchmarks.studies.export_speed --model S/16 --batch-size 16
 """
 
 from __future__ import annotations
@@ -16,8 +16,14 @@ import sys
 import tempfile
 from functools import partial
 
-import report
-from common import add_model_arguments, build_model, check_model_arguments, median, time_call
+from benchmarks.harness.common import (
+    add_model_arguments,
+    build_model,
+    check_model_arguments,
+    median,
+    time_call,
+)
+from benchmarks.studies import report
 
 SERVER = r"""
 import sys, time

@@ -4,7 +4,7 @@
 images), wall and process CPU time (s) of fit + evaluate, training images/s. Target (issue 4):
 >= 97.5% in under 3 minutes on 2 CPU cores.
 
-    python benchmarks/studies/train_mnist.py --epochs 5 --save /tmp/mnist_vit.npz
+    python -m benchmarks.studies.train_mnist --epochs 5 --save /tmp/mnist_vit.npz
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import json
 import os
 import time
 
-import report
+from benchmarks.studies import report
 
 
 def train_default(config, verbose=2):

@@ -9,7 +9,7 @@ vit-keras' `build_model`) are measured too when they are installed and asked for
 `--peers`. A hybrid ("R50+B/16", any spelling) is keras_vit's `HybridViT` alone (no peer builds
 one: each is skipped with a note), its FLOP count includes the ResNet stem's convolutions.
 The side-by-side harness with one process per framework, interleaved repeats and
-separable memory is `python benchmarks/bench.py run`; it uses the same
+separable memory is `python -m benchmarks.bench run`; it uses the same
 `keras_vit.evaluate.benchmarking`.
 """
 
