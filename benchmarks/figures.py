@@ -17,13 +17,15 @@ import shlex
 import sys
 from pathlib import Path
 
+from benchmarks import device_tables
 from benchmarks.harness import common
 
 ROOT = Path(__file__).resolve().parents[1]
 
 RESULTS_DIR = ROOT / "benchmarks" / "results"
-DOCUMENTS = ("README.md", "docs/*.md")
+DOCUMENTS = ("README.md", "docs/*.md", "benchmarks/README.md")
 FIGURE = re.compile(r"<!--fig (?P<file>[\w-]+)\.(?P<key>[\w-]+)-->(?P<text>.*?)<!--/fig-->")
+RESULTS_PATH = re.compile(r"(?<![\w/])(?:benchmarks/)?results/(?:runs/)?[a-z][\w.-]*\.(?:json|md)")
 
 
 def render(entry) -> str:
@@ -41,9 +43,21 @@ def document_paths(root: Path = ROOT) -> list[Path]:
     return [path for pattern in DOCUMENTS for path in sorted(root.glob(pattern))]
 
 
+def missing_paths(text: str, results_dir: Path = RESULTS_DIR) -> list[str]:
+    """The results files (`benchmarks/results/...json`/`.md`) a document names that do not exist."""
+    missing = []
+    for match in RESULTS_PATH.finditer(text):
+        relative = match[0].removeprefix("benchmarks/").removeprefix("results/")
+        if not (Path(results_dir) / relative).exists():
+            line = text.count("\n", 0, match.start()) + 1
+            missing.append(f"line {line}: no results file {match[0]}")
+    return missing
+
+
 def check_text(text: str, results_dir: Path = RESULTS_DIR) -> list[str]:
-    """Problems with one document's figures: unknown file or key, text not the rendered value."""
-    problems, cache = [], {}
+    """Problems with one document's figures: unknown file or key, text not the rendered value;
+    its device tables not their rendering (`device_tables`); results files it names missing."""
+    problems, cache = device_tables.check_text(text, results_dir), {}
     for match in FIGURE.finditer(text):
         name, key, shown = match["file"], match["key"], match["text"]
         line = text.count("\n", 0, match.start()) + 1
@@ -57,11 +71,11 @@ def check_text(text: str, results_dir: Path = RESULTS_DIR) -> list[str]:
         elif shown != render(values[key]):
             expected = render(values[key])
             problems.append(f"line {line}: {name}.{key} shows {shown!r}, the JSON {expected!r}")
-    return problems
+    return problems + missing_paths(text, results_dir)
 
 
 def update_text(text: str, results_dir: Path = RESULTS_DIR) -> str:
-    """The document with every figure re-rendered from the JSON."""
+    """The document with every figure and device table re-rendered from the JSON."""
     cache = {}
 
     def replace(match):
@@ -69,7 +83,7 @@ def update_text(text: str, results_dir: Path = RESULTS_DIR) -> str:
         value = render(results["values"][match["key"]])
         return f"<!--fig {match['file']}.{match['key']}-->{value}<!--/fig-->"
 
-    return FIGURE.sub(replace, text)
+    return device_tables.update_text(FIGURE.sub(replace, text), results_dir)
 
 
 def write_results(path, values, *, command, about, notes="", measured=None, extra=None):
@@ -170,6 +184,8 @@ def command_of(config: dict) -> str:
         if value is not None:
             value = ",".join(value) if isinstance(value, list) else value
             argv += [f"--{name.replace('_', '-')}", str(value)]
+    if "timm" in config.get("frameworks", ()) and config.get("timm_settings"):
+        argv += ["--timm-settings", config["timm_settings"]]
     return shlex.join(argv + ["--one-at-a-time"] * bool(config.get("one_at_a_time")))
 
 
