@@ -2,11 +2,12 @@
 
 A table sits between two HTML comments, `<!--table cpu_bf16-->` ... `<!--/table-->`; its text
 is `render(name)`: a row per workload of each results file that `TABLES[name]` lists (a
-`bench.py targets` file, its `summaries`; or a `bench.py run --json` payload, its `results`),
-each with the device that measured it and keras_vit's, timm's and the best Keras peer's best
-img/s (median of the run's rotated rounds, all points in one run: the ratios compare like with
-like). A class with no file says so and gives the command that measures it. `figures --check`
-lists a stale table as it lists a stale figure; `figures --update` rewrites it.
+`bench.py targets` file: its `summaries`; a `bench.py gpu --json` file: its `points`; a
+`bench.py run --json` payload: its `results`), each with the device that measured it and
+keras_vit's, timm's and the best Keras peer's best img/s (median of the run's rotated rounds,
+all points in one run: the ratios compare like with like). A class with no file says so and
+gives the command that measures it. `figures --check` lists a stale table as it lists a stale
+figure; `figures --update` rewrites it.
 """
 
 from __future__ import annotations
@@ -80,12 +81,47 @@ def run_rows(payload: dict) -> list[dict]:
     return rows
 
 
+def gpu_rows(payload: dict) -> list[dict]:
+    """The rows of a `bench.py gpu --json` file (its `points`), one per workload: keras_vit's
+    best over its backends (`keras_vit_jax`, `keras_vit_torch`) and timm's over its settings."""
+    models = [p for p in payload["points"] if p["kind"] == "model" and "skipped" not in p]
+    rows = []
+    for workload in dict.fromkeys(p["workload_name"] for p in models):
+        rates = {p["peer"]: p["images_per_s"] for p in models if p["workload_name"] == workload}
+        keras_vit, timm = ({k: v for k, v in rates.items() if k.startswith(side)}
+                           for side in ("keras_vit", "timm"))  # fmt: skip
+        rows.append({"workload": workload, "keras_vit": best_of(keras_vit),
+                     "timm": best_of(timm), "peer": None})  # fmt: skip
+    return rows
+
+
 def device_of(payload: dict) -> str:
     """ "Intel(R) Xeon(R) Processor, 2 cores, amx_bf16 avx512_bf16" from the file's record."""
+    if "points" in payload:  # a GPU race: the device's name
+        return payload.get("device", "unknown device")
     machine = payload.get("machine_record") or payload.get("machine") or {}
     cpu = re.sub(r" @ [\d.]+GHz$", "", machine.get("cpu", "unknown CPU"))
     units = " ".join(machine.get("bfloat16_flags") or ["no bfloat16 units"])
     return f"{cpu}, {machine.get('cores', '?')} cores, {units}"
+
+
+def rows_of(payload: dict) -> list[dict]:
+    """The rows of a results file of `targets`, `gpu` or `run --json`, by what it holds."""
+    if "summaries" in payload:
+        return targets_rows(payload)
+    return gpu_rows(payload) if "points" in payload else run_rows(payload)
+
+
+def command_behind(payload: dict, file: str) -> str:
+    """The command that wrote a results file: its `command`, else the one its `config` (a
+    `run --json` payload) or its kind (a GPU race) gives."""
+    from benchmarks.figures import command_of
+
+    if "command" in payload:
+        return payload["command"]
+    if "points" in payload:
+        return f"python -m benchmarks.bench gpu --json {Path(file).name}"
+    return command_of(payload["config"])
 
 
 def cells(row: dict, device: str, name: str) -> list[str]:
@@ -105,17 +141,11 @@ def render(name: str, results_dir: Path = RESULTS_DIR) -> str:
         return (f"No {device_class} figure has been measured yet. On a {device_class} machine, "
                 "from the repository root (then put the file under benchmarks/results/ and run "
                 f"`figures --update`):\n\n```sh\n{command}\n```\n")  # fmt: skip
-    from benchmarks.figures import command_of
-
     rows, commands = [], []
     for file in files:
         payload = json.loads((Path(results_dir) / file).read_text())
-        targets = "summaries" in payload
-        found = targets_rows(payload) if targets else run_rows(payload)
-        rows += [cells(row, device_of(payload), file) for row in found]
-        commands.append(
-            f"- `{file}`: `{payload['command'] if targets else command_of(payload['config'])}`"
-        )
+        rows += [cells(row, device_of(payload), file) for row in rows_of(payload)]
+        commands.append(f"- `{file}`: `{command_behind(payload, file)}`")
     return (
         markdown(HEADER, rows)
         + "\n\nThe command behind each file:\n\n"
