@@ -1,5 +1,6 @@
 """Shared helpers of the benchmarks: arguments, timing, worker processes, tables, output; the
-FLOP counts, GEMM roof and builders of `keras_vit.evaluate.benchmarking` re-exported."""
+FLOP counts, GEMM roof and keras_vit's model builder of `keras_vit.evaluate.benchmarking`
+re-exported (the peers' models: `peers.py`)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,6 @@ from collections.abc import Callable
 from statistics import median  # noqa: F401  (re-exported for the scripts)
 
 from keras_vit.evaluate.benchmarking import (  # noqa: F401  (re-exported for the scripts)
-    FRAMEWORKS,
     add_derived,
     build_model,
     gemm_roof,

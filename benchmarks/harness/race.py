@@ -112,7 +112,7 @@ def parse_args(argv=None, verb="run"):
     common.check_model_arguments(parser, args, "steps", "repeats", "warmup")
     if verb == "scaling":
         check_scaling(parser, args)
-    allowed = [*common.FRAMEWORKS, "timm"]
+    allowed = [*peers.KERAS_FRAMEWORKS, "timm"]
     if verb == "in-process" and (set(args.frameworks) - set(allowed) or "keras_vit" not in
                                  args.frameworks):  # fmt: skip
         parser.error(f"--frameworks must include keras_vit and name only {allowed}; got "

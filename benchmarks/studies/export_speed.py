@@ -117,7 +117,7 @@ def main(argv=None) -> int:
     from keras_vit.runtime import distribute
 
     keras.utils.set_random_seed(0)
-    model = build_model("keras_vit", args.variant, args.image_size)  # no dropout
+    model = build_model(args.variant, args.image_size)  # no dropout
     head, rng = model.get_layer("head"), np.random.default_rng(0)  # a random head: logits != 0
     head.set_weights([rng.normal(0, 0.05, w.shape) for w in head.get_weights()])
     models = {"float32": model}

@@ -207,3 +207,35 @@ def test_scaling_reports_the_points_left_when_a_worker_dies(harness, monkeypatch
     assert race.scaling(args, argv) == 0
     rows = [line for line in capsys.readouterr().out.splitlines() if line[:4] in ("| 16", "| 32")]
     assert len(rows) == 1 and rows[0].startswith(f"| 16 | 2 | {tokens} |")  # image, batch
+
+
+def analytic_params(patch, hidden, mlp, layers, tokens, classes, channels=3):
+    """Parameters of the paper's ViT (section 3.1): patch projection, class token, position
+    table, `layers` blocks (two LayerNorms, q/k/v/out projections, the MLP), final LayerNorm,
+    dense head."""
+    block = 2 * 2 * hidden + 4 * (hidden * hidden + hidden) + 2 * hidden * mlp + mlp + hidden
+    embed = patch * patch * channels * hidden + hidden + hidden + (tokens + 1) * hidden
+    return embed + layers * block + 2 * hidden + hidden * classes + classes
+
+
+@pytest.mark.parametrize("framework", ["keras_vit", "keras_hub", "vit_keras"])
+def test_a_keras_peer_builds_the_architecture_keras_vit_builds(framework):
+    """`peers.keras_model`: every Keras framework's ViT of the tiny variant has the paper's
+    parameter count and float32 logits of (batch, classes); a hybrid only keras_vit builds."""
+    from benchmarks.harness import peers
+
+    reason = peers.import_problem(*peers.PEERS[framework].modules)
+    if reason is not None:
+        pytest.skip(f"{framework} does not import here: {reason}")
+    import numpy as np
+
+    model = peers.keras_model(framework, "8,32,64,4,2", 16, num_classes=10)
+    expected = analytic_params(patch=8, hidden=32, mlp=64, layers=2, tokens=4, classes=10)
+    assert model.count_params() == expected
+    logits = model.predict(np.zeros((2, 16, 16, 3), "float32"), verbose=0)
+    assert logits.shape == (2, 10) and logits.dtype == np.float32
+    if framework != "keras_vit":
+        with pytest.raises(ValueError, match=f"{framework} has no hybrid"):
+            peers.keras_model(framework, "R50+B/16", 224)
+    with pytest.raises(ValueError, match="Unknown framework 'flax'"):
+        peers.keras_model("flax", "8,32,64,4,2", 16)
