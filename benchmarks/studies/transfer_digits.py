@@ -2,7 +2,7 @@
 
 Held-out accuracy (1,697 digits) after training on 10 digits per class: the default MNIST model
 (trained here, or --weights .npz) through `keras_vit.finetune` with the release's SGD recipe, and
-the same architecture from scratch at 40 px (AdamW). Target (issue 4): transfer >= 10 points.
+the same architecture from scratch at 40 px (AdamW). Target: transfer >= 10 points.
 
     python -m benchmarks.studies.transfer_digits --weights mnist_vit.npz --results FILE.json
 """

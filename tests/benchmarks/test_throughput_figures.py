@@ -153,7 +153,7 @@ def test_results_refuses_a_run_or_file_it_lacks_in_one_line(tf_figures, tmp_path
 
 
 def test_records_of_runs_before_settings_read_as_float32_xla(tf_figures):
-    """throughput.py of issue 8 wrote neither `policy` nor `xla` (float32, XLA unless
+    """Payloads of the first throughput script hold neither `policy` nor `xla` (float32, XLA unless
     `--no-xla`)."""
     old = _payload()
     old["results"] = old["results"][:1]
