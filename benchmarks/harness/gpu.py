@@ -25,7 +25,7 @@ TINY = "8,32,64,4,2"  # patch, hidden, mlp, heads, layers
 PEAK_BF16_TFLOPS = {"H200": 989.0, "H100 PCIe": 756.0, "H100": 989.0, "A100": 312.0,
                     "L40S": 362.0, "L4": 121.0, "A10G": 70.0}  # fmt: skip
 
-# name: (variant, mode, image size, batch); the GPU suite (the table of the GPU workloads), then its smoke.
+# name: (variant, mode, image size, batch); the GPU suite, then its smoke.
 WORKLOADS = {
     "b16_train_224": ("B/16", "train", 224, 128), "b16_infer_224": ("B/16", "infer", 224, 256),
     "b16_train_384": ("B/16", "train", 384, 64), "l16_train_224": ("L/16", "train", 224, 64),
