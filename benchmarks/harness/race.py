@@ -477,7 +477,7 @@ def targets_table(host, summaries):
 def targets(args, argv):
     """`targets`: every workload in turn, in its share of `--budget-s`; after each, `--out`
     .json (figures: each workload's `RATIOS`, the raw records beside) and .md."""
-    import figures
+    from benchmarks import figures
 
     started, load_before = time.perf_counter(), common.load_average()
     records, summaries, values = [], [], {}

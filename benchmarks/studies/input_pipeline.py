@@ -35,8 +35,8 @@ def parse_args(argv=None):
 def main(argv=None):
     args = parse_args(argv)
     import numpy as np
-    from common import peak_rss_mb, variant_arch
 
+    from benchmarks.harness.common import peak_rss_mb, variant_arch
     from keras_vit import data
     from keras_vit.train.training import TrainConfig, build_model
 
