@@ -1,4 +1,4 @@
-"""Issue 46, points 2-4: labels outside [0, num_classes), runs that never trained, batches the
+"""Labels outside [0, num_classes), runs that never trained, batches the
 replicas cannot share. Every refusal is one line naming the value and the rule, before any
 file is written. (The drawn neighbours of these cases: tests/test_careless_property.py.)"""
 

@@ -1,4 +1,4 @@
-"""Property tests of careless use (issue 46): for the builders, `data.load`, the losses,
+"""Property tests of careless use: for the builders, `data.load`, the losses,
 `runs.fit_run`, `finetune`, `fewshot` and `keras-vit train`'s data arguments, hypothesis
 draws labels (in and out of range, float, negative, NaN), dataset sizes around the batch
 size and the replica count, dtypes, shapes and NaN/inf pixels. The property: the correct

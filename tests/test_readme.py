@@ -1,4 +1,4 @@
-"""README.md runs as written (issues 9 and 17).
+"""README.md runs as written.
 
 Convention: a fenced ```bash block directly preceded by the line `<!-- runnable -->` holds
 commands a reader can paste; `<!-- runnable, not executed: REASON -->` marks one the tests
@@ -287,7 +287,7 @@ def test_examples_document_names_every_example():
     assert scripts and scripts <= named
 
 
-# --- README.md runs as written (issue 17) -------------------------------------------------------
+# --- README.md runs as written -------------------------------------------------------
 
 # Appended to the README's `keras-vit` commands when the tests run them: the same code path
 # on a tiny problem (8x8 MNIST, 5 images per class, one epoch; 2 fine-tuning steps at 16 px).

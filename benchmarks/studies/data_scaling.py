@@ -4,7 +4,7 @@ A ViT, a hybrid (BiT root + the same Transformer) and a BiT ResNet, pre-trained 
 MNIST subsets (250-4,000 images); on the UCI digits: 10-shot linear accuracy (3 seeds) and accuracy
 fine-tuned at 40 px, with parameters and step time (ms). A table (stdout, --json) and a PNG.
 
-    python benchmarks/studies/data_scaling.py --png data_scaling.png   # --quick: smoke run
+    python -m benchmarks.studies.data_scaling --png data_scaling.png   # --quick: smoke run
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import statistics
 import sys
 import time
 
-import report
-from common import markdown, time_call
+from benchmarks.harness.common import markdown, time_call
+from benchmarks.studies import report
 
 STYLES = {"ViT": ("tab:blue", "o"), "ResNet": ("tab:gray", "s"), "hybrid": ("tab:orange", "^")}
 MODELS, SIZES, SEED, SHOTS = tuple(STYLES), (250, 500, 1000, 2000, 4000), 0, 10

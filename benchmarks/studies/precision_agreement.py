@@ -4,7 +4,7 @@ One ViT (`keras-vit train`'s recipe, widened by `--hidden-dim`) trained by `runs
 with XLA and with `--mixed-precision auto`: learning curves, wall times (s); the float32-trained
 model run in float32 and under the chosen policy: top-1 agreement, largest logit difference.
 
-    python benchmarks/studies/precision_agreement.py --hidden-dim 256 --json agreement.json
+    python -m benchmarks.studies.precision_agreement --hidden-dim 256 --json agreement.json
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import os
 import tempfile
 import time
 
-import report
-from common import markdown
+from benchmarks.harness.common import markdown
+from benchmarks.studies import report
 
 ARCHITECTURE = {"hidden_dim": 256, "mlp_dim": 512, "num_heads": 4, "num_layers": 4}
 RECIPE = {"image_size": 28, "patch_size": 4, "epochs": 4, "batch_size": 32}

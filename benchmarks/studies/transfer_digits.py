@@ -2,9 +2,9 @@
 
 Held-out accuracy (1,697 digits) after training on 10 digits per class: the default MNIST model
 (trained here, or --weights .npz) through `keras_vit.finetune` with the release's SGD recipe, and
-the same architecture from scratch at 40 px (AdamW). Target (issue 4): transfer >= 10 points.
+the same architecture from scratch at 40 px (AdamW). Target: transfer >= 10 points.
 
-    python benchmarks/studies/transfer_digits.py --weights mnist_vit.npz --results FILE.json
+    python -m benchmarks.studies.transfer_digits --weights mnist_vit.npz --results FILE.json
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import time
 
-import report
+from benchmarks.studies import report
 
 SHOTS, SEED = 10, 0  # labelled digits per class, seed of their draw
 FIGURES = {"transferred_accuracy": "{:.1%}", "scratch_accuracy": "{:.1%}", "gain_points": "{:.1f}"}

@@ -7,7 +7,7 @@ decides where each runs.
 Without XLA, TensorFlow runs each elementwise operation of a function and of its gradient as
 its own kernel over the whole tensor; on bfloat16 tensors those kernels, not the products,
 take most of a small model's training step on CPUs with bfloat16 matrix units
-(docs/performance.md). The functions here compute in float32 inside one
+(docs/performance_log.md). The functions here compute in float32 inside one
 `tf.custom_gradient` with a hand-written gradient, and return the input's dtype: fewer and
 faster kernels, and float32 accuracy. GELU's forward and gradient are each one XLA-compiled
 elementwise loop (a small XLA cluster inside the otherwise uncompiled step: 8.8 -> 2.2 ms for

@@ -1,5 +1,5 @@
-"""Careless use of the checkpoint readers and writers (issue 46, points 5, 6 and 8, and the
-property test): NaN/inf weights, quantized and float models, every format of the table.
+"""Careless use of the checkpoint readers and writers (and the property
+test): NaN/inf weights, quantized and float models, every format of the table.
 
 The property: the correct result (a file that reloads to the model's outputs), or a one-line
 `CheckpointError` naming the value and the rule, before any file is written.

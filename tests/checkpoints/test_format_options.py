@@ -1,5 +1,5 @@
-"""Each format option is read from what the file and its config say, or refused by name
-(issue 24): the class token / no_embed_class, global_pool, non-square grids, 1/3/4-channel
+"""Each format option is read from what the file and its config say, or refused by name:
+the class token / no_embed_class, global_pool, non-square grids, 1/3/4-channel
 mean/std, and the patch kernel's input channels (timm's `adapt_input_conv` rule)."""
 
 from __future__ import annotations

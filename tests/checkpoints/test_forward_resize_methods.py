@@ -1,4 +1,4 @@
-"""`dynamic_image_size=True` with every resize method (issue 46, point 1): the table resized
+"""`dynamic_image_size=True` with every resize method: the table resized
 in the forward pass (`keras.ops`, any backend) equals the NumPy load-time resize
 (`keras_vit.resize_position_embeddings`, the independent reference: float64 weight matrices
 by the sources' formulas), for non-square grids both ways and each method."""

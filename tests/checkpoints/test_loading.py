@@ -401,7 +401,7 @@ def test_b33_preprocessing_and_pooled_feature_is_class_token_of_final_norm(tmp_p
     assert "[-1, 1]" in keras_vit.ViT.__doc__ and "preprocess_inputs" in keras_vit.ViT.__doc__
 
 
-# --- what changes results is said through `warnings` (issue 17) ---------------------------
+# --- what changes results is said through `warnings` ---------------------------
 
 
 def _weights_warnings(build):

@@ -139,24 +139,6 @@ def test_an_image_size_in_the_model_name_is_honoured_or_refused():
         benchmark.check_args(args)
 
 
-def test_peers_that_do_not_import_are_named_with_the_reason(tmp_path, capsys, monkeypatch):
-    from keras_vit.evaluate import benchmarking
-
-    missing = {peer: f"keras_vit_test_missing_{peer}" for peer in benchmarking.PEER_MODULES}
-    monkeypatch.setattr(benchmarking, "PEER_MODULES", missing)
-    out_file = tmp_path / "bench.json"
-    assert main(["benchmark", "--model", TINY, *TINY_RUN, "--peers", "--json", str(out_file)]) == 0
-    skipped = json.loads(out_file.read_text())["skipped_peers"]
-    assert sorted(skipped) == sorted(missing)
-    captured = capsys.readouterr()
-    assert "| infer | keras_vit" in captured.out
-    for peer, module in missing.items():
-        assert f"| infer | {peer}" not in captured.out
-        assert f"--peers: {peer} skipped" in captured.err
-        assert f"No module named {module!r}" in captured.err
-        assert skipped[peer] == f"ModuleNotFoundError: No module named {module!r}"
-
-
 @pytest.mark.parametrize("kind", ["fifo", "empty", "trailing separator"])
 def test_a_json_path_that_names_no_file_is_refused_before_work(tmp_path, capsys, monkeypatch, kind):
     import os
@@ -197,34 +179,29 @@ HYBRID_SPELLINGS = [
 
 
 @pytest.mark.parametrize("spelling, name", HYBRID_SPELLINGS)
-def test_each_hybrid_spelling_is_timed_by_keras_vit_alone(
+def test_each_hybrid_spelling_is_timed_as_its_table_row(
     spelling, name, tmp_path, capsys, monkeypatch
 ):
-    """Every spelling reaches the timer as its table row, for keras_vit only (each peer
-    skipped in one line), and the table's GFLOP/s are the hybrid's analytic count x img/s.
-    The timer is a stand-in here (the real one: the test below); R50+L/32 would take
-    minutes to build."""
+    """Every spelling reaches the timer as its table row, and the table's GFLOP/s are the
+    hybrid's analytic count x img/s. The timer is a stand-in here (the real one: the test
+    below); R50+L/32 would take minutes to build."""
     from keras_vit.evaluate import benchmarking
 
     timed = []
 
-    def fake_measure(framework, variant, image_size, batch_size, mode, **kwargs):
-        timed.append((framework, variant, image_size, mode))
-        return benchmarking.result_record(framework, mode, [10.0], 1, 0.0)
+    def fake_measure(variant, image_size, batch_size, mode, **kwargs):
+        timed.append((variant, image_size, mode))
+        return benchmarking.result_record("keras_vit", mode, [10.0], 1, 0.0)
 
     monkeypatch.setattr(benchmark, "measure", fake_measure)
     out_file = tmp_path / "bench.json"
     argv = ["benchmark", "--model", spelling, *TINY_RUN, "--mode", "both", "--image-size", "64"]
-    assert main([*argv, "--peers", "--json", str(out_file)]) == 0
-    assert timed == [("keras_vit", name, (64, 64), "infer"), ("keras_vit", name, (64, 64), "train")]
+    assert main([*argv, "--json", str(out_file)]) == 0
+    assert timed == [(name, (64, 64), "infer"), (name, (64, 64), "train")]
     captured = capsys.readouterr()
     assert f"{name} @64, batch 2" in captured.out and "ViT-R" not in captured.out
-    for peer in benchmarking.FRAMEWORKS[1:]:
-        note = f"--peers: {peer} skipped, it has no hybrid (ResNet + ViT) model like {name}"
-        assert captured.err.count(note) == 1, captured.err
     payload = json.loads(out_file.read_text())
     assert payload["config"]["model"] == name
-    assert sorted(payload["skipped_peers"]) == sorted(benchmarking.FRAMEWORKS[1:])
     for record in payload["results"]:
         gflops = benchmarking.model_gflops(name, 64, record["mode"])
         assert record["model_gflops_per_s"] == pytest.approx(10.0 * gflops)

@@ -204,7 +204,7 @@ def test_a_tiff_image_is_named_as_such(model_file, tmp_path, capsys):
 def test_explain_a_distilled_model_with_registers(
     photo_png, tmp_path, monkeypatch, distillation_head
 ):
-    """Issue 27: the map of a DeiT-style model with registers covers the patch grid only
+    """The map of a DeiT-style model with registers covers the patch grid only
     (4 x 6 here: no distillation or register cells) and is the rollout of the saved model;
     also with the distillation token's head left out (HF DeiTForImageClassification)."""
     import keras

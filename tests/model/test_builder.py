@@ -1,4 +1,4 @@
-"""The ViT-family switches of the builder core (issue 27): LayerScale, register tokens,
+"""The ViT-family switches of the builder core: LayerScale, register tokens,
 DeiT's distillation token and head (or no head: `distillation_head=False`, HF
 DeiTForImageClassification; or HF DeiTModel's pooler as `pre_logits`), no_embed_class,
 norm_pre, quick_gelu; patch 14.

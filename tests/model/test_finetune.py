@@ -207,7 +207,7 @@ def test_position_embedding_options_are_kept(position_embedding):
 
 
 def test_a_distilled_model_gets_both_heads_replaced_by_zero_ones():
-    """Issue 27, DeiT: finetune replaces `head` and `head_dist` (zero-initialised, logits
+    """DeiT: finetune replaces `head` and `head_dist` (zero-initialised, logits
     still their mean), keeps the distillation and register tokens, LayerScale and the body;
     a one-step fit moves both heads."""
     family = dict(distilled=True, num_register_tokens=2, layer_scale_init=0.1)

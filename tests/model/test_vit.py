@@ -248,7 +248,7 @@ def test_encode_tokens_rejects_bad_arguments(kwargs, message):
 
 @pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
 def test_b10_mixed_precision_runs_and_fits_with_xla(tiny_vit_kwargs, policy):
-    """B10 + issue 2: variables float32, activations in the compute dtype, logits float32.
+    """Mixed precision: variables float32, activations in the compute dtype, logits float32.
 
     Logits of random weights (head included) are compared with a float32 model holding the
     same weights, within MIXED_TOLERANCE (tests/output_checks.py).
@@ -385,7 +385,7 @@ def test_image_shape_of_fixed_and_dynamic_models():
 
 @pytest.mark.parametrize("builder", ["ViT", "HybridViT"])
 def test_one_class_head_is_refused_naming_both_working_spellings(builder):
-    """num_classes=1 built a head whose softmax is 1.0 for every image (issue 24)."""
+    """num_classes=1 built a head whose softmax is 1.0 for every image."""
     kwargs = dict(
         image_size=16,
         patch_size=8,

@@ -77,7 +77,7 @@ def test_a_given_value_is_kept_and_the_other_chosen_to_suit_it():
 
 @pytest.mark.parametrize("width", [64, 768])
 def test_several_cpu_replicas_never_get_xla(width):
-    """Issue 16: XLA's collectives do not run on CPU, so multi-replica runs stay off XLA."""
+    """XLA's collectives do not run on CPU, so multi-replica runs stay off XLA."""
 
     class TwoCpuReplicas(tf.distribute.MirroredStrategy):
         def __init__(self):  # nothing started

@@ -100,7 +100,7 @@ def restarts(tmp_path_factory):
 
 @pytest.mark.slow
 def test_workers_killed_between_their_backups_resume_from_the_epoch_both_have(restarts):
-    """Issue 46, point 10: a worker killed between the workers' backups of epoch 2 left
+    """A worker killed between the workers' backups of epoch 2 left
     the chief at epoch 2 and worker 1 at epoch 1; both used to exit 2 ("backups are of
     different epochs"). Now both resume from epoch 1 (the chief kept its backup of it),
     say so, and end with the uninterrupted run's losses and weights."""

@@ -1,5 +1,5 @@
 """timm's attention pooling (`global_pool="map"`, `attn_pool.*`, no class token: the SigLIP
-and SigLIP 2 image towers) read and written as keras_vit's MAP head (issue 46, point 9).
+and SigLIP 2 image towers) read and written as keras_vit's MAP head.
 
 The reference is a NumPy forward of timm's `AttentionPoolLatent` on the timm tensors
 themselves (tests/checkpoints/family_state.py `attention_pool_latent`), with the encoder
