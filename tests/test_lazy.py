@@ -124,7 +124,7 @@ def test_tensorflow_only_names_refuse_in_one_line_without_tensorflow(tmp_path):
     env = {"JAX_PLATFORMS": "cpu"}
     result = run_subset("jax", "tests.helpers.without_tensorflow", tmp_path, env=env, timeout=300)
     failed = result["failed"]
-    tensorflow_only = {"distribute", "export_saved_model", "data.load"}
+    tensorflow_only = {"runtime.resolve_strategy", "export_saved_model", "data.load"}
     assert {f"keras_vit.{name}" for name in tensorflow_only} <= set(failed)
     for name, error in failed.items():
         assert error.startswith(f"ModuleNotFoundError: {name} needs TensorFlow: pip install"), error

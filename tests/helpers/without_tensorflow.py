@@ -1,7 +1,8 @@
 """Runs in a fresh process (KERAS_BACKEND=jax) where `import tensorflow` fails, as in a JAX-only
 or PyTorch-only environment: a finder first on `sys.meta_path` refuses TensorFlow. Reads every
-public name of `keras_vit` and `keras_vit.data`, and prints one "RESULT {json}" line: the
-error of each name that failed ("type: message"), and whether a tiny model predicts."""
+public name of `keras_vit`, `keras_vit.data`, `keras_vit.runtime` and `keras_vit.train`, and
+prints one "RESULT {json}" line: the error of each name that failed ("type: message"), and
+whether a tiny model predicts."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ def main() -> dict:
     import keras_vit
 
     failed = {}
-    for package in (keras_vit, keras_vit.data):
+    for package in (keras_vit, keras_vit.data, keras_vit.runtime, keras_vit.train):
         for name in package.__all__:
             try:
                 getattr(package, name)
