@@ -23,13 +23,15 @@ import sys
 
 REGISTERING_MODULES = (
     "keras_vit.layers",
+    "keras_vit.model.image_model",
     "keras_vit.runtime.optimizers",
     "keras_vit.train.training",
     "keras_vit.train.schedules",
     "keras_vit.train.losses",
 )
-"""The modules whose import registers keras_vit's serializable classes: the layers, and
-the optimizer, learning-rate schedule and loss that a `.keras` file of a training run holds."""
+"""The modules whose import registers keras_vit's serializable classes: the layers, the
+builders' model class (`ImageModel`), and the optimizer, learning-rate schedule and loss that
+a `.keras` file of a training run holds."""
 
 
 def _import_layers() -> None:

@@ -112,3 +112,8 @@ class ImageModel(keras.Model):
     def predict_on_batch(self, x):
         check_images(self, x)
         return super().predict_on_batch(x)
+
+
+# Keras' legacy HDF5 loader (`model.save("x.h5")`) finds a model's class by its bare
+# `class_name`, not its registered "keras_vit>ImageModel": known by both names.
+keras.saving.get_custom_objects().setdefault("ImageModel", ImageModel)
