@@ -362,8 +362,9 @@ FORMAT_TABLE: dict[str, CheckpointFormat] = {
                 "grid / image size": "keras_vit metadata, config.json `pretrained_cfg."
                 "input_size`; else the table's square grid",
                 "numerics": "keras_vit metadata; else config.json `model_args.act_layer` "
-                "/ `architecture` (`*quickgelu*`: quick_gelu; `*_clip_*`: eps 1e-5); else "
-                "exact GELU, eps 1e-6 (timm's)",
+                "(gelu, gelu_tanh, quick_gelu) / `architecture` (`*quickgelu*`: quick_gelu; "
+                "SigLIP 2 towers: gelu_tanh; `*_clip_*`: eps 1e-5); else exact GELU, eps "
+                "1e-6 (timm's)",
                 "arrays": "float32, float16, bfloat16 safetensors",
             },
         ),

@@ -612,7 +612,12 @@ def vision_transformer(
         num_classes=num_classes,
         representation_size=representation_size,
         classifier_activation=classifier_activation,
-        map_head={"num_heads": num_heads, "mlp_dim": mlp_dim, **numerics},
+        map_head={
+            "num_heads": num_heads,
+            "mlp_dim": mlp_dim,
+            "activation": family["mlp_activation"],
+            **numerics,
+        },
         final_norm=final_norm,
         layer_norm_epsilon=layer_norm_epsilon,
         **{switch: family[switch] for switch in HEAD_SWITCHES},
