@@ -56,6 +56,14 @@ VIT_CONFIGS: dict[str, ViTConfig] = {
     "S/14": ViTConfig(14, 384, 1536, 6, 12),
     "B/14": ViTConfig(14, 768, 3072, 12, 12),
     "L/14": ViTConfig(14, 1024, 4096, 16, 24),
+    # SigLIP's shape-optimised towers (Alabdulmohsin et al. 2023, "Getting ViT in Shape";
+    # big_vision models/vit.py `decode_variant` "So400m" and "g-opt"; timm
+    # `vit_so400m_patch14_siglip_*`, `vit_so400m_patch16_siglip_*`, `vit_giantopt_patch16_
+    # siglip_*`). They pool by MAP or the mean, with no class token: build them with
+    # pooling="map" or "gap".
+    "So400m/14": ViTConfig(14, 1152, 4304, 16, 27),
+    "So400m/16": ViTConfig(16, 1152, 4304, 16, 27),
+    "g-opt/16": ViTConfig(16, 1536, 6144, 16, 40),
 }
 
 RECIPE_VIT = ViTConfig(patch_size=4, hidden_dim=64, mlp_dim=128, num_heads=4, num_layers=4)
@@ -324,11 +332,11 @@ def get_hybrid_config(variant: str) -> HybridConfig:
 
 def builder_name(variant: str) -> str:
     """The public builder of a table name: "B/16" -> "ViT_B16", "R50+B/16" -> "R50_B16",
-    "R+Ti/16" -> "R_Ti16"."""
+    "R+Ti/16" -> "R_Ti16", "g-opt/16" -> "ViT_gopt16"."""
     variant = resolve_model(variant).name
     if variant in HYBRID_CONFIGS:
         return variant.replace("+", "_").replace("/", "")
-    return "ViT_" + variant.replace("/", "")
+    return "ViT_" + variant.replace("/", "").replace("-", "")
 
 
 def release_name(variant: str) -> str:
