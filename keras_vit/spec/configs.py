@@ -156,9 +156,18 @@ table; "tiny" is an alias of "default")."""
 
 # An AugReg run ("-i21k-300ep-..."), a resolution after the patch ("ViT-S_16-224").
 _RELEASE_SUFFIX = re.compile(r"-(?:i1k|i21k)-.*$|(?<=\d)-\d+$")
-# timm's model names: "vit_base_patch16", "vit_small_patch14_224" (timm vision_transformer.py).
-_TIMM_NAME = re.compile(r"vit_(tiny|small|base|large|huge)_patch(\d+)(?:_\d+)?")
-_TIMM_SIZES = {"tiny": "ti", "small": "s", "base": "b", "large": "l", "huge": "h"}
+# timm's model names: "vit_base_patch16", "vit_small_patch14_224", "vit_so400m_patch14"
+# (timm vision_transformer.py).
+_TIMM_NAME = re.compile(r"vit_(tiny|small|base|large|huge|so400m|giantopt)_patch(\d+)(?:_\d+)?")
+_TIMM_SIZES = {
+    "tiny": "ti",
+    "small": "s",
+    "base": "b",
+    "large": "l",
+    "huge": "h",
+    "so400m": "so400m",
+    "giantopt": "gopt",
+}
 # The image side such a name gives: "ViT-B_16-384", an AugReg fine-tune's "...-res_384",
 # timm's "vit_base_patch16_384".
 _NAMED_SIZE = re.compile(r"(?<=\d)-(\d+)$|-res_(\d+)(?:\.npz)?$|_patch\d+_(\d+)$", re.IGNORECASE)
