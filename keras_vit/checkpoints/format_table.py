@@ -33,6 +33,7 @@ OPTIONS = {
     "pooling": ("token: the class token; gap: mean of the tokens; map: attention pooling",),
     "final_norm": ("tokens: LayerNorm before pooling; pooled: timm's fc_norm after it",),
     "pre_logits": ("none; feature: dense+tanh, no head; under_head: dense+tanh then head",),
+    "head": ("True: a classifier after the pooling; False: the pooled feature",),
     "grid": ("square or non-square patch grid",),
     "patch": ("square or non-square patches",),
     "channels": ("image channels (1, 3, 4, ...)",),
@@ -285,7 +286,7 @@ FORMAT_TABLE: dict[str, CheckpointFormat] = {
         ),
         CheckpointFormat(
             name="hf",
-            title="a Hugging Face ViT / DeiT / DINOv2 folder",
+            title="a Hugging Face ViT / DeiT / DINOv2 / SigLIP folder",
             recognised_by="a folder with `config.json` + `model.safetensors` (or that file) "
             "whose keys include `embeddings.patch_embeddings.projection.weight`",
             recognise=_is_hf,
@@ -293,7 +294,7 @@ FORMAT_TABLE: dict[str, CheckpointFormat] = {
             writer=_write_hf,
             suffix="",
             expresses={
-                "pooling": ("token",),
+                "pooling": ("token", "map"),
                 "final_norm": ("tokens",),
                 "pre_logits": ("none", "feature"),
                 "patch": ("square",),
@@ -302,8 +303,23 @@ FORMAT_TABLE: dict[str, CheckpointFormat] = {
                 "norm_pre": (False,),
                 **RELEASE_GROUPS,
             },
+            excludes=tuple(
+                ({"pooling": "map", option: value}, f"a SigLIP tower has no {what}")
+                for option, value, what in (
+                    ("head", True, "classifier (SiglipVisionModel): build include_top=False"),
+                    ("pre_logits", "feature", "pre_logits"),
+                    ("grid", "non-square", "non-square grid"),
+                    ("layer_scale", True, "LayerScale"),
+                    ("mlp_activation", "quick_gelu", "QuickGELU"),
+                )
+            ),
             reads={
-                "class token": "always (ViTModel has one)",
+                "class token": "always (ViTModel has one), except SigLIP towers",
+                "SigLIP": "`model_type` siglip_vision_model / siglip2_vision_model (or a "
+                "whole siglip / siglip2 model's `vision_config`, `vision_model.` keys): no "
+                "class token, MAP pooling (`head.*`), `hidden_act` gelu_pytorch_tanh or gelu; "
+                "SigLIP 2 (NaFlex) at its fixed square grid only; a MAP model without a head "
+                "is written as a SiglipVisionModel (`hf_io.write_siglip`: Siglip2VisionModel)",
                 "model type": "config.json `model_type`: vit, deit (distillation token; "
                 "`cls_classifier` + `distillation_classifier`, or one `classifier`: "
                 "DeiTForImageClassification, `distillation_head=False`; DeiTModel's "
@@ -441,6 +457,7 @@ def options_of(contents) -> dict:
         "pooling": pooling,
         "final_norm": arch.final_norm,
         "pre_logits": pre_logits,
+        "head": arch.num_classes is not None,
         "grid": "square" if grid is not None and grid[0] == grid[1] else "non-square",
         "patch": "square" if patch[0] == patch[1] else "non-square",
         "channels": arch.channels,

@@ -12,6 +12,8 @@ head on the class token. `config.json` gives the architecture, `layer_norm_eps` 
 `preprocessor_config.json`, when present, the input mean/std. DeiT, DINOv2 and DINOv2 with
 registers (`model_type` "deit", "dinov2", "dinov2_with_registers") differ in a few keys,
 described by `hf_family.LAYOUTS`; the writer picks the model type from the model's switches.
+SigLIP and SigLIP 2 image towers (`SiglipVisionModel`, `Siglip2VisionModel`: no class token,
+attention pooling) are read and written by `hf_siglip`.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import os
 import shutil
 import tempfile
 
-from keras_vit.checkpoints import hf_family, limits, timm_family
+from keras_vit.checkpoints import hf_family, hf_siglip, limits, timm_family
 from keras_vit.checkpoints import torch_layout as tl
 from keras_vit.checkpoints.architecture import Architecture
 from keras_vit.checkpoints.contents import CheckpointContents
@@ -216,14 +218,19 @@ def read_hf(path) -> CheckpointContents:
 
     Raises:
         FileNotFoundError: no weights file.
-        CheckpointError: no `config.json`, a model type other than "vit", an unsupported
-            activation, or tensors that do not form a ViT.
+        CheckpointError: no `config.json`, a model type keras_vit does not read, an
+            unsupported activation, or tensors that do not form a ViT (SigLIP towers: see
+            `hf_siglip.read_siglip`).
     """
     folder, weights = _paths(path)
     config = _read_json(os.path.join(folder, CONFIG))
     if config is None:
         raise CheckpointError(f"{folder} has no {CONFIG}; a Hugging Face ViT needs it.")
     limits.check_hf_config(os.path.join(folder, CONFIG), config)
+    if hf_siglip.is_siglip(config):
+        state, _ = read_safetensors(weights)
+        preprocessing = _preprocessing(folder, config)
+        return hf_siglip.read_siglip(path, weights, state, config, preprocessing)
     hf_family.layout_of(config, os.path.join(folder, CONFIG))
     state, _ = read_safetensors(weights)
     limits.check_hf_config(os.path.join(folder, CONFIG), config, state)
@@ -380,10 +387,10 @@ def hf_config(contents: CheckpointContents) -> dict:
     return config
 
 
-def _preprocessor_config(contents, image_size, channels) -> dict:
+def _preprocessor_config(contents, image_size, channels, kind="ViTImageProcessor") -> dict:
     mean, std = tl.mean_std(contents.preprocessing, channels)
     return {
-        "image_processor_type": "ViTImageProcessor",
+        "image_processor_type": kind,
         "do_resize": True,
         "size": {"height": int(image_size[0]), "width": int(image_size[1])},
         "resample": 2,
@@ -428,6 +435,8 @@ def write_hf(folder, contents: CheckpointContents) -> dict:
     """
     if contents.num_heads is None:
         raise CheckpointError("The number of heads is unknown; it is needed for config.json.")
+    if hf_siglip.is_tower(contents.arrays):
+        return write_siglip(folder, contents)
     config = hf_config(contents)
     state = release_to_hf(contents.arrays, contents.num_heads)
     size = config["image_size"]
@@ -438,6 +447,37 @@ def write_hf(folder, contents: CheckpointContents) -> dict:
             (CONFIG, config),
             (PREPROCESSOR, _preprocessor_config(contents, image_size, config["num_channels"])),
         ):
+            with open(os.path.join(temporary, name), "w", encoding="utf-8") as stream:
+                json.dump(data, stream, indent=2)
+    logger.info("Wrote a Hugging Face %s to %s", config["architectures"][0], folder)
+    return config
+
+
+def write_siglip(folder, contents: CheckpointContents, model_type=hf_siglip.SIGLIP) -> dict:
+    """Writes a SigLIP-shaped model (MAP pooling, no class token, no classifier) as a Hugging
+    Face `SiglipVisionModel` folder (`model_type=hf_siglip.SIGLIP`, what `write_hf` writes
+    for such a model) or a `Siglip2VisionModel` one (`hf_siglip.SIGLIP2`), atomically.
+
+    Returns:
+        The `config.json` written.
+
+    Raises:
+        CheckpointError: a model the tower cannot hold (see `hf_siglip.siglip_state`,
+            `hf_siglip.siglip_config`), or an unknown `model_type`.
+    """
+    if model_type not in hf_siglip.ARCHITECTURES:
+        raise CheckpointError(
+            f"model_type must be one of {tuple(hf_siglip.ARCHITECTURES)}. Received: {model_type!r}"
+        )
+    config = hf_siglip.siglip_config(contents, model_type)
+    state = hf_siglip.siglip_state(contents, model_type)
+    side = (state["embeddings.position_embedding.weight"].shape[0] ** 0.5) * config["patch_size"]
+    processor = _preprocessor_config(
+        contents, (int(side), int(side)), config["num_channels"], "SiglipImageProcessor"
+    )
+    with _atomic_folder(folder) as temporary:
+        write_safetensors(os.path.join(temporary, WEIGHTS), state, metadata={"format": "pt"})
+        for name, data in ((CONFIG, config), (PREPROCESSOR, processor)):
             with open(os.path.join(temporary, name), "w", encoding="utf-8") as stream:
                 json.dump(data, stream, indent=2)
     logger.info("Wrote a Hugging Face %s to %s", config["architectures"][0], folder)

@@ -99,3 +99,79 @@ def test_timm_siglip_towers_read_and_write_back(tmp_path, case):
     loaded = timm.create_model(name, pretrained=False, num_classes=classes, **args).eval()
     loaded.load_state_dict(safetensors_torch.load_file(str(back)), strict=True)
     _check(f"keras_vit->timm-{case}", _torch(loaded, x), want)
+
+
+# ------------------------------------------------------------------ Hugging Face
+
+transformers = pytest.importorskip("transformers")
+# model type -> (model class, config class)
+HF_SIGLIP = {
+    "siglip_vision_model": ("SiglipVisionModel", "SiglipVisionConfig"),
+    "siglip2_vision_model": ("Siglip2VisionModel", "Siglip2VisionConfig"),
+}
+
+
+def _hf_tower(model_type, **kwargs):
+    cls_name, config_name = HF_SIGLIP[model_type]
+    sizes = dict(hidden_size=WIDTH, intermediate_size=2 * WIDTH, num_hidden_layers=2)
+    sizes.update(num_attention_heads=HEADS, patch_size=PATCH, **kwargs)
+    if model_type == "siglip2_vision_model":
+        sizes["num_patches"] = (SIZE // PATCH) ** 2
+    else:
+        sizes["image_size"] = SIZE
+    config = getattr(transformers, config_name)(**sizes)
+    return _randomise(getattr(transformers, cls_name)(config))
+
+
+def _hf_pooled(module, model_type, images):
+    """The tower's pooled output; SigLIP 2 takes patches flattened row, column, channel
+    (transformers' `convert_image_to_patches`), all of one image valid."""
+    pixels = torch.from_numpy(images.transpose(0, 3, 1, 2).copy())
+    with torch.no_grad():
+        if model_type == "siglip_vision_model":
+            return module(pixel_values=pixels).pooler_output.numpy()
+        b, c, h, w = pixels.shape
+        grid = (h // PATCH, w // PATCH)
+        patches = pixels.reshape(b, c, grid[0], PATCH, grid[1], PATCH).permute(0, 2, 4, 3, 5, 1)
+        patches = patches.reshape(b, grid[0] * grid[1], -1)
+        mask = torch.ones(b, grid[0] * grid[1], dtype=torch.int32)
+        shapes = torch.tensor([grid] * b)
+        out = module(pixel_values=patches, pixel_attention_mask=mask, spatial_shapes=shapes)
+        return out.pooler_output.numpy()
+
+
+@pytest.mark.parametrize("hidden_act", ["gelu_pytorch_tanh", "gelu"])
+@pytest.mark.parametrize("model_type", sorted(HF_SIGLIP))
+def test_hugging_face_siglip_towers_read_and_write_back(tmp_path, model_type, hidden_act):
+    from keras_vit.checkpoints.hf_io import write_siglip
+
+    reference = _hf_tower(model_type, hidden_act=hidden_act)
+    reference.save_pretrained(tmp_path / "hf")
+    model = keras_vit.from_checkpoint(tmp_path / "hf")
+    assert model.get_layer("encoderblock_0").gelu_approximate == (hidden_act != "gelu")
+    x = _images()
+    want = _hf_pooled(reference, model_type, x)
+    _check(f"hf-{model_type}-{hidden_act}", np.asarray(model(x, training=False)), want)
+
+    write_siglip(tmp_path / "back", model_contents(model), model_type)
+    cls = getattr(transformers, HF_SIGLIP[model_type][0])
+    loaded, info = cls.from_pretrained(tmp_path / "back", output_loading_info=True)
+    assert not any(info.values()), info
+    _check(
+        f"keras_vit->hf-{model_type}-{hidden_act}", _hf_pooled(loaded.eval(), model_type, x), want
+    )
+
+
+def test_a_whole_siglip_model_folder_reads_its_image_tower(tmp_path):
+    """`SiglipModel.save_pretrained` (image and text towers, `vision_model.` keys, the
+    tower's config under `vision_config`): keras_vit reads the image tower alone."""
+    vision = dict(hidden_size=WIDTH, intermediate_size=2 * WIDTH, num_hidden_layers=2)
+    vision.update(num_attention_heads=HEADS, patch_size=PATCH, image_size=SIZE)
+    text = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2)
+    config = transformers.SiglipConfig(vision_config=vision, text_config=text)
+    reference = _randomise(transformers.SiglipModel(config))
+    reference.save_pretrained(tmp_path / "hf")
+    model = keras_vit.from_checkpoint(tmp_path / "hf")
+    x = _images()
+    want = _hf_pooled(reference.vision_model, "siglip_vision_model", x)
+    _check("hf-siglip-whole-model", np.asarray(model(x, training=False)), want)
