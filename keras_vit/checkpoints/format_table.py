@@ -160,11 +160,15 @@ def _is_keras(probe: Probe) -> bool:
     )
 
 
+HF_SIGLIP_PATCH = "embeddings.patch_embedding.weight"  # SiglipVisionModel, Siglip2VisionModel
+
+
 def _is_hf(probe: Probe) -> bool:
     if probe.container == "folder":
         return {hf_files.CONFIG, hf_files.WEIGHTS} <= set(probe.names)
     return probe.container == "safetensors" and any(
-        n.endswith("embeddings.patch_embeddings.projection.weight") for n in probe.names
+        n.endswith(("embeddings.patch_embeddings.projection.weight", HF_SIGLIP_PATCH))
+        for n in probe.names
     )
 
 
@@ -288,7 +292,8 @@ FORMAT_TABLE: dict[str, CheckpointFormat] = {
             name="hf",
             title="a Hugging Face ViT / DeiT / DINOv2 / SigLIP folder",
             recognised_by="a folder with `config.json` + `model.safetensors` (or that file) "
-            "whose keys include `embeddings.patch_embeddings.projection.weight`",
+            "whose keys include `embeddings.patch_embeddings.projection.weight` (SigLIP: "
+            "`embeddings.patch_embedding.weight`)",
             recognise=_is_hf,
             reader=_read_hf,
             writer=_write_hf,

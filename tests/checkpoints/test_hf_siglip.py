@@ -165,3 +165,13 @@ def test_the_siglip_writer_refuses_a_classifier_by_name(tmp_path):
     with pytest.raises(CheckpointError, match="classifier"):
         write_siglip(tmp_path / "hf2", model_contents(model))
     assert not (tmp_path / "hf").exists() and not (tmp_path / "hf2").exists()
+
+
+def test_the_weights_file_of_a_siglip_folder_is_recognised_as_hf(tmp_path):
+    from keras_vit.checkpoints import detect_format
+
+    params = random_params(np.random.default_rng(1), attn_pool=True, head=False)
+    folder = _folder(tmp_path, _hf_state(params, SIGLIP), _config(SIGLIP))
+    assert detect_format(str(folder / "model.safetensors")) == "hf"
+    model = keras_vit.from_checkpoint(folder / "model.safetensors")
+    assert model.get_layer("MAPHead_0").num_heads == TINY["heads"]
