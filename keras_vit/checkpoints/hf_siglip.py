@@ -26,16 +26,21 @@ keras_vit's `resize_method` (as for fine-tuning), which is not NaFlex's resize.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
+import os
 
 import numpy as np
 
-from keras_vit.checkpoints import timm_io
-from keras_vit.checkpoints import torch_layout as tl
-from keras_vit.checkpoints.architecture import Architecture
-from keras_vit.checkpoints.contents import CheckpointContents
-from keras_vit.checkpoints.errors import CheckpointError
+from keras_vit.checkpoints.base import torch_layout as tl
+from keras_vit.checkpoints.base.architecture import Architecture
+from keras_vit.checkpoints.base.contents import CheckpointContents
+from keras_vit.checkpoints.base.errors import CheckpointError
+from keras_vit.checkpoints.base.safetensors_io import read_safetensors, write_safetensors
+from keras_vit.checkpoints.hf import hf_io
+from keras_vit.checkpoints.hf.hf_files import CONFIG, PREPROCESSOR, WEIGHTS
+from keras_vit.checkpoints.timm import timm_family, timm_io, timm_map
 
 logger = logging.getLogger(__name__)
 
@@ -276,7 +281,7 @@ def read_siglip(path, weights_path, state: dict, config: dict, preprocessing: st
 
 def is_tower(arrays: dict) -> bool:
     """True for release arrays of a SigLIP-shaped tower: a MAP head and no class token."""
-    return timm_io.timm_map.MAP + "probe" in arrays and "cls" not in arrays
+    return timm_map.MAP + "probe" in arrays and "cls" not in arrays
 
 
 def siglip_state(contents: CheckpointContents, model_type: str = SIGLIP) -> dict:
@@ -292,8 +297,8 @@ def siglip_state(contents: CheckpointContents, model_type: str = SIGLIP) -> dict
         "head/kernel": "a classifier (SiglipVisionModel has none; build include_top=False)",
         "pre_logits/kernel": "a pre_logits layer",
         tl.POOLED_NORM + "scale": "a LayerNorm after pooling (fc_norm)",
-        timm_io.timm_family.NORM_PRE + "scale": "a LayerNorm before the blocks (norm_pre)",
-        timm_io.timm_family.REG: "register tokens",
+        timm_family.NORM_PRE + "scale": "a LayerNorm before the blocks (norm_pre)",
+        timm_family.REG: "register tokens",
         "conv_root/kernel": "a ResNet stem",
     }
     for key, what in extras.items():
@@ -344,4 +349,58 @@ def siglip_config(contents: CheckpointContents, model_type: str = SIGLIP) -> dic
         config["num_patches"] = int(grid[0] * grid[1])
     else:
         config["image_size"] = int(grid[0] * patch[0])
+    return config
+
+
+def read_siglip_folder(path) -> CheckpointContents:
+    """Reads a SigLIP / SigLIP 2 folder (or its `model.safetensors`): `read_siglip` on the
+    folder's config.json, weights and preprocessor config.
+
+    Raises:
+        FileNotFoundError: no weights file.
+        CheckpointError: no config.json, or see `read_siglip`.
+    """
+    folder, weights = hf_io._paths(path)
+    config = hf_io._read_json(os.path.join(folder, CONFIG))
+    if config is None:
+        raise CheckpointError(f"{folder} has no {CONFIG}; a Hugging Face SigLIP tower needs it.")
+    state, _ = read_safetensors(weights)
+    return read_siglip(path, weights, state, config, hf_io._preprocessing(folder, config))
+
+
+def is_siglip_folder(path) -> bool:
+    """True when `path` (a folder or its weights file) has a SigLIP config.json."""
+    folder, _ = hf_io._paths(path)
+    config = hf_io._read_json(os.path.join(folder, CONFIG))
+    return config is not None and is_siglip(config)
+
+
+def write_siglip(folder, contents: CheckpointContents, model_type=SIGLIP) -> dict:
+    """Writes a SigLIP-shaped model (MAP pooling, no class token, no classifier) as a Hugging
+    Face `SiglipVisionModel` folder (`model_type=SIGLIP`, what the "hf" format writes for
+    such a model) or a `Siglip2VisionModel` one (`SIGLIP2`), atomically.
+
+    Returns:
+        The `config.json` written.
+
+    Raises:
+        CheckpointError: a model the tower cannot hold (see `siglip_state`,
+            `siglip_config`), or an unknown `model_type`.
+    """
+    if model_type not in ARCHITECTURES:
+        raise CheckpointError(
+            f"model_type must be one of {tuple(ARCHITECTURES)}. Received: {model_type!r}"
+        )
+    config = siglip_config(contents, model_type)
+    state = siglip_state(contents, model_type)
+    side = (state["embeddings.position_embedding.weight"].shape[0] ** 0.5) * config["patch_size"]
+    processor = hf_io._preprocessor_config(
+        contents, (int(side), int(side)), config["num_channels"], "SiglipImageProcessor"
+    )
+    with hf_io._atomic_folder(folder) as temporary:
+        write_safetensors(os.path.join(temporary, WEIGHTS), state, metadata={"format": "pt"})
+        for name, data in ((CONFIG, config), (PREPROCESSOR, processor)):
+            with open(os.path.join(temporary, name), "w", encoding="utf-8") as stream:
+                json.dump(data, stream, indent=2)
+    logger.info("Wrote a Hugging Face %s to %s", config["architectures"][0], folder)
     return config
