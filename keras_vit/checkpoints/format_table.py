@@ -33,6 +33,7 @@ OPTIONS = {
     "pooling": ("token: the class token; gap: mean of the tokens; map: attention pooling",),
     "final_norm": ("tokens: LayerNorm before pooling; pooled: timm's fc_norm after it",),
     "pre_logits": ("none; feature: dense+tanh, no head; under_head: dense+tanh then head",),
+    "head": ("True: a classifier after the pooling; False: the pooled feature",),
     "grid": ("square or non-square patch grid",),
     "patch": ("square or non-square patches",),
     "channels": ("image channels (1, 3, 4, ...)",),
@@ -159,11 +160,15 @@ def _is_keras(probe: Probe) -> bool:
     )
 
 
+HF_SIGLIP_PATCH = "embeddings.patch_embedding.weight"  # SiglipVisionModel, Siglip2VisionModel
+
+
 def _is_hf(probe: Probe) -> bool:
     if probe.container == "folder":
         return {hf_files.CONFIG, hf_files.WEIGHTS} <= set(probe.names)
     return probe.container == "safetensors" and any(
-        n.endswith("embeddings.patch_embeddings.projection.weight") for n in probe.names
+        n.endswith(("embeddings.patch_embeddings.projection.weight", HF_SIGLIP_PATCH))
+        for n in probe.names
     )
 
 
@@ -187,14 +192,20 @@ def _write_release(path, contents) -> None:
 
 
 def _read_hf(path, options: ReadOptions):
+    from keras_vit.checkpoints import hf_siglip
     from keras_vit.checkpoints.hf.hf_io import read_hf
 
+    if hf_siglip.is_siglip_folder(path):
+        return hf_siglip.read_siglip_folder(path)
     return read_hf(path)
 
 
 def _write_hf(path, contents):
+    from keras_vit.checkpoints import hf_siglip
     from keras_vit.checkpoints.hf.hf_io import write_hf
 
+    if hf_siglip.is_tower(contents.arrays):  # no class token, MAP pooling: SiglipVisionModel
+        return hf_siglip.write_siglip(path, contents)
     return write_hf(path, contents)
 
 
@@ -285,15 +296,16 @@ FORMAT_TABLE: dict[str, CheckpointFormat] = {
         ),
         CheckpointFormat(
             name="hf",
-            title="a Hugging Face ViT / DeiT / DINOv2 folder",
+            title="a Hugging Face ViT / DeiT / DINOv2 / SigLIP folder",
             recognised_by="a folder with `config.json` + `model.safetensors` (or that file) "
-            "whose keys include `embeddings.patch_embeddings.projection.weight`",
+            "whose keys include `embeddings.patch_embeddings.projection.weight` (SigLIP: "
+            "`embeddings.patch_embedding.weight`)",
             recognise=_is_hf,
             reader=_read_hf,
             writer=_write_hf,
             suffix="",
             expresses={
-                "pooling": ("token",),
+                "pooling": ("token", "map"),
                 "final_norm": ("tokens",),
                 "pre_logits": ("none", "feature"),
                 "patch": ("square",),
@@ -302,8 +314,23 @@ FORMAT_TABLE: dict[str, CheckpointFormat] = {
                 "norm_pre": (False,),
                 **RELEASE_GROUPS,
             },
+            excludes=tuple(
+                ({"pooling": "map", option: value}, f"a SigLIP tower has no {what}")
+                for option, value, what in (
+                    ("head", True, "classifier (SiglipVisionModel): build include_top=False"),
+                    ("pre_logits", "feature", "pre_logits"),
+                    ("grid", "non-square", "non-square grid"),
+                    ("layer_scale", True, "LayerScale"),
+                    ("mlp_activation", "quick_gelu", "QuickGELU"),
+                )
+            ),
             reads={
-                "class token": "always (ViTModel has one)",
+                "class token": "always (ViTModel has one), except SigLIP towers",
+                "SigLIP": "`model_type` siglip_vision_model / siglip2_vision_model (or a "
+                "whole siglip / siglip2 model's `vision_config`, `vision_model.` keys): no "
+                "class token, MAP pooling (`head.*`), `hidden_act` gelu_pytorch_tanh or gelu; "
+                "SigLIP 2 (NaFlex) at its fixed square grid only; a MAP model without a head "
+                "is written as a SiglipVisionModel (`hf_siglip.write_siglip`: Siglip2VisionModel)",
                 "model type": "config.json `model_type`: vit, deit (distillation token; "
                 "`cls_classifier` + `distillation_classifier`, or one `classifier`: "
                 "DeiTForImageClassification, `distillation_head=False`; DeiTModel's "
@@ -362,8 +389,9 @@ FORMAT_TABLE: dict[str, CheckpointFormat] = {
                 "grid / image size": "keras_vit metadata, config.json `pretrained_cfg."
                 "input_size`; else the table's square grid",
                 "numerics": "keras_vit metadata; else config.json `model_args.act_layer` "
-                "/ `architecture` (`*quickgelu*`: quick_gelu; `*_clip_*`: eps 1e-5); else "
-                "exact GELU, eps 1e-6 (timm's)",
+                "(gelu, gelu_tanh, quick_gelu) / `architecture` (`*quickgelu*`: quick_gelu; "
+                "SigLIP 2 towers: gelu_tanh; `*_clip_*`: eps 1e-5); else exact GELU, eps "
+                "1e-6 (timm's)",
                 "arrays": "float32, float16, bfloat16 safetensors",
             },
         ),
@@ -440,6 +468,7 @@ def options_of(contents) -> dict:
         "pooling": pooling,
         "final_norm": arch.final_norm,
         "pre_logits": pre_logits,
+        "head": arch.num_classes is not None,
         "grid": "square" if grid is not None and grid[0] == grid[1] else "non-square",
         "patch": "square" if patch[0] == patch[1] else "non-square",
         "channels": arch.channels,

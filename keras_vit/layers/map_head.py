@@ -10,9 +10,9 @@ from __future__ import annotations
 import keras
 from keras import ops
 
-from keras_vit._validation import check_positive_int
+from keras_vit._validation import check_choice, check_positive_int
 from keras_vit.layers.attention import MultiHeadSelfAttention
-from keras_vit.layers.mlp import MlpBlock
+from keras_vit.layers.mlp import MLP_ACTIVATIONS, MlpBlock
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -28,6 +28,8 @@ class MAPHead(keras.layers.Layer):
         mlp_dim: inner MLP width.
         layer_norm_epsilon: default 1e-6 (Flax's).
         gelu_approximate: True (Flax's `nn.gelu` default, tanh) or False.
+        activation: the MLP's activation, "gelu" (default) or "quick_gelu" (`MlpBlock`);
+            the encoder blocks' (timm's `AttentionPoolLatent` takes the model's `act_layer`).
         **kwargs: `name`, `dtype`, `trainable`.
 
     Call arguments:
@@ -38,13 +40,20 @@ class MAPHead(keras.layers.Layer):
     """
 
     def __init__(
-        self, num_heads, mlp_dim, layer_norm_epsilon=1e-6, gelu_approximate=True, **kwargs
+        self,
+        num_heads,
+        mlp_dim,
+        layer_norm_epsilon=1e-6,
+        gelu_approximate=True,
+        activation="gelu",
+        **kwargs,
     ):
         super().__init__(**kwargs)
         self.num_heads = check_positive_int("num_heads", num_heads)
         self.mlp_dim = check_positive_int("mlp_dim", mlp_dim)
         self.layer_norm_epsilon = float(layer_norm_epsilon)
         self.gelu_approximate = bool(gelu_approximate)
+        self.activation = check_choice("mlp_activation", activation, MLP_ACTIVATIONS)
 
     def build(self, input_shape):
         width = input_shape[-1]
@@ -61,7 +70,11 @@ class MAPHead(keras.layers.Layer):
         )
         self.norm.build((None, 1, width))
         self.mlp = MlpBlock(
-            self.mlp_dim, gelu_approximate=self.gelu_approximate, dtype=policy, name="MlpBlock_0"
+            self.mlp_dim,
+            gelu_approximate=self.gelu_approximate,
+            activation=self.activation,
+            dtype=policy,
+            name="MlpBlock_0",
         )
         self.mlp.build((None, 1, width))
 
@@ -82,4 +95,5 @@ class MAPHead(keras.layers.Layer):
             "mlp_dim": self.mlp_dim,
             "layer_norm_epsilon": self.layer_norm_epsilon,
             "gelu_approximate": self.gelu_approximate,
+            "activation": self.activation,
         }

@@ -28,8 +28,9 @@ class MlpBlock(keras.layers.Layer):
     Args:
         mlp_dim: inner width.
         dropout_rate: dropout after the GELU and after the second dense, in [0, 1).
-        gelu_approximate: True (default) for the tanh approximation of the JAX release,
-            False for the exact erf form (timm); they differ by at most ~4.7e-4.
+        gelu_approximate: True (default) for the tanh approximation of the JAX release
+            (timm `act_layer="gelu_tanh"`, transformers "gelu_pytorch_tanh"), False for the
+            exact erf form (timm's default); they differ by at most ~4.7e-4.
         activation: "gelu" (default, the form `gelu_approximate` says) or "quick_gelu"
             (`quick_gelu`, OpenAI CLIP towers).
         **kwargs: `name`, `dtype`, `trainable`.

@@ -333,12 +333,18 @@ def vision_transformer(
         num_classes=num_classes,
         representation_size=representation_size,
         classifier_activation=classifier_activation,
-        map_head={"num_heads": num_heads, "mlp_dim": mlp_dim, **numerics},
+        map_head=_map_head(num_heads, mlp_dim, family["mlp_activation"], numerics),
         final_norm=final_norm,
         layer_norm_epsilon=layer_norm_epsilon,
         **{switch: family[switch] for switch in HEAD_SWITCHES},
     )
     return _finish(ImageModel(images, outputs, name=name), weights)
+
+
+def _map_head(num_heads, mlp_dim, activation, numerics) -> dict:
+    """`MAPHead` arguments: the blocks' heads, MLP width, activation and numerics (timm's
+    `AttentionPoolLatent` takes the model's `act_layer`; big_vision's MAP head its GELU)."""
+    return {"num_heads": num_heads, "mlp_dim": mlp_dim, "activation": activation, **numerics}
 
 
 def _finish(model, weights):

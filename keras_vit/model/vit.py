@@ -67,7 +67,9 @@ def ViT(
         dropout_rate, attention_dropout_rate: dropout rates in [0, 1).
         drop_path_rate: stochastic depth at the last block, rising linearly from 0.
         classifier_activation: activation of the head; None (default) returns logits.
-        gelu_approximate: True (release, tanh) or False (exact erf, timm).
+        gelu_approximate: True (release, tanh; timm `act_layer="gelu_tanh"`, transformers
+            "gelu_pytorch_tanh": SigLIP 2) or False (exact erf; timm's and transformers'
+            "gelu"). The MLPs of the blocks and of the MAP head take it.
         layer_norm_epsilon: default 1e-6 as in the release.
         return_sequence: with include_top=False, return the `(batch, num_tokens, D)` output of
             the final LayerNorm instead of the pooled feature.

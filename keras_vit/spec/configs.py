@@ -56,6 +56,14 @@ VIT_CONFIGS: dict[str, ViTConfig] = {
     "S/14": ViTConfig(14, 384, 1536, 6, 12),
     "B/14": ViTConfig(14, 768, 3072, 12, 12),
     "L/14": ViTConfig(14, 1024, 4096, 16, 24),
+    # SigLIP's shape-optimised towers (Alabdulmohsin et al. 2023, "Getting ViT in Shape";
+    # big_vision models/vit.py `decode_variant` "So400m" and "g-opt"; timm
+    # `vit_so400m_patch14_siglip_*`, `vit_so400m_patch16_siglip_*`, `vit_giantopt_patch16_
+    # siglip_*`). They pool by MAP or the mean, with no class token: build them with
+    # pooling="map" or "gap".
+    "So400m/14": ViTConfig(14, 1152, 4304, 16, 27),
+    "So400m/16": ViTConfig(16, 1152, 4304, 16, 27),
+    "g-opt/16": ViTConfig(16, 1536, 6144, 16, 40),
 }
 
 RECIPE_VIT = ViTConfig(patch_size=4, hidden_dim=64, mlp_dim=128, num_heads=4, num_layers=4)
@@ -148,9 +156,18 @@ table; "tiny" is an alias of "default")."""
 
 # An AugReg run ("-i21k-300ep-..."), a resolution after the patch ("ViT-S_16-224").
 _RELEASE_SUFFIX = re.compile(r"-(?:i1k|i21k)-.*$|(?<=\d)-\d+$")
-# timm's model names: "vit_base_patch16", "vit_small_patch14_224" (timm vision_transformer.py).
-_TIMM_NAME = re.compile(r"vit_(tiny|small|base|large|huge)_patch(\d+)(?:_\d+)?")
-_TIMM_SIZES = {"tiny": "ti", "small": "s", "base": "b", "large": "l", "huge": "h"}
+# timm's model names: "vit_base_patch16", "vit_small_patch14_224", "vit_so400m_patch14"
+# (timm vision_transformer.py).
+_TIMM_NAME = re.compile(r"vit_(tiny|small|base|large|huge|so400m|giantopt)_patch(\d+)(?:_\d+)?")
+_TIMM_SIZES = {
+    "tiny": "ti",
+    "small": "s",
+    "base": "b",
+    "large": "l",
+    "huge": "h",
+    "so400m": "so400m",
+    "giantopt": "gopt",
+}
 # The image side such a name gives: "ViT-B_16-384", an AugReg fine-tune's "...-res_384",
 # timm's "vit_base_patch16_384".
 _NAMED_SIZE = re.compile(r"(?<=\d)-(\d+)$|-res_(\d+)(?:\.npz)?$|_patch\d+_(\d+)$", re.IGNORECASE)
@@ -324,11 +341,11 @@ def get_hybrid_config(variant: str) -> HybridConfig:
 
 def builder_name(variant: str) -> str:
     """The public builder of a table name: "B/16" -> "ViT_B16", "R50+B/16" -> "R50_B16",
-    "R+Ti/16" -> "R_Ti16"."""
+    "R+Ti/16" -> "R_Ti16", "g-opt/16" -> "ViT_gopt16"."""
     variant = resolve_model(variant).name
     if variant in HYBRID_CONFIGS:
         return variant.replace("+", "_").replace("/", "")
-    return "ViT_" + variant.replace("/", "")
+    return "ViT_" + variant.replace("/", "").replace("-", "")
 
 
 def release_name(variant: str) -> str:

@@ -40,15 +40,18 @@ def random_params(
     head_dist=True,
     pooler=0,
     attn_pool=False,
+    class_token=True,
     cfg=TINY,
 ):
     """A neutral dict of one family member's weights (heads random, not zero); with `dist`
     and `head`, `head_dist=False` leaves the distillation token without its head; `pooler`:
     the width of HF DeiTModel's pooler (0: none); `attn_pool`: timm's attention pooling
-    (`AttentionPoolLatent`, SigLIP) and no class token."""
+    (`AttentionPoolLatent`, SigLIP) and no class token; `class_token=False`: no class token
+    (timm `global_pool="avg"`, the SigLIP "gap" towers)."""
     d, m, p, c = cfg["hidden"], cfg["mlp"], cfg["patch"], cfg["channels"]
     n = (cfg["image_size"] // p) ** 2
-    prefix = 0 if no_embed_class or attn_pool else 1 + dist
+    class_token = class_token and not attn_pool
+    prefix = 0 if no_embed_class or not class_token else 1 + dist
     params = {
         "patch.w": _r(rng, d, c, p, p),
         "patch.b": _r(rng, d),
@@ -58,8 +61,9 @@ def random_params(
         "norm.b": _r(rng, d),
         "blocks": [],
     }
-    if attn_pool:
+    if not class_token:
         del params["cls"]
+    if attn_pool:
         params["pool.latent"] = _r(rng, 1, 1, d, scale=1.0)
         for name, shape in (("q", (d, d)), ("kv", (2 * d, d)), ("proj", (d, d))):
             params[f"pool.{name}.w"], params[f"pool.{name}.b"] = _r(rng, *shape), _r(rng, shape[0])
@@ -318,11 +322,22 @@ def attention_pool_latent(x, s, heads, eps, act):
     return y[:, 0]
 
 
+# timm's `act_layer` names (layers/create_act.py) -> the activation in NumPy.
+ACTIVATIONS = {
+    "gelu": lambda y: gelu(y, False),
+    "gelu_tanh": lambda y: gelu(y, True),
+    "quick_gelu": quick_gelu,
+}
+
+
 def forward(params, images, *, heads, eps=1e-6, activation="gelu", no_embed_class=False):
     """The family's forward pass in float64: logits with heads (the mean of both heads with a
-    distillation token), else the final LayerNorm's class token."""
+    distillation token), else the final LayerNorm's class token; without a class token or
+    attention pooling the mean of the tokens (timm `global_pool="avg"`, `fc_norm=False`).
+    `activation`: timm's `act_layer` name (`ACTIVATIONS`), in the blocks and attention
+    pooling alike."""
     s = {k: np.asarray(v, np.float64) for k, v in params.items() if k != "blocks"}
-    act = quick_gelu if activation == "quick_gelu" else (lambda y: gelu(y, False))
+    act = ACTIVATIONS[activation]
     x = _embed(s, images, no_embed_class)
     if "norm_pre.w" in s:
         x = layer_norm(x, s["norm_pre.w"], s["norm_pre.b"], eps)
@@ -336,6 +351,9 @@ def forward(params, images, *, heads, eps=1e-6, activation="gelu", no_embed_clas
     x = layer_norm(x, s["norm.w"], s["norm.b"], eps)
     if "pool.latent" in s:
         pooled = attention_pool_latent(x, s, heads, eps, act)
+        return _linear(pooled, s["head.w"], s["head.b"]) if "head.w" in s else pooled
+    if "cls" not in s:  # timm global_pool="avg" (no class token, no registers here)
+        pooled = x.mean(axis=1)
         return _linear(pooled, s["head.w"], s["head.b"]) if "head.w" in s else pooled
     if "pooler.w" in s:  # HF DeiTPooler: dense + tanh on token 0
         return np.tanh(_linear(x[:, 0], s["pooler.w"], s["pooler.b"]))

@@ -127,3 +127,30 @@ def test_siglip_style_tower_with_map_head_and_bfloat16(tmp_path):
     model.save(tmp_path / "m.keras")
     back = keras_vit.from_checkpoint(tmp_path / "m.keras")
     np.testing.assert_array_equal(back.predict(x, verbose=0), model.predict(x, verbose=0))
+
+
+def _scanned(params):
+    """The same file with big_vision's `scan=True` layout: one `Transformer/encoderblock/`
+    entry per sub-layer, the blocks stacked on a leading axis (SigLIP 2's released files)."""
+    block = "params/img/Transformer/encoderblock_"
+    out = {k: v for k, v in params.items() if not k.startswith(block)}
+    for key in [k for k in params if k.startswith(block + "0/")]:
+        rest = key[len(block + "0/") :]
+        stacked = np.stack([params[f"{block}{i}/{rest}"] for i in range(LAYERS)])
+        out[f"params/img/Transformer/encoderblock/{rest}"] = stacked
+    return out
+
+
+def test_a_scanned_siglip2_tower_reads_as_the_tanh_gelu_tower(tmp_path):
+    """big_vision's SigLIP and SigLIP 2 towers (So400m/14, So400m/16, g-opt/16 included) run
+    Flax's `nn.gelu`, the tanh form: read from a scanned two-tower file, the model equals
+    big_vision's forward, and its blocks and MAP head take the tanh GELU."""
+    params = siglip_like_params(np.random.default_rng(2))
+    path = tmp_path / "siglip2_scanned.npz"
+    np.savez(path, **_scanned(params))
+    model = keras_vit.from_checkpoint(path)
+    assert model.get_layer("encoderblock_0").gelu_approximate is True
+    assert model.get_layer("MAPHead_0").gelu_approximate is True
+    x = np.random.default_rng(3).uniform(-1, 1, (2, SIZE, SIZE, 3)).astype("float32")
+    expected = big_vision_forward(params, x)
+    np.testing.assert_allclose(model.predict(x, verbose=0), expected, atol=1e-4, rtol=0)

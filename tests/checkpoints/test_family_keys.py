@@ -191,6 +191,32 @@ def test_timm_activation_and_epsilon_come_from_the_architecture(config, activati
     assert timm_family.layer_norm_epsilon_of({}, config) == eps
 
 
+@pytest.mark.parametrize(
+    "metadata, config, tanh",
+    [
+        ({}, {"model_args": {"act_layer": "gelu_tanh"}}, True),
+        ({}, {"architecture": "vit_so400m_patch16_siglip_384"}, True),  # timm's definition
+        ({}, {"architecture": "vit_giantopt_patch16_siglip_gap_256"}, True),
+        ({}, {"architecture": "vit_so400m_patch14_siglip_224"}, False),  # SigLIP 1: exact
+        ({}, {"architecture": "vit_so400m_patch16_siglip_256",
+              "model_args": {"act_layer": "gelu"}}, False),  # model_args win
+        ({"keras_vit.gelu_approximate": "true"}, {"model_args": {"act_layer": "gelu"}}, True),
+        ({}, {}, False),
+    ],
+)  # fmt: skip
+def test_timm_tanh_gelu_comes_from_metadata_act_layer_or_architecture(metadata, config, tanh):
+    assert timm_family.gelu_approximate_of(metadata, config, "f") is tanh
+    assert timm_family.mlp_activation_of(metadata, config, "f") == "gelu"
+
+
+@pytest.mark.parametrize(
+    "activation, approximate, act_layer",
+    [("gelu", False, "gelu"), ("gelu", True, "gelu_tanh"), ("quick_gelu", False, "quick_gelu")],
+)
+def test_timm_act_layer_of_a_model(activation, approximate, act_layer):
+    assert timm_family.act_layer_of(activation, approximate) == act_layer
+
+
 def test_timm_unknown_activation_is_refused_by_name():
     with pytest.raises(CheckpointError, match="act_layer='silu'"):
         timm_family.mlp_activation_of({}, {"model_args": {"act_layer": "silu"}}, "f")

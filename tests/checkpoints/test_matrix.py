@@ -3,11 +3,12 @@ format of the table and read back.
 
 For each draw (pooling token/gap/map, final norm on the tokens or timm's `fc_norm` after
 pooling, a pre-logits layer or none, a head or none, square and non-square grids, 1/3/4
-channels) and each format: if the format can express the draw, write -> read gives the same
-logits (1e-5) both through `from_checkpoint` and loaded into a freshly built model; if not,
-the writer refuses, naming the option, and leaves no file. What each format can express is
-written here from the formats' own definitions (transformers' `ViTModel` /
-`ViTForImageClassification`, timm's `VisionTransformer`, the release's `.npz`), not taken
+channels, the tanh or exact GELU) and each format: if the format can express the draw,
+write -> read gives the same logits (1e-5) both through `from_checkpoint` and loaded into a
+freshly built model; if not, the writer refuses, naming the option, and leaves no file. What
+each format can express is written here from the formats' own definitions (transformers'
+`ViTModel` / `ViTForImageClassification` / `SiglipVisionModel`, timm's `VisionTransformer`,
+the release's `.npz`), not taken
 from keras_vit's table, which is checked against it.
 """
 
@@ -26,6 +27,7 @@ from keras_vit.checkpoints import (
     CheckpointError,
     load_weights,
     model_contents,
+    read_checkpoint,
     write_checkpoint,
 )
 from keras_vit.checkpoints.format_table import FORMAT_TABLE, options_of, refusal
@@ -46,6 +48,7 @@ def architectures(draw):
         patch_size=PATCH,
         image_size=(grid[0] * PATCH, grid[1] * PATCH),
         channels=draw(st.sampled_from([1, 3, 4])),
+        gelu_approximate=draw(st.booleans()),  # tanh (timm "gelu_tanh") or exact GELU
         pooling=pooling,
         final_norm=final_norm,
         representation_size=draw(st.sampled_from([None, 16])),
@@ -58,7 +61,15 @@ def expected_refusals(kwargs) -> dict:
     """`{format: option it cannot express}` for the draw, from the formats' definitions."""
     out = {}
     pre_logits_under_head = kwargs["representation_size"] is not None and kwargs["include_top"]
-    if kwargs["pooling"] != "token":  # ViTModel always pools its class token
+    size = kwargs["image_size"]
+    if kwargs["pooling"] == "map":  # SiglipVisionModel: MAP pooling, no classifier
+        if kwargs["include_top"]:
+            out["hf"] = "head"
+        elif kwargs["representation_size"] is not None:
+            out["hf"] = "pre_logits"
+        elif size[0] != size[1]:  # its config has one image_size (num_patches: a square)
+            out["hf"] = "grid"
+    elif kwargs["pooling"] != "token":  # ViTModel always pools its class token
         out["hf"] = "pooling"
     elif kwargs["final_norm"] == "pooled":  # no LayerNorm after ViT's pooler
         out["hf"] = "final_norm"
@@ -98,6 +109,12 @@ def test_every_format_round_trips_or_refuses_by_name(tmp_path_factory, kwargs):
             with pytest.raises(CheckpointError, match=f"{refused[kind]}="):
                 write_checkpoint(contents, target, kind)
             assert not os.path.exists(target)
+        elif kind == "npz" and not kwargs["gelu_approximate"]:
+            # The release's .npz records no GELU form: it is read as the release's tanh one
+            # (the writer logs a warning), so only the arrays come back.
+            write_checkpoint(contents, os.path.join(folder, "exact.npz"), kind)
+            back = read_checkpoint(os.path.join(folder, "exact.npz"))
+            assert back.gelu_approximate and sorted(back.arrays) == sorted(contents.arrays)
         else:
             _round_trip(model, fresh, kwargs, kind, folder, x, expected)
     model.save(os.path.join(folder, "m.keras"))
@@ -119,6 +136,7 @@ def test_options_of_a_model_are_what_it_was_built_with():
         "pooling": "gap",
         "final_norm": "pooled",
         "pre_logits": "feature",
+        "head": False,
         "grid": "non-square",
         "patch": "square",
         "channels": 4,

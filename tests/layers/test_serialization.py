@@ -70,7 +70,16 @@ EVERY_ARGUMENT = [
             resize_method="bicubic",
         ),
     ),
-    (layers.MAPHead, dict(num_heads=4, mlp_dim=8, layer_norm_epsilon=1e-5, gelu_approximate=False)),
+    (
+        layers.MAPHead,
+        dict(
+            num_heads=4,
+            mlp_dim=8,
+            layer_norm_epsilon=1e-5,
+            gelu_approximate=False,
+            activation="quick_gelu",
+        ),
+    ),
     (layers.MultiHeadSelfAttention, dict(num_heads=4, attention_dropout_rate=0.1)),
     (
         layers.MlpBlock,

@@ -82,6 +82,74 @@ def test_parameter_count_of_gap_variants(builder, expected):
     assert getattr(keras_vit, builder)(pooling="gap").count_params() == expected
 
 
+# timm's counts of its SigLIP towers (timm 1.0.31, `timm.create_model(name,
+# pretrained=False, num_classes=...)`; num_classes=0 is no head): no class token, MAP
+# pooling (`*_siglip_*`, `global_pool="map"`) or the mean (`*_siglip_gap_*`,
+# `global_pool="avg"`, `fc_norm=False`: keras_vit's "gap").
+# (builder, pooling, image size, classes or None): (timm model, its count)
+TIMM_SIGLIP_PARAMS = {
+    ("ViT_So400m14", "map", 224, None): ("vit_so400m_patch14_siglip_224", 427_680_704),
+    ("ViT_So400m14", "map", 224, 1000): ("vit_so400m_patch14_siglip_224", 428_833_704),
+    ("ViT_So400m14", "gap", 224, None): ("vit_so400m_patch14_siglip_gap_224", 412_442_352),
+    ("ViT_So400m16", "map", 256, None): ("vit_so400m_patch16_siglip_256", 427_888_064),
+    ("ViT_So400m16", "map", 256, 1000): ("vit_so400m_patch16_siglip_256", 429_041_064),
+    ("ViT_So400m16", "gap", 256, 1000): ("vit_so400m_patch16_siglip_gap_256", 413_802_712),
+    ("ViT_gopt16", "map", 256, None): ("vit_giantopt_patch16_siglip_256", 1_163_168_256),
+    ("ViT_gopt16", "map", 256, 1000): ("vit_giantopt_patch16_siglip_256", 1_164_705_256),
+    ("ViT_gopt16", "gap", 256, None): ("vit_giantopt_patch16_siglip_gap_256", 1_134_838_272),
+}
+
+
+def _case_id(case):
+    return "-".join(str(part) for part in case)
+
+
+def _siglip_tower(builder, pooling, size, classes, **kwargs):
+    head = dict(num_classes=classes) if classes else dict(include_top=False)
+    return getattr(keras_vit, builder)(image_size=size, pooling=pooling, **head, **kwargs)
+
+
+# One case per builder in the default run (~6 s each on 2 cores), the others in the slow lane.
+FAST_SIGLIP_CASES = (
+    ("ViT_So400m14", "map", 224, 1000),
+    ("ViT_So400m16", "gap", 256, 1000),
+    ("ViT_gopt16", "map", 256, None),
+)
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        pytest.param(c, marks=[] if c in FAST_SIGLIP_CASES else [pytest.mark.slow])
+        for c in TIMM_SIGLIP_PARAMS
+    ],
+    ids=_case_id,
+)
+def test_siglip_variant_counts_equal_timms_by_depth(case):
+    """Built at 1 and 2 blocks (the count is affine in the depth), extrapolated to the
+    variant's depth; the full builds run in the slow lanes."""
+    from keras_vit.spec import configs
+
+    depth = configs.get_config(case[0]).num_layers
+    one, two = (_siglip_tower(*case, num_layers=n).count_params() for n in (1, 2))
+    assert one + (depth - 1) * (two - one) == TIMM_SIGLIP_PARAMS[case][1]
+    keras.backend.clear_session()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "case",
+    [
+        pytest.param(c, marks=[pytest.mark.large] if c[0] == "ViT_gopt16" else [])
+        for c in TIMM_SIGLIP_PARAMS
+        if c[3] is None
+    ],
+    ids=_case_id,
+)
+def test_siglip_variant_parameter_count_equals_timm(case):
+    assert _siglip_tower(*case).count_params() == TIMM_SIGLIP_PARAMS[case][1]
+
+
 def _tiny_with_random_params(tiny, pooling="token", representation_size=None, **kwargs):
     rng = np.random.default_rng(7)
     model = keras_vit.ViT(

@@ -42,8 +42,17 @@ def _spellings(table_name: str) -> list[str]:
     return forms
 
 
-# timm's size words (timm vision_transformer.py: vit_tiny_patch16_224 ... vit_huge_patch14_224).
-TIMM_SIZES = {"Ti": "tiny", "S": "small", "B": "base", "L": "large", "H": "huge"}
+# timm's size words (timm vision_transformer.py: vit_tiny_patch16_224 ... vit_huge_patch14_224,
+# the SigLIP towers' too).
+TIMM_SIZES = {
+    "Ti": "tiny",
+    "S": "small",
+    "B": "base",
+    "L": "large",
+    "H": "huge",
+    "So400m": "so400m",  # vit_so400m_patch14_siglip_224
+    "g-opt": "giantopt",  # vit_giantopt_patch16_siglip_256
+}
 
 
 CASES = [(name, s) for name in configs.MODEL_CONFIGS for s in _spellings(name)]
@@ -143,10 +152,11 @@ def test_an_unknown_name_lists_the_valid_ones(bad):
 def test_a_new_row_is_a_new_shortcut_and_a_new_counted_model():
     """Every row has its generated public shortcut and a parameter count in the tests."""
     from tests.model.test_hybrid import PUBLISHED
-    from tests.model.test_vit import RELEASE_PARAMS
+    from tests.model.test_vit import RELEASE_PARAMS, TIMM_SIGLIP_PARAMS
 
     builders = {configs.builder_name(name) for name in configs.MODEL_CONFIGS}
-    assert builders == set(RELEASE_PARAMS) | set(PUBLISHED)
+    siglip = {case[0] for case in TIMM_SIGLIP_PARAMS}
+    assert builders == set(RELEASE_PARAMS) | set(PUBLISHED) | siglip
     for builder in builders:
         assert builder in keras_vit.__all__
         assert getattr(keras_vit, builder).__name__ == builder

@@ -12,6 +12,9 @@ head on the class token. `config.json` gives the architecture, `layer_norm_eps` 
 `preprocessor_config.json`, when present, the input mean/std. DeiT, DINOv2 and DINOv2 with
 registers (`model_type` "deit", "dinov2", "dinov2_with_registers") differ in a few keys,
 described by `hf_family.LAYOUTS`; the writer picks the model type from the model's switches.
+SigLIP and SigLIP 2 image towers (`SiglipVisionModel`, `Siglip2VisionModel`: no class token,
+attention pooling) are read and written by `keras_vit.checkpoints.hf_siglip`, which shares
+this module's folder helpers.
 """
 
 from __future__ import annotations
@@ -217,8 +220,9 @@ def read_hf(path) -> CheckpointContents:
 
     Raises:
         FileNotFoundError: no weights file.
-        CheckpointError: no `config.json`, a model type other than "vit", an unsupported
-            activation, or tensors that do not form a ViT.
+        CheckpointError: no `config.json`, a model type keras_vit does not read, an
+            unsupported activation, or tensors that do not form a ViT (SigLIP towers are
+            read by `keras_vit.checkpoints.hf_siglip`).
     """
     folder, weights = _paths(path)
     config = _read_json(os.path.join(folder, CONFIG))
@@ -381,10 +385,10 @@ def hf_config(contents: CheckpointContents) -> dict:
     return config
 
 
-def _preprocessor_config(contents, image_size, channels) -> dict:
+def _preprocessor_config(contents, image_size, channels, kind="ViTImageProcessor") -> dict:
     mean, std = tl.mean_std(contents.preprocessing, channels)
     return {
-        "image_processor_type": "ViTImageProcessor",
+        "image_processor_type": kind,
         "do_resize": True,
         "size": {"height": int(image_size[0]), "width": int(image_size[1])},
         "resample": 2,

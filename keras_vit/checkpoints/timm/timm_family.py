@@ -14,7 +14,8 @@ timm builds them all from `VisionTransformer` (vision_transformer.py) and, for d
 The MLP activation and the LayerNorm epsilon are not in a state dict: they come from keras_vit's
 metadata, the `config.json` beside the file (`architecture`, `model_args.act_layer`) or timm's
 model definitions (`*_clip_*` towers: LayerNorm eps 1e-5; `*_clip_quickgelu_*`:
-`act_layer="quick_gelu"`, x * sigmoid(1.702 x)).
+`act_layer="quick_gelu"`, x * sigmoid(1.702 x); the SigLIP 2 towers of `TANH_ARCHITECTURES`:
+`act_layer="gelu_tanh"`, keras_vit's `gelu_approximate=True`).
 """
 
 from __future__ import annotations
@@ -41,8 +42,33 @@ UNSUPPORTED = {
     "blocks.0.attn.norm.weight": "a LayerNorm inside the attention (scale_attn_norm=True)",
     "patch_embed.norm.weight": "a LayerNorm after the patch embedding (embed_norm_layer)",
 }
-# keras_vit's name of each timm `act_layer` it has.
-ACTIVATIONS = {"gelu": "gelu", "quick_gelu": "quick_gelu"}
+# keras_vit's `(mlp_activation, gelu_approximate)` of each timm `act_layer` it has (timm
+# layers/create_act.py: "gelu" exact erf, "gelu_tanh" the tanh approximation, "quick_gelu").
+ACTIVATIONS = {
+    "gelu": ("gelu", False),
+    "gelu_tanh": ("gelu", True),
+    "quick_gelu": ("quick_gelu", False),
+}
+# timm's definitions with `act_layer="gelu_tanh"` (vision_transformer.py: the SigLIP 2
+# towers); a `config.json` saved by timm names the architecture, not its `model_args`.
+TANH_ARCHITECTURES = frozenset(
+    {
+        "vit_base_patch32_siglip_256",
+        "vit_base_patch32_siglip_gap_256",
+        "vit_giantopt_patch16_siglip_256",
+        "vit_giantopt_patch16_siglip_384",
+        "vit_giantopt_patch16_siglip_gap_256",
+        "vit_giantopt_patch16_siglip_gap_384",
+        "vit_large_patch16_siglip_512",
+        "vit_large_patch16_siglip_gap_512",
+        "vit_so400m_patch16_siglip_256",
+        "vit_so400m_patch16_siglip_384",
+        "vit_so400m_patch16_siglip_512",
+        "vit_so400m_patch16_siglip_gap_256",
+        "vit_so400m_patch16_siglip_gap_384",
+        "vit_so400m_patch16_siglip_gap_512",
+    }
+)
 IGNORED = ("mask_token",)  # DINOv2's masked-token embedding (pre-training only)
 
 
@@ -170,20 +196,39 @@ def check_registers(state: dict, no_embed_class: bool, path) -> None:
         )
 
 
+def _act_layer(config: dict, path):
+    """timm's `act_layer` of a config (`model_args`, else the architecture's definition), or
+    None when neither says.
+
+    Raises:
+        CheckpointError: an `act_layer` keras_vit's MLP does not have, named.
+    """
+    act = timm_options.model_args(config).get("act_layer")
+    if act is None and str(config.get("architecture") or "") in TANH_ARCHITECTURES:
+        return "gelu_tanh"
+    if act is not None and act not in ACTIVATIONS:
+        raise CheckpointError(
+            f"{path}: model_args.act_layer={act!r}; keras_vit's MLP has {sorted(ACTIVATIONS)}."
+        )
+    return act
+
+
 def mlp_activation_of(metadata: dict, config: dict, path) -> str:
-    """keras_vit's MLP activation of a timm file: "gelu" or "quick_gelu".
+    """keras_vit's MLP activation of a timm file: "gelu" (exact or tanh: see
+    `gelu_approximate_of`) or "quick_gelu".
 
     Sources, first that says: keras_vit's metadata, the config's `model_args.act_layer`, its
-    `architecture` (timm's `*_quickgelu*` definitions set `act_layer="quick_gelu"`). timm runs
-    the OpenAI CLIP weights of a non-quickgelu architecture (`vit_base_patch16_clip_224.openai`)
-    with GELU, as does keras_vit reading them (a log line says the original used QuickGELU).
+    `architecture` (timm's `*_quickgelu*` definitions set `act_layer="quick_gelu"`, the
+    SigLIP 2 ones of `TANH_ARCHITECTURES` "gelu_tanh"). timm runs the OpenAI CLIP weights of
+    a non-quickgelu architecture (`vit_base_patch16_clip_224.openai`) with GELU, as does
+    keras_vit reading them (a log line says the original used QuickGELU).
 
     Raises:
         CheckpointError: another `act_layer`, named.
     """
     if META + "mlp_activation" in metadata:
         return metadata[META + "mlp_activation"]
-    act = timm_options.model_args(config).get("act_layer")
+    act = _act_layer(config, path)
     architecture = str(config.get("architecture") or "")
     if act is None:
         if "quickgelu" in architecture:
@@ -197,11 +242,33 @@ def mlp_activation_of(metadata: dict, config: dict, path) -> str:
                 architecture,
             )
         return "gelu"
-    if act not in ACTIVATIONS:
-        raise CheckpointError(
-            f"{path}: model_args.act_layer={act!r}; keras_vit's MLP has {sorted(ACTIVATIONS)}."
-        )
-    return ACTIVATIONS[act]
+    return ACTIVATIONS[act][0]
+
+
+def gelu_approximate_of(metadata: dict, config: dict, path) -> bool:
+    """Whether a timm file's GELU is the tanh approximation (timm `act_layer="gelu_tanh"`).
+
+    Sources, first that says: keras_vit's metadata (`keras_vit.gelu_approximate`), the
+    config's `model_args.act_layer`, its `architecture` (`TANH_ARCHITECTURES`); else timm's
+    default exact GELU.
+
+    Raises:
+        CheckpointError: an `act_layer` keras_vit does not have, named.
+    """
+    if META + "gelu_approximate" in metadata:
+        return metadata[META + "gelu_approximate"] == "true"
+    act = _act_layer(config, path)
+    return act is not None and ACTIVATIONS[act][1]
+
+
+def act_layer_of(mlp_activation: str, gelu_approximate: bool) -> str:
+    """timm's `act_layer` name of keras_vit's MLP activation (the inverse of `ACTIVATIONS`)."""
+    approximate = bool(gelu_approximate) and mlp_activation == "gelu"
+    return next(
+        act
+        for act, (activation, tanh) in ACTIVATIONS.items()
+        if activation == mlp_activation and tanh == approximate
+    )
 
 
 def layer_norm_epsilon_of(metadata: dict, config: dict) -> float:

@@ -24,7 +24,8 @@ head (`timm_map`).
 A state dict does not record the number of heads; it is taken from the file's metadata
 (files keras_vit writes), a timm `config.json` beside the file, the variant table (by
 width, MLP width and depth), or else head_dim 64 (every timm ViT but H/14). timm models use
-the exact GELU and LayerNorm eps 1e-6.
+LayerNorm eps 1e-6 and the GELU of their `act_layer` (default exact; "gelu_tanh" for the
+SigLIP 2 towers: `timm_family.gelu_approximate_of`).
 """
 
 from __future__ import annotations
@@ -265,13 +266,12 @@ def read_timm(path, num_heads=None, *, no_embed_class=None, image_size=None) -> 
     arrays, heads = timm_to_release(
         state, num_heads, path, metadata, config, no_embed_class=no_embed_class
     )
-    gelu = metadata.get(META + "gelu_approximate", "false") == "true"
     return CheckpointContents(
         path=os.fspath(path),
         format="timm",
         arrays=arrays,
         num_heads=heads,
-        gelu_approximate=gelu,
+        gelu_approximate=timm_family.gelu_approximate_of(metadata, config, path),
         layer_norm_epsilon=timm_family.layer_norm_epsilon_of(metadata, config),
         preprocessing=_preprocessing(metadata, config),
         image_size=timm_options.image_size_of(metadata, config),
@@ -347,17 +347,19 @@ def write_timm(path, contents: CheckpointContents) -> dict:
     """Writes `contents` as a timm `.safetensors` state dict, atomically.
 
     The header metadata records the number of heads, the GELU form, the LayerNorm epsilon
-    and the preprocessing (timm ignores it; keras_vit reads it back). timm's own models use
-    the exact GELU: a tanh-GELU model written here differs from timm's forward pass by up to
-    ~5e-4 per activation (a warning says so).
+    and the preprocessing (timm ignores it; keras_vit reads it back). A state dict does not
+    record the activation: timm's model for a tanh-GELU file takes `act_layer="gelu_tanh"`
+    (as timm's SigLIP 2 towers), one for a QuickGELU file `act_layer="quick_gelu"` (logged).
 
     Returns:
         `{timm key: shape}` of what was written.
     """
-    if contents.gelu_approximate:
-        logger.warning(
-            "This model uses the tanh GELU; timm's ViT computes the exact GELU, so its "
-            "outputs on these weights will differ slightly (up to ~5e-4 per activation)."
+    act_layer = timm_family.act_layer_of(contents.mlp_activation, contents.gelu_approximate)
+    if act_layer != "gelu":
+        logger.info(
+            "This model's MLP activation is timm's act_layer=%r; build the timm model with it "
+            "(timm's default is the exact GELU).",
+            act_layer,
         )
     if "conv_root/kernel" in contents.arrays:
         logger.info(

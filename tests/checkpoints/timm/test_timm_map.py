@@ -136,6 +136,46 @@ def test_attention_pooling_keras_vit_cannot_hold_is_refused_in_one_line(
     assert "\n" not in str(error.value)
 
 
+def _config(architecture, pool="map", **model_args):
+    return {
+        "architecture": architecture,
+        "global_pool": pool,
+        "model_args": {"num_heads": TINY["heads"], "class_token": False, **model_args},
+        "pretrained_cfg": {"input_size": [3, TINY["image_size"], TINY["image_size"]]},
+    }
+
+
+@pytest.mark.parametrize(
+    "config, act_layer",
+    [
+        (_config("vit_tiny_siglip", act_layer="gelu_tanh"), "gelu_tanh"),
+        (_config("vit_so400m_patch16_siglip_256"), "gelu_tanh"),  # timm's definition says it
+        (_config("vit_base_patch32_siglip_gap_256", pool="avg"), "gelu_tanh"),
+        (_config("vit_tiny_siglip", pool="avg", act_layer="gelu_tanh"), "gelu_tanh"),
+        (_config("vit_tiny_siglip", act_layer="quick_gelu"), "quick_gelu"),
+        (_config("vit_so400m_patch14_siglip_224"), "gelu"),
+    ],
+    ids=["map-args", "map-architecture", "gap-architecture", "gap-args", "map-quick", "exact"],
+)
+def test_a_siglip_tower_runs_its_act_layer_in_blocks_and_pooling(tmp_path, config, act_layer):
+    """timm's SigLIP 2 towers (`act_layer="gelu_tanh"`, said by `model_args` or known from
+    the architecture's definition) against the NumPy forward with that activation in the
+    blocks and in `AttentionPoolLatent`'s MLP; the other activations differ from it."""
+    attn_pool = config["global_pool"] == "map"
+    params = random_params(np.random.default_rng(5), attn_pool=attn_pool, class_token=False)
+    model = keras_vit.from_checkpoint(_write_timm(tmp_path, to_timm(params), config))
+    x = _images(5)
+    got = np.asarray(model(x), np.float64)
+    want = forward(params, x, heads=TINY["heads"], activation=act_layer)
+    np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)
+    for other in {"gelu", "gelu_tanh", "quick_gelu"} - {act_layer}:
+        assert np.abs(forward(params, x, heads=TINY["heads"], activation=other) - got).max() > 1e-4
+    back = tmp_path / "back.safetensors"
+    write_checkpoint(model_contents(model), back, "timm")
+    again = keras_vit.from_checkpoint(back)
+    np.testing.assert_allclose(np.asarray(again(x)), got, atol=1e-6, rtol=0)
+
+
 @pytest.mark.pytorch
 def test_timm_siglip_forward_matches_in_the_pytorch_lane(tmp_path):
     """timm's own SigLIP tower (random weights, tiny sizes, saved by `save_for_hf`): keras_vit
