@@ -11,11 +11,16 @@ from __future__ import annotations
 import sys
 import types
 
-from keras_vit import _aliases, _registration
-from keras_vit._lazy import lazy_exports
-from keras_vit._version import __version__ as __version__
-from keras_vit.kernels import tf_allocator
-from keras_vit.spec import configs
+from keras_vit import _backend_check
+
+# before anything else: an unknown KERAS_BACKEND or a missing backend package is one line
+_backend_check.check_backend_on_import()
+
+from keras_vit import _aliases, _registration  # noqa: E402
+from keras_vit._lazy import lazy_exports  # noqa: E402
+from keras_vit._version import __version__ as __version__  # noqa: E402
+from keras_vit.kernels import tf_allocator  # noqa: E402
+from keras_vit.spec import configs  # noqa: E402
 
 _aliases.install()  # the module paths of the flat layout (keras_vit.runs, ...) keep working
 
