@@ -39,9 +39,18 @@ SUBCOMMAND_MODULES: list[str] = [
 ]
 
 
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse's parser whose errors are one line, `PROG: error: MESSAGE (see PROG --help)`,
+    without the usage block; exit code 2 as argparse's (subcommands' parsers are of this
+    class too: `add_subparsers` makes them of the parent's class)."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The top-level parser with every subcommand registered."""
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="keras-vit",
         description=(
             "Vision Transformer (ViT) for Keras/TensorFlow: train, fine-tune, evaluate, few-shot "
@@ -80,6 +89,9 @@ def main(argv: list[str] | None = None) -> int:
     """Runs `keras-vit`; returns the process exit code (0 ok, 1 write error, 2 bad
     arguments, 130 interrupted)."""
     parser = build_parser()
+    if not (sys.argv[1:] if argv is None else argv):  # `keras-vit` alone: its commands
+        parser.print_help()
+        return 2
     args = parser.parse_args(argv)  # --help exits here, before TensorFlow is imported
     args.typed_flags = typed_flags(build_parser, argv)  # what --resume names if it ignores
     verbose = args.verbose or startup.verbose_from_env()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 
-from keras_vit.cli import flags, run_driver
+from keras_vit.cli import data_checks, flags, run_driver
 from keras_vit.spec import configs
 
 # the fields of keras_vit.train.training.TrainConfig that flags of the same dest set
@@ -78,11 +78,15 @@ def check_stem(args) -> None:
 
 def check(args) -> None:
     """The checks of train's flags that need no TensorFlow (`keras_vit.cli.main` runs them
-    before importing it): the model's name, --stem, a size in the name, the run directory."""
+    before importing it): the model's name, --stem, a size in the name, the run directory,
+    the image size against the patch, the data's classes and size against --batch-size."""
     check_model_name(args.model)
     check_stem(args)
     flags.image_size_of_name(args)
     run_driver.check_run_dir(args)
+    if not args.resume:
+        data_checks.check_patch_grid(args)
+    data_checks.check_training_data(args, "train")
 
 
 def check_model_name(name) -> None:

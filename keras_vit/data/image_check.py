@@ -68,6 +68,14 @@ def image_problem(path, max_pixels: int = MAX_PIXELS, channels: int = 3) -> str 
         None, or a short reason such as "empty file (0 bytes)" or "header claims
         100000 x 100000 pixels, more than the limit of 40000000".
     """
+    return header_problem(path, max_pixels) or _decode_problem(
+        os.fspath(path), channels, max_pixels
+    )
+
+
+def header_problem(path, max_pixels: int = MAX_PIXELS) -> str | None:
+    """`image_problem` without decoding the pixels (no TensorFlow): what the file's size, its
+    signature and header (read by Pillow) show; None when they show nothing wrong."""
     from PIL import Image, UnidentifiedImageError
 
     path = os.fspath(path)
@@ -96,7 +104,7 @@ def image_problem(path, max_pixels: int = MAX_PIXELS, channels: int = 3) -> str 
             f"header claims {width} x {height} pixels, more than the limit of {max_pixels}; "
             f"{REFUSED}"
         )
-    return _decode_problem(path, channels, max_pixels)
+    return None
 
 
 def _unread_variant(handle, image_format: str) -> str | None:

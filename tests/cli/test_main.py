@@ -178,3 +178,12 @@ def test_a_new_subcommand_is_one_module_and_one_name(monkeypatch, capsys):
     assert capsys.readouterr().out.strip().endswith("hello B/16")
     assert cli_main.main(["hello", "bad"]) == 2
     assert "keras-vit hello: error: 'bad' is no name" in capsys.readouterr().err
+
+
+def test_the_command_alone_lists_every_subcommand(capsys):
+    from keras_vit.cli.main import main
+
+    assert main([]) == 2
+    out = capsys.readouterr().out
+    listed = {line.split()[0] for line in out.splitlines() if line.startswith("    ")}
+    assert set(COMMANDS) <= listed, out
