@@ -68,10 +68,25 @@ def build_parser() -> argparse.ArgumentParser:
     for module_name in SUBCOMMAND_MODULES:
         subparser = importlib.import_module(f"keras_vit.cli.{module_name}").add_parser(subparsers)
         subparser.formatter_class = HelpFormatter  # the usage of flags that need a value
+        subparser.usage = short_usage(subparser)
         # also after the subcommand (`keras-vit train -v`); SUPPRESS keeps a `-v` given
         # before it from being reset by the subcommand's default
         _add_verbose(subparser, default=argparse.SUPPRESS)
     return parser
+
+
+def short_usage(parser) -> str:
+    """`%(prog)s [options] POSITIONAL ...`: the usage line of a subcommand, its flags listed
+    once, below, rather than also in a usage block of many lines."""
+    words = ["%(prog)s", "[options]"]
+    for action in parser._actions:  # argparse keeps no public list of the arguments
+        if action.option_strings:
+            continue
+        metavar = action.metavar or action.dest.upper()
+        if action.nargs in ("+", "*"):
+            metavar = f"{metavar} [...]"
+        words.append(f"[{metavar}]" if action.nargs in ("?", "*") else metavar)
+    return " ".join(words)
 
 
 def _add_verbose(parser, default) -> None:
@@ -80,8 +95,7 @@ def _add_verbose(parser, default) -> None:
         "--verbose",
         action="store_true",
         default=default,
-        help="log debug messages from keras_vit and show TensorFlow's start-up logs "
-        "(also KERAS_VIT_VERBOSE=1)",
+        help="debug logs, TensorFlow's start-up messages (also KERAS_VIT_VERBOSE=1)",
     )
 
 

@@ -18,13 +18,12 @@ def add_output_arguments(parser, *, log_every: bool = True) -> None:
         parser.add_argument(
             "--log-every",
             choices=MODES,
-            help="'batch': the Keras progress bar; 'epoch': one line per epoch (default: "
-            "batch on a terminal, epoch when the output goes to a file or pipe)",
+            help="the Keras bar (batch) or a line per epoch (default: bar on a terminal)",
         )
     parser.add_argument(
         "--quiet",
         action="store_true",
-        help="no progress output; print only the result (warnings and errors still show)",
+        help="print only the result (and warnings and errors)",
     )
 
 

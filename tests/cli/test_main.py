@@ -187,3 +187,27 @@ def test_the_command_alone_lists_every_subcommand(capsys):
     out = capsys.readouterr().out
     listed = {line.split()[0] for line in out.splitlines() if line.startswith("    ")}
     assert set(COMMANDS) <= listed, out
+
+
+HELP_LINES_MAX = 60  # a screen
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_each_subcommand_help_fits_a_screen(command, monkeypatch, capsys):
+    """At 80 columns: one short usage line (the flags are listed once, below it), and the
+    precision paragraph a pointer to docs/training.md rather than repeated in full."""
+    monkeypatch.setenv("COLUMNS", "80")
+    with pytest.raises(SystemExit):
+        build_parser().parse_args([command, "--help"])
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) <= HELP_LINES_MAX, (command, len(lines))
+    assert lines[0].startswith(f"usage: keras-vit {command} [options]") and lines[1] == ""
+    text = " ".join(" ".join(lines).split())
+    if "--mixed-precision" in text:
+        assert "(docs/training.md, 'Precision and XLA')" in text
+
+
+def test_train_help_gives_an_example(capsys):
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["train", "--help"])
+    assert "Example: keras-vit train --model S/16" in " ".join(capsys.readouterr().out.split())
