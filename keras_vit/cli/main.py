@@ -127,6 +127,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"keras-vit {args.command}: error: {describe_os_error(error)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
+        end_partial_line()
         print(f"keras-vit {args.command}: interrupted. {resume_hint(args)}", file=sys.stderr)
         return 130
     finally:
@@ -140,6 +141,14 @@ def check_before_tensorflow(args) -> None:
     check = getattr(args, "check", None)
     if check is not None:
         check(args)
+
+
+def end_partial_line() -> None:
+    """Ends the line a terminal's progress bar was drawing (Keras redraws it with a carriage
+    return and no newline), so that what follows starts on its own line."""
+    if sys.stdout.isatty():
+        sys.stdout.write("\n")
+        sys.stdout.flush()
 
 
 def describe_os_error(error: OSError) -> str:

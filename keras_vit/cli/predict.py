@@ -95,18 +95,16 @@ def find_images(inputs) -> list[str]:
 
 
 def usable_images(files, bad_images: str, channels: int = 3) -> list[str]:
-    """The files that decode (`keras_vit.data.image_check`); each bad one is reported on
-    stderr ("skip"), or the first one stops the command ("fail"); UsageError if none is left."""
-    import sys
-
+    """The files that decode (`keras_vit.data.image_check`): the bad ones are left out and
+    named in the one warning `train` and `evaluate` give too ("skip"), or the first one stops
+    the command ("fail"); UsageError if none is left."""
     from keras_vit.data import image_check
 
     usable, bad = image_check.check_images(files, "skip", channels=channels, log=False)
     good = [path for path, ok in zip(files, usable, strict=True) if ok]
     if bad and (bad_images == "fail" or not good):
         refuse_bad_images(files, bad, bad_images)
-    for path, reason in bad.items():
-        print(f"Skipped {path}: {reason}", file=sys.stderr)
+    image_check.report_skipped(bad, len(files))
     return good
 
 

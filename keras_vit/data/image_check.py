@@ -176,15 +176,24 @@ def check_images(
             f"Bad image {path}: {reason}. {len(bad)} bad file(s) in all; pass "
             "--bad-images skip (bad_images='skip') to leave them out."
         )
-    if bad and log:
-        shown = "; ".join(f"{path} ({reason})" for path, reason in list(bad.items())[:LOGGED_NAMES])
-        more = f"; and {len(bad) - LOGGED_NAMES} more" if len(bad) > LOGGED_NAMES else ""
-        logger.warning(
-            "Skipped %d bad image file(s) of %d%s: %s%s",
-            len(bad),
-            len(paths),
-            f" in {where}" if where else "",
-            shown,
-            more,
-        )
+    if log:
+        report_skipped(bad, len(paths), where)
     return [problem is None for problem in problems], bad
+
+
+def report_skipped(bad: dict, total: int, where="") -> None:
+    """The one warning that names skipped image files ({path: reason}, of `total` read;
+    `where`: the folder or source), the first `LOGGED_NAMES` of them by name; nothing when
+    `bad` is empty. `train`, `evaluate` and `predict` report skips this way."""
+    if not bad:
+        return
+    shown = "; ".join(f"{path} ({reason})" for path, reason in list(bad.items())[:LOGGED_NAMES])
+    more = f"; and {len(bad) - LOGGED_NAMES} more" if len(bad) > LOGGED_NAMES else ""
+    logger.warning(
+        "Skipped %d bad image file(s) of %d%s: %s%s",
+        len(bad),
+        total,
+        f" in {where}" if where else "",
+        shown,
+        more,
+    )

@@ -211,3 +211,36 @@ def test_train_help_gives_an_example(capsys):
     with pytest.raises(SystemExit):
         build_parser().parse_args(["train", "--help"])
     assert "Example: keras-vit train --model S/16" in " ".join(capsys.readouterr().out.split())
+
+
+def test_ctrl_c_under_a_progress_bar_starts_its_message_on_a_new_line(monkeypatch, capsys):
+    """Keras draws its bar on a terminal with carriage returns and no newline; the
+    interruption ends that line before its own message."""
+    import io
+    import types
+
+    from keras_vit.cli import main as cli_main
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    def add_parser(subparsers):
+        parser = subparsers.add_parser("bar")
+        parser.set_defaults(func=run)
+        return parser
+
+    def run(args):
+        sys.stdout.write("\r 3/56 ━━━━━━━━━━ 12s 230ms/step - accuracy: 0.1172")
+        raise KeyboardInterrupt
+
+    module = types.ModuleType("keras_vit.cli.bar")
+    module.add_parser, module.run = add_parser, run
+    monkeypatch.setitem(sys.modules, "keras_vit.cli.bar", module)
+    monkeypatch.setattr(cli_main, "SUBCOMMAND_MODULES", ["bar"])
+    monkeypatch.setattr(cli_main.startup, "start_tensorflow", lambda verbose: None)
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stdout", terminal)
+    assert cli_main.main(["bar"]) == 130
+    assert terminal.getvalue().endswith("accuracy: 0.1172\n")
+    assert capsys.readouterr().err.startswith("keras-vit bar: interrupted.")
