@@ -73,7 +73,7 @@ def export_saved_model(
     Serving ignores, as it is not an integer) and then renamed into place, so a server
     watching `export_dir` never sees a half-written version. Under Keras' JAX or PyTorch
     backend the export runs in a TensorFlow child process
-    (`keras_vit.export_via_tensorflow`), through a temporary `.keras` file.
+    (`keras_vit._export_process`), through a temporary `.keras` file.
 
     Args:
         model: a keras_vit classifier (`ViT`, `HybridViT`, ...): one input
@@ -123,7 +123,7 @@ def export_saved_model(
     if version is not None:
         check_positive_int("version", version)
     if keras.backend.backend() != "tensorflow":  # a SavedModel is a TensorFlow graph
-        from keras_vit.export_via_tensorflow import export_in_tensorflow_process
+        from keras_vit._export_process import export_in_tensorflow_process
 
         options = dict(version=version, top_k=top_k, overwrite=overwrite, jit_compile=jit_compile)
         names = None if class_names is None else [str(name) for name in class_names]
@@ -443,3 +443,11 @@ def build_export_archive(
     archive.add_endpoint(BYTES_SIGNATURE, serving_bytes, input_signature=[bytes_spec])
     archive.add_endpoint(FEATURES_SIGNATURE, features, input_signature=[image_spec])
     return archive
+
+
+if __name__ == "__main__":  # the TensorFlow child process of an export from another backend
+    import sys
+
+    from keras_vit._export_process import child_main
+
+    sys.exit(child_main(sys.argv[1], export_saved_model))

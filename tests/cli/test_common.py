@@ -63,7 +63,7 @@ def test_a_bare_mixed_precision_is_an_error_listing_the_values(command, after, c
     assert error == (
         f"keras-vit {command}: error: argument --mixed-precision: needs a value, one of auto, "
         "float32, mixed_float16, mixed_bfloat16 (e.g. --mixed-precision mixed_bfloat16); a "
-        "bare --mixed-precision has no meaning"
+        f"bare --mixed-precision has no meaning (see keras-vit {command} --help)"
     )
 
 

@@ -1,6 +1,7 @@
 """SavedModel export from the JAX or PyTorch backend: the model goes through a `.keras` file
-(backend-neutral) to a child process that runs `keras_vit.export.export_saved_model` under
-Keras' TensorFlow backend, since a SavedModel is a TensorFlow graph.
+(backend-neutral) to a child process, `python -m keras_vit.export`, that runs
+`keras_vit.export.export_saved_model` under Keras' TensorFlow backend, since a SavedModel is a
+TensorFlow graph.
 
 `export_saved_model` calls `export_in_tensorflow_process` itself when Keras runs on another
 backend, so the same call exports on every backend; the child costs a TensorFlow import and a
@@ -40,7 +41,7 @@ def export_in_tensorflow_process(model, export_dir, **options) -> str:
         request = {"model": path, "export_dir": os.fspath(export_dir), "options": options}
         env = {**os.environ, "KERAS_BACKEND": "tensorflow"}
         done = subprocess.run(
-            [sys.executable, "-m", __name__, json.dumps(request)],
+            [sys.executable, "-m", "keras_vit.export", json.dumps(request)],
             capture_output=True,
             text=True,
             env=env,
@@ -67,22 +68,19 @@ def _answer(stdout: str) -> dict:
     return {}
 
 
-def _export(request: dict) -> dict:
-    """The child's work: load the `.keras` file (keras_vit's layers registered) and export."""
+def child_main(request_text: str, export) -> int:
+    """The child's work (`python -m keras_vit.export REQUEST`, under KERAS_BACKEND=tensorflow):
+    load the request's `.keras` file (keras_vit's layers are registered by the package's
+    import) and `export(model, export_dir, **options)`; prints the JSON answer, returns the
+    exit code."""
     import keras
 
-    import keras_vit  # noqa: F401  (registers the layers for loading)
-    from keras_vit.export import export_saved_model
-
+    request = json.loads(request_text)
     model = keras.models.load_model(request["model"])
     try:
-        return {"path": export_saved_model(model, request["export_dir"], **request["options"])}
+        answer = {"path": export(model, request["export_dir"], **request["options"])}
     except (ValueError, OSError) as error:
         name = next(name for name, kind in ERRORS.items() if isinstance(error, kind))
-        return {"error": name, "message": str(error)}
-
-
-if __name__ == "__main__":
-    result = _export(json.loads(sys.argv[1]))
-    print(json.dumps(result))
-    sys.exit(0 if "path" in result else 1)
+        answer = {"error": name, "message": str(error)}
+    print(json.dumps(answer))
+    return 0 if "path" in answer else 1
