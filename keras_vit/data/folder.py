@@ -18,12 +18,13 @@ import numpy as np
 import tensorflow as tf
 
 from keras_vit.data import image_check
-from keras_vit.data.decode import IMAGE_EXTENSIONS, decode_pixels
+from keras_vit.data.decode import decode_pixels
 from keras_vit.data.folder_layout import class_counts, class_root, split_roots  # noqa: F401
 from keras_vit.data.folder_layout import image_files as _images
 from keras_vit.data.folder_layout import subdirs as _subdirs
 from keras_vit.data.info import DatasetInfo
 from keras_vit.data.splits import SplitSpec, slice_indices
+from keras_vit.spec.image_formats import IMAGE_EXTENSIONS
 
 logger = logging.getLogger(__name__)
 
