@@ -23,7 +23,7 @@ def check_training_data(args, task: str) -> None:
     of a one-sided --validation-split slice of train, else train)."""
     from keras_vit.data import embedded, folder_layout, split_counts, splits
 
-    if getattr(args, "resume", False):
+    if vars(args).get("resume"):
         return  # the flags come from the run's config.json
     dataset = args.dataset or configs.RECIPE_DEFAULTS[task]["dataset"]
     batch = args.batch_size or configs.RECIPE_DEFAULTS[task]["batch_size"]

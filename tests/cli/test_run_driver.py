@@ -56,10 +56,10 @@ def test_explicit_jit_compile_is_refused_where_xla_cannot_run(monkeypatch, flag,
 
 
 def test_print_summary(tmp_path, monkeypatch, capsys):
-    from keras_vit.train import runs
+    from keras_vit.train import run_directory
 
     monkeypatch.setattr(
-        runs, "read_config", lambda d: {"resolved": {**RESOLVED, "test_split": "test"}}
+        run_directory, "read_config", lambda d: {"resolved": {**RESOLVED, "test_split": "test"}}
     )
     metrics = {
         "test": {"accuracy": 0.98765, "loss": 0.04321, "loss_name": "cross-entropy"},
