@@ -48,7 +48,7 @@ def check_training_data(args, task: str) -> None:
         if isinstance(error, UsageError):
             raise
         return  # the run's plan names the problem (unknown split, unreadable folder, ...)
-    if counts:
+    if counts and sum(counts.values()):  # an empty split: the run's plan says so
         try:
             split_counts.check_training_batches(sum(counts.values()), batch, dataset, train_split)
         except ValueError as error:
