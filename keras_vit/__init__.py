@@ -8,11 +8,16 @@ with Keras' serialization as soon as Keras is imported too (keras_vit/_registrat
 
 from __future__ import annotations
 
-from keras_vit import _registration
-from keras_vit._lazy import lazy_exports
-from keras_vit._version import __version__ as __version__
-from keras_vit.kernels import tf_allocator
-from keras_vit.spec import configs
+from keras_vit import _backend_check
+
+# before anything else: an unknown KERAS_BACKEND or a missing backend package is one line
+_backend_check.check_backend_on_import()
+
+from keras_vit import _registration  # noqa: E402
+from keras_vit._lazy import lazy_exports  # noqa: E402
+from keras_vit._version import __version__ as __version__  # noqa: E402
+from keras_vit.kernels import tf_allocator  # noqa: E402
+from keras_vit.spec import configs  # noqa: E402
 
 tf_allocator.prefer_bfc_cpu_allocator()  # before TensorFlow makes its CPU allocator
 

@@ -87,11 +87,19 @@ def import_quietly(module_name: str):
     if not quiet_start_wanted():
         backend_before_tensorflow()
         return importlib.import_module(module_name)
-    with stderr_fd_silenced():
-        backend_before_tensorflow()
-        module = importlib.import_module(module_name)
-        if "tensorflow" in sys.modules:
-            sys.modules["tensorflow"].config.list_physical_devices()
+    # C++ notes after the start-up (XLA's "XLA service ... initialized" at the first compiled
+    # step) stay hidden too (errors still show): TensorFlow reads the level once, at its first
+    # message, so it is set before the import, and taken back if TensorFlow did not start
+    os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
+    try:
+        with stderr_fd_silenced():
+            backend_before_tensorflow()
+            module = importlib.import_module(module_name)
+            if "tensorflow" in sys.modules:
+                sys.modules["tensorflow"].config.list_physical_devices()
+    finally:
+        if "tensorflow" not in sys.modules:
+            os.environ.pop("TF_CPP_MIN_LOG_LEVEL", None)
     return module
 
 

@@ -81,14 +81,35 @@ def to_pair(name: str, value) -> tuple[int, int]:
 
 
 def check_divisible(image_size: tuple[int, int], patch_size: tuple[int, int]) -> tuple[int, int]:
-    """Returns the (rows, cols) patch grid, or raises if a side is not a multiple of the patch."""
+    """Returns the (rows, cols) patch grid, or raises if a side is not a multiple of the patch
+    (the message names the nearest sides that are: `nearest_sizes`)."""
     if image_size[0] % patch_size[0] or image_size[1] % patch_size[1]:
         raise ValueError(
             f"Image size {image_size} is not divisible by the patch size {patch_size}: "
             "height and width must each be a multiple of the patch size "
-            "(the image is cut into non-overlapping patches, paper section 3.1)."
+            "(the image is cut into non-overlapping patches, paper section 3.1); the nearest "
+            f"that work: {nearest_sizes(image_size, patch_size)}."
         )
     return image_size[0] // patch_size[0], image_size[1] // patch_size[1]
+
+
+def nearest_multiples(side: int, patch: int) -> list[int]:
+    """The multiples of `patch` nearest to `side`, below (if > 0) and above: 30, 16 -> [16, 32];
+    `[side]` when it is one."""
+    below = side // patch * patch
+    if below == side:
+        return [side]
+    return [size for size in (below, below + patch) if size > 0]
+
+
+def nearest_sizes(image_size: tuple[int, int], patch_size: tuple[int, int]) -> str:
+    """`nearest_multiples` of each side as text: "16 or 32" for a square size and patch,
+    else "height 16 or 32, width 160"."""
+    sides = [nearest_multiples(s, p) for s, p in zip(image_size, patch_size, strict=True)]
+    words = [" or ".join(str(size) for size in side) for side in sides]
+    if image_size[0] == image_size[1] and patch_size[0] == patch_size[1]:
+        return words[0]
+    return f"height {words[0]}, width {words[1]}"
 
 
 def label_problem(labels, num_classes=None) -> str | None:

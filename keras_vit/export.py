@@ -71,7 +71,9 @@ def export_saved_model(
 
     The version folder is first written to a temporary folder inside `export_dir` (a name TF
     Serving ignores, as it is not an integer) and then renamed into place, so a server
-    watching `export_dir` never sees a half-written version.
+    watching `export_dir` never sees a half-written version. Under Keras' JAX or PyTorch
+    backend the export runs in a TensorFlow child process
+    (`keras_vit._export_process`), through a temporary `.keras` file.
 
     Args:
         model: a keras_vit classifier (`ViT`, `HybridViT`, ...): one input
@@ -98,8 +100,7 @@ def export_saved_model(
         The path of the written version folder, `export_dir/<version>`.
 
     Raises:
-        ValueError: a Keras backend other than TensorFlow; a model without a fixed-size 4-D
-            image input, a `head`, or a `pool`
+        ValueError: a model without a fixed-size 4-D image input, a `head`, or a `pool`
             layer; a head activation other than linear/softmax; a bad `version`, `top_k` or
             `class_names` (wrong count or not strings).
         FileExistsError: `export_dir/<version>` exists and `overwrite` is False.
@@ -118,14 +119,15 @@ def export_saved_model(
     out = served.signatures["serving_default"](images=tf.zeros((2, 500, 400, 3)))
     ```
     """
-    if keras.backend.backend() != "tensorflow":
-        raise ValueError(
-            "export_saved_model traces the model into a TensorFlow graph and needs the "
-            f"TensorFlow backend (KERAS_BACKEND=tensorflow). Received: {keras.backend.backend()!r}"
-        )
     check_positive_int("top_k", top_k)
     if version is not None:
         check_positive_int("version", version)
+    if keras.backend.backend() != "tensorflow":  # a SavedModel is a TensorFlow graph
+        from keras_vit._export_process import export_in_tensorflow_process
+
+        options = dict(version=version, top_k=top_k, overwrite=overwrite, jit_compile=jit_compile)
+        names = None if class_names is None else [str(name) for name in class_names]
+        return export_in_tensorflow_process(model, export_dir, class_names=names, **options)
     height, width, channels = model_image_shape(model)
     head = find_head(model)
     feature_layer = find_feature_layer(model)
@@ -441,3 +443,11 @@ def build_export_archive(
     archive.add_endpoint(BYTES_SIGNATURE, serving_bytes, input_signature=[bytes_spec])
     archive.add_endpoint(FEATURES_SIGNATURE, features, input_signature=[image_spec])
     return archive
+
+
+if __name__ == "__main__":  # the TensorFlow child process of an export from another backend
+    import sys
+
+    from keras_vit._export_process import child_main
+
+    sys.exit(child_main(sys.argv[1], export_saved_model))

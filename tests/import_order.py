@@ -1,6 +1,6 @@
 """Which of `keras` and `tensorflow` a fresh process asks for first: `imports_asked(...)` runs
-`code` under KERAS_BACKEND=`backend` with a stub `keras` package first on the path (no torch
-needed) and returns the printed order, e.g. "['keras', 'tensorflow']"."""
+`code` under KERAS_BACKEND=`backend` with stub `keras` and `torch` packages first on the path
+(no torch needed) and returns the printed order, e.g. "['keras', 'tensorflow']"."""
 
 from __future__ import annotations
 
@@ -22,6 +22,8 @@ FINDER = (
 def imports_asked(tmp_path, backend: str, code: str) -> str:
     (tmp_path / "keras").mkdir()
     (tmp_path / "keras" / "__init__.py").write_text("")
+    (tmp_path / "torch").mkdir()  # found by keras_vit's backend check, never imported here
+    (tmp_path / "torch" / "__init__.py").write_text("")
     path = os.pathsep.join([str(tmp_path), *filter(None, [os.environ.get("PYTHONPATH")])])
     env = {**os.environ, "KERAS_BACKEND": backend, "PYTHONPATH": path}
     script = FINDER + code + "print(seen)\n"

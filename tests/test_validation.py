@@ -140,3 +140,18 @@ def test_infinite_and_nan_are_refused(value):
     refused(v.check_positive_number, "scale", value, match=rf"scale={value!r}")
     refused(v.check_non_negative_number, "scale", value, match=rf"scale={value!r}")
     refused(v.check_rate, "scale", value, match=rf"scale={value!r}")
+
+
+@settings(max_examples=60, deadline=None)
+@given(side=st.integers(1, 2000), patch=st.integers(1, 64))
+def test_nearest_multiples_are_the_closest_on_each_side(side, patch):
+    """Each answer is a positive multiple of the patch; none lies between an answer and the
+    side; a side that is a multiple answers itself."""
+    found = v.nearest_multiples(side, patch)
+    assert all(size > 0 and size % patch == 0 for size in found)
+    if side % patch == 0:
+        assert found == [side]
+    else:  # by enumeration of every multiple up to one past the side
+        multiples = range(patch, side + patch + 1, patch)
+        lower = [m for m in multiples if m < side][-1:]
+        assert found == [*lower, min(m for m in multiples if m > side)]

@@ -22,7 +22,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     )
     parser.add_argument("model", metavar="RUN_OR_MODEL", help="run directory, .keras or .npz")
     flags.add_data_arguments(
-        parser, default_dataset_help="default: the run's dataset", bad_images="fail"
+        parser, default_dataset_help="default: the run's dataset", bad_images="skip"
     )
     parser.add_argument("--split", default="test", help="split to evaluate (default: test)")
     parser.add_argument(

@@ -106,7 +106,7 @@ def run(args) -> int:
         )
     except ValueError as error:
         raise UsageError(str(error)) from error
-    print(f"Exported {model_path} to {target} ({precision.describe()})")
+    print(f"Exported {model_path} to {target} ({precision.brief()})")
     if progress.output_mode(args) != "quiet":
         print(
             "Signatures: serving_default (images), serving_bytes (image_bytes), features (images)"

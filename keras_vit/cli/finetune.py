@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from keras_vit.cli import flags, run_driver
+from keras_vit.cli import data_checks, flags, run_driver
 from keras_vit.spec import configs
 
 # the fields of keras_vit.train.training.FinetuneConfig that flags of the same dest set
@@ -63,6 +63,7 @@ def check(args) -> None:
             "published checkpoint name."
         )
     run_driver.check_run_dir(args)
+    data_checks.check_training_data(args, "finetune")
 
 
 def run(args) -> int:

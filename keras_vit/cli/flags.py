@@ -63,9 +63,7 @@ def run_dir_path(text: str) -> str:
     return text
 
 
-IMAGE_SIZE_HELP = (
-    "input size in pixels: one side (square) or height and width (224, '224 160' or 224,160)"
-)
+IMAGE_SIZE_HELP = "side in pixels, or height and width ('224 160' or 224,160)"
 """The help of every subcommand's --image-size (each adds its default)."""
 
 
@@ -76,7 +74,7 @@ class ImageSize(argparse.Action):
     anything else)."""
 
     def __init__(self, option_strings, dest, **kwargs):
-        kwargs.setdefault("metavar", "PIXELS")
+        kwargs.setdefault("metavar", "PX")
         super().__init__(option_strings, dest, **{**kwargs, "nargs": "+"})
 
     def __call__(self, parser, namespace, values, option_string=None):
@@ -155,20 +153,20 @@ def add_bad_images_argument(parser, *, default: str) -> None:
         "--bad-images",
         choices=["skip", "fail"],
         default=default,
-        help="image files that cannot be decoded (corrupt, empty, too large, unknown format): "
-        f"skip them and log their names, or stop at the first one (default: {default})",
+        help=f"image files that do not decode: skip and name them, or stop (default: {default})",
     )
 
 
 def add_data_arguments(parser, *, default_dataset_help: str, bad_images: str = "skip") -> None:
     parser.add_argument(
         "--dataset",
+        metavar="DATA",
         help=(
-            "data source: 'mnist' or 'digits' (embedded), a TFDS name such as 'cifar100', "
-            f"or a folder with one sub-folder per class ({default_dataset_help})"
+            "mnist or digits (embedded), a TFDS name (cifar100), or a folder of class "
+            f"sub-folders ({default_dataset_help})"
         ),
     )
-    parser.add_argument("--data-dir", help="TFDS data directory (never downloads)")
+    parser.add_argument("--data-dir", metavar="DIR", help="TFDS data directory (never downloads)")
     add_bad_images_argument(parser, default=bad_images)
 
 
@@ -183,61 +181,60 @@ def add_run_arguments(parser, *, task: str) -> None:
     parser.add_argument(
         "--batch-size",
         type=positive_int,
+        metavar="N",
         help=f"global batch size (default: {recipe['batch_size']})",
     )
     parser.add_argument(
         "--learning-rate",
         type=positive_float,
+        metavar="LR",
         help=f"peak learning rate (default: {recipe['learning_rate']:g})",
     )
     parser.add_argument(
         "--seed",
         type=seed,
-        help=f"random seed (weights, shuffling, augmentation; default: {recipe['seed']})",
+        metavar="N",
+        help=f"random seed of weights, shuffling, augmentation (default: {recipe['seed']})",
     )
     parser.add_argument(
         "--shots-per-class",
         type=positive_int,
-        help="embedded datasets: N images per class form the train split and all the "
-        "others the test split (the default --validation-split is then a tenth of the N)",
+        metavar="N",
+        help="embedded datasets: N images per class train, the others test",
     )
     parser.add_argument(
         "--validation-split",
         default="train[90%:]",
-        help="split evaluated after every epoch, which picks the kept model under --select "
-        "best (default 'train[90%%:]': a stratified tenth of train drawn with --split-seed, "
-        "which is then not trained on); the 'test' split is only evaluated at the end, with "
-        "the kept model",
+        metavar="SPLIT",
+        help="scored after every epoch, not trained on (default: train[90%%:], a stratified tenth)",
     )
     parser.add_argument(
-        "--split-seed", type=seed, default=0, help="seed of the validation carve (default 0)"
+        "--split-seed", type=seed, default=0, metavar="N", help="seed of that tenth (default 0)"
     )
     add_allow_test_selection_argument(parser, "--validation-split")
     add_select_argument(parser)
     parser.add_argument(
         "--strategy",
         default="auto",
-        help="tf.distribute strategy: auto, one_device, mirrored, multi_worker (TF_CONFIG), "
-        "tpu (default: auto)",
+        metavar="NAME",
+        help="auto (default), one_device, mirrored, multi_worker (TF_CONFIG) or tpu",
     )
     add_precision_arguments(parser)
     parser.add_argument(
         "--remat",
         action="store_true",
-        help="recompute each Transformer block's activations in the backward pass instead "
-        "of storing them (keras.remat): less memory at high resolution, about one more "
-        "forward pass a step",
+        help="recompute activations in the backward pass: less memory, slower steps",
     )
     parser.add_argument(
         "--run-dir",
         type=run_dir_path,
-        help=f"run directory (default: runs/{task}-<date>-<time>); must be new unless --resume",
+        metavar="DIR",
+        help=f"new run directory (default: runs/{task}-<date>-<time>)",
     )
     parser.add_argument(
         "--resume",
         action="store_true",
-        help="continue the run in --run-dir from its last finished epoch, with its stored "
-        "configuration",
+        help="continue the run in --run-dir from its last finished epoch",
     )
     progress.add_output_arguments(parser)
 
@@ -248,10 +245,8 @@ def add_select_argument(parser) -> None:
         "--select",
         choices=kept_model.SELECTIONS,
         default=kept_model.DEFAULT_SELECTION,
-        help="which epoch's model a run keeps, the kept model, saved as best.keras and "
-        "best.npz under either rule (the one tested at the end and used by evaluate, "
-        "predict and export): last (default: the end of the schedule, as the paper reports "
-        "its runs) or best (the epoch with the best validation accuracy)",
+        help="the model kept as best.keras: the last epoch's (default) or the best on "
+        "--validation-split",
     )
 
 
@@ -260,8 +255,7 @@ def add_allow_test_selection_argument(parser, selecting_flag: str) -> None:
     parser.add_argument(
         "--allow-test-selection",
         action="store_true",
-        help=f"allow {selecting_flag} to share images with the test split (refused by "
-        "default: the test figure would no longer be held out); recorded and warned about",
+        help=f"let {selecting_flag} share images with the test split (recorded)",
     )
 
 
@@ -300,7 +294,14 @@ class ValueRequired(argparse.Action):
 
 class HelpFormatter(argparse.HelpFormatter):
     """argparse's help layout, with the value of a `ValueRequired` flag shown as required
-    (`--mixed-precision {auto,...}`, not `[{auto,...}]`)."""
+    (`--mixed-precision {auto,...}`, not `[{auto,...}]`), and the help text starting further
+    right (`HELP_POSITION`), so that most flags and their help share a line."""
+
+    HELP_POSITION = 30
+
+    def __init__(self, prog, *args, **kwargs):
+        kwargs.setdefault("max_help_position", self.HELP_POSITION)
+        super().__init__(prog, *args, **kwargs)
 
     def _format_args(self, action, default_metavar):
         if isinstance(action, ValueRequired):
@@ -318,12 +319,9 @@ def add_precision_arguments(parser) -> None:
         action=ValueRequired,
         choices=PRECISION_CHOICES,
         default="auto",
-        help="dtype policy (a value is always needed, unlike --jit-compile); auto (default) "
-        "picks the fastest for this device and model: on CPUs by timing one encoder block's "
-        "training step of the model's shape in each setting, a few seconds once per host "
-        "and shape (cached in ~/.cache/keras_vit/precision_probe.json: delete it to measure "
-        "again; KERAS_VIT_PRECISION_PROBE=off: the CPU-flag rule), where predict, explain, "
-        "evaluate and fewshot only read the cache; mixed precision on GPUs/TPUs",
+        metavar="POLICY",
+        help=f"{', '.join(PRECISION_CHOICES)}; auto (default): the fastest here, timed on CPUs "
+        "(docs/training.md, 'Precision and XLA')",
     )
     jit = parser.add_mutually_exclusive_group()  # --jit-compile X --no-jit-compile: refused
     jit.add_argument(
@@ -333,8 +331,7 @@ def add_precision_arguments(parser) -> None:
         default="auto",
         type=jit_compile_value,
         metavar="{auto,true,false}",
-        help="compile with XLA; auto (default) picks with the precision (XLA off for "
-        "bfloat16 on CPU and for several CPU replicas); the bare flag means true",
+        help="compile with XLA; auto (default): chosen with the precision; bare: true",
     )
     jit.add_argument(
         "--no-jit-compile",

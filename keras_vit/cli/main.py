@@ -40,9 +40,18 @@ SUBCOMMAND_MODULES: list[str] = [
 ]
 
 
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse's parser whose errors are one line, `PROG: error: MESSAGE (see PROG --help)`,
+    without the usage block; exit code 2 as argparse's (subcommands' parsers are of this
+    class too: `add_subparsers` makes them of the parent's class)."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The top-level parser with every subcommand registered."""
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="keras-vit",
         description=(
             "Vision Transformer (ViT) for Keras/TensorFlow: train, fine-tune, evaluate, few-shot "
@@ -60,10 +69,25 @@ def build_parser() -> argparse.ArgumentParser:
     for module_name in SUBCOMMAND_MODULES:
         subparser = importlib.import_module(f"keras_vit.cli.{module_name}").add_parser(subparsers)
         subparser.formatter_class = HelpFormatter  # the usage of flags that need a value
+        subparser.usage = short_usage(subparser)
         # also after the subcommand (`keras-vit train -v`); SUPPRESS keeps a `-v` given
         # before it from being reset by the subcommand's default
         _add_verbose(subparser, default=argparse.SUPPRESS)
     return parser
+
+
+def short_usage(parser) -> str:
+    """`%(prog)s [options] POSITIONAL ...`: the usage line of a subcommand, its flags listed
+    once, below, rather than also in a usage block of many lines."""
+    words = ["%(prog)s", "[options]"]
+    for action in parser._actions:  # argparse keeps no public list of the arguments
+        if action.option_strings:
+            continue
+        metavar = action.metavar or action.dest.upper()
+        if action.nargs in ("+", "*"):
+            metavar = f"{metavar} [...]"
+        words.append(f"[{metavar}]" if action.nargs in ("?", "*") else metavar)
+    return " ".join(words)
 
 
 def _add_verbose(parser, default) -> None:
@@ -72,8 +96,7 @@ def _add_verbose(parser, default) -> None:
         "--verbose",
         action="store_true",
         default=default,
-        help="log debug messages from keras_vit and show TensorFlow's start-up logs "
-        "(also KERAS_VIT_VERBOSE=1)",
+        help="debug logs, TensorFlow's start-up messages (also KERAS_VIT_VERBOSE=1)",
     )
 
 
@@ -81,6 +104,9 @@ def main(argv: list[str] | None = None) -> int:
     """Runs `keras-vit`; returns the process exit code (0 ok, 1 write error, 2 bad
     arguments, 130 interrupted)."""
     parser = build_parser()
+    if not (sys.argv[1:] if argv is None else argv):  # `keras-vit` alone: its commands
+        parser.print_help()
+        return 2
     args = parser.parse_args(argv)  # --help exits here, before TensorFlow is imported
     args.typed_flags = typed_flags(build_parser, argv)  # what --resume names if it ignores
     verbose = args.verbose or verbose_from_env()
@@ -102,6 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"keras-vit {args.command}: error: {describe_os_error(error)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
+        end_partial_line()
         print(f"keras-vit {args.command}: interrupted. {resume_hint(args)}", file=sys.stderr)
         return 130
     finally:
@@ -115,6 +142,14 @@ def check_before_tensorflow(args) -> None:
     check = getattr(args, "check", None)
     if check is not None:
         check(args)
+
+
+def end_partial_line() -> None:
+    """Ends the line a terminal's progress bar was drawing (Keras redraws it with a carriage
+    return and no newline), so that what follows starts on its own line."""
+    if sys.stdout.isatty():
+        sys.stdout.write("\n")
+        sys.stdout.flush()
 
 
 def describe_os_error(error: OSError) -> str:

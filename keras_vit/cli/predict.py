@@ -43,9 +43,34 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def check(args) -> None:
-    """RUN_OR_MODEL and IMAGES_OR_FOLDER exist (checked before TensorFlow is imported)."""
+    """RUN_OR_MODEL and IMAGES_OR_FOLDER exist, and the image files named one by one are
+    images by their header (checked before TensorFlow is imported; decoding comes later)."""
     model_files.check_model_argument(args)
     find_images(args.inputs)
+    check_named_files(args.inputs, args.bad_images)
+
+
+def check_named_files(inputs, bad_images: str) -> None:
+    """The `usable_images` refusal for what the files named in `inputs` (folders aside) show
+    by their header (`keras_vit.data.image_check.header_problem`, no TensorFlow): a bad one
+    under --bad-images fail, or all of them bad when no folder is given."""
+    from keras_vit.data import image_check
+
+    files = [item for item in inputs if os.path.isfile(item)]
+    bad = {path: image_check.header_problem(path) for path in files}
+    bad = {path: reason for path, reason in bad.items() if reason}
+    all_bad = len(files) == len(inputs) and all(path in bad for path in files)
+    if bad and (bad_images == "fail" or all_bad):
+        refuse_bad_images(files, bad, bad_images)
+
+
+def refuse_bad_images(files, bad: dict, bad_images: str) -> None:
+    """UsageError naming the first of `bad` ({path: reason}) among `files`."""
+    path, reason = next(iter(bad.items()))
+    if bad_images == "fail":
+        raise UsageError(f"Bad image {path}: {reason} (--bad-images skip predicts the others).")
+    count = "" if len(files) == 1 else f" (none of the {len(files)} files decodes)"
+    raise UsageError(f"Cannot read {path} as an image: {reason}{count}.")
 
 
 def find_images(inputs) -> list[str]:
@@ -70,23 +95,16 @@ def find_images(inputs) -> list[str]:
 
 
 def usable_images(files, bad_images: str, channels: int = 3) -> list[str]:
-    """The files that decode (`keras_vit.data.image_check`); each bad one is reported on
-    stderr ("skip"), or the first one stops the command ("fail"); UsageError if none is left."""
-    import sys
-
+    """The files that decode (`keras_vit.data.image_check`): the bad ones are left out and
+    named in the one warning `train` and `evaluate` give too ("skip"), or the first one stops
+    the command ("fail"); UsageError if none is left."""
     from keras_vit.data import image_check
 
     usable, bad = image_check.check_images(files, "skip", channels=channels, log=False)
-    if bad and bad_images == "fail":
-        path, reason = next(iter(bad.items()))
-        raise UsageError(f"Bad image {path}: {reason} (--bad-images skip predicts the others).")
     good = [path for path, ok in zip(files, usable, strict=True) if ok]
-    if not good:
-        path, reason = next(iter(bad.items()))
-        count = "" if len(files) == 1 else f" (none of the {len(files)} files decodes)"
-        raise UsageError(f"Cannot read {path} as an image: {reason}{count}.")
-    for path, reason in bad.items():
-        print(f"Skipped {path}: {reason}", file=sys.stderr)
+    if bad and (bad_images == "fail" or not good):
+        refuse_bad_images(files, bad, bad_images)
+    image_check.report_skipped(bad, len(files))
     return good
 
 

@@ -3,8 +3,11 @@ per epoch in a file or pipe (or with `--log-every epoch`), nothing with `--quiet
 
 from __future__ import annotations
 
+import logging
 import sys
 import time
+
+logger = logging.getLogger(__name__)
 
 MODES = ("batch", "epoch")
 
@@ -15,13 +18,12 @@ def add_output_arguments(parser, *, log_every: bool = True) -> None:
         parser.add_argument(
             "--log-every",
             choices=MODES,
-            help="'batch': the Keras progress bar; 'epoch': one line per epoch (default: "
-            "batch on a terminal, epoch when the output goes to a file or pipe)",
+            help="the Keras bar (batch) or a line per epoch (default: bar on a terminal)",
         )
     parser.add_argument(
         "--quiet",
         action="store_true",
-        help="no progress output; print only the result (warnings and errors still show)",
+        help="print only the result (and warnings and errors)",
     )
 
 
@@ -200,14 +202,29 @@ def start_lines(run_dir: str, record: dict, precision: str) -> list[str]:
     replicas = resolved.get("num_replicas", 1)
     strategy = resolved.get("strategy") or "default"
     strategy = "default strategy" if strategy.startswith("_Default") else strategy
-    why = f" ({resolved['precision_reason']})" if resolved.get("precision_reason") else ""
+    why = _precision_why(resolved)
     return [
         first,
         f"  model: {describe_model(run, model_kwargs)}",
         f"  data: {describe_data(resolved)}",
-        f"  precision: {precision}, jit_compile {resolved.get('jit_compile')}{why}",
+        f"  precision: {precision}, XLA {'on' if resolved.get('jit_compile') else 'off'}{why}",
         f"  strategy: {strategy}, {replicas} replica(s)",
     ]
+
+
+def _precision_why(resolved: dict) -> str:
+    """ " (brief reason)" of the run's precision (`keras_vit.runtime.precision.brief_reason`;
+    the full reason is in config.json and, with --verbose, in the log), or ""."""
+    from keras_vit.runtime.precision import brief_reason, setting_label
+
+    if not resolved.get("precision_reason"):
+        return ""
+    setting = setting_label(
+        resolved.get("mixed_precision") or "float32", resolved.get("jit_compile")
+    )
+    choice = {**(resolved.get("precision_probe") or {}), "reason": resolved["precision_reason"]}
+    logger.debug("Precision: %s", resolved["precision_reason"])
+    return f" ({brief_reason(setting, choice)})"
 
 
 def _count(number) -> str:
@@ -215,8 +232,8 @@ def _count(number) -> str:
 
 
 def describe_data(resolved: dict) -> str:
-    """'mnist, 10 classes, 28x28: 3,600 training images of 'train[:90%]', 400 held out for
-    validation ('train[90%:]', not trained on), test split 'test''."""
+    """'mnist, 10 classes, 28x28: 3,600 training images of 'train[:90%]', 400 validation
+    ('train[90%:]'), test 'test''."""
     height, width = resolved.get("image_size", ("?", "?"))
     text = (
         f"{resolved.get('dataset')}, {resolved.get('num_classes')} classes, {height}x{width}: "
@@ -227,9 +244,9 @@ def describe_data(resolved: dict) -> str:
     if resolved.get("validation_split"):
         held = resolved.get("num_validation_examples")
         held = f"{_count(held)} " if held is not None else ""
-        text += f", {held}held out for validation ({resolved['validation_split']!r})"
+        text += f", {held}validation ({resolved['validation_split']!r})"
     if resolved.get("test_split"):
-        text += f", test split {resolved['test_split']!r}"
+        text += f", test {resolved['test_split']!r}"
     return text
 
 

@@ -8,7 +8,6 @@ import os
 
 from keras_vit.cli import progress
 from keras_vit.cli.flags import UsageError, usage_errors
-from keras_vit.spec import run_files
 
 
 def default_run_dir(task: str) -> str:
@@ -86,7 +85,7 @@ def run_training(config, args, task: str) -> int:
             )
         finally:
             guard.on_train_end()  # Keras skips it when training stops on an exception
-    print_summary(result)
+    print_summary(result, run_dir, next_steps=mode != "quiet")
     return 0
 
 
@@ -108,14 +107,16 @@ def check_jit_compile(args, strategy) -> None:
         raise UsageError(f"--jit-compile cannot run here: {reason}; drop the flag.")
 
 
-def print_summary(result) -> None:
+def print_summary(result, shown_dir: str | None = None, *, next_steps: bool = False) -> None:
     """The few lines `train`/`finetune` end with: the test figures of best.keras (the kept
     model, the one `evaluate` and `export` use), which epoch it is and why, where the files
-    are."""
+    are, and (`next_steps`) the commands that use the run. `shown_dir`: the run directory as
+    the run's first line named it (default: `result.run_dir`)."""
     from keras_vit.train import run_directory
 
     metrics = result.metrics
     run_dir = result.run_dir
+    shown_dir = shown_dir or run_dir
     resolved = (run_directory.read_config(run_dir) or {}).get("resolved", {})
     best = metrics.get("best") or {}
     test = metrics.get("test")
@@ -136,23 +137,44 @@ def print_summary(result) -> None:
     epochs, steps = metrics["epochs"], metrics["steps"]
     print(
         f"Trained {counted(epochs, 'epoch')}, {counted(steps, 'step')} on "
-        f"{metrics['num_replicas']} replica(s); run directory: {run_dir}"
+        f"{metrics['num_replicas']} replica(s); run directory: {shown_dir}"
     )
-    print(models_line(run_dir, best))
+    print(models_line(best))
+    if next_steps:
+        print("\n".join(next_step_lines(shown_dir)))
 
 
-def models_line(run_dir: str, best: dict) -> str:
-    """Where the models are, saying what best.keras holds: the kept model, which under the
-    default --select last is the last epoch's (the name stays best.keras, the file every
-    command reads from a run directory)."""
-    path = os.path.join(run_dir, run_files.BEST_MODEL)
+def models_line(best: dict) -> str:
+    """Which models the run directory holds, saying what best.keras holds: the kept model,
+    which under the default --select last is the last epoch's, the same weights as
+    last.keras (the name stays best.keras, the file every command reads from a run
+    directory; best.json says which epoch it is)."""
     if best.get("select", "best") == "last":
-        kept = "the kept model: the last epoch, as --select last (the default) says"
+        kept = "the kept model: the last epoch, --select last"
     elif best:
         kept = f"the kept model: epoch {best['epoch'] + 1}, the best on validation"
     else:
         kept = "the kept model"
-    return f"Models: {path} and best.npz ({kept}), last.keras"
+    return f"Models: best.keras and best.npz ({kept}), last.keras; best.json names the epoch"
+
+
+def next_step_lines(run_dir: str) -> list[str]:
+    """The commands that use a finished run, `run_dir` as the user named it. Export needs
+    TensorFlow: on another Keras backend the suggestion runs it under KERAS_BACKEND=tensorflow
+    (best.keras is backend-neutral)."""
+    from keras_vit._lazy import configured_backend
+
+    export = "keras-vit export"
+    if configured_backend() != "tensorflow":
+        export = f"KERAS_BACKEND=tensorflow {export}"
+    logs = os.path.dirname(os.path.normpath(run_dir)) or "."
+    return [
+        "Next:",
+        f"  keras-vit evaluate {run_dir}",
+        f"  keras-vit predict {run_dir} IMAGE_OR_FOLDER",
+        f"  {export} {run_dir} EXPORT_DIR",
+        f"  tensorboard --logdir {logs}",
+    ]
 
 
 def counted(number: int, noun: str) -> str:

@@ -25,8 +25,9 @@ def start_tensorflow(verbose: bool) -> None:
     devices, quietly unless `verbose`.
 
     Quiet mode also raises the Python loggers of TensorFlow and absl (used by TensorFlow
-    Datasets) to ERROR and keeps TF_CPP_MIN_LOG_LEVEL at 2 for later C++ messages (the user's
-    own value wins).
+    Datasets) to ERROR and JAX's to WARNING, and keeps TF_CPP_MIN_LOG_LEVEL at 2 for later C++
+    messages, XLA's "XLA service ... initialized" notes among them (the user's own value
+    wins).
     """
     if verbose:
         backend_before_tensorflow()
@@ -43,6 +44,9 @@ def start_tensorflow(verbose: bool) -> None:
         tf.config.list_physical_devices()
     for name in ("tensorflow", "absl"):
         logging.getLogger(name).setLevel(logging.ERROR)
+    # JAX's start-up notes at INFO ("Unable to initialize backend 'tpu'" on every host
+    # without one); its warnings stay
+    logging.getLogger("jax").setLevel(logging.WARNING)
     with contextlib.suppress(ImportError):
         from absl import logging as absl_logging
 

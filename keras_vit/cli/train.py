@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 
-from keras_vit.cli import flags, run_driver
+from keras_vit.cli import data_checks, flags, run_driver
 from keras_vit.spec import configs
 
 # the fields of keras_vit.train.training.TrainConfig that flags of the same dest set
@@ -22,36 +22,36 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "train",
         help="train a ViT from scratch (default: a small hybrid ViT on the embedded MNIST)",
         description=(
-            "Train a ViT from scratch into a run directory (config.json, history.csv, "
-            "TensorBoard logs, best/last model as .keras and .npz, learning_curves.png, "
-            "metrics.json). With no arguments: the default small hybrid (BiT ResNet root + "
-            "ViT; --stem patch for the pure ViT) on the embedded MNIST images; prints the "
-            "held-out accuracy. A killed run continues with --resume."
+            "Train a ViT from scratch into a run directory (its files: docs/training.md, 'Run "
+            "directories'). With no arguments: the default small hybrid ViT on the embedded "
+            "MNIST images; prints the held-out accuracy. A killed run continues with --resume. "
+            "Example: keras-vit train --model S/16 --dataset ./photos --image-size 224 "
+            "--epochs 10 --run-dir runs/photos"
         ),
     )
     flags.add_data_arguments(parser, default_dataset_help="default: mnist")
     parser.add_argument(
         "--model",
         default="default",
-        help="'default' or 'tiny' (the recipe's small model; see --stem) or a named model: "
-        + configs.variant_list(configs.MODEL_CONFIGS)
-        + " (also spelled ti16, ViT_Ti16, ViT-Ti_16, R50_B16, R50+ViT-B_16)",
+        metavar="NAME",
+        help="'default' (the recipe's small model; see --stem) or a named model: "
+        + configs.variant_list(configs.MODEL_CONFIGS),
     )
     parser.add_argument(
         "--stem",
         choices=["resnet", "patch"],
-        help="default model's stem: 'resnet' (default: the hybrid's BiT ResNet root, conv "
-        "7x7/2 + GroupNorm + max-pool, then 1x1 patches of its feature map) or 'patch' (the "
-        "pure ViT: --patch-size pixel patches, 4 by default)",
+        help="the default model's stem: BiT ResNet root (default) or 4-pixel patches",
     )
     parser.add_argument(
         "--patch-size",
         type=flags.positive_int,
-        help="patch side (overrides the model's; with the resnet stem, on its feature map)",
+        metavar="N",
+        help="patch side, instead of the model's (resnet stem: on its feature map)",
     )
     parser.add_argument(
         "--epochs",
         type=flags.positive_int,
+        metavar="N",
         help=f"number of epochs (default: {configs.RECIPE_DEFAULTS['train']['epochs']})",
     )
     flags.add_run_arguments(parser, task="train")
@@ -78,11 +78,15 @@ def check_stem(args) -> None:
 
 def check(args) -> None:
     """The checks of train's flags that need no TensorFlow (`keras_vit.cli.main` runs them
-    before importing it): the model's name, --stem, a size in the name, the run directory."""
+    before importing it): the model's name, --stem, a size in the name, the run directory,
+    the image size against the patch, the data's classes and size against --batch-size."""
     check_model_name(args.model)
     check_stem(args)
     flags.image_size_of_name(args)
     run_driver.check_run_dir(args)
+    if not args.resume:
+        data_checks.check_patch_grid(args)
+    data_checks.check_training_data(args, "train")
 
 
 def check_model_name(name) -> None:

@@ -12,7 +12,6 @@ their indices.
 from __future__ import annotations
 
 import logging
-import os
 from pathlib import Path
 
 import numpy as np
@@ -20,55 +19,14 @@ import tensorflow as tf
 
 from keras_vit.data import image_check
 from keras_vit.data.decode import decode_pixels
+from keras_vit.data.folder_layout import class_counts, class_root, split_roots  # noqa: F401
+from keras_vit.data.folder_layout import image_files as _images
+from keras_vit.data.folder_layout import subdirs as _subdirs
 from keras_vit.data.info import DatasetInfo
 from keras_vit.data.splits import SplitSpec, slice_indices
 from keras_vit.spec.image_formats import IMAGE_EXTENSIONS
 
 logger = logging.getLogger(__name__)
-
-
-def _subdirs(path: Path) -> list[Path]:
-    return sorted(p for p in path.iterdir() if p.is_dir())
-
-
-def _images(path: Path) -> list[Path]:
-    return sorted(
-        Path(dirpath) / f
-        for dirpath, _, files in os.walk(path)
-        for f in files
-        if f.lower().endswith(IMAGE_EXTENSIONS)
-    )
-
-
-def split_roots(root) -> dict[str, Path]:
-    """{split name: class root}. `root/<split>/<class>/...` if every sub-folder of root holds
-    class sub-folders and no images directly; else {"train": root}."""
-    root = Path(root)
-    if not root.is_dir():
-        raise ValueError(f"Image folder not found. Received: source={str(root)!r}")
-    subdirs = _subdirs(root)
-    nested = subdirs and all(
-        _subdirs(d) and not any(f.suffix.lower() in IMAGE_EXTENSIONS for f in d.iterdir())
-        for d in subdirs
-    )
-    return {d.name: d for d in subdirs} if nested else {"train": root}
-
-
-def class_root(root, split_name: str) -> Path:
-    """The folder whose sub-folders are the classes of `split_name`."""
-    roots = split_roots(root)
-    if split_name not in roots:
-        hint = " (use slices of 'train', e.g. 'train[90%:]')" if list(roots) == ["train"] else ""
-        raise ValueError(
-            f"The image folder {str(root)!r} has the splits {sorted(roots)}{hint}. "
-            f"Received: split={split_name!r}"
-        )
-    return roots[split_name]
-
-
-def class_counts(root, split_name: str) -> dict[str, int]:
-    """{class (sub-folder) name: image files}, of `split_name`, classes in sorted order."""
-    return {d.name: len(_images(d)) for d in _subdirs(class_root(root, split_name))}
 
 
 CHANNEL_SAMPLE = 16  # images decoded to choose a folder's channels

@@ -68,6 +68,14 @@ def image_problem(path, max_pixels: int = MAX_PIXELS, channels: int = 3) -> str 
         None, or a short reason such as "empty file (0 bytes)" or "header claims
         100000 x 100000 pixels, more than the limit of 40000000".
     """
+    return header_problem(path, max_pixels) or _decode_problem(
+        os.fspath(path), channels, max_pixels
+    )
+
+
+def header_problem(path, max_pixels: int = MAX_PIXELS) -> str | None:
+    """`image_problem` without decoding the pixels (no TensorFlow): what the file's size, its
+    signature and header (read by Pillow) show; None when they show nothing wrong."""
     from PIL import Image, UnidentifiedImageError
 
     path = os.fspath(path)
@@ -96,7 +104,7 @@ def image_problem(path, max_pixels: int = MAX_PIXELS, channels: int = 3) -> str 
             f"header claims {width} x {height} pixels, more than the limit of {max_pixels}; "
             f"{REFUSED}"
         )
-    return _decode_problem(path, channels, max_pixels)
+    return None
 
 
 def _unread_variant(handle, image_format: str) -> str | None:
@@ -168,15 +176,24 @@ def check_images(
             f"Bad image {path}: {reason}. {len(bad)} bad file(s) in all; pass "
             "--bad-images skip (bad_images='skip') to leave them out."
         )
-    if bad and log:
-        shown = "; ".join(f"{path} ({reason})" for path, reason in list(bad.items())[:LOGGED_NAMES])
-        more = f"; and {len(bad) - LOGGED_NAMES} more" if len(bad) > LOGGED_NAMES else ""
-        logger.warning(
-            "Skipped %d bad image file(s) of %d%s: %s%s",
-            len(bad),
-            len(paths),
-            f" in {where}" if where else "",
-            shown,
-            more,
-        )
+    if log:
+        report_skipped(bad, len(paths), where)
     return [problem is None for problem in problems], bad
+
+
+def report_skipped(bad: dict, total: int, where="") -> None:
+    """The one warning that names skipped image files ({path: reason}, of `total` read;
+    `where`: the folder or source), the first `LOGGED_NAMES` of them by name; nothing when
+    `bad` is empty. `train`, `evaluate` and `predict` report skips this way."""
+    if not bad:
+        return
+    shown = "; ".join(f"{path} ({reason})" for path, reason in list(bad.items())[:LOGGED_NAMES])
+    more = f"; and {len(bad) - LOGGED_NAMES} more" if len(bad) > LOGGED_NAMES else ""
+    logger.warning(
+        "Skipped %d bad image file(s) of %d%s: %s%s",
+        len(bad),
+        total,
+        f" in {where}" if where else "",
+        shown,
+        more,
+    )

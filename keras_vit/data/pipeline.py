@@ -23,6 +23,7 @@ from keras_vit.data.preprocess import (
 )
 from keras_vit.data.sources import KNOWN_SOURCES_TEXT as KNOWN_SOURCES_TEXT
 from keras_vit.data.sources import DataSource, ExampleOptions, find_source
+from keras_vit.data.split_counts import check_training_batches as check_training_batches
 
 logger = logging.getLogger(__name__)
 
@@ -38,20 +39,6 @@ def source_kind(source) -> str:
         ValueError: naming the value and the known sources when it is none of them.
     """
     return find_source(source).kind
-
-
-def check_training_batches(num_examples, batch_size: int, name: str, split: str) -> None:
-    """ValueError when a training pipeline of `num_examples` examples (None: unknown) at
-    `batch_size` would yield no batch: training batches drop the last partial one
-    (`drop_remainder=True`), so fewer examples than the batch give an epoch of 0 steps, a
-    "finished" run that never updated a weight. The one home of this rule (`load` and
-    `keras_vit.train.run_plan` call it)."""
-    if num_examples is not None and num_examples < batch_size:
-        raise ValueError(
-            f"The batch size {batch_size} is larger than the {num_examples} training images of "
-            f"{name!r} ({split}): a training pipeline drops the last partial batch, so it would "
-            "yield no batch; choose a smaller batch size (--batch-size)."
-        )
 
 
 def default_augmentation(source) -> Augmentation:

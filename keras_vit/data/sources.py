@@ -15,13 +15,12 @@ import dataclasses
 import os
 from collections.abc import Callable
 
-import numpy as np
 import tensorflow as tf
 
 from keras_vit.data import arrays as arrays_source
-from keras_vit.data import embedded, folder, tfds_source
+from keras_vit.data import embedded, folder, split_counts, tfds_source
 from keras_vit.data.preprocess import DIGIT_AUGMENTATION, NATURAL_AUGMENTATION, Augmentation
-from keras_vit.data.splits import parse_split, slice_counts, slice_indices
+from keras_vit.data.splits import parse_split, slice_indices
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,27 +114,19 @@ def _tfds_examples(source, split, options):
     return dataset, None, False
 
 
-def _label_counts(labels, class_names, split) -> dict[str, int]:
-    keep = slice_indices(labels, parse_split(split))
-    kept = np.bincount(labels[keep], minlength=len(class_names))
-    return {name: int(count) for name, count in zip(class_names, kept, strict=True)}
-
-
 def _embedded_counts(source, split, data_dir, shots, seed):
-    labels = embedded.embedded_arrays(source, parse_split(split).name, shots, seed)[1]
-    return _label_counts(labels, embedded.describe_embedded(source, shots, seed).class_names, split)
+    return split_counts.embedded_counts(source, split, shots, seed)
 
 
 def _array_counts(source, split, data_dir, shots, seed):
     arrays_source.check_array_split(split)
     labels = arrays_source.check_arrays(source)[1]
-    return _label_counts(labels, arrays_source.describe_arrays(source).class_names, split)
+    names = arrays_source.describe_arrays(source).class_names
+    return split_counts.label_counts(labels, names, split)
 
 
 def _folder_counts(source, split, data_dir, shots, seed):
-    spec = parse_split(split)
-    counts = folder.class_counts(source, spec.name)
-    return dict(zip(counts, slice_counts(counts.values(), spec), strict=True))
+    return split_counts.folder_counts(source, split)
 
 
 def _tfds_split_size(source, split, data_dir):

@@ -81,6 +81,8 @@ OFF_WORDS = ("off", "0", "false", "no")
 CACHED = "cached"
 """`probe=` value of the one-off commands (`keras-vit predict`, ...): cached figures when
 this host and model shape have some, else the flag rule; never a measurement."""
+ANNOUNCEMENT = "Timing one block in float32, float32+XLA, bfloat16 (~10-30 s, then cached)"
+"""Logged (INFO) before a probe measures, so that its seconds are not a silent wait."""
 clock = time.perf_counter
 """The probe's clock (seconds); tests replace it with a fake one."""
 
@@ -440,6 +442,7 @@ def probe_figures(
         return entry["figures"], entry.get("date"), True
     if not measure:
         return None
+    logger.info(ANNOUNCEMENT)
     steps = {setting_label(p, x): make_step(shape, p, x) for p, x in CANDIDATES}
     seconds = measure_until_decided(steps, timer=timer)
     figures = {label: round(1000.0 * value, 3) for label, value in seconds.items()}

@@ -174,14 +174,11 @@ def check_class_count(info) -> None:
     class has a constant output and a zero loss, so nothing would be learnt (a folder with one
     sub-folder per class and a single sub-folder used to fail later, inside Keras, after the
     run directory was written). Names the dataset (the folder), the classes found and the rule."""
-    if info.num_classes >= 2:
-        return
-    found = ", ".join(repr(str(name)) for name in (info.class_names or ())) or "none"
-    where = "The folder" if os.path.isdir(str(info.name)) else "The dataset"
-    raise ConfigError(
-        f"{where} {info.name!r} has {info.num_classes} class ({found}); training a "
-        "classifier needs at least two classes (an image folder: one sub-folder per class)."
-    )
+    from keras_vit.data.split_counts import class_count_problem
+
+    problem = class_count_problem(info.name, info.num_classes, info.class_names)
+    if problem is not None:
+        raise ConfigError(problem)
 
 
 def physical_memory_bytes() -> int | None:

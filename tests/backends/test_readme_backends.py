@@ -7,14 +7,19 @@ breaks a "yes") fails here until the table says so."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from tests.backends.subset import run_subset
 from tests.helpers import backend_claims
+from tests.test_readme import python_blocks
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "README.md"
 
 
 def backend_table(markdown: str) -> dict[str, dict[str, str]]:
@@ -79,3 +84,36 @@ def test_the_torch_column_is_true(tmp_path):
     env = {"KERAS_VIT_PRECISION_PROBE": "off"}
     results = run_subset("torch", "tests.helpers.backend_claims", tmp_path, env=env, timeout=600)
     check_column(results, "torch")
+
+
+@pytest.mark.jax
+@pytest.mark.large  # the story twice, each export in a TensorFlow child process: minutes;
+# runs with -m large (CI's run_large) or -m "jax and large"
+def test_the_python_story_runs_on_jax_twice_in_one_folder(tmp_path):
+    """The README's "From Python" story, unchanged, under KERAS_BACKEND=jax, run twice in the
+    same folder as a user reruns it: both runs succeed without a traceback, and the second
+    export adds version 2 next to version 1 (SavedModels written by a TensorFlow process)."""
+    pytest.importorskip("jax")
+    story = python_blocks(README.read_text())[0]
+    env = {
+        **os.environ,
+        "KERAS_BACKEND": "jax",
+        "JAX_PLATFORMS": "cpu",
+        "PYTHONPATH": str(ROOT),
+        "TF_CPP_MIN_LOG_LEVEL": "2",
+        "KERAS_VIT_PRECISION_PROBE": "off",
+    }
+    for attempt in (1, 2):
+        done = subprocess.run(
+            [sys.executable, "-c", story],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+        assert done.returncode == 0, f"run {attempt}:\n{done.stdout[-2000:]}{done.stderr[-3000:]}"
+        assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    versions = tmp_path / "serving" / "mnist_vit"
+    assert sorted(p.name for p in versions.iterdir()) == ["1", "2"]
+    assert all((versions / v / "saved_model.pb").is_file() for v in ("1", "2"))

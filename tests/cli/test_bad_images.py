@@ -78,18 +78,23 @@ def test_train_with_fail_stops_naming_the_file(dataset, tmp_path, capsys):
     assert not (tmp_path / "r" / "last.keras").exists()
 
 
-def test_evaluate_fails_by_default_and_skips_on_request(dataset, folder_run, capsys):
-    root, _, _ = dataset
+def test_evaluate_skips_by_default_as_train_and_predict_and_fails_on_request(
+    dataset, folder_run, capsys, caplog
+):
+    root, _, bad = dataset
     _, model_run, _ = folder_run
     argv = ["evaluate", str(model_run), "--dataset", str(root), "--split", "train"]
-    assert main(argv) == 2
-    assert "Bad image" in one_error_line(capsys, "evaluate")
-    assert main([*argv, "--bad-images", "skip"]) == 0
+    with caplog.at_level(logging.WARNING, logger="keras_vit"):
+        assert main(argv) == 0
     assert "accuracy" in capsys.readouterr().out
+    skipped = [r.getMessage() for r in caplog.records if "bad image file" in r.getMessage()]
+    assert skipped and all(any(str(path) in m for m in skipped) for path in bad), skipped
+    assert main([*argv, "--bad-images", "fail"]) == 2
+    assert "Bad image" in one_error_line(capsys, "evaluate")
 
 
 def test_predict_over_a_folder_with_an_unreadable_file_predicts_the_others(
-    dataset, tmp_path_factory, tmp_path, capsys
+    dataset, tmp_path_factory, tmp_path, capsys, caplog
 ):
     root, good, bad = dataset
     run_dir = pretrained_run(tmp_path_factory)
@@ -100,12 +105,15 @@ def test_predict_over_a_folder_with_an_unreadable_file_predicts_the_others(
         (folder / path.name).write_bytes(path.read_bytes())
     os.symlink(tmp_path / "gone.png", folder / "unreadable.png")  # open() fails: ENOENT
     (folder / "empty.png").write_bytes(b"")
-    assert main(["predict", str(run_dir), str(folder)]) == 0
+    with caplog.at_level(logging.WARNING, logger="keras_vit"):
+        assert main(["predict", str(run_dir), str(folder)]) == 0
     captured = capsys.readouterr()
     for path in keep:
         assert f"{folder / path.name}: " in captured.out
     assert "Predicted 2 images" in captured.out and "skipped 2 bad file(s)" in captured.out
-    assert f"Skipped {folder / 'unreadable.png'}: cannot be read" in captured.err
-    assert f"Skipped {folder / 'empty.png'}: empty file" in captured.err
+    (report,) = [r.getMessage() for r in caplog.records if "bad image file" in r.getMessage()]
+    assert report.startswith("Skipped 2 bad image file(s) of 4: "), report  # as train's
+    assert f"{folder / 'unreadable.png'} (cannot be read" in report
+    assert f"{folder / 'empty.png'} (empty file" in report
     assert main(["predict", str(run_dir), str(folder), "--bad-images", "fail"]) == 2
     assert "Bad image" in one_error_line(capsys, "predict")

@@ -63,7 +63,7 @@ def test_a_bare_mixed_precision_is_an_error_listing_the_values(command, after, c
     assert error == (
         f"keras-vit {command}: error: argument --mixed-precision: needs a value, one of auto, "
         "float32, mixed_float16, mixed_bfloat16 (e.g. --mixed-precision mixed_bfloat16); a "
-        "bare --mixed-precision has no meaning"
+        f"bare --mixed-precision has no meaning (see keras-vit {command} --help)"
     )
 
 
@@ -72,9 +72,9 @@ def test_help_shows_which_value_is_optional(command, capsys):
     with pytest.raises(SystemExit):
         build_parser().parse_args([command, "--help"])
     text = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
-    assert "[--mixed-precision {auto,float32,mixed_float16,mixed_bfloat16}]" in text
-    assert "[--jit-compile [{auto,true,false}] | --no-jit-compile]" in text  # one of the two
-    assert "dtype policy (a value is always needed, unlike" in text
+    assert "--mixed-precision POLICY auto, float32, mixed_float16, mixed_bfloat16;" in text
+    assert "--jit-compile [{auto,true,false}] compile with XLA" in text
+    assert "--no-jit-compile same as --jit-compile false" in text
 
 
 @pytest.mark.parametrize("command", sorted(SUBCOMMANDS))

@@ -73,8 +73,10 @@ def test_a_damaged_config_json_exits_2_naming_it(trained, tmp_path, capsys, comm
     run_dir = tmp_path / "run"
     shutil.copytree(trained, run_dir)
     (run_dir / "config.json").write_text('{"a":')
-    image = tmp_path / "digit.png"  # exists: a missing one is refused before the model loads
-    image.write_bytes(b"")
+    from PIL import Image
+
+    image = tmp_path / "digit.png"  # a real image: a missing or empty one is refused first
+    Image.new("L", (8, 8)).save(image)
     extra = [str(image)] if command == "predict" else []
     assert main([command, str(run_dir), *extra]) == 2
     err = capsys.readouterr().err.strip()

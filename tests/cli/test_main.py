@@ -178,3 +178,69 @@ def test_a_new_subcommand_is_one_module_and_one_name(monkeypatch, capsys):
     assert capsys.readouterr().out.strip().endswith("hello B/16")
     assert cli_main.main(["hello", "bad"]) == 2
     assert "keras-vit hello: error: 'bad' is no name" in capsys.readouterr().err
+
+
+def test_the_command_alone_lists_every_subcommand(capsys):
+    from keras_vit.cli.main import main
+
+    assert main([]) == 2
+    out = capsys.readouterr().out
+    listed = {line.split()[0] for line in out.splitlines() if line.startswith("    ")}
+    assert set(COMMANDS) <= listed, out
+
+
+HELP_LINES_MAX = 60  # a screen
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_each_subcommand_help_fits_a_screen(command, monkeypatch, capsys):
+    """At 80 columns: one short usage line (the flags are listed once, below it), and the
+    precision paragraph a pointer to docs/training.md rather than repeated in full."""
+    monkeypatch.setenv("COLUMNS", "80")
+    with pytest.raises(SystemExit):
+        build_parser().parse_args([command, "--help"])
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) <= HELP_LINES_MAX, (command, len(lines))
+    assert lines[0].startswith(f"usage: keras-vit {command} [options]") and lines[1] == ""
+    text = " ".join(" ".join(lines).split())
+    if "--mixed-precision" in text:
+        assert "(docs/training.md, 'Precision and XLA')" in text
+
+
+def test_train_help_gives_an_example(capsys):
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["train", "--help"])
+    assert "Example: keras-vit train --model S/16" in " ".join(capsys.readouterr().out.split())
+
+
+def test_ctrl_c_under_a_progress_bar_starts_its_message_on_a_new_line(monkeypatch, capsys):
+    """Keras draws its bar on a terminal with carriage returns and no newline; the
+    interruption ends that line before its own message."""
+    import io
+    import types
+
+    from keras_vit.cli import main as cli_main
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    def add_parser(subparsers):
+        parser = subparsers.add_parser("bar")
+        parser.set_defaults(func=run)
+        return parser
+
+    def run(args):
+        sys.stdout.write("\r 3/56 ━━━━━━━━━━ 12s 230ms/step - accuracy: 0.1172")
+        raise KeyboardInterrupt
+
+    module = types.ModuleType("keras_vit.cli.bar")
+    module.add_parser, module.run = add_parser, run
+    monkeypatch.setitem(sys.modules, "keras_vit.cli.bar", module)
+    monkeypatch.setattr(cli_main, "SUBCOMMAND_MODULES", ["bar"])
+    monkeypatch.setattr(cli_main.startup, "start_tensorflow", lambda verbose: None)
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stdout", terminal)
+    assert cli_main.main(["bar"]) == 130
+    assert terminal.getvalue().endswith("accuracy: 0.1172\n")
+    assert capsys.readouterr().err.startswith("keras-vit bar: interrupted.")

@@ -144,7 +144,7 @@ def test_predict_bad_arguments_exit_2(trained, capsys, tmp_path):
 def test_predict_reports_a_file_that_is_no_image_once(trained, capsys, caplog, tmp_path):
     """A text file given to predict: the one error line, and no warning log repeating it
     (not "Skipped 1 bad image file(s)" logged before the error); in a folder
-    beside a readable image: one "Skipped" line, no log record."""
+    beside a readable image: the one skip warning train and evaluate give, naming it once."""
     note = tmp_path / "note.txt"
     note.write_text("hello")
     with caplog.at_level("WARNING"):
@@ -159,9 +159,10 @@ def test_predict_reports_a_file_that_is_no_image_once(trained, capsys, caplog, t
     caplog.clear()
     with caplog.at_level("WARNING"):
         assert main(["predict", str(trained), str(folder)]) == 0
-    err = capsys.readouterr().err
-    assert err.count("note.png") == 1 and err.startswith(f"Skipped {folder / 'note.png'}: ")
-    assert not [record for record in caplog.records if "note.png" in record.getMessage()]
+    assert "note.png" not in capsys.readouterr().err
+    (report,) = [r.getMessage() for r in caplog.records if "note.png" in r.getMessage()]
+    assert report.count("note.png") == 1
+    assert report.startswith(f"Skipped 1 bad image file(s) of 2: {folder / 'note.png'} (")
 
 
 def test_predict_does_not_run_the_precision_probe(

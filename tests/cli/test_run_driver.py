@@ -56,10 +56,10 @@ def test_explicit_jit_compile_is_refused_where_xla_cannot_run(monkeypatch, flag,
 
 
 def test_print_summary(tmp_path, monkeypatch, capsys):
-    from keras_vit.train import runs
+    from keras_vit.train import run_directory
 
     monkeypatch.setattr(
-        runs, "read_config", lambda d: {"resolved": {**RESOLVED, "test_split": "test"}}
+        run_directory, "read_config", lambda d: {"resolved": {**RESOLVED, "test_split": "test"}}
     )
     metrics = {
         "test": {"accuracy": 0.98765, "loss": 0.04321, "loss_name": "cross-entropy"},
@@ -68,9 +68,17 @@ def test_print_summary(tmp_path, monkeypatch, capsys):
         "steps": 1,
         "num_replicas": 2,
     }
-    run_driver.print_summary(argparse.Namespace(metrics=metrics, run_dir=str(tmp_path)))
+    result = argparse.Namespace(metrics=metrics, run_dir=str(tmp_path))
+    run_driver.print_summary(result, "runs/r1", next_steps=True)
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "Test accuracy: 98.77% on 'test' (best.keras; test loss 0.0432, cross-entropy)"
     assert out[1].startswith("Kept model: the last epoch, 1 of 1 (--select last)")
-    assert out[2] == f"Trained 1 epoch, 1 step on 2 replica(s); run directory: {tmp_path}"
-    assert out[3].startswith(f"Models: {tmp_path / 'best.keras'} and best.npz (the kept model")
+    assert out[2] == "Trained 1 epoch, 1 step on 2 replica(s); run directory: runs/r1"
+    assert out[3].startswith("Models: best.keras and best.npz (the kept model")
+    assert out[4:] == [
+        "Next:",
+        "  keras-vit evaluate runs/r1",
+        "  keras-vit predict runs/r1 IMAGE_OR_FOLDER",
+        "  keras-vit export runs/r1 EXPORT_DIR",
+        "  tensorboard --logdir runs",
+    ]

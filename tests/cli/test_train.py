@@ -30,10 +30,12 @@ def test_train_writes_a_run_and_prints_test_accuracy(trained):
     assert "Kept model: the last epoch, 1 of 1 (--select last); val_accuracy " in out
     # 50 images: 1 per class is carved for validation, 40 train = 1 step of 25
     assert "Trained 1 epoch, 1 step on 1 replica(s)" in out
-    assert out.endswith(
-        f"Models: {run_dir / 'best.keras'} and best.npz (the kept model: the last epoch, as "
-        "--select last (the default) says), last.keras\n"
+    assert (
+        "Models: best.keras and best.npz (the kept model: the last epoch, --select last), "
+        "last.keras; best.json names the epoch\nNext:\n" in out
     )
+    assert out.endswith(f"  tensorboard --logdir {run_dir.parent}\n")
+    assert max(len(line) for line in out.splitlines()) <= 120, out
     config = json.loads((run_dir / "config.json").read_text())
     recipe = training.TrainConfig()
     assert config["run"]["recipe"]["seed"] == 3
@@ -78,10 +80,10 @@ def test_output_to_a_file_first_names_the_run_then_one_line_per_epoch(trained):
         "layers 4, heads 4)"
     )
     assert lines[2] == (
-        "  data: mnist, 10 classes, 8x8: 40 training images of 'train[:90%]', 10 held out for "
-        "validation ('train[90%:]'), test split 'test'"
+        "  data: mnist, 10 classes, 8x8: 40 training images of 'train[:90%]', 10 validation "
+        "('train[90%:]'), test 'test'"
     )
-    assert lines[3].startswith("  precision: float32, jit_compile False")
+    assert lines[3].startswith("  precision: float32, XLA off")
     assert lines[4] == "  strategy: default strategy, 1 replica(s)"
     assert "\n".join(lines).count("precision: ") == 1
     epoch_lines = [line for line in lines if line.startswith("epoch ")]
