@@ -25,7 +25,7 @@ LORA_LEAVES = ("lora_kernel_a", "lora_kernel_b")
 
 def lora_layers(layers) -> list:
     """The layers among `layers` whose LoRA adapters are enabled (`layer.lora_enabled`)."""
-    return [layer for layer in layers if getattr(layer, "lora_enabled", False)]
+    return [layer for layer in layers if getattr(layer, "lora_enabled", None)]
 
 
 def lora_scale(layer) -> float:
