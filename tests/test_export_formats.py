@@ -116,6 +116,7 @@ def test_a_dynamic_size_model_is_exported_at_its_table_size_and_refuses_others(t
 
 
 @pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:Layer .* does not have a `quantize`")
 def test_an_int8_model_exports_to_onnx_and_matches_the_quantized_keras_model(vit, tmp_path):
     """Keras quantizes activations per call: a runtime's rounding moves a few across an int8
     step, so the bound is a share of the logits' scale (`QUANTIZED_TOLERANCE`)."""
