@@ -44,8 +44,8 @@ import warnings
 import keras
 import numpy as np
 
-from keras_vit.checkpoints.lora import merged_weights
-from keras_vit.checkpoints.model_io import model_input_preprocessing
+from keras_vit.checkpoints.base.lora import merged_weights
+from keras_vit.checkpoints.keras_files.model_io import model_input_preprocessing
 from keras_vit.kernels import dispatch
 from keras_vit.spec import layer_names as names
 from keras_vit.spec.export_formats import (  # noqa: F401  (importable here too)

@@ -5,7 +5,7 @@ after `keras.Model.quantize(mode)` of a copy: accuracy of each and top-1 agreeme
 float32. The default model is the one `keras-vit train` keeps:
 
     keras-vit train --run-dir /tmp/default_run --log-every epoch
-    python benchmarks/studies/quantize_agreement.py /tmp/default_run --json quantize.json
+    python -m benchmarks.studies.quantize_agreement /tmp/default_run --json quantize.json
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import os
 import time
 import warnings
 
-import report
-from common import markdown
+from benchmarks.harness.common import markdown
+from benchmarks.studies import report
 
 MODES = ("int8", "int4", "float8")
 
@@ -32,9 +32,9 @@ def test_images(run_dir):
     import numpy as np
 
     from keras_vit import data
-    from keras_vit.train import runs
+    from keras_vit.train.run_directory import read_config
 
-    config = runs.read_config(run_dir)
+    config = read_config(run_dir)
     resolved = config["resolved"]
     split = data.load(
         config["run"]["recipe"]["dataset"], resolved.get("test_split") or "test",
@@ -47,9 +47,9 @@ def test_images(run_dir):
 
 def quantized_copy(path, mode):
     """The run's kept model loaded again and quantized in `mode`."""
-    from keras_vit.train import runs
+    from keras_vit.train.run_plan import load_model
 
-    model = runs.load_model(path)
+    model = load_model(path)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", "Layer .* does not have a `quantize` method")
         model.quantize(mode)
@@ -59,12 +59,12 @@ def quantized_copy(path, mode):
 def main(argv=None):
     import numpy as np
 
-    from keras_vit.train import runs
+    from keras_vit.train.run_plan import load_model
 
     args = parse_args(argv)
     path = os.path.join(args.run_dir, "best.keras")
     images, labels = test_images(args.run_dir)
-    reference = runs.load_model(path).predict(images, batch_size=256, verbose=0)
+    reference = load_model(path).predict(images, batch_size=256, verbose=0)
     top = reference.argmax(-1)
     rows, figures = [], {"float32": {"accuracy": float((top == labels).mean())}}
     rows.append(["float32", f"{figures['float32']['accuracy']:.2%}", "-", "-"])

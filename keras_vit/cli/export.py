@@ -17,7 +17,7 @@ import os
 
 from keras_vit.cli import flags, model_files, progress
 from keras_vit.cli.flags import UsageError
-from keras_vit.cli.model_files import class_names_from_run, resolve_model_path  # noqa: F401
+from keras_vit.cli.model_files import class_names_from_run, resolve_model_path
 from keras_vit.spec.export_formats import (
     FORMATS,
     QUANTIZE_MODES,

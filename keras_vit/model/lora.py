@@ -17,7 +17,7 @@ The recipe (`apply_lora`, what `keras_vit.finetune(..., lora_rank=R)` runs):
 - frozen: everything else (patch embedding, class/distillation/register tokens, LayerScale,
   the hybrid's ResNet).
 
-Every keras_vit writer merges the adapters into the kernels (`keras_vit.checkpoints.lora`),
+Every keras_vit writer merges the adapters into the kernels (`keras_vit.checkpoints.base.lora`),
 and so does Keras' `.keras` format, so saved models load as plain keras_vit models.
 """
 
@@ -27,8 +27,8 @@ import keras
 import numpy as np
 
 from keras_vit._validation import check_positive_int
-from keras_vit.checkpoints.lora import lora_layers
-from keras_vit.checkpoints.quantized import layers_below
+from keras_vit.checkpoints.base.lora import lora_layers
+from keras_vit.checkpoints.base.quantized import layers_below
 from keras_vit.spec import layer_names as names
 
 PROJECTION_TYPES = (keras.layers.Dense, keras.layers.EinsumDense)

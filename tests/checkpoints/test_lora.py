@@ -16,7 +16,7 @@ import pytest
 
 import keras_vit
 from keras_vit.checkpoints import load_weights, model_contents, save_npz, write_checkpoint
-from keras_vit.checkpoints.lora import merged_kernel
+from keras_vit.checkpoints.base.lora import merged_kernel
 from keras_vit.cli.main import main
 from keras_vit.model.lora import lora_projections
 from tests.checkpoints.random_models import TINY_SIZES, images_for, randomise

@@ -240,7 +240,7 @@ def test_a_new_format_is_one_table_row(official_file, tmp_path, monkeypatch, cap
     """A row added to FORMAT_TABLE (its own reader and writer) is offered by `--to`, picked
     by its suffix, listed in the help and written by its writer: convert.py is not touched."""
     from keras_vit.checkpoints import format_table
-    from keras_vit.checkpoints.release_io import write_release_npz
+    from keras_vit.checkpoints.release.release_io import write_release_npz
 
     written = []
 
