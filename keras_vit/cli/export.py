@@ -139,7 +139,7 @@ def source_of(path: str) -> tuple[str, str | None, bool]:
 def _load(model_path: str, is_keras: bool):
     if is_keras:
         return model_files.load_keras_file(model_path)
-    from keras_vit.model.build_any import from_checkpoint
+    from keras_vit.model.from_kwargs import from_checkpoint
 
     try:
         return from_checkpoint(model_path)

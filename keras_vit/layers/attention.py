@@ -90,6 +90,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         super().__init__(**kwargs)
         self.num_heads = check_positive_int("num_heads", num_heads)
         self.attention_dropout_rate = check_rate("attention_dropout_rate", attention_dropout_rate)
+        self.restorable_quantization = False  # set by a holder that records the quantization
 
     def build(self, input_shape):
         hidden_dim = input_shape[-1]
@@ -179,7 +180,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             ValueError: the layer's projections are quantized, its holder does not record
                 that, and `store` belongs to a `.keras` archive.
         """
-        restorable = getattr(self, "restorable_quantization", False)
+        restorable = self.restorable_quantization
         if self.quantized() and not restorable and getattr(store, "archive", None) is not None:
             raise ValueError(QUANTIZED_SAVE_MESSAGE.format(name=self.name))
         super().save_own_variables(store)
