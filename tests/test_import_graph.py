@@ -145,6 +145,7 @@ RANKS = {
     "train": 6,
     "evaluate": 7,
     "export": 7,
+    "export_formats": 7,
     "cli": 8,
     "keras_vit": 9,
 }

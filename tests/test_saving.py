@@ -110,24 +110,23 @@ def _int8_tiny():
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")
-def test_int8_model_is_refused_at_save_time_and_the_named_remedy_works(tmp_path):
-    """A .keras file of an int8 model did not load back (the projections are rebuilt as
-    float layers): the save is refused naming the reason; saving the float model and
-    quantizing after loading gives the quantized model's outputs exactly."""
+@pytest.mark.parametrize("mode", ["int8", "int4", "float8"])
+def test_a_quantized_model_round_trips_through_keras_files(tmp_path, mode):
+    """The Transformer blocks record the quantization in their config and rebuild their
+    projections quantized, so a `.keras` file of a quantized model loads back to the same
+    outputs; `save_weights` files load into a model quantized the same way."""
     kwargs, model = _int8_tiny()
-    model.save(tmp_path / "float.keras")
     x = random_images(np.random.default_rng(1), 2, 16, 16)
-    model.quantize("int8")
+    float_outputs = np.asarray(model(x))
+    model.quantize(mode)
     expected = np.asarray(model(x))
-    assert np.abs(expected).max() > 1e-3
-    with pytest.raises(ValueError, match=r"quantize.*does not load back.*save the float model"):
-        model.save(tmp_path / "int8.keras")
-    reloaded = keras.saving.load_model(tmp_path / "float.keras")
-    reloaded.quantize("int8")
+    assert np.abs(expected).max() > 1e-3 and np.abs(expected - float_outputs).max() > 0
+    model.save(tmp_path / "q.keras")
+    reloaded = keras.saving.load_model(tmp_path / "q.keras")
+    assert reloaded.get_layer("encoderblock_0").attention.query.quantization_mode == mode
     np.testing.assert_array_equal(np.asarray(reloaded(x)), expected)
-    # save_weights stays available: its file loads into a model quantized the same way
-    model.save_weights(tmp_path / "int8.weights.h5")
+    model.save_weights(tmp_path / "q.weights.h5")
     again = keras_vit.ViT(**kwargs)
-    again.quantize("int8")
-    again.load_weights(tmp_path / "int8.weights.h5")
+    again.quantize(mode)
+    again.load_weights(tmp_path / "q.weights.h5")
     np.testing.assert_array_equal(np.asarray(again(x)), expected)

@@ -18,7 +18,7 @@ import numpy as np
 
 from keras_vit._validation import check_choice
 from keras_vit._warnings import warn_weights
-from keras_vit.checkpoints.base import architecture
+from keras_vit.checkpoints.base import architecture, lora, quantized
 from keras_vit.checkpoints.base.errors import CheckpointError
 from keras_vit.checkpoints.base.naming import find_vit_model, official_arrays, official_variables
 from keras_vit.checkpoints.base.npz_io import write_npz
@@ -208,9 +208,12 @@ def load_weights(
             fit; the message names every key.
         ValueError: a bad `head` or `resize_method`, or a `dynamic_image_size` model that
             resizes its table with another method in the forward pass (both named).
+        CheckpointError: a model with LoRA adapters (its kernels would take the file's
+            values while the adapters keep theirs): load before `enable_lora`.
     """
     check_choice("head", head, HEAD_MODES)
     check_choice("resize_method", resize_method, RESIZE_METHODS)
+    _refuse_lora(model)
     _check_forward_resize(model, resize_method)
     contents = _contents(model, path, no_embed_class)
     variables, unnamed = official_variables(model)
@@ -253,6 +256,18 @@ def load_weights(
     _warn_if_zero_head(arrays, fits, contents.path)
     logger.debug("Loaded %d arrays from %s", len(fits), contents.path)
     return report
+
+
+def _refuse_lora(model) -> None:
+    """CheckpointError when `model` has LoRA adapters (Keras' `enable_lora`), naming one."""
+    adapted = lora.lora_layers(quantized.layers_below(find_vit_model(model)))
+    if adapted:
+        raise CheckpointError(
+            f"Cannot load a checkpoint into {model.name!r}: {len(adapted)} layers have LoRA "
+            f"adapters (enable_lora, e.g. {adapted[0].path!r}), which would stay on top of the "
+            "file's kernels. Load the checkpoint first, then enable LoRA (keras_vit.finetune("
+            "..., lora_rank=R) does both)."
+        )
 
 
 def _check_forward_resize(model, resize_method) -> None:

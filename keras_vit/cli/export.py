@@ -1,8 +1,11 @@
-"""`keras-vit export RUN_OR_MODEL EXPORT_DIR`: a TF Serving SavedModel from a trained model.
+"""`keras-vit export SOURCE EXPORT_DIR [--format F] [--quantize Q]`: a trained model for serving.
 
-RUN_OR_MODEL is a `.keras` file or a run directory holding `best.keras` (as written by
-`keras-vit train` / `finetune`); the run's `config.json` supplies the class names when it
-has them and `--class-names` is not given. See `keras_vit.export_saved_model` and
+SOURCE is a `.keras` file, a run directory holding `best.keras` (as written by `keras-vit
+train` / `finetune`) or a checkpoint `keras_vit.from_checkpoint` reads (`.npz`, timm
+`.safetensors`, a Hugging Face folder); the run's `config.json` supplies the class names when
+it has them and `--class-names` is not given. `--format saved_model` (default) writes TF
+Serving's layout (`keras_vit.export_saved_model`); `onnx`, `litert` and `openvino` write one
+artifact checked in its runtime (`keras_vit.export_formats.export_model`). See
 docs/serving.md.
 """
 
@@ -15,6 +18,13 @@ import os
 from keras_vit.cli import flags, model_files, progress
 from keras_vit.cli.flags import UsageError
 from keras_vit.cli.model_files import class_names_from_run, resolve_model_path
+from keras_vit.spec.export_formats import (
+    FORMATS,
+    QUANTIZE_MODES,
+    MissingRuntimeError,
+    check_format,
+    check_runtime,
+)
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -29,8 +39,34 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
             "inside the graph."
         ),
     )
-    parser.add_argument("model", metavar="RUN_OR_MODEL", help="a .keras file or a run directory")
-    parser.add_argument("export_dir", metavar="EXPORT_DIR", help="TF Serving model base path")
+    parser.add_argument(
+        "model",
+        metavar="SOURCE",
+        help="a .keras file, a run directory, or a checkpoint (.npz, .safetensors, HF folder)",
+    )
+    parser.add_argument(
+        "export_dir", metavar="EXPORT_DIR", help="TF Serving model base path, or the folder"
+    )
+    parser.add_argument(
+        "--format",
+        choices=FORMATS,
+        default="saved_model",
+        help="saved_model (TF Serving, default), onnx (model.onnx), litert (model.tflite) or "
+        "openvino (model.xml + .bin); every artifact is checked in its runtime against Keras "
+        "(logits within 1e-4, else removed); onnx/litert/openvino need the export extra",
+    )
+    parser.add_argument(
+        "--quantize",
+        choices=QUANTIZE_MODES,
+        default=None,
+        help="keras.Model.quantize before export (saved_model and onnx)",
+    )
+    parser.add_argument(
+        "--image-size",
+        type=flags.positive_int,
+        default=None,
+        help="the size to export a dynamic_image_size model at (default: its table's size)",
+    )
     parser.add_argument(
         "--version", type=int, default=None, help="version folder (default: next integer)"
     )
@@ -69,7 +105,13 @@ def check(args) -> None:
         raise UsageError(f"--version must be a positive integer. Received: {args.version}")
     if args.top_k <= 0:
         raise UsageError(f"--top-k must be a positive integer. Received: {args.top_k}")
-    resolve_model_path(args.model, suffixes=(".keras",))
+    source_of(args.model)
+    if args.format != "saved_model":
+        try:
+            check_format(args.format, args.quantize)
+            check_runtime(args.format)
+        except (ValueError, MissingRuntimeError) as error:
+            raise UsageError(str(error)) from None
     if args.class_names is not None:
         read_class_names_file(args.class_names)
     if args.version is not None and not args.overwrite:
@@ -81,18 +123,44 @@ def check(args) -> None:
             )
 
 
+def source_of(path: str) -> tuple[str, str | None, bool]:
+    """(model file or checkpoint, run directory or None, whether it is a `.keras` model)."""
+    if path.endswith(".keras") or os.path.isfile(os.path.join(path, model_files.RUN_MODEL_FILE)):
+        model_path, run_dir = resolve_model_path(path, suffixes=(".keras",))
+        return model_path, run_dir, True
+    if not os.path.exists(path):
+        raise UsageError(
+            f"SOURCE not found: {path!r} (a .keras file, a run directory with "
+            f"{model_files.RUN_MODEL_FILE}, or a checkpoint)"
+        )
+    return path, None, False
+
+
+def _load(model_path: str, is_keras: bool):
+    if is_keras:
+        return model_files.load_keras_file(model_path)
+    from keras_vit.model.from_kwargs import from_checkpoint
+
+    try:
+        return from_checkpoint(model_path)
+    except (ValueError, OSError) as error:
+        raise UsageError(f"Cannot build a model from {model_path!r}: {error}") from None
+
+
 def run(args) -> int:
-    """Loads the model, exports it, prints the version folder; returns the exit code."""
+    """Loads the model, exports it, prints what was written; returns the exit code."""
     check(args)
-    model_path, run_dir = resolve_model_path(args.model, suffixes=(".keras",))
+    model_path, run_dir, is_keras = source_of(args.model)
     if args.class_names is not None:
         class_names = read_class_names_file(args.class_names)
     else:
         class_names = class_names_from_run(run_dir)
+    model = _load(model_path, is_keras)
+    if args.format != "saved_model" or args.quantize or args.image_size:
+        return _export_checked(args, model, model_path, class_names)
 
     from keras_vit.export import export_saved_model
 
-    model = model_files.load_keras_file(model_path)
     model, precision = model_files.model_with_precision(args, model)
     try:
         target = export_saved_model(
@@ -111,4 +179,34 @@ def run(args) -> int:
         print(
             "Signatures: serving_default (images), serving_bytes (image_bytes), features (images)"
         )
+    return 0
+
+
+def _export_checked(args, model, model_path, class_names) -> int:
+    """`keras_vit.export_formats.export_model`: the artifact checked in its runtime."""
+    from keras_vit.export_formats import ExportMismatchError, export_model
+
+    extra = {}
+    if args.format == "saved_model":
+        extra = dict(version=args.version, class_names=class_names, top_k=args.top_k)
+    try:
+        report = export_model(
+            model,
+            args.export_dir,
+            args.format,
+            quantize=args.quantize,
+            image_size=args.image_size,
+            overwrite=args.overwrite,
+            **extra,
+        )
+    except (ValueError, FileExistsError) as error:
+        if isinstance(error, ExportMismatchError):
+            raise
+        raise UsageError(str(error)) from error
+    print(
+        f"Exported {model_path} to {report.path} ({args.format}"
+        f"{', ' + args.quantize if args.quantize else ''}, float32, "
+        f"{report.image_size[0]}x{report.image_size[1]}): logits within "
+        f"{report.max_difference:.2g} of Keras' in its runtime at batch 1 and 5"
+    )
     return 0

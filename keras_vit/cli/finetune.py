@@ -37,6 +37,14 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         help="optimizer steps, rounded up to whole epochs (default: "
         f"{configs.RECIPE_DEFAULTS['finetune']['steps']})",
     )
+    parser.add_argument(
+        "--lora-rank",
+        type=flags.positive_int,
+        help="LoRA fine-tuning (Keras' enable_lora): rank-R adapters on the attention and "
+        "MLP projections; the head, LayerNorms and a resized position table train in full, "
+        "the rest is frozen. The run's files hold the merged kernels (default: off, every "
+        "weight trains)",
+    )
     flags.add_run_arguments(parser, task="finetune")
     parser.set_defaults(func=run, check=check)
     return parser
@@ -51,6 +59,7 @@ def build_config(args):
             task="finetune",
             recipe=run_config.recipe_from("finetune", overrides),
             weights=args.weights,
+            lora_rank=args.lora_rank,
             **flags.run_config_flags(args),
         )
 

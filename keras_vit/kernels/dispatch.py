@@ -37,6 +37,7 @@ which the custom gradient would prevent).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
@@ -51,6 +52,8 @@ ATTENTION_KERNELS = (EXPLICIT, FUSED, TENSORFLOW)
 XLA_CPU_MEMORY_SCHEDULE = "--xla_cpu_enable_concurrency_optimized_scheduler=false"
 
 logger = logging.getLogger(__name__)
+
+_PORTABLE = {"depth": 0}  # > 0 inside `portable_kernels()`
 
 
 def _on_tensorflow() -> bool:
@@ -203,8 +206,26 @@ def layer_norm(layer, x, *, training):
     return tensorflow.layer_norm(x, layer.gamma, layer.beta, layer.epsilon)
 
 
+@contextlib.contextmanager
+def portable_kernels():
+    """Inside this context, models traced for another runtime (ONNX, LiteRT, OpenVINO) get
+    kernels every converter takes: the exact GELU as `x / 2 (1 + erf(x / sqrt(2)))` through
+    `keras.ops.erf` (TensorFlow's `Erf`), not Keras' `gelu`, which TensorFlow lowers with
+    `Erfc`, an op tf2onnx does not convert. The values are the same GELU."""
+    _PORTABLE["depth"] += 1
+    try:
+        yield
+    finally:
+        _PORTABLE["depth"] -= 1
+
+
 def gelu(x, approximate, compute_dtype, *, training):
     """`keras.activations.gelu(x, approximate)` (tanh form when `approximate`)."""
+    if _PORTABLE["depth"] and not approximate:
+        half = ops.cast(0.5, x.dtype)
+        return (
+            half * x * (ops.cast(1.0, x.dtype) + ops.erf(x * ops.cast(1 / math.sqrt(2), x.dtype)))
+        )
     if not _fast(compute_dtype, training=training):
         return keras.activations.gelu(x, approximate=approximate)
     from keras_vit.kernels import tensorflow

@@ -13,8 +13,8 @@ from keras_vit.layers.dropout import Dropout
 
 QUANTIZED_SAVE_MESSAGE = (
     "Cannot save layer {name!r}: it was quantized with keras.Model.quantize, and a quantized "
-    "keras_vit model does not load back (its attention and MLP projections are built from "
-    "layer configs that record no quantization, as in Keras' own MultiHeadAttention). "
+    "MAP head does not load back (its attention and MLP projections are built from layer "
+    "configs that record no quantization, as in Keras' own MultiHeadAttention). "
     "Quantization is deterministic: save the float model (before quantize) and call "
     "model.quantize('int8') again after loading it."
 )
@@ -91,6 +91,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         super().__init__(**kwargs)
         self.num_heads = check_positive_int("num_heads", num_heads)
         self.attention_dropout_rate = check_rate("attention_dropout_rate", attention_dropout_rate)
+        self.restorable_quantization = False  # set by a holder that records the quantization
 
     def build(self, input_shape):
         hidden_dim = input_shape[-1]
@@ -164,21 +165,24 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         return any(getattr(layer, "quantization_mode", None) for layer in layers)
 
     def save_own_variables(self, store):
-        """Refuses to write an int8-quantized attention into a `.keras` file.
+        """Refuses to write a quantized attention into a `.keras` file unless the layer that
+        holds it records the quantization.
 
         `keras.Model.quantize("int8")` swaps the projections' float kernels for int8 kernels
-        and scales, but the quantization is part of no layer config that rebuilds them
-        (keras_vit's attention and MLP create their projections in `build`, as Keras' own
-        MultiHeadAttention does), so the `.keras` file would not load back. Quantization is
-        deterministic: save the float model and call `quantize("int8")` after loading it.
-        `save_weights` (`.weights.h5`, no archive) still works: its file loads into a model
-        quantized the same way first.
+        and scales; keras_vit's attention creates its projections in `build` (as Keras' own
+        MultiHeadAttention does). A `TransformerBlock` records the mode in its config and
+        rebuilds the projections quantized (`restorable_quantization` is set on its
+        attention), so its `.keras` file loads back; another holder (the MAP head) does not,
+        and its file would not load back. Quantization is deterministic: save the float model
+        and call `quantize` after loading it. `save_weights` (`.weights.h5`, no archive)
+        still works: its file loads into a model quantized the same way first.
 
         Raises:
-            ValueError: the layer's projections are quantized and `store` belongs to a
-                `.keras` archive.
+            ValueError: the layer's projections are quantized, its holder does not record
+                that, and `store` belongs to a `.keras` archive.
         """
-        if self.quantized() and getattr(store, "archive", None) is not None:
+        restorable = self.restorable_quantization
+        if self.quantized() and not restorable and getattr(store, "archive", None) is not None:
             raise ValueError(QUANTIZED_SAVE_MESSAGE.format(name=self.name))
         super().save_own_variables(store)
 

@@ -77,9 +77,11 @@ class TransformerBlock(keras.layers.Layer):
         layer_scale_init=None,
         mlp_activation="gelu",
         remat=False,
+        projection_quantization=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
+        self.projection_quantization = projection_quantization
         if not isinstance(remat, bool):
             raise ValueError(f"`remat` must be True or False. Received: remat={remat!r}")
         self.remat = remat
@@ -146,6 +148,23 @@ class TransformerBlock(keras.layers.Layer):
         for layer in sublayers:
             layer.build(input_shape)
         self.dropout = Dropout(self.dropout_rate, dtype=policy)
+        # the config records the quantization (`get_config`), so a .keras file loads back
+        self.attention.restorable_quantization = True
+        if self.projection_quantization is not None:
+            for layer in self.projections():
+                layer.quantize(self.projection_quantization)
+
+    def projections(self) -> list:
+        """The attention's `query`, `key`, `value`, `out` and the MLP's `Dense_0`, `Dense_1`."""
+        attention, mlp = self.attention, self.mlp
+        return [
+            attention.query,
+            attention.key,
+            attention.value,
+            attention.out,
+            mlp.dense_0,
+            mlp.dense_1,
+        ]
 
     def _drop_path(self, x, training):
         if not training or self.drop_path_rate == 0:
@@ -209,4 +228,20 @@ class TransformerBlock(keras.layers.Layer):
             "layer_scale_init": self.layer_scale_init,
             "mlp_activation": self.mlp_activation,
             "remat": self.remat,
+            **self._quantization_config(),
         }
+
+    def _quantization_config(self) -> dict:
+        """`{"projection_quantization": mode}` once `keras.Model.quantize` has quantized the
+        projections (rebuilt quantized by `build`, so a `.keras` file loads back), else {}."""
+        if not self.built:
+            mode = self.projection_quantization
+        else:
+            modes = {getattr(layer, "quantization_mode", None) for layer in self.projections()}
+            if len(modes) > 1:
+                raise ValueError(
+                    f"Cannot save {self.name!r}: its projections are quantized in different "
+                    f"modes {sorted(map(str, modes))}; quantize the whole model in one mode."
+                )
+            mode = modes.pop()
+        return {} if mode is None else {"projection_quantization": mode}

@@ -13,11 +13,13 @@ import keras
 from keras_vit._validation import check_positive_int, to_pair
 from keras_vit._warnings import warn_weights
 from keras_vit.checkpoints.base.architecture import num_position_prefix_rows, patch_grid
+from keras_vit.checkpoints.base.lora import merged_weights
 from keras_vit.layers import AddSinCosPositionEmbs, PatchEmbed
 from keras_vit.layers.position_resize import resize_position_embeddings
 from keras_vit.model.arguments import check_num_classes
 from keras_vit.model.head import distilled_logits, zero_head
 from keras_vit.model.image_model import ImageModel
+from keras_vit.model.lora import apply_lora, check_lora_rank
 from keras_vit.spec import layer_names as names
 
 _POSITION_LAYER = names.POSITION_EMBEDDING
@@ -85,7 +87,7 @@ def _copy_body(source, target, method):
     for layer in target.layers:
         if not layer.weights or layer.name in _REPLACED:
             continue
-        values = source.get_layer(layer.name).get_weights()
+        values = merged_weights(source.get_layer(layer.name))
         if layer.name == _POSITION_LAYER:
             old, new = patch_grid(source), patch_grid(target)
             if old != new:
@@ -109,6 +111,8 @@ def finetune(
     *,
     resize_method="bilinear",
     remat=None,
+    lora_rank=None,
+    lora_alpha=None,
 ):
     """Returns a new model with `model`'s pre-trained body and a zero-initialised head.
 
@@ -145,6 +149,13 @@ def finetune(
             JAX computation, before the source existed: set it in `XLA_FLAGS` (see
             `keras_vit.kernels.dispatch.prefer_memory_schedule`; `keras-vit finetune
             --remat` does).
+        lora_rank: None (default: every weight trainable) or a positive int R: LoRA
+            fine-tuning through Keras' `enable_lora` (`keras_vit.model.lora.apply_lora`):
+            rank-R adapters on the attention and MLP projections, the head, pre-logits and
+            LayerNorms trainable, the position table trainable when it was resized, the rest
+            frozen. A B/16 at rank 8 trains under 5% of its parameters.
+        lora_alpha: Keras' `lora_alpha` (the update is scaled by `lora_alpha / lora_rank`);
+            None (default) is the rank.
 
     Returns:
         A functional `keras.Model` with input `images` `(batch, height, width, channels)`
@@ -153,10 +164,12 @@ def finetune(
 
     Raises:
         ValueError: bad `num_classes` (1 included: see `keras_vit.model.arguments.ONE_CLASS_HINT`),
+            a bad `lora_rank` or `lora_alpha`,
             `image_size` or `representation_size` (none with a distillation token), an image
             size not divisible by the patch, or a model that is not a keras_vit classifier.
     """
     check_num_classes(num_classes)
+    lora_rank, lora_alpha = check_lora_rank(lora_rank, lora_alpha)
     if remat is not None and not isinstance(remat, bool):
         raise ValueError(f"`remat` must be None, True or False. Received: remat={remat!r}")
     if representation_size is not None:
@@ -181,7 +194,7 @@ def finetune(
         if names.PRE_LOGITS in layers:
             pre_logits = clone.get_layer(names.PRE_LOGITS)
             if pre_logits.units == representation_size:
-                pre_logits.set_weights(model.get_layer(names.PRE_LOGITS).get_weights())
+                pre_logits.set_weights(merged_weights(model.get_layer(names.PRE_LOGITS)))
             else:
                 pre_logits = None
         if pre_logits is None:
@@ -195,7 +208,21 @@ def finetune(
         logits = distilled_logits(x, dist, num_classes, activation)
     else:
         logits = zero_head(num_classes, activation)(x)
-    return ImageModel(clone.input, logits, name=model.name)
+    tuned = ImageModel(clone.input, logits, name=model.name)
+    if lora_rank is not None:
+        apply_lora(tuned, lora_rank, lora_alpha, train_position_table=_grid_changed(model, clone))
+    return tuned
+
+
+def _grid_changed(source, target) -> bool:
+    """Whether the target's patch grid differs from the source's (False without a fixed
+    grid or a position table)."""
+    if _POSITION_LAYER not in {layer.name for layer in target.layers}:
+        return False
+    try:
+        return patch_grid(source) != patch_grid(target)
+    except ValueError:
+        return False
 
 
 def _head_activation(model, layers):

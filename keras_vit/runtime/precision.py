@@ -265,7 +265,8 @@ def with_dtype_policy(model, policy: str):
 
     A loaded `.keras` model keeps the dtype policy it was built with; this rebuilds it from
     its config with every layer's policy replaced (the `head` stays float32, so logits stay
-    float32) and copies the weights (variables stay float32 under the mixed policies).
+    float32) and copies the weights (variables stay float32 under the mixed policies; LoRA
+    adapters, which no config holds, merged into their kernels).
 
     Args:
         model: a functional Keras model (keras_vit's ViT, hybrid or fine-tuned models).
@@ -294,8 +295,10 @@ def with_dtype_policy(model, policy: str):
             changed = True
     if not changed:
         return model
+    from keras_vit.checkpoints.base.lora import merged_weights  # LoRA adapters: not in a config
+
     clone = model.__class__.from_config(config)
-    clone.set_weights(model.get_weights())
+    clone.set_weights(merged_weights(model))
     return clone
 
 

@@ -77,6 +77,9 @@ class RunConfig:
             shares images with `test_split` (`keras_vit.train.selection`); True allows it.
         remat: True recomputes each Transformer block's activations in the backward pass
             (`keras_vit.ViT(remat=True)`): less memory, about one more forward pass a step.
+        lora_rank: finetune only: None (default: every weight trains) or a positive int R:
+            LoRA fine-tuning (`keras_vit.finetune(..., lora_rank=R)`, Keras' `enable_lora`
+            on the attention and MLP projections). The run's files hold the merged kernels.
     """
 
     task: str = "train"
@@ -96,10 +99,21 @@ class RunConfig:
     allow_test_selection: bool = False
     select: str = kept_model.DEFAULT_SELECTION
     remat: bool = False
+    lora_rank: int | None = None
 
     def __post_init__(self):
         if self.task not in TASKS:
             raise ConfigError(f"Unknown task {self.task!r}; expected one of {list(TASKS)}.")
+        if self.lora_rank is not None and (
+            self.task != "finetune"
+            or isinstance(self.lora_rank, bool)
+            or not isinstance(self.lora_rank, int)
+            or self.lora_rank < 1
+        ):
+            raise ConfigError(
+                "lora_rank must be None or a positive int, and only for task='finetune'. "
+                f"Received: lora_rank={self.lora_rank!r}, task={self.task!r}"
+            )
         if self.select not in kept_model.SELECTIONS:
             raise ConfigError(
                 f"Unknown select {self.select!r}; expected one of {list(kept_model.SELECTIONS)}."

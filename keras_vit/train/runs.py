@@ -473,7 +473,11 @@ def _build_model(plan: RunPlan) -> keras.Model:
     if plan.source_model is not None:
         source = precision.with_dtype_policy(plan.source_model, plan.precision.policy)
         model = finetune(
-            source, plan.info.num_classes, image_size=plan.image_size, remat=plan.config.remat
+            source,
+            plan.info.num_classes,
+            image_size=plan.image_size,
+            remat=plan.config.remat,
+            lora_rank=plan.config.lora_rank,
         )
     else:
         model = training.build_model(plan.model_kwargs)

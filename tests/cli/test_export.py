@@ -74,13 +74,16 @@ def test_bad_options_are_usage_errors(run_export, capsys, extra, message):
     assert message in capsys.readouterr().err
 
 
-def test_model_argument_must_be_keras_file_or_run_directory(tmp_path, capsys):
+def test_source_must_be_a_keras_file_a_run_directory_or_a_checkpoint(tmp_path, capsys):
     (tmp_path / "weights.h5").write_text("x")
-    for path in (tmp_path / "nope.keras", tmp_path / "weights.h5", tmp_path):
+    expected = {
+        tmp_path / "nope.keras": "not found",
+        tmp_path / "weights.h5": "Cannot build a model from",
+        tmp_path: "Cannot build a model from",
+    }
+    for path, message in expected.items():
         assert main(["export", str(path), str(tmp_path / "serving")]) == 2
-    err = capsys.readouterr().err
-    assert "must be a .keras file or a run directory" in err
-    assert "has no best.keras" in err
+        assert message in capsys.readouterr().err
     assert not (tmp_path / "serving").exists()
 
 

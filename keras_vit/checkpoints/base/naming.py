@@ -32,7 +32,7 @@ from collections.abc import Callable
 
 import keras
 
-from keras_vit.checkpoints.base import limits, quantized
+from keras_vit.checkpoints.base import limits, lora, quantized
 from keras_vit.checkpoints.base.errors import CheckpointError
 from keras_vit.spec import layer_names as names
 
@@ -192,7 +192,9 @@ def official_arrays(model) -> dict:
 
     A model quantized with `model.quantize("int8")` gives its kernels dequantized to float32
     (`kernel / kernel_scale`, `keras_vit.checkpoints.base.quantized`), without the scales, so
-    every writer writes the float layout it reads back.
+    every writer writes the float layout it reads back. A layer with LoRA adapters
+    (Keras' `enable_lora`) gives its merged kernel `W + (lora_alpha / rank) * A @ B` and no
+    adapter keys (`keras_vit.checkpoints.base.lora`), so every writer writes the adapted model.
 
     Raises:
         CheckpointError: weights that no rule covers (e.g. layers a user added), a layer
@@ -208,5 +210,7 @@ def official_arrays(model) -> dict:
     arrays = {key: keras.ops.convert_to_numpy(variable) for key, variable in variables.items()}
     paths = {key: variable.path for key, variable in variables.items()}
     arrays = quantized.float_arrays(model.name, arrays, paths, quantized.quantization_modes(vit))
+    adapted = lora.lora_layers(quantized.layers_below(vit))
+    arrays = lora.merged_arrays(model.name, arrays, paths, adapted)
     limits.check_finite(f"model {model.name!r}", arrays, what="weight")
     return arrays

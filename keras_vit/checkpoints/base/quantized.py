@@ -21,8 +21,9 @@ DEQUANTIZED_MODES = ("int8",)
 SCALE = "kernel_scale"
 
 
-def _layers_below(layer, seen):
+def layers_below(layer, seen=None):
     """`layer` and every Keras layer held in its attributes (lists and dicts too), once."""
+    seen = set() if seen is None else seen
     if id(layer) in seen:
         return
     seen.add(id(layer))
@@ -33,13 +34,13 @@ def _layers_below(layer, seen):
             values = list(value.values())
         for item in values:
             if isinstance(item, keras.layers.Layer):
-                yield from _layers_below(item, seen)
+                yield from layers_below(item, seen)
 
 
 def quantization_modes(model) -> dict:
     """`{variable path: quantization mode}` of the variables of quantized layers in `model`."""
     modes, seen = {}, set()
-    for layer in _layers_below(model, seen):
+    for layer in layers_below(model, seen):
         mode = getattr(layer, "quantization_mode", None)
         if mode:
             for variable in layer.weights:

@@ -1,0 +1,55 @@
+"""The export formats of `keras_vit.export_formats.export_model` and `keras-vit export`, their
+quantize modes and runtime packages, without TensorFlow (the CLI checks its flags with them
+before TensorFlow starts)."""
+
+from __future__ import annotations
+
+import importlib.util
+
+FORMATS = ("saved_model", "onnx", "litert", "openvino")
+QUANTIZE_MODES = ("int8", "int4", "float8")
+QUANTIZED_FORMATS = {"saved_model": QUANTIZE_MODES, "onnx": ("int8", "int4")}
+"""The quantize modes each format takes (tf2onnx has no float8 type)."""
+RUNTIME_MODULES = {
+    "saved_model": ("tensorflow",),
+    "onnx": ("tf2onnx", "onnx", "onnxruntime"),
+    "litert": ("ai_edge_litert",),
+    "openvino": ("openvino",),
+}
+EXTRA_HINT = 'pip install "keras_vit[export]"'
+
+
+class MissingRuntimeError(ImportError):
+    """The runtime a format is written with or checked in is not installed."""
+
+
+def check_runtime(format: str) -> None:
+    """Raises `MissingRuntimeError` in one line when `format`'s packages are not installed."""
+    missing = [name for name in RUNTIME_MODULES[format] if importlib.util.find_spec(name) is None]
+    if missing:
+        raise MissingRuntimeError(
+            f"Export format {format!r} needs {', '.join(missing)}, the 'export' extra: "
+            f"{EXTRA_HINT}."
+        )
+
+
+def check_format(format, quantize=None) -> None:
+    """ValueError naming a format or quantize mode `export_model` does not take.
+
+    Keras-quantized graphs reach TF Serving (every mode) and ONNX (int8, int4: tf2onnx has
+    no float8 type) only: LiteRT's converter refuses their int8 batched products, and
+    OpenVINO's conversion of them gave logits 3.0 away from Keras' (a tiny int8 ViT,
+    2026-12-07), so those formats take the float model only.
+    """
+    if format not in FORMATS:
+        raise ValueError(f"`format` must be one of {FORMATS}. Received: format={format!r}")
+    if quantize is not None and quantize not in QUANTIZE_MODES:
+        raise ValueError(
+            f"`quantize` must be None or one of {QUANTIZE_MODES}. Received: quantize={quantize!r}"
+        )
+    if quantize is not None and quantize not in QUANTIZED_FORMATS.get(format, ()):
+        takers = [name for name, modes in QUANTIZED_FORMATS.items() if quantize in modes]
+        raise ValueError(
+            f"Export format {format!r} does not take quantize={quantize!r}: a Keras-quantized "
+            f"graph does not convert to it (formats that take it: {takers})."
+        )

@@ -1,0 +1,170 @@
+"""`keras_vit.export_formats.export_model`: every format written, then run in its own runtime
+(onnxruntime, the LiteRT interpreter, OpenVINO, TensorFlow) on pixels in [0, 255] and
+compared with the NumPy-scaled Keras model, for a ViT (exact GELU, non-square) and a hybrid.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+
+import keras
+import numpy as np
+import pytest
+
+import keras_vit
+from keras_vit import export_formats
+from keras_vit.export_formats import ExportMismatchError, MissingRuntimeError, export_model
+from tests.checkpoints.random_models import TINY_SIZES, randomise
+
+pytestmark = pytest.mark.skipif(
+    any(importlib.util.find_spec(m) is None for m in ("onnxruntime", "openvino", "ai_edge_litert")),
+    reason="the export extra is not installed",
+)
+
+RUNTIMES = {
+    "onnx": export_formats.run_onnx,
+    "litert": export_formats.run_litert,
+    "openvino": export_formats.run_openvino,
+}
+
+
+@pytest.fixture(scope="module")
+def vit():
+    model = keras_vit.ViT(
+        patch_size=8, image_size=(32, 24), num_classes=5, gelu_approximate=False, **TINY_SIZES
+    )
+    return randomise(model, seed=4)
+
+
+@pytest.fixture(scope="module")
+def hybrid():
+    model = keras_vit.HybridViT(
+        resnet_stages=(1,), resnet_width=32, patch_size=2, image_size=32, num_classes=5,
+        **TINY_SIZES,
+    )  # fmt: skip
+    return randomise(model, seed=5)
+
+
+def _expected(model, pixels):
+    """The model's logits on pixels scaled by NumPy, as the release does: x / 127.5 - 1."""
+    return np.asarray(model(pixels / 127.5 - 1.0, training=False), np.float64)
+
+
+def _pixels(model, batch, seed=9):
+    height, width, channels = model.input_shape[1:]
+    rng = np.random.default_rng(seed)
+    return rng.uniform(0, 255, (batch, height, width, channels)).astype(np.float32)
+
+
+def _run(report, pixels):
+    if report.format == "saved_model":
+        import tensorflow as tf
+
+        served = tf.saved_model.load(report.path).signatures["serving_default"]
+        return served(images=tf.constant(pixels))["logits"].numpy()
+    return RUNTIMES[report.format](report.path, pixels)
+
+
+def _check_format(model, folder, format):
+    report = export_model(model, folder, format)
+    assert os.path.isfile(report.path) or format == "saved_model"
+    assert report.max_difference <= 1e-4
+    for batch in (1, 5):
+        pixels = _pixels(model, batch)
+        got = np.asarray(_run(report, pixels), np.float64)
+        np.testing.assert_allclose(got, _expected(model, pixels), atol=1e-4, rtol=0, err_msg=format)
+        assert np.abs(got).max() > 1e-2
+    return report
+
+
+def test_a_vit_in_onnx_runtime_equals_keras_through_erf(vit, tmp_path):
+    """The exact GELU reaches ONNX as `Erf` (Keras' own lowering, `Erfc`, does not convert)."""
+    import onnx
+
+    report = _check_format(vit, tmp_path, "onnx")
+    ops = {node.op_type for node in onnx.load(report.path).graph.node}
+    assert "Erf" in ops and "Erfc" not in ops
+    with pytest.raises(FileExistsError, match="overwrite"):
+        export_model(vit, tmp_path, "onnx")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("format", ["litert", "openvino", "saved_model"])
+def test_a_vit_in_every_runtime_equals_keras(vit, tmp_path, format):
+    _check_format(vit, tmp_path, format)
+
+
+@pytest.mark.large
+@pytest.mark.parametrize("format", ["onnx", "litert", "openvino", "saved_model"])
+def test_a_hybrid_in_every_runtime_equals_keras(hybrid, tmp_path, format):
+    _check_format(hybrid, tmp_path, format)
+
+
+@pytest.mark.slow
+def test_a_dynamic_size_model_is_exported_at_its_table_size_and_refuses_others(tmp_path):
+    model = randomise(
+        keras_vit.ViT(patch_size=8, image_size=32, num_classes=5, dynamic_image_size=True,
+                      **TINY_SIZES)
+    )  # fmt: skip
+    report = export_model(model, tmp_path, "onnx")
+    assert report.image_size == (32, 32)
+    pixels = np.random.default_rng(0).uniform(0, 255, (2, 32, 32, 3)).astype("float32")
+    np.testing.assert_allclose(_run(report, pixels), _expected(model, pixels), atol=1e-4)
+    with pytest.raises(Exception, match="(?i)dimension|shape"):
+        _run(report, np.zeros((1, 36, 40, 3), np.float32))
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:Layer .* does not have a `quantize`")
+def test_an_int8_model_exports_to_onnx_and_matches_the_quantized_keras_model(vit, tmp_path):
+    """Keras quantizes activations per call: a runtime's rounding moves a few across an int8
+    step, so the bound is a share of the logits' scale (`QUANTIZED_TOLERANCE`)."""
+    report = export_model(vit, tmp_path, "onnx", quantize="int8")
+    quantized = keras.models.clone_model(vit)
+    quantized.set_weights(vit.get_weights())
+    quantized.quantize("int8")
+    pixels = _pixels(vit, 5)
+    expected = _expected(quantized, pixels)
+    bound = export_formats.QUANTIZED_TOLERANCE * np.abs(expected).max()
+    assert report.quantize == "int8" and report.max_difference <= bound
+    np.testing.assert_allclose(_run(report, pixels), expected, atol=bound, rtol=0)
+    assert np.abs(_expected(vit, pixels) - expected).max() > 1e-5  # it is quantized
+
+
+def test_a_mismatch_removes_the_artifact(vit, tmp_path, monkeypatch):
+    def write(model, path, format, verbose):
+        with open(path, "wb") as handle:
+            handle.write(b"artifact")
+
+    monkeypatch.setattr(keras.Model, "export", write)
+    monkeypatch.setitem(export_formats.RUNNERS, "litert", lambda path, x: np.zeros((len(x), 5)))
+    with pytest.raises(ExportMismatchError, match="removed"):
+        export_model(vit, tmp_path, "litert")
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(format="tflite"), "format"),
+        (dict(format="onnx", quantize="int2"), "quantize"),
+        (dict(format="litert", quantize="int8"), "does not take"),
+        (dict(format="openvino", quantize="int8"), "does not take"),
+        (dict(format="onnx", tolerance=0), "tolerance"),
+        (dict(format="onnx", version=2), "saved_model"),
+    ],
+)
+def test_bad_arguments_are_refused_before_any_work(vit, tmp_path, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        export_model(vit, tmp_path / "out", **kwargs)
+    assert not os.path.exists(tmp_path / "out")
+
+
+def test_a_missing_runtime_names_the_extra(vit, tmp_path, monkeypatch):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "openvino" else real(name)
+    )
+    with pytest.raises(MissingRuntimeError, match=r"openvino.*keras_vit\[export\]"):
+        export_model(vit, tmp_path, "openvino")
