@@ -33,10 +33,16 @@ from keras_vit.layers import (
     TokenPooling,
     TransformerBlock,
 )
+from keras_vit.layers.attention import QKV_BIASES
 from keras_vit.layers.layer_scale import check_layer_scale_init
 from keras_vit.layers.mlp import MLP_ACTIVATIONS
 from keras_vit.layers.pooling import CLASSIFIER_POOLINGS
-from keras_vit.layers.position_embedding import POSITION_EMBEDDINGS, position_embedding_layer
+from keras_vit.layers.position_embedding import (
+    POSITION_EMBEDDINGS,
+    position_embedding_layer,
+    rope_config,
+)
+from keras_vit.layers.rotary import check_rope_head_dim
 from keras_vit.spec import layer_names as names
 
 FAMILY_DEFAULTS = {
@@ -47,8 +53,9 @@ FAMILY_DEFAULTS = {
     "no_embed_class": False,
     "norm_pre": False,
     "mlp_activation": "gelu",
+    "qkv_bias": "qkv",
 }
-"""The ViT-family switches (DeiT, DeiT III, DINOv2, CLIP towers) and their default values
+"""The ViT-family switches (DeiT, DeiT III, DINOv2, CLIP towers, DINOv3) and their default values
 (`distillation_head` only matters with `distilled=True`); see `keras_vit.ViT` for each."""
 
 
@@ -92,7 +99,9 @@ def encode_tokens(
 
     With `dynamic_grid=(grid_size, patch_size)` the learned position table (stored for
     `grid_size`) is resized in the forward pass to the grid of `grid_images` (see
-    `AddPositionEmbs(dynamic_image_size=True)`).
+    `AddPositionEmbs(dynamic_image_size=True)`). With `position_embedding="rope"` every
+    block's attention rotates the patch tokens' queries and keys (`rope_config`; the grid of
+    `grid_images` when dynamic); the class, distillation and register tokens are not rotated.
 
     Returns:
         The symbolic `(batch, num_tokens, hidden_dim)` output of `encoder_norm` (of the last
@@ -133,7 +142,18 @@ def encode_tokens(
         layer_scale_init=family["layer_scale_init"],
         mlp_activation=family["mlp_activation"],
         remat=remat,
+        qkv_bias=family["qkv_bias"],
     )
+    call_kwargs = {}
+    if position_embedding == "rope":
+        prefix = int(pooling == "token") + int(family["distilled"])
+        block_kwargs["rope"] = rope_config(
+            dynamic_grid[0] if dynamic_grid is not None else grid_size,
+            prefix + family["num_register_tokens"],
+            patch_size=dynamic_grid[1] if dynamic_grid is not None else None,
+        )
+        if dynamic_grid is not None:
+            call_kwargs["images"] = grid_images
     dist_read = family["distilled"] and family["distillation_head"]
     last_tokens = (1 + int(dist_read)) if class_token_only else None
     for i in range(num_layers):
@@ -142,7 +162,7 @@ def encode_tokens(
             drop_path_rate=drop_path_rate * i / max(num_layers - 1, 1),
             num_output_tokens=last_tokens if i == num_layers - 1 else None,
             name=names.block_name(i),
-        )(x)
+        )(x, **call_kwargs)
     if final_norm == "pooled":
         return x
     return keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, name=names.ENCODER_NORM)(x)
@@ -341,6 +361,8 @@ def check_arguments(
     check_num_classes(num_classes, include_top)
     check_choice("pooling", pooling, CLASSIFIER_POOLINGS)
     check_choice("position_embedding", position_embedding, POSITION_EMBEDDINGS)
+    if position_embedding == "rope":
+        check_rope_head_dim(hidden_dim // num_heads)
     check_choice("final_norm", final_norm, names.FINAL_NORMS)
     if final_norm == "pooled" and (pooling == "map" or return_sequence):
         raise ValueError(
@@ -372,6 +394,7 @@ def check_family_arguments(
     no_embed_class,
     norm_pre,
     mlp_activation,
+    qkv_bias="qkv",
     distillation_head=True,
     pooling="token",
     representation_size=None,
@@ -411,6 +434,7 @@ def check_family_arguments(
         if not isinstance(value, bool):
             raise ValueError(f"`{name}` must be True or False. Received: {name}={value!r}")
     check_choice("mlp_activation", mlp_activation, MLP_ACTIVATIONS)
+    check_choice("qkv_bias", qkv_bias, QKV_BIASES)
     rules = (
         (distilled and pooling != "token", "distilled=True needs pooling='token'"),
         (
@@ -428,7 +452,7 @@ def check_family_arguments(
             "distillation_head=False drops the distillation token's head and needs distilled=True",
         ),
         (
-            no_embed_class and (pooling != "token" or position_embedding == "none"),
+            no_embed_class and (pooling != "token" or position_embedding in ("none", "rope")),
             "no_embed_class=True needs a class token (pooling='token') and a position table",
         ),
         (
@@ -463,7 +487,7 @@ def _check_dynamic(dynamic, stem, position_embedding):
         raise ValueError("dynamic_image_size=True is for plain ViTs (stem=None).")
     if dynamic and position_embedding == "sincos2d":
         raise ValueError(
-            "dynamic_image_size=True needs position_embedding='learned' or 'none'. "
+            "dynamic_image_size=True needs position_embedding 'learned', 'none' or 'rope'. "
             f"Received: position_embedding={position_embedding!r}"
         )
 
@@ -526,7 +550,7 @@ def vision_transformer(
             `(batch, h, w, c)` whose h and w divide by the patch size.
         **family: the ViT-family switches of `FAMILY_DEFAULTS` (`layer_scale_init`,
             `num_register_tokens`, `distilled`, `distillation_head`, `no_embed_class`,
-            `norm_pre`, `mlp_activation`), each off by default.
+            `norm_pre`, `mlp_activation`, `qkv_bias`), each off by default.
         The others: as in `keras_vit.ViT` (`dynamic_image_size` needs `stem=None`).
 
     Returns:
