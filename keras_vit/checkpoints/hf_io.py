@@ -23,7 +23,7 @@ import os
 import shutil
 import tempfile
 
-from keras_vit.checkpoints import hf_family, limits, timm_family
+from keras_vit.checkpoints import dinov3_io, hf_family, limits, timm_family
 from keras_vit.checkpoints import torch_layout as tl
 from keras_vit.checkpoints.architecture import Architecture
 from keras_vit.checkpoints.contents import CheckpointContents
@@ -224,6 +224,10 @@ def read_hf(path) -> CheckpointContents:
     if config is None:
         raise CheckpointError(f"{folder} has no {CONFIG}; a Hugging Face ViT needs it.")
     limits.check_hf_config(os.path.join(folder, CONFIG), config)
+    if config.get("model_type") == dinov3_io.HF_MODEL_TYPE:
+        state, _ = read_safetensors(weights)
+        preprocessing = _preprocessing(folder, config)
+        return dinov3_io.read_hf_dinov3(folder, state, config, path, preprocessing)
     hf_family.layout_of(config, os.path.join(folder, CONFIG))
     state, _ = read_safetensors(weights)
     limits.check_hf_config(os.path.join(folder, CONFIG), config, state)
@@ -428,8 +432,13 @@ def write_hf(folder, contents: CheckpointContents) -> dict:
     """
     if contents.num_heads is None:
         raise CheckpointError("The number of heads is unknown; it is needed for config.json.")
-    config = hf_config(contents)
-    state = release_to_hf(contents.arrays, contents.num_heads)
+    if contents.position_embedding == dinov3_io.ROPE:  # DINOv3ViTModel
+        arch = Architecture.from_contents(contents)
+        config = dinov3_io.hf_dinov3_config(contents, arch)
+        state = dinov3_io.release_to_hf_dinov3(contents.arrays, arch.hidden_dim)
+    else:
+        config = hf_config(contents)
+        state = release_to_hf(contents.arrays, contents.num_heads)
     size = config["image_size"]
     image_size = (size, size) if isinstance(size, int) else size
     with _atomic_folder(folder) as temporary:

@@ -36,7 +36,7 @@ import re
 
 import numpy as np
 
-from keras_vit.checkpoints import limits, timm_family, timm_map, timm_options
+from keras_vit.checkpoints import dinov3_io, limits, timm_family, timm_map, timm_options
 from keras_vit.checkpoints import torch_layout as tl
 from keras_vit.checkpoints.contents import CheckpointContents
 from keras_vit.checkpoints.npz_io import CheckpointError
@@ -258,6 +258,9 @@ def read_timm(path, num_heads=None, *, no_embed_class=None, image_size=None) -> 
     state, metadata = read_safetensors(path)
     config = _sibling_config(path)
     limits.check_timm_config(path, config, state, metadata)
+    if dinov3_io.is_timm_dinov3(state, metadata, config):
+        return dinov3_io.read_timm_dinov3(path, state, metadata, config, num_heads)
+    dinov3_io.check_timm_eva(state, path)
     class_token = "cls_token" in state
     timm_options.check_global_pool(metadata, config, class_token, path, timm_map.has_map(state))
     no_embed_class = _no_embed_class(state, metadata, config, no_embed_class, image_size, path)
@@ -350,9 +353,14 @@ def write_timm(path, contents: CheckpointContents) -> dict:
     the exact GELU: a tanh-GELU model written here differs from timm's forward pass by up to
     ~5e-4 per activation (a warning says so).
 
+    A DINOv3 model (`position_embedding="rope"`) is written in timm's DINOv3 layout
+    (`dinov3_io.write_timm_dinov3`).
+
     Returns:
         `{timm key: shape}` of what was written.
     """
+    if contents.position_embedding == dinov3_io.ROPE:
+        return dinov3_io.write_timm_dinov3(path, contents)
     if contents.gelu_approximate:
         logger.warning(
             "This model uses the tanh GELU; timm's ViT computes the exact GELU, so its "
