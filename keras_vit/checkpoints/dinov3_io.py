@@ -388,9 +388,9 @@ def check_hf_config(config: dict, path) -> None:
 
     Raises:
         CheckpointError: `use_gated_mlp` (SwiGLU: H+, 7B), no projection or MLP biases,
-            a `rope_theta` other than 100, a `hidden_act` other than "gelu".
+            a `rope_theta` other than 100.
     """
-    fixed = {"use_gated_mlp": False, "proj_bias": True, "mlp_bias": True, "hidden_act": "gelu"}
+    fixed = {"use_gated_mlp": False, "proj_bias": True, "mlp_bias": True}
     for field, value in fixed.items():
         if field in config and config[field] != value:
             raise CheckpointError(
@@ -425,8 +425,9 @@ def hf_qkv_bias(config: dict) -> str:
     return choices[flags]
 
 
-def read_hf_dinov3(folder, state, config, path, preprocessing) -> CheckpointContents:
-    """A Hugging Face `DINOv3ViTModel` folder's contents (no head: a feature model)."""
+def read_hf_dinov3(state, config, path, preprocessing, numerics) -> CheckpointContents:
+    """A Hugging Face `DINOv3ViTModel` folder's contents (no head: a feature model);
+    `numerics`: `gelu_approximate` and `mlp_activation` of its `hidden_act` (`hf_io`)."""
     check_hf_config(config, path)
     hf_qkv_bias(config)
     heads = int(config.get("num_attention_heads", 6))
@@ -437,11 +438,11 @@ def read_hf_dinov3(folder, state, config, path, preprocessing) -> CheckpointCont
         format="hf",
         arrays=hf_dinov3_to_release(state, heads, config, path),
         num_heads=heads,
-        gelu_approximate=False,
         layer_norm_epsilon=float(config.get("layer_norm_eps", EPSILON)),
         preprocessing=preprocessing,
         image_size=image_size,
         position_embedding=ROPE,
+        **numerics,
     )
 
 
@@ -474,14 +475,13 @@ def release_to_hf_dinov3(arrays: dict, hidden: int) -> dict:
     return out
 
 
-def hf_dinov3_config(contents: CheckpointContents, arch) -> dict:
+def hf_dinov3_config(contents: CheckpointContents, arch, hidden_act: str) -> dict:
     """The `config.json` of a `DINOv3ViTModel` holding `contents` (`arch`: its
-    `Architecture`).
+    `Architecture`; `hidden_act`: transformers' name of its GELU).
 
     Raises:
         CheckpointError: a model `DINOv3ViTModel` cannot hold: a head (it has none), no
-            LayerScale (it always has one), a tanh or quick GELU, or see
-            `check_dinov3_model`.
+            LayerScale (it always has one), non-square patches, or see `check_dinov3_model`.
     """
     check_dinov3_model(contents, "Hugging Face's DINOv3ViTModel")
     problems = [
@@ -489,14 +489,13 @@ def hf_dinov3_config(contents: CheckpointContents, arch) -> dict:
         for present, text in (
             ("head/kernel" in contents.arrays, "a classification head (write include_top=False)"),
             (not arch.layer_scale, "no LayerScale"),
-            (contents.gelu_approximate or contents.mlp_activation != "gelu", "a non-erf GELU"),
             (arch.patch_size[0] != arch.patch_size[1], "non-square patches"),
         )
         if present
     ]
     if problems:
         raise CheckpointError(
-            f"Hugging Face's DINOv3ViTModel (no head, LayerScale, exact GELU) cannot hold "
+            f"Hugging Face's DINOv3ViTModel (no head, LayerScale) cannot hold "
             f"this model: {', '.join(problems)}. Write it as timm or keras."
         )
     size = contents.image_size or (224, 224)
@@ -510,7 +509,7 @@ def hf_dinov3_config(contents: CheckpointContents, arch) -> dict:
         "num_channels": arch.channels,
         "patch_size": arch.patch_size[0],
         "image_size": int(size[0]) if size[0] == size[1] else [int(s) for s in size],
-        "hidden_act": "gelu",
+        "hidden_act": hidden_act,
         "layer_norm_eps": float(contents.layer_norm_epsilon),
         "rope_theta": ROPE_TEMPERATURE,
         "num_register_tokens": arch.num_register_tokens,

@@ -227,7 +227,11 @@ def read_hf(path) -> CheckpointContents:
     if config.get("model_type") == dinov3_io.HF_MODEL_TYPE:
         state, _ = read_safetensors(weights)
         preprocessing = _preprocessing(folder, config)
-        return dinov3_io.read_hf_dinov3(folder, state, config, path, preprocessing)
+        numerics = dict(
+            gelu_approximate=_gelu_approximate(config, folder),
+            mlp_activation=QUICK_GELU if config.get("hidden_act") == QUICK_GELU else "gelu",
+        )
+        return dinov3_io.read_hf_dinov3(state, config, path, preprocessing, numerics)
     hf_family.layout_of(config, os.path.join(folder, CONFIG))
     state, _ = read_safetensors(weights)
     limits.check_hf_config(os.path.join(folder, CONFIG), config, state)
@@ -434,7 +438,7 @@ def write_hf(folder, contents: CheckpointContents) -> dict:
         raise CheckpointError("The number of heads is unknown; it is needed for config.json.")
     if contents.position_embedding == dinov3_io.ROPE:  # DINOv3ViTModel
         arch = Architecture.from_contents(contents)
-        config = dinov3_io.hf_dinov3_config(contents, arch)
+        config = dinov3_io.hf_dinov3_config(contents, arch, _hidden_act(contents))
         state = dinov3_io.release_to_hf_dinov3(contents.arrays, arch.hidden_dim)
     else:
         config = hf_config(contents)
