@@ -171,10 +171,20 @@ class MultiHeadSelfAttention(keras.layers.Layer):
 
     def rope_tables(self, tokens, images=None):
         """The RoPE `(sin, cos)` tables `(rows * cols, head_dim)` for this call's grid: from
-        `images` with a `patch_size` (dynamic image size), else the stored `grid_size`."""
+        `images` with a `patch_size` (dynamic image size), else the stored `grid_size`.
+
+        Raises:
+            ValueError: a `patch_size` and no `images`, or a fixed grid and a known token
+                count that is not its `num_prefix_tokens + rows * cols`.
+        """
         rope = self.rope
         rows, cols = rope["grid_size"]
-        if rope["patch_size"] is not None and images is not None:
+        if rope["patch_size"] is not None:
+            if images is None:
+                raise ValueError(
+                    f"Layer {self.name!r} rotates by each input's patch grid (a dynamic image "
+                    "size) and needs the model's input images: call it with images=."
+                )
             shape = ops.shape(images)
             rows, cols = shape[1] // rope["patch_size"][0], shape[2] // rope["patch_size"][1]
         elif tokens.shape[1] is not None and tokens.shape[1] != rope["num_prefix_tokens"] + (
