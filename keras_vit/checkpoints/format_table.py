@@ -308,7 +308,7 @@ FORMAT_TABLE: dict[str, CheckpointFormat] = {
         ),
         CheckpointFormat(
             name="hf",
-            title="a Hugging Face ViT / DeiT / DINOv2 folder",
+            title="a Hugging Face ViT / DeiT / DINOv2 / DINOv3 folder",
             recognised_by="a folder with `config.json` + `model.safetensors` (or that file) "
             "whose keys include `embeddings.patch_embeddings.projection.weight`",
             recognise=_is_hf,
