@@ -1,4 +1,5 @@
-"""The benchmark harness' one entry: `python benchmarks/bench.py VERB ...` (`VERB --help`).
+"""The benchmark harness' one entry: `python -m benchmarks.bench VERB ...` from the repository
+root (`VERB --help`).
 
     run        peers side by side at every setting, one workload, a worker per point
     targets    the CPU targets' workloads, every point in its own process
@@ -15,7 +16,8 @@
 
 The races (run ... roof) are presets of one loop (harness/race.py) over one table of peers
 (harness/peers.py). Nothing is imported before the verb is chosen (`gpu` stays free of
-TensorFlow). Studies that are not speed races are scripts in benchmarks/studies/.
+TensorFlow). Studies that are not speed races are modules of benchmarks/studies/
+(`python -m benchmarks.studies.NAME`).
 """
 
 from __future__ import annotations
@@ -28,11 +30,12 @@ import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:0] = [HERE, os.path.join(HERE, "harness")]
+ROOT = os.path.dirname(HERE)
 
 RACES = ("run", "targets", "in-process", "scaling", "ablation", "roof")
-VERBS = {**dict.fromkeys(RACES, "race"), "profile": "step_profile", "products": "products",
-         "results": "figures", "figures": "figures", "gpu": "gpu"}  # fmt: skip
+VERBS = {**dict.fromkeys(RACES, "harness.race"), "profile": "harness.step_profile",
+         "products": "harness.products", "results": "figures", "figures": "figures",
+         "gpu": "harness.gpu"}  # fmt: skip
 
 
 def suite_commands(name: str, quick: bool, only=None) -> list[tuple[str, list[str]]]:
@@ -53,10 +56,17 @@ def suite_commands(name: str, quick: bool, only=None) -> list[tuple[str, list[st
     commands = []
     for workload, line in lines.items():
         words = shlex.split(line["quick" if quick else "command"])
-        script = words.pop(0) if words[0].endswith(".py") else "bench.py"  # a study, or a verb
+        study = words.pop(0) if words[0].endswith(".py") else None  # a study, or a verb
+        module = "benchmarks." + (study[: -len(".py")].replace("/", ".") if study else "bench")
         if not only or workload in only:
-            commands.append((workload, [sys.executable, os.path.join(HERE, script), *words]))
+            commands.append((workload, [sys.executable, "-m", module, *words]))
     return commands
+
+
+def suite_env() -> dict:
+    """This environment with the repository root first on PYTHONPATH (each line's module)."""
+    path = os.pathsep.join(filter(None, (ROOT, os.environ.get("PYTHONPATH"))))
+    return dict(os.environ, PYTHONPATH=path)
 
 
 def suite_main(argv) -> int:
@@ -73,7 +83,7 @@ def suite_main(argv) -> int:
     failed = []
     for workload, command in commands:
         print(f"{workload}: {shlex.join(command)}", flush=True)
-        if not args.dry_run and subprocess.run(command, cwd=os.path.dirname(HERE)).returncode:
+        if not args.dry_run and subprocess.run(command, cwd=ROOT, env=suite_env()).returncode:
             failed.append(workload)
     if failed:
         print(f"failed: {', '.join(failed)}", file=sys.stderr)
@@ -88,8 +98,9 @@ def main(argv=None) -> int:
         print(f"usage: bench.py VERB ...\n{__doc__}", file=sys.stderr)
         return 2
     verb, argv = argv[0], argv[1:]
-    module = importlib.import_module(VERBS[verb])
-    return module.main(argv, verb) if VERBS[verb] in ("race", "figures") else module.main(argv)
+    module = importlib.import_module(f"benchmarks.{VERBS[verb]}")
+    shared = VERBS[verb] in ("harness.race", "figures")  # a module of several verbs
+    return module.main(argv, verb) if shared else module.main(argv)
 
 
 if __name__ == "__main__":

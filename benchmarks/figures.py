@@ -17,13 +17,15 @@ import shlex
 import sys
 from pathlib import Path
 
+from benchmarks import device_tables
+from benchmarks.harness import common
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "benchmarks" / "harness")]
-import common  # noqa: E402
 
 RESULTS_DIR = ROOT / "benchmarks" / "results"
-DOCUMENTS = ("README.md", "docs/*.md")
+DOCUMENTS = ("README.md", "docs/*.md", "benchmarks/README.md")
 FIGURE = re.compile(r"<!--fig (?P<file>[\w-]+)\.(?P<key>[\w-]+)-->(?P<text>.*?)<!--/fig-->")
+RESULTS_PATH = re.compile(r"(?<![\w/])(?:benchmarks/)?results/(?:runs/)?[a-z][\w.-]*\.(?:json|md)")
 
 
 def render(entry) -> str:
@@ -41,9 +43,21 @@ def document_paths(root: Path = ROOT) -> list[Path]:
     return [path for pattern in DOCUMENTS for path in sorted(root.glob(pattern))]
 
 
+def missing_paths(text: str, results_dir: Path = RESULTS_DIR) -> list[str]:
+    """The results files (`benchmarks/results/...json`/`.md`) a document names that do not exist."""
+    missing = []
+    for match in RESULTS_PATH.finditer(text):
+        relative = match[0].removeprefix("benchmarks/").removeprefix("results/")
+        if not (Path(results_dir) / relative).exists():
+            line = text.count("\n", 0, match.start()) + 1
+            missing.append(f"line {line}: no results file {match[0]}")
+    return missing
+
+
 def check_text(text: str, results_dir: Path = RESULTS_DIR) -> list[str]:
-    """Problems with one document's figures: unknown file or key, text not the rendered value."""
-    problems, cache = [], {}
+    """Problems with one document's figures: unknown file or key, text not the rendered value;
+    its device tables not their rendering (`device_tables`); results files it names missing."""
+    problems, cache = device_tables.check_text(text, results_dir), {}
     for match in FIGURE.finditer(text):
         name, key, shown = match["file"], match["key"], match["text"]
         line = text.count("\n", 0, match.start()) + 1
@@ -57,11 +71,11 @@ def check_text(text: str, results_dir: Path = RESULTS_DIR) -> list[str]:
         elif shown != render(values[key]):
             expected = render(values[key])
             problems.append(f"line {line}: {name}.{key} shows {shown!r}, the JSON {expected!r}")
-    return problems
+    return problems + missing_paths(text, results_dir)
 
 
 def update_text(text: str, results_dir: Path = RESULTS_DIR) -> str:
-    """The document with every figure re-rendered from the JSON."""
+    """The document with every figure and device table re-rendered from the JSON."""
     cache = {}
 
     def replace(match):
@@ -69,7 +83,7 @@ def update_text(text: str, results_dir: Path = RESULTS_DIR) -> str:
         value = render(results["values"][match["key"]])
         return f"<!--fig {match['file']}.{match['key']}-->{value}<!--/fig-->"
 
-    return FIGURE.sub(replace, text)
+    return device_tables.update_text(FIGURE.sub(replace, text), results_dir)
 
 
 def write_results(path, values, *, command, about, notes="", measured=None, extra=None):
@@ -99,7 +113,7 @@ ABOUT = ("benchmarks/bench.py run: img/s, peak memory, model GFLOP/s and share o
 
 
 def run_id(config: dict, mode: str) -> str:
-    """`b16_224_bs16_infer` (ViT-B/16, 224 px, batch 16; `--variant 8,32,64,4,2`: `8-32-64-4-2`);
+    """`b16_224_bs16_infer` (ViT-B/16, 224 px, batch 16; `--model 8,32,64,4,2`: `8-32-64-4-2`);
     keras_vit against only some peers adds their names: `s16_224_bs16_train_keras_hub`."""
     variant = re.sub(r"\W+", "-", config["variant"].replace("/", "").lower())
     rid = f"{variant}_{config['image_size']}_bs{config['batch_size']}_{mode}"
@@ -163,13 +177,15 @@ def mode_values(payload: dict, mode: str) -> dict:
 
 def command_of(config: dict) -> str:
     """The `bench.py run` command line that a payload's `config` describes."""
-    argv = ["python", "benchmarks/bench.py", "run", "--variant", config["variant"]]
+    argv = ["python", "-m", "benchmarks.bench", "run", "--model", config["variant"]]
     for name in ("image_size", "batch_size", "mode", "settings", "frameworks", "steps",
                  "repeats", "warmup", "gemm_sizes", "interleave"):  # fmt: skip
         value = config.get(name)
         if value is not None:
             value = ",".join(value) if isinstance(value, list) else value
             argv += [f"--{name.replace('_', '-')}", str(value)]
+    if "timm" in config.get("frameworks", ()) and config.get("timm_settings"):
+        argv += ["--timm-settings", config["timm_settings"]]
     return shlex.join(argv + ["--one-at-a-time"] * bool(config.get("one_at_a_time")))
 
 

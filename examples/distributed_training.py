@@ -1,10 +1,10 @@
 """Train a ViT under a `tf.distribute` strategy: several GPUs, several machines, or a TPU.
 
-What it shows: `keras_vit.distribute.resolve_strategy` (one name for every setup), the model
+What it shows: `keras_vit.runtime.resolve_strategy` (one name for every setup), the model
 built and compiled inside `strategy.scope()` (every variable, class token and position table
 included, becomes a mirrored variable), the global batch split across replicas
 (`per_replica_batch_size`), mixed precision switched on with one flag
-(`set_mixed_precision`; the logits stay float32), and `keras_vit.runs.fit_run`, which trains in
+(`set_mixed_precision`; the logits stay float32), and `keras_vit.train.fit_run`, which trains in
 a run directory that survives being killed (`--resume` continues from the last finished epoch)
 and in which only the chief worker writes.
 
@@ -133,19 +133,16 @@ def main(argv=None) -> int:
     import keras
 
     import keras_vit
-    import keras_vit.data as data
-    import keras_vit.distribute as distribute
-    import keras_vit.runs as runs
-    import keras_vit.training as training
+    from keras_vit import data, runtime, train
 
     keras.utils.set_random_seed(args.seed)
     try:
-        strategy = distribute.resolve_strategy(args.strategy, tpu=args.tpu)
-    except distribute.StrategyUnavailableError as error:  # no TPU, no/bad TF_CONFIG
+        strategy = runtime.resolve_strategy(args.strategy, tpu=args.tpu)
+    except runtime.StrategyUnavailableError as error:  # no TPU, no/bad TF_CONFIG
         print(f"distributed_training.py: {error}", file=sys.stderr)
         return 2
-    policy = distribute.set_mixed_precision(choose_policy(args.mixed_precision))
-    per_replica = distribute.per_replica_batch_size(args.batch_size, strategy)
+    policy = runtime.set_mixed_precision(choose_policy(args.mixed_precision))
+    per_replica = runtime.per_replica_batch_size(args.batch_size, strategy)
     print(
         f"strategy {type(strategy).__name__}: {strategy.num_replicas_in_sync} replicas x "
         f"{per_replica} images per step; precision {policy}"
@@ -169,16 +166,16 @@ def main(argv=None) -> int:
         else:
             model = getattr(keras_vit, f"ViT_{args.model}")(**common)
         model.compile(
-            optimizer=training.pretrain_optimizer(
+            optimizer=train.pretrain_optimizer(
                 args.lr, total_steps, total_steps // 10, weight_decay=args.weight_decay
             ),
-            loss=training.loss(),
+            loss=train.loss(),
             metrics=["accuracy"],
-            jit_compile=distribute.resolve_jit_compile(None, strategy),
+            jit_compile=runtime.resolve_jit_compile(None, strategy),
         )
         return model
 
-    result = runs.fit_run(
+    result = train.fit_run(
         run_dir,
         build_model,
         train_ds,
@@ -189,7 +186,7 @@ def main(argv=None) -> int:
         resume=args.resume,
         verbose=2,
     )
-    if distribute.is_chief(strategy):
+    if runtime.is_chief(strategy):
         print(f"run directory: {result.run_dir}")
     print(f"logits dtype: {result.model.outputs[0].dtype}")
     print(f"test accuracy: {result.metrics['held_out']['accuracy']:.4f}")

@@ -3,12 +3,12 @@
 What it shows, step by step (paper sections 3.2 and 4.1, appendix B.1.1):
 
 1. load an official checkpoint (`.npz` path or published name) into a ViT with the builders'
-   `weights=` argument (`keras_vit.checkpoints.load_npz` underneath: official key names,
+   `weights=` argument (`keras_vit.load_weights` underneath: official key names,
    a `pre_logits` layer dropped as the release does for fine-tuning);
 2. `keras_vit.finetune(model, num_classes, image_size=...)`: a new model with the
    pre-trained body, the position-embedding table resized (2D interpolation) to the larger
    token grid, and a zero-initialised head for the new classes;
-3. train with the release's fine-tuning recipe (`keras_vit.training.finetune_optimizer`:
+3. train with the release's fine-tuning recipe (`keras_vit.train.finetune_optimizer`:
    SGD momentum 0.9, global-norm clipping 1.0, warmup then cosine decay) and print the
    held-out accuracy.
 
@@ -100,8 +100,7 @@ def builder(name: str):
 def write_quick_checkpoint(path: str, seed: int) -> str:
     """Trains a tiny ViT on embedded MNIST at 16x16 briefly and saves it as an official .npz."""
     import keras_vit
-    import keras_vit.data as data
-    import keras_vit.training as training
+    from keras_vit import data, train
 
     train_ds = data.load(
         "mnist",
@@ -114,8 +113,8 @@ def write_quick_checkpoint(path: str, seed: int) -> str:
     )
     model = builder("tiny")(num_classes=10, image_size=QUICK_PRETRAIN_SIZE, channels=1)
     model.compile(
-        optimizer=training.pretrain_optimizer(3e-3, total_steps=124, warmup_steps=12),
-        loss=training.loss(),
+        optimizer=train.pretrain_optimizer(3e-3, total_steps=124, warmup_steps=12),
+        loss=train.loss(),
         metrics=["accuracy"],
     )
     history = model.fit(train_ds, epochs=2, shuffle=False, verbose=0)
@@ -136,8 +135,7 @@ def main(argv=None) -> int:
     import keras
 
     import keras_vit
-    import keras_vit.data as data
-    import keras_vit.training as training
+    from keras_vit import data, train
 
     keras.utils.set_random_seed(args.seed)
     channels = 3  # the published checkpoints are RGB
@@ -149,7 +147,7 @@ def main(argv=None) -> int:
         channels = 1
 
     # 1. The pre-trained model at its own resolution. The head size does not matter: a head
-    #    of another shape is not loaded (weights= uses load_npz(..., head="auto")).
+    #    of another shape is not loaded (weights= uses load_weights(..., head="auto")).
     pretrained = builder(args.model)(
         num_classes=10,
         image_size=args.pretrain_image_size,
@@ -185,8 +183,8 @@ def main(argv=None) -> int:
     ).repeat()
     test_ds = data.load(args.dataset, "test", training=False, **load)
     model.compile(
-        optimizer=training.finetune_optimizer(args.lr, args.steps),
-        loss=training.loss(),
+        optimizer=train.finetune_optimizer(args.lr, args.steps),
+        loss=train.loss(),
         metrics=["accuracy"],
     )
     model.fit(train_ds, epochs=1, steps_per_epoch=args.steps, shuffle=False, verbose=2)

@@ -92,9 +92,9 @@ def photo_batch(image_size: int):
     """scikit-image's cat photo, resized to `image_size` and scaled to [-1, 1], batch of 1."""
     import skimage.data
 
-    from keras_vit.data import preprocess
+    from keras_vit.data import eval_preprocess
 
-    return preprocess.eval_preprocess(skimage.data.chelsea(), (image_size, image_size), 3)[None]
+    return eval_preprocess(skimage.data.chelsea(), (image_size, image_size), 3)[None]
 
 
 def main(argv=None) -> int:

@@ -79,8 +79,7 @@ def train_tiny_model(seed: int = 0):
     import keras
 
     import keras_vit
-    import keras_vit.data as data
-    import keras_vit.training as training
+    from keras_vit import data, train
 
     keras.utils.set_random_seed(seed)
     train_ds = data.load(
@@ -88,8 +87,8 @@ def train_tiny_model(seed: int = 0):
     )
     model = keras_vit.ViT(**TINY, num_classes=10, image_size=28, channels=1, name="vit_tiny")
     model.compile(
-        optimizer=training.pretrain_optimizer(3e-3, total_steps=186, warmup_steps=18),
-        loss=training.loss(),
+        optimizer=train.pretrain_optimizer(3e-3, total_steps=186, warmup_steps=18),
+        loss=train.loss(),
         metrics=["accuracy"],
     )
     model.fit(train_ds, epochs=3, shuffle=False, verbose=2)
@@ -97,12 +96,14 @@ def train_tiny_model(seed: int = 0):
 
 
 def load_trained_model(path: str):
-    """A `.keras` file, or a run directory holding best.keras (keras_vit.runs layout)."""
-    import keras_vit.runs as runs
+    """A `.keras` file, or a run directory holding best.keras (`keras-vit train`'s layout)."""
+    import keras
+
+    import keras_vit  # noqa: F401  (registers keras_vit's layers for loading)
 
     if os.path.isdir(path):
         path = os.path.join(path, "best.keras")
-    return runs.load_model(path, compile=False)
+    return keras.saving.load_model(path, compile=False)
 
 
 # --- the client side --------------------------------------------------------------------------
@@ -112,7 +113,7 @@ def test_images(dataset: str, count: int):
     """`count` labelled test images of `dataset` as uint8 pixels, at their own size."""
     import numpy as np
 
-    import keras_vit.data as data
+    from keras_vit import data
 
     ds = data.load(
         dataset,
@@ -238,7 +239,7 @@ def main(argv=None) -> int:
         raise SystemExit("give --model (a .keras file or run directory), or use --quick")
 
     import keras_vit
-    import keras_vit.data as data
+    from keras_vit import data
 
     model = train_tiny_model() if args.quick else load_trained_model(args.model)
     num_classes = int(model.outputs[0].shape[-1])

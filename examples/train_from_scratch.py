@@ -4,7 +4,7 @@ What it shows: `keras_vit.data.load` (embedded MNIST by default, or any TFDS nam
 folder), a `keras_vit.ViT` built from a named variant or from explicit sizes, the pre-training
 recipe of the paper (section 4.1 / appendix B.1: AdamW, beta1 0.9, beta2 0.999, decoupled
 weight decay, global-norm clipping 1.0, linear warmup then linear decay; from
-`keras_vit.training`), `model.fit`, the held-out accuracy, and the trained model saved as
+`keras_vit.train`), `model.fit`, the held-out accuracy, and the trained model saved as
 `.keras` and as an official-layout `.npz` checkpoint (`keras_vit.checkpoints.save_npz`; the
 file `finetune_pretrained.py --weights` takes).
 
@@ -94,8 +94,7 @@ def main(argv=None) -> int:
     import keras
 
     import keras_vit
-    import keras_vit.data as data
-    import keras_vit.training as training
+    from keras_vit import data, train
 
     keras.utils.set_random_seed(args.seed)
     info = data.describe(args.dataset, data_dir=args.data_dir)
@@ -116,10 +115,10 @@ def main(argv=None) -> int:
     total_steps = steps_per_epoch * args.epochs
     warmup = args.warmup_steps if args.warmup_steps is not None else total_steps // 10
     model.compile(
-        optimizer=training.pretrain_optimizer(
+        optimizer=train.pretrain_optimizer(
             args.lr, total_steps, warmup, weight_decay=args.weight_decay
         ),
-        loss=training.loss(),
+        loss=train.loss(),
         metrics=["accuracy"],
     )
     print(f"model {model.name}: {model.count_params():,} parameters; {total_steps} steps")

@@ -7,7 +7,7 @@ the class token's share on each patch), and `keras_vit.visualize.overlay_figure`
 `save_png`: the map stretched over the full-resolution photo, at the photo's aspect ratio.
 With `--grid` it also saves one panel per block (`block_attention_map`). The photo is one of
 scikit-image's sample images (`skimage.data`, installed with the `dev` extra) or your own file;
-it is prepared as in evaluation (`keras_vit.data.preprocess.eval_preprocess`: bilinear resize
+it is prepared as in evaluation (`keras_vit.data.eval_preprocess`: bilinear resize
 to the model's input, then scaling to [-1, 1]). Non-square inputs work: the token grid is
 read from the model.
 
@@ -85,10 +85,8 @@ def get_model(args):
         keras.utils.set_random_seed(0)
         return keras_vit.ViT(**TINY, num_classes=10, image_size=QUICK_IMAGE_SIZE, name="vit_tiny")
     if args.model:
-        import keras_vit.runs as runs
-
         path = os.path.join(args.model, "best.keras") if os.path.isdir(args.model) else args.model
-        return runs.load_model(path, compile=False)
+        return keras.saving.load_model(path, compile=False)  # keras_vit's layers are registered
     if args.weights:
         builder = getattr(keras_vit, f"ViT_{args.variant}")
         return builder(
@@ -106,11 +104,11 @@ def main(argv=None) -> int:
 
     import keras_vit
     from keras_vit import visualize
-    from keras_vit.data import preprocess
+    from keras_vit.data import eval_preprocess
 
     model = get_model(args)
     _, height, width, channels = model.inputs[0].shape
-    images = preprocess.eval_preprocess(photo, (height, width), channels)[None]
+    images = eval_preprocess(photo, (height, width), channels)[None]
 
     maps = keras_vit.attention_maps(model, images)  # one (1, heads, T, T) array per block
     rollout = keras_vit.attention_rollout(

@@ -8,39 +8,32 @@ with Keras' serialization as soon as Keras is imported too (keras_vit/_registrat
 
 from __future__ import annotations
 
-import sys
-import types
-
-from keras_vit import _aliases, _registration
+from keras_vit import _registration
 from keras_vit._lazy import lazy_exports
 from keras_vit._version import __version__ as __version__
 from keras_vit.kernels import tf_allocator
 from keras_vit.spec import configs
 
-_aliases.install()  # the module paths of the flat layout (keras_vit.runs, ...) keep working
-
 tf_allocator.prefer_bfc_cpu_allocator()  # before TensorFlow makes its CPU allocator
 
-# public name -> the module that defines it ("" for a sub-module of the same name)
+# public name -> the module that defines it ("" for a sub-package of the same name)
 _EXPORTS = {
     "checkpoints": "",
-    "configs": "",
+    "configs": "keras_vit.spec",
     "data": "",
-    "distribute": "",
+    "evaluate": "",
     "layers": "",
-    "runs": "",
-    "training": "",
-    "fewshot": "",
-    "transfer_suite": "",
-    "load_npz": "keras_vit.checkpoints",
+    "runtime": "",
+    "train": "",
+    "visualize": "",
     "load_weights": "keras_vit.checkpoints",
     "save_npz": "keras_vit.checkpoints",
     "export_saved_model": "keras_vit.export",
     "fewshot_evaluate": "keras_vit.evaluate.fewshot",
     "finetune": "keras_vit.model.finetune",
-    "from_checkpoint": "keras_vit.model.build_any",
+    "from_checkpoint": "keras_vit.model.from_kwargs",
     "HybridViT": "keras_vit.model.hybrid",
-    "ViT": "keras_vit.model.models",
+    "ViT": "keras_vit.model.vit",
     "DINOv3": "keras_vit.model.dinov3",
     "DINOv3_S16": "keras_vit.model.dinov3",
     "DINOv3_B16": "keras_vit.model.dinov3",
@@ -53,7 +46,7 @@ _EXPORTS = {
     "mean_attention_distance": "keras_vit.visualize",
     "WeightsWarning": "keras_vit._warnings",
     # the named shortcuts, one per row of the size table: ViT_B16 ..., R50_B16 ...
-    **{configs.builder_name(v): "keras_vit.model.models" for v in configs.VIT_CONFIGS},
+    **{configs.builder_name(v): "keras_vit.model.vit" for v in configs.VIT_CONFIGS},
     **{configs.builder_name(v): "keras_vit.model.hybrid" for v in configs.HYBRID_CONFIGS},
 }
 
@@ -61,19 +54,6 @@ __all__ = sorted(_EXPORTS)
 
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
-
-
-class _PackageModule(types.ModuleType):
-    """`keras_vit.finetune` is the function, also after the sub-module of that name is
-    imported (the import system would otherwise bind the sub-module in its place)."""
-
-    def __setattr__(self, name, value):
-        if name == "finetune" and isinstance(value, types.ModuleType):
-            return
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _PackageModule
 
 
 # Layers register with Keras' serialization once Keras is imported (for .keras loading).

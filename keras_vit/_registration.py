@@ -25,9 +25,11 @@ REGISTERING_MODULES = (
     "keras_vit.layers",
     "keras_vit.runtime.optimizers",
     "keras_vit.train.training",
+    "keras_vit.train.schedules",
+    "keras_vit.train.losses",
 )
 """The modules whose import registers keras_vit's serializable classes: the layers, and
-the optimizer and learning-rate schedule that a `.keras` file of a training run holds."""
+the optimizer, learning-rate schedule and loss that a `.keras` file of a training run holds."""
 
 
 def _import_layers() -> None:

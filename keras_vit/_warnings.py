@@ -1,5 +1,5 @@
 """`WeightsWarning`: what changes a model's results is said through Python's `warnings`, so
-it shows in a script or notebook without any logging set-up (issue 17)."""
+it shows in a script or notebook without any logging set-up."""
 
 from __future__ import annotations
 

@@ -40,10 +40,10 @@ import tensorflow as tf
 
 from keras_vit import _atomic
 from keras_vit._validation import check_positive_int
-from keras_vit.checkpoints.model_io import model_input_preprocessing
+from keras_vit.checkpoints.keras_files.model_io import model_input_preprocessing
 from keras_vit.data.decode import decode_pixels
 from keras_vit.data.preprocess import from_unit_range, preprocess_inputs
-from keras_vit.model.builder import ONE_CLASS_HINT
+from keras_vit.model.arguments import ONE_CLASS_HINT
 from keras_vit.spec import layer_names
 
 logger = logging.getLogger(__name__)
@@ -91,7 +91,7 @@ def export_saved_model(
         jit_compile: compile the model's forward pass with XLA inside the SavedModel
             (default False: TensorFlow's kernels, which on CPU run bfloat16 products on
             oneDNN). The model's own dtype policy is kept: for a bfloat16 export of a float32
-            model, pass `keras_vit.runtime.distribute.with_dtype_policy(model, "mixed_bfloat16")`
+            model, pass `keras_vit.runtime.precision.with_dtype_policy(model, "mixed_bfloat16")`
             (logits stay float32; docs/serving.md gives the measured difference).
 
     Returns:
@@ -233,7 +233,7 @@ def find_head(model: keras.Model) -> keras.layers.Layer:
     """The classifier layer whose output is the model's: `head`, or for a distilled model
     (DeiT) `head_mean` (the mean of `head` and `head_dist`) or the `head_activation` after
     it; raises ValueError for a headless model or a one-output head (its softmax is 1.0
-    for every image; `builder.ONE_CLASS_HINT`)."""
+    for every image; `arguments.ONE_CLASS_HINT`)."""
     present = {layer.name for layer in model.layers}
     found = [name for name in layer_names.CLASSIFIER_OUTPUTS if name in present]
     try:

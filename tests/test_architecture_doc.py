@@ -100,7 +100,7 @@ WITH_EXAMPLES = [_module_name(p) for p in MODULE_FILES if ">>> " in p.read_text(
 
 def test_some_modules_have_examples():
     assert (
-        "keras_vit.spec.configs" in WITH_EXAMPLES and "keras_vit.model.build_any" in WITH_EXAMPLES
+        "keras_vit.spec.configs" in WITH_EXAMPLES and "keras_vit.model.from_kwargs" in WITH_EXAMPLES
     )
     import keras_vit.spec.configs
 

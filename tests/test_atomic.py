@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from keras_vit import _atomic
-from keras_vit.checkpoints.safetensors_io import write_safetensors
+from keras_vit.checkpoints.base.safetensors_io import write_safetensors
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Issue 46, points 2-4: labels outside [0, num_classes), runs that never trained, batches the
+"""Labels outside [0, num_classes), runs that never trained, batches the
 replicas cannot share. Every refusal is one line naming the value and the rule, before any
 file is written. (The drawn neighbours of these cases: tests/test_careless_property.py.)"""
 
@@ -17,7 +17,7 @@ import keras_vit
 from keras_vit import data
 from keras_vit.data import tfds_source
 from keras_vit.evaluate import fewshot
-from keras_vit.train import runs, training
+from keras_vit.train import losses, run_directory, runs
 from tests.runtime.test_distribute import run_helper
 
 TINY = dict(image_size=8, patch_size=4, hidden_dim=8, num_heads=2, mlp_dim=16, num_layers=1)
@@ -29,7 +29,7 @@ def tiny_build(num_classes=K, loss=None):
         model = keras_vit.ViT(num_classes=num_classes, **TINY)
         model.compile(
             optimizer=keras.optimizers.SGD(0.1),
-            loss=loss or training.loss(0.1),
+            loss=loss or losses.loss(0.1),
             metrics=["accuracy"],
             jit_compile=False,
         )
@@ -61,7 +61,7 @@ BAD_LABELS = [
 def test_the_loss_raises_on_bad_labels_in_eager_and_graph_mode(smoothing, labels, message):
     """Before: with label_smoothing=0.1, labels 7 and -1 of 5 classes gave a finite loss
     (one_hot of them is all zeros), and 1.5 was cast to 1 with or without smoothing."""
-    loss = training.loss(smoothing)
+    loss = losses.loss(smoothing)
     with pytest.raises(ValueError, match=message.replace("[", r"\[").replace(")", r"\)")):
         loss(np.array(labels), LOGITS)
     graph = tf.function(lambda y: loss(y, LOGITS), jit_compile=False)
@@ -78,9 +78,9 @@ def test_the_loss_raises_on_bad_labels_in_eager_and_graph_mode(smoothing, labels
 def test_the_checked_losses_equal_keras_on_good_labels_and_round_trip():
     labels = np.array([0, 4, 2, 1])
     plain = keras.losses.SparseCategoricalCrossentropy(from_logits=True)(labels, LOGITS)
-    assert float(training.loss()(labels, LOGITS)) == pytest.approx(float(plain), rel=1e-6)
-    assert isinstance(training.loss(), keras.losses.SparseCategoricalCrossentropy)
-    for loss in (training.loss(), training.loss(0.1)):
+    assert float(losses.loss()(labels, LOGITS)) == pytest.approx(float(plain), rel=1e-6)
+    assert isinstance(losses.loss(), keras.losses.SparseCategoricalCrossentropy)
+    for loss in (losses.loss(), losses.loss(0.1)):
         restored = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(loss))
         assert type(restored) is type(loss)
         with pytest.raises(ValueError, match="label 7 at index 1"):
@@ -191,7 +191,7 @@ def test_fit_run_stops_at_a_dataset_label_outside_the_classes(tmp_path):
     run_dir = tmp_path / "run"
     with pytest.raises(tf.errors.InvalidArgumentError, match=r"Bad labels in train_data"):
         runs.fit_run(run_dir, tiny_build(), dataset, epochs=1, verbose=0)
-    assert not runs.is_complete(run_dir)
+    assert not run_directory.is_complete(run_dir)
 
 
 def test_fewshot_refuses_labels_outside_the_classes():
@@ -237,7 +237,7 @@ def test_fit_run_stops_an_epoch_of_zero_steps_of_a_dataset_of_unknown_size(tmp_p
     run_dir = tmp_path / "run"
     with pytest.raises(ValueError, match="Epoch 1 took no training step"):
         runs.fit_run(run_dir, tiny_build(), dataset, epochs=2, verbose=0)
-    assert not runs.is_complete(run_dir)
+    assert not run_directory.is_complete(run_dir)
     assert not (run_dir / "history.csv").exists()
 
 

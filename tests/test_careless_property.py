@@ -1,4 +1,4 @@
-"""Property tests of careless use (issue 46): for the builders, `data.load`, the losses,
+"""Property tests of careless use: for the builders, `data.load`, the losses,
 `runs.fit_run`, `finetune`, `fewshot` and `keras-vit train`'s data arguments, hypothesis
 draws labels (in and out of range, float, negative, NaN), dataset sizes around the batch
 size and the replica count, dtypes, shapes and NaN/inf pixels. The property: the correct
@@ -25,7 +25,7 @@ import keras_vit
 from keras_vit import data
 from keras_vit.cli.main import main
 from keras_vit.evaluate import fewshot
-from keras_vit.train import runs, training
+from keras_vit.train import fit_data, losses, runs
 
 TINY = dict(patch_size=4, hidden_dim=8, num_heads=2, mlp_dim=16, num_layers=1)
 
@@ -84,7 +84,7 @@ def nothing_written(run_dir):
 def test_losses_give_the_numpy_cross_entropy_or_name_the_bad_label(labels, num_classes, smoothing):
     logits = np.random.default_rng(len(labels)).normal(size=(len(labels), num_classes))
     logits = logits.astype("float32")
-    loss = training.loss(smoothing)
+    loss = losses.loss(smoothing)
     fault = expected_label_fault(labels, num_classes)
     if fault is not None:
         with pytest.raises(ValueError) as error:
@@ -173,10 +173,10 @@ def test_replica_batches_are_refused_exactly_when_a_share_differs(n, batch, repl
     sizes = [batch] * (n // batch) + ([n % batch] if n % batch else [])
     even = all(size % replicas == 0 for size in sizes)
     if even:
-        runs.check_replica_batches(n, batch, strategy)
+        fit_data.check_replica_batches(n, batch, strategy)
         return
     with pytest.raises(ValueError) as error:
-        runs.check_replica_batches(n, batch, strategy)
+        fit_data.check_replica_batches(n, batch, strategy)
     message = str(error.value)
     assert "\n" not in message
     assert f"({replicas} with" in message or f"replicas={replicas}" in message, message
@@ -256,7 +256,7 @@ def test_fewshot_scores_the_probe_or_names_the_bad_label(train, test):
 
 def tiny_build():
     model = keras_vit.ViT(num_classes=3, image_size=8, **TINY)
-    model.compile(optimizer=keras.optimizers.SGD(0.05), loss=training.loss(0.1),
+    model.compile(optimizer=keras.optimizers.SGD(0.05), loss=losses.loss(0.1),
                   metrics=["accuracy"], jit_compile=False)  # fmt: skip
     return model
 

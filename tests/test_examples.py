@@ -1,4 +1,4 @@
-"""Every example in examples/ runs end to end in quick mode and writes what it promises (issue 9).
+"""Every example in examples/ runs end to end in quick mode and writes what it promises.
 
 Each example runs in its own process (as a user runs it: `python examples/<name>.py --quick
 --out DIR`), with a timeout, and the test checks its real outputs: files, checkpoint keys and

@@ -574,7 +574,7 @@ def test_one_output_head_is_refused(tmp_path):
 
 @pytest.mark.parametrize("distillation_head", [True, False])
 def test_a_distilled_softmax_model_exports_its_mean_of_heads(tmp_path, distillation_head):
-    """Issue 27, DeiT: the classifier output is `head_activation` on the mean of `head` and
+    """DeiT: the classifier output is `head_activation` on the mean of `head` and
     `head_dist` (or, with `distillation_head=False`, HF DeiTForImageClassification, the
     softmax `head` on the class token); the export reads it as probabilities (not softmax
     applied twice), and the `features` signature gives the pooled class token."""

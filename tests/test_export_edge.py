@@ -1,4 +1,4 @@
-"""The export's `serving_bytes` signature at the serving edge (issue 46, point 7): phone photos
+"""The export's `serving_bytes` signature at the serving edge: phone photos
 (EXIF orientation) are classified upright, decompression bombs are refused from their header
 inside the graph, and the controls (empty batch, 16-bit PNG, opaque RGBA PNG) keep working.
 

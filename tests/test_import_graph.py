@@ -80,8 +80,8 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 def test_the_import_graph_reads_real_imports():
     # Guards the parser itself: edges that exist in the sources are found.
-    assert "keras_vit.spec.configs" in imports_of("keras_vit.model.models")
-    assert "keras_vit.checkpoints.naming" in imports_of("keras_vit.checkpoints.loading")
+    assert "keras_vit.spec.configs" in imports_of("keras_vit.model.vit")
+    assert "keras_vit.checkpoints.base.naming" in imports_of("keras_vit.checkpoints.loading")
     assert "keras_vit.layers" in imports_of("keras_vit.model.builder")
 
 
@@ -119,7 +119,8 @@ def test_every_module_imports_alone():
 
 
 def test_no_subcommand_imports_another():
-    """CLI helpers two subcommands share live in keras_vit.cli.common (or the library)."""
+    """CLI helpers two subcommands share live in a helper module of keras_vit.cli (`flags`,
+    `model_files`, `run_driver`, ...) or in the library."""
     from keras_vit.cli.main import SUBCOMMAND_MODULES
 
     subcommands = {f"keras_vit.cli.{name}" for name in SUBCOMMAND_MODULES}
@@ -167,6 +168,86 @@ def upward_imports(modules) -> set[tuple[str, str]]:
     }
 
 
+# Inside a folder with sub-folders, the same rule one level down: a module imports its own
+# sub-folder and lower-ranked ones, never a higher one nor a sibling of its rank (the Hugging
+# Face and timm formats share `base/`, never each other). "" is the folder's top-level modules
+# (its entry points), above every sub-folder.
+SUB_RANKS = {
+    "checkpoints": {
+        "base": 0,
+        "release": 1,
+        "hf": 1,
+        "timm": 1,
+        "keras_files": 1,
+        "published": 2,
+        "": 3,
+    },
+}
+
+
+def subfolder_of(module: str) -> str:
+    """The sub-folder of `module` inside its folder: `keras_vit.checkpoints.hf.hf_io` -> "hf";
+    a module at the top of the folder (`keras_vit.checkpoints.loading`) -> ""."""
+    parts = module.split(".")
+    folder = folder_of(module)
+    if len(parts) > 2 and parts[2] in SUB_RANKS.get(folder, {}):
+        return parts[2]
+    return ""
+
+
+def sideways_or_upward_imports(graph: dict[str, set[str]]) -> set[tuple[str, str]]:
+    """(module, imported) pairs of `graph` (module -> what it imports) inside one ranked folder
+    where `imported` sits in another sub-folder of the same or a higher rank."""
+    found = set()
+    for module in graph:
+        ranks = SUB_RANKS.get(folder_of(module))
+        if ranks is None:
+            continue
+        mine = subfolder_of(module)
+        for imported in graph[module]:
+            theirs = subfolder_of(imported)
+            if folder_of(imported) == folder_of(module) and theirs != mine:
+                if ranks[theirs] >= ranks[mine]:
+                    found.add((module, imported))
+    return found
+
+
+def test_every_sub_folder_has_a_rank():
+    for folder, ranks in SUB_RANKS.items():
+        on_disk = {p.name for p in (PACKAGE / folder).iterdir() if (p / "__init__.py").exists()}
+        assert on_disk == set(ranks) - {""}, folder
+
+
+def test_the_sub_folder_rule_catches_planted_imports():
+    with_planted = {
+        "keras_vit.checkpoints.hf.hf_io": {"keras_vit.checkpoints.timm.timm_family"},
+        "keras_vit.checkpoints.base.naming": {"keras_vit.checkpoints.loading"},
+        "keras_vit.checkpoints.loading": {"keras_vit.checkpoints.base.naming"},
+    }
+    assert sideways_or_upward_imports(with_planted) == {
+        ("keras_vit.checkpoints.hf.hf_io", "keras_vit.checkpoints.timm.timm_family"),
+        ("keras_vit.checkpoints.base.naming", "keras_vit.checkpoints.loading"),
+    }
+
+
+def test_the_architecture_doc_draws_the_sub_folder_ranks():
+    """docs/architecture.md's table of checkpoints/ sub-folders holds SUB_RANKS' ranks."""
+    import re
+
+    doc = (PACKAGE.parent / "docs" / "architecture.md").read_text(encoding="utf-8")
+    drawn = {}
+    for rank, cells in re.findall(r"^\| (\d) \| (.*) \|$", doc, flags=re.M):
+        for sub in re.findall(r"`checkpoints/(\w+)/`", cells):
+            drawn[sub] = int(rank)
+    ranks = {sub: rank for sub, rank in SUB_RANKS["checkpoints"].items() if sub}
+    assert drawn == ranks
+
+
+def test_no_import_runs_up_or_across_the_sub_folders():
+    graph = {module: imports_of(module) for module in MODULES}
+    assert sideways_or_upward_imports(graph) == set()
+
+
 def test_every_folder_has_a_rank():
     assert {folder_of(m) for m in MODULES} <= set(RANKS)
 
@@ -180,38 +261,43 @@ def test_no_import_runs_up_the_folders():
     assert upward_imports(MODULES) == set()
 
 
-def test_no_module_imports_the_package_facade_or_a_former_path():
+def test_no_module_imports_the_package_facade_or_a_missing_path():
     """Inside the package, names come from the module that defines them, never from
-    `keras_vit` itself (whose lazy names import upward) nor from a pre-folder path."""
-    from keras_vit._aliases import MOVED
-
+    `keras_vit` itself (whose lazy names import upward) nor from a path that is no module of
+    the package (`imports_of` gives such a path's nearest existing parent, the facade for a
+    top-level one such as `keras_vit.runs`)."""
     offenders = {
         (module, imported)
         for module in MODULES
         if module != "keras_vit"
         for imported in imports_of(module)
-        if imported == "keras_vit" or imported in MOVED
+        if imported == "keras_vit"
     }
     assert offenders == set()
 
 
+def test_a_path_that_is_no_module_counts_as_the_facade():
+    assert _owner("keras_vit.runs") == "keras_vit"
+    assert _owner("keras_vit.layers.mlp.MlpBlock") == "keras_vit.layers.mlp"
+
+
 def test_from_checkpoint_keeps_its_public_names():
     import keras_vit.checkpoints.from_checkpoint as reader
-    import keras_vit.model.build_any
+    import keras_vit.model.from_kwargs
 
-    assert keras_vit.from_checkpoint is keras_vit.model.build_any.from_checkpoint
+    assert keras_vit.from_checkpoint is keras_vit.model.from_kwargs.from_checkpoint
     assert callable(reader.architecture_kwargs) and callable(reader.model_kwargs)
 
 
-def test_build_any_does_not_reach_up_to_the_resolver():
-    assert "keras_vit.model.model_source" not in imports_of("keras_vit.model.build_any")
+def test_from_kwargs_does_not_reach_up_to_the_resolver():
+    assert "keras_vit.model.from_source" not in imports_of("keras_vit.model.from_kwargs")
 
 
 def test_the_model_from_anything_module_is_what_its_callers_use():
-    assert "keras_vit.model.model_source" in imports_of("keras_vit.train.run_plan")
-    assert "keras_vit.model.model_source" in imports_of("keras_vit.cli.convert")
+    assert "keras_vit.model.from_source" in imports_of("keras_vit.train.run_plan")
+    assert "keras_vit.model.from_source" in imports_of("keras_vit.cli.convert")
     for caller in ("keras_vit.train.run_plan", "keras_vit.cli.convert"):
-        assert "keras_vit.model.models" not in imports_of(caller)
+        assert "keras_vit.model.vit" not in imports_of(caller)
         assert "keras_vit.model.hybrid" not in imports_of(caller)
 
 

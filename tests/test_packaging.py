@@ -114,8 +114,8 @@ def _extras_of_setup_cfg() -> dict[str, set[str]]:
 
 def test_the_readme_lists_each_extra_with_exactly_its_packages():
     """README.md's "Extras" bullets ("- `NAME`, ...: `package` ...") name every extra of
-    setup.cfg and, in backticks, exactly the packages each installs (issue 47: the README's
-    description of `dev` left most of it out)."""
+    setup.cfg and, in backticks, exactly the packages each installs (a description of `dev`
+    that leaves most of it out fails)."""
     readme = (PACKAGE.parent / "README.md").read_text()
     section = readme[readme.index("\n## Extras\n") :].split("\n## ", 2)[1]
     bullets = re.findall(r"^- `([\w.-]+)`(.*?)(?=^- |\Z)", section, flags=re.M | re.S)

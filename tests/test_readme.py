@@ -1,4 +1,4 @@
-"""README.md runs as written (issues 9 and 17).
+"""README.md runs as written.
 
 Convention: a fenced ```bash block directly preceded by the line `<!-- runnable -->` holds
 commands a reader can paste; `<!-- runnable, not executed: REASON -->` marks one the tests
@@ -191,7 +191,7 @@ pip install -e ".[dev]" && keras-vit export runs/mnist serving/vit --top-k 3
 # a comment line
 TF_CPP_MIN_LOG_LEVEL=2 python examples/train_from_scratch.py --quick \\
     --out /tmp/x  # trailing comment
-keras-vit -v explain cat.jpg --model runs/pets --out=map.png | tee log.txt
+keras-vit -v explain runs/pets cat.jpg --out=map.png | tee log.txt
 ```
 
 <!-- runnable -->
@@ -226,7 +226,7 @@ def test_block_commands_split_join_and_strip():
         ["pip", "install", "-e", ".[dev]"],
         ["keras-vit", "export", "runs/mnist", "serving/vit", "--top-k", "3"],
         ["python", "examples/train_from_scratch.py", "--quick", "--out", "/tmp/x"],
-        ["keras-vit", "-v", "explain", "cat.jpg", "--model", "runs/pets", "--out=map.png"],
+        ["keras-vit", "-v", "explain", "runs/pets", "cat.jpg", "--out=map.png"],
         ["tee", "log.txt"],
         ["tensorboard", "--logdir", "runs"],
     ]
@@ -287,7 +287,7 @@ def test_examples_document_names_every_example():
     assert scripts and scripts <= named
 
 
-# --- README.md runs as written (issue 17) -------------------------------------------------------
+# --- README.md runs as written -------------------------------------------------------
 
 # Appended to the README's `keras-vit` commands when the tests run them: the same code path
 # on a tiny problem (8x8 MNIST, 5 images per class, one epoch; 2 fine-tuning steps at 16 px).

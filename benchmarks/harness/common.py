@@ -1,5 +1,6 @@
 """Shared helpers of the benchmarks: arguments, timing, worker processes, tables, output; the
-FLOP counts, GEMM roof and builders of `keras_vit.evaluate.benchmarking` re-exported."""
+FLOP counts, GEMM roof and keras_vit's model builder of `keras_vit.evaluate.benchmarking`
+re-exported (the peers' models: `peers.py`)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,6 @@ from collections.abc import Callable
 from statistics import median  # noqa: F401  (re-exported for the scripts)
 
 from keras_vit.evaluate.benchmarking import (  # noqa: F401  (re-exported for the scripts)
-    FRAMEWORKS,
     add_derived,
     build_model,
     gemm_roof,
@@ -28,6 +28,22 @@ from keras_vit.evaluate.benchmarking import (  # noqa: F401  (re-exported for th
 from keras_vit.evaluate.benchmarking import time_steps as time_call  # noqa: F401  (re-exported)
 from keras_vit.runtime.precision_probe import setting_label  # noqa: F401  (the one setting label)
 from keras_vit.spec import configs
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def module_argv(python: str, module: str) -> list[str]:
+    """The command line running `module` (e.g. "benchmarks.harness.race") with `python`; its
+    process needs `child_env` (the repository root on PYTHONPATH)."""
+    return [python, "-m", module]
+
+
+def child_env(env: dict | None = None) -> dict:
+    """`env` (default: this process' environment) with the repository root first on
+    PYTHONPATH, so that a child `module_argv` imports `benchmarks` from any folder."""
+    env = dict(os.environ if env is None else env)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, (ROOT, env.get("PYTHONPATH"))))
+    return env
 
 
 def host_record() -> dict:
@@ -66,20 +82,22 @@ def variant_image_size(variant: str, image_size: int | None = None) -> int:
         patch = variant_arch(variant)["patch_size"]
         named = None if "," in variant else configs.resolve_model(variant).image_size
     except ValueError as error:
-        raise ValueError(f"--variant {variant!r}: {error}") from None
+        raise ValueError(f"--model {variant!r}: {error}") from None
     if None not in (named, image_size) and image_size != named:
-        raise ValueError(f"--variant {variant!r} names image size {named}, --image-size "
+        raise ValueError(f"--model {variant!r} names image size {named}, --image-size "
                          f"{image_size} another: give one of them")  # fmt: skip
     size = next(side for side in (image_size, named, 224) if side is not None)
     if size < patch or size % patch:
-        source = "--image-size" if named is None else f"--variant {variant!r} names size"
+        source = "--image-size" if named is None else f"--model {variant!r} names size"
         raise ValueError(f"{source} {size} is not a positive multiple of the patch {patch}")
     return size
 
 
 def add_model_arguments(parser, modes=("infer", "train", "both"), default_mode="both"):
-    """Adds --variant, --image-size, --batch-size and --mode (shared by the scripts)."""
-    parser.add_argument("--variant", default="Ti/16", help="named variant (Ti/16)")
+    """Adds --model, --image-size, --batch-size and --mode (shared by the scripts)."""
+    parser.add_argument(
+        "--model", dest="variant", default="Ti/16", help="a named variant or P,D,MLP,HEADS,LAYERS"
+    )
     parser.add_argument("--image-size", type=int, help="side (224, or the variant name's size)")
     parser.add_argument("--batch-size", type=int, default=16, help="batch size (16)")
     parser.add_argument("--mode", choices=modes, default=default_mode)
@@ -120,6 +138,7 @@ class Worker:
 
     def __init__(self, argv: list[str], env: dict | None = None):
         env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1", **(env or {}))
+        env = child_env(env)
         self.stderr = tempfile.TemporaryFile(mode="w+")  # a full pipe would block the child
         self.process = subprocess.Popen(
             argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr,

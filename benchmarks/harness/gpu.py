@@ -4,7 +4,7 @@ A point is a row of the one peer table (`peers.PEERS`) at one setting (`POINTS`)
 CPU races build it, in its own process: img/s (data on the device), peak device memory, MFU
 against the data-sheet bfloat16 peak and this run's best bfloat16 GEMM. One JSON.
 
-    python benchmarks/bench.py gpu --json gpu.json   # on the GPU machine; --smoke: tiny, CPU
+    python -m benchmarks.bench gpu --json gpu.json   # on the GPU machine; --smoke: tiny, CPU
 """
 
 from __future__ import annotations
@@ -17,18 +17,15 @@ import sys
 import time
 from importlib.util import find_spec
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import common  # noqa: E402
-import peers  # noqa: E402
+from benchmarks.harness import common, peers
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TINY = "8,32,64,4,2"  # patch, hidden, mlp, heads, layers
 
 # Dense (no sparsity) bfloat16 tensor-core peaks from the vendors' data sheets, TFLOP/s.
 PEAK_BF16_TFLOPS = {"H200": 989.0, "H100 PCIe": 756.0, "H100": 989.0, "A100": 312.0,
                     "L40S": 362.0, "L4": 121.0, "A10G": 70.0}  # fmt: skip
 
-# name: (variant, mode, image size, batch); the GPU suite (issue 45's table), then its smoke.
+# name: (variant, mode, image size, batch); the GPU suite, then its smoke.
 WORKLOADS = {
     "b16_train_224": ("B/16", "train", 224, 128), "b16_infer_224": ("B/16", "infer", 224, 256),
     "b16_train_384": ("B/16", "train", 384, 64), "l16_train_224": ("L/16", "train", 224, 64),
@@ -148,9 +145,9 @@ def point_specs(args) -> list[dict]:
 def launch(spec: dict, timeout: float) -> dict:
     """Runs `spec` in a child process; its result, or {"skipped": reason}."""
     row = peers.PEERS[POINTS[spec["peer"]][0]] if spec["kind"] == "model" else None
-    env = dict(os.environ, **(row.env if row else {}))
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, (ROOT, env.get("PYTHONPATH"))))
-    argv = [sys.executable, os.path.abspath(__file__), "--point", json.dumps(spec)]
+    env = common.child_env(dict(os.environ, **(row.env if row else {})))
+    argv = [*common.module_argv(sys.executable, "benchmarks.harness.gpu"), "--point"]
+    argv.append(json.dumps(spec))
     try:
         return common.child_result(argv, env=env, timeout=timeout)
     except RuntimeError as error:

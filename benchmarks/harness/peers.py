@@ -1,5 +1,8 @@
-"""The peers of the harness as one table (`PEERS`: one row a peer, see `Peer`), and timm.
+"""The peers of the harness as one table (`PEERS`: one row a peer, see `Peer`), and their
+models: keras-hub's and vit-keras' (`keras_model`), timm's (`build_model`).
 
+keras-hub's peer is `keras_hub.models.ViTBackbone` + the class token + a dense head; vit-keras'
+is `vit_keras.vit.build_model` (linear head); both with keras_vit's architecture, no dropout.
 timm's peer is the architecture keras_vit builds (`VisionTransformer`, class-token pooling,
 no dropout, random weights), eager float32, under bfloat16 autocast (weights float32, as
 Keras' mixed policy) or `torch.compile`d; its step is AdamW (1e-4) on cross-entropy, NCHW, on
@@ -9,11 +12,13 @@ the GPU where torch sees one (as every peer's data: on the device before the tim
 from __future__ import annotations
 
 import collections
+import importlib
 import sys
 
-import common
+from benchmarks.harness import common
+from keras_vit._validation import to_pair
 
-from keras_vit.evaluate.benchmarking import import_problem
+KERAS_FRAMEWORKS = ("keras_vit", "keras_hub", "vit_keras")  # the models `keras_model` builds
 
 TIMM_SETTINGS = ("float32", "bfloat16_autocast", "float32+compile")  # `run`'s default
 SETTING_PARTS = {  # timm's setting labels: (policy, compiler)
@@ -35,6 +40,63 @@ def parse_timm_setting(text: str) -> tuple[str, str]:
 def timm_label(policy: str, compiler: str) -> str:
     """The setting label of (policy, compiler), the inverse of `parse_timm_setting`."""
     return {parts: text for text, parts in SETTING_PARTS.items()}[(policy, compiler)]
+
+
+def import_problem(*modules):
+    """None when every one of `modules` imports here, else why not: the error's type and the
+    last line of its message (one line), e.g. vit-keras' "No module named 'cv2'" (it imports
+    OpenCV without declaring it; `opencv-python-headless` provides it)."""
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except Exception as error:  # a broken optional install is "not available" too
+            lines = str(error).strip().splitlines() or [""]
+            return f"{type(error).__name__}: {lines[-1]}"
+    return None
+
+
+def keras_hub_model(arch: dict, image_size, num_classes: int = 1000):
+    """keras-hub's `ViTBackbone` of `arch` + the class token + a float32 dense head."""
+    import keras
+    import keras_hub
+
+    backbone = keras_hub.models.ViTBackbone(
+        image_shape=(*image_size, 3), patch_size=arch["patch_size"],
+        num_layers=arch["num_layers"], num_heads=arch["num_heads"],
+        hidden_dim=arch["hidden_dim"], mlp_dim=arch["mlp_dim"], dropout_rate=0.0,
+        attention_dropout=0.0, layer_norm_epsilon=1e-6,
+    )  # fmt: skip
+    images = keras.Input((*image_size, 3), name="images")
+    logits = keras.layers.Dense(num_classes, dtype="float32", name="head")(backbone(images)[:, 0])
+    return keras.Model(images, logits, name="keras_hub_vit")
+
+
+def vit_keras_model(arch: dict, image_size, num_classes: int = 1000):
+    """vit-keras' `build_model` of `arch` (linear head)."""
+    from vit_keras import vit
+
+    return vit.build_model(
+        image_size=image_size, patch_size=arch["patch_size"], num_layers=arch["num_layers"],
+        hidden_size=arch["hidden_dim"], num_heads=arch["num_heads"], name="vit_keras_vit",
+        mlp_dim=arch["mlp_dim"], classes=num_classes, dropout=0.0, activation="linear",
+        include_top=True, representation_size=None,
+    )  # fmt: skip
+
+
+def keras_model(framework: str, variant: str, image_size, num_classes: int = 1000):
+    """The same ViT (`variant`, `image_size`: int or (height, width)) built with `framework`
+    of `KERAS_FRAMEWORKS`: keras_vit's (`common.build_model`, also hybrids) or a Keras peer's
+    (`keras_hub_model`, `vit_keras_model`; neither has a hybrid: ValueError). The global dtype
+    policy applies; the head is float32 in every case."""
+    if framework == "keras_vit":
+        return common.build_model(variant, image_size, num_classes)
+    if framework not in KERAS_FRAMEWORKS:
+        raise ValueError(f"Unknown framework {framework!r}; expected one of {KERAS_FRAMEWORKS}.")
+    arch = common.variant_arch(variant)
+    if "resnet_stages" in arch:
+        raise ValueError(f"{framework} has no hybrid (ResNet + ViT) model like {variant!r}.")
+    build = keras_hub_model if framework == "keras_hub" else vit_keras_model
+    return build(arch, to_pair("image_size", image_size), num_classes)
 
 
 def build_model(arch: dict, image_size: int, num_classes: int = 1000):
@@ -118,7 +180,7 @@ def set_threads(threads: int) -> None:
 
 
 def keras_step(args, framework, mode, policy, compiler):
-    """(parameters, step) of a Keras model (`benchmarking.build_model`) under `policy`, XLA or
+    """(parameters, step) of a Keras model (`keras_model`) under `policy`, XLA or
     not, on the Keras backend its row names (keras_vit_torch: PyTorch, eager; keras_vit_jax)."""
     import keras
 
@@ -127,7 +189,7 @@ def keras_step(args, framework, mode, policy, compiler):
         raise RuntimeError(f"{framework} needs KERAS_BACKEND={backend}")
     built = "keras_vit" if framework.startswith("keras_vit") else framework
     keras.config.set_dtype_policy(policy)
-    model, xla = common.build_model(built, args.variant, args.image_size), compiler == "xla"
+    model, xla = keras_model(built, args.variant, args.image_size), compiler == "xla"
     step = common.make_step(model, mode, args.batch_size, args.image_size, xla=xla, framework=built)
     return int(model.count_params()), step
 

@@ -15,10 +15,7 @@ import os
 import sys
 import time
 
-_HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:0] = [_HERE, os.path.join(_HERE, "..")]
-
-import common  # noqa: E402
+from benchmarks.harness import common
 
 ENGINES = ("xla", "tensorflow", "numpy", "torch")
 
@@ -143,8 +140,9 @@ def timed_in_process(engine, shapes, args) -> dict | str:
     """`time_shapes` of `engine` in a fresh process (GPUs hidden), or why it gave none."""
     python = args.torch_python if engine == "torch" else sys.executable
     counts = ["--repeats", str(args.repeats), "--per-call", str(args.per_call)]
-    command = [python, __file__, "--worker", engine, "--shapes", json.dumps(shapes)]
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
+    command = common.module_argv(python, "benchmarks.harness.products")
+    command += ["--worker", engine, "--shapes", json.dumps(shapes)]
+    env = common.child_env(dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES=""))
     try:
         return common.child_result(command + counts, env=env)
     except RuntimeError as error:

@@ -16,11 +16,7 @@ import platform
 import sys
 import time
 
-_HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:0] = [_HERE, os.path.join(_HERE, "..")]
-
-import common  # noqa: E402
-import peers  # noqa: E402
+from benchmarks.harness import common, peers
 
 GEMMS = tuple(peers.ROOFS)  # the roof workers: TensorFlow's, torch's
 ALL_FRAMEWORKS = tuple(name for name, peer in peers.PEERS.items() if peer.settings)
@@ -80,7 +76,8 @@ def build_parser(verb):
         add("--budget-s", type=float, default=420.0, help="seconds for all workloads (420)")
         add("--memory-gb", type=float, help="memory of a group of points (85%% of MemAvailable)")
         add("--quick", action="store_true", help="one round, fewer settings: a smoke run")
-        add("--out", default=os.path.join(_HERE, "..", "results", "targets"), help="no suffix")
+        out = os.path.join(common.ROOT, "benchmarks", "results", "targets")
+        add("--out", default=out, help="no suffix")
     if verb == "scaling":
         add("--image-sizes", default="224,384,512", help="sizes at the base batch")
         add("--batch-sizes", default="1,4,16", help="batches at the base size")
@@ -115,7 +112,7 @@ def parse_args(argv=None, verb="run"):
     common.check_model_arguments(parser, args, "steps", "repeats", "warmup")
     if verb == "scaling":
         check_scaling(parser, args)
-    allowed = [*common.FRAMEWORKS, "timm"]
+    allowed = [*peers.KERAS_FRAMEWORKS, "timm"]
     if verb == "in-process" and (set(args.frameworks) - set(allowed) or "keras_vit" not in
                                  args.frameworks):  # fmt: skip
         parser.error(f"--frameworks must include keras_vit and name only {allowed}; got "
@@ -137,7 +134,7 @@ def check_scaling(parser, args):
         parser.error("--image-sizes and --batch-sizes take integers separated by commas")
     patch = common.variant_arch(args.variant)["patch_size"]  # known: `check_model_arguments` ran
     if "," not in args.variant and common.configs.resolve_model(args.variant).image_size:
-        parser.error(f"--variant {args.variant!r} names image size {args.image_size}: give the "
+        parser.error(f"--model {args.variant!r} names image size {args.image_size}: give the "
                      "plain variant: --image-sizes and --base-image-size set sizes")  # fmt: skip
     if any(s < patch or s % patch for s in [*args.image_sizes, args.base_image_size]):
         parser.error(f"every image size must be a positive multiple of the patch ({patch})")
@@ -179,9 +176,11 @@ def worker_env(worker):
 def worker_argv(args, worker):
     """The command line of one point's worker process (`--worker NAME`)."""
     torch_side = peers.PEERS[worker.split(":")[0]].python == "torch"
-    argv = [args.torch_python if torch_side else args.python, os.path.abspath(__file__)]
+    python = args.torch_python if torch_side else args.python
+    argv = common.module_argv(python, "benchmarks.harness.race")
     argv += ["--worker", worker]
-    for name in ("variant", "image_size", "batch_size", "steps", "warmup"):
+    argv += ["--model", args.variant]
+    for name in ("image_size", "batch_size", "steps", "warmup"):
         argv += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
     return argv + ["--gemm-sizes", args.gemm_sizes or "none"]
 
@@ -478,7 +477,7 @@ def targets_table(host, summaries):
 def targets(args, argv):
     """`targets`: every workload in turn, in its share of `--budget-s`; after each, `--out`
     .json (figures: each workload's `RATIOS`, the raw records beside) and .md."""
-    import figures
+    from benchmarks import figures
 
     started, load_before = time.perf_counter(), common.load_average()
     records, summaries, values = [], [], {}
@@ -501,7 +500,7 @@ def targets(args, argv):
         config = {k: v for k, v in vars(args).items() if k != "workload_list"}
         figures.write_results(
             args.out + ".json", {"workloads": len(summaries), **values}, notes=host,
-            command="python benchmarks/bench.py targets " + " ".join(argv),
+            command="python -m benchmarks.bench targets " + " ".join(argv),
             about="CPU targets: auto over the fastest keras_vit setting, keras_vit best over "
             "timm best and over the best Keras peer, batch 16 at 224 or the size the variant's "
             f"name gives (workloads: {', '.join(s['workload'] for s in summaries)})",
@@ -572,7 +571,7 @@ def in_process(args, argv):
               "(median of per-round ratios)")  # fmt: skip
     if args.json_path:
         common.write_json(args.json_path, {
-            "command": "python benchmarks/bench.py in-process " + " ".join(argv),
+            "command": "python -m benchmarks.bench in-process " + " ".join(argv),
             "measured": started, "load_before": load_before,
             "load_after": common.load_average(), "host": common.host_record(),
             "ms_per_step": {f"{f}:{s}": v for (f, s), v in times.items()},
@@ -624,7 +623,7 @@ def ablation_pair(variant, image_size):
     import numpy as np
 
     from keras_vit.layers import TokenPooling
-    from keras_vit.model.models import ViT
+    from keras_vit.model.vit import ViT
 
     arch = common.variant_arch(variant)
     shortcut = ViT(**arch, image_size=image_size, num_classes=1000, name="class_token_only")

@@ -16,14 +16,11 @@ import re
 import sys
 import tempfile
 
-_HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:0] = [_HERE, os.path.join(_HERE, "..")]
 # XLA reads its flags once, at its first use: set ours before anything imports TensorFlow.
 _FLAGS = os.environ.get("XLA_FLAGS", "")
 os.environ["XLA_FLAGS"] = f"{_FLAGS} --xla_cpu_enable_xprof_traceme=true".strip()
 
-import common  # noqa: E402
-import peers  # noqa: E402
+from benchmarks.harness import common, peers  # noqa: E402
 
 # (kind, XLA event name, TensorFlow op type, torch operator): the first pattern that
 # matches an operation's name in its column gives its kind; none: elementwise / reductions

@@ -4,7 +4,7 @@ A ViT, a hybrid (BiT root + the same Transformer) and a BiT ResNet, pre-trained 
 MNIST subsets (250-4,000 images); on the UCI digits: 10-shot linear accuracy (3 seeds) and accuracy
 fine-tuned at 40 px, with parameters and step time (ms). A table (stdout, --json) and a PNG.
 
-    python benchmarks/studies/data_scaling.py --png data_scaling.png   # --quick: smoke run
+    python -m benchmarks.studies.data_scaling --png data_scaling.png   # --quick: smoke run
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import statistics
 import sys
 import time
 
-import report
-from common import markdown, time_call
+from benchmarks.harness.common import markdown, time_call
+from benchmarks.studies import report
 
 STYLES = {"ViT": ("tab:blue", "o"), "ResNet": ("tab:gray", "s"), "hybrid": ("tab:orange", "^")}
 MODELS, SIZES, SEED, SHOTS = tuple(STYLES), (250, 500, 1000, 2000, 4000), 0, 10
@@ -73,7 +73,7 @@ def pretrain(name, size, args):
     import keras
 
     from keras_vit import data
-    from keras_vit.train import training
+    from keras_vit.train import losses, schedules, training
 
     keras.utils.set_random_seed(SEED)
     recipe, steps = training.TrainConfig(), args.pretrain_steps
@@ -83,8 +83,8 @@ def pretrain(name, size, args):
     model = build(name, 10, 28)
     schedule = (recipe.learning_rate, steps, max(1, steps // 20))
     decay = dict(weight_decay=recipe.weight_decay, decay="cosine")
-    loss = training.loss(recipe.label_smoothing)
-    model.compile(training.pretrain_optimizer(*schedule, **decay), loss, jit_compile=args.xla)
+    loss = losses.loss(recipe.label_smoothing)
+    model.compile(schedules.pretrain_optimizer(*schedule, **decay), loss, jit_compile=args.xla)
     model.fit(train.repeat(), epochs=1, steps_per_epoch=steps, verbose=0)
     timed = lambda: model.fit(train.repeat(), epochs=1, steps_per_epoch=3, verbose=0)  # noqa: E731
     return model, time_call(timed, 1) / 3  # 3 steps timed once compiled
@@ -99,7 +99,7 @@ def transfer_accuracies(name, model, args) -> tuple[float, float]:
     import keras_vit
     from keras_vit import data
     from keras_vit.evaluate import fewshot
-    from keras_vit.train import training
+    from keras_vit.train import losses, schedules, training
 
     train, test = (data.load("digits", split, image_size=28, batch_size=256, training=False)
                    for split in ("train", "test"))  # fmt: skip
@@ -116,8 +116,8 @@ def transfer_accuracies(name, model, args) -> tuple[float, float]:
         target = build(name, 10, size)
         for layer in (layer for layer in target.layers if layer.weights and layer.name != "head"):
             layer.set_weights(model.get_layer(layer.name).get_weights())
-    optimizer = training.finetune_optimizer(config.learning_rate, steps)
-    target.compile(optimizer, training.loss(), metrics=["accuracy"], jit_compile=args.xla)
+    optimizer = schedules.finetune_optimizer(config.learning_rate, steps)
+    target.compile(optimizer, losses.loss(), metrics=["accuracy"], jit_compile=args.xla)
     target.fit(train.repeat(), epochs=1, steps_per_epoch=steps, verbose=0)
     return few, float(target.evaluate(test, verbose=0, return_dict=True)["accuracy"])
 

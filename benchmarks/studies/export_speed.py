@@ -4,7 +4,7 @@ The variant's float32 and mixed_bfloat16 exports (a random head), each served by
 process, against the Keras model's `predict_on_batch` under both (no XLA): img/s (medians of
 rotated repeats), the bfloat16 export's top-1 agreement and largest relative logit difference.
 
-    python benchmarks/studies/export_speed.py --variant S/16 --batch-size 16
+    python -m benchmarks.studies.export_speed --model S/16 --batch-size 16
 """
 
 from __future__ import annotations
@@ -16,8 +16,14 @@ import sys
 import tempfile
 from functools import partial
 
-import report
-from common import add_model_arguments, build_model, check_model_arguments, median, time_call
+from benchmarks.harness.common import (
+    add_model_arguments,
+    build_model,
+    check_model_arguments,
+    median,
+    time_call,
+)
+from benchmarks.studies import report
 
 SERVER = r"""
 import sys, time
@@ -108,14 +114,14 @@ def main(argv=None) -> int:
     import keras
     import numpy as np
 
-    from keras_vit.runtime import distribute
+    from keras_vit.runtime import precision
 
     keras.utils.set_random_seed(0)
-    model = build_model("keras_vit", args.variant, args.image_size)  # no dropout
+    model = build_model(args.variant, args.image_size)  # no dropout
     head, rng = model.get_layer("head"), np.random.default_rng(0)  # a random head: logits != 0
     head.set_weights([rng.normal(0, 0.05, w.shape) for w in head.get_weights()])
     models = {"float32": model}
-    models["mixed_bfloat16"] = distribute.with_dtype_policy(model, "mixed_bfloat16")
+    models["mixed_bfloat16"] = precision.with_dtype_policy(model, "mixed_bfloat16")
     shape = (args.batch_size, args.image_size, args.image_size, 3)
     pixels = np.random.default_rng(1).uniform(0, 255, shape).astype("float32")
     images = pixels / 127.5 - 1.0  # the export scales [0, 255] to [-1, 1] itself

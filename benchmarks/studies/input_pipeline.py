@@ -2,17 +2,17 @@
 
 Images/s of `keras_vit.data.load(source, "train", training=True)` alone (prefetched, the source's
 augmentation) and of a training step (`train_on_batch`, XLA) of the default `keras-vit train`
-model (`--image-size`, `--batch-size`, `--variant` override it), interleaved; the ratio (>= 5x).
+model (`--image-size`, `--batch-size`, `--model` override it), interleaved; the ratio (>= 5x).
 
-    python benchmarks/studies/input_pipeline.py --source mnist
+    python -m benchmarks.studies.input_pipeline --source mnist
 """
 
 from __future__ import annotations
 
 import sys
 
-import report
-from common import checked_image_size, median, time_call
+from benchmarks.harness.common import checked_image_size, median, time_call
+from benchmarks.studies import report
 
 
 def parse_args(argv=None):
@@ -20,7 +20,7 @@ def parse_args(argv=None):
     parser.add_argument("--source", default="mnist", help="data source of keras_vit.data.load")
     parser.add_argument("--image-size", type=int, help="default: the train config's (variant: 224)")
     parser.add_argument("--batch-size", type=int, help="default: the train config's")
-    parser.add_argument("--variant", help="a named variant instead of the default model")
+    parser.add_argument("--model", dest="variant", help="a named variant, not the default model")
     parser.add_argument("--batches", type=int, default=20, help="batches per pipeline repeat")
     parser.add_argument("--steps", type=int, default=5, help="training steps per repeat")
     parser.add_argument("--repeats", type=int, default=3)
@@ -35,8 +35,8 @@ def parse_args(argv=None):
 def main(argv=None):
     args = parse_args(argv)
     import numpy as np
-    from common import peak_rss_mb, variant_arch
 
+    from benchmarks.harness.common import peak_rss_mb, variant_arch
     from keras_vit import data
     from keras_vit.train.training import TrainConfig, build_model
 

@@ -4,7 +4,7 @@ Per point a jit-compiled step (forward, cross-entropy, gradients, SGD update): a
 (`keras.ops.dot_product_attention`) or "explicit", x the model's `remat` (with XLA:CPU's memory
 scheduler; `--default-scheduler`: its default). XLA's memory analysis (MiB); `--run`: peak RSS.
 
-    python benchmarks/studies/memory.py --image-size 224 384 512 [--default-scheduler]
+    python -m benchmarks.studies.memory --image-size 224 384 512 [--default-scheduler]
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import os
 import sys
 import time
 
-import report
+from benchmarks.studies import report
 
 METHOD = "one jit-compiled training step (forward, cross-entropy, gradients, SGD update), Keras "
 METHOD += "on JAX, float32, a process a point; XLA's memory analysis; --run: peak RSS of one step"
@@ -31,7 +31,7 @@ def measure_point(variant, image_size, batch_size, kernel, remat, run) -> dict:
 
     from keras_vit.evaluate.benchmarking import peak_rss_mb, token_grid, variant_arch
     from keras_vit.layers import MultiHeadSelfAttention
-    from keras_vit.model.build_any import build
+    from keras_vit.model.from_kwargs import build
     from keras_vit.spec import configs
 
     config = None if "," in variant else configs.resolve_model(variant).config
@@ -78,7 +78,7 @@ def measure_point(variant, image_size, batch_size, kernel, remat, run) -> dict:
 
 def parse_args(argv=None):
     parser = report.parser(__doc__, json_help=None)
-    parser.add_argument("--variant", default="B/16", help="a named variant (B/16)")
+    parser.add_argument("--model", dest="variant", default="B/16", help="a named variant (B/16)")
     parser.add_argument("--image-size", type=int, nargs="+", default=[384], help="(384)")
     parser.add_argument("--batch-size", type=int, default=8, help="(8)")
     parser.add_argument("--run", action="store_true", help="execute the step: peak RSS too")
@@ -101,8 +101,9 @@ def main(argv=None) -> int:
     env = {**os.environ, "KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu"}
     if args.default_scheduler:  # named by the user: keras_vit leaves it (the default's value)
         env["XLA_FLAGS"] = "--xla_cpu_enable_concurrency_optimized_scheduler=true"
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, (report.ROOT, env.get("PYTHONPATH"))))
-    points, child = [], [sys.executable, os.path.abspath(__file__), "--point"]
+    env = report.common.child_env(env)
+    child = [*report.common.module_argv(sys.executable, "benchmarks.studies.memory"), "--point"]
+    points = []
     for size in args.image_size:
         for kernel, remat in COMBINATIONS:
             point = [args.variant, size, args.batch_size, kernel, remat, args.run]

@@ -4,7 +4,7 @@ One ViT (`keras-vit train`'s recipe, widened by `--hidden-dim`) trained by `runs
 with XLA and with `--mixed-precision auto`: learning curves, wall times (s); the float32-trained
 model run in float32 and under the chosen policy: top-1 agreement, largest logit difference.
 
-    python benchmarks/studies/precision_agreement.py --hidden-dim 256 --json agreement.json
+    python -m benchmarks.studies.precision_agreement --hidden-dim 256 --json agreement.json
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import os
 import tempfile
 import time
 
-import report
-from common import markdown
+from benchmarks.harness.common import markdown
+from benchmarks.studies import report
 
 ARCHITECTURE = {"hidden_dim": 256, "mlp_dim": 512, "num_heads": 4, "num_layers": 4}
 RECIPE = {"image_size": 28, "patch_size": 4, "epochs": 4, "batch_size": 32}
@@ -37,14 +37,14 @@ def parse_args(argv=None):
 
 def train(args, folder, mixed_precision, jit_compile):
     """Trains one run in `folder/mixed_precision`; returns (RunResult, its resolved config)."""
-    from keras_vit.train import runs, training
+    from keras_vit.train import run_directory, runs, training
 
     fields = {name: getattr(args, name) for name in (*ARCHITECTURE, *RECIPE)}
     recipe = training.TrainConfig(dataset=args.dataset, jit_compile=jit_compile, **fields)
     config = runs.RunConfig(recipe=recipe, mixed_precision=mixed_precision,
                             shots_per_class=args.shots_per_class)  # fmt: skip
     run_dir = os.path.join(folder, mixed_precision)
-    return runs.train(config, run_dir, verbose=0), runs.read_config(run_dir)["resolved"]
+    return runs.train(config, run_dir, verbose=0), run_directory.read_config(run_dir)["resolved"]
 
 
 def agreement(model, args, policy):
@@ -52,14 +52,14 @@ def agreement(model, args, policy):
     import numpy as np
 
     from keras_vit import data
-    from keras_vit.runtime import distribute
+    from keras_vit.runtime import precision
 
     channels, shots = int(model.input_shape[-1]), args.shots_per_class
     split = data.load(args.dataset, "test", image_size=args.image_size, batch_size=256,
                       training=False, channels=channels, shots_per_class=shots)  # fmt: skip
     images, labels = (np.concatenate(part) for part in zip(*split.as_numpy_iterator(), strict=True))
     reference, chosen = (
-        distribute.with_dtype_policy(model, name).predict(images, batch_size=256, verbose=0)
+        precision.with_dtype_policy(model, name).predict(images, batch_size=256, verbose=0)
         .astype("float64") for name in ("float32", policy)
     )  # fmt: skip
     top_reference, top_chosen = reference.argmax(-1), chosen.argmax(-1)

@@ -11,15 +11,17 @@ import json
 import os
 import sys
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
-_FOLDERS = (os.path.join(ROOT, "benchmarks"), os.path.join(ROOT, "benchmarks", "harness"))
-sys.path[:0] = [folder for folder in _FOLDERS if folder not in sys.path]
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import common  # noqa: E402
-from common import at_least, checked_image_size, child_result, run_rounds  # noqa: E402, F401
-from figures import fig, write_results  # noqa: E402, F401
+from benchmarks.figures import fig, write_results  # noqa: E402, F401
+from benchmarks.harness import common  # noqa: E402
+from benchmarks.harness.common import (  # noqa: E402, F401
+    at_least,
+    checked_image_size,
+    child_result,
+    run_rounds,
+)
 
 
 def parser(doc: str, results: str | None = None, json_help="write the raw results here"):
@@ -29,7 +31,7 @@ def parser(doc: str, results: str | None = None, json_help="write the raw result
     if json_help:
         made.add_argument("--json", help=json_help)
     if results:
-        where = f"benchmarks/results/{results}; then `python benchmarks/figures.py --update`"
+        where = f"benchmarks/results/{results}; then `python -m benchmarks.bench figures --update`"
         made.add_argument("--results", help=f"write the documents' figures here ({where})")
     return made
 
@@ -49,7 +51,8 @@ def write_figures(path, values, script, about, argv=None, notes="") -> None:
     if not path:
         return
     argv = sys.argv[1:] if argv is None else argv
-    command = f"python benchmarks/studies/{os.path.basename(script)} {' '.join(argv)}"
+    module = os.path.splitext(os.path.basename(script))[0]
+    command = f"python -m benchmarks.studies.{module} {' '.join(argv)}"
     write_results(path, values, command=command.strip(), about=about, notes=notes)
     print(f"wrote {path}")
 

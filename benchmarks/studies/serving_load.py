@@ -4,7 +4,7 @@ A tiny ViT export is served by a TensorFlow-only process to `--requests` `servin
 `--threads` threads (1-16 JPEG/PNG images each, `--bad-fraction` with a bad one): latency (ms),
 requests/s, RSS growth (MiB); good answers equal the serial ones, bad ones fail naming the problem.
 
-    python benchmarks/studies/serving_load.py --requests 40 --threads 2 --pool 8   # smoke run
+    python -m benchmarks.studies.serving_load --requests 40 --threads 2 --pool 8   # smoke run
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import os
 import sys
 import tempfile
 
-import report
+from benchmarks.studies import report
 
 SERVER = r"""
 import json, random, sys, time

@@ -1,10 +1,10 @@
 """Study: the default `keras-vit train` recipe on the embedded MNIST, with plain model.fit.
 
 `TrainConfig()` (a patch-4 ViT) on the 4,000 MNIST training images: held-out accuracy (1,000
-images), wall and process CPU time (s) of fit + evaluate, training images/s. Target (issue 4):
+images), wall and process CPU time (s) of fit + evaluate, training images/s. Target:
 >= 97.5% in under 3 minutes on 2 CPU cores.
 
-    python benchmarks/studies/train_mnist.py --epochs 5 --save /tmp/mnist_vit.npz
+    python -m benchmarks.studies.train_mnist --epochs 5 --save /tmp/mnist_vit.npz
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import json
 import os
 import time
 
-import report
+from benchmarks.studies import report
 
 
 def train_default(config, verbose=2):

@@ -2,9 +2,9 @@
 
 Held-out accuracy (1,697 digits) after training on 10 digits per class: the default MNIST model
 (trained here, or --weights .npz) through `keras_vit.finetune` with the release's SGD recipe, and
-the same architecture from scratch at 40 px (AdamW). Target (issue 4): transfer >= 10 points.
+the same architecture from scratch at 40 px (AdamW). Target: transfer >= 10 points.
 
-    python benchmarks/studies/transfer_digits.py --weights mnist_vit.npz --results FILE.json
+    python -m benchmarks.studies.transfer_digits --weights mnist_vit.npz --results FILE.json
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import time
 
-import report
+from benchmarks.studies import report
 
 SHOTS, SEED = 10, 0  # labelled digits per class, seed of their draw
 FIGURES = {"transferred_accuracy": "{:.1%}", "scratch_accuracy": "{:.1%}", "gain_points": "{:.1f}"}
@@ -30,7 +30,7 @@ def run_scratch(train_config, finetune_config, data, num_train, steps, learning_
     """(accuracy, steps run) of the architecture trained from scratch at the fine-tuning size."""
     import keras
 
-    from keras_vit.train import training
+    from keras_vit.train import losses, schedules, training
 
     keras.utils.set_random_seed(finetune_config.seed)  # same init whatever ran before
     kwargs = train_config.model_kwargs(num_classes=10, channels=1)
@@ -39,8 +39,8 @@ def run_scratch(train_config, finetune_config, data, num_train, steps, learning_
     epochs = max(1, -(-steps // per_epoch))
     total, decay = epochs * per_epoch, train_config.weight_decay
     schedule = (learning_rate, total, max(1, total // 10))
-    optimizer = training.pretrain_optimizer(*schedule, weight_decay=decay, decay="cosine")
-    loss = training.loss(train_config.label_smoothing)
+    optimizer = schedules.pretrain_optimizer(*schedule, weight_decay=decay, decay="cosine")
+    loss = losses.loss(train_config.label_smoothing)
     compile_kwargs = dict(optimizer=optimizer, loss=loss, metrics=["accuracy"], jit_compile=True)
     return fit_and_evaluate(model, compile_kwargs, data, epochs, per_epoch), total
 
@@ -61,7 +61,7 @@ def main(argv=None) -> int:
     train_config, config, start = training.TrainConfig(), training.FinetuneConfig(), time.time()
     if args.weights:
         model, pretrain = train_config.build(num_classes=10, channels=1), None
-        checkpoints.load_npz(model, args.weights)
+        checkpoints.load_weights(model, args.weights)
     else:
         from train_mnist import train_default
 

@@ -22,10 +22,10 @@ from __future__ import annotations
 import os
 import zipfile
 
-from keras_vit.checkpoints import safetensors_io
+from keras_vit.checkpoints.base import safetensors_io
+from keras_vit.checkpoints.base.errors import CheckpointError
 from keras_vit.checkpoints.format_table import FORMATS as FORMATS  # re-exported
 from keras_vit.checkpoints.format_table import Probe, recognise
-from keras_vit.checkpoints.npz_io import CheckpointError
 
 HF_CONFIG = "config.json"
 HF_WEIGHTS = "model.safetensors"
@@ -142,7 +142,7 @@ def detect_format(path) -> str:
         path: a file or a folder.
 
     Returns:
-        One of `FORMATS`: "npz", "big_vision", "hf", "timm" or "keras".
+        One of `format_table.FORMATS`: "npz", "big_vision", "hf", "timm" or "keras".
 
     Raises:
         FileNotFoundError: `path` does not exist.

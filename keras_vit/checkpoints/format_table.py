@@ -17,8 +17,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-from keras_vit.checkpoints import hf_files
-from keras_vit.checkpoints.errors import CheckpointError
+from keras_vit.checkpoints.base.errors import CheckpointError
+from keras_vit.checkpoints.hf import hf_files
 from keras_vit.spec import layer_names as names
 
 # The table imports no reader, writer or Keras at import time (each is imported on its
@@ -73,7 +73,7 @@ ALL_QKV_BIASES = tuple(
     ({"rope": False, "qkv_bias": bias}, "only its DINOv3 layout has other q/k/v biases")
     for bias in ("qv", "none")
 )
-# What DINOv3's layouts (timm's Eva, HF DINOv3ViTModel) cannot hold: see `dinov3_io`.
+# What DINOv3's layouts (timm's Eva, HF DINOv3ViTModel) cannot hold: see `base.dinov3`.
 DINOV3_PARTS = tuple(
     ({"rope": True, option: value}, "DINOv3's layout: class token, storage tokens, RoPE")
     for option, value in (
@@ -198,31 +198,31 @@ def _is_timm(probe: Probe) -> bool:
 
 
 def _read_release(path, options: ReadOptions):
-    from keras_vit.checkpoints.release_io import read_release_npz
+    from keras_vit.checkpoints.release.release_io import read_release_npz
 
     return read_release_npz(path)
 
 
 def _write_release(path, contents) -> None:
-    from keras_vit.checkpoints.release_io import write_release_npz
+    from keras_vit.checkpoints.release.release_io import write_release_npz
 
     write_release_npz(path, contents)
 
 
 def _read_hf(path, options: ReadOptions):
-    from keras_vit.checkpoints.hf_io import read_hf
+    from keras_vit.checkpoints.hf.hf_io import read_hf
 
     return read_hf(path)
 
 
 def _write_hf(path, contents):
-    from keras_vit.checkpoints.hf_io import write_hf
+    from keras_vit.checkpoints.hf.hf_io import write_hf
 
     return write_hf(path, contents)
 
 
 def _read_timm(path, options: ReadOptions):
-    from keras_vit.checkpoints.timm_io import read_timm
+    from keras_vit.checkpoints.timm.timm_io import read_timm
 
     return read_timm(
         path,
@@ -233,13 +233,13 @@ def _read_timm(path, options: ReadOptions):
 
 
 def _write_timm(path, contents):
-    from keras_vit.checkpoints.timm_io import write_timm
+    from keras_vit.checkpoints.timm.timm_io import write_timm
 
     return write_timm(path, contents)
 
 
 def _read_keras(path, options: ReadOptions):
-    from keras_vit.checkpoints.model_io import read_keras
+    from keras_vit.checkpoints.keras_files.model_io import read_keras
 
     return read_keras(path)
 
@@ -457,7 +457,7 @@ def options_of(contents) -> dict:
     The grid is "non-square" when `contents.image_size` or the table says so; a table
     whose count is no square grid and no image size counts as "non-square".
     """
-    from keras_vit.checkpoints.architecture import Architecture
+    from keras_vit.checkpoints.base.architecture import Architecture
 
     arrays = contents.arrays
     arch = Architecture.from_contents(contents)

@@ -4,8 +4,9 @@
 `CheckpointContents` in the release's layout with the numerics and preprocessing the file
 implies; `write_checkpoint(contents, path, format)` writes one, after checking that the
 format can express the model (`format_table.check_expressible`). Both go through the table
-of formats (`keras_vit.checkpoints.format_table`). `model_contents(model)` gives the
-contents of a built keras_vit model, so a model and a file convert the same way.
+of formats (`keras_vit.checkpoints.format_table`). `model_contents(model)`
+(`keras_vit.checkpoints.model_io`) gives the contents of a built keras_vit model, so a model
+and a file convert the same way.
 """
 
 from __future__ import annotations
@@ -13,20 +14,13 @@ from __future__ import annotations
 import logging
 import os
 
-from keras_vit.checkpoints import limits
-from keras_vit.checkpoints.contents import CheckpointContents
+from keras_vit.checkpoints.base import limits
+from keras_vit.checkpoints.base.contents import CheckpointContents
 from keras_vit.checkpoints.detect import detect_format
 from keras_vit.checkpoints.format_table import (
     FORMAT_TABLE,
-    FORMATS,
-    WRITE_FORMATS,
     ReadOptions,
     check_expressible,
-)
-from keras_vit.checkpoints.model_io import (
-    model_contents,
-    model_input_preprocessing,
-    model_numerics,
 )
 
 logger = logging.getLogger(__name__)
@@ -90,16 +84,3 @@ def write_checkpoint(contents: CheckpointContents, path, format: str) -> None:
         raise ValueError(f"format must be one of {writable}. Received: {format!r}")
     check_expressible(format, contents)
     row.writer(path, contents)
-
-
-__all__ = [
-    "FORMATS",
-    "WRITE_FORMATS",
-    "CheckpointContents",
-    "detect_format",
-    "model_contents",
-    "model_numerics",
-    "model_input_preprocessing",
-    "read_checkpoint",
-    "write_checkpoint",
-]

@@ -1,5 +1,5 @@
 """The model a checkpoint file describes: its builder keywords (`architecture_kwargs`) and
-how `keras_vit.from_checkpoint` (in `keras_vit.model.build_any`, above the builders) loads it
+how `keras_vit.from_checkpoint` (in `keras_vit.model.from_kwargs`, above the builders) loads it
 (`model_kwargs`).
 
 The architecture comes from the file where the file says it: a Hugging Face `config.json`,
@@ -14,9 +14,9 @@ from __future__ import annotations
 import logging
 import os
 
-from keras_vit.checkpoints.architecture import Architecture
-from keras_vit.checkpoints.contents import CheckpointContents
-from keras_vit.checkpoints.npz_io import CheckpointError
+from keras_vit.checkpoints.base.architecture import Architecture
+from keras_vit.checkpoints.base.contents import CheckpointContents
+from keras_vit.checkpoints.base.errors import CheckpointError
 from keras_vit.spec import configs
 from keras_vit.spec import layer_names as names
 from keras_vit.spec.run_config_file import RUN_CONFIG_FILE, kwargs_from_run_config
@@ -171,8 +171,9 @@ def model_kwargs(contents: CheckpointContents, num_classes=None, image_size=None
 def local_path(path):
     """`path`, or the local copy of a published ViT-family name (`registry.resolve_family`)
     when no such file or folder exists."""
-    from keras_vit.checkpoints import registry
+    from keras_vit.checkpoints.published import registry
+    from keras_vit.checkpoints.published.family_checkpoints import family_entry
 
-    if isinstance(path, str) and not os.path.exists(path) and registry.family_entry(path):
+    if isinstance(path, str) and not os.path.exists(path) and family_entry(path):
         return registry.resolve_family(path)
     return path

@@ -13,24 +13,29 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import warnings
 
 import numpy as np
 
 from keras_vit._validation import check_choice
 from keras_vit._warnings import warn_weights
-from keras_vit.checkpoints import architecture, registry
-from keras_vit.checkpoints.channels import (
-    adapt_input_kernel,
-    can_adapt,
-    channel_mismatch,
-    input_kernel_key,
+from keras_vit.checkpoints.base import architecture
+from keras_vit.checkpoints.base.errors import CheckpointError
+from keras_vit.checkpoints.base.naming import find_vit_model, official_arrays, official_variables
+from keras_vit.checkpoints.base.npz_io import write_npz
+from keras_vit.checkpoints.fit_to_model import (
+    add_class_rows,
+    check_keys,
+    fit_channels,
+    fit_position_table,
+    recorded_grid,
+    skip_prefixes,
+    under,
 )
-from keras_vit.checkpoints.layouts import PLAIN_POSITION_KEY
-from keras_vit.checkpoints.naming import find_vit_model, official_arrays, official_variables
-from keras_vit.checkpoints.npz_io import CheckpointError, write_npz
-from keras_vit.layers.position_resize import RESIZE_METHODS, resize_position_embeddings, square_grid
+from keras_vit.checkpoints.published import registry
+from keras_vit.checkpoints.published.family_checkpoints import family_entry
+from keras_vit.checkpoints.release.layouts import PLAIN_POSITION_KEY
 from keras_vit.spec import layer_names as names
+from keras_vit.spec.resize_methods import RESIZE_METHODS
 
 logger = logging.getLogger(__name__)
 
@@ -101,10 +106,6 @@ class SaveReport:
         )
 
 
-def _under(key: str, prefixes) -> bool:
-    return any(key == p or key.startswith(p.rstrip("/") + "/") for p in prefixes)
-
-
 def _format_list(title: str, items) -> str:
     items = list(items)
     shown = ", ".join(items[:_LIST_LIMIT])
@@ -112,129 +113,9 @@ def _format_list(title: str, items) -> str:
     return f"\n  {title} ({len(items)}): {shown}{more}"
 
 
-def _skip_prefixes(arrays, variables, skip, head):
-    """Prefixes of keys not to load: `skip`, the head per `head`, pre_logits the model lacks."""
-    prefixes = list(skip)
-    file_has_pre_logits = any(k.startswith("pre_logits/") for k in arrays)
-    if file_has_pre_logits and "pre_logits/kernel" not in variables and "pre_logits" not in skip:
-        prefixes.append("pre_logits")
-        note = ""
-        if head != "skip" and "head/kernel" in variables and not _under("head", prefixes):
-            prefixes.append("head")
-            note = (
-                " Its head was trained on top of pre_logits, so it is not loaded either; the "
-                "model keeps its own (zero-initialised) head."
-            )
-        width = arrays["pre_logits/kernel"].shape[-1] if "pre_logits/kernel" in arrays else -1
-        warn_weights(
-            "The checkpoint has a pre_logits (representation) layer but the model has none "
-            "(representation_size=None): pre_logits is dropped, as the release does for "
-            f"fine-tuning.{note} Build the model with representation_size={width} to use it."
-        )
-    if head == "skip":
-        prefixes.append("head")
-    elif head == "auto" and not _under("head", prefixes):
-        reason = _head_mismatch(arrays, variables)
-        if reason:
-            if any(k.startswith("head/") for k in variables):
-                warn_weights(f"Head not loaded: {reason}; its logits are 0 until trained.")
-            else:
-                logger.info("Head not loaded: %s.", reason)  # include_top=False: expected
-            prefixes.append("head")
-    if _under("head", prefixes) and not _under(names.HEAD_DIST, prefixes):
-        prefixes.append(names.HEAD_DIST)  # DeiT's distillation head goes with the head
-    return prefixes
-
-
-def _head_mismatch(arrays, variables) -> str | None:
-    """Why the file's head cannot go into the model (for head="auto"), or None if it fits."""
-    in_file = any(k.startswith("head/") for k in arrays)
-    in_model = any(k.startswith("head/") for k in variables)
-    if in_file and not in_model:
-        return "the model has no head (include_top=False)"
-    if in_model and not in_file:
-        return "the checkpoint has none; the model keeps its own (zero-initialised) head"
-    for key in ("head/kernel", "head/bias"):
-        if key in arrays and key in variables:
-            file_shape, model_shape = tuple(arrays[key].shape), tuple(variables[key].shape)
-            if file_shape != model_shape:
-                return (
-                    f"the checkpoint's {key} is {file_shape}, the model's {model_shape}; the "
-                    "model keeps its own (zero-initialised) head"
-                )
-    return None
-
-
-def _fit_position_table(model, table, variable, method, source_grid):
-    """Resizes the file's position table to the model's grid when they differ.
-
-    Returns `(table, (old_grid, new_grid) or None, hint or None)`; a table that cannot be
-    matched is returned unchanged (then reported as a shape mismatch, with `hint`).
-    """
-    target = tuple(variable.shape)
-    if table.ndim != 3 or len(target) != 3 or table.shape[-1] != target[-1]:
-        return table, None, None
-    if table.shape[1] == target[1] and source_grid is None:
-        return table, None, None
-    prefix = architecture.num_position_prefix_rows(model)
-    new_grid = architecture.patch_grid(model)
-    if prefix + new_grid[0] * new_grid[1] != target[1]:
-        return table, None, None
-    if source_grid is None:
-        try:
-            old_grid = square_grid(table.shape[1] - prefix)
-        except ValueError:
-            hint = (
-                f"the file's {table.shape[1]} rows minus the model's {prefix} class-token "
-                "row(s) are not a square grid; pass source_grid=(rows, cols) if the file's "
-                "grid is not square"
-            )
-            return table, None, hint
-    else:
-        old_grid = tuple(source_grid)
-    if tuple(old_grid) == tuple(new_grid):
-        return table, None, None
-    resized = resize_position_embeddings(table, old_grid, new_grid, prefix, method)
-    return resized, (tuple(old_grid), tuple(new_grid)), None
-
-
-def _recorded_grid(model, contents, arrays):
-    """The grid of the file's position table from the image size the file records (timm
-    metadata, HF config.json), when it fits the table's rows; else None (a square grid is
-    then assumed). A non-square file is so resized to any image size."""
-    kernel = arrays.get("embedding/kernel")
-    table = arrays[PLAIN_POSITION_KEY]
-    size = contents.image_size
-    if size is None or np.ndim(kernel) != 4 or np.ndim(table) != 3 or "conv_root/kernel" in arrays:
-        return None
-    grid = (int(size[0]) // kernel.shape[0], int(size[1]) // kernel.shape[1])
-    prefix = architecture.num_position_prefix_rows(model)
-    if grid[0] == grid[1] or prefix + grid[0] * grid[1] != table.shape[1]:
-        return None
-    return grid
-
-
-def _add_class_rows(model, contents, arrays):
-    """A file's table without class rows (`no_embed_class`, DeiT III) for a model whose
-    table has them: zero rows in front, which is what the class (and distillation) token
-    then get, so the model computes what the file's model does."""
-    table = arrays[PLAIN_POSITION_KEY]
-    if not contents.no_embed_class or np.ndim(table) != 3:
-        return table
-    rows = architecture.num_position_prefix_rows(model)
-    if not rows:
-        return table
-    zeros = np.zeros((1, rows, table.shape[-1]), np.asarray(table).dtype)
-    return np.concatenate([zeros, table], axis=1)
-
-
-def _model_heads(model) -> int | None:
-    return architecture.Architecture.from_checkpoint_model(model).num_heads
-
-
 def _warn_numerics(model, contents) -> None:
     """Warns when the model's GELU / LayerNorm eps differ from those the weights expect."""
-    from keras_vit.checkpoints.model_io import model_numerics
+    from keras_vit.checkpoints.keras_files.model_io import model_numerics
 
     have, want = model_numerics(model), contents.numerics
     if have != want:
@@ -274,8 +155,7 @@ def load_weights(
 ) -> LoadReport:
     """Loads a ViT checkpoint of any format keras_vit reads into a keras_vit model.
 
-    The one public loader (`keras_vit.load_weights`; `load_npz` and `load_checkpoint` are
-    deprecated names of it). The format is picked by content (the table of
+    The one public loader (`keras_vit.load_weights`). The format is picked by content (the table of
     `keras_vit.checkpoints.format_table`): the release's `.npz` (vit_jax/checkpoint.py),
     big_vision's, a Hugging Face ViT folder, a timm `.safetensors` file or a `.keras` file;
     all are converted to the release's layout first. A warning says when the model's GELU
@@ -294,7 +174,7 @@ def load_weights(
 
     A patch kernel (a hybrid's root convolution) with other input channels than the model
     is adapted by timm's `adapt_input_conv` rule (3 -> 1 sums the RGB kernel, 3 -> N repeats
-    it scaled by 3 / N; `keras_vit.checkpoints.channels`) with a WeightsWarning naming both
+    it scaled by 3 / N; `keras_vit.checkpoints.base.channels`) with a WeightsWarning naming both
     channel counts, unless `adapt_channels` is False (then it is a shape mismatch).
 
     Args:
@@ -339,16 +219,16 @@ def load_weights(
         warn_weights(f"Weights without an official checkpoint name keep their values: {unnamed}")
     _warn_numerics(model, contents)
     arrays = dict(contents.arrays)
-    skip = _skip_prefixes(arrays, variables, tuple(skip), head)
+    skip = skip_prefixes(arrays, variables, tuple(skip), head)
     adapt = (not strict) if adapt_channels is None else bool(adapt_channels)
-    channel_note = _fit_channels(arrays, variables, skip, adapt, contents.path)
+    channel_note = fit_channels(arrays, variables, skip, adapt, contents.path)
     resized, hint = None, None
     if PLAIN_POSITION_KEY in arrays and PLAIN_POSITION_KEY in variables:
-        if not _under(PLAIN_POSITION_KEY, skip):
-            arrays[PLAIN_POSITION_KEY] = _add_class_rows(model, contents, arrays)
+        if not under(PLAIN_POSITION_KEY, skip):
+            arrays[PLAIN_POSITION_KEY] = add_class_rows(model, contents, arrays)
             if source_grid is None:
-                source_grid = _recorded_grid(model, contents, arrays)
-            arrays[PLAIN_POSITION_KEY], resized, hint = _fit_position_table(
+                source_grid = recorded_grid(model, contents, arrays)
+            arrays[PLAIN_POSITION_KEY], resized, hint = fit_position_table(
                 model,
                 arrays[PLAIN_POSITION_KEY],
                 variables[PLAIN_POSITION_KEY],
@@ -358,7 +238,7 @@ def load_weights(
     report = LoadReport(
         path=contents.path, resized_grid=resized, layout_steps=contents.layout_steps
     )
-    fits = _check_keys(report, arrays, variables, skip, {PLAIN_POSITION_KEY: hint, **channel_note})
+    fits = check_keys(report, arrays, variables, skip, {PLAIN_POSITION_KEY: hint, **channel_note})
     _refuse_or_warn(report, model, strict)
     for key in fits:
         variable = variables[key]
@@ -413,7 +293,7 @@ def _check_forward_resize(model, resize_method) -> None:
 def _contents(model, path, no_embed_class):
     """The `CheckpointContents` of `path` (read with the model's heads and image size as
     hints for timm files, which do not always record them), or `path` itself."""
-    from keras_vit.checkpoints.contents import CheckpointContents
+    from keras_vit.checkpoints.base.contents import CheckpointContents
     from keras_vit.checkpoints.formats import read_checkpoint
 
     if isinstance(path, CheckpointContents):
@@ -426,53 +306,6 @@ def _contents(model, path, no_embed_class):
         no_embed_class=no_embed_class,
         image_size=size if arch.resnet_stages is None else None,
     )
-
-
-def _fit_channels(arrays, variables, skip, adapt, path) -> dict:
-    """Adapts the input kernel's channels in `arrays` (timm's rule) when `adapt`; returns
-    `{key: note}` for the shape-mismatch line when it is not adapted."""
-    key = input_kernel_key(variables)
-    if key is None or key not in arrays or _under(key, skip):
-        return {}
-    mismatch = channel_mismatch(arrays[key], variables[key].shape)
-    if mismatch is None:
-        return {}
-    source, target = mismatch
-    if adapt and can_adapt(source, target):
-        arrays[key] = adapt_input_kernel(arrays[key], target)
-        rule = "summed" if target == 1 else f"repeated and scaled by 3/{target}"
-        warn_weights(
-            f"{path}: the checkpoint's {key} has {source} input channels, the model {target}; "
-            f"the kernel was adapted ({rule}, timm's adapt_input_conv)."
-        )
-        return {}
-    how = (
-        "load with strict=False (or adapt_channels=True) to adapt it by timm's rule"
-        if can_adapt(source, target)
-        else "timm's rule adapts only to 1 channel or from 3"
-    )
-    return {key: f"{source} input channels in the file, {target} in the model; {how}"}
-
-
-def _check_keys(report, arrays, variables, skip, notes) -> list:
-    """Fills the report's skipped / missing / unexpected / mismatched keys; returns the keys
-    that fit (`notes`: `{key: text}` appended to a key's mismatch line)."""
-    report.skipped = [k for k in arrays if _under(k, skip)]
-    expected = [k for k in variables if not _under(k, skip)]
-    provided = {k for k in arrays if not _under(k, skip)}
-    report.missing = [k for k in expected if k not in provided]
-    report.unexpected = sorted(provided.difference(variables))
-    fits = []
-    for key in expected:
-        if key not in provided:
-            continue
-        file_shape, model_shape = tuple(arrays[key].shape), tuple(variables[key].shape)
-        if file_shape == model_shape:
-            fits.append(key)
-        else:
-            note = f" ({notes[key]})" if notes.get(key) else ""
-            report.mismatched.append(f"{key}: file {file_shape} vs model {model_shape}{note}")
-    return fits
 
 
 def _refuse_or_warn(report, model, strict) -> None:
@@ -492,26 +325,6 @@ def _refuse_or_warn(report, model, strict) -> None:
         )
     if problems:
         warn_weights(f"Checkpoint {report.path} loaded partially (the rest is ignored):{problems}")
-
-
-def load_npz(model, path, **kwargs) -> LoadReport:
-    """Deprecated name of `load_weights` (which reads every format, not only `.npz`)."""
-    warnings.warn(
-        "keras_vit.checkpoints.load_npz is deprecated; use keras_vit.load_weights.",
-        DeprecationWarning,
-        stacklevel=2,
-    )
-    return load_weights(model, path, **kwargs)
-
-
-def load_checkpoint(model, path, **kwargs) -> LoadReport:
-    """Deprecated name of `load_weights`."""
-    warnings.warn(
-        "keras_vit.checkpoints.load_checkpoint is deprecated; use keras_vit.load_weights.",
-        DeprecationWarning,
-        stacklevel=2,
-    )
-    return load_weights(model, path, **kwargs)
 
 
 def _warn_if_zero_head(arrays, loaded, path) -> None:
@@ -557,7 +370,7 @@ def load_weights_argument(model, weights, *, base_url=None, cache_dir=None) -> L
             ("ViT-B_16", "imagenet21k/ViT-B_16",
             "imagenet21k+imagenet2012/ViT-L_16-224", "augreg/<file>"); or "imagenet21k" /
             "imagenet21k+imagenet2012", resolved to the file of the model's architecture;
-            or a ViT-family name of `registry.FAMILY_CHECKPOINTS` ("facebook/dinov2-small",
+            or a ViT-family name of `FAMILY_CHECKPOINTS` ("facebook/dinov2-small",
             "deit_small_patch16_224"), read from its local folder in the cache.
         base_url, cache_dir: see `keras_vit.checkpoints.resolve_checkpoint`.
 
@@ -579,7 +392,7 @@ def load_weights_argument(model, weights, *, base_url=None, cache_dir=None) -> L
         )
     if os.path.isfile(weights) or os.path.isdir(weights):
         return load_weights(model, weights, head="auto")
-    if registry.family_entry(weights) is not None:
+    if family_entry(weights) is not None:
         local = registry.resolve_family(weights, cache_dir=cache_dir)
         return load_weights(model, local, head="auto")
     model_name = architecture.release_model_name(model)

@@ -4,34 +4,28 @@ Measures keras_vit in this process (after warm-up, median of several repeats) un
 precision and compiler of `--mixed-precision`/`--jit-compile` (default auto:
 `keras_vit.runtime.precision.choose_precision`), the matrix-multiply roof of the machine
 (float32 and bfloat16, with and without XLA) and the model FLOP utilisation from the analytic FLOP
-count (`keras_vit.evaluate.benchmarking`). The peers (keras-hub's `ViTBackbone` + a dense head,
-vit-keras' `build_model`) are measured too when they are installed and asked for with
-`--peers`. A hybrid ("R50+B/16", any spelling) is keras_vit's `HybridViT` alone (no peer builds
-one: each is skipped with a note), its FLOP count includes the ResNet stem's convolutions.
-The side-by-side harness with one process per framework, interleaved repeats and
-separable memory is `python benchmarks/bench.py run`; it uses the same
-`keras_vit.evaluate.benchmarking`.
+count (`keras_vit.evaluate.benchmarking`). A hybrid ("R50+B/16", any spelling) is keras_vit's
+`HybridViT`, its FLOP count includes the ResNet stem's convolutions. keras_vit beside its peers
+(keras-hub, vit-keras, timm), one process per framework and setting with interleaved repeats,
+is the repository's harness, `python -m benchmarks.bench run` from the repository root; it
+uses the same `keras_vit.evaluate.benchmarking`.
 """
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
-import sys
 
 from keras_vit._atomic import write_json
 from keras_vit.cli import flags, progress
 from keras_vit.cli.flags import UsageError
 from keras_vit.evaluate.benchmarking import (
-    FRAMEWORKS,
     MODES,
     add_derived,
     format_results,
     gemm_roof,
     hybrid_config,
     measure,
-    peer_import_error,
     token_grid,
     variant_arch,
 )
@@ -52,16 +46,9 @@ def add_parser(subparsers):
         default="Ti/16",
         help="the architecture timed, named as in `keras-vit train --model`: a variant ("
         f"{configs.variant_list()}; default Ti/16; also spelled ViT_Ti16 or ti16), a hybrid "
-        f"({', '.join(configs.HYBRID_CONFIGS)}; also spelled R50_B16 or r50b16; keras_vit "
-        "only, no peer has one), or a custom 'patch,hidden,mlp,heads,layers' such as "
+        f"({', '.join(configs.HYBRID_CONFIGS)}; also spelled R50_B16 or r50b16), or a custom "
+        "'patch,hidden,mlp,heads,layers' such as "
         "8,32,64,4,2",
-    )
-    parser.add_argument(  # the old spelling: warns and names --model; hidden in --help
-        "--variant",
-        dest="model",
-        action=flags.DeprecatedAlias,
-        new_flag="--model",
-        help=argparse.SUPPRESS,
     )
     flags.add_image_size_argument(parser, default_text="224, or the size the model's name gives")
     parser.add_argument("--batch-size", type=int, default=16, help="batch size (16)")
@@ -69,13 +56,9 @@ def add_parser(subparsers):
         "--mode", choices=(*MODES, "both"), default="both", help="what to time (both)"
     )
     flags.add_precision_arguments(parser)
-    flags.add_deprecated_precision_aliases(parser)
     parser.add_argument("--steps", type=int, default=3, help="steps per repeat (3)")
     parser.add_argument("--repeats", type=int, default=5, help="timed repeats, median (5)")
     parser.add_argument("--warmup", type=int, default=2, help="untimed warm-up steps (2)")
-    parser.add_argument(
-        "--peers", action="store_true", help="also time keras-hub and vit-keras when installed"
-    )
     parser.add_argument(
         "--gemm-sizes",
         default="1024,2048,4096",
@@ -163,26 +146,6 @@ def variant_name(text: str) -> str:
     return named.name
 
 
-def skipped_peers(model: str = "Ti/16") -> dict:
-    """{peer: why it is not timed} for the peers of `--peers` that do not import here, or all
-    of them for a hybrid `model` (no peer builds a ResNet + ViT hybrid); each is also named on
-    stderr, one line a peer (a skipped peer should not look like a peer never asked for)."""
-    skipped = {}
-    hybrid = hybrid_config(model) is not None
-    for framework in FRAMEWORKS[1:]:
-        if hybrid:
-            reason = f"it has no hybrid (ResNet + ViT) model like {model}"
-            skipped[framework] = reason
-            print(f"--peers: {framework} skipped, {reason}", file=sys.stderr)
-            continue
-        reason = peer_import_error(framework)
-        if reason is not None:
-            skipped[framework] = reason
-            note = f"--peers: {framework} skipped, it does not import here ({reason})"
-            print(note, file=sys.stderr)
-    return skipped
-
-
 def parse_sizes(text):
     """`"1024,2048"` -> (1024, 2048); `"none"` -> (); raises UsageError otherwise."""
     if text.strip().lower() == "none":
@@ -204,11 +167,11 @@ def run(args):
     sizes = check_args(args)
     import keras
 
-    from keras_vit.runtime import distribute
+    from keras_vit.runtime import precision
     from keras_vit.runtime.precision_probe import shape_from_kwargs
 
     shape = shape_from_kwargs(variant_arch(args.model), args.image_size)
-    choice = distribute.choose_precision(
+    choice = precision.choose_precision(
         shape.pop("hidden_dim"),
         mixed_precision=args.mixed_precision,
         jit_compile=args.jit_compile,
@@ -219,26 +182,22 @@ def run(args):
         print(f"Precision: {choice.describe()}", flush=True)
     keras.config.set_dtype_policy(choice.policy)
     modes = MODES if args.mode == "both" else (args.mode,)
-    skipped = skipped_peers(args.model) if args.peers else {}
-    frameworks = ["keras_vit"] + [f for f in FRAMEWORKS[1:] if args.peers and f not in skipped]
     results = []
-    for framework in frameworks:
-        for mode in modes:
-            if chatty:
-                print(f"timing {framework} {mode} ...", flush=True)
-            results.append(
-                measure(
-                    framework,
-                    args.model,
-                    args.image_size,
-                    args.batch_size,
-                    mode,
-                    xla=choice.jit_compile,
-                    steps=args.steps,
-                    repeats=args.repeats,
-                    warmup=args.warmup,
-                )
+    for mode in modes:
+        if chatty:
+            print(f"timing keras_vit {mode} ...", flush=True)
+        results.append(
+            measure(
+                args.model,
+                args.image_size,
+                args.batch_size,
+                mode,
+                xla=choice.jit_compile,
+                steps=args.steps,
+                repeats=args.repeats,
+                warmup=args.warmup,
             )
+        )
     peak, per_size = gemm_roof(sizes) if sizes else (None, {})
     add_derived(results, args.model, args.image_size, peak)
     note = (
@@ -256,7 +215,6 @@ def run(args):
             "precision": choice.as_dict(),
             "gemm_gflops": per_size,
             "results": results,
-            "skipped_peers": skipped,
         }
         write_json(args.json_path, payload)
     return 0

@@ -152,12 +152,12 @@ def builder_for(name: str):
     Raises:
         UsageError: an unknown name (the message lists the valid ones).
     """
-    from keras_vit.model import model_source
+    from keras_vit.model import from_source
     from keras_vit.spec import configs
 
     try:
         named = configs.resolve_model(name)
-        builder = model_source.named(name).builder
+        builder = from_source.named(name).builder
     except ValueError:
         raise UsageError(unknown_model_message(name)) from None
     return builder, named.pixels_per_token
@@ -213,11 +213,11 @@ def _auto_kwargs(contents, args) -> dict:
     arguments its config.json records (as `evaluate` does: the file does not record e.g. a
     hybrid's GroupNorm groups), any other file those read from its arrays."""
     from keras_vit.checkpoints.from_checkpoint import architecture_kwargs
-    from keras_vit.model import model_source
+    from keras_vit.model import from_source
 
     run_kwargs = None
     if args.src.endswith(".npz"):
-        run_kwargs = model_source.kwargs_from_run_config(args.src)
+        run_kwargs = from_source.kwargs_from_run_config(args.src)
     if run_kwargs is not None:
         return _with_flags(dict(run_kwargs), args)
     return _with_flags(architecture_kwargs(contents, image_size=args.image_size), args)
@@ -237,8 +237,8 @@ def _with_flags(kwargs: dict, args) -> dict:
 def _build_model(contents, args):
     """The model the checkpoint is loaded into (named variant, or read from the file)."""
     from keras_vit.checkpoints import CheckpointError, load_weights
-    from keras_vit.checkpoints.architecture import Architecture
-    from keras_vit.model.build_any import build
+    from keras_vit.checkpoints.base.architecture import Architecture
+    from keras_vit.model.from_kwargs import build
 
     try:
         if args.model in (None, "auto"):

@@ -69,7 +69,7 @@ def run(args) -> int:
     import keras
 
     from keras_vit import data
-    from keras_vit.checkpoints.model_io import model_input_preprocessing
+    from keras_vit.checkpoints.keras_files.model_io import model_input_preprocessing
     from keras_vit.data.preprocess import from_unit_range
 
     model, config = model_files.load_model(args.model)

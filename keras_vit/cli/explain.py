@@ -5,14 +5,12 @@ Reads one image, prepares it as evaluation does (bilinear resize to the model's 
 (`keras_vit.attention_rollout`, Abnar & Zuidema 2020) and writes a PNG of the original image
 with the map overlaid and the top-5 classes, at the image's aspect ratio. `--grid` also
 writes `<out>_layers.png`, one panel per Transformer block. See docs/visualize.md.
-RUN_OR_MODEL comes first, as in `predict` and `evaluate`; the old `explain IMAGE --model
-RUN_OR_MODEL` still works, with a deprecation warning.
+RUN_OR_MODEL comes first, as in `predict` and `evaluate`.
 """
 
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 
 import numpy as np
@@ -27,8 +25,6 @@ from keras_vit.cli.model_files import (
     resolve_model_path,
 )
 from keras_vit.spec.image_formats import FORMATS_TEXT
-
-logger = logging.getLogger(__name__)
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -45,9 +41,6 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "model", metavar="RUN_OR_MODEL", help="a .keras file or a run directory holding best.keras"
     )
     parser.add_argument("image", metavar="IMAGE", nargs="?", help=f"a {FORMATS_TEXT} file")
-    parser.add_argument(  # the old spelling `explain IMAGE --model RUN_OR_MODEL`; hidden
-        "--model", dest="model_flag", metavar="RUN_OR_MODEL", help=argparse.SUPPRESS
-    )
     parser.add_argument("--out", required=True, help="PNG file to write (e.g. map.png)")
     parser.add_argument(
         "--grid",
@@ -72,27 +65,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     return parser
 
 
-def model_and_image(args) -> None:
-    """Sets `args.model` and `args.image` from `RUN_OR_MODEL IMAGE` or the old
-    `IMAGE --model RUN_OR_MODEL` (warned about); UsageError for anything else."""
-    if args.model_flag is not None:
-        if args.image is not None:
-            raise UsageError(
-                f"--model {args.model_flag!r} and RUN_OR_MODEL {args.model!r} both given: "
-                "give RUN_OR_MODEL IMAGE (--model is the deprecated spelling)"
-            )
-        logger.warning(
-            "explain IMAGE --model RUN_OR_MODEL is deprecated; use explain RUN_OR_MODEL IMAGE."
-        )
-        args.model, args.image = args.model_flag, args.model
-        args.model_flag = None  # done: a second check (main's, then run's) leaves them be
-    elif args.image is None:
-        raise UsageError("explain takes RUN_OR_MODEL IMAGE (the model first, as in predict)")
-
-
 def check_arguments(args) -> None:
     """Raises UsageError for bad arguments, before anything is loaded."""
-    model_and_image(args)
+    if args.image is None:
+        raise UsageError("explain takes RUN_OR_MODEL IMAGE (the model first, as in predict)")
     if os.path.isdir(args.image):
         raise UsageError(f"IMAGE is a folder, not an image file: {args.image!r}")
     if not os.path.isfile(args.image):

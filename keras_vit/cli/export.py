@@ -14,7 +14,7 @@ import os
 
 from keras_vit.cli import flags, model_files, progress
 from keras_vit.cli.flags import UsageError
-from keras_vit.cli.model_files import class_names_from_run, resolve_model_path  # noqa: F401
+from keras_vit.cli.model_files import class_names_from_run, resolve_model_path
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:

@@ -43,13 +43,13 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def build_config(args):
-    from keras_vit.train import run_plan, runs
+    from keras_vit.train import run_config, runs
 
     overrides = flags.recipe_overrides(args, RECIPE_FLAGS)
     with flags.usage_errors():
         return runs.RunConfig(
             task="finetune",
-            recipe=run_plan.recipe_from("finetune", overrides),
+            recipe=run_config.recipe_from("finetune", overrides),
             weights=args.weights,
             **flags.run_config_flags(args),
         )

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import logging
 import math
 import os
 
@@ -17,8 +16,6 @@ from keras_vit._atomic import replace_problem
 from keras_vit.cli import progress
 from keras_vit.runtime import precision
 from keras_vit.spec import configs, kept_model
-
-logger = logging.getLogger(__name__)
 
 
 class UsageError(ValueError):
@@ -314,7 +311,7 @@ class HelpFormatter(argparse.HelpFormatter):
 
 def add_precision_arguments(parser) -> None:
     """--mixed-precision and --jit-compile/--no-jit-compile (every subcommand that runs a
-    model); both default to "auto": `keras_vit.runtime.distribute.choose_precision` picks.
+    model); both default to "auto": `keras_vit.runtime.precision.choose_precision` picks.
     --mixed-precision always takes a value; --jit-compile alone means true."""
     parser.add_argument(
         "--mixed-precision",
@@ -371,43 +368,6 @@ def run_config_flags(args) -> dict:
     return {name: getattr(args, name) for name in names}
 
 
-class DeprecatedAlias(argparse.Action):
-    """An old flag that stores `const` (or its value) into the new flag's dest, with a
-    warning naming the new spelling."""
-
-    def __init__(self, option_strings, dest, new_flag, **kwargs):
-        self.new_flag = new_flag
-        super().__init__(option_strings, dest, **kwargs)
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        given = getattr(namespace, self.dest, argparse.SUPPRESS)  # absent: defaults suppressed
-        if given not in (parser.get_default(self.dest), argparse.SUPPRESS):
-            parser.error(f"{option_string} is the old spelling of {self.new_flag}; give one")
-        logger.warning("%s is deprecated; use %s.", option_string, self.new_flag)
-        setattr(namespace, self.dest, self.const if values in (None, []) else values)
-
-
-def add_deprecated_precision_aliases(parser) -> None:
-    """`keras-vit benchmark`'s old --dtype-policy POLICY and --no-xla (hidden in --help)."""
-    parser.add_argument(
-        "--dtype-policy",
-        dest="mixed_precision",
-        choices=PRECISION_CHOICES,
-        action=DeprecatedAlias,
-        new_flag="--mixed-precision",
-        help=argparse.SUPPRESS,
-    )
-    parser.add_argument(
-        "--no-xla",
-        dest="jit_compile",
-        nargs=0,
-        const=False,
-        action=DeprecatedAlias,
-        new_flag="--no-jit-compile",
-        help=argparse.SUPPRESS,
-    )
-
-
 def _suppress_defaults(parser) -> None:
     """Sets every default of `parser` and of its subcommands' parsers to argparse.SUPPRESS,
     so that a parse leaves only the arguments typed on the command line in the namespace."""
@@ -425,11 +385,7 @@ def typed_flags(build_parser, argv) -> frozenset[str]:
     all suppressed. Call it after a successful parse of the same `argv`."""
     parser = build_parser()
     _suppress_defaults(parser)
-    logger.disabled = True  # the first parse told of deprecated spellings already
-    try:
-        return frozenset(vars(parser.parse_args(argv))) - {"command"}
-    finally:
-        logger.disabled = False
+    return frozenset(vars(parser.parse_args(argv))) - {"command"}
 
 
 RUN_RECIPE_FLAGS = ("dataset", "image_size", "batch_size", "learning_rate", "jit_compile", "seed")
@@ -472,13 +428,13 @@ def usage_errors():
     """Turns the configuration errors found before any work into `UsageError`."""
     from keras_vit.data.image_check import BadImageError
     from keras_vit.runtime import distribute
-    from keras_vit.train import callbacks, run_plan, runs
+    from keras_vit.train import callbacks, run_config, run_directory
 
     try:
         yield
     except (
-        run_plan.ConfigError,
-        runs.RunDirError,
+        run_config.ConfigError,
+        run_directory.RunDirError,
         callbacks.BackupError,  # a backup that cannot be resumed from (workers disagree)
         distribute.StrategyUnavailableError,
         BadImageError,

@@ -20,6 +20,7 @@ import logging
 import sys
 import warnings
 
+from keras_vit._lazy import verbose_from_env
 from keras_vit._version import __version__
 from keras_vit.cli import startup
 from keras_vit.cli.flags import HelpFormatter, UsageError, typed_flags
@@ -82,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)  # --help exits here, before TensorFlow is imported
     args.typed_flags = typed_flags(build_parser, argv)  # what --resume names if it ignores
-    verbose = args.verbose or startup.verbose_from_env()
+    verbose = args.verbose or verbose_from_env()
     logging.basicConfig(
         level=logging.DEBUG
         if verbose

@@ -8,9 +8,10 @@ import logging
 import os
 
 from keras_vit.cli.flags import UsageError, cli_message, usage_errors
+from keras_vit.spec import run_files
 from keras_vit.spec.run_config_file import RUN_CONFIG_FILE
 
-RUN_MODEL_FILE = "best.keras"
+RUN_MODEL_FILE = run_files.BEST_MODEL
 MODEL_SUFFIXES = (".keras", ".npz")
 
 logger = logging.getLogger(__name__)
@@ -18,14 +19,14 @@ logger = logging.getLogger(__name__)
 
 def choose_precision(args, model, probe=None):
     """The `PrecisionChoice` of --mixed-precision/--jit-compile for a loaded `model`; logs it.
-    `probe`: as `keras_vit.runtime.distribute.choose_precision` ("cached" for the one-off commands:
+    `probe`: as `keras_vit.runtime.precision.choose_precision` ("cached" for the one-off commands:
     a cached probe of this host and model shape, else the flag rule)."""
-    from keras_vit.runtime import distribute
+    from keras_vit.runtime import precision
     from keras_vit.runtime.precision_probe import model_shape
 
     shape = model_shape(model) or {}
-    choice = distribute.choose_precision(
-        distribute.model_width(model),
+    choice = precision.choose_precision(
+        precision.model_width(model),
         mixed_precision=args.mixed_precision,
         jit_compile=args.jit_compile,
         tokens=shape.get("tokens"),
@@ -40,10 +41,10 @@ def choose_precision(args, model, probe=None):
 def model_with_precision(args, model, probe=None):
     """(model under the chosen policy, the `PrecisionChoice`); XLA set on the model.
     `probe`: as `choose_precision`."""
-    from keras_vit.runtime import distribute
+    from keras_vit.runtime import precision
 
     choice = choose_precision(args, model, probe)
-    model = distribute.with_dtype_policy(model, choice.policy)
+    model = precision.with_dtype_policy(model, choice.policy)
     model.jit_compile = choice.jit_compile
     return model, choice
 
@@ -119,16 +120,16 @@ def outputs_logits(model) -> bool:
 def read_run_config(path: str) -> dict | None:
     """The config.json of the run RUN_OR_MODEL belongs to (None outside a run), without
     loading the model; UsageError as `resolve_model_path`."""
-    from keras_vit.train import runs
+    from keras_vit.train import run_directory
 
     _, run_dir = resolve_model_path(path)
     with usage_errors():  # a damaged config.json: one line naming it
-        return runs.read_config(run_dir) if run_dir else None
+        return run_directory.read_config(run_dir) if run_dir else None
 
 
 def model_image_shape(model) -> tuple[int, int, int]:
-    """`keras_vit.model.models.image_shape_of(model)`, a UsageError where it has none."""
-    from keras_vit.model.models import image_shape_of
+    """`keras_vit.model.vit.image_shape_of(model)`, a UsageError where it has none."""
+    from keras_vit.model.vit import image_shape_of
 
     try:
         return image_shape_of(model)
@@ -137,12 +138,12 @@ def model_image_shape(model) -> tuple[int, int, int]:
 
 
 def load_keras_file(model_file: str):
-    """A `.keras` file loaded uncompiled in safe mode (`keras_vit.model.model_source.load_keras`);
+    """A `.keras` file loaded uncompiled in safe mode (`keras_vit.model.from_source.load_keras`);
     UsageError naming a missing, truncated or unreadable file."""
-    from keras_vit.model import model_source
+    from keras_vit.model import from_source
 
     try:
-        return model_source.load_keras(model_file, compile=False)
+        return from_source.load_keras(model_file, compile=False)
     except (ValueError, OSError) as error:
         raise UsageError(cli_message(error)) from None
 

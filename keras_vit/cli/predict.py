@@ -120,7 +120,7 @@ def class_names(config, num_classes) -> list[str]:
 def run(args) -> int:
     import numpy as np
 
-    from keras_vit.checkpoints.model_io import model_input_preprocessing
+    from keras_vit.checkpoints.keras_files.model_io import model_input_preprocessing
     from keras_vit.data.preprocess import from_unit_range
 
     model, config = model_files.load_model(args.model)

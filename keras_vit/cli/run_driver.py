@@ -8,6 +8,7 @@ import os
 
 from keras_vit.cli import progress
 from keras_vit.cli.flags import UsageError, usage_errors
+from keras_vit.spec import run_files
 
 
 def default_run_dir(task: str) -> str:
@@ -26,8 +27,9 @@ def resolve_strategy(name: str):
 
 def check_run_dir(args) -> None:
     """UsageError, before TensorFlow loads, for a --resume without --run-dir and for a fresh
-    run whose --run-dir is a file or a non-empty folder (`keras_vit.train.runs.check_run_dir`
-    checks again, with the lock, when the run starts)."""
+    run whose --run-dir is a file or a non-empty folder
+    (`keras_vit.train.run_directory.check_run_dir` checks again, with the lock, when the run
+    starts)."""
     run_dir = args.run_dir
     if args.resume and not run_dir:
         raise UsageError("--resume needs the --run-dir of the run to continue.")
@@ -44,7 +46,7 @@ def check_run_dir(args) -> None:
 
 def run_training(config, args, task: str) -> int:
     """Shared body of `train` and `finetune`: resolve, train, print the summary."""
-    from keras_vit.train import runs
+    from keras_vit.train import run_directory, runs
 
     check_run_dir(args)
     run_dir = args.run_dir = args.run_dir or default_run_dir(task)  # main's --resume hint
@@ -53,7 +55,7 @@ def run_training(config, args, task: str) -> int:
         from keras_vit.cli.resume_flags import resume_refusal
 
         with usage_errors():
-            stored = runs.read_run_config(run_dir)
+            stored = run_directory.read_run_config(run_dir)
         if refusal := resume_refusal(args, config, stored, task):  # flags it would ignore
             raise UsageError(refusal)
         config = stored
@@ -99,9 +101,9 @@ def progress_callbacks(mode: str) -> list:
 def check_jit_compile(args, strategy) -> None:
     """UsageError for an explicit --jit-compile that the strategy cannot run on this device
     (without the flag, the recipe's XLA default is turned off there instead)."""
-    from keras_vit.runtime import distribute
+    from keras_vit.runtime import precision
 
-    reason = distribute.xla_unsupported_reason(strategy)
+    reason = precision.xla_unsupported_reason(strategy)
     if getattr(args, "jit_compile", None) is True and reason:
         raise UsageError(f"--jit-compile cannot run here: {reason}; drop the flag.")
 
@@ -110,11 +112,11 @@ def print_summary(result) -> None:
     """The few lines `train`/`finetune` end with: the test figures of best.keras (the kept
     model, the one `evaluate` and `export` use), which epoch it is and why, where the files
     are."""
-    from keras_vit.train import runs
+    from keras_vit.train import run_directory
 
     metrics = result.metrics
     run_dir = result.run_dir
-    resolved = (runs.read_config(run_dir) or {}).get("resolved", {})
+    resolved = (run_directory.read_config(run_dir) or {}).get("resolved", {})
     best = metrics.get("best") or {}
     test = metrics.get("test")
     if test:
@@ -143,7 +145,7 @@ def models_line(run_dir: str, best: dict) -> str:
     """Where the models are, saying what best.keras holds: the kept model, which under the
     default --select last is the last epoch's (the name stays best.keras, the file every
     command reads from a run directory)."""
-    path = os.path.join(run_dir, "best.keras")
+    path = os.path.join(run_dir, run_files.BEST_MODEL)
     if best.get("select", "best") == "last":
         kept = "the kept model: the last epoch, as --select last (the default) says"
     elif best:

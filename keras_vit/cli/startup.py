@@ -17,12 +17,7 @@ import os
 import warnings
 
 # shared with the quiet start of `import keras_vit` users (`keras_vit._lazy`)
-from keras_vit._lazy import (  # noqa: F401
-    VERBOSE_ENV,
-    backend_before_tensorflow,
-    stderr_fd_silenced,
-    verbose_from_env,
-)
+from keras_vit._lazy import backend_before_tensorflow, stderr_fd_silenced
 
 
 def start_tensorflow(verbose: bool) -> None:

@@ -95,7 +95,7 @@ def check_model_name(name) -> None:
 
 def build_config(args):
     """The `RunConfig` of the flags; raises UsageError for bad combinations."""
-    from keras_vit.train import run_plan, runs
+    from keras_vit.train import run_config, runs
 
     check_stem(args)
     flags.image_size_of_name(args)  # "B/16-384": image size 384
@@ -103,7 +103,7 @@ def build_config(args):
     with flags.usage_errors():
         return runs.RunConfig(
             task="train",
-            recipe=run_plan.recipe_from("train", overrides),
+            recipe=run_config.recipe_from("train", overrides),
             model=args.model,
             patch_size=args.patch_size,
             **flags.run_config_flags(args),

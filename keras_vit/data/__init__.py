@@ -1,7 +1,8 @@
 """Data pipelines for keras_vit: embedded real images, TFDS, image folders, NumPy arrays.
 
 Public API: `load`, `describe`, `split_size`, `class_counts`, `DatasetInfo`, `Augmentation`,
-`default_augmentation`, `EMBEDDED_SOURCES`; per-image functions in `keras_vit.data.preprocess`.
+`default_augmentation`, `EMBEDDED_SOURCES`; per image: `decode_pixels` (the one decoding rule
+of image files), `eval_preprocess` and `train_preprocess`.
 See docs/data_and_recipes.md. The names are imported on first use (PEP 562 module
 `__getattr__`), so importing a light module of the folder does not start TensorFlow.
 """
@@ -22,6 +23,9 @@ _EXPORTS = {
     "describe": "keras_vit.data.pipeline",
     "load": "keras_vit.data.pipeline",
     "split_size": "keras_vit.data.pipeline",
+    "decode_pixels": "keras_vit.data.decode",
+    "eval_preprocess": "keras_vit.data.preprocess",
+    "train_preprocess": "keras_vit.data.preprocess",
 }
 
 __all__ = sorted(_EXPORTS)

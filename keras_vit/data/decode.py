@@ -28,13 +28,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from keras_vit.data.image_header import apply_orientation, check_pixel_count, exif_orientation
-from keras_vit.spec.image_formats import (  # noqa: F401  (their home; also read from here)
-    DECODED_FORMATS,
-    FORMATS_TEXT,
-    IMAGE_EXTENSIONS,
-    MAX_PIXELS,
-    undecoded_format,
-)
+from keras_vit.spec.image_formats import FORMATS_TEXT, MAX_PIXELS, undecoded_format
 
 CHANNELS = (1, 3, 4)
 

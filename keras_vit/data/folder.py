@@ -19,9 +19,10 @@ import numpy as np
 import tensorflow as tf
 
 from keras_vit.data import image_check
-from keras_vit.data.decode import IMAGE_EXTENSIONS, decode_pixels
+from keras_vit.data.decode import decode_pixels
 from keras_vit.data.info import DatasetInfo
 from keras_vit.data.splits import SplitSpec, slice_indices
+from keras_vit.spec.image_formats import IMAGE_EXTENSIONS
 
 logger = logging.getLogger(__name__)
 

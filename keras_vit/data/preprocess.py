@@ -17,13 +17,7 @@ import tensorflow as tf
 from keras import ops
 
 from keras_vit._validation import to_pair
-from keras_vit.spec.input_scaling import (  # noqa: F401  (kept importable here)
-    CLIP_MEAN,
-    CLIP_STD,
-    IMAGENET_MEAN,
-    IMAGENET_STD,
-    MEAN_STD,
-)
+from keras_vit.spec.input_scaling import MEAN_STD
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,9 +1,10 @@
-"""Benchmark internals: the analytic FLOP count, the GEMM peak, peer models, timed steps.
+"""Benchmark internals of `keras-vit benchmark`: the analytic FLOP count, the GEMM peak,
+keras_vit's model and its timed steps.
 
-Used by `keras-vit benchmark` (so the installed command has them) and by the scripts in
-`benchmarks/` (through `benchmarks/harness/common.py`). The FLOP count covers matrix products only
-(paper section 3.1; FLOPs = 2 x MACs, a training step ~3x the forward pass). Peers:
-keras-hub's `ViTBackbone` + a dense head and vit-keras' `build_model`, when installed.
+The harness in `benchmarks/` (not installed) reuses them through `benchmarks/harness/common.py`
+and builds the peer models (keras-hub, vit-keras, timm) itself (`benchmarks/harness/peers.py`).
+The FLOP count covers matrix products only (paper section 3.1; FLOPs = 2 x MACs, a training
+step ~3x the forward pass).
 """
 
 from __future__ import annotations
@@ -17,11 +18,9 @@ from keras_vit._validation import to_pair
 
 logger = logging.getLogger(__name__)
 
-FRAMEWORKS = ("keras_vit", "keras_hub", "vit_keras")
 MODES = ("infer", "train")
 TRAINING_FLOPS_FACTOR = 3.0  # forward + backward (two matrix products per forward one)
 ARCH_FIELDS = ("patch_size", "hidden_dim", "mlp_dim", "num_heads", "num_layers")
-PEER_MODULES = {"keras_hub": "keras_hub", "vit_keras": "vit_keras.vit"}
 
 
 def hybrid_config(variant):
@@ -292,86 +291,20 @@ def gemm_roof(sizes=(1024, 2048, 4096), repeats=3):
     return best, figures
 
 
-def import_problem(*modules):
-    """None when every one of `modules` imports here, else why not: the error's type and
-    the last line of its message (one line, as a skip note prints it)."""
-    import importlib
-
-    for module in modules:
-        try:
-            importlib.import_module(module)
-        except Exception as error:  # a broken optional install is "not available" too
-            logger.debug("%s does not import: %s", module, error)
-            lines = str(error).strip().splitlines() or [""]
-            return f"{type(error).__name__}: {lines[-1]}"
-    return None
-
-
-def peer_import_error(framework):
-    """None when `framework` imports here (keras_vit always does), else why not
-    (`import_problem`), e.g. vit-keras' "No module named 'cv2'" (it imports OpenCV without
-    declaring it; `opencv-python-headless` provides it)."""
-    return None if framework == "keras_vit" else import_problem(PEER_MODULES[framework])
-
-
-def build_model(framework, variant, image_size, num_classes=1000):
-    """The same ViT architecture built with `framework` (no dropout, token pooling).
-
-    keras_vit: `keras_vit.ViT` (`keras_vit.HybridViT` for a hybrid, which the peers lack:
-    ValueError); keras_hub: `keras_hub.models.ViTBackbone` + class token +
-    dense head; vit_keras: `vit_keras.vit.build_model` (linear head). The global dtype policy
-    applies; the head is float32 in every case. `image_size`: int or (height, width).
-    """
-    import keras
-
+def build_model(variant, image_size, num_classes=1000):
+    """keras_vit's model of `variant` (`variant_arch`: a table name, a hybrid such as
+    "R50+B/16", or "patch,hidden,mlp,heads,layers") at `image_size` (int or (height, width)),
+    no dropout: `keras_vit.ViT`, or `keras_vit.HybridViT` for a hybrid. The global dtype policy
+    applies; the head is float32. ValueError for an unknown variant or a bad image size."""
     arch = variant_arch(variant)
     image_size = to_pair("image_size", image_size)
-    if framework == "keras_vit" and "resnet_stages" in arch:
+    if "resnet_stages" in arch:
         from keras_vit.model.hybrid import HybridViT
 
         return HybridViT(**arch, image_size=image_size, num_classes=num_classes, dropout_rate=0.0)
-    if framework == "keras_vit":
-        from keras_vit.model.models import ViT
+    from keras_vit.model.vit import ViT
 
-        return ViT(**arch, image_size=image_size, num_classes=num_classes, dropout_rate=0.0)
-    if "resnet_stages" in arch:
-        raise ValueError(f"{framework} has no hybrid (ResNet + ViT) model like {variant!r}.")
-    if framework == "keras_hub":
-        import keras_hub
-
-        backbone = keras_hub.models.ViTBackbone(
-            image_shape=(*image_size, 3),
-            patch_size=arch["patch_size"],
-            num_layers=arch["num_layers"],
-            num_heads=arch["num_heads"],
-            hidden_dim=arch["hidden_dim"],
-            mlp_dim=arch["mlp_dim"],
-            dropout_rate=0.0,
-            attention_dropout=0.0,
-            layer_norm_epsilon=1e-6,
-        )
-        images = keras.Input((*image_size, 3), name="images")
-        tokens = backbone(images)
-        logits = keras.layers.Dense(num_classes, dtype="float32", name="head")(tokens[:, 0])
-        return keras.Model(images, logits, name="keras_hub_vit")
-    if framework == "vit_keras":
-        from vit_keras import vit
-
-        return vit.build_model(
-            image_size=image_size,
-            patch_size=arch["patch_size"],
-            num_layers=arch["num_layers"],
-            hidden_size=arch["hidden_dim"],
-            num_heads=arch["num_heads"],
-            name="vit_keras_vit",
-            mlp_dim=arch["mlp_dim"],
-            classes=num_classes,
-            dropout=0.0,
-            activation="linear",
-            include_top=True,
-            representation_size=None,
-        )
-    raise ValueError(f"Unknown framework {framework!r}; expected one of {FRAMEWORKS}.")
+    return ViT(**arch, image_size=image_size, num_classes=num_classes, dropout_rate=0.0)
 
 
 def step_optimizer(framework=None):
@@ -380,7 +313,7 @@ def step_optimizer(framework=None):
     import keras
 
     if framework == "keras_vit":
-        from keras_vit.train.training import ViTAdamW
+        from keras_vit.runtime.optimizers import ViTAdamW
 
         return ViTAdamW(learning_rate=1e-4)
     return keras.optimizers.AdamW(learning_rate=1e-4)
@@ -423,9 +356,11 @@ def time_steps(step, steps):
     return time.perf_counter() - start
 
 
-def measure(framework, variant, image_size, batch_size, mode, *, xla, steps, repeats, warmup):
-    """Builds, warms up and times one framework in this process; returns a result dict."""
-    model = build_model(framework, variant, image_size)
+def measure(variant, image_size, batch_size, mode, *, xla, steps, repeats, warmup):
+    """Builds, warms up and times keras_vit's `variant` in this process; returns a result dict
+    (`result_record`, framework "keras_vit")."""
+    framework = "keras_vit"
+    model = build_model(variant, image_size)
     step = make_step(model, mode, batch_size, image_size, xla=xla, framework=framework)
     start = time.perf_counter()
     for _ in range(warmup):

@@ -329,7 +329,7 @@ def fewshot_evaluate(
     Args:
         model: a keras_vit ViT or hybrid; its "pre_logits" output (or "pool" without one) is
             the representation (`layer` names another layer), computed under the model's
-            dtype policy and its `jit_compile` (`keras_vit.runtime.distribute.with_dtype_policy`
+            dtype policy and its `jit_compile` (`keras_vit.runtime.precision.with_dtype_policy`
             gives a model another policy).
         train: `tf.data.Dataset` of (images `(batch, height, width, channels)` in [-1, 1],
             int labels `(batch,)`) batches: the pool the shots and the l2 holdout are drawn

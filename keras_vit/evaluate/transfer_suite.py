@@ -22,7 +22,7 @@ import logging
 import os
 from collections.abc import Sequence
 
-from keras_vit.spec import kept_model
+from keras_vit.spec import kept_model, run_files
 
 logger = logging.getLogger(__name__)
 
@@ -59,7 +59,7 @@ def vtab_splits(task: str, num_classes: int, *, data_dir=None) -> tuple[str, str
         ConfigError: more than 1,000 classes (fewer than one example per class).
     """
     from keras_vit.data.sources import find_source
-    from keras_vit.train.run_plan import ConfigError
+    from keras_vit.train.run_config import ConfigError
 
     if not find_source(task).per_class_slices:  # TFDS: its stored order
         return f"train[:{VTAB_TRAIN}]", f"train[{VTAB_TRAIN}:{VTAB_TRAIN + VTAB_VAL}]"
@@ -99,7 +99,7 @@ def task_config(
     """
     from keras_vit import data
     from keras_vit.train import training
-    from keras_vit.train.run_plan import ConfigError, RunConfig
+    from keras_vit.train.run_config import ConfigError, RunConfig
 
     try:
         info = data.describe(task, data_dir=data_dir)
@@ -160,7 +160,7 @@ def run_suite(
             before any training.
     """
     from keras_vit import data
-    from keras_vit.train import runs
+    from keras_vit.train import run_directory, runs
 
     if not task_kwargs.get("image_size") and source_image_size:
         task_kwargs["image_size"] = source_image_size
@@ -170,10 +170,10 @@ def run_suite(
     results = []
     for task, config in configs.items():
         task_dir = os.path.join(os.fspath(run_dir), _folder_name(task))
-        resume = os.path.isfile(os.path.join(task_dir, runs.CONFIG_FILE))  # done or killed
+        resume = os.path.isfile(os.path.join(task_dir, run_files.CONFIG_FILE))  # done or killed
         logger.info("Transfer suite: fine-tuning on %s in %s", task, task_dir)
         result = runs.train(config, task_dir, resume=resume, verbose=verbose)
-        resolved = runs.read_config(task_dir)["resolved"]
+        resolved = run_directory.read_config(task_dir)["resolved"]
         metrics = result.metrics
         results.append(
             TaskResult(
@@ -203,13 +203,13 @@ def check_reusable(config, task_dir) -> None:
     """
     import json
 
-    from keras_vit.train import runs
-    from keras_vit.train.run_plan import ConfigError
+    from keras_vit.train import run_directory
+    from keras_vit.train.run_config import ConfigError
 
-    if not os.path.isfile(os.path.join(task_dir, runs.CONFIG_FILE)):
+    if not os.path.isfile(os.path.join(task_dir, run_files.CONFIG_FILE)):
         return
     try:
-        stored = runs.read_run_config(task_dir)
+        stored = run_directory.read_run_config(task_dir)
     except ValueError as error:  # RunDirError, ConfigError: they name the file
         raise ConfigError(f"{task_dir!r} cannot be reused: {error}") from None
     old, new = (_flat_fields(json.loads(json.dumps(c.to_dict()))) for c in (stored, config))

@@ -27,7 +27,7 @@ The block's LayerNorm and GELU, in training on TensorFlow, go through `keras_vit
 tensorflow` (float32 inside one custom gradient each, GELU as XLA-compiled elementwise
 loops): without XLA, TensorFlow runs every elementwise operation of Keras' LayerNorm and GELU
 and of their gradients as its own kernel, and those kernels, not the products, set much of a
-small model's training step (docs/performance.md). Measured on the Ti/16 training step at
+small model's training step (docs/performance_log.md). Measured on the Ti/16 training step at
 batch 16: bfloat16 on CPUs with bfloat16 matrix units 1.3x, float32 without XLA 1.26x (Intel
 Xeon without bfloat16 units, 981 -> 781 ms); under XLA, which fuses Keras' forms itself, no
 change (1121 vs 1112 ms). In inference and on other backends the Keras layers and activations

@@ -7,7 +7,7 @@ decides where each runs.
 Without XLA, TensorFlow runs each elementwise operation of a function and of its gradient as
 its own kernel over the whole tensor; on bfloat16 tensors those kernels, not the products,
 take most of a small model's training step on CPUs with bfloat16 matrix units
-(docs/performance.md). The functions here compute in float32 inside one
+(docs/performance_log.md). The functions here compute in float32 inside one
 `tf.custom_gradient` with a hand-written gradient, and return the input's dtype: fewer and
 faster kernels, and float32 accuracy. GELU's forward and gradient are each one XLA-compiled
 elementwise loop (a small XLA cluster inside the otherwise uncompiled step: 8.8 -> 2.2 ms for
@@ -240,7 +240,7 @@ def heads_major_attention(layer, queries, tokens, training, self_attention):
     """A `MultiHeadSelfAttention`'s output under bfloat16 on TensorFlow: every product a 2-D
     or heads-major batched matmul, `(batch, q, hidden_dim)`.
 
-    On TensorFlow without XLA (what `keras_vit.runtime.distribute.choose_precision` picks for
+    On TensorFlow without XLA (what `keras_vit.runtime.precision.choose_precision` picks for
     bfloat16 on CPU) the 2-D products run with their bias as one fused oneDNN kernel and
     the batched products need no layout copies inside `einsum`; q, k and v come from one
     product when queries and keys are the same tokens (`self_attention`). The scale

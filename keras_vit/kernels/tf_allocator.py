@@ -4,7 +4,7 @@ By default TensorFlow allocates CPU tensors with the C library's `malloc`, which
 large blocks with fresh `mmap`s and returns them on free. An XLA-compiled training step
 allocates its temporaries as one large buffer per call, so every step touched hundreds of MB
 of new pages: a Ti/16 float32 + XLA step at batch 16 took ~161,000 page faults and ~0.4 s of
-kernel time out of 1.1 s on a 2-core AMD EPYC (docs/performance.md). TensorFlow's own
+kernel time out of 1.1 s on a 2-core AMD EPYC (docs/performance_log.md). TensorFlow's own
 best-fit-with-coalescing allocator (`TF_CPU_ALLOCATOR_USE_BFC=true`, the allocator it uses
 on GPUs) keeps the freed blocks for the next step: ~10 faults a step, 0.9 s.
 

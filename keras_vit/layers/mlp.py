@@ -71,7 +71,7 @@ class MlpBlock(keras.layers.Layer):
         # `keras_vit.runtime.precision.choose_precision` picks for bfloat16 on CPU) the 2-D
         # product, bias and GELU then run as one fused
         # oneDNN kernel, where a 3-D input runs as a batched product with separate bias and
-        # GELU kernels (B/16 bfloat16 inference 1.41x faster; docs/performance.md). float32
+        # GELU kernels (B/16 bfloat16 inference 1.41x faster; docs/performance_log.md). float32
         # keeps the 3-D form, which XLA compiles a little faster.
         flatten = self.compute_dtype != "float32"
         x = ops.reshape(tokens, (-1, ops.shape(tokens)[-1])) if flatten else tokens

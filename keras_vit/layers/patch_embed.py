@@ -146,7 +146,7 @@ class PatchEmbed(keras.layers.Layer):
         Used under reduced-precision policies. The convolution's weight gradient on
         TensorFlow's CPU kernels (`Conv2DBackpropFilter`) reaches a few GFLOP/s at patch
         stride where a 2-D `MatMul` of the same FLOPs runs on the bfloat16 units (Ti/16
-        bfloat16 training step: ~10% of it; docs/performance.md). Same kernel, same output.
+        bfloat16 training step: ~10% of it; docs/performance_log.md). Same kernel, same output.
         """
         shape = ops.shape(images)
         (p, q), channels = self.patch_size, images.shape[-1]

@@ -19,7 +19,7 @@ from typing import Literal
 import numpy as np
 
 from keras_vit._validation import check_choice, to_pair
-from keras_vit.spec.resize_methods import RESIZE_METHODS as RESIZE_METHODS  # re-exported
+from keras_vit.spec.resize_methods import RESIZE_METHODS
 
 # facebookresearch/dinov2 vision_transformer.py `interpolate_pos_encoding`: the released
 # DINOv2 models (without registers) resize with `scale_factor=(new + 0.1) / old`

@@ -13,7 +13,7 @@ refused by name.
 
 from __future__ import annotations
 
-from keras_vit.model.models import ViT
+from keras_vit.model.vit import ViT
 from keras_vit.spec import configs
 
 DINOV3_OPTIONS = dict(

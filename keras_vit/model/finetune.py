@@ -12,10 +12,11 @@ import keras
 
 from keras_vit._validation import check_positive_int, to_pair
 from keras_vit._warnings import warn_weights
-from keras_vit.checkpoints.architecture import num_position_prefix_rows, patch_grid
+from keras_vit.checkpoints.base.architecture import num_position_prefix_rows, patch_grid
 from keras_vit.layers import AddSinCosPositionEmbs, PatchEmbed, TransformerBlock
 from keras_vit.layers.position_resize import resize_position_embeddings
-from keras_vit.model.builder import check_num_classes, distilled_logits, zero_head
+from keras_vit.model.arguments import check_num_classes
+from keras_vit.model.head import distilled_logits, zero_head
 from keras_vit.spec import layer_names as names
 
 _POSITION_LAYER = names.POSITION_EMBEDDING
@@ -154,7 +155,7 @@ def finetune(
         activation (None when the source had no head).
 
     Raises:
-        ValueError: bad `num_classes` (1 included: see `keras_vit.model.builder.ONE_CLASS_HINT`),
+        ValueError: bad `num_classes` (1 included: see `keras_vit.model.arguments.ONE_CLASS_HINT`),
             `image_size` or `representation_size` (none with a distillation token), an image
             size not divisible by the patch, or a model that is not a keras_vit classifier.
     """

@@ -17,7 +17,6 @@ from keras_vit.layers import BottleneckUnit, StdConv2D, ZeroPaddedMaxPool
 from keras_vit.model.builder import named_builder, vision_transformer
 from keras_vit.spec import configs
 from keras_vit.spec import layer_names as names
-from keras_vit.spec.configs import HYBRID_CONFIGS, HybridConfig, get_hybrid_config  # noqa: F401
 
 ROOT_WIDTH = 64
 GROUP_NORM_GROUPS = 32

@@ -21,8 +21,7 @@ Strategies (`STRATEGY_NAMES`):
     variable (https://www.tensorflow.org/guide/distributed_training#TF_CONFIG).
   - "tpu": `TPUStrategy` from a `TPUClusterResolver` (the TPU name, or "local" on a TPU VM).
 
-The dtype policy and XLA choice live in `keras_vit.runtime.precision` (the names below that it
-defines are re-exported here for code written against earlier releases).
+The dtype policy and XLA choice live in `keras_vit.runtime.precision`.
 
 TensorFlow-specific by design: the model code itself stays backend-neutral.
 """
@@ -35,22 +34,6 @@ import os
 
 import keras
 import tensorflow as tf
-
-from keras_vit.runtime.precision import (  # noqa: F401  (re-exported: their home is keras_vit.runtime.precision)
-    AUTO,
-    BFLOAT16_CPU_FLAGS,
-    FLOAT32_LAYERS,
-    MIN_BFLOAT16_WIDTH,
-    PrecisionChoice,
-    choose_precision,
-    cpu_flags,
-    model_width,
-    resolve_jit_compile,
-    set_mixed_precision,
-    with_dtype_policy,
-    xla_unsupported_reason,
-)
-from keras_vit.runtime.precision import POLICIES as PRECISION_POLICIES  # noqa: F401
 
 logger = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
 """keras_vit's AdamW: `ViTAdamW`, the optimizer of the training recipes (paper Section 4.1:
-Adam with weight decay for pre-training, `keras_vit.train.training.pretrain_optimizer`), and the
+Adam with weight decay for pre-training, `keras_vit.train.schedules.pretrain_optimizer`), and the
 variables it does not decay (`NO_WEIGHT_DECAY_PATTERN`). Its own module so that the
 precision probe (`keras_vit.runtime.precision_probe`) can step a block with the run's optimizer
 without importing the recipes."""

@@ -44,10 +44,10 @@ BFLOAT16_CPU_FLAGS = ("amx_bf16", "avx512_bf16")
 BF16 dot products), which TensorFlow's oneDNN kernels use for bfloat16 matrix products."""
 MIN_BFLOAT16_WIDTH = 192
 """Narrowest `hidden_dim` for which the flag rule picks mixed_bfloat16 through oneDNN over
-float32 with XLA on a CPU with bfloat16 units. Measured (docs/performance.md, training step
+float32 with XLA on a CPU with bfloat16 units. Measured (docs/performance_log.md, training step
 @224, batch 16): Ti/16 (D 192) 1.44x faster in bfloat16 on an AVX-512 BF16 CPU, within 4% of
 float32 + XLA on an AMX one; S/16 (D 384) and B/16 (D 768) faster on both. Other hosts differ
-(docs/performance.md: an Intel host with `avx512_bf16` runs bfloat16 at half the float32
+(docs/performance_log.md: an Intel host with `avx512_bf16` runs bfloat16 at half the float32
 rate), which is why "auto" measures on CPUs and uses this rule only as the prior."""
 
 FLOAT32_LAYERS = (names.HEAD, names.HEAD_DIST, names.HEAD_MEAN, names.HEAD_ACTIVATION)
@@ -468,7 +468,7 @@ def tie_winner(timed: dict, prior_label: str) -> str:
     tell; one without XLA starts without compiling the model (an XLA compile of a Ti/16
     training step takes seconds on 2 cores) and is where float32 training ran fastest on an
     Ice Lake Xeon whose probe tied the two float32 settings (Ti/16 1.17x, S/16 1.11x over
-    float32 + XLA; docs/performance.md).
+    float32 + XLA; docs/performance_log.md).
     """
     from keras_vit.runtime import precision_probe
 

@@ -2,7 +2,7 @@
 
 CPUs differ in ways their flags do not tell: on one AMD EPYC with `avx512_bf16` TensorFlow's
 bfloat16 products run at ~1.4x float32, on an Intel Xeon reporting the same flag at half of
-float32 (docs/performance.md). So `keras_vit.runtime.precision.choose_precision` measures: the probe
+float32 (docs/performance_log.md). So `runtime.precision.choose_precision` measures: the probe
 builds one encoder block of the model's own shape (pre-norm attention + MLP, paper eq. 2-3:
 its `hidden_dim` D, `mlp_dim`, `num_heads` and tokens per image, `model_shape` or
 `shape_from_kwargs`; a batch sized to ~10 GFLOP per step) from keras_vit's own
@@ -65,7 +65,7 @@ each round (as a training run does), timed together. Single steps of a few milli
 scheduler's jitter and the cache misses of switching settings: probing that block in
 single steps, 1 probe of 8 ranked float32 + XLA 1.01x float32 where the others said
 1.08-1.14x and the model's step 1.2x, and the tie picked the slower setting for a whole
-run (218 s against 154-168 s, docs/performance.md). 24 rounds of three ~40 ms units fill
+run (218 s against 154-168 s, docs/performance_log.md). 24 rounds of three ~40 ms units fill
 the 3 s budget."""
 TIE = 0.05
 """Settings within 5% of the fastest measured one tie (the probe's own noise on a shared
@@ -76,7 +76,7 @@ STEP_GFLOP = 10.0
 """Target size of one probe step; the batch is chosen to reach it (1 to 16 images). 10
 GFLOP gives Ti/16 a batch of 16 as a training run's: at 5 images (3 GFLOP) the AMX bfloat16
 products of an Intel Xeon tied float32 + XLA in the probe while the batch-16 model ran
-1.2-1.7x faster in bfloat16 (docs/performance.md)."""
+1.2-1.7x faster in bfloat16 (docs/performance_log.md)."""
 OFF_WORDS = ("off", "0", "false", "no")
 CACHED = "cached"
 """`probe=` value of the one-off commands (`keras-vit predict`, ...): cached figures when
@@ -292,7 +292,7 @@ def block_step(shape: dict, policy: str, xla: bool):
     1.16x ahead of float32 on an Ice Lake Xeon where the Ti/16 model's float32 step was the
     faster one, and a bare forward/backward of the block (no optimizer, no Keras step) tied
     the three settings within 5% on an AMD EPYC (Zen 3, AVX2) where the Ti/16 and S/16
-    models trained 1.2-1.4x faster with float32 + XLA (docs/performance.md).
+    models trained 1.2-1.4x faster with float32 + XLA (docs/performance_log.md).
     """
     import keras
     import numpy as np
@@ -362,7 +362,7 @@ def measure_until_decided(steps: dict, *, timer=None) -> dict:
     """`measure`, with up to `MAX_PASSES` passes of rounds pooled while the figures tie
     (`undecided`): more rounds where the choice hangs on the probe's noise. The D 64 block
     of the default `keras-vit train` model, ~1.1x faster with XLA, fell inside the tie in 1
-    probe of 6 with one pass (docs/performance.md)."""
+    probe of 6 with one pass (docs/performance_log.md)."""
     times = measure_rounds(steps, timer=timer)
     for _ in range(MAX_PASSES - 1):
         if not undecided(paired_figures(times)):
@@ -396,7 +396,7 @@ def paired_figures(times: dict) -> dict:
     The fastest call of each setting (this probe's figure before) let one lucky call decide:
     on an Ice Lake Xeon the Ti/16 probe's fastest calls put float32 1.29x ahead of float32 +
     XLA where the medians of its calls, and of the full model's steps in the same process,
-    said 1.07-1.08x (docs/performance.md). A setting that is slower on most calls (more
+    said 1.07-1.08x (docs/performance_log.md). A setting that is slower on most calls (more
     sensitive to the other processes of a shared host, say) is judged by those calls, as a
     training run would feel them.
     """

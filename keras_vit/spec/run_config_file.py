@@ -4,7 +4,7 @@ that read a run's `.npz` see it: the model arguments the run built its model wit
 The release's `.npz` layout records no GroupNorm groups, and the default `keras-vit train`
 model is a hybrid with 8; the run's config.json says which, so a run's `.npz` is read as the
 model it holds. This module imports nothing else of keras_vit, so that the checkpoint readers
-(`keras_vit.checkpoints`) and `keras_vit.model.model_source` above them can both use it.
+(`keras_vit.checkpoints`) and `keras_vit.model.from_source` above them can both use it.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 
-RUN_CONFIG_FILE = "config.json"
+from keras_vit.spec.run_files import CONFIG_FILE as RUN_CONFIG_FILE
 
 
 def kwargs_from_run_config(npz_path) -> dict | None:

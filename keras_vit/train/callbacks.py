@@ -29,6 +29,7 @@ import numpy as np
 
 from keras_vit import _atomic
 from keras_vit._validation import check_choice
+from keras_vit.spec import run_files
 from keras_vit.spec.kept_model import DEFAULT_SELECTION, SELECTIONS
 
 logger = logging.getLogger(__name__)
@@ -388,7 +389,7 @@ class ModelSnapshots(keras.callbacks.Callback):
         self._npz_ok = True
 
     def on_train_begin(self, logs=None):
-        state = _atomic.read_json(os.path.join(self.run_dir, "best.json"))
+        state = _atomic.read_json(os.path.join(self.run_dir, run_files.BEST_RECORD))
         if state is not None and state.get("monitor") == self.monitor:
             self.best = state["value"]
 
@@ -408,13 +409,13 @@ class ModelSnapshots(keras.callbacks.Callback):
                 f"ModelSnapshots monitors {self.monitor!r}, which is not in the logs "
                 f"{sorted(logs or {})}; pass validation data or another monitor."
             )
-        self._save("last")
+        self._save(run_files.LAST_STEM)
         if self._improved(float(value)):
             self.best = float(value)
             if self.write:  # the same state as last.*: a file copy, not a second save
                 self._copy_last_to_best()
                 _atomic.write_json(
-                    os.path.join(self.run_dir, "best.json"),
+                    os.path.join(self.run_dir, run_files.BEST_RECORD),
                     {
                         "epoch": epoch,
                         "monitor": self.monitor,
@@ -425,8 +426,10 @@ class ModelSnapshots(keras.callbacks.Callback):
 
     def _copy_last_to_best(self) -> None:
         for suffix in (".keras", ".npz") if self._npz_ok else (".keras",):
-            last = os.path.join(self.run_dir, f"last{suffix}")
-            with _atomic.atomic_path(os.path.join(self.run_dir, f"best{suffix}")) as tmp:
+            last = os.path.join(self.run_dir, run_files.LAST_STEM + suffix)
+            with _atomic.atomic_path(
+                os.path.join(self.run_dir, run_files.KEPT_STEM + suffix)
+            ) as tmp:
                 shutil.copyfile(last, tmp)
 
     def _save(self, stem: str) -> None:

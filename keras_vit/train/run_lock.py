@@ -23,10 +23,9 @@ import socket
 import time
 
 from keras_vit import _atomic
+from keras_vit.spec import run_files
 
 logger = logging.getLogger(__name__)
-
-LOCK_FILE = ".lock"
 
 
 class RunDirLockedError(RuntimeError):
@@ -77,7 +76,7 @@ def acquire(run_dir) -> str:
     Raises:
         RunDirLockedError: a live process (named by pid and host) holds the lock.
     """
-    path = os.path.join(os.fspath(run_dir), LOCK_FILE)
+    path = os.path.join(os.fspath(run_dir), run_files.LOCK_FILE)
     mine = _owner_record()
     try:
         fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
@@ -90,7 +89,7 @@ def acquire(run_dir) -> str:
 
 def check_free(run_dir) -> None:
     """Raises `RunDirLockedError` if another live process holds the lock of `run_dir`."""
-    path = os.path.join(os.fspath(run_dir), LOCK_FILE)
+    path = os.path.join(os.fspath(run_dir), run_files.LOCK_FILE)
     record = _read(path)
     if record is not None and not is_stale(record) and not _is_mine(record):
         raise _locked_error(path, record)

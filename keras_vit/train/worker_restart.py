@@ -28,6 +28,7 @@ import logging
 import os
 import shutil
 
+from keras_vit.spec import run_files
 from keras_vit.train import callbacks
 
 logger = logging.getLogger(__name__)
@@ -39,8 +40,6 @@ later than it); then it stops with `BackupMismatchError` instead of waiting fore
 DIGEST_WORDS = 4
 """32-bit words of the state digest compared across workers (128 of its 256 bits), each exact
 in the float64 all-reduce."""
-
-SCRATCH_PREFIX = ".scratch-worker-"
 
 
 class BackupMismatchError(callbacks.BackupError):
@@ -139,7 +138,7 @@ def scratch_dir(run_dir, strategy) -> str:
     it): a fresh run's folder must stay empty until the chief has checked it. The caller
     removes it when the run ends."""
     task_id = strategy.cluster_resolver.task_id
-    folder = os.path.join(os.fspath(run_dir), f"{SCRATCH_PREFIX}{task_id}")
+    folder = os.path.join(os.fspath(run_dir), f"{run_files.SCRATCH_PREFIX}{task_id}")
     if os.path.exists(folder):
         logger.info("Removing the scratch folder %s left by a stopped run", folder)
         shutil.rmtree(folder, ignore_errors=True)

@@ -173,7 +173,7 @@ def token_grid(model: keras.Model) -> TokenGrid:
         ValueError: if the model has no `PatchEmbed` layer with a known grid (e.g. an input of
             unknown height or width).
     """
-    from keras_vit.checkpoints.architecture import Architecture
+    from keras_vit.checkpoints.base.architecture import Architecture
 
     host = find_encoder(model).host
     arch = Architecture.from_model(host)

@@ -1,4 +1,4 @@
-"""README.md's "Backends" table is true at this commit (issue 47): each row's probe
+"""README.md's "Backends" table is true at this commit: each row's probe
 (tests/helpers/backend_claims.py) works where the table says "yes" and fails where it says
 "no", on each backend lane: TensorFlow in this process, JAX in a KERAS_BACKEND=jax process
 (`pytest -m jax`, the CI's JAX lane), PyTorch in a KERAS_BACKEND=torch process (`pytest -m

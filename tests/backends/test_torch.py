@@ -2,7 +2,7 @@
 (Keras picks its backend once per process). Skipped where torch is not installed (the default
 environment); the optional lane .ci/run_torch_backend runs it with `pytest -m torch_backend`.
 
-Supported there (docs/performance.md, "Backends"): layers, models, every checkpoint format,
+Supported there (docs/performance_log.md, "Backends"): layers, models, every checkpoint format,
 fit/evaluate/predict, `.keras`/`.weights.h5` files, mixed precision copies. Not there:
 tf.data pipelines, tf.distribute strategies, SavedModel export (TensorFlow only)."""
 
@@ -62,7 +62,7 @@ def test_a_bfloat16_copy_computes_in_bfloat16_close_to_float32(torch_results):
 
 
 def test_attention_reaches_sdpa_and_matches_timms_forward(tmp_path):
-    """Issue 45: on PyTorch each attention layer picks the fused kernel when it is built, its
+    """On PyTorch each attention layer picks the fused kernel when it is built, its
     call reaches `torch.nn.functional.scaled_dot_product_attention` once a block, and the
     logits of a timm file (random weights, non-square 24x20 input) equal timm's own forward,
     as the explicit kernel's do."""

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -13,14 +12,7 @@ ROOT = Path(__file__).resolve().parents[2]
 BENCHMARKS = ROOT / "benchmarks"
 
 
-def _load(name, folder=BENCHMARKS):
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", folder / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-figures = _load("figures")
+from benchmarks import figures  # noqa: E402
 
 
 def test_every_document_figure_equals_its_json():
@@ -31,7 +23,8 @@ def test_every_document_figure_equals_its_json():
         for path in documents
         for problem in figures.check_text(path.read_text())
     ]
-    assert problems == [], "run `python benchmarks/figures.py --update`:\n" + "\n".join(problems)
+    fix = "run `python -m benchmarks.bench figures --update`:\n"
+    assert problems == [], fix + "\n".join(problems)
 
 
 def test_quick_start_quotes_its_figures_from_json():
@@ -73,13 +66,13 @@ def test_check_reports_stale_unknown_and_missing_figures(tmp_path):
 
 def test_benchmark_writes_a_file_the_check_accepts(tmp_path, monkeypatch):
     """train_mnist.py --results: write_results + figure_values, read back by the check."""
-    monkeypatch.syspath_prepend(str(BENCHMARKS / "studies"))
-    train_mnist = _load("train_mnist", BENCHMARKS / "studies")
+    from benchmarks.studies import train_mnist
+
     measured = {"test_accuracy": 0.9421, "wall_s": 158.4, "cpu_s": 170.2, "cores": 2}
     figures.write_results(
         tmp_path / "train_mnist.json",
         train_mnist.figure_values(measured),
-        command="python benchmarks/studies/train_mnist.py --results x",
+        command="python -m benchmarks.studies.train_mnist --results x",
         about="test",
     )
     written = json.loads((tmp_path / "train_mnist.json").read_text())

@@ -37,7 +37,7 @@ def run_gpu(tmp_path, *args):
     env = dict(os.environ, KERAS_BACKEND="jax", CUDA_VISIBLE_DEVICES="", JAX_PLATFORMS="cpu")
     env["PYTHONPATH"] = os.pathsep.join((str(blocker), str(ROOT)))
     done = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "bench.py"), "gpu", *args],
+        [sys.executable, "-m", "benchmarks.bench", "gpu", *args],
         capture_output=True, text=True, timeout=600, env=env, cwd=ROOT,
     )  # fmt: skip
     return done, tried
@@ -73,11 +73,8 @@ def test_gpu_smoke_runs_without_tensorflow(tmp_path):
 
 
 def test_gpu_data_sheet_peak_and_bad_arguments(capsys):
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        from harness import gpu
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
+    from benchmarks.harness import gpu
+
     assert gpu.peak_tflops("NVIDIA H100 80GB HBM3") == 989.0
     assert gpu.peak_tflops("NVIDIA H200") == 989.0
     assert gpu.peak_tflops("NVIDIA H100 PCIe") == 756.0

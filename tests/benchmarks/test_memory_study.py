@@ -14,21 +14,17 @@ STUDIES = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "stu
 
 @pytest.fixture(scope="module")
 def memory():
-    sys.path.insert(0, os.path.abspath(STUDIES))
-    try:
-        yield importlib.import_module("memory")
-    finally:
-        sys.path.remove(os.path.abspath(STUDIES))
+    return importlib.import_module("benchmarks.studies.memory")
 
 
 @pytest.mark.parametrize(
     "argv, message",
     [(["--image-size", "518"], "--image-size 518 is not a positive multiple of the patch 16"),
      (["--image-size", "224", "0"], "--image-size 0"),
-     (["--variant", "X/3"], "--variant 'X/3'"),
-     (["--variant", "S/14", "--image-size", "384"], "--image-size 384 is not a positive multiple"),
-     (["--variant", "S/14", "--image-size", "384"], "of the patch 14"),
-     (["--variant", "B/16-384", "--image-size", "224"], "names image size 384, --image-size 224")],
+     (["--model", "X/3"], "--model 'X/3'"),
+     (["--model", "S/14", "--image-size", "384"], "--image-size 384 is not a positive multiple"),
+     (["--model", "S/14", "--image-size", "384"], "of the patch 14"),
+     (["--model", "B/16-384", "--image-size", "224"], "names image size 384, --image-size 224")],
 )  # fmt: skip
 def test_bad_sizes_and_models_are_refused_naming_them(memory, argv, message, capsys):
     with pytest.raises(SystemExit) as raised:
@@ -40,7 +36,7 @@ def test_bad_sizes_and_models_are_refused_naming_them(memory, argv, message, cap
 def test_the_papers_sizes_parse(memory):
     args = memory.parse_args(["--image-size", "224", "384", "512", "--default-scheduler"])
     assert args.image_size == [224, 384, 512] and args.default_scheduler
-    assert memory.parse_args(["--variant", "S/14", "--image-size", "518"]).image_size == [518]
+    assert memory.parse_args(["--model", "S/14", "--image-size", "518"]).image_size == [518]
 
 
 @pytest.mark.large
@@ -54,7 +50,7 @@ def test_a_point_counts_the_tokens_the_model_sees(variant, size, tokens):
     root = os.path.abspath(os.path.join(STUDIES, "..", ".."))
     env = {**os.environ, "KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu", "PYTHONPATH": root}
     point = json.dumps([variant, size, 1, "fused", False, False])
-    argv = [sys.executable, os.path.join(STUDIES, "memory.py"), "--point", point]
-    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300)
+    argv = [sys.executable, "-m", "benchmarks.studies.memory", "--point", point]
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300, cwd=root)
     line = next(x for x in done.stdout.splitlines() if x.startswith("POINT "))
     assert json.loads(line[6:])["tokens"] == tokens

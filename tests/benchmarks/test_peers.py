@@ -6,23 +6,18 @@ from __future__ import annotations
 import argparse
 import functools
 import sys
-from pathlib import Path
 
 import pytest
 
-HARNESS = Path(__file__).resolve().parents[2] / "benchmarks" / "harness"
+from benchmarks import bench
+from benchmarks.harness import common
 
 
 @pytest.fixture(scope="module")
 def harness():
-    sys.path.insert(0, str(HARNESS))
-    try:
-        import peers
-        import race
+    from benchmarks.harness import peers, race
 
-        yield peers, race
-    finally:
-        sys.path.remove(str(HARNESS))
+    return peers, race
 
 
 def test_a_new_peer_is_one_table_row(harness, monkeypatch):
@@ -69,11 +64,6 @@ def test_a_worker_of_a_peer_that_does_not_import_reports_why(harness, capsys):
 
 
 def test_bench_entry_dispatches_verbs_and_refuses_an_unknown_one(capsys):
-    sys.path.insert(0, str(HARNESS.parent))
-    try:
-        import bench
-    finally:
-        sys.path.remove(str(HARNESS.parent))
     assert bench.main(["race"]) == 2
     assert "usage: bench.py VERB" in capsys.readouterr().err
     assert bench.main(["figures", "--check"]) == 0  # the documents' figures, as CI checks them
@@ -82,45 +72,28 @@ def test_bench_entry_dispatches_verbs_and_refuses_an_unknown_one(capsys):
     assert done.value.code == 2 and "unknown peer 'flax'" in capsys.readouterr().err
 
 
-def _bench():
-    sys.path.insert(0, str(HARNESS.parent))
-    try:
-        import bench
-
-        return bench
-    finally:
-        sys.path.remove(str(HARNESS.parent))
-
-
 def test_every_suite_line_parses_with_its_verb_both_ways():
     """A workload is one line of suites.toml: its command and quick variant are arguments
     its verb (or study) accepts, and a quick variant times a tiny model."""
     pytest.importorskip("tomllib" if sys.version_info >= (3, 11) else "tomli")
     import importlib
-    import os
 
-    bench = _bench()
-    folders = [str(HARNESS.parent), str(HARNESS), str(HARNESS.parent / "studies")]
-    sys.path[:0] = folders
-    try:
-        for suite in ("figures", "targets", "gpu"):
-            for quick in (False, True):
-                for workload, argv in bench.suite_commands(suite, quick):
-                    if argv[1].endswith("bench.py"):
-                        verb, args = argv[2], argv[3:]
-                        name = bench.VERBS[verb]
-                    else:
-                        verb, name, args = None, os.path.basename(argv[1])[:-3], argv[2:]
-                    module = importlib.import_module(name)
-                    if verb in bench.RACES:  # the races share one parser, a preset per verb
-                        module.parse_args(args, verb)  # SystemExit(2) on a bad line
-                    elif hasattr(module, "parse_args"):
-                        module.parse_args(args)
-                    if quick and "--variant" in args:
-                        assert args[args.index("--variant") + 1] == "8,32,64,4,2", workload
-    finally:
-        for folder in folders:
-            sys.path.remove(folder)
+    for suite in ("figures", "targets", "gpu"):
+        for quick in (False, True):
+            for workload, argv in bench.suite_commands(suite, quick):
+                assert argv[1] == "-m", argv  # every line runs a module of the package
+                if argv[2] == "benchmarks.bench":
+                    verb, args = argv[3], argv[4:]
+                    name = "benchmarks." + bench.VERBS[verb]
+                else:
+                    verb, name, args = None, argv[2], argv[3:]
+                module = importlib.import_module(name)
+                if verb in bench.RACES:  # the races share one parser, a preset per verb
+                    module.parse_args(args, verb)  # SystemExit(2) on a bad line
+                elif hasattr(module, "parse_args"):
+                    module.parse_args(args)
+                if quick and "--model" in args:
+                    assert args[args.index("--model") + 1] == "8,32,64,4,2", workload
     with pytest.raises(ValueError, match="unknown suite 'nope'"):
         bench.suite_commands("nope", False)
     with pytest.raises(ValueError, match="suite 'gpu' has no workload 'x'"):
@@ -142,11 +115,6 @@ def _fake_calls(names, log, dies_at=None):
 
 
 def test_run_rounds_rotates_drops_the_dead_and_stops_at_the_deadline(harness, capsys):
-    sys.path.insert(0, str(HARNESS))
-    try:
-        import common
-    finally:
-        sys.path.remove(str(HARNESS))
     log = []
     payloads = common.run_rounds(_fake_calls("abc", log, dies_at=("b", 2)), repeats=3)
     assert log == ["a", "b", "c", "c", "a", "a", "c"]  # round 2 starts at b (dead), round 3 at c
@@ -207,18 +175,13 @@ def test_in_process_builds_each_point_with_its_peer_row_as_a_worker_would(harnes
 @pytest.mark.parametrize(
     "variant, image_size, message",
     [("5,32,64,4,2", None, "--image-size 224 is not a positive multiple of the patch 5"),
-     ("B/16-200", None, "--variant 'B/16-200' names size 200 is not a positive multiple"),
-     ("B/16-200", 200, "--variant 'B/16-200' names size 200 is not a positive multiple"),
+     ("B/16-200", None, "--model 'B/16-200' names size 200 is not a positive multiple"),
+     ("B/16-200", 200, "--model 'B/16-200' names size 200 is not a positive multiple"),
      ("B/16", 0, "--image-size 0 is not a positive multiple of the patch 16"),
-     ("X/3", None, "--variant 'X/3': Unknown model")],
+     ("X/3", None, "--model 'X/3': Unknown model")],
 )  # fmt: skip
 def test_variant_image_size_names_where_a_bad_size_came_from(harness, variant, image_size, message):
     """A custom variant names no size: its 224 is --image-size's default, not the variant's."""
-    sys.path.insert(0, str(HARNESS))
-    try:
-        import common
-    finally:
-        sys.path.remove(str(HARNESS))
     with pytest.raises(ValueError) as raised:
         common.variant_image_size(variant, image_size)
     assert str(raised.value).startswith(message)
@@ -230,7 +193,7 @@ def test_scaling_reports_the_points_left_when_a_worker_dies(harness, monkeypatch
     """`time_points` leaves out a point whose worker died (said so): the table has the rest,
     its tokens those the model sees (a hybrid's: 16 px, a 1 x 1 ResNet feature map)."""
     _, race = harness
-    argv = ["--variant", variant, "--image-sizes", "16,32", "--batch-sizes", "2",
+    argv = ["--model", variant, "--image-sizes", "16,32", "--batch-sizes", "2",
             "--base-image-size", "16", "--base-batch-size", "2"]  # fmt: skip
     args = race.parse_args(argv, "scaling")
 
@@ -244,3 +207,35 @@ def test_scaling_reports_the_points_left_when_a_worker_dies(harness, monkeypatch
     assert race.scaling(args, argv) == 0
     rows = [line for line in capsys.readouterr().out.splitlines() if line[:4] in ("| 16", "| 32")]
     assert len(rows) == 1 and rows[0].startswith(f"| 16 | 2 | {tokens} |")  # image, batch
+
+
+def analytic_params(patch, hidden, mlp, layers, tokens, classes, channels=3):
+    """Parameters of the paper's ViT (section 3.1): patch projection, class token, position
+    table, `layers` blocks (two LayerNorms, q/k/v/out projections, the MLP), final LayerNorm,
+    dense head."""
+    block = 2 * 2 * hidden + 4 * (hidden * hidden + hidden) + 2 * hidden * mlp + mlp + hidden
+    embed = patch * patch * channels * hidden + hidden + hidden + (tokens + 1) * hidden
+    return embed + layers * block + 2 * hidden + hidden * classes + classes
+
+
+@pytest.mark.parametrize("framework", ["keras_vit", "keras_hub", "vit_keras"])
+def test_a_keras_peer_builds_the_architecture_keras_vit_builds(framework):
+    """`peers.keras_model`: every Keras framework's ViT of the tiny variant has the paper's
+    parameter count and float32 logits of (batch, classes); a hybrid only keras_vit builds."""
+    from benchmarks.harness import peers
+
+    reason = peers.import_problem(*peers.PEERS[framework].modules)
+    if reason is not None:
+        pytest.skip(f"{framework} does not import here: {reason}")
+    import numpy as np
+
+    model = peers.keras_model(framework, "8,32,64,4,2", 16, num_classes=10)
+    expected = analytic_params(patch=8, hidden=32, mlp=64, layers=2, tokens=4, classes=10)
+    assert model.count_params() == expected
+    logits = model.predict(np.zeros((2, 16, 16, 3), "float32"), verbose=0)
+    assert logits.shape == (2, 10) and logits.dtype == np.float32
+    if framework != "keras_vit":
+        with pytest.raises(ValueError, match=f"{framework} has no hybrid"):
+            peers.keras_model(framework, "R50+B/16", 224)
+    with pytest.raises(ValueError, match="Unknown framework 'flax'"):
+        peers.keras_model("flax", "8,32,64,4,2", 16)

@@ -24,17 +24,19 @@ TINY = "8,32,64,4,2"  # patch, hidden, mlp, heads, layers (the tests' tiny ViT)
 ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
 
 
-FOLDERS = (BENCHMARKS / "harness", BENCHMARKS / "studies")
 VERBS = ("run", "targets", "in-process", "scaling", "ablation", "profile", "results")  # bench.py
 
 
 def run_script(name, *args, timeout=900, env=None):
-    """Runs benchmarks/{harness,studies}/<name>, or `bench.py <name>` for a verb of `VERBS`,
-    in a fresh interpreter; returns the CompletedProcess."""
+    """Runs the module benchmarks.{harness,studies}.<name> (`name` its file, "race.py"), or
+    `benchmarks.bench <name>` for a verb of `VERBS`, in a fresh interpreter from the
+    repository root; returns the CompletedProcess."""
     if name in VERBS:
-        command = [str(BENCHMARKS / "bench.py"), name]
+        command = ["-m", "benchmarks.bench", name]
     else:
-        command = [str(next(folder / name for folder in FOLDERS if (folder / name).exists()))]
+        stem = name.removesuffix(".py")
+        folder = next(f for f in ("harness", "studies") if (BENCHMARKS / f / name).exists())
+        command = ["-m", f"benchmarks.{folder}.{stem}"]
     return subprocess.run(
         [sys.executable, *command, *args],
         capture_output=True,
@@ -121,24 +123,18 @@ def test_targets_roof_share_needed(scripts):
 @pytest.fixture(scope="module")
 def scripts():
     """The benchmark scripts imported as modules (their parse_args run in this process)."""
-    folders = [str(BENCHMARKS), *map(str, FOLDERS)]
-    sys.path[:0] = folders
-    try:
-        yield {name: importlib.import_module(name) for name in SCRIPT_MODULES}
-    finally:
-        for folder in folders:
-            sys.path.remove(folder)
+    return {name: importlib.import_module(module) for name, module in SCRIPT_MODULES.items()}
 
 
-SCRIPT_MODULES = (
-    "race",
-    "input_pipeline",
-    "step_profile",
-    "data_scaling",
-    "precision_agreement",
-    "export_speed",
-    "common",
-)
+SCRIPT_MODULES = {
+    "race": "benchmarks.harness.race",
+    "input_pipeline": "benchmarks.studies.input_pipeline",
+    "step_profile": "benchmarks.harness.step_profile",
+    "data_scaling": "benchmarks.studies.data_scaling",
+    "precision_agreement": "benchmarks.studies.precision_agreement",
+    "export_speed": "benchmarks.studies.export_speed",
+    "common": "benchmarks.harness.common",
+}
 
 
 def parse(scripts, script, args):
@@ -154,8 +150,8 @@ def parse(scripts, script, args):
 @pytest.mark.parametrize(
     "script, bad_args",
     [
-        ("run", ["--variant", "X/99"]),
-        ("run", ["--variant", "Ti/16", "--image-size", "100"]),
+        ("run", ["--model", "X/99"]),
+        ("run", ["--model", "Ti/16", "--image-size", "100"]),
         ("run", ["--frameworks", "flax"]),
         ("run", ["--timm-settings", "float16"]),
         ("run", ["--timm-settings", "float32+xla"]),
@@ -165,11 +161,11 @@ def parse(scripts, script, args):
         ("precision_agreement", ["--hidden-dim", "30", "--num-heads", "4"]),
         ("precision_agreement", ["--epochs", "0"]),
         ("scaling", ["--image-sizes", "224,abc"]),
-        ("scaling", ["--variant", "8,32,64,5,2"]),
+        ("scaling", ["--model", "8,32,64,5,2"]),
         ("input_pipeline", ["--repeats", "0"]),
-        ("ablation", ["--variant", "Ti/16", "--image-size", "100"]),
+        ("ablation", ["--model", "Ti/16", "--image-size", "100"]),
         ("ablation", ["--steps", "0"]),
-        ("profile", ["--variant", "X/99"]),
+        ("profile", ["--model", "X/99"]),
         ("profile", ["--top", "0"]),
         ("profile", ["--setting", "bfloat16"]),
         ("data_scaling", ["--sizes", "250,9000"]),
@@ -182,7 +178,7 @@ def parse(scripts, script, args):
         ("in-process", ["--frameworks", "keras_vit,keras_hub,timm"]),
         ("in-process", ["--rounds", "0"]),
         ("in-process", ["--settings", "float32+jit"]),
-        ("export_speed", ["--variant", "S/16", "--image-size", "100"]),
+        ("export_speed", ["--model", "S/16", "--image-size", "100"]),
     ],
 )
 def test_scripts_reject_bad_arguments(scripts, script, bad_args, capsys):
@@ -210,35 +206,35 @@ def test_scripts_time_a_variant_at_the_size_its_name_gives(scripts, script, caps
     def parse_script(args):
         return parse(scripts, script, args)
 
-    assert parse_script(["--variant", "B/16-384"]).image_size == 384
-    assert parse_script(["--variant", "ViT-B_16-384", "--image-size", "384"]).image_size == 384
+    assert parse_script(["--model", "B/16-384"]).image_size == 384
+    assert parse_script(["--model", "ViT-B_16-384", "--image-size", "384"]).image_size == 384
     with pytest.raises(SystemExit) as raised:
-        parse_script(["--variant", "B/16-384", "--image-size", "224"])
+        parse_script(["--model", "B/16-384", "--image-size", "224"])
     assert raised.value.code == 2
     err = capsys.readouterr().err
     assert "names image size 384, --image-size 224 another" in err
-    assert parse_script(["--variant", "B/16"]).image_size == 224  # input_pipeline: with --variant
-    assert parse_script(["--variant", TINY, "--image-size", "32"]).image_size == 32
+    assert parse_script(["--model", "B/16"]).image_size == 224  # input_pipeline: with --model
+    assert parse_script(["--model", TINY, "--image-size", "32"]).image_size == 32
 
 
 @pytest.mark.parametrize("script", SIZED_SCRIPTS)
 @pytest.mark.parametrize(
     "variant, message",
     [
-        ("B/16-0", "--variant 'B/16-0' names size 0 is not a positive multiple of the patch"),
-        ("B/16-200", "--variant 'B/16-200' names size 200 is not a positive multiple"),
+        ("B/16-0", "--model 'B/16-0' names size 0 is not a positive multiple of the patch"),
+        ("B/16-200", "--model 'B/16-200' names size 200 is not a positive multiple"),
     ],
 )
 def test_scripts_refuse_a_size_in_the_name_they_cannot_build(scripts, script, variant, message):
     done = run_script(
-        script if script in VERBS else f"{script}.py", "--variant", variant, timeout=120
+        script if script in VERBS else f"{script}.py", "--model", variant, timeout=120
     )
     assert done.returncode == 2, done.stderr[-2000:]
     assert message in done.stderr and "Traceback" not in done.stderr, done.stderr[-2000:]
 
 
 def test_timm_names_give_their_size(scripts):
-    assert parse(scripts, "run", ["--variant", "vit_base_patch16_384"]).image_size == 384
+    assert parse(scripts, "run", ["--model", "vit_base_patch16_384"]).image_size == 384
 
 
 @pytest.mark.parametrize("variant, size", [("B/16-384", 384), ("B/16-224", 224),
@@ -246,7 +242,7 @@ def test_timm_names_give_their_size(scripts):
 def test_scaling_refuses_a_variant_that_names_a_size(scripts, capsys, variant, size):
     """Even the default size: the records would name one size and hold others."""
     with pytest.raises(SystemExit):
-        parse(scripts, "scaling", ["--variant", variant])
+        parse(scripts, "scaling", ["--model", variant])
     assert f"names image size {size}" in capsys.readouterr().err
 
 
@@ -258,7 +254,7 @@ def test_targets_times_a_sized_workload_at_its_size(scripts):
 
 
 def test_scripts_parse_good_arguments(scripts):
-    args = parse(scripts, "run", ["--variant", "S/16", "--frameworks", "keras_vit"])
+    args = parse(scripts, "run", ["--model", "S/16", "--frameworks", "keras_vit"])
     assert (args.variant, args.frameworks, args.sizes) == (
         "S/16",
         ["keras_vit"],
@@ -281,7 +277,7 @@ def test_throughput_tiny_run_writes_table_and_json(tmp_path):
     figures_file = tmp_path / "throughput_settings.json"
     result = run_script(
         "run",
-        *("--variant", TINY, "--image-size", "16", "--batch-size", "2", "--mode", "train"),
+        *("--model", TINY, "--image-size", "16", "--batch-size", "2", "--mode", "train"),
         *("--steps", "1", "--repeats", "1", "--warmup", "1", "--gemm-sizes", "64"),
         *("--frameworks", "keras_vit", "--settings", "float32,mixed_bfloat16"),
         *("--json", str(out)),
@@ -345,7 +341,7 @@ def test_precision_agreement_tiny_run(tmp_path):
 def test_ablation_tiny_run_checks_logits_then_times_both_models():
     result = run_script(
         "ablation",
-        *("--variant", TINY, "--image-size", "16", "--batch-size", "2", "--mode", "both"),
+        *("--model", TINY, "--image-size", "16", "--batch-size", "2", "--mode", "both"),
         *("--steps", "1", "--repeats", "1", "--warmup", "1", "--no-xla"),
     )
     assert result.returncode == 0, result.stderr[-3000:]
@@ -364,7 +360,7 @@ def test_profile_step_tiny_run_breaks_the_step_down(tmp_path, setting):
     """XLA's compiled operations, or TensorFlow's own kernels without XLA (bfloat16 casts)."""
     result = run_script(
         "profile",
-        *("--variant", TINY, "--image-size", "16", "--batch-size", "2", "--steps", "1"),
+        *("--model", TINY, "--image-size", "16", "--batch-size", "2", "--steps", "1"),
         *("--setting", setting),
         env={"TMPDIR": str(tmp_path)},  # the profiler's trace folder goes here...
     )
@@ -420,7 +416,7 @@ def test_scaling_tiny_run(tmp_path):
     out = tmp_path / "scaling.json"
     result = run_script(
         "scaling",
-        *("--variant", TINY, "--image-sizes", "16", "--batch-sizes", "1"),
+        *("--model", TINY, "--image-sizes", "16", "--batch-sizes", "1"),
         *("--base-image-size", "16", "--base-batch-size", "1", "--repeats", "1"),
         *("--no-xla", "--json", str(out)),
     )
@@ -434,7 +430,7 @@ def test_input_pipeline_tiny_run(tmp_path):
     out = tmp_path / "pipeline.json"
     result = run_script(
         "input_pipeline.py",
-        *("--variant", TINY, "--image-size", "16", "--batch-size", "8", "--batches", "2"),
+        *("--model", TINY, "--image-size", "16", "--batch-size", "8", "--batches", "2"),
         *("--steps", "1", "--repeats", "1", "--no-xla", "--json", str(out)),
     )
     assert result.returncode == 0, result.stderr[-3000:]
@@ -468,19 +464,9 @@ def test_cli_benchmark_tiny_run(tmp_path, capsys):
     assert [r["xla"] for r in payload["results"]] == [False, False]
 
 
-def test_cli_benchmark_old_flags_are_aliases(caplog):
-    from keras_vit.cli.main import build_parser
-
-    args = build_parser().parse_args(["benchmark", "--dtype-policy", "float32", "--no-xla"])
-    assert (args.mixed_precision, args.jit_compile) == ("float32", False)
-    assert "--no-xla is deprecated; use --no-jit-compile" in caplog.text
-    args = build_parser().parse_args(["benchmark"])
-    assert (args.mixed_precision, args.jit_compile) == ("auto", "auto")
-
-
 @pytest.mark.parametrize(
     "bad_args",
-    [["--variant", "X/99"], ["--image-size", "100"], ["--repeats", "0"], ["--gemm-sizes", "a"]],
+    [["--model", "X/99"], ["--image-size", "100"], ["--repeats", "0"], ["--gemm-sizes", "a"]],
 )
 def test_cli_benchmark_bad_arguments_exit_2(bad_args, capsys):
     from keras_vit.cli.main import main
@@ -553,7 +539,7 @@ def test_export_speed_tiny_run_serves_both_exports_from_tensorflow_only(tmp_path
     out, figures_file = tmp_path / "export_speed.json", tmp_path / "figures.json"
     result = run_script(
         "export_speed.py",
-        *("--variant", TINY, "--image-size", "16", "--batch-size", "4"),
+        *("--model", TINY, "--image-size", "16", "--batch-size", "4"),
         *("--steps", "1", "--repeats", "2", "--warmup", "1"),
         *("--json", str(out), "--results", str(figures_file)),
     )
@@ -597,7 +583,7 @@ def test_in_process_tiny_run_prints_every_point_and_writes_json(tmp_path):
     out = tmp_path / "peers.json"
     result = run_script(
         "in-process",
-        *("--variant", TINY, "--image-size", "16", "--batch-size", "2", "--mode", "train"),
+        *("--model", TINY, "--image-size", "16", "--batch-size", "2", "--mode", "train"),
         *("--frameworks", "keras_vit", "--settings", "float32,mixed_bfloat16"),
         *("--rounds", "2", "--steps", "1", "--warmup", "1", "--json", str(out)),
     )
@@ -619,7 +605,7 @@ def test_in_process_times_timm_in_the_rotation_or_says_why_not(tmp_path):
     out = tmp_path / "peers.json"
     result = run_script(
         "in-process",
-        *("--variant", TINY, "--image-size", "16", "--batch-size", "2", "--mode", "train"),
+        *("--model", TINY, "--image-size", "16", "--batch-size", "2", "--mode", "train"),
         *("--frameworks", "keras_vit,timm", "--settings", "float32"),
         *("--rounds", "2", "--steps", "1", "--warmup", "1", "--json", str(out)),
     )
@@ -642,10 +628,10 @@ def test_in_process_times_timm_in_the_rotation_or_says_why_not(tmp_path):
         ("ti16", "ti16", "must be VARIANT:MODE with MODE infer or train"),
         ("Ti/16:fit", "Ti/16:fit", "must be VARIANT:MODE with MODE infer or train"),
         ("Ti/16:train,,B/16:infer", "", "must be VARIANT:MODE with MODE infer or train"),
-        ("B/16:infer,Foo:train", "Foo:train", "--variant 'Foo': "),
+        ("B/16:infer,Foo:train", "Foo:train", "--model 'Foo': "),
         ("Ti/16:train,Ti/16:train", "Ti/16:train", "is given twice"),
-        ("B/16-0:infer", "B/16-0:infer", "--variant 'B/16-0' names size 0 is not a positive"),
-        ("B/16-200:infer", "B/16-200:infer", "--variant 'B/16-200' names size 200 is not a"),
+        ("B/16-0:infer", "B/16-0:infer", "--model 'B/16-0' names size 0 is not a positive"),
+        ("B/16-200:infer", "B/16-200:infer", "--model 'B/16-200' names size 200 is not a"),
     ],
 )
 def test_targets_refuses_a_bad_workload_naming_it(workloads, item, problem):

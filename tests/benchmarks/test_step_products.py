@@ -20,13 +20,9 @@ BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks" / "harness"
 
 @pytest.fixture(scope="module")
 def module():
-    sys.path.insert(0, str(BENCHMARKS))
-    try:
-        import products
+    from benchmarks.harness import products
 
-        yield products
-    finally:
-        sys.path.remove(str(BENCHMARKS))
+    return products
 
 
 ARCHS = st.fixed_dictionaries(
@@ -117,7 +113,7 @@ def test_a_tiny_run_times_every_shape_in_each_engine(tmp_path):
     out = tmp_path / "products.json"
     done = run_script(
         "products.py",
-        *("--variant", TINY, "--batch-size", "2", "--image-size", "32", "--repeats", "1"),
+        *("--model", TINY, "--batch-size", "2", "--image-size", "32", "--repeats", "1"),
         *("--per-call", "2", "--engines", "numpy,xla", "--json", str(out)),
         timeout=300,
     )
@@ -146,7 +142,7 @@ def torch_imports():
         (["--engines", "numpy,blas"], "unknown engine 'blas'"),
         (["--engines", "numpy,"], "an empty item"),
         (["--engines", "numpy,numpy"], "'numpy' is given twice"),
-        (["--variant", "X/99"], "X/99"),
+        (["--model", "X/99"], "X/99"),
         (["--image-size", "30"], "--image-size 30"),
         (["--per-call", "0"], "--per-call 0"),
         (["--json", ""], "--json ''"),

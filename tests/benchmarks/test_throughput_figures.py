@@ -3,10 +3,8 @@ keys, the merge of several runs into one file, the import of an old `--json` fil
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,14 +14,9 @@ BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
 @pytest.fixture(scope="module")
 def tf_figures():
-    sys.path.insert(0, str(BENCHMARKS))
-    try:
-        spec = importlib.util.spec_from_file_location("figures", BENCHMARKS / "figures.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        yield module
-    finally:
-        sys.path.remove(str(BENCHMARKS))
+    from benchmarks import figures
+
+    return figures
 
 
 def _record(framework, policy, xla, rates, *, rss, gflops, util, ours, best_ours):
@@ -123,7 +116,7 @@ def test_import_of_an_old_json_file_and_its_table(tf_figures, tmp_path):
     run = json.loads(results.read_text())["runs"]["b16_224_bs16_infer"]
     assert run["date"] in ("2025-11-30", "2025-12-01")  # the local date of that instant
     assert run["command"] == (
-        "python benchmarks/bench.py run --variant B/16 --image-size 224 --batch-size 16 "
+        "python -m benchmarks.bench run --model B/16 --image-size 224 --batch-size 16 "
         "--mode infer --settings float32+xla,mixed_bfloat16 "
         "--frameworks keras_vit,keras_hub,vit_keras --steps 3 --repeats 3 --warmup 2 "
         "--gemm-sizes 1024,2048 --interleave framework"
@@ -160,7 +153,7 @@ def test_results_refuses_a_run_or_file_it_lacks_in_one_line(tf_figures, tmp_path
 
 
 def test_records_of_runs_before_settings_read_as_float32_xla(tf_figures):
-    """throughput.py of issue 8 wrote neither `policy` nor `xla` (float32, XLA unless
+    """Payloads of the first throughput script hold neither `policy` nor `xla` (float32, XLA unless
     `--no-xla`)."""
     old = _payload()
     old["results"] = old["results"][:1]

@@ -17,15 +17,10 @@ TINY = "8,32,64,4,2"
 
 @pytest.fixture(scope="module")
 def modules():
-    sys.path.insert(0, str(BENCHMARKS))
-    try:
-        import peers as torch_peer
-        import race
-        import step_profile
+    from benchmarks.harness import peers as torch_peer
+    from benchmarks.harness import race, step_profile
 
-        yield race, torch_peer, step_profile
-    finally:
-        sys.path.remove(str(BENCHMARKS))
+    return race, torch_peer, step_profile
 
 
 def test_timm_settings_parse_and_label_both_ways(modules):
@@ -40,7 +35,7 @@ def test_timm_settings_parse_and_label_both_ways(modules):
 def test_timm_points_run_in_the_torch_interpreter_beside_both_roofs(modules):
     throughput, *_ = modules
     args = throughput.parse_args(
-        ["--variant", TINY, "--image-size", "16", "--frameworks", "keras_vit,timm"]
+        ["--model", TINY, "--image-size", "16", "--frameworks", "keras_vit,timm"]
         + ["--torch-python", "/opt/torch/bin/python", "--settings", "float32+xla"]
     )
     groups = throughput.rotation_groups(args, "train")
@@ -143,7 +138,7 @@ def test_timm_profile_kinds(modules, operator, kind):
 
 
 @pytest.mark.parametrize(
-    "bad_args", [["--variant", "X/99"], ["--steps", "0"], ["--setting", "float32+compile"]]
+    "bad_args", [["--model", "X/99"], ["--steps", "0"], ["--setting", "float32+compile"]]
 )
 def test_timm_profile_rejects_bad_arguments(modules, bad_args, capsys):
     with pytest.raises(SystemExit) as raised:
@@ -153,9 +148,7 @@ def test_timm_profile_rejects_bad_arguments(modules, bad_args, capsys):
 
 
 def test_timm_profile_tiny_run_breaks_the_step_down(torch_side, modules, capsys):
-    modules[2].main(
-        ["--peer", "timm", "--variant", TINY, "--image-size", "16", "--batch-size", "2"]
-    )
+    modules[2].main(["--peer", "timm", "--model", TINY, "--image-size", "16", "--batch-size", "2"])
     out = capsys.readouterr().out
     assert "timm 8,32,64,4,2 @16, batch 2, train, float32" in out
     assert "| attention core |" in out and "| matrix products |" in out

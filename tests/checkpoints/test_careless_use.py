@@ -1,5 +1,5 @@
-"""Careless use of the checkpoint readers and writers (issue 46, points 5, 6 and 8, and the
-property test): NaN/inf weights, quantized and float models, every format of the table.
+"""Careless use of the checkpoint readers and writers (and the property
+test): NaN/inf weights, quantized and float models, every format of the table.
 
 The property: the correct result (a file that reloads to the model's outputs), or a one-line
 `CheckpointError` naming the value and the rule, before any file is written.
@@ -23,7 +23,7 @@ from safetensors.numpy import save_file
 import keras_vit
 from keras_vit.checkpoints import CheckpointError, read_checkpoint, write_checkpoint
 from keras_vit.checkpoints.format_table import FORMAT_TABLE
-from keras_vit.checkpoints.model_io import model_contents
+from keras_vit.checkpoints.keras_files.model_io import model_contents
 from tests.checkpoints.random_models import images_for, tiny_vit
 from tests.fuzz import readers
 
@@ -87,7 +87,7 @@ def test_an_int8_model_is_written_dequantized_and_reloads_within_int8_error(tmp_
 
 
 def test_the_dequantized_kernel_is_kernel_over_scale_per_output_unit():
-    from keras_vit.checkpoints.quantized import dequantized_kernel
+    from keras_vit.checkpoints.base.quantized import dequantized_kernel
 
     rng = np.random.default_rng(0)
     qkv = rng.integers(-127, 128, (6, 2, 3)).astype("int8")

@@ -10,8 +10,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from keras_vit.checkpoints import hf_family, hf_io, timm_family, timm_io
-from keras_vit.checkpoints.npz_io import CheckpointError
+from keras_vit.checkpoints.base.errors import CheckpointError
+from keras_vit.checkpoints.hf import hf_family, hf_io
+from keras_vit.checkpoints.timm import timm_family, timm_io
 from tests.checkpoints.family_state import TINY, hf_config, random_params, to_hf, to_timm
 
 LS1 = "Transformer/encoderblock_{}/LayerScale_1/scale"
@@ -199,7 +200,7 @@ def test_timm_writer_refuses_registers_with_a_class_position_row(tmp_path):
     """HF DINOv2-with-registers (registers after a class row) has no timm layout: timm would
     give the registers position rows."""
     from keras_vit.checkpoints import write_checkpoint
-    from keras_vit.checkpoints.contents import CheckpointContents
+    from keras_vit.checkpoints.base.contents import CheckpointContents
 
     params = random_params(np.random.default_rng(0), layer_scale=True, registers=4, head=False)
     state = to_hf(params, "dinov2_with_registers")

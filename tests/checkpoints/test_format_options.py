@@ -1,5 +1,5 @@
-"""Each format option is read from what the file and its config say, or refused by name
-(issue 24): the class token / no_embed_class, global_pool, non-square grids, 1/3/4-channel
+"""Each format option is read from what the file and its config say, or refused by name:
+the class token / no_embed_class, global_pool, non-square grids, 1/3/4-channel
 mean/std, and the patch kernel's input channels (timm's `adapt_input_conv` rule)."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from safetensors.numpy import save_file
 import keras_vit
 from keras_vit._warnings import WeightsWarning
 from keras_vit.checkpoints import CheckpointError, model_contents, save_npz, write_checkpoint
-from keras_vit.checkpoints.architecture import Architecture
+from keras_vit.checkpoints.base.architecture import Architecture
 from keras_vit.checkpoints.loading import load_weights
 from tests.checkpoints.random_models import images_for, logits, tiny_vit
 from tests.checkpoints.torch_state import TINY, timm_forward, timm_state
@@ -227,26 +227,9 @@ def test_from_checkpoint_with_other_channels_adapts_with_a_warning(tmp_path):
     np.testing.assert_allclose(logits(gray, x), expected, atol=1e-5, rtol=0)
 
 
-# --- the one loader and its deprecated names ------------------------------------------
-
-
-@pytest.mark.parametrize("old", ["load_npz", "load_checkpoint"])
-def test_old_loader_names_warn_and_load(tmp_path, old):
-    import keras_vit.checkpoints as checkpoints
-
-    source = tiny_vit(seed=4)
-    save_npz(source, tmp_path / "m.npz")
-    model = tiny_vit(seed=5)
-    with pytest.warns(DeprecationWarning, match="load_weights"):
-        report = getattr(checkpoints, old)(model, tmp_path / "m.npz")
-    assert report.loaded and keras_vit.load_weights is checkpoints.load_weights
-    x = images_for(model)
-    np.testing.assert_allclose(logits(model, x), logits(source, x), atol=1e-6, rtol=0)
-
-
 def test_big_vision_files_are_their_own_row_of_the_table(tmp_path):
     from keras_vit.checkpoints import detect_format, read_checkpoint
-    from keras_vit.checkpoints.npz_io import write_npz
+    from keras_vit.checkpoints.base.npz_io import write_npz
 
     arrays = model_contents(tiny_vit()).arrays
     write_npz(tmp_path / "bv.npz", {"params/" + key: value for key, value in arrays.items()})

@@ -1,4 +1,4 @@
-"""`dynamic_image_size=True` with every resize method (issue 46, point 1): the table resized
+"""`dynamic_image_size=True` with every resize method: the table resized
 in the forward pass (`keras.ops`, any backend) equals the NumPy load-time resize
 (`keras_vit.resize_position_embeddings`, the independent reference: float64 weight matrices
 by the sources' formulas), for non-square grids both ways and each method."""
@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 import keras_vit
 from keras_vit.checkpoints import write_checkpoint
-from keras_vit.checkpoints.model_io import model_contents
+from keras_vit.checkpoints.keras_files.model_io import model_contents
 from keras_vit.layers.position_resize import resize_position_embeddings
 from keras_vit.layers.position_table_ops import resize_table
 from keras_vit.spec.resize_methods import RESIZE_METHODS

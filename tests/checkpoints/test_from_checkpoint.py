@@ -8,8 +8,8 @@ import numpy as np
 from safetensors.numpy import save_file
 
 import keras_vit
-from keras_vit.checkpoints.model_io import model_input_preprocessing
-from keras_vit.checkpoints.npz_io import write_npz
+from keras_vit.checkpoints.base.npz_io import write_npz
+from keras_vit.checkpoints.keras_files.model_io import model_input_preprocessing
 from tests.checkpoints.random_models import TINY_SIZES, randomise
 from tests.checkpoints.torch_state import timm_state
 from tests.model.test_hybrid import official_hybrid_shapes

@@ -104,7 +104,7 @@ def test_b16_load_then_save_gives_the_official_200_key_table(b16_file, tmp_path)
         for key in expected:
             assert saved[key].dtype == np.float32
             np.testing.assert_array_equal(saved[key], params[key])
-    assert keras_vit.checkpoints.architecture.release_model_name(model) == "ViT-B_16"
+    assert keras_vit.checkpoints.base.architecture.release_model_name(model) == "ViT-B_16"
 
 
 def test_b22_224_checkpoint_loads_into_384_model(b16_file):
@@ -401,7 +401,7 @@ def test_b33_preprocessing_and_pooled_feature_is_class_token_of_final_norm(tmp_p
     assert "[-1, 1]" in keras_vit.ViT.__doc__ and "preprocess_inputs" in keras_vit.ViT.__doc__
 
 
-# --- what changes results is said through `warnings` (issue 17) ---------------------------
+# --- what changes results is said through `warnings` ---------------------------
 
 
 def _weights_warnings(build):

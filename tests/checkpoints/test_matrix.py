@@ -1,4 +1,4 @@
-"""The matrix of issue 24: architectures drawn over the option space, written in every
+"""The format matrix: architectures drawn over the option space, written in every
 format of the table and read back.
 
 For each draw (pooling token/gap/map, final norm on the tokens or timm's `fc_norm` after

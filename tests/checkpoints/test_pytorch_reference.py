@@ -25,8 +25,7 @@ import numpy as np
 import pytest
 
 import keras_vit
-from keras_vit.checkpoints import write_checkpoint
-from keras_vit.checkpoints.formats import model_contents
+from keras_vit.checkpoints import model_contents, write_checkpoint
 
 pytestmark = pytest.mark.pytorch
 torch = pytest.importorskip("torch")

@@ -1,4 +1,4 @@
-"""Argument errors that need no TensorFlow come before it is imported (issue 47, point 5),
+"""Argument errors that need no TensorFlow come before it is imported,
 and a misspelt model name gets the closest one (point 8)."""
 
 from __future__ import annotations

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import logging
 
 import pytest
 
@@ -27,23 +26,24 @@ def test_quiet_prints_the_table_only(tmp_path, capsys, quiet):
     assert json.loads(out_file.read_text())["config"]["model"] == TINY
 
 
-def test_model_is_the_flag_and_variant_a_deprecated_alias(capsys, caplog):
+def test_model_names_the_architecture(capsys):
     parser = build_parser()
     assert parser.parse_args(["benchmark"]).model == "Ti/16"
     assert parser.parse_args(["benchmark", "--model", "B/16"]).model == "B/16"
-    with caplog.at_level(logging.WARNING):
-        assert parser.parse_args(["benchmark", "--variant", "S/32"]).model == "S/32"
-    assert "--variant is deprecated; use --model." in caplog.text
-    # both spellings: the new one given first is not silently replaced by the old one
-    with pytest.raises(SystemExit) as raised:
-        parser.parse_args(["benchmark", "--model", "B/16", "--variant", "Ti/16"])
-    assert raised.value.code == 2
-    assert "--variant is the old spelling of --model; give one" in capsys.readouterr().err
-    assert parser.parse_args(["benchmark", "--variant", "Ti/16", "--model", "B/16"]).model == "B/16"
     with pytest.raises(SystemExit):
         parser.parse_args(["benchmark", "--help"])
-    help_text = capsys.readouterr().out
-    assert "--model MODEL" in help_text and "--variant" not in help_text
+    assert "--model MODEL" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "flags", [["--variant", "S/32"], ["--dtype-policy", "float32"], ["--no-xla"]]
+)
+def test_one_spelling_per_flag_others_are_refused(flags, capsys):
+    """`--model`, `--mixed-precision` and `--no-jit-compile` are the only spellings."""
+    with pytest.raises(SystemExit) as raised:
+        build_parser().parse_args(["benchmark", *flags])
+    assert raised.value.code == 2
+    assert f"unrecognized arguments: {' '.join(flags)}" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(
@@ -139,24 +139,6 @@ def test_an_image_size_in_the_model_name_is_honoured_or_refused():
         benchmark.check_args(args)
 
 
-def test_peers_that_do_not_import_are_named_with_the_reason(tmp_path, capsys, monkeypatch):
-    from keras_vit.evaluate import benchmarking
-
-    missing = {peer: f"keras_vit_test_missing_{peer}" for peer in benchmarking.PEER_MODULES}
-    monkeypatch.setattr(benchmarking, "PEER_MODULES", missing)
-    out_file = tmp_path / "bench.json"
-    assert main(["benchmark", "--model", TINY, *TINY_RUN, "--peers", "--json", str(out_file)]) == 0
-    skipped = json.loads(out_file.read_text())["skipped_peers"]
-    assert sorted(skipped) == sorted(missing)
-    captured = capsys.readouterr()
-    assert "| infer | keras_vit" in captured.out
-    for peer, module in missing.items():
-        assert f"| infer | {peer}" not in captured.out
-        assert f"--peers: {peer} skipped" in captured.err
-        assert f"No module named {module!r}" in captured.err
-        assert skipped[peer] == f"ModuleNotFoundError: No module named {module!r}"
-
-
 @pytest.mark.parametrize("kind", ["fifo", "empty", "trailing separator"])
 def test_a_json_path_that_names_no_file_is_refused_before_work(tmp_path, capsys, monkeypatch, kind):
     import os
@@ -197,34 +179,29 @@ HYBRID_SPELLINGS = [
 
 
 @pytest.mark.parametrize("spelling, name", HYBRID_SPELLINGS)
-def test_each_hybrid_spelling_is_timed_by_keras_vit_alone(
+def test_each_hybrid_spelling_is_timed_as_its_table_row(
     spelling, name, tmp_path, capsys, monkeypatch
 ):
-    """Every spelling reaches the timer as its table row, for keras_vit only (each peer
-    skipped in one line), and the table's GFLOP/s are the hybrid's analytic count x img/s.
-    The timer is a stand-in here (the real one: the test below); R50+L/32 would take
-    minutes to build."""
+    """Every spelling reaches the timer as its table row, and the table's GFLOP/s are the
+    hybrid's analytic count x img/s. The timer is a stand-in here (the real one: the test
+    below); R50+L/32 would take minutes to build."""
     from keras_vit.evaluate import benchmarking
 
     timed = []
 
-    def fake_measure(framework, variant, image_size, batch_size, mode, **kwargs):
-        timed.append((framework, variant, image_size, mode))
-        return benchmarking.result_record(framework, mode, [10.0], 1, 0.0)
+    def fake_measure(variant, image_size, batch_size, mode, **kwargs):
+        timed.append((variant, image_size, mode))
+        return benchmarking.result_record("keras_vit", mode, [10.0], 1, 0.0)
 
     monkeypatch.setattr(benchmark, "measure", fake_measure)
     out_file = tmp_path / "bench.json"
     argv = ["benchmark", "--model", spelling, *TINY_RUN, "--mode", "both", "--image-size", "64"]
-    assert main([*argv, "--peers", "--json", str(out_file)]) == 0
-    assert timed == [("keras_vit", name, (64, 64), "infer"), ("keras_vit", name, (64, 64), "train")]
+    assert main([*argv, "--json", str(out_file)]) == 0
+    assert timed == [(name, (64, 64), "infer"), (name, (64, 64), "train")]
     captured = capsys.readouterr()
     assert f"{name} @64, batch 2" in captured.out and "ViT-R" not in captured.out
-    for peer in benchmarking.FRAMEWORKS[1:]:
-        note = f"--peers: {peer} skipped, it has no hybrid (ResNet + ViT) model like {name}"
-        assert captured.err.count(note) == 1, captured.err
     payload = json.loads(out_file.read_text())
     assert payload["config"]["model"] == name
-    assert sorted(payload["skipped_peers"]) == sorted(benchmarking.FRAMEWORKS[1:])
     for record in payload["results"]:
         gflops = benchmarking.model_gflops(name, 64, record["mode"])
         assert record["model_gflops_per_s"] == pytest.approx(10.0 * gflops)

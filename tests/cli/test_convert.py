@@ -240,7 +240,7 @@ def test_a_new_format_is_one_table_row(official_file, tmp_path, monkeypatch, cap
     """A row added to FORMAT_TABLE (its own reader and writer) is offered by `--to`, picked
     by its suffix, listed in the help and written by its writer: convert.py is not touched."""
     from keras_vit.checkpoints import format_table
-    from keras_vit.checkpoints.release_io import write_release_npz
+    from keras_vit.checkpoints.release.release_io import write_release_npz
 
     written = []
 
@@ -325,7 +325,7 @@ def test_dinov3_converts_both_ways_and_npz_refuses_rope(tmp_path, capsys):
     timm -> .keras -> HF DINOv3ViTModel -> .keras, each the same features as the source
     (the NumPy forward with the rotary embedding); the release's .npz refuses it by the
     option's name."""
-    from keras_vit.checkpoints.naming import official_arrays
+    from keras_vit.checkpoints.base.naming import official_arrays
     from tests.checkpoints.random_models import randomise
     from tests.numpy_family_reference import family_forward
 

@@ -174,13 +174,13 @@ def test_model_without_a_head_is_a_usage_error(photo, tmp_path, capsys):
     assert "class scores" in capsys.readouterr().err
 
 
-def test_the_old_model_flag_still_works_with_a_warning(photo, model_file, tmp_path, caplog):
-    import logging
-
+def test_the_model_comes_first_and_has_no_flag(photo, model_file, tmp_path, capsys):
     out = str(tmp_path / "m.png")
-    with caplog.at_level(logging.WARNING):
-        assert main(["explain", str(photo), "--model", str(model_file), "--out", out]) == 0
-    assert "use explain RUN_OR_MODEL IMAGE" in caplog.text
+    with pytest.raises(SystemExit) as raised:
+        main(["explain", str(photo), "--model", str(model_file), "--out", out])
+    assert raised.value.code == 2
+    assert "unrecognized arguments: --model" in capsys.readouterr().err
+    assert not (tmp_path / "m.png").exists()
 
 
 def test_explain_takes_the_model_first_and_the_shared_flags(photo, model_file, tmp_path, capsys):
@@ -204,7 +204,7 @@ def test_a_tiff_image_is_named_as_such(model_file, tmp_path, capsys):
 def test_explain_a_distilled_model_with_registers(
     photo_png, tmp_path, monkeypatch, distillation_head
 ):
-    """Issue 27: the map of a DeiT-style model with registers covers the patch grid only
+    """The map of a DeiT-style model with registers covers the patch grid only
     (4 x 6 here: no distillation or register cells) and is the rollout of the saved model;
     also with the distillation token's head left out (HF DeiTForImageClassification)."""
     import keras

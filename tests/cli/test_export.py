@@ -15,8 +15,9 @@ import pytest
 import tensorflow as tf
 
 import keras_vit
-from keras_vit.cli.export import class_names_from_run, read_class_names_file, resolve_model_path
+from keras_vit.cli.export import read_class_names_file
 from keras_vit.cli.main import main
+from keras_vit.cli.model_files import class_names_from_run, resolve_model_path
 from tests.conftest import TINY_VIT
 from tests.output_checks import randomize_weights
 from tests.test_export import preprocess_reference, tree_listing
@@ -175,7 +176,7 @@ def _disk_full(*args, **kwargs):
 def test_a_full_disk_leaves_no_export_dir_behind(
     run_export, tmp_path, monkeypatch, capsys, parents
 ):
-    """Issue 46, point 11: a full disk while the SavedModel is written (the writer raises
+    """A full disk while the SavedModel is written (the writer raises
     OSError(ENOSPC)) used to leave the empty EXPORT_DIR (and any parent it made) behind;
     the command fails naming the version folder and the cause, and the disk is as before."""
     monkeypatch.setattr(tf.saved_model, "save", _disk_full)  # ExportArchive.write_out's writer

@@ -1,4 +1,4 @@
-"""`keras-vit` itself: --help without TensorFlow, a quiet start-up unless asked (issue 17)."""
+"""`keras-vit` itself: --help without TensorFlow, a quiet start-up unless asked."""
 
 from __future__ import annotations
 
@@ -98,7 +98,7 @@ print(model.predict(np.zeros((1, 8, 8, 3)), verbose=0).shape)
 
 def test_python_users_get_a_quiet_tensorflow_start_unless_they_set_its_log_level(tmp_path):
     """`import keras_vit` and a first model: TensorFlow's start-up block (oneDNN notice,
-    "E0000 ... failed call to cuInit" on CPU machines) is hidden (issue 47); a user's own
+    "E0000 ... failed call to cuInit" on CPU machines) is hidden; a user's own
     TF_CPP_MIN_LOG_LEVEL (here 0, show everything) or KERAS_VIT_VERBOSE=1 lets it through."""
 
     def run(**env):

@@ -143,7 +143,7 @@ def test_predict_bad_arguments_exit_2(trained, capsys, tmp_path):
 
 def test_predict_reports_a_file_that_is_no_image_once(trained, capsys, caplog, tmp_path):
     """A text file given to predict: the one error line, and no warning log repeating it
-    (issue 47: "Skipped 1 bad image file(s)" was logged, then the error printed); in a folder
+    (not "Skipped 1 bad image file(s)" logged before the error); in a folder
     beside a readable image: one "Skipped" line, no log record."""
     note = tmp_path / "note.txt"
     note.write_text("hello")
@@ -168,7 +168,7 @@ def test_predict_does_not_run_the_precision_probe(
     trained, digits_folder, capsys, monkeypatch, tmp_path
 ):
     """--mixed-precision auto on a one-off predict takes a cached probe or the flag rule: no
-    probe is measured (nor its cache written) for a few images (issue 47)."""
+    probe is measured (nor its cache written) for a few images."""
     from keras_vit.runtime import precision_probe
 
     monkeypatch.setenv("KERAS_VIT_PRECISION_PROBE", "on")

@@ -103,7 +103,7 @@ DEFAULT_RECORD = {
 
 
 def test_the_first_line_of_the_default_run_is_short_and_the_details_follow():
-    """Issue 47: the first line was ~600 characters. It keeps to FIRST_LINE_MAX with the
+    """The first line was ~600 characters. It keeps to FIRST_LINE_MAX with the
     default run directory; the held-out tenth and the precision's reason follow, each once."""
     lines = progress.start_lines("runs/train-20261205-221500", DEFAULT_RECORD, "float32")
     assert len(lines[0]) <= progress.FIRST_LINE_MAX, lines[0]

@@ -6,7 +6,7 @@ import argparse
 import pytest
 
 from keras_vit.cli.resume_flags import INVOCATION_FLAGS, resume_conflicts, resume_refusal
-from keras_vit.train.run_plan import RunConfig
+from keras_vit.train.run_config import RunConfig
 from keras_vit.train.training import TrainConfig
 
 

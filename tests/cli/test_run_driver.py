@@ -9,7 +9,7 @@ import pytest
 
 from keras_vit.cli import run_driver
 from keras_vit.cli.flags import UsageError
-from keras_vit.runtime import distribute
+from keras_vit.runtime import precision
 
 RESOLVED = {"validation_split": "train[90%:]", "num_validation_examples": 500}
 
@@ -44,14 +44,14 @@ def test_unknown_strategy_is_a_usage_error():
 
 @pytest.mark.parametrize("flag, refused", [(True, True), (None, False), (False, False)])
 def test_explicit_jit_compile_is_refused_where_xla_cannot_run(monkeypatch, flag, refused):
-    monkeypatch.setattr(distribute, "xla_unsupported_reason", lambda s: "no XLA on this TPU")
+    monkeypatch.setattr(precision, "xla_unsupported_reason", lambda s: "no XLA on this TPU")
     args = argparse.Namespace(jit_compile=flag)
     if refused:
         with pytest.raises(UsageError, match="--jit-compile cannot run here: no XLA on this TPU"):
             run_driver.check_jit_compile(args, object())
     else:
         run_driver.check_jit_compile(args, object())
-    monkeypatch.setattr(distribute, "xla_unsupported_reason", lambda s: None)
+    monkeypatch.setattr(precision, "xla_unsupported_reason", lambda s: None)
     run_driver.check_jit_compile(argparse.Namespace(jit_compile=True), object())
 
 

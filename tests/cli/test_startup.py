@@ -1,11 +1,13 @@
-"""cli/startup: KERAS_VIT_VERBOSE parsing, OS-level stderr (fd 2, where TensorFlow's C++
-start-up block goes) silenced only inside the block, and the quiet TensorFlow start."""
+"""cli/startup and the helpers it shares with keras_vit/_lazy: KERAS_VIT_VERBOSE parsing,
+OS-level stderr (fd 2, where TensorFlow's C++ start-up block goes) silenced only inside the
+block, and the quiet TensorFlow start."""
 
 import logging
 import os
 
 import pytest
 
+from keras_vit import _lazy
 from keras_vit.cli import startup
 from tests.import_order import imports_asked
 
@@ -17,22 +19,22 @@ from tests.import_order import imports_asked
 )  # fmt: skip
 def test_verbose_from_env(monkeypatch, value, verbose):
     if value is None:
-        monkeypatch.delenv(startup.VERBOSE_ENV, raising=False)
+        monkeypatch.delenv(_lazy.VERBOSE_ENV, raising=False)
     else:
-        monkeypatch.setenv(startup.VERBOSE_ENV, value)
-    assert startup.verbose_from_env() is verbose
+        monkeypatch.setenv(_lazy.VERBOSE_ENV, value)
+    assert _lazy.verbose_from_env() is verbose
 
 
 def test_fd2_is_silenced_inside_the_block_only(capfd):
     os.write(2, b"before\n")
-    with startup.stderr_fd_silenced():
+    with _lazy.stderr_fd_silenced():
         os.write(2, b"hidden C++ log\n")
     os.write(2, b"after\n")
     assert capfd.readouterr().err == "before\nafter\n"
 
 
 def test_fd2_comes_back_when_the_block_raises(capfd):
-    with pytest.raises(RuntimeError, match="boom"), startup.stderr_fd_silenced():
+    with pytest.raises(RuntimeError, match="boom"), _lazy.stderr_fd_silenced():
         os.write(2, b"hidden\n")
         raise RuntimeError("boom")
     os.write(2, b"visible\n")

@@ -57,7 +57,7 @@ def test_select_best_reaches_the_run(tmp_path, capsys, caplog):
     with caplog.at_level("INFO"):
         assert main(argv) == 0
     out = capsys.readouterr().out
-    # the precision sentence once: on stdout, not again as an INFO log (issue 47)
+    # the precision sentence once: on stdout, not again as an INFO log
     assert out.count("  precision: float32") == 1
     assert not [r for r in caplog.records if r.getMessage().startswith("Precision: ")]
     assert out.count("Time left: about ") == 1  # after epoch 1 of 2
@@ -234,7 +234,7 @@ def test_subcommand_help(capsys, command):
 @pytest.mark.parametrize("command", ["train", "finetune"])
 def test_help_gives_the_recipe_defaults(capsys, command):
     """`--help` names the defaults a run uses (the recipe dataclass a run is built from):
-    epochs or steps, batch size, learning rate, seed (issue 47)."""
+    epochs or steps, batch size, learning rate, seed."""
     with pytest.raises(SystemExit):
         main([command, "--help"])
     out = capsys.readouterr().out
@@ -349,8 +349,8 @@ def test_a_folder_without_test_split_trains_on_a_carved_validation_split(tmp_pat
 @pytest.mark.parametrize("nested", [False, True])
 def test_a_folder_with_one_class_is_refused_before_the_run_directory(tmp_path, capsys, nested):
     """One class sub-folder (flat `imgs/<class>/` or `imgs/<split>/<class>/`): one line naming
-    the folder, the class found and the rule, exit 2, no run directory (issue 47: it blamed
-    the batch size, then died inside Keras after writing the run directory)."""
+    the folder, the class found and the rule, exit 2, no run directory (not an error blaming
+    the batch size, nor one from inside Keras after writing the run directory)."""
     import numpy as np
     from PIL import Image
 
@@ -426,7 +426,7 @@ def test_remat_flag_reaches_the_run_config_and_the_model_arguments(subcommand):
     from keras_vit.cli import finetune as finetune_command
     from keras_vit.cli import train as train_command
     from keras_vit.cli.main import build_parser
-    from keras_vit.train import run_plan
+    from keras_vit.train import run_config, run_plan
 
     module = {"train": train_command, "finetune": finetune_command}[subcommand]
     extra = ["--weights", "Ti/16"] if subcommand == "finetune" else []
@@ -434,7 +434,7 @@ def test_remat_flag_reaches_the_run_config_and_the_model_arguments(subcommand):
         args = build_parser().parse_args([subcommand, *extra, *flags])
         config = module.build_config(args)
         assert config.remat is expected
-        assert run_plan.RunConfig.from_dict(config.to_dict()).remat is expected  # config.json
+        assert run_config.RunConfig.from_dict(config.to_dict()).remat is expected  # config.json
     if subcommand == "train":
         kwargs = run_plan.train_model_kwargs(config, 10, 1, (28, 28))
         assert kwargs["remat"] is True

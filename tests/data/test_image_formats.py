@@ -23,6 +23,7 @@ from keras_vit import data
 from keras_vit.cli import explain, predict
 from keras_vit.data import decode, image_check
 from keras_vit.export import export_saved_model
+from keras_vit.spec import image_formats
 from tests.output_checks import randomize_weights
 
 SIZE = 16
@@ -113,8 +114,7 @@ def test_decode_pixels_matches_pillow(fmt, mode, options, channels):
 
 
 def test_the_layout_table_covers_every_listed_format():
-    assert {fmt for fmt, _, _ in LAYOUTS} == set(decode.DECODED_FORMATS)
-    assert set(predict.IMAGE_EXTENSIONS) == set(decode.IMAGE_EXTENSIONS)
+    assert {fmt for fmt, _, _ in LAYOUTS} == set(image_formats.DECODED_FORMATS)
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,6 @@
 """keras_vit.data.image_header through keras_vit's one decoding rule (`decode_pixels`): a phone
 photo's EXIF orientation is applied, and an image declaring more than MAX_PIXELS is refused
-from its header (issue 46, point 7).
+from its header.
 
 References: the stored pixels come from TensorFlow's own JPEG decoder (`tf.io.decode_jpeg`,
 which ignores EXIF) and are turned by NumPy as the EXIF table says (written here, not taken

@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 
 import keras_vit
-from keras_vit.checkpoints.model_io import model_input_preprocessing
+from keras_vit.checkpoints.keras_files.model_io import model_input_preprocessing
 from keras_vit.data.preprocess import from_unit_range
 from keras_vit.export import export_saved_model
 

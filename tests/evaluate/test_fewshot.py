@@ -192,13 +192,13 @@ def test_features_are_what_the_head_reads(
     ids=["distilled_registers", "class_head_only", "deit_model_pooler", "gap_registers"],
 )
 def test_family_features_are_the_class_token_or_the_patch_mean(switches, layer):
-    """Issue 27: few-shot features of a DeiT / DINOv2-reg model are the normalised class
+    """Few-shot features of a DeiT / DINOv2-reg model are the normalised class
     token (not the distillation token; also beside a distillation token without its head,
     HF DeiTForImageClassification), HF DeiTModel's pooler output (tanh(dense(class
     token)), its pre_logits), or for "gap" the mean of the patch tokens only (registers
     left out), as the NumPy reference of the equations computes them."""
     import keras_vit
-    from keras_vit.checkpoints.naming import official_arrays
+    from keras_vit.checkpoints.base.naming import official_arrays
     from tests.checkpoints.random_models import images_for, randomise
     from tests.numpy_family_reference import family_forward
 

@@ -111,7 +111,7 @@ def merge(before_path, after_path, results_path) -> None:
     write_results(
         results_path,
         values,
-        command="python tests/fuzz/long_run.py (against the code before and after issue 26)",
+        command="python tests/fuzz/long_run.py (against an older and the current readers)",
         about="Reader fuzzing: inputs tried per campaign, distinct failures found on the old "
         "readers, distinct failures left",
         notes=f"before: {os.path.basename(before_path)}, after: {os.path.basename(after_path)}",

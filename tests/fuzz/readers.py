@@ -52,7 +52,7 @@ def valid_files(root) -> dict[str, str]:
     each, beside a file the readers must never open): npz, hf, timm, keras."""
     import keras_vit
     from keras_vit.checkpoints import read_checkpoint, write_checkpoint
-    from keras_vit.checkpoints.npz_io import write_npz
+    from keras_vit.checkpoints.base.npz_io import write_npz
     from tests.numpy_reference import tiny_official_params
 
     root = os.fspath(root)

@@ -116,12 +116,12 @@ def test_safetensors_offsets_that_overlap_or_do_not_fit_the_shape(tmp_path):
 def test_absurd_hf_config_sizes_are_refused_before_a_model_is_built(
     valid, tmp_path_factory, monkeypatch, field, value, match
 ):
-    from keras_vit.model import build_any
+    from keras_vit.model import from_kwargs
 
     def no_build(*args, **kwargs):
         raise AssertionError("a model was built before the config was checked")
 
-    monkeypatch.setattr(build_any, "build", no_build)
+    monkeypatch.setattr(from_kwargs, "build", no_build)
     folder = _case(valid, "hf", tmp_path_factory)
     config = json.loads(open(os.path.join(folder, "config.json")).read())
     config[field] = value
@@ -225,7 +225,7 @@ def test_an_npy_header_cut_inside_its_dict_is_named(tmp_path):
 def test_release_arrays_of_the_wrong_rank_are_named_before_the_architecture(tmp_path):
     """Found by tests/fuzz/long_run.py: a head kernel of one axis raised IndexError in
     the architecture inference; a config.json "layer_norm_eps": null raised TypeError."""
-    from keras_vit.checkpoints.npz_io import write_npz
+    from keras_vit.checkpoints.base.npz_io import write_npz
     from tests.numpy_reference import tiny_official_params
 
     params = tiny_official_params(seed=0)

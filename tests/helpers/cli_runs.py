@@ -9,7 +9,7 @@ import contextlib
 import io
 
 from keras_vit.cli.main import main
-from keras_vit.train import runs
+from keras_vit.train import run_directory
 
 TRAIN_ARGS = [
     "train",
@@ -27,7 +27,7 @@ def pretrained_run(tmp_path_factory):
     What `keras-vit train` printed is kept in `<run_dir>.stdout.txt`.
     """
     run_dir = tmp_path_factory.getbasetemp() / "cli_pretrained_run"
-    if not runs.is_complete(run_dir):
+    if not run_directory.is_complete(run_dir):
         output = io.StringIO()
         with contextlib.redirect_stdout(output):
             status = main([*TRAIN_ARGS, "--seed", "3", "--run-dir", str(run_dir)])

@@ -21,7 +21,7 @@ def main(workdir: str) -> dict:
 
     import keras_vit
     from keras_vit.checkpoints import model_contents, write_checkpoint
-    from keras_vit.checkpoints.npz_io import write_npz
+    from keras_vit.checkpoints.base.npz_io import write_npz
     from tests.checkpoints.torch_state import TINY, timm_forward, timm_state
     from tests.numpy_reference import random_official_params, vit_forward
 
@@ -83,7 +83,7 @@ def rope_check() -> dict:
     import keras
 
     import keras_vit
-    from keras_vit.checkpoints.naming import official_arrays
+    from keras_vit.checkpoints.base.naming import official_arrays
     from tests.checkpoints.random_models import randomise
     from tests.numpy_family_reference import family_forward
 

@@ -11,7 +11,7 @@ import pytest
 
 import keras_vit
 from keras_vit.checkpoints import CheckpointError
-from keras_vit.checkpoints.architecture import Architecture
+from keras_vit.checkpoints.base.architecture import Architecture
 from keras_vit.layers import AddSinCosPositionEmbs
 from keras_vit.layers.position_embedding import sincos_2d_table
 from keras_vit.train import run_plan
@@ -87,7 +87,7 @@ def test_checkpoint_without_a_table_loads_into_a_sincos_model(tmp_path):
     assert "Transformer/posembed_input/pos_embedding" not in arrays
     assert Architecture.from_arrays(arrays).position_embedding is None
     with pytest.raises(CheckpointError, match="pos_embedding"):
-        keras_vit.load_npz(keras_vit.ViT(**TINY, num_classes=3), tmp_path / "best.npz")
+        keras_vit.load_weights(keras_vit.ViT(**TINY, num_classes=3), tmp_path / "best.npz")
     # A run's config.json next to the file says "sincos2d": the run's model is rebuilt.
     kwargs = {**TINY, "num_classes": 3, "position_embedding": "sincos2d"}
     (tmp_path / "config.json").write_text(json.dumps({"resolved": {"model_kwargs": kwargs}}))

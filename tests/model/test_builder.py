@@ -1,4 +1,4 @@
-"""The ViT-family switches of the builder core (issue 27): LayerScale, register tokens,
+"""The ViT-family switches of the builder core: LayerScale, register tokens,
 DeiT's distillation token and head (or no head: `distillation_head=False`, HF
 DeiTForImageClassification; or HF DeiTModel's pooler as `pre_logits`), no_embed_class,
 norm_pre, quick_gelu; patch 14.
@@ -24,9 +24,9 @@ from hypothesis import strategies as st
 
 import keras_vit
 from keras_vit.checkpoints import CheckpointError, load_weights, model_contents, write_checkpoint
-from keras_vit.checkpoints.architecture import Architecture
+from keras_vit.checkpoints.base.architecture import Architecture
+from keras_vit.checkpoints.base.naming import official_arrays
 from keras_vit.checkpoints.from_checkpoint import architecture_kwargs
-from keras_vit.checkpoints.naming import official_arrays
 from tests.checkpoints.random_models import images_for, logits, randomise
 from tests.numpy_family_reference import family_forward
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import keras_vit
-from keras_vit.checkpoints.architecture import Architecture
+from keras_vit.checkpoints.base.architecture import Architecture
 from keras_vit.model.dinov3 import DINOv3, dinov3_kwargs
 from tests.checkpoints.random_models import randomise
 from tests.numpy_family_reference import family_forward
@@ -75,7 +75,7 @@ def test_finetune_at_a_new_size_keeps_the_body_and_rotates_the_new_grid():
     assert tuned.get_layer("encoderblock_0").rope["grid_size"] == [4, 4]
     randomise(tuned.get_layer("head"), seed=3)
     x = np.random.default_rng(0).uniform(-1, 1, (2, 16, 16, 3)).astype("float32")
-    from keras_vit.checkpoints.naming import official_arrays
+    from keras_vit.checkpoints.base.naming import official_arrays
 
     want = family_forward(
         official_arrays(tuned),

@@ -12,7 +12,7 @@ import scipy.ndimage
 import tensorflow as tf
 
 import keras_vit
-from keras_vit.checkpoints.npz_io import write_npz
+from keras_vit.checkpoints.base.npz_io import write_npz
 from tests.numpy_reference import random_official_params, vit_forward
 
 ARCH = dict(patch_size=8, hidden_dim=32, num_heads=4, mlp_dim=64, num_layers=2, num_classes=10)

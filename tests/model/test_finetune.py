@@ -207,7 +207,7 @@ def test_position_embedding_options_are_kept(position_embedding):
 
 
 def test_a_distilled_model_gets_both_heads_replaced_by_zero_ones():
-    """Issue 27, DeiT: finetune replaces `head` and `head_dist` (zero-initialised, logits
+    """DeiT: finetune replaces `head` and `head_dist` (zero-initialised, logits
     still their mean), keeps the distillation and register tokens, LayerScale and the body;
     a one-step fit moves both heads."""
     family = dict(distilled=True, num_register_tokens=2, layer_scale_init=0.1)
@@ -259,7 +259,7 @@ def test_a_distillation_token_without_its_head_gets_one_zero_head(switches):
     pooler (pre_logits dropped): one zero `head` on the class token, the distillation token
     kept; the result is a fresh `distillation_head=False` build, and no pre_logits may be
     put under its head."""
-    from keras_vit.checkpoints.architecture import Architecture
+    from keras_vit.checkpoints.base.architecture import Architecture
 
     source = _randomised(keras_vit.ViT(image_size=(16, 24), **switches, **ARCH))
     tuned = keras_vit.finetune(source, 3)

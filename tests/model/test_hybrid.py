@@ -15,10 +15,11 @@ from hypothesis import strategies as st
 
 import keras_vit
 from keras_vit import HybridViT
-from keras_vit.checkpoints import CheckpointError, load_npz, save_npz
+from keras_vit.checkpoints import CheckpointError, load_weights, save_npz
 from keras_vit.layers import ZeroPaddedMaxPool
 from keras_vit.model.finetune import finetune
-from keras_vit.model.hybrid import HYBRID_CONFIGS, _same_max_pool
+from keras_vit.model.hybrid import _same_max_pool
+from keras_vit.spec.configs import HYBRID_CONFIGS
 from tests.numpy_reference import hybrid_forward
 from tests.output_checks import (
     assert_close_to_float32,
@@ -380,7 +381,7 @@ def test_r50_b16_at_384_has_a_24x24_grid_and_loads_a_224_checkpoint(r50_b16, r50
     assert model.get_layer("embedding").grid_size == (24, 24)
     assert tuple(model.get_layer("block3_unit9").output.shape) == (None, 24, 24, 1024)
     assert tuple(model.get_layer("embedding").output.shape) == (None, 576, 768)
-    report = load_npz(model, path)
+    report = load_weights(model, path)
     assert report.resized_grid == ((14, 14), (24, 24))
     table = np.asarray(model.get_layer("posembed_input").pos_embedding)
     source = np.asarray(r50_b16.get_layer("posembed_input").pos_embedding)
@@ -401,7 +402,7 @@ def test_tiny_hybrid_npz_round_trip(tmp_path, tiny_hybrid_images):
     written = save_npz(model, path)
     assert "block1/unit1/conv_proj/kernel" in written and "gn_root/scale" in written
     other = HybridViT(**TINY_HYBRID)
-    load_npz(other, path)
+    load_weights(other, path)
     np.testing.assert_array_equal(
         np.asarray(other(tiny_hybrid_images)), np.asarray(model(tiny_hybrid_images))
     )
@@ -425,7 +426,7 @@ def test_an_official_layout_hybrid_file_gives_the_numpy_logits(tmp_path, tiny_hy
     path = tmp_path / "official_hybrid.npz"
     np.savez(path, **params)
     model = HybridViT(**TINY_HYBRID)
-    load_npz(model, path)
+    load_weights(model, path)
     expected = hybrid_forward(params, tiny_hybrid_images, num_heads=4)
     assert_outputs_close(model.predict(tiny_hybrid_images, verbose=0), expected, atol=1e-4)
     assert save_npz(model, tmp_path / "again.npz").shapes == shapes

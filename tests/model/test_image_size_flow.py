@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from keras_vit.cli.main import build_parser, main
-from keras_vit.train import run_plan, training
+from keras_vit.train import run_config, run_plan, training
 
 ONE_REPLICA = types.SimpleNamespace(num_replicas_in_sync=1)
 SIDES = st.integers(1, 4096)
@@ -34,10 +34,10 @@ def test_a_bad_flag_is_refused_where_it_enters(capsys, command, bad):
 
 @given(value=st.one_of(SIDES, st.tuples(SIDES, SIDES), st.lists(SIDES, min_size=2, max_size=2)))
 def test_run_config_holds_the_checked_pair(value):
-    config = run_plan.RunConfig(recipe=training.TrainConfig(image_size=value))
+    config = run_config.RunConfig(recipe=training.TrainConfig(image_size=value))
     expected = (value, value) if isinstance(value, int) else tuple(value)
     assert config.recipe.image_size == expected
-    again = run_plan.RunConfig.from_dict(config.to_dict())  # config.json stores a list
+    again = run_config.RunConfig.from_dict(config.to_dict())  # config.json stores a list
     assert again.recipe.image_size == expected
 
 
@@ -47,8 +47,8 @@ def test_run_config_refuses_a_bad_size_at_once(bad):
     (what the CLI reports in one line) from `recipe_from`, which the CLI and config.json use."""
     with pytest.raises(ValueError, match="image_size"):
         training.TrainConfig(image_size=bad)
-    with pytest.raises(run_plan.ConfigError, match="image_size"):
-        run_plan.recipe_from("train", {"image_size": bad})
+    with pytest.raises(run_config.ConfigError, match="image_size"):
+        run_config.recipe_from("train", {"image_size": bad})
 
 
 def test_the_pair_reaches_patch_embed():
@@ -57,7 +57,7 @@ def test_the_pair_reaches_patch_embed():
     )
     args = build_parser().parse_args(["train", "--image-size", "16", "24"])
     assert args.image_size == (16, 24)
-    plan = run_plan.plan_run(run_plan.RunConfig(recipe=recipe), ONE_REPLICA)
+    plan = run_plan.plan_run(run_config.RunConfig(recipe=recipe), ONE_REPLICA)
     assert plan.image_size == (16, 24)
     model = training.build_model(plan.model_kwargs)
     assert tuple(model.get_layer("embedding").image_size) == (16, 24)
@@ -81,7 +81,7 @@ def test_a_size_that_cannot_fit_is_refused_before_work(side, batch, memory_gib):
     run_plan.physical_memory_bytes = lambda: memory
     try:
         if need > memory:
-            with pytest.raises(run_plan.ConfigError, match=f"image_size {side}x{side} cannot"):
+            with pytest.raises(run_config.ConfigError, match=f"image_size {side}x{side} cannot"):
                 run_plan.check_fits_in_memory(kwargs, (side, side), 3, batch)
         else:
             run_plan.check_fits_in_memory(kwargs, (side, side), 3, batch)

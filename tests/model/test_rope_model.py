@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import keras_vit
-from keras_vit.checkpoints.architecture import Architecture
-from keras_vit.checkpoints.naming import official_arrays
+from keras_vit.checkpoints.base.architecture import Architecture
+from keras_vit.checkpoints.base.naming import official_arrays
 from tests.checkpoints.random_models import images_for, logits, randomise
 from tests.numpy_family_reference import family_forward
 from tests.output_checks import MIXED_TOLERANCE, assert_close_to_float32, mixed_and_float32_models

@@ -13,7 +13,7 @@ import pytest
 import tensorflow as tf
 
 import keras_vit
-from keras_vit.runtime import distribute
+from keras_vit.runtime import distribute, precision
 from keras_vit.train import callbacks, runs
 from tests.model_helpers import random_images
 from tests.output_checks import assert_close_to_float32, randomize_weights
@@ -120,7 +120,7 @@ def test_per_replica_batch_size_rejects_uneven_batches(batch_size):
 
 def test_mixed_precision_switch(tiny_vit_kwargs):
     try:
-        assert distribute.set_mixed_precision("mixed_bfloat16") == "mixed_bfloat16"
+        assert precision.set_mixed_precision("mixed_bfloat16") == "mixed_bfloat16"
         model = randomize_weights(keras_vit.ViT(**tiny_vit_kwargs), seed=2)
         assert model.get_layer("encoderblock_0").compute_dtype == "bfloat16"
         assert model.get_layer("encoderblock_0").variable_dtype == "float32"
@@ -131,20 +131,20 @@ def test_mixed_precision_switch(tiny_vit_kwargs):
         reference = keras_vit.ViT(**tiny_vit_kwargs)
         reference.set_weights(model.get_weights())
         assert_close_to_float32(logits, reference(x), "mixed_bfloat16")
-        assert distribute.set_mixed_precision("mixed_float16") == "mixed_float16"
+        assert precision.set_mixed_precision("mixed_float16") == "mixed_float16"
         assert keras.config.dtype_policy().compute_dtype == "float16"
     finally:
-        assert distribute.set_mixed_precision(None) == "float32"
+        assert precision.set_mixed_precision(None) == "float32"
     assert keras.config.dtype_policy().name == "float32"
     with pytest.raises(ValueError, match="mixed_bfloat16"):
-        distribute.set_mixed_precision("half")
+        precision.set_mixed_precision("half")
 
 
 def test_jit_compile_switch():
     default = tf.distribute.get_strategy()
-    assert distribute.resolve_jit_compile(True, default) is True
-    assert distribute.resolve_jit_compile(False, default) is False
-    assert distribute.resolve_jit_compile(None, default) == "auto"
+    assert precision.resolve_jit_compile(True, default) is True
+    assert precision.resolve_jit_compile(False, default) is False
+    assert precision.resolve_jit_compile(None, default) == "auto"
 
 
 # --- two logical CPUs under MirroredStrategy (one subprocess for all checks) ---------------

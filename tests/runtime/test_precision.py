@@ -1,4 +1,4 @@
-"""Tests of the precision-and-compiler choice of keras_vit.runtime.distribute: CPU flags, the rules
+"""Tests of the precision-and-compiler choice of keras_vit.runtime.precision: CPU flags, the rules
 of `choose_precision`, `with_dtype_policy`, and what a run records in its config.json."""
 
 import types
@@ -9,8 +9,8 @@ import pytest
 import tensorflow as tf
 
 import keras_vit
-from keras_vit.runtime import distribute, precision
-from keras_vit.train import run_plan, training
+from keras_vit.runtime import precision
+from keras_vit.train import run_config, run_plan, training
 
 AMX = frozenset({"fpu", "avx512f", "amx_bf16", "amx_tile", "avx512_bf16"})
 AVX512_BF16 = frozenset({"fpu", "avx512f", "avx512_bf16"})
@@ -29,7 +29,7 @@ flags\t\t: fpu vme avx2 avx512f amx_bf16 amx_tile
 def test_cpu_flags_reads_the_flags_line(tmp_path):
     path = tmp_path / "cpuinfo"
     path.write_text(CPUINFO)
-    assert distribute.cpu_flags(str(path)) == {
+    assert precision.cpu_flags(str(path)) == {
         "fpu",
         "vme",
         "avx2",
@@ -37,7 +37,7 @@ def test_cpu_flags_reads_the_flags_line(tmp_path):
         "amx_bf16",
         "amx_tile",
     }
-    assert distribute.cpu_flags(str(tmp_path / "missing")) == frozenset()
+    assert precision.cpu_flags(str(tmp_path / "missing")) == frozenset()
 
 
 @pytest.mark.parametrize(
@@ -54,30 +54,30 @@ def test_cpu_flags_reads_the_flags_line(tmp_path):
     ],
 )
 def test_auto_on_cpu(flags, width, policy, jit):
-    choice = distribute.choose_precision(width, flags=flags)
+    choice = precision.choose_precision(width, flags=flags)
     assert (choice.policy, choice.jit_compile) == (policy, jit)
     assert choice.reason.startswith("CPU with" if flags & AVX512_BF16 else "CPU without")
     assert choice.describe().startswith(f"precision {policy}, XLA {'on' if jit else 'off'} (")
 
 
 def test_a_given_value_is_kept_and_the_other_chosen_to_suit_it():
-    xla_given = distribute.choose_precision(768, flags=AMX, jit_compile=True)
+    xla_given = precision.choose_precision(768, flags=AMX, jit_compile=True)
     assert (xla_given.policy, xla_given.jit_compile) == ("float32", True)
-    no_xla_given = distribute.choose_precision(768, flags=AMX, jit_compile=False)
+    no_xla_given = precision.choose_precision(768, flags=AMX, jit_compile=False)
     assert (no_xla_given.policy, no_xla_given.jit_compile) == ("mixed_bfloat16", False)
-    bf16_given = distribute.choose_precision(64, flags=AMX, mixed_precision="mixed_bfloat16")
+    bf16_given = precision.choose_precision(64, flags=AMX, mixed_precision="mixed_bfloat16")
     assert (bf16_given.policy, bf16_given.jit_compile) == ("mixed_bfloat16", False)
-    float32_given = distribute.choose_precision(768, flags=AMX, mixed_precision="float32")
+    float32_given = precision.choose_precision(768, flags=AMX, mixed_precision="float32")
     assert (float32_given.policy, float32_given.jit_compile) == ("float32", True)
-    none_is_float32 = distribute.choose_precision(768, flags=AMX, mixed_precision=None)
+    none_is_float32 = precision.choose_precision(768, flags=AMX, mixed_precision=None)
     assert none_is_float32.policy == "float32"
-    both = distribute.choose_precision(768, flags=AMX, mixed_precision="float32", jit_compile=False)
+    both = precision.choose_precision(768, flags=AMX, mixed_precision="float32", jit_compile=False)
     assert (both.policy, both.jit_compile) == ("float32", False)
 
 
 @pytest.mark.parametrize("width", [64, 768])
 def test_several_cpu_replicas_never_get_xla(width):
-    """Issue 16: XLA's collectives do not run on CPU, so multi-replica runs stay off XLA."""
+    """XLA's collectives do not run on CPU, so multi-replica runs stay off XLA."""
 
     class TwoCpuReplicas(tf.distribute.MirroredStrategy):
         def __init__(self):  # nothing started
@@ -86,10 +86,10 @@ def test_several_cpu_replicas_never_get_xla(width):
         num_replicas_in_sync = 2
         extended = types.SimpleNamespace(worker_devices=("/device:CPU:0", "/device:CPU:1"))
 
-    choice = distribute.choose_precision(width, strategy=TwoCpuReplicas(), flags=AMX)
+    choice = precision.choose_precision(width, strategy=TwoCpuReplicas(), flags=AMX)
     assert choice.jit_compile is False
     assert "several replicas" in choice.reason
-    given = distribute.choose_precision(
+    given = precision.choose_precision(
         width, strategy=TwoCpuReplicas(), flags=AMX, jit_compile=True
     )
     assert given.jit_compile is False  # would abort in the first step (the CLI refuses first)
@@ -103,7 +103,7 @@ def test_a_multi_worker_strategy_with_one_replica_here_gets_no_xla():
         num_replicas_in_sync = 1
         extended = types.SimpleNamespace(worker_devices=("/job:worker/task:0/device:CPU:0",))
 
-    choice = distribute.choose_precision(64, strategy=OneLocalReplica(), flags=NO_BF16)
+    choice = precision.choose_precision(64, strategy=OneLocalReplica(), flags=NO_BF16)
     assert (choice.policy, choice.jit_compile) == ("float32", False)
 
 
@@ -113,20 +113,20 @@ def test_a_multi_worker_strategy_with_one_replica_here_gets_no_xla():
 )
 def test_bad_values_raise(kwargs, match):
     with pytest.raises(ValueError, match=match):
-        distribute.choose_precision(64, flags=AMX, **kwargs)
+        precision.choose_precision(64, flags=AMX, **kwargs)
 
 
 def test_this_machines_flags_are_read_at_run_time():
-    flags = distribute.cpu_flags()
-    if not flags & set(distribute.BFLOAT16_CPU_FLAGS):
+    flags = precision.cpu_flags()
+    if not flags & set(precision.BFLOAT16_CPU_FLAGS):
         pytest.skip("this CPU reports no bfloat16 matrix units")
-    assert distribute.choose_precision(768).policy == "mixed_bfloat16"
+    assert precision.choose_precision(768).policy == "mixed_bfloat16"
 
 
 def test_model_width(tiny_vit_kwargs):
-    assert distribute.model_width(keras_vit.ViT(**tiny_vit_kwargs)) == 32
+    assert precision.model_width(keras_vit.ViT(**tiny_vit_kwargs)) == 32
     inputs = keras.Input((4,))
-    assert distribute.model_width(keras.Model(inputs, keras.layers.Dense(2)(inputs))) is None
+    assert precision.model_width(keras.Model(inputs, keras.layers.Dense(2)(inputs))) is None
 
 
 def randomised(model, seed=0):
@@ -141,7 +141,7 @@ def test_with_dtype_policy_computes_in_bfloat16_with_the_same_weights(tiny_vit_k
     reference = model.predict(images, verbose=0)
     assert np.abs(reference).max() > 0.5  # randomised, not the zero head
 
-    clone = distribute.with_dtype_policy(model, "mixed_bfloat16")
+    clone = precision.with_dtype_policy(model, "mixed_bfloat16")
     block = clone.get_layer("encoderblock_0")
     assert block.compute_dtype == "bfloat16" and block.variable_dtype == "float32"
     assert clone.get_layer("head").compute_dtype == "float32"
@@ -153,16 +153,16 @@ def test_with_dtype_policy_computes_in_bfloat16_with_the_same_weights(tiny_vit_k
     for a, b in zip(model.get_weights(), clone.get_weights(), strict=True):
         np.testing.assert_array_equal(a, b)
 
-    back = distribute.with_dtype_policy(clone, "float32")
+    back = precision.with_dtype_policy(clone, "float32")
     np.testing.assert_allclose(back.predict(images, verbose=0), reference, rtol=1e-5, atol=1e-5)
-    assert distribute.with_dtype_policy(model, "float32") is model
+    assert precision.with_dtype_policy(model, "float32") is model
     with pytest.raises(ValueError, match="'half'"):
-        distribute.with_dtype_policy(model, "half")
+        precision.with_dtype_policy(model, "half")
 
 
 def plan(monkeypatch, flags, **recipe):
     monkeypatch.setattr(precision, "cpu_flags", lambda path="/proc/cpuinfo": flags)
-    config = run_plan.RunConfig(recipe=training.TrainConfig(**recipe))
+    config = run_config.RunConfig(recipe=training.TrainConfig(**recipe))
     return run_plan.plan_run(config, tf.distribute.get_strategy())
 
 

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from keras_vit.cli import progress
 from keras_vit.runtime import optimizers, precision, precision_probe
-from keras_vit.train import run_plan, training
+from keras_vit.train import run_config, run_plan, training
 
 AVX512_BF16 = frozenset({"fpu", "avx512f", "avx512_bf16"})
 EXAMPLES = itertools.count()
@@ -478,7 +478,7 @@ def test_the_probe_steps_the_block_as_a_run_steps_its_model(xla, monkeypatch):
 
 
 def test_a_run_records_the_measured_choice_and_prints_it_first(host, monkeypatch):
-    config = run_plan.RunConfig(
+    config = run_config.RunConfig(
         recipe=training.TrainConfig(hidden_dim=384, mlp_dim=768, num_heads=6)
     )
     resolved = run_plan.plan_run(config, tf.distribute.get_strategy()).resolved()

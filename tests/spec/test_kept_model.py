@@ -27,7 +27,7 @@ def test_the_select_flag_offers_exactly_them():
 @pytest.mark.parametrize("select", ["first", "Best", ""])
 def test_other_values_are_refused(select, tmp_path):
     from keras_vit.train.callbacks import ModelSnapshots
-    from keras_vit.train.run_plan import ConfigError, RunConfig
+    from keras_vit.train.run_config import ConfigError, RunConfig
 
     assert ModelSnapshots(tmp_path).select == "last"
     with pytest.raises(ValueError, match=rf"select.*{select!r}|{select!r}.*select"):

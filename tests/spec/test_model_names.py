@@ -9,10 +9,10 @@ import pytest
 
 import keras_vit
 from keras_vit.cli import benchmark, convert
-from keras_vit.cli.common import UsageError
+from keras_vit.cli.flags import UsageError
 from keras_vit.cli.main import build_parser
 from keras_vit.spec import configs
-from keras_vit.train import run_plan
+from keras_vit.train import run_config, run_plan
 
 
 def _spellings(table_name: str) -> list[str]:
@@ -109,7 +109,7 @@ def test_every_subcommand_reads_a_spelling_as_the_same_row(table_name, spelling)
 
 
 def test_a_hybrid_trains_through_the_whole_plan():
-    config = run_plan.RunConfig(
+    config = run_config.RunConfig(
         model="R+ViT-Ti_16",
         recipe=keras_vit.train.training.TrainConfig(image_size=32, batch_size=8, epochs=1),
     )
@@ -132,7 +132,7 @@ def test_an_unknown_name_lists_the_valid_ones(bad):
     valid = re.escape(str(configs.valid_names()))
     with pytest.raises(ValueError, match=rf"Unknown model {re.escape(repr(bad))}.*{valid}"):
         configs.resolve_model(bad)
-    with pytest.raises(run_plan.ConfigError, match=re.escape("'default', 'tiny', 'Ti/16'")):
+    with pytest.raises(run_config.ConfigError, match=re.escape("'default', 'tiny', 'Ti/16'")):
         run_plan.resolve_model_name(bad)
     with pytest.raises(UsageError, match="R50\\+B/16"):
         convert.builder_for(bad)
@@ -143,7 +143,7 @@ def test_an_unknown_name_lists_the_valid_ones(bad):
 def test_a_new_row_is_a_new_shortcut_and_a_new_counted_model():
     """Every row has its generated public shortcut and a parameter count in the tests."""
     from tests.model.test_hybrid import PUBLISHED
-    from tests.model.test_models import RELEASE_PARAMS
+    from tests.model.test_vit import RELEASE_PARAMS
 
     builders = {configs.builder_name(name) for name in configs.MODEL_CONFIGS}
     assert builders == set(RELEASE_PARAMS) | set(PUBLISHED)

@@ -18,8 +18,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import keras_vit
-from keras_vit.checkpoints import load_npz
-from keras_vit.train import callbacks, learning_curves, runs, training
+from keras_vit.checkpoints import load_weights
+from keras_vit.train import callbacks, learning_curves, losses, runs
 from keras_vit.train.callbacks import ModelSnapshots
 from tests.conftest import TINY_VIT
 from tests.model_helpers import random_images
@@ -34,7 +34,7 @@ def test_learning_curve_plot_reads_smoothing_and_classes_from_the_model(
         learning_curves, "plot_learning_curves", lambda rows, path, **o: drawn.append(o)
     )
     model = keras_vit.ViT(**tiny_vit_kwargs)
-    model.compile(optimizer="sgd", loss=training.loss(label_smoothing=0.1))
+    model.compile(optimizer="sgd", loss=losses.loss(label_smoothing=0.1))
     history = callbacks.HistoryCSV(tmp_path / "history.csv")
     plot = callbacks.LearningCurvePlot(
         history, tmp_path / "curves.png", title="run-7: learning curves", monitor="loss"
@@ -76,7 +76,7 @@ def test_best_and_last_files_hold_their_epochs_weights(tmp_path, select, kept_ep
         loaded = runs.load_model(tmp_path / f"{stem}.keras")
         assert_outputs_close(loaded.predict(x, verbose=0), logits[epoch], atol=1e-6, what=stem)
         fresh = keras_vit.ViT(**TINY_VIT)
-        load_npz(fresh, tmp_path / f"{stem}.npz")
+        load_weights(fresh, tmp_path / f"{stem}.npz")
         assert_outputs_close(fresh.predict(x, verbose=0), logits[epoch], atol=1e-6, what=stem)
 
 
@@ -159,7 +159,7 @@ def test_fit_run_builds_the_optimizer_before_the_first_step(tmp_path):
 
     def build():
         model = keras_vit.ViT(**TINY_VIT)
-        model.compile(optimizer="adam", loss=training.loss(), metrics=["accuracy"])
+        model.compile(optimizer="adam", loss=losses.loss(), metrics=["accuracy"])
         return model
 
     x = random_images(np.random.default_rng(0), 8, 32, 32)
@@ -179,7 +179,7 @@ def test_fit_run_builds_the_optimizer_before_the_first_step(tmp_path):
 
 def _compiled_tiny(optimizer, **overrides):
     model = keras_vit.ViT(**{**TINY_VIT, **overrides})
-    model.compile(optimizer=optimizer, loss=training.loss())
+    model.compile(optimizer=optimizer, loss=losses.loss())
     return model
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from keras_vit.train import training
+from keras_vit.train import losses
 from keras_vit.train.learning_curves import (
     best_epoch_index,
     learning_curve_figure,
@@ -26,7 +26,7 @@ def test_loss_floor_is_the_smoothed_loss_of_a_perfect_prediction(smoothing, clas
     # smoothed target itself (the minimiser of cross-entropy against that target).
     target = np.full(classes, smoothing / classes)
     target[1] += 1 - smoothing
-    loss = training.loss(label_smoothing=smoothing)
+    loss = losses.loss(label_smoothing=smoothing)
     value = float(loss(np.array([1]), np.log(target)[None].astype("float32")))
     assert smoothed_loss_floor(smoothing, classes) == pytest.approx(value, rel=1e-5)
     assert smoothed_loss_floor(0.0, classes) == 0.0

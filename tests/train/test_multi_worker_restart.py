@@ -24,7 +24,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from keras_vit.train import callbacks, runs
+from keras_vit.train import callbacks, epoch_streams
 from tests.process_helpers import finish, free_ports
 
 HELPER = os.path.join(
@@ -100,7 +100,7 @@ def restarts(tmp_path_factory):
 
 @pytest.mark.slow
 def test_workers_killed_between_their_backups_resume_from_the_epoch_both_have(restarts):
-    """Issue 46, point 10: a worker killed between the workers' backups of epoch 2 left
+    """A worker killed between the workers' backups of epoch 2 left
     the chief at epoch 2 and worker 1 at epoch 1; both used to exit 2 ("backups are of
     different epochs"). Now both resume from epoch 1 (the chief kept its backup of it),
     say so, and end with the uninterrupted run's losses and weights."""
@@ -129,7 +129,7 @@ def test_workers_killed_between_their_backups_resume_from_the_epoch_both_have(re
 @pytest.mark.slow
 def test_restarted_workers_repeat_the_uninterrupted_losses_and_weights(restarts):
     """Each worker resumes its data stream where its backup's epoch left it
-    (runs.worker_passes): it used to start the pipeline's shuffle and crops again, so the
+    (epoch_streams.worker_passes): it used to start the pipeline's shuffle and crops again, so the
     resumed epoch 2 trained on other batches (loss 2.27499 against 2.27488). Equal to the
     bit on this CPU host; held to the one-process resume's tolerances."""
     root, _, _, resumed, uninterrupted = restarts
@@ -188,10 +188,12 @@ def reshuffled_pipeline(batches):
 
 def stream_as_fit_reads_it(first_epoch, epochs, batches, steps_per_epoch):
     """The batches a worker's `fit` trains on in epochs `first_epoch`..`epochs - 1` of
-    `runs.worker_passes`' stream, read as Keras 3.15's `fit` reads it under a strategy: one
+    `epoch_streams.worker_passes`' stream, read as Keras 3.15's `fit` reads it under a strategy: one
     batch from an iterator of its own to build the model (`_maybe_symbolic_build`), then one
     iterator for the run."""
-    stream, steps = runs.worker_passes(reshuffled_pipeline(batches), first_epoch, steps_per_epoch)
+    stream, steps = epoch_streams.worker_passes(
+        reshuffled_pipeline(batches), first_epoch, steps_per_epoch
+    )
     next(iter(stream))
     iterator = iter(stream)
     return [

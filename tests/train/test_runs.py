@@ -1,4 +1,5 @@
-"""Tests of keras_vit.runs (run directories, resume after SIGKILL) and keras_vit.train.run_plan."""
+"""Tests of keras_vit.train.runs (run directories, resume after SIGKILL) and of
+keras_vit.train.run_plan."""
 
 import csv
 import importlib.util
@@ -18,8 +19,17 @@ from hypothesis import strategies as st
 
 import keras_vit
 from keras_vit import _atomic
-from keras_vit.checkpoints import load_npz, save_npz
-from keras_vit.train import run_plan, runs, training
+from keras_vit.checkpoints import load_weights, save_npz
+from keras_vit.spec import run_files
+from keras_vit.train import (
+    epoch_streams,
+    losses,
+    run_config,
+    run_directory,
+    run_plan,
+    runs,
+    training,
+)
 from tests.output_checks import assert_outputs_close, randomize_weights
 from tests.process_helpers import kill_all, sigkill, wait_until
 
@@ -110,7 +120,7 @@ def test_test_metrics_are_those_of_best_keras_without_label_smoothing(tmp_path, 
 
     def build():
         model = killable.build()
-        model.compile(optimizer="adam", loss=training.loss(0.3), metrics=["accuracy"])
+        model.compile(optimizer="adam", loss=losses.loss(0.3), metrics=["accuracy"])
         return model
 
     result = runs.fit_run(
@@ -140,7 +150,7 @@ def test_last_model_files_hold_the_trained_weights(finished_run):
     from_keras = runs.load_model(run_dir / "last.keras")
     assert_outputs_close(from_keras.predict(x[:8], verbose=0), expected, atol=1e-6)
     fresh = killable.build()
-    load_npz(fresh, run_dir / "last.npz")
+    load_weights(fresh, run_dir / "last.npz")
     assert_outputs_close(fresh.predict(x[:8], verbose=0), expected, atol=1e-6)
 
 
@@ -153,7 +163,7 @@ def test_best_model_files_hold_the_best_epochs_weights(finished_run):
     best = runs.load_model(run_dir / "best.keras")
     assert_outputs_close(best.predict(x[:8], verbose=0), expected, atol=1e-6)
     fresh = killable.build()
-    load_npz(fresh, run_dir / "best.npz")
+    load_weights(fresh, run_dir / "best.npz")
     assert_outputs_close(fresh.predict(x[:8], verbose=0), expected, atol=1e-6)
 
 
@@ -168,11 +178,11 @@ def test_resume_of_a_complete_run_returns_stored_results(finished_run):
 
 def test_existing_run_directory_needs_resume(finished_run, tmp_path):
     run_dir, _ = finished_run
-    with pytest.raises(runs.RunDirError, match="pass --resume"):
-        runs.check_run_dir(run_dir, resume=False)
-    with pytest.raises(runs.RunDirError, match="not a run directory"):
-        runs.check_run_dir(tmp_path / "missing", resume=True)
-    runs.check_run_dir(tmp_path / "new", resume=False)  # a new folder is fine
+    with pytest.raises(run_directory.RunDirError, match="pass --resume"):
+        run_directory.check_run_dir(run_dir, resume=False)
+    with pytest.raises(run_directory.RunDirError, match="not a run directory"):
+        run_directory.check_run_dir(tmp_path / "missing", resume=True)
+    run_directory.check_run_dir(tmp_path / "new", resume=False)  # a new folder is fine
 
 
 # --- SIGKILL mid-epoch, then resume --------------------------------------------------------
@@ -199,7 +209,7 @@ def test_run_killed_mid_epoch_resumes_to_the_same_steps(tmp_path):
             "the run never finished its first epoch",
         )
         # A second writer on the live run is refused at once (the run's lock file).
-        with pytest.raises(runs.RunDirError, match=f"in use by process {process.pid}"):
+        with pytest.raises(run_directory.RunDirError, match=f"in use by process {process.pid}"):
             killable.run(run_dir, resume=True, slow=False)
         time.sleep(2 * killable.SLEEP_S)  # a couple of batches into the next epoch
         sigkill(process)
@@ -269,7 +279,7 @@ def test_run_killed_mid_epoch_resumes_to_the_same_steps(tmp_path):
     )
 
     # The same run uninterrupted (same seed, same process start): the resumed epochs train
-    # on the same batches (runs.epoch_ordered_batches) with the same dropout and
+    # on the same batches (epoch_streams.epoch_ordered_batches) with the same dropout and
     # stochastic-depth masks (the backup's random state), so history and weights agree.
     keras.utils.set_random_seed(0)  # as killable_run.py's __main__ does
     reference = killable.run(tmp_path / "uninterrupted", slow=False)
@@ -322,7 +332,7 @@ ONE_REPLICA = types.SimpleNamespace(num_replicas_in_sync=1)
 
 
 def test_plan_resolves_the_default_run():
-    plan = run_plan.plan_run(run_plan.RunConfig(), ONE_REPLICA)
+    plan = run_plan.plan_run(run_config.RunConfig(), ONE_REPLICA)
     recipe = training.TrainConfig()
     assert plan.info.name == "mnist" and plan.info.num_classes == 10
     assert plan.channels == 1
@@ -344,7 +354,9 @@ def test_run_trains_on_the_complement_of_a_carved_validation_split(monkeypatch):
     monkeypatch.setattr(
         data, "load", lambda source, split, **kw: calls.append((split, kw)) or _Repeatable()
     )
-    config = run_plan.RunConfig(recipe=tiny_recipe(), validation_split="train[-50:]", split_seed=4)
+    config = run_config.RunConfig(
+        recipe=tiny_recipe(), validation_split="train[-50:]", split_seed=4
+    )
     runs._datasets(run_plan.plan_run(config, ONE_REPLICA))
     splits = {split: (kw["training"], kw["split_seed"]) for split, kw in calls}
     assert splits == {"train[:-50]": (True, 4), "train[-50:]": (False, 4), "test": (False, 4)}
@@ -356,76 +368,76 @@ class _Repeatable:
 
 
 def test_plan_named_variant():
-    config = run_plan.RunConfig(model="Ti/16", recipe=tiny_recipe(image_size=32))
+    config = run_config.RunConfig(model="Ti/16", recipe=tiny_recipe(image_size=32))
     kwargs = run_plan.plan_run(config, ONE_REPLICA).model_kwargs
     assert (kwargs["hidden_dim"], kwargs["num_heads"], kwargs["num_layers"]) == (192, 3, 12)
     assert run_plan.named_variant("vit_ti16") == run_plan.named_variant("Ti/16")
-    tiny = run_plan.plan_run(run_plan.RunConfig(model="tiny"), ONE_REPLICA).model_kwargs
-    assert tiny == run_plan.plan_run(run_plan.RunConfig(), ONE_REPLICA).model_kwargs
+    tiny = run_plan.plan_run(run_config.RunConfig(model="tiny"), ONE_REPLICA).model_kwargs
+    assert tiny == run_plan.plan_run(run_config.RunConfig(), ONE_REPLICA).model_kwargs
 
 
 @pytest.mark.parametrize(
     "config, strategy, message",
     [
-        (run_plan.RunConfig(recipe=tiny_recipe(dataset="mnits")), ONE_REPLICA, "mnits"),
-        (run_plan.RunConfig(model="Q/7"), ONE_REPLICA, "Unknown model 'Q/7'"),
+        (run_config.RunConfig(recipe=tiny_recipe(dataset="mnits")), ONE_REPLICA, "mnits"),
+        (run_config.RunConfig(model="Q/7"), ONE_REPLICA, "Unknown model 'Q/7'"),
         (
-            run_plan.RunConfig(recipe=tiny_recipe(image_size=30), patch_size=4),
+            run_config.RunConfig(recipe=tiny_recipe(image_size=30), patch_size=4),
             ONE_REPLICA,
             "not divisible by the patch size",
         ),
         (
-            run_plan.RunConfig(recipe=tiny_recipe(batch_size=30)),
+            run_config.RunConfig(recipe=tiny_recipe(batch_size=30)),
             types.SimpleNamespace(num_replicas_in_sync=4),
             "multiple of the number of replicas (4",
         ),
         (
-            run_plan.RunConfig(task="finetune", weights="/nonexistent/best.npz"),
+            run_config.RunConfig(task="finetune", weights="/nonexistent/best.npz"),
             ONE_REPLICA,
             "Weights file not found: /nonexistent/best.npz",
         ),
         (
-            run_plan.RunConfig(recipe=tiny_recipe(), validation_split="validation"),
+            run_config.RunConfig(recipe=tiny_recipe(), validation_split="validation"),
             ONE_REPLICA,
             "no split 'validation'",
         ),
         (
-            run_plan.RunConfig(recipe=tiny_recipe(), validation_split="train"),
+            run_config.RunConfig(recipe=tiny_recipe(), validation_split="train"),
             ONE_REPLICA,
             "would select on images the model trains on",
         ),
         (
-            run_plan.RunConfig(recipe=tiny_recipe(), validation_split="train[10%:20%]"),
+            run_config.RunConfig(recipe=tiny_recipe(), validation_split="train[10%:20%]"),
             ONE_REPLICA,
             "would select on images the model trains on",
         ),
     ],
 )
 def test_plan_rejects_bad_configs(config, strategy, message):
-    with pytest.raises(run_plan.ConfigError) as info:
+    with pytest.raises(run_config.ConfigError) as info:
         run_plan.plan_run(config, strategy)
     assert message in str(info.value)
 
 
 def test_run_config_round_trips_through_json():
-    config = run_plan.RunConfig(
+    config = run_config.RunConfig(
         task="finetune",
         recipe=training.FinetuneConfig(steps=7),
         weights="run/best.npz",
         shots_per_class=10,
     )
-    again = run_plan.RunConfig.from_dict(json.loads(json.dumps(config.to_dict())))
+    again = run_config.RunConfig.from_dict(json.loads(json.dumps(config.to_dict())))
     assert again == config
 
 
 def test_run_config_keeps_the_last_epoch_and_stored_runs_their_best():
-    assert run_plan.RunConfig().select == "last"
-    assert run_plan.RunConfig(select="best").select == "best"
-    stored = run_plan.RunConfig().to_dict()
+    assert run_config.RunConfig().select == "last"
+    assert run_config.RunConfig(select="best").select == "best"
+    stored = run_config.RunConfig().to_dict()
     del stored["select"]  # config.json of a run from before the field
-    assert run_plan.RunConfig.from_dict(stored).select == "best"
-    with pytest.raises(run_plan.ConfigError, match=r"select 'first'.*\['last', 'best'\]"):
-        run_plan.RunConfig(select="first")
+    assert run_config.RunConfig.from_dict(stored).select == "best"
+    with pytest.raises(run_config.ConfigError, match=r"select 'first'.*\['last', 'best'\]"):
+        run_config.RunConfig(select="first")
 
 
 def test_architecture_read_from_an_official_npz(tmp_path, tiny_vit_kwargs):
@@ -463,7 +475,7 @@ def test_disk_full_mid_run_keeps_the_last_finished_epoch(tmp_path):
         x, _ = killable.data()
         from_keras = runs.load_model(run_dir / "last.keras").predict(x[:8], verbose=0)
         fresh = killable.build()
-        load_npz(fresh, run_dir / "last.npz")
+        load_weights(fresh, run_dir / "last.npz")
         np.testing.assert_allclose(fresh.predict(x[:8], verbose=0), from_keras, atol=1e-6)
         runs.load_model(run_dir / "best.keras")
         state = json.loads((run_dir / "backup" / "state.json").read_text())
@@ -483,7 +495,7 @@ def test_epoch_order_is_a_function_of_seed_and_epoch():
     y = np.arange(10)
 
     def epochs_of(first, seed=3):
-        dataset, steps = runs.epoch_ordered_batches(x, y, 4, first, 3, seed)
+        dataset, steps = epoch_streams.epoch_ordered_batches(x, y, 4, first, 3, seed)
         batches = [labels.numpy() for _, labels in dataset]
         assert steps == 3 and len(batches) == steps * (3 - first)
         assert [len(b) for b in batches[:steps]] == [4, 4, 2]
@@ -495,7 +507,7 @@ def test_epoch_order_is_a_function_of_seed_and_epoch():
     np.testing.assert_array_equal(resumed[0], from_start[2])
     assert len({tuple(order) for order in from_start}) == 3
     assert [tuple(o) for o in epochs_of(0, seed=4)] != [tuple(o) for o in from_start]
-    dataset, _ = runs.epoch_ordered_batches(x, y, 4, 0, 1, 3)
+    dataset, _ = epoch_streams.epoch_ordered_batches(x, y, 4, 0, 1, 3)
     images, labels = next(iter(dataset))
     np.testing.assert_array_equal(images.numpy()[:, 0], labels.numpy() * 10)  # pairs kept
 
@@ -554,7 +566,7 @@ def _pipeline_run(run_dir, resume=False, callbacks=(), steps_per_epoch=None):
 # it; 4: an epoch is two thirds of a pass, as `keras-vit finetune` may give it
 def test_a_resumed_pipeline_run_sees_the_uninterrupted_batches(tmp_path, steps):
     """keras_vit.data.load's shuffle and crop seeds advance once per pass; the resumed run
-    skips the finished passes (runs.epoch_passes), so it equals the run that was
+    skips the finished passes (epoch_streams.epoch_passes), so it equals the run that was
     never interrupted."""
     keras.utils.set_random_seed(0)
     with pytest.raises(RuntimeError, match="crash"):
@@ -600,7 +612,7 @@ def test_train_resumed_after_a_crash_repeats_the_uninterrupted_epochs(tmp_path):
 def test_a_resumed_run_keeps_the_rule_its_best_json_records(tmp_path, stored, given, expected):
     if stored is not None:
         (tmp_path / "best.json").write_text(json.dumps(stored))
-    assert runs._resumed_select(str(tmp_path), given) == expected
+    assert run_directory.resumed_select(str(tmp_path), given) == expected
 
 
 @pytest.mark.parametrize(("stored", "given"), [({"select": "best"}, "last"), ({}, "last")])
@@ -611,7 +623,9 @@ def test_resuming_with_another_select_is_refused_before_work(tmp_path, stored, g
     (run_dir / "best.json").write_text(json.dumps({"epoch": 1, **stored}))
     before = sorted(os.listdir(run_dir))
     x, y = killable.data()
-    with pytest.raises(runs.RunDirError, match=r"select='last'.*keeps the 'best' epoch's model"):
+    with pytest.raises(
+        run_directory.RunDirError, match=r"select='last'.*keeps the 'best' epoch's model"
+    ):
         runs.fit_run(run_dir, killable.build, (x, y), epochs=2, batch_size=8, resume=True,
                      select=given)  # fmt: skip
     assert sorted(os.listdir(run_dir)) == before  # nothing written
@@ -621,7 +635,7 @@ def test_resuming_with_another_select_is_refused_before_work(tmp_path, stored, g
 
 
 def _stored_record(**run_changes):
-    record = json.loads(json.dumps({"run": run_plan.RunConfig().to_dict(), "resolved": {}}))
+    record = json.loads(json.dumps({"run": run_config.RunConfig().to_dict(), "resolved": {}}))
     record["run"].update(run_changes)
     return record
 
@@ -633,18 +647,18 @@ def _recipe_changed(**changes):
 
 
 UNUSABLE_CONFIGS = [
-    (b'{"run": {', runs.RunDirError, "is not valid JSON"),
-    (b"\xff\xfe\x00{}", runs.RunDirError, "is not valid JSON"),
-    ([1, 2], runs.RunDirError, "holds a JSON list, not an object"),
-    ({"resolved": {}}, runs.RunDirError, 'has no "run" object'),
-    ({"run": "train"}, runs.RunDirError, 'has no "run" object'),
-    (_stored_record(colour="red"), run_plan.ConfigError, "field(s) ['colour']"),
-    (_stored_record(recipe=[64]), run_plan.ConfigError, "must be a JSON object, not list"),
-    (_recipe_changed(bogus=1), run_plan.ConfigError, "Unknown recipe field(s) ['bogus']"),
-    (_stored_record(select="Best"), run_plan.ConfigError, "Unknown select 'Best'"),
-    (_stored_record(task="pretrain"), run_plan.ConfigError, "Unknown task 'pretrain'"),
-    (_recipe_changed(learning_rate=-1.0), run_plan.ConfigError, "learning_rate=-1.0"),
-    (_recipe_changed(epochs=0), run_plan.ConfigError, "epochs=0"),
+    (b'{"run": {', run_directory.RunDirError, "is not valid JSON"),
+    (b"\xff\xfe\x00{}", run_directory.RunDirError, "is not valid JSON"),
+    ([1, 2], run_directory.RunDirError, "holds a JSON list, not an object"),
+    ({"resolved": {}}, run_directory.RunDirError, 'has no "run" object'),
+    ({"run": "train"}, run_directory.RunDirError, 'has no "run" object'),
+    (_stored_record(colour="red"), run_config.ConfigError, "field(s) ['colour']"),
+    (_stored_record(recipe=[64]), run_config.ConfigError, "must be a JSON object, not list"),
+    (_recipe_changed(bogus=1), run_config.ConfigError, "Unknown recipe field(s) ['bogus']"),
+    (_stored_record(select="Best"), run_config.ConfigError, "Unknown select 'Best'"),
+    (_stored_record(task="pretrain"), run_config.ConfigError, "Unknown task 'pretrain'"),
+    (_recipe_changed(learning_rate=-1.0), run_config.ConfigError, "learning_rate=-1.0"),
+    (_recipe_changed(epochs=0), run_config.ConfigError, "epochs=0"),
 ]
 
 
@@ -656,23 +670,23 @@ def test_an_unusable_stored_config_is_refused_naming_the_file_before_work(
     (it was a KeyError, TypeError or JSONDecodeError traceback), and nothing written."""
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    path = run_dir / runs.CONFIG_FILE
+    path = run_dir / run_files.CONFIG_FILE
     path.write_bytes(content if isinstance(content, bytes) else json.dumps(content).encode())
-    for attempt in (runs.read_run_config, lambda d: runs.train(run_dir=d, resume=True)):
+    for attempt in (run_directory.read_run_config, lambda d: runs.train(run_dir=d, resume=True)):
         with pytest.raises(error) as info:
             attempt(run_dir)
         assert message in str(info.value) and repr(str(path)) in str(info.value)
-    assert os.listdir(run_dir) == [runs.CONFIG_FILE]
+    assert os.listdir(run_dir) == [run_files.CONFIG_FILE]
 
 
 def test_a_stored_config_reads_back_as_the_config_it_was():
     """The neighbour that must keep working: the record `to_dict` writes, and one stored
     before `select` existed (read as "best", the rule such runs kept)."""
-    config = run_plan.RunConfig(select="last", recipe=training.TrainConfig(epochs=3))
+    config = run_config.RunConfig(select="last", recipe=training.TrainConfig(epochs=3))
     record = json.loads(json.dumps(config.to_dict()))
-    assert run_plan.RunConfig.from_dict(record) == config
+    assert run_config.RunConfig.from_dict(record) == config
     del record["select"]
-    assert run_plan.RunConfig.from_dict(record).select == "best"
+    assert run_config.RunConfig.from_dict(record).select == "best"
 
 
 JSON_VALUES = st.recursive(
@@ -688,7 +702,7 @@ JSON_VALUES = st.recursive(
     max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(
-    field=st.sampled_from(sorted(run_plan.RunConfig().to_dict()["recipe"])),
+    field=st.sampled_from(sorted(run_config.RunConfig().to_dict()["recipe"])),
     value=JSON_VALUES,
 )
 def test_any_json_value_in_a_stored_recipe_reads_back_or_is_a_config_error(tmp_path, field, value):
@@ -696,10 +710,10 @@ def test_any_json_value_in_a_stored_recipe_reads_back_or_is_a_config_error(tmp_p
     ConfigError naming config.json; no TypeError, KeyError or AttributeError escapes."""
     run_dir = tmp_path / "fuzzed"
     run_dir.mkdir(exist_ok=True)
-    (run_dir / runs.CONFIG_FILE).write_text(json.dumps(_recipe_changed(**{field: value})))
+    (run_dir / run_files.CONFIG_FILE).write_text(json.dumps(_recipe_changed(**{field: value})))
     try:
-        config = runs.read_run_config(run_dir)
-    except run_plan.ConfigError as error:
-        assert runs.CONFIG_FILE in str(error)
+        config = run_directory.read_run_config(run_dir)
+    except run_config.ConfigError as error:
+        assert run_files.CONFIG_FILE in str(error)
     else:
         assert getattr(config.recipe, field) == value or field == "image_size"

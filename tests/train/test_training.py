@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from keras_vit.train import training
+from keras_vit.runtime import optimizers
+from keras_vit.train import losses, schedules, training
 
 
 def _closed_form(step, base, total, warmup, decay, end=0.0):
@@ -32,14 +33,14 @@ STEPS = np.array([0, 1, 50, 99, 100, 101, 250, 500, 999, 1000, 1500])
 @pytest.mark.parametrize("decay", ["linear", "cosine"])
 @pytest.mark.parametrize("warmup", [0, 100])
 def test_schedule_matches_the_closed_form(decay, warmup):
-    schedule = training.warmup_schedule(3e-3, 1000, warmup, decay, end_lr=1e-5)
+    schedule = schedules.warmup_schedule(3e-3, 1000, warmup, decay, end_lr=1e-5)
     got = np.array([float(schedule(s)) for s in STEPS])
     np.testing.assert_allclose(got, _closed_form(STEPS, 3e-3, 1000, warmup, decay, 1e-5), rtol=1e-5)
 
 
 def test_schedule_landmarks():
     """Peak at the end of warmup, half the peak midway through the cosine, 0 at the end."""
-    schedule = training.warmup_schedule(0.01, 1100, 100, "cosine")
+    schedule = schedules.warmup_schedule(0.01, 1100, 100, "cosine")
     assert float(schedule(0)) == 0.0
     assert float(schedule(50)) == pytest.approx(0.005)
     assert float(schedule(100)) == pytest.approx(0.01)
@@ -48,9 +49,9 @@ def test_schedule_landmarks():
 
 
 def test_schedule_config_round_trip():
-    schedule = training.warmup_schedule(1e-3, 300, 30, "linear", 1e-6)
+    schedule = schedules.warmup_schedule(1e-3, 300, 30, "linear", 1e-6)
     restored = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(schedule))
-    assert isinstance(restored, training.WarmupSchedule)
+    assert isinstance(restored, schedules.WarmupSchedule)
     assert restored.get_config() == schedule.get_config()
     assert float(restored(77)) == pytest.approx(float(schedule(77)))
 
@@ -68,12 +69,12 @@ def test_schedule_config_round_trip():
 def test_bad_schedule_arguments_are_refused(kwargs, match):
     arguments = {**dict(base_lr=1e-3, total_steps=100, warmup_steps=10), **kwargs}
     with pytest.raises(ValueError, match=match):
-        training.warmup_schedule(**arguments)
+        schedules.warmup_schedule(**arguments)
 
 
 def test_finetune_optimizer_is_the_release_recipe():
     """SGD momentum 0.9, global-norm clip 1.0, no weight decay, 500 warmup steps, cosine to 0."""
-    optimizer = training.finetune_optimizer(0.03, 10_000)
+    optimizer = schedules.finetune_optimizer(0.03, 10_000)
     assert isinstance(optimizer, keras.optimizers.SGD)
     assert optimizer.momentum == 0.9 and not optimizer.nesterov
     assert optimizer.global_clipnorm == 1.0 and optimizer.clipnorm is None
@@ -87,12 +88,12 @@ def test_finetune_optimizer_is_the_release_recipe():
         "end_lr": 0.0,
     }
     # Short runs cap the warmup at a tenth of the run.
-    assert training.finetune_optimizer(0.01, 200)._learning_rate.warmup_steps == 20
+    assert schedules.finetune_optimizer(0.01, 200)._learning_rate.warmup_steps == 20
 
 
 def test_finetune_optimizer_clips_the_global_norm():
     """One SGD step with a huge gradient moves the weights by lr * 1.0 in global norm."""
-    optimizer = training.finetune_optimizer(0.1, 100, warmup_steps=0)
+    optimizer = schedules.finetune_optimizer(0.1, 100, warmup_steps=0)
     weights = [keras.Variable(np.zeros(3, "float32")), keras.Variable(np.zeros(4, "float32"))]
     gradients = [np.full(3, 100.0, "float32"), np.full(4, -50.0, "float32")]
     optimizer.apply_gradients(zip(gradients, weights, strict=True))
@@ -108,7 +109,7 @@ def test_pretrain_optimizer_is_adamw_and_decays_only_kernels(tiny_vit_kwargs):
     model = keras_vit.ViT(**tiny_vit_kwargs)
     for variable in model.trainable_variables:
         variable.assign(np.ones(variable.shape, "float32"))
-    optimizer = training.pretrain_optimizer(0.01, 100, 0, weight_decay=0.5, decay="cosine")
+    optimizer = schedules.pretrain_optimizer(0.01, 100, 0, weight_decay=0.5, decay="cosine")
     assert isinstance(optimizer, keras.optimizers.AdamW)
     assert (optimizer.beta_1, optimizer.beta_2, optimizer.weight_decay) == (0.9, 0.999, 0.5)
     assert optimizer.global_clipnorm == 1.0
@@ -126,15 +127,15 @@ def test_smoothed_sparse_loss_matches_numpy():
     targets = np.eye(3)[labels] * (1 - smoothing) + smoothing / 3
     log_probs = logits - np.log(np.exp(logits).sum(1, keepdims=True))
     expected = -(targets * log_probs).sum(1).mean()
-    assert float(training.loss(smoothing)(labels, logits)) == pytest.approx(expected, rel=1e-5)
+    assert float(losses.loss(smoothing)(labels, logits)) == pytest.approx(expected, rel=1e-5)
     plain = -log_probs[[0, 1], labels].mean()
-    assert float(training.loss()(labels, logits)) == pytest.approx(plain, rel=1e-5)
-    one_hot = training.loss(smoothing, one_hot=True)(np.eye(3)[labels], logits)
+    assert float(losses.loss()(labels, logits)) == pytest.approx(plain, rel=1e-5)
+    one_hot = losses.loss(smoothing, one_hot=True)(np.eye(3)[labels], logits)
     assert float(one_hot) == pytest.approx(expected, rel=1e-5)
 
 
 def test_smoothed_loss_config_round_trip():
-    loss = training.loss(0.1)
+    loss = losses.loss(0.1)
     restored = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(loss))
     assert restored.label_smoothing == pytest.approx(0.1)
 
@@ -295,8 +296,8 @@ def test_reloaded_keras_file_continues_training_as_in_memory(tmp_path):
         num_layers=1,
         num_classes=3,
     )
-    optimizer = training.pretrain_optimizer(0.01, 20, 2, weight_decay=0.5, decay="cosine")
-    model.compile(optimizer=optimizer, loss=training.loss())
+    optimizer = schedules.pretrain_optimizer(0.01, 20, 2, weight_decay=0.5, decay="cosine")
+    model.compile(optimizer=optimizer, loss=losses.loss())
     rng = np.random.default_rng(0)
     x = rng.uniform(-1, 1, (4, 16, 16, 3)).astype("float32")
     y = np.array([0, 1, 2, 0])
@@ -351,8 +352,8 @@ def test_vit_adamw_matches_the_equations(shapes, steps, weight_decay, fused, tra
     names = [("kernel" if i % 2 == 0 else "bias") for i in range(len(shapes))]
     start = [rng.normal(0, 1, s).astype("float32") for s in shapes]
     variables = [keras.Variable(w, name=n) for w, n in zip(start, names, strict=True)]
-    schedule = training.warmup_schedule(0.05, 6, 0, "cosine")
-    optimizer = training.ViTAdamW(
+    schedule = schedules.warmup_schedule(0.05, 6, 0, "cosine")
+    optimizer = optimizers.ViTAdamW(
         learning_rate=schedule, weight_decay=weight_decay, no_decay_pattern="bias", fused=fused
     )
     grads = [[rng.normal(0, 1, s).astype("float32") for s in shapes] for _ in range(steps)]
@@ -388,7 +389,7 @@ def test_vit_adamw_fuses_only_where_it_can(monkeypatch):
         strategy = strategy or tf.distribute.get_strategy()
         with strategy.scope():
             variable = keras.Variable(np.ones((3,), "float32"), name="kernel")
-            optimizer = training.ViTAdamW(learning_rate=0.1, **kwargs)
+            optimizer = optimizers.ViTAdamW(learning_rate=0.1, **kwargs)
         strategy.run(lambda: optimizer.apply_gradients([(tf.ones((3,)), variable)]))
         return variable.numpy()
 
@@ -400,9 +401,9 @@ def test_vit_adamw_fuses_only_where_it_can(monkeypatch):
     assert len(calls) == 1
     np.testing.assert_allclose(fused, keras_update, rtol=1e-6)
     assert not np.allclose(fused, 1.0)
-    config = training.ViTAdamW(fused=False).get_config()
+    config = optimizers.ViTAdamW(fused=False).get_config()
     assert config["fused"] is False
-    assert training.ViTAdamW.from_config(config).fused is False
+    assert optimizers.ViTAdamW.from_config(config).fused is False
 
 
 def test_fused_update_outlives_an_earlier_optimizer_and_its_variables():
@@ -413,7 +414,7 @@ def test_fused_update_outlives_an_earlier_optimizer_and_its_variables():
 
     def fit_once(seed):
         model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3, name="head")])
-        optimizer = training.ViTAdamW(learning_rate=0.1, weight_decay=0.1)
+        optimizer = optimizers.ViTAdamW(learning_rate=0.1, weight_decay=0.1)
         model.compile(optimizer=optimizer, loss="mse", jit_compile=False)
         x = np.random.default_rng(seed).normal(size=(8, 4)).astype("float32")
         start = model.get_layer("head").kernel.numpy()
@@ -433,7 +434,7 @@ def test_the_label_check_leaves_no_assert_in_an_xla_step(jit_compile):
     is the NaN factor alone: bad labels give a NaN loss, never a finite one."""
     import tensorflow as tf
 
-    from keras_vit.train.training import label_factor
+    from keras_vit.train.losses import label_factor
 
     if keras.backend.backend() != "tensorflow":
         pytest.skip("TensorFlow graphs")

@@ -33,7 +33,7 @@ def kept(record):
 
 
 @given(RECORDS)
-@example({"worker 0": {2: DIGESTS[2], 1: DIGESTS[1]}, "worker 1": {1: DIGESTS[1]}})  # issue 46
+@example({"worker 0": {2: DIGESTS[2], 1: DIGESTS[1]}, "worker 1": {1: DIGESTS[1]}})
 @example({"worker 0": {3: DIGESTS[3], 2: DIGESTS[2]}, "worker 1": {1: DIGESTS[1]}})
 def test_workers_resume_from_the_newest_epoch_all_of_them_have(records):
     """It used to stop every worker ("backups are of different epochs") whenever their
@@ -100,10 +100,10 @@ class CopyBackupThenStop(killable.keras.callbacks.Callback):
 def test_the_cli_reports_a_backup_mismatch_as_a_usage_error_in_one_line():
     """`keras-vit train --resume` on backups of one epoch with different states: exit 2
     with one line (main prints a UsageError as `keras-vit train: error: ...`)."""
-    from keras_vit.cli import common
+    from keras_vit.cli import flags
 
     records = {"worker 0": {2: "ab" * 16}, "worker 1": {2: "cd" * 16, 1: "ef" * 16}}
-    with pytest.raises(common.UsageError) as info, common.usage_errors():
+    with pytest.raises(flags.UsageError) as info, flags.usage_errors():
         worker_restart.choose_epoch(records)
     assert str(info.value).startswith("Cannot resume: the workers' backups of epoch 2 hold")
 
@@ -179,7 +179,7 @@ def kill_points(workers=2, epochs=3):
 def test_a_kill_at_each_point_between_the_workers_backups_resumes_every_worker_alike(
     tmp_path, order, done
 ):
-    """Issue 46, point 10: the job killed after `done` backups of two workers: every worker
+    """The job killed after `done` backups of two workers: every worker
     resumes from the newest epoch all of them have (the previous backup was kept until the
     other worker wrote the next), with that epoch's weights; it used to stop both workers."""
     folders = [tmp_path / f"worker{index}" for index in range(2)]

@@ -172,7 +172,7 @@ def test_block_attention_map_by_hand():
     ids=["distilled_registers", "gap_registers"],
 )
 def test_family_maps_leave_out_distillation_and_register_tokens(switches, prefix, has_class):
-    """Issue 27: the rollout and per-block grids of a model with a distillation token and
+    """The rollout and per-block grids of a model with a distillation token and
     registers cover the patch tokens only ([cls][dist][registers][patches]); the reference
     is the rollout written here from Abnar & Zuidema's section 3."""
     import keras_vit

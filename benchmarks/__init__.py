@@ -1,0 +1,1 @@
+"""The benchmark harness of keras_vit: `python -m benchmarks.bench` from the repository root."""

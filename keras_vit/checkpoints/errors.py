@@ -1,7 +1,0 @@
-"""The checkpoint error class, in a module of its own so that the low-level readers
-(`npz_io`, `safetensors_io`) and their checks (`limits`) share it without importing each
-other. `keras_vit.checkpoints.CheckpointError` and `npz_io.CheckpointError` are this class."""
-
-
-class CheckpointError(ValueError):
-    """A checkpoint file that cannot be read, or that does not fit the model."""
