@@ -179,3 +179,140 @@ def test_the_numpy_reference_is_hf_dinov2_with_registers():
     )
     assert np.abs(got).max() > 1e-2
     np.testing.assert_allclose(got, expected, atol=1e-5)
+
+
+def _dinov3_release_keys(s, num_layers, *, prefix, names, qkv_fused):
+    """A DINOv3 state dict (timm Eva or transformers DINOv3ViTModel) -> release-style keys.
+    `names` maps the release's parts to the library's key names."""
+    s = {k: v.detach().numpy().astype(np.float64) for k, v in s.items()}
+    out = {
+        "embedding/kernel": s[names["patch"] + ".weight"].transpose(2, 3, 1, 0),
+        "embedding/bias": s[names["patch"] + ".bias"],
+        "cls": s[names["cls"]],
+        "reg": s[names["reg"]],
+        "Transformer/encoder_norm/scale": s["norm.weight"],
+        "Transformer/encoder_norm/bias": s["norm.bias"],
+    }
+    for i in range(num_layers):
+        t, p = f"{prefix}{i}.", f"Transformer/encoderblock_{i}/"
+        attention = p + "MultiHeadDotProductAttention_1/"
+        for j, name in enumerate(("query", "key", "value")):
+            if qkv_fused:
+                out[attention + name + "/kernel"] = s[t + "attn.qkv.weight"][j * D : (j + 1) * D].T
+                bias = t + f"attn.{name[0]}_bias"
+            else:
+                out[attention + name + "/kernel"] = s[t + f"attention.{name[0]}_proj.weight"].T
+                bias = t + f"attention.{name[0]}_proj.bias"
+            if bias in s:
+                out[attention + name + "/bias"] = s[bias]
+        out[attention + "out/kernel"] = s[t + names["proj"] + ".weight"].T
+        out[attention + "out/bias"] = s[t + names["proj"] + ".bias"]
+        for norm, name in (("norm1", "LayerNorm_0"), ("norm2", "LayerNorm_2")):
+            out[p + name + "/scale"] = s[t + norm + ".weight"]
+            out[p + name + "/bias"] = s[t + norm + ".bias"]
+        for fc, name in zip(names["mlp"], ("Dense_0", "Dense_1"), strict=True):
+            out[p + "MlpBlock_3/" + name + "/kernel"] = s[t + f"mlp.{fc}.weight"].T
+            out[p + "MlpBlock_3/" + name + "/bias"] = s[t + f"mlp.{fc}.bias"]
+        out[p + "LayerScale_1/scale"] = s[t + names["ls"][0]]
+        out[p + "LayerScale_3/scale"] = s[t + names["ls"][1]]
+    if "head.weight" in s:
+        out["head/kernel"], out["head/bias"] = s["head.weight"].T, s["head.bias"]
+    return out
+
+
+@pytest.mark.parametrize("qkv_bias", [False, True])
+@pytest.mark.parametrize("size", [(8, 12), (16, 8)])
+def test_the_numpy_rope_reference_is_timms_dinov3(qkv_bias, size):
+    """timm's Eva with `rope_type="dinov3"` (its DINOv3 definitions, tiny), at its own size
+    and, with `dynamic_img_size`, at another; `global_pool` "token" and "avg" (patches)."""
+    from functools import partial
+
+    from timm.layers import LayerNorm
+    from timm.models.eva import Eva
+
+    for pool in ("token", "avg"):
+        model = Eva(
+            img_size=(8, 12),
+            patch_size=PATCH,
+            embed_dim=D,
+            depth=2,
+            num_heads=HEADS,
+            mlp_ratio=2.0,
+            num_classes=5,
+            qkv_bias=qkv_bias,
+            init_values=0.5,
+            rope_type="dinov3",
+            rope_temperature=100,
+            rope_rotate_half=True,
+            use_rot_pos_emb=True,
+            use_abs_pos_emb=False,
+            num_reg_tokens=2,
+            use_fc_norm=False,
+            global_pool=pool,
+            dynamic_img_size=True,
+            norm_layer=partial(LayerNorm, eps=1e-5),
+        )
+        model = _randomise(model, seed=5)
+        images = np.random.default_rng(2).uniform(-1, 1, (2, *size, 3))
+        with torch.no_grad():
+            expected = model(torch.tensor(images.transpose(0, 3, 1, 2), dtype=torch.float32))
+        names = dict(
+            patch="patch_embed.proj",
+            cls="cls_token",
+            reg="reg_token",
+            proj="attn.proj",
+            mlp=("fc1", "fc2"),
+            ls=("gamma_1", "gamma_2"),
+        )
+        params = _dinov3_release_keys(
+            model.state_dict(), 2, prefix="blocks.", names=names, qkv_fused=True
+        )
+        got = family_forward(
+            params,
+            images,
+            num_heads=HEADS,
+            pooling="token" if pool == "token" else "gap",
+            pool_patches=True,
+            gelu_approximate=False,
+            layer_norm_epsilon=1e-5,
+            rope=True,
+        )
+        assert np.abs(got).max() > 1e-2
+        np.testing.assert_allclose(got, expected.numpy(), atol=1e-5)
+
+
+def test_the_numpy_rope_reference_is_hf_dinov3():
+    """transformers' `DINOv3ViTModel` (query and value bias, no key bias), its pooled output
+    (the normalised class token) at a non-square size."""
+    transformers = pytest.importorskip("transformers")
+    config = transformers.DINOv3ViTConfig(
+        hidden_size=D,
+        intermediate_size=2 * D,
+        num_hidden_layers=2,
+        num_attention_heads=HEADS,
+        patch_size=PATCH,
+        image_size=8,
+        num_register_tokens=2,
+        layerscale_value=0.5,
+    )
+    model = _randomise(transformers.DINOv3ViTModel(config), seed=4)
+    images = np.random.default_rng(5).uniform(-1, 1, (2, 8, 12, 3))
+    with torch.no_grad():
+        pixels = torch.tensor(images.transpose(0, 3, 1, 2), dtype=torch.float32)
+        expected = model(pixel_values=pixels).pooler_output.numpy()
+    names = dict(
+        patch="embeddings.patch_embeddings",
+        cls="embeddings.cls_token",
+        reg="embeddings.register_tokens",
+        proj="attention.o_proj",
+        mlp=("up_proj", "down_proj"),
+        ls=("layer_scale1.lambda1", "layer_scale2.lambda1"),
+    )
+    params = _dinov3_release_keys(
+        model.state_dict(), 2, prefix="model.layer.", names=names, qkv_fused=False
+    )
+    got = family_forward(
+        params, images, num_heads=HEADS, gelu_approximate=False, layer_norm_epsilon=1e-5, rope=True
+    )
+    assert np.abs(got).max() > 1e-2
+    np.testing.assert_allclose(got, expected, atol=1e-5)

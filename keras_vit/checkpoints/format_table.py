@@ -52,6 +52,9 @@ OPTIONS = {
         "a hybrid's GroupNorm groups (None for a ViT); a file records none, and is read "
         "with the release's 32",
     ),
+    "rope": ("DINOv3's rotary position embedding instead of a position table",),
+    "qkv_bias": ("the attention projections with a bias: qkv, qv (no key bias) or none",),
+    "head": ("a classification head (False: a feature model, include_top=False)",),
 }
 # A file records no GroupNorm groups: its readers build a hybrid with the release's 32.
 RELEASE_GROUPS = {"resnet_groups": (None, 32)}
@@ -63,7 +66,27 @@ PLAIN_FAMILY = {
     "no_embed_class": (False,),
     "norm_pre": (False,),
     "mlp_activation": ("gelu",),
+    "rope": (False,),
+    "qkv_bias": ("qkv",),
 }
+# A plain ViT writer (not DINOv3's layout) writes q, k and v biases.
+ALL_QKV_BIASES = tuple(
+    ({"rope": False, "qkv_bias": bias}, "only its DINOv3 layout has other q/k/v biases")
+    for bias in ("qv", "none")
+)
+# What DINOv3's layouts (timm's Eva, HF DINOv3ViTModel) cannot hold: see `base.dinov3`.
+DINOV3_PARTS = tuple(
+    ({"rope": True, option: value}, "DINOv3's layout: class token, storage tokens, RoPE")
+    for option, value in (
+        ("pooling", "gap"),
+        ("pooling", "map"),
+        ("final_norm", "pooled"),
+        ("pre_logits", "feature"),
+        ("pre_logits", "under_head"),
+        ("distillation", True),
+        ("norm_pre", True),
+    )
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -296,7 +319,7 @@ FORMAT_TABLE: dict[str, CheckpointFormat] = {
         ),
         CheckpointFormat(
             name="hf",
-            title="a Hugging Face ViT / DeiT / DINOv2 / SigLIP folder",
+            title="a Hugging Face ViT / DeiT / DINOv2 / DINOv3 / SigLIP folder",
             recognised_by="a folder with `config.json` + `model.safetensors` (or that file) "
             "whose keys include `embeddings.patch_embeddings.projection.weight` (SigLIP: "
             "`embeddings.patch_embedding.weight`)",
@@ -314,15 +337,23 @@ FORMAT_TABLE: dict[str, CheckpointFormat] = {
                 "norm_pre": (False,),
                 **RELEASE_GROUPS,
             },
-            excludes=tuple(
-                ({"pooling": "map", option: value}, f"a SigLIP tower has no {what}")
-                for option, value, what in (
-                    ("head", True, "classifier (SiglipVisionModel): build include_top=False"),
-                    ("pre_logits", "feature", "pre_logits"),
-                    ("grid", "non-square", "non-square grid"),
-                    ("layer_scale", True, "LayerScale"),
-                    ("mlp_activation", "quick_gelu", "QuickGELU"),
-                )
+            excludes=(
+                *ALL_QKV_BIASES,
+                ({"rope": True, "pre_logits": "feature"}, DINOV3_PARTS[0][1]),
+                ({"rope": True, "distillation": True}, DINOV3_PARTS[0][1]),
+                ({"rope": True, "head": True}, "DINOv3ViTModel has no classification head"),
+                ({"rope": True, "layer_scale": False}, "DINOv3ViTModel always has LayerScale"),
+                ({"rope": True, "pooling": "map"}, DINOV3_PARTS[0][1]),
+                *(
+                    ({"pooling": "map", option: value}, f"a SigLIP tower has no {what}")
+                    for option, value, what in (
+                        ("head", True, "classifier (SiglipVisionModel): build include_top=False"),
+                        ("pre_logits", "feature", "pre_logits"),
+                        ("grid", "non-square", "non-square grid"),
+                        ("layer_scale", True, "LayerScale"),
+                        ("mlp_activation", "quick_gelu", "QuickGELU"),
+                    )
+                ),
             ),
             reads={
                 "class token": "always (ViTModel has one), except SigLIP towers",
@@ -336,12 +367,14 @@ FORMAT_TABLE: dict[str, CheckpointFormat] = {
                 "DeiTForImageClassification, `distillation_head=False`; DeiTModel's "
                 "`pooler.dense` as pre_logits), dinov2 (LayerScale "
                 "`layer_scale1/2.lambda1`), dinov2_with_registers (`register_tokens`); "
-                "`use_swiglu_ffn` and Dinov2ForImageClassification refused by name",
+                "`use_swiglu_ffn` and Dinov2ForImageClassification refused by name; "
+                "dinov3_vit (DINOv3ViTModel: RoPE, `register_tokens`, `layer_scale1/2`, "
+                "`query_bias` / `key_bias` / `value_bias`; `use_gated_mlp` refused by name)",
                 "writes": "the model type of the switches: deit with a distillation token "
                 "(DeiTForImageClassificationWithTeacher, DeiTForImageClassification without "
                 "head_dist, or DeiTModel, its pooler from pre_logits), "
                 "dinov2_with_registers with registers, dinov2 with LayerScale (no head), "
-                "else vit",
+                "dinov3_vit with RoPE (no head), else vit",
                 "no_embed_class": "never",
                 "grid / image size": "config.json `image_size` (int or [h, w])",
                 "channels": "config.json `num_channels`; preprocessor mean/std per channel",
@@ -372,6 +405,12 @@ FORMAT_TABLE: dict[str, CheckpointFormat] = {
                     "deit.py's VisionTransformerDistilled has no pre_logits (HF DeiTModel's "
                     "pooler); write it as hf or keras",
                 ),
+                *ALL_QKV_BIASES,
+                *DINOV3_PARTS,
+                (
+                    {"rope": True, "qkv_bias": "qkv"},
+                    "timm's DINOv3 has no key bias (a zero buffer)",
+                ),
             ),
             reads={
                 "class token": "the `cls_token` key",
@@ -380,6 +419,10 @@ FORMAT_TABLE: dict[str, CheckpointFormat] = {
                 "SwiGLU refused by name",
                 "attention pooling": "`attn_pool.*` (global_pool='map', SigLIP towers, "
                 "one latent, no class token) as the MAP head",
+                "DINOv3": "eva.py's DINOv3 layout (no `pos_embed`, `reg_token`, "
+                "`gamma_1/2`, `attn.q_bias/v_bias` or none) when config.json names a "
+                "`*dinov3*` architecture or `rope_type='dinov3'` (or keras_vit metadata); "
+                "another EVA file, SwiGLU and other RoPE options refused by name",
                 "no_embed_class": "keras_vit metadata, config.json `model_args` or its "
                 "image size (True with `reg_token`); else an error naming "
                 "`no_embed_class=` when both fit",
@@ -481,6 +524,9 @@ def options_of(contents) -> dict:
         "norm_pre": arch.norm_pre,
         "mlp_activation": arch.mlp_activation,
         "resnet_groups": _resnet_groups(contents, arch),
+        "rope": getattr(contents, "position_embedding", None) == "rope",
+        "qkv_bias": arch.qkv_bias,
+        "head": arch.num_classes is not None,
     }
 
 

@@ -41,6 +41,9 @@ def _image_size(contents, arch, image_size):
         return image_size
     if contents.image_size is not None:
         return contents.image_size
+    if contents.position_embedding == "rope":  # no table: any size is the model's
+        logger.info("%s names no image size; building at 224 (RoPE takes any).", contents.path)
+        return 224
     if arch.grid is None:
         tokens = arch.num_patch_tokens
         patch = arch.patch_size
@@ -97,6 +100,8 @@ def architecture_kwargs(contents: CheckpointContents, image_size=None) -> dict:
     )
     kwargs.update(contents.numerics)
     kwargs.update(arch.family_kwargs())  # LayerScale, registers, ... (mlp_activation again)
+    if contents.position_embedding == "rope":
+        kwargs["position_embedding"] = "rope"
     if f"{names.MAP_HEAD}/probe" in contents.arrays:
         kwargs["pooling"] = "map"
     if arch.resnet_stages is not None:

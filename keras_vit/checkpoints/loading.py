@@ -216,6 +216,7 @@ def load_weights(
     _refuse_lora(model)
     _check_forward_resize(model, resize_method)
     contents = _contents(model, path, no_embed_class)
+    _check_rope(model, contents)
     variables, unnamed = official_variables(model)
     if unnamed:
         warn_weights(f"Weights without an official checkpoint name keep their values: {unnamed}")
@@ -267,6 +268,25 @@ def _refuse_lora(model) -> None:
             f"adapters (enable_lora, e.g. {adapted[0].path!r}), which would stay on top of the "
             "file's kernels. Load the checkpoint first, then enable LoRA (keras_vit.finetune("
             "..., lora_rank=R) does both)."
+        )
+
+
+def _check_rope(model, contents) -> None:
+    """A DINOv3 file (RoPE, no position table) loads only into a RoPE model, and a RoPE
+    model takes only such a file: the same weights under the other position scheme would
+    run silently wrong (a "none" or sine-cosine model has no table to miss either).
+
+    Raises:
+        CheckpointError: naming both.
+    """
+    arch = architecture.Architecture.from_checkpoint_model(model)
+    model_rope = arch.position_embedding == "rope"
+    file_rope = contents.position_embedding == "rope"
+    if model_rope != file_rope:
+        raise CheckpointError(
+            f"{contents.path} {'is' if file_rope else 'is not'} a DINOv3 file (rotary position "
+            f"embedding) and model {model.name!r} {'has' if model_rope else 'does not have'} "
+            "position_embedding='rope'; build the model with keras_vit.from_checkpoint."
         )
 
 

@@ -134,18 +134,28 @@ def check_attention_kernel(kernel) -> str:
     return kernel
 
 
-def attention(layer, queries, tokens, *, training, self_attention):
+def attention(layer, queries, tokens, *, training, self_attention, images=None):
     """`layer`'s attention output `(batch, q, hidden_dim)` for `queries` `(batch, q, D)` over
     `tokens` `(batch, t, D)`, through the kernel `layer.attention_kernel` names.
 
     `layer` is a built `keras_vit.layers.MultiHeadSelfAttention`; `self_attention` says that
-    `queries` is `tokens` (q, k and v may then come from one product)."""
+    `queries` is `tokens` (q, k and v may then come from one product). Its rotary position
+    embedding (`layer.rotate`, `images` for a dynamic grid) applies to q and k after their
+    projections; such a layer, or one without all three q/k/v biases, keeps the EinsumDense
+    projections."""
     kernel = check_attention_kernel(layer.attention_kernel)
-    if kernel == TENSORFLOW and layer.compute_dtype == "bfloat16" and not layer.quantized():
+    plain = layer.rope is None and layer.qkv_bias == "qkv"
+    if (
+        kernel == TENSORFLOW
+        and layer.compute_dtype == "bfloat16"
+        and plain
+        and not layer.quantized()
+    ):
         from keras_vit.kernels import tensorflow
 
         return tensorflow.heads_major_attention(layer, queries, tokens, training, self_attention)
     query, key, value = layer.query(queries), layer.key(tokens), layer.value(tokens)
+    query, key = layer.rotate(query, key, tokens, images)
     dropout = bool(training) and layer.attention_dropout_rate > 0
     if kernel == EXPLICIT or dropout:
         context = layer.explicit_context(query, key, value, training=training)

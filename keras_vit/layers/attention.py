@@ -7,9 +7,10 @@ import math
 import keras
 from keras import ops
 
-from keras_vit._validation import check_heads, check_positive_int, check_rate
+from keras_vit._validation import check_choice, check_heads, check_positive_int, check_rate
 from keras_vit.kernels import dispatch
 from keras_vit.layers.dropout import Dropout
+from keras_vit.layers.rotary import check_rope, check_rope_head_dim, rope_sin_cos, rotate_tokens
 
 QUANTIZED_SAVE_MESSAGE = (
     "Cannot save layer {name!r}: it was quantized with keras.Model.quantize, and a quantized "
@@ -42,6 +43,12 @@ def check_num_queries(num_queries, num_tokens, name="num_queries") -> int:
     return num_queries
 
 
+QKV_BIASES = ("qkv", "qv", "none")
+"""Which of the query, key and value projections have a bias: all three (default, the
+release's), query and value only (EVA / DINOv3 `qkv_bias=True`, whose key bias is fixed at
+zero; HF `DINOv3ViTConfig` `key_bias=False`), or none (timm's DINOv3 `qkv_bias=False`)."""
+
+
 @keras.saving.register_keras_serializable(package="keras_vit")
 class MultiHeadSelfAttention(keras.layers.Layer):
     """Multi-head scaled dot-product self-attention, softmax(q k^T / sqrt(head_dim)) v.
@@ -67,9 +74,18 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     `attention_probabilities` (attention maps, rollout, `explain`) always computes the
     explicit probabilities from the same weights.
 
+    With `rope` the queries and keys of the patch tokens are rotated after their projection
+    (DINOv3's rotary position embedding, `keras_vit.layers.rotary`); the tokens before them
+    (class, storage) are not.
+
     Args:
         num_heads: number of heads; the input width must be divisible by it.
         attention_dropout_rate: dropout on the attention weights, in [0, 1). Default 0.
+        qkv_bias: which projections have a bias, one of `QKV_BIASES`: "qkv" (default), "qv"
+            (no key bias) or "none".
+        rope: None (default) or the rotary position embedding's config (see
+            `keras_vit.layers.rotary.check_rope`: `num_prefix_tokens`, `grid_size`,
+            `patch_size`, `temperature`); the head width must then divide by 4.
         **kwargs: `name`, `dtype`, `trainable`.
 
     Call arguments:
@@ -78,30 +94,37 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         num_queries: None (default: every token attends) or an int k >= 1: only the first k
             tokens are queries, keys and values still come from all tokens, so the k outputs
             equal the first k rows of the full result at a fraction of the cost.
+        images: with a `rope` that has a `patch_size` (a dynamic image size), the model's
+            input images, whose height and width give the patch grid; else unused.
 
     Returns:
         `(batch, num_tokens, hidden_dim)`, or `(batch, k, hidden_dim)` with `num_queries=k`.
 
     Raises:
         ValueError: if `hidden_dim` is not divisible by `num_heads`, a rate is outside
-            [0, 1), or `num_queries` is not an int in [1, num_tokens].
+            [0, 1), an unknown `qkv_bias`, a bad `rope` (or a head width not divisible by 4
+            with one), or `num_queries` is not an int in [1, num_tokens].
     """
 
-    def __init__(self, num_heads, attention_dropout_rate=0.0, **kwargs):
+    def __init__(self, num_heads, attention_dropout_rate=0.0, qkv_bias="qkv", rope=None, **kwargs):
         super().__init__(**kwargs)
         self.num_heads = check_positive_int("num_heads", num_heads)
         self.attention_dropout_rate = check_rate("attention_dropout_rate", attention_dropout_rate)
         self.restorable_quantization = False  # set by a holder that records the quantization
+        self.qkv_bias = check_choice("qkv_bias", qkv_bias, QKV_BIASES)
+        self.rope = check_rope(rope)
 
     def build(self, input_shape):
         hidden_dim = input_shape[-1]
         self.head_dim = check_heads(hidden_dim, self.num_heads)
+        if self.rope is not None:
+            check_rope_head_dim(self.head_dim)
         init = flattened_glorot_uniform(hidden_dim)
         for name in ("query", "key", "value"):
             layer = keras.layers.EinsumDense(
                 "btd,dnh->btnh",
                 output_shape=(None, self.num_heads, self.head_dim),
-                bias_axes="nh",
+                bias_axes="nh" if name[0] in self.qkv_bias else None,
                 kernel_initializer=init,
                 bias_initializer="zeros",
                 dtype=self.dtype_policy,
@@ -124,12 +147,58 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         )
         self.attention_kernel = dispatch.attention_kernel(self.compute_dtype)
 
-    def attention_probabilities(self, tokens):
+    def attention_probabilities(self, tokens, images=None):
         """Attention weights `(batch, num_heads, num_tokens, num_tokens)`, float32, rows sum to 1.
 
-        Computed from this layer's own weights; used by `keras_vit.attention_maps`.
+        Computed from this layer's own weights (and RoPE: `images` as in `call`); used by
+        `keras_vit.attention_maps`.
         """
-        return self._probabilities(self.query(tokens), self.key(tokens))
+        query, key = self.rotate(self.query(tokens), self.key(tokens), tokens, images)
+        return self._probabilities(query, key)
+
+    def rotate(self, query, key, tokens, images=None):
+        """`(query, key)` with the rotary position embedding applied (unchanged without
+        `rope`). query `(batch, q, heads, head_dim)`, key `(batch, t, heads, head_dim)`;
+        `tokens` `(batch, t, D)` are the keys' tokens, `images` as in `call`.
+
+        Raises:
+            ValueError: a fixed-grid `rope` and a known token count that is not its
+                `num_prefix_tokens + rows * cols`.
+        """
+        if self.rope is None:
+            return query, key
+        sin, cos = self.rope_tables(tokens, images)
+        prefix = self.rope["num_prefix_tokens"]
+        return rotate_tokens(query, sin, cos, prefix), rotate_tokens(key, sin, cos, prefix)
+
+    def rope_tables(self, tokens, images=None):
+        """The RoPE `(sin, cos)` tables `(rows * cols, head_dim)` for this call's grid: from
+        `images` with a `patch_size` (dynamic image size), else the stored `grid_size`.
+
+        Raises:
+            ValueError: a `patch_size` and no `images`, or a fixed grid and a known token
+                count that is not its `num_prefix_tokens + rows * cols`.
+        """
+        rope = self.rope
+        rows, cols = rope["grid_size"]
+        if rope["patch_size"] is not None:
+            if images is None:
+                raise ValueError(
+                    f"Layer {self.name!r} rotates by each input's patch grid (a dynamic image "
+                    "size) and needs the model's input images: call it with images=."
+                )
+            shape = ops.shape(images)
+            rows, cols = shape[1] // rope["patch_size"][0], shape[2] // rope["patch_size"][1]
+        elif tokens.shape[1] is not None and tokens.shape[1] != rope["num_prefix_tokens"] + (
+            rows * cols
+        ):
+            raise ValueError(
+                f"Layer {self.name!r} rotates a {rows}x{cols} patch grid after "
+                f"{rope['num_prefix_tokens']} prefix tokens but received {tokens.shape[1]} "
+                "tokens. Build the model for this image size, or with dynamic_image_size=True "
+                "and pass the images."
+            )
+        return rope_sin_cos(rows, cols, self.head_dim, rope["temperature"])
 
     def _probabilities(self, query, key):
         """Softmax of the scaled logits, in float32 whatever the policy."""
@@ -149,13 +218,18 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         probs = self.attention_dropout(probs, training=training)
         return ops.einsum("bnts,bsnh->btnh", probs, value)
 
-    def call(self, tokens, training=None, num_queries=None):
+    def call(self, tokens, training=None, num_queries=None, images=None):
         queries = tokens
         if num_queries is not None:
             num_queries = check_num_queries(num_queries, tokens.shape[1])
             queries = tokens[:, :num_queries]
         return dispatch.attention(
-            self, queries, tokens, training=training, self_attention=num_queries is None
+            self,
+            queries,
+            tokens,
+            training=training,
+            self_attention=num_queries is None,
+            images=images,
         )
 
     def quantized(self) -> bool:
@@ -198,4 +272,6 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             **super().get_config(),
             "num_heads": self.num_heads,
             "attention_dropout_rate": self.attention_dropout_rate,
+            "qkv_bias": self.qkv_bias,
+            "rope": self.rope,
         }

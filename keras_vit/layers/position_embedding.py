@@ -6,7 +6,9 @@ One home for every kind a builder can choose (`POSITION_EMBEDDINGS`, made by
 - "learned": `AddPositionEmbs`, the release's learned 1-D table (default);
 - "sincos2d": `AddSinCosPositionEmbs`, a fixed 2-D sine-cosine table (big_vision's
   `posemb_sincos_2d` in big_vision/models/vit.py; no weights);
-- "none": no position information (the paper's appendix D.4 ablation).
+- "none": no position information (the paper's appendix D.4 ablation);
+- "rope": DINOv3's rotary position embedding, applied inside the attention to the patch
+  tokens' queries and keys (`keras_vit.layers.rotary`; no layer here, no weights, any grid).
 
 To add a kind: write its layer here, add its name to `POSITION_EMBEDDINGS` and a branch to
 `position_embedding_layer`; the builders, `Architecture` and fine-tuning pick it up.
@@ -22,7 +24,7 @@ from keras_vit._validation import check_choice, to_pair
 from keras_vit.layers.position_table_ops import resize_table
 from keras_vit.spec.resize_methods import RESIZE_METHODS
 
-POSITION_EMBEDDINGS = ("learned", "sincos2d", "none")
+POSITION_EMBEDDINGS = ("learned", "sincos2d", "none", "rope")
 SINCOS_TEMPERATURE = 10_000.0
 
 
@@ -273,7 +275,8 @@ def position_embedding_kind(layer) -> str | None:
 def position_embedding_layer(
     kind, grid_size, num_prefix_tokens, name, *, dynamic_image_size=False, patch_size=None
 ):
-    """The layer of one `POSITION_EMBEDDINGS` kind for a patch grid, or None for "none".
+    """The layer of one `POSITION_EMBEDDINGS` kind for a patch grid, or None for "none" and
+    "rope" (the rotary embedding lives in the attention layers: `rope_config`).
 
     With `dynamic_image_size=True` a "learned" table is stored for `grid_size` and resized
     in the forward pass to each call's grid (`AddPositionEmbs(dynamic_image_size=True)`,
@@ -286,7 +289,7 @@ def position_embedding_layer(
     check_choice("position_embedding", kind, POSITION_EMBEDDINGS)
     if dynamic_image_size and kind == "sincos2d":
         raise ValueError(
-            "dynamic_image_size=True needs position_embedding='learned' or 'none'. "
+            "dynamic_image_size=True needs position_embedding 'learned', 'none' or 'rope'. "
             f"Received: position_embedding={kind!r}"
         )
     if kind == "learned":
@@ -302,3 +305,19 @@ def position_embedding_layer(
     if kind == "sincos2d":
         return AddSinCosPositionEmbs(grid_size, num_prefix_tokens, name=name)
     return None
+
+
+def rope_config(grid_size, num_prefix_tokens, patch_size=None) -> dict:
+    """The attention layers' `rope` config for `position_embedding="rope"`: DINOv3's rotary
+    embedding of a `grid_size` patch grid after `num_prefix_tokens` unrotated tokens; with
+    `patch_size` (a dynamic image size) each call's images give the grid."""
+    from keras_vit.layers.rotary import ROPE_TEMPERATURE, check_rope
+
+    return check_rope(
+        {
+            "num_prefix_tokens": num_prefix_tokens,
+            "grid_size": grid_size,
+            "patch_size": patch_size,
+            "temperature": ROPE_TEMPERATURE,
+        }
+    )

@@ -6,10 +6,11 @@ import keras
 
 from keras_vit._validation import check_choice, check_heads, check_positive_int, check_rate
 from keras_vit.kernels import dispatch
-from keras_vit.layers.attention import MultiHeadSelfAttention, check_num_queries
+from keras_vit.layers.attention import QKV_BIASES, MultiHeadSelfAttention, check_num_queries
 from keras_vit.layers.dropout import Dropout, drop_path
 from keras_vit.layers.layer_scale import LayerScale, check_layer_scale_init
 from keras_vit.layers.mlp import MLP_ACTIVATIONS, MlpBlock
+from keras_vit.layers.rotary import check_rope
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -44,6 +45,10 @@ class TransformerBlock(keras.layers.Layer):
             MLP's `(batch, tokens, mlp_dim)`); the same values. Inference is unchanged. On
             JAX, XLA:CPU needs its memory scheduler for the saving (see
             `keras_vit.kernels.dispatch.prefer_memory_schedule`; the builders ask for it).
+        qkv_bias: which of the attention's q/k/v projections have a bias: "qkv" (default),
+            "qv" or "none" (`keras_vit.layers.attention.QKV_BIASES`; DINOv3).
+        rope: None (default) or the attention's rotary position embedding config
+            (`keras_vit.layers.rotary.check_rope`; DINOv3).
         num_output_tokens: None (default: every token) or an int k >= 1: the block computes
             only its first k output tokens (k queries; keys and values still come from all
             tokens), which equal the first k rows of the full block's output. The ViT
@@ -54,6 +59,7 @@ class TransformerBlock(keras.layers.Layer):
     Call arguments:
         tokens: `(batch, num_tokens, hidden_dim)`.
         training: Python bool or None (default None, i.e. inference).
+        images: the model's input images, for a `rope` with a dynamic grid (else unused).
 
     Returns:
         `(batch, num_tokens, hidden_dim)` in the compute dtype; `(batch, k, hidden_dim)` with
@@ -78,6 +84,8 @@ class TransformerBlock(keras.layers.Layer):
         mlp_activation="gelu",
         remat=False,
         projection_quantization=None,
+        qkv_bias="qkv",
+        rope=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -103,6 +111,8 @@ class TransformerBlock(keras.layers.Layer):
             None if layer_scale_init is None else check_layer_scale_init(layer_scale_init)
         )
         self.mlp_activation = check_choice("mlp_activation", mlp_activation, MLP_ACTIVATIONS)
+        self.qkv_bias = check_choice("qkv_bias", qkv_bias, QKV_BIASES)
+        self.rope = check_rope(rope)
         self.num_output_tokens = (
             None
             if num_output_tokens is None
@@ -126,6 +136,8 @@ class TransformerBlock(keras.layers.Layer):
         self.attention = MultiHeadSelfAttention(
             self.num_heads,
             self.attention_dropout_rate,
+            qkv_bias=self.qkv_bias,
+            rope=self.rope,
             dtype=policy,
             name="MultiHeadDotProductAttention_1",
         )
@@ -171,32 +183,38 @@ class TransformerBlock(keras.layers.Layer):
             return x
         return drop_path(x, self.drop_path_rate, self.seed_generator)
 
-    def attention_probabilities(self, tokens):
+    def attention_probabilities(self, tokens, images=None):
         """Attention weights `(batch, num_heads, num_tokens, num_tokens)` of this block.
 
-        `tokens` is the block's input; used by `keras_vit.attention_maps`.
+        `tokens` is the block's input (`images`: as in `call`); used by
+        `keras_vit.attention_maps`.
         """
-        return self.attention.attention_probabilities(self.norm_0(tokens))
+        return self.attention.attention_probabilities(self.norm_0(tokens), images=images)
 
-    def call(self, tokens, training=None):
+    def call(self, tokens, training=None, images=None):
         num_output_tokens = self.num_output_tokens
         if self.remat and training:
             # Keras' rematerialisation of the whole block (as `keras.RematScope(mode="full")`
             # does per layer): its activations are recomputed in the backward pass
             def block(x):
-                return self.forward(x, training=training, num_output_tokens=num_output_tokens)
+                return self.forward(
+                    x, training=training, num_output_tokens=num_output_tokens, images=images
+                )
 
             return keras.remat(block)(tokens)
-        return self.forward(tokens, training=training, num_output_tokens=num_output_tokens)
+        return self.forward(
+            tokens, training=training, num_output_tokens=num_output_tokens, images=images
+        )
 
-    def forward(self, tokens, training=None, num_output_tokens=None):
+    def forward(self, tokens, training=None, num_output_tokens=None, images=None):
         """The block on `tokens`, returning the first `num_output_tokens` outputs (None: all).
 
         `call` uses the layer's own `num_output_tokens`; `keras_vit.feature_extractor` calls
         this with None to read a class-token-only last block's full output sequence.
+        `images`: the model's input, for a `rope` with a dynamic grid.
         """
         normed = dispatch.layer_norm(self.norm_0, tokens, training=training)
-        y = self.attention(normed, training=training, num_queries=num_output_tokens)
+        y = self.attention(normed, training=training, num_queries=num_output_tokens, images=images)
         y = self.dropout(y, training=training)
         if self.ls1 is not None:
             y = self.ls1(y)
@@ -228,6 +246,8 @@ class TransformerBlock(keras.layers.Layer):
             "layer_scale_init": self.layer_scale_init,
             "mlp_activation": self.mlp_activation,
             "remat": self.remat,
+            "qkv_bias": self.qkv_bias,
+            "rope": self.rope,
             **self._quantization_config(),
         }
 

@@ -14,10 +14,12 @@ from keras_vit._validation import (
     check_rate,
     to_pair,
 )
+from keras_vit.layers.attention import QKV_BIASES
 from keras_vit.layers.layer_scale import check_layer_scale_init
 from keras_vit.layers.mlp import MLP_ACTIVATIONS
 from keras_vit.layers.pooling import CLASSIFIER_POOLINGS
 from keras_vit.layers.position_embedding import POSITION_EMBEDDINGS
+from keras_vit.layers.rotary import check_rope_head_dim
 from keras_vit.spec import layer_names as names
 
 FAMILY_DEFAULTS = {
@@ -28,8 +30,9 @@ FAMILY_DEFAULTS = {
     "no_embed_class": False,
     "norm_pre": False,
     "mlp_activation": "gelu",
+    "qkv_bias": "qkv",
 }
-"""The ViT-family switches (DeiT, DeiT III, DINOv2, CLIP towers) and their default values
+"""The ViT-family switches (DeiT, DeiT III, DINOv2, CLIP towers, DINOv3) and their default values
 (`distillation_head` only matters with `distilled=True`); see `keras_vit.ViT` for each."""
 
 
@@ -94,6 +97,8 @@ def check_arguments(
     check_num_classes(num_classes, include_top)
     check_choice("pooling", pooling, CLASSIFIER_POOLINGS)
     check_choice("position_embedding", position_embedding, POSITION_EMBEDDINGS)
+    if position_embedding == "rope":
+        check_rope_head_dim(hidden_dim // num_heads)
     check_choice("final_norm", final_norm, names.FINAL_NORMS)
     if final_norm == "pooled" and (pooling == "map" or return_sequence):
         raise ValueError(
@@ -125,6 +130,7 @@ def check_family_arguments(
     no_embed_class,
     norm_pre,
     mlp_activation,
+    qkv_bias="qkv",
     distillation_head=True,
     pooling="token",
     representation_size=None,
@@ -164,6 +170,7 @@ def check_family_arguments(
         if not isinstance(value, bool):
             raise ValueError(f"`{name}` must be True or False. Received: {name}={value!r}")
     check_choice("mlp_activation", mlp_activation, MLP_ACTIVATIONS)
+    check_choice("qkv_bias", qkv_bias, QKV_BIASES)
     rules = (
         (distilled and pooling != "token", "distilled=True needs pooling='token'"),
         (
@@ -181,7 +188,7 @@ def check_family_arguments(
             "distillation_head=False drops the distillation token's head and needs distilled=True",
         ),
         (
-            no_embed_class and (pooling != "token" or position_embedding == "none"),
+            no_embed_class and (pooling != "token" or position_embedding in ("none", "rope")),
             "no_embed_class=True needs a class token (pooling='token') and a position table",
         ),
         (
@@ -216,6 +223,6 @@ def check_dynamic(dynamic, stem, position_embedding):
         raise ValueError("dynamic_image_size=True is for plain ViTs (stem=None).")
     if dynamic and position_embedding == "sincos2d":
         raise ValueError(
-            "dynamic_image_size=True needs position_embedding='learned' or 'none'. "
+            "dynamic_image_size=True needs position_embedding 'learned', 'none' or 'rope'. "
             f"Received: position_embedding={position_embedding!r}"
         )

@@ -29,7 +29,7 @@ from keras_vit.layers import (
     TransformerBlock,
 )
 from keras_vit.layers.dropout import Dropout
-from keras_vit.layers.position_embedding import position_embedding_layer
+from keras_vit.layers.position_embedding import position_embedding_layer, rope_config
 from keras_vit.model.arguments import (
     FAMILY_DEFAULTS,
     check_arguments,
@@ -78,7 +78,9 @@ def encode_tokens(
 
     With `dynamic_grid=(grid_size, patch_size)` the learned position table (stored for
     `grid_size`) is resized in the forward pass to the grid of `grid_images` (see
-    `AddPositionEmbs(dynamic_image_size=True)`).
+    `AddPositionEmbs(dynamic_image_size=True)`). With `position_embedding="rope"` every
+    block's attention rotates the patch tokens' queries and keys (`rope_config`; the grid of
+    `grid_images` when dynamic); the class, distillation and register tokens are not rotated.
 
     Returns:
         The symbolic `(batch, num_tokens, hidden_dim)` output of `encoder_norm` (of the last
@@ -119,7 +121,18 @@ def encode_tokens(
         layer_scale_init=family["layer_scale_init"],
         mlp_activation=family["mlp_activation"],
         remat=remat,
+        qkv_bias=family["qkv_bias"],
     )
+    call_kwargs = {}
+    if position_embedding == "rope":
+        prefix = int(pooling == "token") + int(family["distilled"])
+        block_kwargs["rope"] = rope_config(
+            dynamic_grid[0] if dynamic_grid is not None else grid_size,
+            prefix + family["num_register_tokens"],
+            patch_size=dynamic_grid[1] if dynamic_grid is not None else None,
+        )
+        if dynamic_grid is not None:
+            call_kwargs["images"] = grid_images
     dist_read = family["distilled"] and family["distillation_head"]
     last_tokens = (1 + int(dist_read)) if class_token_only else None
     for i in range(num_layers):
@@ -128,7 +141,7 @@ def encode_tokens(
             drop_path_rate=drop_path_rate * i / max(num_layers - 1, 1),
             num_output_tokens=last_tokens if i == num_layers - 1 else None,
             name=names.block_name(i),
-        )(x)
+        )(x, **call_kwargs)
     if final_norm == "pooled":
         return x
     return keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, name=names.ENCODER_NORM)(x)
@@ -247,7 +260,7 @@ def vision_transformer(
             `(batch, h, w, c)` whose h and w divide by the patch size.
         **family: the ViT-family switches of `FAMILY_DEFAULTS` (`layer_scale_init`,
             `num_register_tokens`, `distilled`, `distillation_head`, `no_embed_class`,
-            `norm_pre`, `mlp_activation`), each off by default.
+            `norm_pre`, `mlp_activation`, `qkv_bias`), each off by default.
         The others: as in `keras_vit.ViT` (`dynamic_image_size` needs `stem=None`).
 
     Returns:

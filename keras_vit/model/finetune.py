@@ -14,7 +14,7 @@ from keras_vit._validation import check_positive_int, to_pair
 from keras_vit._warnings import warn_weights
 from keras_vit.checkpoints.base.architecture import num_position_prefix_rows, patch_grid
 from keras_vit.checkpoints.base.lora import merged_weights
-from keras_vit.layers import AddSinCosPositionEmbs, PatchEmbed
+from keras_vit.layers import AddSinCosPositionEmbs, PatchEmbed, TransformerBlock
 from keras_vit.layers.position_resize import resize_position_embeddings
 from keras_vit.model.arguments import check_num_classes
 from keras_vit.model.head import distilled_logits, zero_head
@@ -63,10 +63,11 @@ def _rebuild(model, image_size):
 
 
 def _clone_layer():
-    """A `clone_model` clone_function that gives a sin-cos position layer the new grid.
+    """A `clone_model` clone_function that gives a sin-cos position layer, and the blocks of a
+    fixed-grid rotary embedding (`position_embedding="rope"`), the new grid.
 
     Layers are cloned in graph order, so the new patch embedding has been called (and knows
-    its grid) when the position layer after it is cloned.
+    its grid) when the position layer or blocks after it are cloned.
     """
     embeds = []
 
@@ -74,6 +75,9 @@ def _clone_layer():
         config = layer.get_config()
         if isinstance(layer, AddSinCosPositionEmbs) and embeds:
             config["grid_size"] = list(embeds[-1].grid_size)
+        if isinstance(layer, TransformerBlock) and layer.rope is not None and embeds:
+            if layer.rope["patch_size"] is None:
+                config["rope"] = {**layer.rope, "grid_size": list(embeds[-1].grid_size)}
         new = layer.__class__.from_config(config)
         if isinstance(new, PatchEmbed):
             embeds.append(new)

@@ -37,6 +37,7 @@ def ViT(
     no_embed_class=False,
     norm_pre=False,
     mlp_activation="gelu",
+    qkv_bias="qkv",
     remat=False,
     weights=None,
     name="vit",
@@ -75,8 +76,13 @@ def ViT(
             the final LayerNorm instead of the pooled feature.
         position_embedding: "learned" (default; the release's 1-D table, resized on load
             for another grid), "sincos2d" (fixed 2-D sine-cosine table, big_vision's
-            `posemb_sincos_2d`; no weights; hidden_dim a multiple of 4) or "none" (the
-            paper's appendix D.4 ablation). Kept in the model's config (`.keras` files).
+            `posemb_sincos_2d`; no weights; hidden_dim a multiple of 4), "none" (the
+            paper's appendix D.4 ablation) or "rope" (DINOv3's rotary position embedding,
+            Simeoni et al. 2025: each block's attention rotates the patch tokens' queries
+            and keys by their normalised grid coordinates, base 100; the class, distillation
+            and register tokens are not rotated; no weights, any image size with nothing to
+            resize; head width a multiple of 4; `keras_vit.layers.rotary`). Kept in the
+            model's config (`.keras` files).
         input_preprocessing: the pixel scaling the weights expect, recorded in the model
             (its `embedding` layer) and applied by `predict`, `evaluate` and the SavedModel
             export: "[-1,1]" (default, the release's) or "imagenet" (ImageNet mean/std).
@@ -87,7 +93,8 @@ def ViT(
             equal to a model built at that size and loaded with the resized table), as
             timm's `dynamic_img_size` and Hugging Face's `interpolate_pos_encoding` offer.
             The input is then `(batch, None, None, channels)`. Needs
-            position_embedding "learned" or "none". Default False. A side that is not a
+            position_embedding "learned", "none" or "rope" (which rotates by each input's
+            grid). Default False. A side that is not a
             multiple of the patch is an error naming the patch size and the shape (a
             ValueError when the size is known at trace time, else TensorFlow's
             InvalidArgumentError when the graph runs); the image is never cropped.
@@ -125,6 +132,10 @@ def ViT(
             (timm `pre_norm=True`, CLIP image towers). Default False.
         mlp_activation: "gelu" (default; its form as `gelu_approximate` says) or
             "quick_gelu" (x * sigmoid(1.702 x); OpenAI CLIP, timm `act_layer="quick_gelu"`).
+        qkv_bias: which attention projections have a bias: "qkv" (default, the release's),
+            "qv" (no key bias: EVA / DINOv3 with timm `qkv_bias=True`, HF `DINOv3ViTConfig`
+            `key_bias=False`) or "none" (timm's DINOv3 `qkv_bias=False`). A key bias adds
+            the same logit to every key of a query, so it never changes the output.
         remat: False (default) or True: each Transformer block recomputes its activations
             in the backward pass instead of storing them (`keras.remat`; `TransformerBlock`'s
             `remat`): less memory per training step at fine-tuning resolutions, about one

@@ -20,14 +20,27 @@ from keras_vit.visualize.graph import find_encoder, sub_graph_model
 logger = logging.getLogger(__name__)
 
 
-def _block_input(block):
+def _block_inputs(block):
+    """`(tokens, images)`: the block's token input in its model's graph, and the images it
+    was called with (a dynamic-grid RoPE block, `position_embedding="rope"`), else None."""
     try:
-        return block.input
+        inputs = block.input
     except (AttributeError, ValueError) as error:
         raise ValueError(
             f"Block {block.name!r} must be called exactly once in its model's graph to read its "
             f"input ({error})."
         ) from error
+    if isinstance(inputs, (list, tuple)):
+        return inputs[0], inputs[1]
+    return inputs, None
+
+
+def _block_input(block):
+    return _block_inputs(block)[0]
+
+
+def _images_key(block) -> str:
+    return f"{block.name}:images"
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -56,8 +69,8 @@ class AllTokensView(keras.layers.Layer):
         if not self.block.built:
             self.block.build(input_shape)
 
-    def call(self, tokens, training=None):
-        return self.block.forward(tokens, training=training, num_output_tokens=None)
+    def call(self, tokens, training=None, images=None):
+        return self.block.forward(tokens, training=training, num_output_tokens=None, images=images)
 
     def compute_output_shape(self, input_shape):
         return input_shape
@@ -70,7 +83,10 @@ def _block_output(block):
     """The block's output in the model's graph, with every token (see `AllTokensView`)."""
     if block.num_output_tokens is None:
         return block.output
-    return AllTokensView(block)(_block_input(block))
+    tokens, images = _block_inputs(block)
+    if images is None:
+        return AllTokensView(block)(tokens)
+    return AllTokensView(block)(tokens, images=images)
 
 
 def block_inputs_model(model: keras.Model) -> tuple[keras.Model, tuple]:
@@ -78,10 +94,18 @@ def block_inputs_model(model: keras.Model) -> tuple[keras.Model, tuple]:
 
     Returns:
         `(view, blocks)`: `view(images)` returns a dict, block name -> that block's
-        `(batch, num_tokens, hidden_dim)` input (a dict, so that one block is not unwrapped).
+        `(batch, num_tokens, hidden_dim)` input (a dict, so that one block is not unwrapped),
+        and for a block that takes the images too (a dynamic-grid RoPE block), "<name>:images"
+        -> those images.
     """
     path = find_encoder(model)
-    view = sub_graph_model(path, {block.name: _block_input(block) for block in path.blocks})
+    outputs = {}
+    for block in path.blocks:
+        tokens, images = _block_inputs(block)
+        outputs[block.name] = tokens
+        if images is not None:
+            outputs[_images_key(block)] = images
+    view = sub_graph_model(path, outputs)
     return view, path.blocks
 
 
@@ -125,7 +149,9 @@ def attention_maps(model: keras.Model, images, batch_size: int = 32) -> list[np.
         batch = images[start : start + batch_size]
         inputs = view(batch, training=False)
         for chunk, block in zip(chunks, blocks, strict=True):
-            probs = block.attention_probabilities(inputs[block.name])
+            probs = block.attention_probabilities(
+                inputs[block.name], images=inputs.get(_images_key(block))
+            )
             chunk.append(keras.ops.convert_to_numpy(probs).astype(np.float32))
     logger.debug("attention maps of %d blocks for %d images", len(blocks), len(images))
     return [np.concatenate(chunk, axis=0) for chunk in chunks]

@@ -3,13 +3,13 @@ format of the table and read back.
 
 For each draw (pooling token/gap/map, final norm on the tokens or timm's `fc_norm` after
 pooling, a pre-logits layer or none, a head or none, square and non-square grids, 1/3/4
-channels, the tanh or exact GELU) and each format: if the format can express the draw,
-write -> read gives the same logits (1e-5) both through `from_checkpoint` and loaded into a
-freshly built model; if not, the writer refuses, naming the option, and leaves no file. What
-each format can express is written here from the formats' own definitions (transformers'
-`ViTModel` / `ViTForImageClassification` / `SiglipVisionModel`, timm's `VisionTransformer`,
-the release's `.npz`), not taken
-from keras_vit's table, which is checked against it.
+channels, the tanh or exact GELU; DINOv3's rotary position embedding or a table, with its storage tokens, LayerScale
+and q/k/v biases) and each format: if the format can express the draw, write -> read gives the same
+logits (1e-5) both through `from_checkpoint` and loaded into a freshly built model; if not,
+the writer refuses, naming the option, and leaves no file. What each format can express is
+written here from the formats' own definitions (transformers' `ViTModel` /
+`ViTForImageClassification`, `SiglipVisionModel`, `DINOv3ViTModel`, timm's `VisionTransformer` and its DINOv3
+`Eva`, the release's `.npz`), not taken from keras_vit's table, which is checked against it.
 """
 
 from __future__ import annotations
@@ -43,6 +43,14 @@ def architectures(draw):
     pooling = draw(st.sampled_from(["token", "gap", "map"]))
     final_norm = "tokens" if pooling == "map" else draw(st.sampled_from(["tokens", "pooled"]))
     grid = draw(st.sampled_from([(2, 2), (3, 3), (2, 3), (3, 5)]))  # 1 + 3x5 = 4x4
+    rope = {}
+    if draw(st.booleans()):
+        rope = dict(
+            position_embedding="rope",
+            num_register_tokens=0 if pooling == "map" else draw(st.sampled_from([0, 2])),
+            layer_scale_init=draw(st.sampled_from([None, 0.5])),
+            qkv_bias=draw(st.sampled_from(["qkv", "qv", "none"])),
+        )
     return dict(
         TINY_SIZES,
         patch_size=PATCH,
@@ -54,11 +62,14 @@ def architectures(draw):
         representation_size=draw(st.sampled_from([None, 16])),
         include_top=draw(st.booleans()),
         num_classes=5,
+        **rope,
     )
 
 
 def expected_refusals(kwargs) -> dict:
     """`{format: option it cannot express}` for the draw, from the formats' definitions."""
+    if kwargs.get("position_embedding") == "rope":
+        return _rope_refusals(kwargs)
     out = {}
     pre_logits_under_head = kwargs["representation_size"] is not None and kwargs["include_top"]
     size = kwargs["image_size"]
@@ -75,6 +86,26 @@ def expected_refusals(kwargs) -> dict:
         out["hf"] = "final_norm"
     elif pre_logits_under_head:  # ViTForImageClassification has no pooler
         out["hf"] = "pre_logits"
+    return out
+
+
+def _rope_refusals(kwargs) -> dict:
+    """A RoPE model: the release's .npz has no rotary embedding; timm's DINOv3 `Eva` and HF's
+    `DINOv3ViTModel` hold a class token (pooling "token"), its final `norm` (no `fc_norm`)
+    and no pre-logits layer; timm's has no key bias, HF's model no head and always
+    LayerScale."""
+    out = {"npz": "rope"}
+    dinov3 = (
+        kwargs["pooling"] == "token"
+        and kwargs["final_norm"] == "tokens"
+        and kwargs["representation_size"] is None
+    )
+    if not dinov3 or kwargs["qkv_bias"] == "qkv":
+        out["timm"] = "rope"
+    if not dinov3 or kwargs["include_top"] or kwargs["layer_scale_init"] is None:
+        out["hf"] = "rope" if kwargs["pooling"] == "token" else "pooling"
+    if kwargs["pooling"] == "token" and kwargs["final_norm"] == "pooled":
+        out["hf"] = "final_norm"
     return out
 
 
@@ -149,6 +180,9 @@ def test_options_of_a_model_are_what_it_was_built_with():
         "norm_pre": False,
         "mlp_activation": "gelu",
         "resnet_groups": None,
+        "rope": False,
+        "qkv_bias": "qkv",
+        "head": False,
     }
 
 

@@ -318,3 +318,40 @@ def test_overwrite_refuses_a_destination_that_is_no_file_or_folder(official_file
     assert main(["convert", str(path), str(pipe), "--overwrite"]) == 2
     assert "is neither a file nor a folder" in capsys.readouterr().err
     assert stat.S_ISFIFO(os.stat(pipe).st_mode)
+
+
+def test_dinov3_converts_both_ways_and_npz_refuses_rope(tmp_path, capsys):
+    """A DINOv3 model (RoPE, storage tokens, LayerScale, q/v biases, no head): .keras ->
+    timm -> .keras -> HF DINOv3ViTModel -> .keras, each the same features as the source
+    (the NumPy forward with the rotary embedding); the release's .npz refuses it by the
+    option's name."""
+    from keras_vit.checkpoints.base.naming import official_arrays
+    from tests.checkpoints.random_models import randomise
+    from tests.numpy_family_reference import family_forward
+
+    source = randomise(
+        keras_vit.DINOv3("S/16", include_top=False, image_size=(16, 24), qkv_bias="qv", **ARCH)
+    )
+    source.save(tmp_path / "dinov3.keras")
+    timm, hf = tmp_path / "d.safetensors", tmp_path / "hf_out"
+    assert main(["convert", str(tmp_path / "dinov3.keras"), str(timm)]) == 0
+    assert main(["convert", str(timm), str(tmp_path / "from_timm.keras")]) == 0
+    assert main(["convert", str(tmp_path / "from_timm.keras"), str(hf)]) == 0
+    assert main(["convert", str(hf), str(tmp_path / "from_hf.keras")]) == 0
+    x = np.random.default_rng(1).uniform(-1, 1, (2, 16, 24, 3)).astype("float32")
+    expected = family_forward(
+        official_arrays(source),
+        x,
+        num_heads=4,
+        gelu_approximate=False,
+        layer_norm_epsilon=1e-5,
+        rope=True,
+    )
+    for name in ("from_timm.keras", "from_hf.keras"):
+        model = keras.models.load_model(tmp_path / name)
+        assert model.get_layer("encoderblock_0").rope is not None
+        np.testing.assert_allclose(np.asarray(model(x)), expected, atol=2e-5, err_msg=name)
+    capsys.readouterr()
+    assert main(["convert", str(timm), str(tmp_path / "d.npz")]) == 2
+    assert "rope=True" in capsys.readouterr().err
+    assert not (tmp_path / "d.npz").exists()

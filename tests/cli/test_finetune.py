@@ -91,3 +91,53 @@ def test_finetune_bad_image_size_exits_2(capsys, tmp_path):
     argv = ["finetune", "--weights", str(source_dir), "--image-size", "10"]
     expect_usage_error(capsys, [*argv, "--run-dir", str(run_dir)], "not divisible by the patch")
     assert not run_dir.exists()
+
+
+def test_finetune_a_dinov3_timm_file_at_a_new_image_size(tmp_path):
+    """A (tiny, keras_vit-written) timm DINOv3 file fine-tuned at 12 px from 8 px: RoPE has
+    no table to resize, the blocks rotate by the new 3x3 grid, the body is carried over and
+    the head starts at zero."""
+    import keras_vit
+    from keras_vit.checkpoints import model_contents, write_checkpoint
+    from tests.checkpoints.random_models import randomise
+
+    source = randomise(
+        keras_vit.DINOv3(
+            "S/16",
+            hidden_dim=16,
+            num_heads=2,
+            mlp_dim=32,
+            num_layers=1,
+            patch_size=4,
+            image_size=8,
+            channels=1,
+            num_classes=3,
+        )
+    )
+    weights = tmp_path / "dinov3" / "model.safetensors"
+    weights.parent.mkdir()
+    write_checkpoint(model_contents(source), weights, "timm")
+    run_dir = tmp_path / "run"
+    argv = [
+        "finetune",
+        "--weights", str(weights),
+        "--dataset", "digits",
+        "--image-size", "12",
+        "--shots-per-class", "5",
+        "--batch-size", "25",
+        "--steps", "2",
+        "--learning-rate", "1e-9",
+        "--no-jit-compile",
+        "--run-dir", str(run_dir),
+    ]  # fmt: skip
+    assert main(argv) == 0
+    target = runs.load_model(run_dir / "last.keras")
+    block = target.get_layer("encoderblock_0")
+    assert block.rope["grid_size"] == [3, 3] and block.rope["num_prefix_tokens"] == 5
+    assert target.output_shape == (None, 10)
+    np.testing.assert_allclose(target.get_layer("head").get_weights()[0], 0.0, atol=1e-6)
+    np.testing.assert_allclose(
+        block.attention.query.kernel,
+        source.get_layer("encoderblock_0").attention.query.kernel,
+        atol=1e-6,
+    )

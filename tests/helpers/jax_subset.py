@@ -1,7 +1,8 @@
 """Runs in a fresh process with KERAS_BACKEND=jax (started by tests/backends/test_jax.py).
 
 Build, predict (against the NumPy reference), fit, load each checkpoint format, dynamic image
-size and fine-tuning, on the tiny config; prints one JSON line of results.
+size and fine-tuning, on the tiny config, and DINOv3's rotary position embedding at two image
+sizes (`rope_check`); prints one JSON line of results.
 """
 
 from __future__ import annotations
@@ -72,7 +73,37 @@ def main(workdir: str) -> dict:
     out["finetune_output"] = list(tuned.output_shape)
     tuned_logits = tuned.predict(np.zeros((1, 40, 40, 3), "float32"), verbose=0)
     out["finetune_logits_zero"] = bool(np.all(tuned_logits == 0))
+    out.update(rope_check())
     return out
+
+
+def rope_check() -> dict:
+    """A dynamic-size DINOv3 model (RoPE, storage tokens, LayerScale, no q/k/v bias) against
+    the NumPy forward at its size and at another: the largest difference of the two."""
+    import keras
+
+    import keras_vit
+    from keras_vit.checkpoints.base.naming import official_arrays
+    from tests.checkpoints.random_models import randomise
+    from tests.numpy_family_reference import family_forward
+
+    arch = dict(patch_size=4, hidden_dim=16, num_heads=2, mlp_dim=32, num_layers=2)
+    model = keras_vit.DINOv3("S/16", image_size=(8, 12), dynamic_image_size=True, **arch)
+    model = randomise(model, seed=5)
+    diffs = []
+    for size in ((8, 12), (16, 8)):
+        x = np.random.default_rng(6).uniform(-1, 1, (2, *size, 3)).astype("float32")
+        want = family_forward(
+            official_arrays(model),
+            x,
+            num_heads=2,
+            gelu_approximate=False,
+            layer_norm_epsilon=1e-5,
+            rope=True,
+        )
+        got = keras.ops.convert_to_numpy(model.predict(x, verbose=0))
+        diffs.append(float(np.abs(got - want).max()))
+    return {"rope_vs_numpy": max(diffs)}
 
 
 if __name__ == "__main__":

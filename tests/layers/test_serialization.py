@@ -45,6 +45,7 @@ def test_b01_registered_under_keras_vit_package(cls):
 
 
 # Every constructor argument of every custom layer, each set to a value other than its default.
+ROPE = {"num_prefix_tokens": 2, "grid_size": [3, 4], "patch_size": [8, 8], "temperature": 50.0}
 EVERY_ARGUMENT = [
     (
         layers.PatchEmbed,
@@ -80,7 +81,15 @@ EVERY_ARGUMENT = [
             activation="quick_gelu",
         ),
     ),
-    (layers.MultiHeadSelfAttention, dict(num_heads=4, attention_dropout_rate=0.1)),
+    (
+        layers.MultiHeadSelfAttention,
+        dict(
+            num_heads=4,
+            attention_dropout_rate=0.1,
+            qkv_bias="qv",
+            rope=ROPE,
+        ),
+    ),
     (
         layers.MlpBlock,
         dict(mlp_dim=8, dropout_rate=0.1, gelu_approximate=False, activation="quick_gelu"),
@@ -104,6 +113,8 @@ EVERY_ARGUMENT = [
             layer_scale_init=1e-4,
             mlp_activation="quick_gelu",
             remat=True,
+            qkv_bias="none",
+            rope=ROPE,
         ),
     ),
     (layers.TokenPooling, dict(pooling="gap", token_index=1, num_prefix_tokens=2)),

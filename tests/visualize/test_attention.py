@@ -273,3 +273,41 @@ def test_feature_extractor_of_a_classifier_saves_loads_and_clones(tmp_path):
     shapes = {name: tuple(values.shape) for name, values in clone(images).items()}
     tokens = (2, 17, 32)
     assert shapes == {"encoderblock_0": tokens, "encoderblock_1": tokens, "pooled": (2, 32)}
+
+
+def test_rope_maps_and_features_at_a_new_size_equal_a_model_built_there():
+    """A dynamic-grid RoPE model (DINOv3's embedding) rotates by each input's grid in its
+    maps and features too: at 24x40 they equal those of a model built at 24x40 with the
+    same weights (whose grid is fixed), maps are probabilities, and the pooled feature of
+    `feature_extractor` is the model's own output."""
+    from tests.checkpoints.random_models import randomise
+
+    options = dict(
+        TINY,
+        include_top=False,
+        position_embedding="rope",
+        num_register_tokens=2,
+        layer_scale_init=0.5,
+    )
+    dynamic = randomise(keras_vit.ViT(image_size=16, dynamic_image_size=True, **options))
+    fixed = keras_vit.ViT(image_size=(24, 40), **options)
+    fixed.set_weights(dynamic.get_weights())
+    x = random_images(np.random.default_rng(0), 2, 24, 40)
+    got, want = keras_vit.attention_maps(dynamic, x), keras_vit.attention_maps(fixed, x)
+    for a, b in zip(got, want, strict=True):
+        assert a.shape == (2, 4, 1 + 2 + 15, 1 + 2 + 15)
+        np.testing.assert_allclose(a, b, atol=1e-6)
+        np.testing.assert_allclose(a.sum(-1), 1.0, atol=1e-5)
+    features = feature_extractor(dynamic)(x)
+    reference = feature_extractor(fixed)(x)
+    for key in ("encoderblock_1", "pooled"):
+        np.testing.assert_allclose(features[key], reference[key], atol=1e-5)
+    np.testing.assert_allclose(features["pooled"], dynamic(x), atol=1e-6)
+    assert np.abs(np.asarray(features["pooled"])).max() > 1e-2
+
+
+def test_a_dynamic_rope_block_refuses_to_run_without_the_images():
+    model = keras_vit.ViT(image_size=16, dynamic_image_size=True, position_embedding="rope", **TINY)
+    block = model.get_layer("encoderblock_0")
+    with pytest.raises(ValueError, match="needs the model's input images"):
+        block.attention_probabilities(np.zeros((1, 5, 32), "float32"))

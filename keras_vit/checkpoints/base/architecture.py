@@ -56,9 +56,9 @@ class Architecture:
         num_classes: head outputs; None without a head.
         representation_size: width of `pre_logits`; None without one.
         resnet_stages: units per ResNet stage of a hybrid (() root only); None for a ViT.
-        position_embedding: "learned", "sincos2d" or "none" for a model; "learned" for a
-            file with a position table, None for one without (sincos2d or none: the file
-            cannot tell).
+        position_embedding: "learned", "sincos2d", "none" or "rope" for a model (its blocks'
+            attention rotates: "rope"); "learned" for a file with a position table, None for
+            one without (sincos2d, none or rope: the arrays cannot tell).
         final_norm: "tokens" (`encoder_norm` before pooling) or "pooled" (timm's `fc_norm`
             after pooling: a `fc_norm` layer, or `fc_norm/scale` in a file).
         layer_scale: LayerScale gammas in the blocks (`LayerScale_1/scale` in a file).
@@ -72,6 +72,8 @@ class Architecture:
             with a table of exactly the grid's rows; a file: what the reader recorded,
             `CheckpointContents.no_embed_class`).
         mlp_activation: "gelu" or "quick_gelu" (a model's blocks; a file: the contents').
+        qkv_bias: which attention projections have a bias, "qkv", "qv" or "none" (a model's
+            blocks; a file: block 0's `query/bias` and `key/bias` keys).
     """
 
     patch_size: tuple[int, int] | None = None
@@ -96,6 +98,7 @@ class Architecture:
     norm_pre: bool = False
     no_embed_class: bool = False
     mlp_activation: str = "gelu"
+    qkv_bias: str = "qkv"
 
     @property
     def num_prefix_tokens(self) -> int:
@@ -133,6 +136,8 @@ class Architecture:
             kwargs["distillation_head"] = False
         if self.mlp_activation != "gelu":
             kwargs["mlp_activation"] = self.mlp_activation
+        if self.qkv_bias != "qkv":
+            kwargs["qkv_bias"] = self.qkv_bias
         return kwargs
 
     @property
@@ -238,9 +243,9 @@ class Architecture:
             num_classes=_units(by_name.get(names.HEAD)),
             representation_size=_units(by_name.get(names.PRE_LOGITS)),
             resnet_stages=_resnet_stages(list(by_name)),
-            position_embedding=next(
-                (kind for x in layers if (kind := position_embedding_kind(x))), "none"
-            ),
+            position_embedding="rope"
+            if blocks and blocks[0].rope is not None
+            else next((kind for x in layers if (kind := position_embedding_kind(x))), "none"),
             final_norm="pooled" if names.POOLED_NORM in by_name else "tokens",
             layer_scale=bool(blocks) and blocks[0].layer_scale_init is not None,
             num_register_tokens=0 if registers is None else int(registers.num_tokens),
@@ -249,6 +254,7 @@ class Architecture:
             norm_pre=names.NORM_PRE in by_name,
             no_embed_class=has_class and _model_no_embed_class(layers, grid),
             mlp_activation=blocks[0].mlp_activation if blocks else "gelu",
+            qkv_bias=blocks[0].qkv_bias if blocks else "qkv",
         )
 
     @classmethod
@@ -323,7 +329,16 @@ class Architecture:
             norm_pre=names.NORM_PRE_KEY in arrays,
             no_embed_class=bool(no_embed_class) and has_class,
             mlp_activation=mlp_activation,
+            qkv_bias=_qkv_bias(arrays) if query is not None else "qkv",
         )
+
+
+def _qkv_bias(arrays) -> str:
+    """ "qkv", "qv" or "none" from block 0's query and key bias keys."""
+    attention = names.block_key(0, names.QUERY_KERNEL).rsplit("/query/", 1)[0]
+    if f"{attention}/key/bias" in arrays:
+        return "qkv"
+    return "qv" if f"{attention}/query/bias" in arrays else "none"
 
 
 def _model_no_embed_class(layers, grid) -> bool:

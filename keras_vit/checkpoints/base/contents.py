@@ -33,6 +33,10 @@ class CheckpointContents:
             row count fits both readings), so the reader records it.
         mlp_activation: the MLP's activation: "gelu" (its form as `gelu_approximate` says)
             or "quick_gelu" (x * sigmoid(1.702 x), OpenAI CLIP; timm `act_layer="quick_gelu"`).
+        position_embedding: None (as the arrays say: a position table, or none) or "rope"
+            (DINOv3's rotary embedding, no table: the timm and Hugging Face DINOv3 files,
+            `keras_vit.checkpoints.timm.timm_dinov3`, `keras_vit.checkpoints.hf.hf_dinov3`, and
+            models built with it).
         resnet_groups: a hybrid model's GroupNorm groups (`model_contents`); None when read
             from a file: no format but `.keras` records them, and a hybrid is built with the
             release's 32 (the writers refuse other counts, `format_table.refusal`).
@@ -54,6 +58,7 @@ class CheckpointContents:
     no_embed_class: bool = False
     mlp_activation: str = "gelu"
     resnet_groups: int | None = None
+    position_embedding: str | None = None
 
     @property
     def numerics(self) -> dict:

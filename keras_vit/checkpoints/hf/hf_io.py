@@ -32,7 +32,7 @@ from keras_vit.checkpoints.base.architecture import Architecture
 from keras_vit.checkpoints.base.contents import CheckpointContents
 from keras_vit.checkpoints.base.errors import CheckpointError
 from keras_vit.checkpoints.base.safetensors_io import read_safetensors, write_safetensors
-from keras_vit.checkpoints.hf import hf_family
+from keras_vit.checkpoints.hf import hf_dinov3, hf_family
 from keras_vit.checkpoints.hf.hf_files import CONFIG, PREPROCESSOR, WEIGHTS
 
 logger = logging.getLogger(__name__)
@@ -229,6 +229,14 @@ def read_hf(path) -> CheckpointContents:
     if config is None:
         raise CheckpointError(f"{folder} has no {CONFIG}; a Hugging Face ViT needs it.")
     limits.check_hf_config(os.path.join(folder, CONFIG), config)
+    if config.get("model_type") == hf_dinov3.HF_MODEL_TYPE:
+        state, _ = read_safetensors(weights)
+        preprocessing = _preprocessing(folder, config)
+        numerics = dict(
+            gelu_approximate=_gelu_approximate(config, folder),
+            mlp_activation=QUICK_GELU if config.get("hidden_act") == QUICK_GELU else "gelu",
+        )
+        return hf_dinov3.read_hf_dinov3(state, config, path, preprocessing, numerics)
     hf_family.layout_of(config, os.path.join(folder, CONFIG))
     state, _ = read_safetensors(weights)
     limits.check_hf_config(os.path.join(folder, CONFIG), config, state)
@@ -433,8 +441,13 @@ def write_hf(folder, contents: CheckpointContents) -> dict:
     """
     if contents.num_heads is None:
         raise CheckpointError("The number of heads is unknown; it is needed for config.json.")
-    config = hf_config(contents)
-    state = release_to_hf(contents.arrays, contents.num_heads)
+    if contents.position_embedding == hf_dinov3.ROPE:  # DINOv3ViTModel
+        arch = Architecture.from_contents(contents)
+        config = hf_dinov3.hf_dinov3_config(contents, arch, _hidden_act(contents))
+        state = hf_dinov3.release_to_hf_dinov3(contents.arrays, arch.hidden_dim)
+    else:
+        config = hf_config(contents)
+        state = release_to_hf(contents.arrays, contents.num_heads)
     size = config["image_size"]
     image_size = (size, size) if isinstance(size, int) else size
     with _atomic_folder(folder) as temporary:

@@ -69,6 +69,7 @@ def model_contents(model) -> CheckpointContents:
         preprocessing=model_input_preprocessing(model),
         no_embed_class=arch.no_embed_class,
         resnet_groups=_resnet_groups(model) if arch.resnet_stages is not None else None,
+        position_embedding="rope" if arch.position_embedding == "rope" else None,
         **model_numerics(model),
     )
 

@@ -42,7 +42,7 @@ from keras_vit.checkpoints.base import torch_layout as tl
 from keras_vit.checkpoints.base.contents import CheckpointContents
 from keras_vit.checkpoints.base.errors import CheckpointError
 from keras_vit.checkpoints.base.safetensors_io import read_safetensors, write_safetensors
-from keras_vit.checkpoints.timm import timm_family, timm_map, timm_options
+from keras_vit.checkpoints.timm import timm_dinov3, timm_family, timm_map, timm_options
 from keras_vit.spec import configs
 
 logger = logging.getLogger(__name__)
@@ -260,6 +260,9 @@ def read_timm(path, num_heads=None, *, no_embed_class=None, image_size=None) -> 
     state, metadata = read_safetensors(path)
     config = _sibling_config(path)
     limits.check_timm_config(path, config, state, metadata)
+    if timm_dinov3.is_timm_dinov3(state, metadata, config):
+        return timm_dinov3.read_timm_dinov3(path, state, metadata, config, num_heads)
+    timm_dinov3.check_timm_eva(state, path)
     class_token = "cls_token" in state
     timm_options.check_global_pool(metadata, config, class_token, path, timm_map.has_map(state))
     no_embed_class = _no_embed_class(state, metadata, config, no_embed_class, image_size, path)
@@ -351,9 +354,14 @@ def write_timm(path, contents: CheckpointContents) -> dict:
     record the activation: timm's model for a tanh-GELU file takes `act_layer="gelu_tanh"`
     (as timm's SigLIP 2 towers), one for a QuickGELU file `act_layer="quick_gelu"` (logged).
 
+    A DINOv3 model (`position_embedding="rope"`) is written in timm's DINOv3 layout
+    (`timm_dinov3.write_timm_dinov3`).
+
     Returns:
         `{timm key: shape}` of what was written.
     """
+    if contents.position_embedding == timm_dinov3.ROPE:
+        return timm_dinov3.write_timm_dinov3(path, contents)
     act_layer = timm_family.act_layer_of(contents.mlp_activation, contents.gelu_approximate)
     if act_layer != "gelu":
         logger.info(

@@ -1,0 +1,152 @@
+"""Optional lane (`-m pytorch`): DINOv3 ViTs against timm's and transformers' own models.
+
+Random weights in the SOURCE library's model, tiny sizes: timm's `vit_small_patch16_dinov3`
+(and `_qkvb`, query and value biases) through `timm.create_model(..., pretrained=False)`,
+saved with timm's `save_for_hf` (model.safetensors + config.json); transformers'
+`DINOv3ViTModel`, saved with `save_pretrained`. keras_vit reads each file with
+`from_checkpoint`; its forward pass must match the library's within 1e-5 at the file's image
+size and, built with `dynamic_image_size=True`, at another (non-square) size, where timm
+(`dynamic_img_size`) and transformers rotate by the new grid. keras_vit then writes the
+model back; the library loads it strictly and reproduces the outputs within 1e-5.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import keras_vit
+from keras_vit.checkpoints import model_contents, write_checkpoint
+
+pytestmark = pytest.mark.pytorch
+torch = pytest.importorskip("torch")
+timm = pytest.importorskip("timm")
+transformers = pytest.importorskip("transformers")
+safetensors_torch = pytest.importorskip("safetensors.torch")
+
+TOLERANCE = 1e-5
+SIZE, OTHER, PATCH, WIDTH, HEADS, CLASSES = 32, (24, 40), 8, 32, 4, 5
+TINY_TIMM = dict(img_size=SIZE, patch_size=PATCH, embed_dim=WIDTH, depth=2, num_heads=HEADS)
+
+
+def _check(case, got, want):
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    assert got.shape == want.shape, (case, got.shape, want.shape)
+    assert np.abs(want).max() > 1e-2, f"{case}: the reference output is ~0"
+    diff = float(np.abs(got - want).max())
+    print(f"FIGURE {case} max|diff|={diff:.3g} (atol {TOLERANCE:g})")
+    assert diff <= TOLERANCE, (case, diff)
+
+
+def _images(size, seed=1):
+    height, width = (size, size) if isinstance(size, int) else size
+    return np.random.default_rng(seed).uniform(-1, 1, (2, height, width, 3)).astype("float32")
+
+
+def _randomise(module, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for parameter in module.parameters():
+            parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.2)
+    return module.eval()
+
+
+def _torch(module, images):
+    with torch.no_grad():
+        out = module(torch.from_numpy(images.transpose(0, 3, 1, 2).copy()))
+    return out.pooler_output.numpy() if hasattr(out, "pooler_output") else out.numpy()
+
+
+def _keras(model, images):
+    return np.asarray(model(images, training=False))
+
+
+def _timm(name, classes):
+    model = timm.create_model(
+        name, pretrained=False, num_classes=classes, global_pool="token", **TINY_TIMM
+    )
+    return model.eval()
+
+
+@pytest.mark.parametrize("classes", [CLASSES, 0])
+@pytest.mark.parametrize("name", ["vit_small_patch16_dinov3", "vit_small_patch16_dinov3_qkvb"])
+def test_timm_dinov3_reads_and_writes_back(tmp_path, name, classes):
+    reference = _randomise(_timm(name, classes))
+    folder = tmp_path / "timm"
+    timm.models.save_for_hf(
+        reference,
+        str(folder),
+        model_args=dict(TINY_TIMM, global_pool="token"),
+        safe_serialization=True,
+    )
+    assert json.loads((folder / "config.json").read_text())["architecture"] == name
+    path = folder / "model.safetensors"
+    model = keras_vit.from_checkpoint(path, image_size=SIZE)
+    x = _images(SIZE)
+    want = _torch(reference, x)
+    _check(f"timm-{name}-{classes}-{SIZE}", _keras(model, x), want)
+
+    dynamic = keras_vit.from_checkpoint(path, image_size=SIZE, dynamic_image_size=True)
+    other = _images(OTHER, seed=2)
+    _check(f"timm-{name}-{classes}-{OTHER}", _keras(dynamic, other), _torch(reference, other))
+
+    back = tmp_path / "back.safetensors"
+    write_checkpoint(model_contents(model), back, "timm")
+    loaded = _timm(name, classes)
+    loaded.load_state_dict(safetensors_torch.load_file(str(back)), strict=True)
+    _check(f"keras_vit->timm-{name}-{classes}", _torch(loaded, x), want)
+
+
+def _hf_config(**kwargs):
+    return transformers.DINOv3ViTConfig(
+        hidden_size=WIDTH,
+        intermediate_size=2 * WIDTH,
+        num_hidden_layers=2,
+        num_attention_heads=HEADS,
+        patch_size=PATCH,
+        image_size=SIZE,
+        num_register_tokens=4,
+        **kwargs,
+    )
+
+
+@pytest.mark.parametrize("biases", [{}, {"query_bias": False, "value_bias": False}])
+def test_hugging_face_dinov3_reads_and_writes_back(tmp_path, biases):
+    reference = _randomise(transformers.DINOv3ViTModel(_hf_config(**biases)))
+    reference.save_pretrained(tmp_path / "hf")
+    model = keras_vit.from_checkpoint(tmp_path / "hf")
+    x = _images(SIZE)
+    want = _torch(reference, x)
+    case = "qv" if not biases else "none"
+    _check(f"hf-dinov3-{case}-{SIZE}", _keras(model, x), want)
+
+    dynamic = keras_vit.from_checkpoint(tmp_path / "hf", dynamic_image_size=True)
+    other = _images(OTHER, seed=2)
+    _check(f"hf-dinov3-{case}-{OTHER}", _keras(dynamic, other), _torch(reference, other))
+
+    write_checkpoint(model_contents(model), tmp_path / "back", "hf")
+    loaded, info = transformers.DINOv3ViTModel.from_pretrained(
+        tmp_path / "back", output_loading_info=True
+    )
+    assert not any(info.values()), info
+    _check(f"keras_vit->hf-dinov3-{case}", _torch(loaded.eval(), x), want)
+
+
+def test_timm_dinov3_written_as_hugging_face_loads_in_transformers(tmp_path):
+    """Across libraries: timm's DINOv3 (query and value biases) read by keras_vit as a
+    feature model, written as a HF DINOv3ViTModel: the same pooled class token."""
+    reference = _randomise(_timm("vit_small_patch16_dinov3_qkvb", 0))
+    folder = tmp_path / "timm"
+    timm.models.save_for_hf(
+        reference, str(folder), model_args=dict(TINY_TIMM), safe_serialization=True
+    )
+    model = keras_vit.from_checkpoint(folder / "model.safetensors", image_size=SIZE)
+    write_checkpoint(model_contents(model), tmp_path / "hf", "hf")
+    loaded, info = transformers.DINOv3ViTModel.from_pretrained(
+        tmp_path / "hf", output_loading_info=True
+    )
+    assert not any(info.values()), info
+    x = _images(SIZE)
+    _check("timm-dinov3->hf", _torch(loaded.eval(), x), _torch(reference, x))

@@ -1,0 +1,270 @@
+"""DINOv3 files (timm's and Hugging Face's) without torch: state dicts the tests spell in
+timm's (eva.py `Eva`, DINOv3 definitions) and transformers' (`DINOv3ViTModel`) key layouts
+from the libraries' documented names, read by `from_checkpoint` and compared with the NumPy
+forward pass from the equations (tests/numpy_family_reference.py, `rope=True`); written back
+by keras_vit and read again; and the refusals, each by name. (The PyTorch lane,
+tests/checkpoints/test_pytorch_dinov3.py, compares with the libraries' own forward passes.)"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from safetensors.numpy import save_file
+
+import keras_vit
+from keras_vit.checkpoints import CheckpointError, model_contents, read_checkpoint, write_checkpoint
+from keras_vit.checkpoints.base.architecture import Architecture
+from tests.numpy_family_reference import family_forward
+
+D, HEADS, MLP, PATCH, LAYERS, REGISTERS, CLASSES = 16, 2, 32, 4, 2, 3, 5
+SIZE = (8, 12)
+
+
+def _r(rng, *shape):
+    return (rng.standard_normal(shape) * 0.3).astype(np.float32)
+
+
+def _params(seed=0, qkv_bias="none", head=True):
+    """Release-style keys (the NumPy reference's) of a tiny DINOv3; kernels (in, out)."""
+    rng = np.random.default_rng(seed)
+    p = {
+        "embedding/kernel": _r(rng, PATCH, PATCH, 3, D),
+        "embedding/bias": _r(rng, D),
+        "cls": _r(rng, 1, 1, D),
+        "reg": _r(rng, 1, REGISTERS, D),
+        "Transformer/encoder_norm/scale": 1 + _r(rng, D),
+        "Transformer/encoder_norm/bias": _r(rng, D),
+    }
+    for i in range(LAYERS):
+        b = f"Transformer/encoderblock_{i}/"
+        a = b + "MultiHeadDotProductAttention_1/"
+        for ln in ("LayerNorm_0", "LayerNorm_2"):
+            p[b + ln + "/scale"], p[b + ln + "/bias"] = 1 + _r(rng, D), _r(rng, D)
+        for name in ("query", "key", "value", "out"):
+            p[a + name + "/kernel"] = _r(rng, D, D)
+        for name in ("query", "value") if qkv_bias == "qv" else ():
+            p[a + name + "/bias"] = _r(rng, D)
+        p[a + "out/bias"] = _r(rng, D)
+        p[b + "MlpBlock_3/Dense_0/kernel"], p[b + "MlpBlock_3/Dense_0/bias"] = (
+            _r(rng, D, MLP),
+            _r(rng, MLP),
+        )
+        p[b + "MlpBlock_3/Dense_1/kernel"], p[b + "MlpBlock_3/Dense_1/bias"] = (
+            _r(rng, MLP, D),
+            _r(rng, D),
+        )
+        p[b + "LayerScale_1/scale"], p[b + "LayerScale_3/scale"] = 1 + _r(rng, D), 1 + _r(rng, D)
+    if head:
+        p["head/kernel"], p["head/bias"] = _r(rng, D, CLASSES), _r(rng, CLASSES)
+    return p
+
+
+def _to_timm(p):
+    """timm's Eva state dict: fused qkv weight (3D, D), q_bias / v_bias, gamma_1 / gamma_2."""
+    s = {
+        "patch_embed.proj.weight": p["embedding/kernel"].transpose(3, 2, 0, 1),
+        "patch_embed.proj.bias": p["embedding/bias"],
+        "cls_token": p["cls"],
+        "reg_token": p["reg"],
+        "norm.weight": p["Transformer/encoder_norm/scale"],
+        "norm.bias": p["Transformer/encoder_norm/bias"],
+    }
+    for i in range(LAYERS):
+        b, t = f"Transformer/encoderblock_{i}/", f"blocks.{i}."
+        a = b + "MultiHeadDotProductAttention_1/"
+        s[t + "attn.qkv.weight"] = np.concatenate(
+            [p[a + n + "/kernel"].T for n in "query key value".split()]
+        )
+        if a + "query/bias" in p:
+            s[t + "attn.q_bias"], s[t + "attn.v_bias"] = p[a + "query/bias"], p[a + "value/bias"]
+        s[t + "attn.proj.weight"], s[t + "attn.proj.bias"] = (
+            p[a + "out/kernel"].T,
+            p[a + "out/bias"],
+        )
+        for ln, timm in (("LayerNorm_0", "norm1"), ("LayerNorm_2", "norm2")):
+            s[t + timm + ".weight"], s[t + timm + ".bias"] = (
+                p[b + ln + "/scale"],
+                p[b + ln + "/bias"],
+            )
+        for dense, timm in (("Dense_0", "mlp.fc1"), ("Dense_1", "mlp.fc2")):
+            s[t + timm + ".weight"] = p[b + "MlpBlock_3/" + dense + "/kernel"].T
+            s[t + timm + ".bias"] = p[b + "MlpBlock_3/" + dense + "/bias"]
+        s[t + "gamma_1"], s[t + "gamma_2"] = (
+            p[b + "LayerScale_1/scale"],
+            p[b + "LayerScale_3/scale"],
+        )
+    if "head/kernel" in p:
+        s["head.weight"], s["head.bias"] = p["head/kernel"].T, p["head/bias"]
+    return {k: np.ascontiguousarray(v) for k, v in s.items()}
+
+
+def _to_hf(p):
+    """transformers' DINOv3ViTModel state dict (`model.layer.{i}`, q/k/v/o_proj)."""
+    e = "embeddings."
+    s = {
+        e + "patch_embeddings.weight": p["embedding/kernel"].transpose(3, 2, 0, 1),
+        e + "patch_embeddings.bias": p["embedding/bias"],
+        e + "cls_token": p["cls"],
+        e + "register_tokens": p["reg"],
+        e + "mask_token": np.zeros((1, 1, D), np.float32),
+        "norm.weight": p["Transformer/encoder_norm/scale"],
+        "norm.bias": p["Transformer/encoder_norm/bias"],
+    }
+    for i in range(LAYERS):
+        b, h = f"Transformer/encoderblock_{i}/", f"model.layer.{i}."
+        a = b + "MultiHeadDotProductAttention_1/"
+        for name, hf in (("query", "q"), ("key", "k"), ("value", "v"), ("out", "o")):
+            s[h + f"attention.{hf}_proj.weight"] = p[a + name + "/kernel"].T
+            if a + name + "/bias" in p:
+                s[h + f"attention.{hf}_proj.bias"] = p[a + name + "/bias"]
+        for ln, hf in (("LayerNorm_0", "norm1"), ("LayerNorm_2", "norm2")):
+            s[h + hf + ".weight"], s[h + hf + ".bias"] = p[b + ln + "/scale"], p[b + ln + "/bias"]
+        for dense, hf in (("Dense_0", "mlp.up_proj"), ("Dense_1", "mlp.down_proj")):
+            s[h + hf + ".weight"] = p[b + "MlpBlock_3/" + dense + "/kernel"].T
+            s[h + hf + ".bias"] = p[b + "MlpBlock_3/" + dense + "/bias"]
+        s[h + "layer_scale1.lambda1"] = p[b + "LayerScale_1/scale"]
+        s[h + "layer_scale2.lambda1"] = p[b + "LayerScale_3/scale"]
+    return {k: np.ascontiguousarray(v) for k, v in s.items()}
+
+
+def _timm_file(folder, p, **args):
+    folder.mkdir(parents=True, exist_ok=True)
+    save_file(_to_timm(p), str(folder / "model.safetensors"))
+    config = {
+        "architecture": "vit_small_patch16_dinov3",
+        "global_pool": "token",
+        "model_args": {"embed_dim": D, "num_heads": HEADS, "depth": LAYERS, **args},
+        "pretrained_cfg": {"input_size": [3, *SIZE]},
+    }
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder / "model.safetensors"
+
+
+def _hf_folder(folder, p, **fields):
+    folder.mkdir(parents=True, exist_ok=True)
+    save_file(_to_hf(p), str(folder / "model.safetensors"), metadata={"format": "pt"})
+    biased = "Transformer/encoderblock_0/MultiHeadDotProductAttention_1/query/bias" in p
+    config = {
+        "model_type": "dinov3_vit",
+        "hidden_size": D,
+        "intermediate_size": MLP,
+        "num_hidden_layers": LAYERS,
+        "num_attention_heads": HEADS,
+        "patch_size": PATCH,
+        "image_size": list(SIZE),
+        "num_register_tokens": REGISTERS,
+        "query_bias": biased,
+        "key_bias": False,
+        "value_bias": biased,
+        **fields,
+    }
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+def _want(p, x, head=True):
+    return family_forward(
+        p, x, num_heads=HEADS, gelu_approximate=False, layer_norm_epsilon=1e-5, rope=True
+    )
+
+
+def _images(size=SIZE, seed=1):
+    return np.random.default_rng(seed).uniform(-1, 1, (2, *size, 3)).astype("float32")
+
+
+def _out(model, x):
+    out = np.asarray(model(x, training=False), np.float64)
+    assert np.abs(out).max() > 1e-2
+    return out
+
+
+@pytest.mark.parametrize("qkv_bias", ["none", "qv"])
+def test_timm_dinov3_file_matches_the_numpy_forward_and_writes_back(tmp_path, qkv_bias):
+    p = _params(qkv_bias=qkv_bias)
+    path = _timm_file(tmp_path / "timm", p)
+    model = keras_vit.from_checkpoint(path)
+    x = _images()
+    np.testing.assert_allclose(_out(model, x), _want(p, x), atol=2e-5)
+    arch = Architecture.from_model(model)
+    assert (arch.position_embedding, arch.qkv_bias, arch.num_register_tokens) == (
+        "rope",
+        qkv_bias,
+        REGISTERS,
+    )
+    other = _images((16, 8), seed=2)
+    dynamic = keras_vit.from_checkpoint(path, dynamic_image_size=True)
+    np.testing.assert_allclose(_out(dynamic, other), _want(p, other), atol=2e-5)
+    write_checkpoint(model_contents(model), tmp_path / "back.safetensors", "timm")
+    back = read_checkpoint(tmp_path / "back.safetensors")
+    assert back.position_embedding == "rope"
+    assert sorted(back.arrays) == sorted(model_contents(model).arrays)
+
+
+def test_hf_dinov3_folder_matches_the_numpy_forward_and_writes_back(tmp_path):
+    p = _params(qkv_bias="qv", head=False)
+    model = keras_vit.from_checkpoint(_hf_folder(tmp_path / "hf", p))
+    x = _images()
+    np.testing.assert_allclose(_out(model, x), _want(p, x), atol=2e-5)
+    write_checkpoint(model_contents(model), tmp_path / "back", "hf")
+    config = json.loads((tmp_path / "back" / "config.json").read_text())
+    assert config["model_type"] == "dinov3_vit" and config["key_bias"] is False
+    back = keras_vit.from_checkpoint(tmp_path / "back")
+    np.testing.assert_allclose(_out(back, x), _want(p, x), atol=2e-5)
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        ({"rope_temperature": 10000}, "rope_temperature=10000"),
+        ({"swiglu_mlp": True}, "swiglu_mlp=True"),
+        ({"rope_rotate_half": False}, "rope_rotate_half=False"),
+        ({"global_pool": "avg"}, "global_pool='avg'"),
+    ],
+)
+def test_timm_dinov3_options_keras_vit_does_not_build_are_refused(tmp_path, args, message):
+    path = _timm_file(tmp_path, _params(), **args)
+    with pytest.raises(CheckpointError, match=message):
+        keras_vit.from_checkpoint(path)
+
+
+def test_an_eva_file_not_named_dinov3_is_refused(tmp_path):
+    save_file(_to_timm(_params()), str(tmp_path / "eva.safetensors"))
+    with pytest.raises(CheckpointError, match="looks like a timm EVA model"):
+        keras_vit.from_checkpoint(tmp_path / "eva.safetensors")
+
+
+@pytest.mark.parametrize(
+    "fields,message",
+    [({"use_gated_mlp": True}, "use_gated_mlp=True"), ({"rope_theta": 10000.0}, "rope_theta")],
+)
+def test_hf_dinov3_configs_keras_vit_does_not_build_are_refused(tmp_path, fields, message):
+    folder = _hf_folder(tmp_path, _params(head=False), **fields)
+    with pytest.raises(CheckpointError, match=message):
+        keras_vit.from_checkpoint(folder)
+
+
+def test_a_dinov3_file_does_not_load_into_a_model_with_another_position_scheme(tmp_path):
+    path = _timm_file(tmp_path, _params())
+    other = keras_vit.ViT(
+        patch_size=PATCH,
+        hidden_dim=D,
+        num_heads=HEADS,
+        mlp_dim=MLP,
+        num_layers=LAYERS,
+        image_size=SIZE,
+        num_classes=CLASSES,
+        position_embedding="none",
+        num_register_tokens=REGISTERS,
+        layer_scale_init=1e-5,
+        qkv_bias="none",
+    )
+    with pytest.raises(CheckpointError, match="is a DINOv3 file"):
+        keras_vit.load_weights(other, path)
+
+
+def test_hf_writer_refuses_a_dinov3_with_a_head(tmp_path):
+    model = keras_vit.from_checkpoint(_timm_file(tmp_path / "timm", _params()))
+    with pytest.raises(CheckpointError, match="rope=True, head=True together"):
+        write_checkpoint(model_contents(model), tmp_path / "hf", "hf")
