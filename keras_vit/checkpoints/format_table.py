@@ -54,7 +54,6 @@ OPTIONS = {
     ),
     "rope": ("DINOv3's rotary position embedding instead of a position table",),
     "qkv_bias": ("the attention projections with a bias: qkv, qv (no key bias) or none",),
-    "head": ("a classification head (False: a feature model, include_top=False)",),
 }
 # A file records no GroupNorm groups: its readers build a hybrid with the release's 32.
 RELEASE_GROUPS = {"resnet_groups": (None, 32)}
@@ -526,7 +525,6 @@ def options_of(contents) -> dict:
         "resnet_groups": _resnet_groups(contents, arch),
         "rope": getattr(contents, "position_embedding", None) == "rope",
         "qkv_bias": arch.qkv_bias,
-        "head": arch.num_classes is not None,
     }
 
 

@@ -3,13 +3,14 @@ format of the table and read back.
 
 For each draw (pooling token/gap/map, final norm on the tokens or timm's `fc_norm` after
 pooling, a pre-logits layer or none, a head or none, square and non-square grids, 1/3/4
-channels, the tanh or exact GELU; DINOv3's rotary position embedding or a table, with its storage tokens, LayerScale
-and q/k/v biases) and each format: if the format can express the draw, write -> read gives the same
-logits (1e-5) both through `from_checkpoint` and loaded into a freshly built model; if not,
-the writer refuses, naming the option, and leaves no file. What each format can express is
-written here from the formats' own definitions (transformers' `ViTModel` /
-`ViTForImageClassification`, `SiglipVisionModel`, `DINOv3ViTModel`, timm's `VisionTransformer` and its DINOv3
-`Eva`, the release's `.npz`), not taken from keras_vit's table, which is checked against it.
+channels, the tanh or exact GELU; DINOv3's rotary position embedding or a table, with its
+storage tokens, LayerScale and q/k/v biases) and each format: if the format can express the
+draw, write -> read gives the same logits (1e-5) both through `from_checkpoint` and loaded
+into a freshly built model; if not, the writer refuses, naming the option, and leaves no
+file. What each format can express is written here from the formats' own definitions
+(transformers' `ViTModel` / `ViTForImageClassification`, `SiglipVisionModel`,
+`DINOv3ViTModel`, timm's `VisionTransformer` and its DINOv3 `Eva`, the release's `.npz`),
+not taken from keras_vit's table, which is checked against it.
 """
 
 from __future__ import annotations
@@ -182,7 +183,6 @@ def test_options_of_a_model_are_what_it_was_built_with():
         "resnet_groups": None,
         "rope": False,
         "qkv_bias": "qkv",
-        "head": False,
     }
 
 

@@ -115,6 +115,7 @@ EVERY_ARGUMENT = [
             remat=True,
             qkv_bias="none",
             rope=ROPE,
+            projection_quantization="int8",
         ),
     ),
     (layers.TokenPooling, dict(pooling="gap", token_index=1, num_prefix_tokens=2)),

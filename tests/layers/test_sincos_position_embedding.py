@@ -59,7 +59,7 @@ def test_bad_sizes_are_clear_errors():
     with pytest.raises(ValueError, match="divisible by 4"):
         keras_vit.ViT(**{**TINY, "hidden_dim": 30, "num_heads": 3}, position_embedding="sincos2d")
     with pytest.raises(ValueError, match="position_embedding"):
-        keras_vit.ViT(**TINY, position_embedding="rope")
+        keras_vit.ViT(**TINY, position_embedding="rotary")
 
 
 def test_sincos_model_adds_the_table_and_keeps_it_in_its_config(tmp_path):

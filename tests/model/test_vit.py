@@ -307,7 +307,7 @@ def test_class_token_only_last_block_gives_the_full_models_gradients(tiny_vit_kw
     ],
 )
 def test_encode_tokens_rejects_bad_arguments(kwargs, message):
-    from keras_vit.model.vit import encode_tokens
+    from keras_vit.model.builder import encode_tokens
 
     arguments = {**dict(num_heads=4, mlp_dim=64, num_layers=1), **kwargs}
     with pytest.raises(ValueError, match=message):
