@@ -34,7 +34,7 @@ _EXPORTS = {
     "read_npz": "keras_vit.checkpoints.base.npz_io",
     "UnsupportedCheckpointError": "keras_vit.checkpoints.detect",
     "detect_format": "keras_vit.checkpoints.detect",
-    "CheckpointFormat": "keras_vit.checkpoints.format_table",
+    "CheckpointFormat": "keras_vit.checkpoints.base.format_options",
     "FORMAT_TABLE": "keras_vit.checkpoints.format_table",
     "model_contents": "keras_vit.checkpoints.keras_files.model_io",
     "read_checkpoint": "keras_vit.checkpoints.formats",

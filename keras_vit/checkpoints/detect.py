@@ -24,8 +24,8 @@ import zipfile
 
 from keras_vit.checkpoints.base import safetensors_io
 from keras_vit.checkpoints.base.errors import CheckpointError
-from keras_vit.checkpoints.format_table import FORMATS as FORMATS  # re-exported
-from keras_vit.checkpoints.format_table import Probe, recognise
+from keras_vit.checkpoints.base.format_options import Probe
+from keras_vit.checkpoints.format_table import recognise
 
 HF_CONFIG = "config.json"
 HF_WEIGHTS = "model.safetensors"

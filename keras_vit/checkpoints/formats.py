@@ -16,12 +16,9 @@ import os
 
 from keras_vit.checkpoints.base import limits
 from keras_vit.checkpoints.base.contents import CheckpointContents
+from keras_vit.checkpoints.base.format_options import ReadOptions
 from keras_vit.checkpoints.detect import detect_format
-from keras_vit.checkpoints.format_table import (
-    FORMAT_TABLE,
-    ReadOptions,
-    check_expressible,
-)
+from keras_vit.checkpoints.format_table import FORMAT_TABLE, check_expressible
 
 logger = logging.getLogger(__name__)
 
