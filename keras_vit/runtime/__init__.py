@@ -6,7 +6,8 @@ Public API (see docs/training.md): `resolve_strategy`, `STRATEGY_NAMES`,
 `StrategyUnavailableError`, `MultiWorkerMirroredStrategy`, `per_replica_batch_size`,
 `is_chief`, `check_variables_in_scope`, `read_tf_config`; `choose_precision`,
 `PrecisionChoice`, `set_mixed_precision`, `with_dtype_policy`, `resolve_jit_compile`;
-`ViTAdamW`. The names are imported on first use (PEP 562 module `__getattr__`).
+`ViTAdamW`; `jax_cluster` (several JAX processes: `jax_cluster.start()`,
+`jax_cluster.is_chief()`). The names are imported on first use (PEP 562 module `__getattr__`).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ _EXPORTS = {
     "set_mixed_precision": "keras_vit.runtime.precision",
     "with_dtype_policy": "keras_vit.runtime.precision",
     "ViTAdamW": "keras_vit.runtime.optimizers",
+    "jax_cluster": "",
 }
 
 __all__ = sorted(_EXPORTS)
