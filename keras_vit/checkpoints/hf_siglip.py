@@ -86,7 +86,7 @@ def tower_config(config: dict, path) -> tuple[str, dict]:
         if not isinstance(vision, dict):
             raise CheckpointError(f"{path}: model_type={model_type!r} without a vision_config.")
         model_type, config = WHOLE_MODELS[model_type], vision
-    if config.get("vision_use_head", True) is False:
+    if config.get("vision_use_head") is False:
         raise CheckpointError(
             f"{path}: vision_use_head=false (a SigLIP tower without its attention-pooling "
             "head, whose output is the token sequence); keras_vit reads the towers that pool "

@@ -26,24 +26,25 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--weights",
-        help="the pre-trained model (required unless --resume): a run directory, a .keras, "
-        "an .npz, a timm .safetensors or a Hugging Face ViT folder, or a published name "
-        "(imagenet21k/ViT-B_32, augreg/ViT-S_16-224, ...); the architecture is read from it",
+        metavar="SOURCE",
+        help="the pre-trained model, architecture included (needed unless --resume): a run, "
+        "a .keras, .npz, timm .safetensors, Hugging Face folder or published name",
     )
     flags.add_data_arguments(parser, default_dataset_help="default: digits")
     parser.add_argument(
         "--steps",
         type=flags.positive_int,
+        metavar="N",
         help="optimizer steps, rounded up to whole epochs (default: "
         f"{configs.RECIPE_DEFAULTS['finetune']['steps']})",
     )
     parser.add_argument(
         "--lora-rank",
         type=flags.positive_int,
-        help="LoRA fine-tuning (Keras' enable_lora): rank-R adapters on the attention and "
-        "MLP projections; the head, LayerNorms and a resized position table train in full, "
-        "the rest is frozen. The run's files hold the merged kernels (default: off, every "
-        "weight trains)",
+        metavar="R",
+        help="rank-R LoRA adapters (Keras' enable_lora) on the attention and MLP projections; "
+        "head, norms, a resized position table train in full; files hold merged kernels "
+        "(default: off)",
     )
     flags.add_run_arguments(parser, task="finetune")
     parser.set_defaults(func=run, check=check)

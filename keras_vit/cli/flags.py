@@ -234,7 +234,7 @@ def add_run_arguments(parser, *, task: str) -> None:
     parser.add_argument(
         "--resume",
         action="store_true",
-        help="continue the run in --run-dir from its last finished epoch",
+        help="continue --run-dir from its last finished epoch",
     )
     progress.add_output_arguments(parser)
 

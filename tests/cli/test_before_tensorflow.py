@@ -39,7 +39,7 @@ CASES = [
     (["transfer-suite", "{tmp}/none.keras"], "RUN_OR_MODEL not found"),
     (["predict", "{tmp}/none", "{note}"], "RUN_OR_MODEL not found"),
     (["predict", "{run}", "{tmp}/none.png"], "Image file or folder not found"),
-    (["export", "{tmp}/none", "{tmp}/out"], "RUN_OR_MODEL not found"),
+    (["export", "{tmp}/none", "{tmp}/out"], "SOURCE not found"),
     (["explain", "{run}", "{tmp}/none.png", "--out", "{tmp}/x.png"], "image file not found"),
     (["convert", "{tmp}/none.npz", "{tmp}/x.keras"], "SRC not found"),
     (["convert", "{note}", "{tmp}/x.npz", "--model", "B16x"], "did you mean 'B/16'?"),
