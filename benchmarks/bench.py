@@ -11,6 +11,8 @@ root (`VERB --help`).
     products   every matrix product of a step, timed alone per engine
     results    `run`'s payloads as figures files (import, table)
     figures    the documents' figures against results/*.json (--check, --update)
+    lora       LoRA ranks against full fine-tuning, MNIST -> digits (studies/lora_ranks.py)
+    serving    CPU serving of every export format, batch 1 and 32 (studies/serving_cpu.py)
     gpu        the GPU race (keras_vit on Keras JAX and PyTorch, timm); no TensorFlow
     suite      a suite of suites.toml: each line's command, or with --quick its quick variant
 
@@ -35,7 +37,8 @@ ROOT = os.path.dirname(HERE)
 RACES = ("run", "targets", "in-process", "scaling", "ablation", "roof")
 VERBS = {**dict.fromkeys(RACES, "harness.race"), "profile": "harness.step_profile",
          "products": "harness.products", "results": "figures", "figures": "figures",
-         "gpu": "harness.gpu"}  # fmt: skip
+         "gpu": "harness.gpu", "lora": "studies.lora_ranks",
+         "serving": "studies.serving_cpu"}  # fmt: skip
 
 
 def suite_commands(name: str, quick: bool, only=None) -> list[tuple[str, list[str]]]:

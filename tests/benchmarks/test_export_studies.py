@@ -1,0 +1,114 @@
+"""benchmarks/studies/serving_cpu.py and lora_ranks.py (`bench.py serving`, `bench.py lora`):
+their arguments, the serving rounds (timed against a fake clock whose call durations are
+known), and the figures they write for the documents."""
+
+from __future__ import annotations
+
+import importlib
+import types
+
+import pytest
+
+
+@pytest.fixture(scope="module")
+def serving():
+    return importlib.import_module("benchmarks.studies.serving_cpu")
+
+
+@pytest.fixture(scope="module")
+def lora():
+    return importlib.import_module("benchmarks.studies.lora_ranks")
+
+
+@pytest.mark.parametrize(
+    "study, argv, message",
+    [("serving", ["--batches", "1", "0"], "--batches must be positive"),
+     ("serving", ["--iterations", "0"], "--iterations 0"),
+     ("serving", ["--peer-onnx", "no_such_file.onnx"], "'no_such_file.onnx': no such file"),
+     ("serving", ["--models", "L/16"], "invalid choice: 'L/16'"),
+     ("lora", ["--ranks", "4", "0"], "--ranks must be positive ints"),
+     ("lora", ["--steps", "0"], "--steps 0"),
+     ("lora", ["--timing-rounds", "0"], "--timing-rounds 0")],
+)  # fmt: skip
+def test_bad_arguments_are_refused_naming_them(serving, lora, study, argv, message, capsys):
+    module = serving if study == "serving" else lora
+    with pytest.raises(SystemExit) as raised:
+        module.parse_args(argv)
+    assert raised.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_bench_has_the_two_verbs():
+    from benchmarks import bench
+
+    assert bench.VERBS["serving"] == "studies.serving_cpu"
+    assert bench.VERBS["lora"] == "studies.lora_ranks"
+
+
+class FakeClock:
+    """`time.perf_counter` stand-in: each runner call advances it by the runner's duration."""
+
+    def __init__(self):
+        self.now, self.calls = 0.0, []
+
+    def runner(self, name, seconds):
+        def run(batch):
+            self.calls.append(name)
+            self.now += seconds
+
+        return run
+
+
+def test_rounds_rotate_and_stop_at_each_points_budget(serving, monkeypatch):
+    import numpy as np
+
+    clock = FakeClock()
+    monkeypatch.setattr(serving.time, "perf_counter", lambda: clock.now)
+    points = {"fast": clock.runner("fast", 0.01), "slow": clock.runner("slow", 2.0),
+              "mid": clock.runner("mid", 0.5)}  # fmt: skip
+    inputs = {name: np.zeros((4, 2, 2, 1), np.float32) for name in points}
+    args = types.SimpleNamespace(warmup=1, iterations=6, point_budget_s=3.0, min_iterations=2)
+    rows = serving.time_points(points, inputs, args)
+    # 3 s a point: 6 calls of 10 ms and of 0.5 s, but only the minimum 2 of 2 s
+    assert {name: row["iterations"] for name, row in rows.items()} == {
+        "fast": 6, "slow": 2, "mid": 6}  # fmt: skip
+    assert rows["fast"]["img_s"] == pytest.approx(4 / 0.01)
+    assert rows["slow"]["img_s"] == pytest.approx(4 / 2.0)
+    assert rows["mid"]["p50_ms"] == pytest.approx(500.0)
+    assert rows["mid"]["p99_ms"] == pytest.approx(500.0)
+    timed = clock.calls[3:]  # after one warm-up call each
+    assert timed[:6] == ["fast", "slow", "mid", "slow", "mid", "fast"]  # the order rotates
+
+
+def test_serving_figures_name_model_runtime_precision_and_batch(serving):
+    rows = [{"model": "B/16", "runtime": "onnx", "precision": "int8", "batch": 32,
+             "iterations": 3, "img_s": 12.345, "p50_ms": 2591.9, "p99_ms": 2700.04}]  # fmt: skip
+    exports = [
+        {"model": "B/16", "runtime": "onnx", "precision": "int8", "max_difference": 0.00123},
+        {"model": "default", "runtime": "openvino", "precision": "int8", "skipped": "why"},
+    ]
+    values = serving.figure_values(rows, exports, None)
+    rendered = {key: entry["format"].format(entry["value"]) for key, entry in values.items()}
+    assert rendered == {
+        "b16_onnx_int8_b32_img_s": "12.3", "b16_onnx_int8_b32_p50_ms": "2591.9",
+        "b16_onnx_int8_b32_p99_ms": "2700.0", "b16_onnx_int8_b32_iterations": "3",
+        "b16_onnx_int8_max_difference": "1.2e-03", "default_openvino_int8_max_difference": "why",
+    }  # fmt: skip
+
+
+def test_lora_figures_give_each_variants_share_of_full_fine_tuning(lora):
+    def row(variant, rank, params):
+        return {"variant": variant, "lora_rank": rank, "trainable_params": params,
+                "peak_rss_mib": 1400.4, "rss_growth_during_fit_mib": 240.6,
+                "step_ms_median": 120.04, "test_accuracy": 0.8474}  # fmt: skip
+
+    values = lora.figure_values([row("full", None, 200_000), row("8", 8, 30_000)])
+    assert values["r8_trainable_share"]["value"] == pytest.approx(0.15)
+    assert values["r8_trainable_share"]["format"].format(0.15) == "15.0%"
+    assert values["full_trainable_params"]["format"].format(200_000) == "200,000"
+    assert values["full_test_accuracy"]["format"].format(0.8474) == "84.7%"
+    assert set(values) == {
+        f"{slug}_{key}" for slug in ("full", "r8")
+        for key in ("trainable_params", "trainable_share", "peak_rss_mib",
+                    "rss_growth_during_fit_mib", "step_ms_median", "test_accuracy")
+    }  # fmt: skip
