@@ -68,8 +68,6 @@ def parse_args(argv=None):
     report.at_least(parser, args, "iterations", "min_iterations")
     if any(batch < 1 for batch in args.batches):
         parser.error(f"--batches must be positive ints. Received: {args.batches}")
-    if args.peer_onnx and not os.path.isfile(args.peer_onnx):
-        parser.error(f"--peer-onnx {args.peer_onnx!r}: no such file")
     return args
 
 
@@ -305,6 +303,11 @@ def write(args, argv, rows, exports, start, done: bool) -> None:
 def main(argv=None) -> int:
     logging.basicConfig(level=logging.WARNING)
     args = parse_args(argv)
+    if args.peer_onnx and not os.path.isfile(args.peer_onnx):
+        raise SystemExit(
+            f"bench serving: --peer-onnx {args.peer_onnx!r}: no such file (write it with "
+            "python -m benchmarks.studies.timm_onnx_peer FILE in an environment with timm)"
+        )
     start, rows, exports = time.time(), [], []
     with tempfile.TemporaryDirectory() as folder:
         for index, name in enumerate(args.models):

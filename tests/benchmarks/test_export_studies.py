@@ -24,7 +24,6 @@ def lora():
     "study, argv, message",
     [("serving", ["--batches", "1", "0"], "--batches must be positive"),
      ("serving", ["--iterations", "0"], "--iterations 0"),
-     ("serving", ["--peer-onnx", "no_such_file.onnx"], "'no_such_file.onnx': no such file"),
      ("serving", ["--models", "L/16"], "invalid choice: 'L/16'"),
      ("lora", ["--ranks", "4", "0"], "--ranks must be positive ints"),
      ("lora", ["--steps", "0"], "--steps 0"),
@@ -36,6 +35,12 @@ def test_bad_arguments_are_refused_naming_them(serving, lora, study, argv, messa
         module.parse_args(argv)
     assert raised.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_a_missing_peer_file_is_refused_before_any_export(serving):
+    with pytest.raises(SystemExit) as raised:
+        serving.main(["--peer-onnx", "no_such_file.onnx"])
+    assert "--peer-onnx 'no_such_file.onnx': no such file" in str(raised.value)
 
 
 def test_bench_has_the_two_verbs():
