@@ -272,7 +272,7 @@ def main(argv=None) -> int:
             f"pre-training: {pretrained or args.weights}; variants trained one after another, "
             "each in its own process; peak memory is the child's ru_maxrss; step times from one "
             "process, variants rotated; the host is shared with other processes (other "
-            "sessions' tests and training), so step times compare within this run; "
+            "users' tests and training), so step times compare within this run; "
             f"wall {payload['wall_s']} s"
         )
         values = figure_values(rows)

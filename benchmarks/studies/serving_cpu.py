@@ -287,7 +287,7 @@ def write(args, argv, rows, exports, start, done: bool) -> None:
     measured = sorted({row["model"] for row in rows})
     notes = (
         "one process, every runtime on all cores, rounds in rotating order; the host is "
-        "shared with other processes (other sessions' tests and training ran at the same "
+        "shared with other processes (other users' tests and training ran at the same "
         "time), so compare within this run. Iteration counts per point are in `rows`. "
         f"Peer: {args.peer_notes or peer_note or args.peer_onnx}. Wall {payload['wall_s']} s"
         + ("" if done else f"; the run stopped after {measured}")
