@@ -19,6 +19,11 @@ In a user's own script, before anything computes on JAX::
                                              # its part of every global batch
     if jax_cluster.is_chief():
         model.save("model.keras")
+
+`keras-vit train/finetune --strategy multi_worker` (`keras_vit.train.runs`) cuts each process's
+share of every batch itself (`process_share`, under `process_local_input`), agrees on the
+backup to resume from through `all_gather_rows`, and evaluates the test split on the chief
+alone (`without_distribution`).
 """
 
 from __future__ import annotations

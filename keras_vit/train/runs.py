@@ -43,6 +43,11 @@ have (each keeps its previous backup until it writes the next); backups of that 
 different states stop every worker with one `BackupMismatchError` line naming them. Resuming a
 multi-worker run expects the run directory on a file system every worker sees, and every worker
 restarted with `resume=True`.
+
+Several JAX processes (`--strategy multi_worker` on JAX, `keras_vit.runtime.jax_cluster`) follow
+the same rules, process 0 being the chief: each process reads the whole stream and trains on its
+share of every global batch (`jax_cluster.process_share`), the backups' epochs are compared with
+one JAX all-gather, and the chief evaluates the test split alone, without the distribution.
 """
 
 from __future__ import annotations
