@@ -19,10 +19,16 @@ In a user's own script, before anything computes on JAX::
                                              # its part of every global batch
     if jax_cluster.is_chief():
         model.save("model.keras")
+
+`keras-vit train/finetune --strategy multi_worker` (`keras_vit.train.runs`) cuts each process's
+share of every batch itself (`process_share`, under `process_local_input`), agrees on the
+backup to resume from through `all_gather_rows`, and evaluates the test split on the chief
+alone (`without_distribution`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -132,6 +138,15 @@ def _has_accelerator() -> bool:
     )
 
 
+def process_count() -> int:
+    """How many JAX processes run this job (`jax.process_count()`); 1 on other backends."""
+    if keras.backend.backend() != "jax":
+        return 1
+    import jax
+
+    return jax.process_count()
+
+
 def is_chief() -> bool:
     """True in JAX process 0 (the one that writes final files), and in a single process."""
     if keras.backend.backend() != "jax":
@@ -139,3 +154,99 @@ def is_chief() -> bool:
     import jax
 
     return jax.process_index() == 0
+
+
+def process_share(dataset, what: str = "data"):
+    """`dataset` (a batched `tf.data.Dataset` of the global batches, the same in every
+    process) with each batch cut to this process's share: of a batch of `n`, process `i` of
+    `P` keeps rows `[i * n / P, (i + 1) * n / P)`, which `jax.make_array_from_process_local_data`
+    (Keras' JAX trainer, under `process_local_input`) puts back together as the global batch.
+    A static batch size stays static (`B / P`). Unchanged in a single process.
+
+    The cut replaces Keras' own auto-sharding (`Distribution.distribute_dataset`), which
+    needs a batch size it can read from the dataset's graph (`compute_batch_size`; a
+    `repeat`, `skip` or label check after the `batch` hides it) and cuts a last partial batch
+    into unequal shares. Here a batch whose size `n` is not a multiple of every process's
+    devices together stops the run with InvalidArgumentError naming `what`, `n` and the
+    device count, in every process at the same batch (`keras_vit.train.run_plan` refuses
+    such batches of the CLI's splits before the first step).
+    """
+    count = process_count()
+    if count == 1:
+        return dataset
+    import jax
+    import tensorflow as tf
+
+    index, devices = jax.process_index(), jax.device_count()
+
+    def cut(part, size):
+        share = size // count
+        shape = part.shape
+        local = part[index * share : (index + 1) * share]
+        static = shape[0] // count if shape.rank and shape[0] is not None else None
+        return tf.ensure_shape(local, [static, *shape[1:]]) if shape.rank else local
+
+    def share(*batch):
+        parts = tf.nest.flatten(batch)
+        size = tf.shape(parts[0], out_type=tf.int64)[0]
+        check = tf.debugging.Assert(
+            tf.equal(size % devices, 0),
+            [f"{what}: a batch that does not split over the {devices} devices of the "
+             f"{count} JAX processes; batch size:", size],
+        )  # fmt: skip
+        with tf.control_dependencies([check]):
+            size = tf.identity(size)
+        shared = tf.nest.pack_sequence_as(batch, [cut(part, size) for part in parts])
+        return shared if len(batch) > 1 else shared[0]
+
+    return dataset.map(share)
+
+
+@contextlib.contextmanager
+def process_local_input():
+    """Within it, Keras takes each process's input as that process's share of the global
+    batch (`auto_shard_dataset` off: the input comes from `process_share`). Nothing changes
+    in a single process or without a distribution."""
+    distribution = keras.distribution.distribution() if process_count() > 1 else None
+    if distribution is None:
+        yield
+        return
+    before = distribution.auto_shard_dataset
+    distribution.auto_shard_dataset = False
+    try:
+        yield
+    finally:
+        distribution.auto_shard_dataset = before
+
+
+@contextlib.contextmanager
+def without_distribution():
+    """Within it, Keras places new variables and inputs on this process's devices alone (no
+    distribution), for what one process computes by itself: the chief's test evaluation of a
+    saved model, which the other processes do not join."""
+    distribution = keras.distribution.distribution() if keras.backend.backend() == "jax" else None
+    if distribution is None:
+        yield
+        return
+    keras.distribution.set_distribution(None)
+    try:
+        yield
+    finally:
+        keras.distribution.set_distribution(distribution)
+
+
+def all_gather_rows(row) -> list:
+    """Every JAX process's `row` (non-negative ints below 2**32), in process order: one
+    `jax.experimental.multihost_utils.process_allgather` (a collective: every process must
+    call it at the same point), each value sent as two 16-bit halves (JAX's integers are 32
+    bits wide unless x64 is on). `[row]` in a single process."""
+    import numpy as np
+
+    if process_count() == 1:
+        return [list(row)]
+    from jax.experimental import multihost_utils
+
+    values = np.asarray(row, np.uint64)
+    halves = np.stack([values >> 16, values & 0xFFFF], axis=-1).astype(np.int32)
+    gathered = np.asarray(multihost_utils.process_allgather(halves)).astype(np.int64)
+    return [[int(high << 16 | low) for high, low in rows] for rows in gathered]

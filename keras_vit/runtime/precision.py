@@ -487,7 +487,16 @@ def _why_not_measured(mode, hidden_dim, strategy) -> str | None:
         return "width unknown, nothing to probe"
     if xla_unsupported_reason(strategy) or strategy.num_replicas_in_sync > 1:
         return "several replicas: every worker must make the same choice"
+    if _process_count() > 1:  # each process would time its own steps, and may choose apart
+        return "several JAX processes: every process must make the same choice"
     return None
+
+
+def _process_count() -> int:
+    """JAX processes in this job (`keras_vit.runtime.jax_cluster`); 1 on other backends."""
+    from keras_vit.runtime import jax_cluster
+
+    return jax_cluster.process_count()
 
 
 def tie_winner(timed: dict, prior_label: str) -> str:

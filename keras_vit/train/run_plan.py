@@ -148,6 +148,7 @@ def plan_run(config: RunConfig, strategy) -> RunPlan:
     check_fits_in_memory(model_kwargs, image_size, channels, global_batch)
     train_split, test_split = resolve_splits(config, info)
     num_train, num_validation = _split_sizes(config, info, train_split)
+    check_held_out_batches(config, info, num_validation, strategy)
     precision = choose_run_precision(config, model_kwargs, strategy, image_size)
     return RunPlan(
         config=config,
@@ -208,6 +209,27 @@ def check_fits_in_memory(model_kwargs: dict, image_size, channels: int, batch: i
             f"position table of {shape['tokens']:,} tokens alone need {need:,.1f} GiB, more "
             f"than this machine's {have:.1f} GiB of memory; use a smaller image size or "
             "batch size."
+        )
+
+
+def check_held_out_batches(config: RunConfig, info, num_validation, strategy) -> None:
+    """ConfigError when, under Keras' distribution (JAX), the validation split's last batch
+    at the global batch size does not split over the devices: Keras' JAX trainer cuts every
+    batch into one equal share per device, so that batch would stop the run at the end of
+    its first epoch (jax `IndivisibleError`, or an unequal share per process). The test
+    split is evaluated by the chief alone, without the distribution, and needs no check."""
+    devices = distribute.num_replicas(strategy)
+    if keras.backend.backend() == "tensorflow" or devices == 1 or not num_validation:
+        return
+    batch = config.recipe.batch_size
+    last = num_validation % batch or min(batch, num_validation)
+    if last % devices:
+        raise ConfigError(
+            f"The validation split {config.validation_split!r} of {info.name!r} has "
+            f"{num_validation} images: at global batch {batch} its last batch of {last} does "
+            f"not split over the {devices} devices of keras.distribution's DataParallel; give "
+            f"a validation split whose size leaves a multiple of {devices} (--validation-split,"
+            f" e.g. {num_validation - last % devices} images) or another --batch-size."
         )
 
 

@@ -43,6 +43,11 @@ have (each keeps its previous backup until it writes the next); backups of that 
 different states stop every worker with one `BackupMismatchError` line naming them. Resuming a
 multi-worker run expects the run directory on a file system every worker sees, and every worker
 restarted with `resume=True`.
+
+Several JAX processes (`--strategy multi_worker` on JAX, `keras_vit.runtime.jax_cluster`) follow
+the same rules, process 0 being the chief: each process reads the whole stream and trains on its
+share of every global batch (`jax_cluster.process_share`), the backups' epochs are compared with
+one JAX all-gather, and the chief evaluates the test split alone, without the distribution.
 """
 
 from __future__ import annotations
@@ -58,7 +63,7 @@ import keras
 from keras_vit import _atomic
 from keras_vit._validation import check_choice
 from keras_vit.kernels import dispatch
-from keras_vit.runtime import distribute, precision
+from keras_vit.runtime import distribute, jax_cluster, precision
 from keras_vit.spec import kept_model, run_files
 from keras_vit.train import (
     callbacks,
@@ -187,17 +192,19 @@ def fit_run(
         x, steps_per_epoch, batch_size = epoch_streams.fit_input(
             train_data, steps_per_epoch, batch_size, first_epoch, epochs, shuffle_seed, strategy
         )
-        model.fit(
-            x,
-            None,
-            batch_size=batch_size,
-            shuffle=False,  # arrays: epoch_ordered_batches; datasets: their own pipeline
-            epochs=epochs,
-            validation_data=validation_data,
-            steps_per_epoch=steps_per_epoch,
-            callbacks=callback_list,
-            verbose=verbose,
-        )
+        x, validation_shares = _process_shares(x, validation_data, batch_size)
+        with jax_cluster.process_local_input():
+            model.fit(
+                x,
+                None,
+                batch_size=batch_size,
+                shuffle=False,  # arrays: epoch_ordered_batches; datasets: their own pipeline
+                epochs=epochs,
+                validation_data=validation_shares,
+                steps_per_epoch=steps_per_epoch,
+                callbacks=callback_list,
+                verbose=verbose,
+            )
         metrics = _fit_metrics(model, history, run_dir, monitor, strategy, start)
         metrics.update(
             _held_out(model, history, run_dir, validation_data, test_data, batch_size, chief)
@@ -210,6 +217,22 @@ def fit_run(
         if lock:
             run_lock.release(lock)
     return RunResult(run_dir, model, history.rows, metrics)
+
+
+def _process_shares(x, validation_data, batch_size):
+    """`fit_run` step 4b: with several JAX processes, each process's share of every batch of
+    the training stream `x` (a dataset) and of `validation_data` (arrays batched at
+    `batch_size` first), as `jax_cluster.process_share` cuts them; else both unchanged."""
+    if jax_cluster.process_count() == 1:
+        return x, validation_data
+    if isinstance(validation_data, tuple):
+        import tensorflow as tf
+
+        slices = tf.data.Dataset.from_tensor_slices(validation_data)
+        validation_data = slices.batch(batch_size or 32)
+    if validation_data is not None:
+        validation_data = jax_cluster.process_share(validation_data, "validation_data")
+    return jax_cluster.process_share(x, "train_data"), validation_data
 
 
 def _build_in_scope(build_model, strategy) -> keras.Model:
@@ -298,9 +321,10 @@ def _held_out(model, history, run_dir, validation_data, test_data, batch_size, c
         metrics["held_out"] = metrics["validation"]
     if test_data is not None and chief:
         best = _atomic.read_json(os.path.join(run_dir, run_files.BEST_RECORD))
-        metrics["test"] = evaluate_saved(
-            os.path.join(run_dir, run_files.BEST_MODEL), test_data, batch_size=batch_size
-        )
+        with jax_cluster.without_distribution():  # the chief alone, on its own devices
+            metrics["test"] = evaluate_saved(
+                os.path.join(run_dir, run_files.BEST_MODEL), test_data, batch_size=batch_size
+            )
         metrics["test"]["epoch"] = (best or {}).get("epoch")
         metrics["held_out"] = metrics["test"]
     return metrics

@@ -28,7 +28,7 @@ import logging
 import os
 import shutil
 
-from keras_vit.runtime import distribute
+from keras_vit.runtime import distribute, jax_cluster
 from keras_vit.spec import run_files
 from keras_vit.train import callbacks
 
@@ -85,7 +85,7 @@ def agreed_epoch(backup_dir, strategy, timeout_s: float = AGREEMENT_TIMEOUT_S) -
     for epoch, digest in sorted(records.items(), reverse=True)[:2] + [(0, None)] * 2:
         row += [epoch, *_digest_words(digest)]
     gathered = {}
-    for values in _all_gather(strategy, row[: 1 + 2 * (1 + DIGEST_WORDS)], timeout_s):
+    for values in _gathered_rows(strategy, row[: 1 + 2 * (1 + DIGEST_WORDS)], timeout_s):
         code, *rest = (int(v) for v in values)
         kept = gathered.setdefault(names[code], {})
         for start in range(0, len(rest), 1 + DIGEST_WORDS):
@@ -148,9 +148,13 @@ def scratch_dir(run_dir, strategy) -> str:
 
 def _worker_names(strategy) -> list[str] | None:
     """Names of the cluster's tasks by task code (`_task_code`), or None when `strategy` is
-    not a multi-worker strategy over several tasks."""
+    not a multi-worker strategy over several tasks (nor several JAX processes: process 0 is
+    the chief, process `i` "worker i")."""
     import tensorflow as tf
 
+    processes = jax_cluster.process_count()
+    if processes > 1:
+        return ["chief"] + [f"worker {index}" for index in range(1, processes)]
     if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
         return None
     resolver = strategy.cluster_resolver
@@ -162,7 +166,9 @@ def _worker_names(strategy) -> list[str] | None:
 
 
 def _task_code(strategy) -> int:
-    """0 for the chief task, 1 + index for worker `index`."""
+    """0 for the chief task, 1 + index for worker `index`; the process index on JAX."""
+    if jax_cluster.process_count() > 1:
+        return distribute.worker_index(strategy)
     resolver = strategy.cluster_resolver
     return 0 if resolver.task_type == "chief" else 1 + int(resolver.task_id)
 
@@ -177,6 +183,14 @@ def _digest_words(digest: str | None) -> list[int]:
 def _digest_hex(words: list[int]) -> str | None:
     """Inverse of `_digest_words` (the compared prefix of the digest); None for zeros."""
     return None if not any(words) else "".join(f"{word:08x}" for word in words)
+
+
+def _gathered_rows(strategy, row: list[int], timeout_s: float):
+    """Every worker's `row`: over JAX processes `jax_cluster.all_gather_rows` (bounded by the
+    JAX coordinator's own heartbeat timeout, not `timeout_s`), else `_all_gather`."""
+    if jax_cluster.process_count() > 1:
+        return jax_cluster.all_gather_rows(row)
+    return _all_gather(strategy, row, timeout_s)
 
 
 def _all_gather(strategy, row: list[int], timeout_s: float):

@@ -1,0 +1,148 @@
+"""`KERAS_BACKEND=jax keras-vit train --strategy multi_worker`: two JAX processes x 2 host
+devices on 127.0.0.1, a TF_CONFIG each (tests/helpers/jax_multi_process_cli.py), train as one
+process over 4 devices does (the per-epoch losses of history.csv), write one run directory,
+resume after a process killed between epochs with the uninterrupted run's result, and refuse
+a global batch that does not split over the 4 devices before the first step.
+
+Each two-process run starts JAX, TensorFlow and a gloo cluster in two processes and compiles
+the tiny model's steps: about a minute on 2 shared CPU cores, so the tests are `large`
+(.ci/run_large)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from tests.backends.subset import ROOT
+from tests.process_helpers import finish, free_ports, kill_all
+
+pytestmark = [pytest.mark.large, pytest.mark.jax]
+
+RUN = [
+    "train", "--model", "tiny", "--stem", "patch", "--dataset", "digits",
+    "--shots-per-class", "20", "--image-size", "16", "--batch-size", "8", "--epochs", "2",
+    "--mixed-precision", "float32", "--jit-compile", "true", "--quiet",
+]  # fmt: skip
+TIMEOUT = 540
+
+
+def start(args, devices, tf_config=None, kill_after_epoch=None):
+    """A `keras-vit ARGS` process on JAX with `devices` host devices."""
+    env = {
+        **os.environ,
+        "KERAS_BACKEND": "jax",
+        "JAX_PLATFORMS": "cpu",
+        "TF_CPP_MIN_LOG_LEVEL": "2",
+        "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}",
+        "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
+    }
+    env.pop("TF_CONFIG", None)
+    if tf_config is not None:
+        env["TF_CONFIG"] = json.dumps(tf_config)
+    if kill_after_epoch is not None:
+        env["KILL_AFTER_EPOCH"] = str(kill_after_epoch)
+    command = [sys.executable, "-m", "tests.helpers.jax_multi_process_cli", *map(str, args)]
+    return subprocess.Popen(
+        command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+def start_pair(args, kill_after_epoch=None):
+    """Both processes of a two-process job (worker 0 the coordinator); process 1 SIGKILLs
+    itself after epoch `kill_after_epoch` when given."""
+    port, other = free_ports(2)
+    cluster = {"worker": [f"127.0.0.1:{port}", f"127.0.0.1:{other}"]}
+    return [
+        start(
+            args,
+            2,
+            {"cluster": cluster, "task": {"type": "worker", "index": index}},
+            kill_after_epoch if index == 1 else None,
+        )
+        for index in (0, 1)
+    ]
+
+
+def history(run_dir):
+    with open(os.path.join(run_dir, "history.csv")) as file:
+        return [{key: float(value) for key, value in row.items()} for row in csv.DictReader(file)]
+
+
+def losses(run_dir):
+    return [row[key] for row in history(run_dir) for key in ("loss", "val_loss")]
+
+
+def succeeded(outcomes):
+    for code, _, err in outcomes:
+        assert code == 0, err[-3000:]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """The run directories: "two" (two processes), "one" (one process over 4 devices),
+    "resumed" (two processes, process 1 killed after epoch 1, both restarted with --resume)."""
+    pytest.importorskip("jax")
+    root = tmp_path_factory.mktemp("jax_multi_process_cli")
+    dirs = {name: str(root / name) for name in ("two", "one", "resumed")}
+    processes = [
+        *start_pair([*RUN, "--strategy", "multi_worker", "--run-dir", dirs["two"]]),
+        start([*RUN, "--strategy", "mirrored", "--run-dir", dirs["one"]], 4),
+        *start_pair(
+            [*RUN, "--strategy", "multi_worker", "--run-dir", dirs["resumed"]], kill_after_epoch=1
+        ),
+    ]
+    try:
+        killed = processes[4]
+        assert killed.wait(timeout=TIMEOUT) == -signal.SIGKILL, killed.communicate()[1][-3000:]
+        processes[3].kill()  # the chief, waiting for its peer in the next step
+        processes[3].wait()
+        outcomes = finish(processes[:3], timeout=TIMEOUT)
+    finally:
+        kill_all(processes)
+    succeeded(outcomes)
+    resume = ["train", "--run-dir", dirs["resumed"], "--resume", "--strategy", "multi_worker"]
+    succeeded(finish(start_pair([*resume, "--quiet"]), timeout=TIMEOUT))
+    return dirs
+
+
+def test_two_processes_train_as_one_process_over_four_devices(runs):
+    two, one = losses(runs["two"]), losses(runs["one"])
+    assert len(two) == 4 and all(value == value for value in two)  # 2 epochs, no NaN
+    assert two == pytest.approx(one, abs=1e-5)
+
+
+def test_the_chief_writes_one_run_directory(runs):
+    names = set(os.listdir(runs["two"]))
+    assert {"config.json", "history.csv", "metrics.json", "best.keras", "last.keras"} <= names
+    assert not [name for name in names if "worker" in name]  # no backup or scratch left
+    with open(os.path.join(runs["two"], "metrics.json")) as file:
+        metrics = json.load(file)
+    assert metrics["num_replicas"] == 4 and metrics["epochs"] == 2 and metrics["steps"] == 44
+
+
+def test_a_killed_process_resumed_gives_the_uninterrupted_result(runs):
+    assert losses(runs["resumed"]) == pytest.approx(losses(runs["two"]), abs=1e-5)
+    metrics = {}
+    for name in ("two", "resumed"):
+        with open(os.path.join(runs[name], "metrics.json")) as file:
+            metrics[name] = json.load(file)
+    assert metrics["resumed"]["steps"] == metrics["two"]["steps"]
+    assert metrics["resumed"]["test"]["accuracy"] == metrics["two"]["test"]["accuracy"]
+    assert metrics["resumed"]["test"]["loss"] == pytest.approx(metrics["two"]["test"]["loss"])
+
+
+def test_a_batch_that_does_not_split_over_the_devices_is_refused_before_training(tmp_path):
+    pytest.importorskip("jax")
+    run_dir = tmp_path / "run"
+    args = [*RUN, "--strategy", "multi_worker", "--batch-size", "6", "--run-dir", run_dir]
+    for code, _, err in finish(start_pair(args), timeout=TIMEOUT):
+        assert code == 2, err[-3000:]
+        assert "(4 with DataParallel)" in err and "batch_size=6" in err
+        assert "Traceback" not in err
+    assert not run_dir.exists()
