@@ -74,6 +74,19 @@ def check(args) -> None:
         )
     run_driver.check_run_dir(args)
     data_checks.check_training_data(args, "finetune")
+    if args.weights and not args.resume:
+        _check_weights_exist(args.weights)
+
+
+def _check_weights_exist(weights: str) -> None:
+    """UsageError for --weights that is neither an existing path nor a published checkpoint
+    name (the run's plan would find the same after importing TensorFlow)."""
+    import os
+
+    from keras_vit.checkpoints.published import registry
+
+    if not os.path.exists(weights) and registry.lookup(weights) is None:
+        raise flags.UsageError(registry.not_found_message(weights))
 
 
 def run(args) -> int:

@@ -92,10 +92,7 @@ def locate(source) -> str:
         return path
     entry = registry.lookup(path)
     if entry is None:
-        raise FileNotFoundError(
-            f"Weights file not found: {path} (neither a file or folder nor a published "
-            "checkpoint name such as imagenet21k/ViT-B_32 or augreg/ViT-S_16-224)"
-        )
+        raise FileNotFoundError(registry.not_found_message(path))
     return registry.resolve_checkpoint(entry)
 
 

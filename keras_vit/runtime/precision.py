@@ -304,6 +304,17 @@ def with_dtype_policy(model, policy: str):
 
 # --- the choice --------------------------------------------------------------------------
 
+JAX_XLA_REASON = "(Keras' JAX backend: without XLA a step runs op by op, ~15x slower)"
+"""On Keras' JAX backend `jit_compile=False` dispatches every operation on its own, which the
+probe measured 15.7x slower than the compiled step for the default `keras-vit train` block
+(docs/performance.md): "auto" is XLA there, without probing."""
+
+
+def _keras_backend() -> str:
+    import keras
+
+    return keras.backend.backend()
+
 
 def choose_precision(
     hidden_dim: int | None = None,
@@ -363,7 +374,11 @@ def choose_precision(
             True if jit == AUTO else bool(jit),
             reason + ("" if policy == AUTO else f"; {policy} as given") + ", XLA",
         )
-    prior = flag_rule(hidden_dim, strategy, policy, jit, cpu_flags() if flags is None else flags)
+    given = "as given"
+    if jit == AUTO and _keras_backend() == "jax":
+        jit, given = True, JAX_XLA_REASON  # nothing to measure: op by op is never the faster
+    flags = cpu_flags() if flags is None else flags
+    prior = flag_rule(hidden_dim, strategy, policy, jit, flags, jit_reason=given)
     shape = {"tokens": tokens, "mlp_dim": mlp_dim, "num_heads": num_heads}
     return measured_choice(prior, hidden_dim, strategy, policy, jit, shape=shape, probe=probe)
 
@@ -395,13 +410,14 @@ def _gpu_policy() -> tuple[str, str]:
     return "float32", f"{name}: no tensor cores"
 
 
-def flag_rule(hidden_dim, strategy, policy, jit, flags) -> PrecisionChoice:
+def flag_rule(hidden_dim, strategy, policy, jit, flags, jit_reason="as given") -> PrecisionChoice:
     """The CPU choice from the CPU flags and the width alone (the prior of the probe).
 
     Args:
         hidden_dim: the model width, or None. strategy: the strategy.
         policy: "auto" or a checked policy. jit: "auto", True or False.
         flags: the CPU flags (`cpu_flags()`).
+        jit_reason: why `jit` (True or False) is what it is, for the reason text.
     """
     units = [flag for flag in BFLOAT16_CPU_FLAGS if flag in flags]
     no_xla = xla_unsupported_reason(strategy)
@@ -431,7 +447,7 @@ def flag_rule(hidden_dim, strategy, policy, jit, flags) -> PrecisionChoice:
         if not jit:
             reasons.append("XLA off: XLA's CPU backend does not use the bfloat16 units")
     else:
-        reasons.append(f"XLA {'on' if jit else 'off'} as given")
+        reasons.append(f"XLA {'on' if jit else 'off'} {jit_reason}")
     return PrecisionChoice(policy, bool(jit), "; ".join(reasons))
 
 

@@ -88,7 +88,7 @@ def test_the_torch_column_is_true(tmp_path):
 
 @pytest.mark.jax
 @pytest.mark.large  # the story twice, each export in a TensorFlow child process: minutes;
-# runs with -m large (CI's run_large) or -m "jax and large"
+# runs on the JAX lane (.ci/run_jax: -m "jax and large") and with -m large (run_large)
 def test_the_python_story_runs_on_jax_twice_in_one_folder(tmp_path):
     """The README's "From Python" story, unchanged, under KERAS_BACKEND=jax, run twice in the
     same folder as a user reruns it: both runs succeed without a traceback, and the second

@@ -34,6 +34,7 @@ CASES = [
     (["train", "--run-dir", "{note}"], "exists and is not a folder"),
     (["finetune"], "--weights is required"),
     (["finetune", "--weights", "x.npz", "--run-dir", "{run}"], "already exists"),
+    (["finetune", "--weights", "{tmp}/none.npz"], "Weights file not found: {tmp}/none.npz"),
     (["evaluate", "{tmp}/none"], "RUN_OR_MODEL not found"),
     (["fewshot", "{tmp}/none"], "RUN_OR_MODEL not found"),
     (["transfer-suite", "{tmp}/none.keras"], "RUN_OR_MODEL not found"),

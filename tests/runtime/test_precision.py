@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 
 import keras_vit
-from keras_vit.runtime import precision
+from keras_vit.runtime import precision, precision_probe
 from keras_vit.train import run_config, run_plan, training
 
 AMX = frozenset({"fpu", "avx512f", "amx_bf16", "amx_tile", "avx512_bf16"})
@@ -73,6 +73,27 @@ def test_a_given_value_is_kept_and_the_other_chosen_to_suit_it():
     assert none_is_float32.policy == "float32"
     both = precision.choose_precision(768, flags=AMX, mixed_precision="float32", jit_compile=False)
     assert (both.policy, both.jit_compile) == ("float32", False)
+
+
+@pytest.mark.parametrize("width", [64, 768])
+def test_on_the_jax_backend_auto_is_xla_without_probing(monkeypatch, width):
+    """Keras' JAX backend without XLA runs op by op: "auto" takes XLA there (float32, as
+    XLA's CPU products do not use the bfloat16 units) and the probe never runs."""
+
+    def no_probe(*args, **kwargs):
+        raise AssertionError("the probe ran on the JAX backend")
+
+    monkeypatch.setattr(precision, "_keras_backend", lambda: "jax")
+    monkeypatch.setattr(precision_probe, "probe_figures", no_probe)
+    choice = precision.choose_precision(width, flags=AMX, probe=True, tokens=49)
+    assert (choice.policy, choice.jit_compile) == ("float32", True)
+    assert precision.JAX_XLA_REASON in choice.reason
+    bf16 = precision.choose_precision(
+        width, flags=AMX, probe=True, mixed_precision="mixed_bfloat16"
+    )
+    assert (bf16.policy, bf16.jit_compile) == ("mixed_bfloat16", True)
+    eager = precision.choose_precision(width, flags=AMX, probe=True, jit_compile=False)
+    assert eager.jit_compile is False  # a value given is kept
 
 
 @pytest.mark.parametrize("width", [64, 768])

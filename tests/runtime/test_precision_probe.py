@@ -240,6 +240,7 @@ def test_the_cache_key_separates_hosts_and_every_model_shape_field(host, monkeyp
     choose(768)
     assert len(host.built) == 21
     monkeypatch.setattr(keras.backend, "backend", lambda: "jax")  # figures of another backend
+    monkeypatch.setattr(precision, "_keras_backend", lambda: "tensorflow")  # still probed
     choose(768)
     assert len(host.built) == 24
     with open(precision_probe.cache_path(), encoding="utf-8") as handle:

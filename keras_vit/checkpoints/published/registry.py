@@ -25,8 +25,6 @@ import logging
 import os
 import urllib.parse
 
-import keras
-
 from keras_vit.checkpoints.published.family_checkpoints import (  # noqa: F401 (the family's names)
     FAMILY_CHECKPOINTS,
     FamilyCheckpoint,
@@ -129,6 +127,16 @@ def lookup(name: str) -> PublishedCheckpoint | None:
     return None
 
 
+def not_found_message(path: str) -> str:
+    """The one-line error for a weights source that is neither an existing path nor a
+    published name (`lookup` None): `keras_vit.model.from_source.locate` raises it, and
+    `keras-vit finetune` checks --weights with it before importing TensorFlow."""
+    return (
+        f"Weights file not found: {path} (neither a file or folder nor a published "
+        "checkpoint name such as imagenet21k/ViT-B_32 or augreg/ViT-S_16-224)"
+    )
+
+
 def collection_entry(collection: str, model_name: str | None, image_size=None):
     """The file of `collection` ("imagenet21k", ...) for the release model `model_name`.
 
@@ -211,6 +219,8 @@ def resolve_checkpoint(name_or_entry, *, base_url=None, cache_dir=None) -> str:
     cache_dir = _writable_cache_dir(cache_dir)
     target = os.path.join(cache_dir, CACHE_SUBDIR, entry.cache_name)
     logger.info("Checkpoint %s: %s (cache %s)", entry.name, url, target)
+    import keras  # here: `lookup` serves the CLI's argument checks before Keras is imported
+
     try:
         return keras.utils.get_file(
             entry.cache_name,
