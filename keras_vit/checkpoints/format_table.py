@@ -93,7 +93,7 @@ def _write_release(path, contents) -> None:
 
 
 def _read_hf(path, options: ReadOptions):
-    from keras_vit.checkpoints import hf_siglip
+    from keras_vit.checkpoints.hf import hf_siglip
     from keras_vit.checkpoints.hf.hf_io import read_hf
 
     if hf_siglip.is_siglip_folder(path):
@@ -102,7 +102,7 @@ def _read_hf(path, options: ReadOptions):
 
 
 def _write_hf(path, contents):
-    from keras_vit.checkpoints import hf_siglip
+    from keras_vit.checkpoints.hf import hf_siglip
     from keras_vit.checkpoints.hf.hf_io import write_hf
 
     if hf_siglip.is_tower(contents.arrays):  # no class token, MAP pooling: SiglipVisionModel
