@@ -271,13 +271,17 @@ FORMAT_TABLE: dict[str, CheckpointFormat] = {
             writer=_write_timm,
             suffix=".safetensors",
             expresses={
-                "pooling": _EVERY_POOLING,
+                "pooling": (*_EVERY_POOLING, "patch_gap"),
                 "final_norm": _EVERY_NORM,
                 "pre_logits": _EVERY_PRE_LOGITS,
                 "distillation": (False, True),
                 **RELEASE_GROUPS,
             },
             excludes=(
+                (
+                    {"rope": False, "pooling": "patch_gap"},
+                    "only its DINOv3 layout records global_pool='avg' beside a class token",
+                ),
                 (
                     {"distillation": True, "pre_logits": "feature"},
                     "deit.py's VisionTransformerDistilled has no pre_logits (HF DeiTModel's "
