@@ -150,22 +150,26 @@ FORMAT_TABLE: dict[str, CheckpointFormat] = {
             writer=_write_release,
             suffix=".npz",
             expresses={
-                "pooling": _EVERY_POOLING,
+                "pooling": (*_EVERY_POOLING, "patch_gap"),
                 "final_norm": _EVERY_NORM,
                 "pre_logits": _EVERY_PRE_LOGITS,
-                "preprocessing": ("[-1,1]",),
-                **PLAIN_FAMILY,
                 **RELEASE_GROUPS,
             },
             reads={
                 "class token": "the `cls` key",
-                "no_embed_class": "never (the release's table always has the class row)",
+                "family": "the release-style keys of LayerScale, registers, the distillation "
+                "token, `norm_pre` and the q/k/v biases present",
+                "keras_vit/metadata": "a uint8 member keras_vit writes where the model differs "
+                "from the release: UTF-8 JSON of position_embedding (rope), pooling "
+                "(patch_gap), gelu_approximate, layer_norm_epsilon, mlp_activation, "
+                "preprocessing, no_embed_class, and image_size without a position table "
+                "(`release/release_io.py`); unknown fields or values refused by name",
+                "no_embed_class": "keras_vit/metadata (the release's table has the class row)",
                 "fc_norm": "keras_vit's `fc_norm/scale` key (no release file has it)",
-                "grid / image size": "not recorded: the square grid of the table, else "
+                "grid / image size": "the square grid of the table, else "
                 "`image_size=` (a non-square table is an error naming it)",
-                "numerics": "not recorded: the release's tanh GELU, LayerNorm eps 1e-6",
-                "input scaling": "not recorded: [-1, 1]; a model that expects ImageNet's "
-                "mean/std is refused",
+                "numerics": "keras_vit/metadata, else the release's tanh GELU, eps 1e-6",
+                "input scaling": "keras_vit/metadata, else [-1, 1]",
                 "arrays": "float32, float16, bfloat16 (as raw 2-byte void); written float32",
             },
         ),
