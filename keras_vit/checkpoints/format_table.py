@@ -61,14 +61,16 @@ def _is_keras(probe: Probe) -> bool:
     )
 
 
-HF_SIGLIP_PATCH = "embeddings.patch_embedding.weight"  # SiglipVisionModel, Siglip2VisionModel
+# The patch embeddings of the HF models other than ViTModel: SiglipVisionModel and
+# Siglip2VisionModel, DINOv3ViTModel (a Conv2d without `projection`).
+HF_OTHER_PATCHES = ("embeddings.patch_embedding.weight", "embeddings.patch_embeddings.weight")
 
 
 def _is_hf(probe: Probe) -> bool:
     if probe.container == "folder":
         return {hf_files.CONFIG, hf_files.WEIGHTS} <= set(probe.names)
     return probe.container == "safetensors" and any(
-        n.endswith(("embeddings.patch_embeddings.projection.weight", HF_SIGLIP_PATCH))
+        n.endswith(("embeddings.patch_embeddings.projection.weight", *HF_OTHER_PATCHES))
         for n in probe.names
     )
 
@@ -204,7 +206,7 @@ FORMAT_TABLE: dict[str, CheckpointFormat] = {
             title="a Hugging Face ViT / DeiT / DINOv2 / DINOv3 / SigLIP folder",
             recognised_by="a folder with `config.json` + `model.safetensors` (or that file) "
             "whose keys include `embeddings.patch_embeddings.projection.weight` (SigLIP: "
-            "`embeddings.patch_embedding.weight`)",
+            "`embeddings.patch_embedding.weight`; DINOv3: `embeddings.patch_embeddings.weight`)",
             recognise=_is_hf,
             reader=_read_hf,
             writer=_write_hf,
