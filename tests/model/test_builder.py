@@ -208,10 +208,9 @@ def test_a_distillation_token_without_its_head_is_deit_for_image_classification(
     rng = np.random.default_rng(3)  # (a constant shift would vanish in the LayerNorms)
     dist.set_weights([w + rng.normal(0, 1, w.shape) for w in dist.get_weights()])
     assert np.abs(logits(model, x) - expected).max() > 1e-3  # the token is attended to
-    for kind in ("timm", "npz"):
-        with pytest.raises(CheckpointError, match="distillation='class head only'"):
-            write_checkpoint(model_contents(model), tmp_path / f"m.{kind}", kind)
-        assert not os.path.exists(tmp_path / f"m.{kind}")
+    with pytest.raises(CheckpointError, match="distillation='class head only'"):
+        write_checkpoint(model_contents(model), tmp_path / "m.timm", "timm")
+    assert not os.path.exists(tmp_path / "m.timm")
 
 
 def test_a_distilled_feature_model_with_pre_logits_is_deit_models_pooler(tmp_path):
