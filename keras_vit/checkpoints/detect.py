@@ -104,7 +104,9 @@ def _safetensors_format(path, header) -> str:
     shown = ", ".join(names[:5]) or "no tensors"
     raise UnsupportedCheckpointError(
         f"{path} is a safetensors file, but its keys are neither a Hugging Face ViT's "
-        f"('...embeddings.patch_embeddings.projection.weight') nor a timm ViT's "
+        f"('...embeddings.patch_embeddings.projection.weight', SigLIP's "
+        f"'embeddings.patch_embedding.weight', DINOv3's 'embeddings.patch_embeddings.weight') "
+        f"nor a timm ViT's "
         f"('patch_embed.proj.weight'): {shown}, ..."
     )
 

@@ -61,14 +61,16 @@ def _is_keras(probe: Probe) -> bool:
     )
 
 
-HF_SIGLIP_PATCH = "embeddings.patch_embedding.weight"  # SiglipVisionModel, Siglip2VisionModel
+# The patch embeddings of the HF models other than ViTModel: SiglipVisionModel and
+# Siglip2VisionModel, DINOv3ViTModel (a Conv2d without `projection`).
+HF_OTHER_PATCHES = ("embeddings.patch_embedding.weight", "embeddings.patch_embeddings.weight")
 
 
 def _is_hf(probe: Probe) -> bool:
     if probe.container == "folder":
         return {hf_files.CONFIG, hf_files.WEIGHTS} <= set(probe.names)
     return probe.container == "safetensors" and any(
-        n.endswith(("embeddings.patch_embeddings.projection.weight", HF_SIGLIP_PATCH))
+        n.endswith(("embeddings.patch_embeddings.projection.weight", *HF_OTHER_PATCHES))
         for n in probe.names
     )
 
@@ -93,7 +95,7 @@ def _write_release(path, contents) -> None:
 
 
 def _read_hf(path, options: ReadOptions):
-    from keras_vit.checkpoints import hf_siglip
+    from keras_vit.checkpoints.hf import hf_siglip
     from keras_vit.checkpoints.hf.hf_io import read_hf
 
     if hf_siglip.is_siglip_folder(path):
@@ -102,7 +104,7 @@ def _read_hf(path, options: ReadOptions):
 
 
 def _write_hf(path, contents):
-    from keras_vit.checkpoints import hf_siglip
+    from keras_vit.checkpoints.hf import hf_siglip
     from keras_vit.checkpoints.hf.hf_io import write_hf
 
     if hf_siglip.is_tower(contents.arrays):  # no class token, MAP pooling: SiglipVisionModel
@@ -150,22 +152,26 @@ FORMAT_TABLE: dict[str, CheckpointFormat] = {
             writer=_write_release,
             suffix=".npz",
             expresses={
-                "pooling": _EVERY_POOLING,
+                "pooling": (*_EVERY_POOLING, "patch_gap"),
                 "final_norm": _EVERY_NORM,
                 "pre_logits": _EVERY_PRE_LOGITS,
-                "preprocessing": ("[-1,1]",),
-                **PLAIN_FAMILY,
                 **RELEASE_GROUPS,
             },
             reads={
                 "class token": "the `cls` key",
-                "no_embed_class": "never (the release's table always has the class row)",
+                "family": "the release-style keys of LayerScale, registers, the distillation "
+                "token, `norm_pre` and the q/k/v biases present",
+                "keras_vit/metadata": "a uint8 member keras_vit writes where the model differs "
+                "from the release: UTF-8 JSON of position_embedding (rope), pooling "
+                "(patch_gap), gelu_approximate, layer_norm_epsilon, mlp_activation, "
+                "preprocessing, no_embed_class, and image_size without a position table "
+                "(`release/release_io.py`); unknown fields or values refused by name",
+                "no_embed_class": "keras_vit/metadata (the release's table has the class row)",
                 "fc_norm": "keras_vit's `fc_norm/scale` key (no release file has it)",
-                "grid / image size": "not recorded: the square grid of the table, else "
+                "grid / image size": "the square grid of the table, else "
                 "`image_size=` (a non-square table is an error naming it)",
-                "numerics": "not recorded: the release's tanh GELU, LayerNorm eps 1e-6",
-                "input scaling": "not recorded: [-1, 1]; a model that expects ImageNet's "
-                "mean/std is refused",
+                "numerics": "keras_vit/metadata, else the release's tanh GELU, eps 1e-6",
+                "input scaling": "keras_vit/metadata, else [-1, 1]",
                 "arrays": "float32, float16, bfloat16 (as raw 2-byte void); written float32",
             },
         ),
@@ -200,7 +206,7 @@ FORMAT_TABLE: dict[str, CheckpointFormat] = {
             title="a Hugging Face ViT / DeiT / DINOv2 / DINOv3 / SigLIP folder",
             recognised_by="a folder with `config.json` + `model.safetensors` (or that file) "
             "whose keys include `embeddings.patch_embeddings.projection.weight` (SigLIP: "
-            "`embeddings.patch_embedding.weight`)",
+            "`embeddings.patch_embedding.weight`; DINOv3: `embeddings.patch_embeddings.weight`)",
             recognise=_is_hf,
             reader=_read_hf,
             writer=_write_hf,
@@ -271,13 +277,17 @@ FORMAT_TABLE: dict[str, CheckpointFormat] = {
             writer=_write_timm,
             suffix=".safetensors",
             expresses={
-                "pooling": _EVERY_POOLING,
+                "pooling": (*_EVERY_POOLING, "patch_gap"),
                 "final_norm": _EVERY_NORM,
                 "pre_logits": _EVERY_PRE_LOGITS,
                 "distillation": (False, True),
                 **RELEASE_GROUPS,
             },
             excludes=(
+                (
+                    {"rope": False, "pooling": "patch_gap"},
+                    "only its DINOv3 layout records global_pool='avg' beside a class token",
+                ),
                 (
                     {"distillation": True, "pre_logits": "feature"},
                     "deit.py's VisionTransformerDistilled has no pre_logits (HF DeiTModel's "

@@ -20,8 +20,7 @@ from keras_vit._validation import check_choice
 from keras_vit._warnings import warn_weights
 from keras_vit.checkpoints.base import architecture, lora, quantized
 from keras_vit.checkpoints.base.errors import CheckpointError
-from keras_vit.checkpoints.base.naming import find_vit_model, official_arrays, official_variables
-from keras_vit.checkpoints.base.npz_io import write_npz
+from keras_vit.checkpoints.base.naming import find_vit_model, official_variables
 from keras_vit.checkpoints.fit_to_model import (
     add_class_rows,
     check_keys,
@@ -31,9 +30,11 @@ from keras_vit.checkpoints.fit_to_model import (
     skip_prefixes,
     under,
 )
+from keras_vit.checkpoints.keras_files.model_io import model_contents
 from keras_vit.checkpoints.published import registry
 from keras_vit.checkpoints.published.family_checkpoints import family_entry
 from keras_vit.checkpoints.release.layouts import PLAIN_POSITION_KEY
+from keras_vit.checkpoints.release.release_io import write_release_npz
 from keras_vit.spec import layer_names as names
 from keras_vit.spec.resize_methods import RESIZE_METHODS
 
@@ -356,8 +357,11 @@ def save_npz(model, path) -> SaveReport:
     """Writes a keras_vit model's weights as an official `.npz` (vit_jax/checkpoint.py layout).
 
     The file has the release's flat keys and shapes (float32), so the JAX release and timm's
-    npz loader read it. It is written to a temporary file in the same folder and renamed
-    into place.
+    npz loader read it; what the keys cannot say and differs from the release's (RoPE,
+    "patch_gap" pooling, the exact GELU, LayerNorm epsilon, QuickGELU, the input scaling,
+    `no_embed_class`) goes in its `keras_vit/metadata` member
+    (`keras_vit.checkpoints.release.release_io`), so `from_checkpoint` rebuilds the model.
+    It is written to a temporary file in the same folder and renamed into place.
 
     Args:
         model: a keras_vit ViT or hybrid model, or a keras.Model that contains one.
@@ -371,9 +375,9 @@ def save_npz(model, path) -> SaveReport:
     Raises:
         CheckpointError: if the model has weights no official key covers (e.g. extra layers).
     """
-    arrays = official_arrays(model)
-    write_npz(path, arrays)
-    return SaveReport(os.fspath(path), {key: array.shape for key, array in arrays.items()})
+    contents = model_contents(model)
+    write_release_npz(path, contents)
+    return SaveReport(os.fspath(path), {k: array.shape for k, array in contents.arrays.items()})
 
 
 def load_weights_argument(model, weights, *, base_url=None, cache_dir=None) -> LoadReport:

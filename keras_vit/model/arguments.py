@@ -17,7 +17,7 @@ from keras_vit._validation import (
 from keras_vit.layers.attention import QKV_BIASES
 from keras_vit.layers.layer_scale import check_layer_scale_init
 from keras_vit.layers.mlp import MLP_ACTIVATIONS
-from keras_vit.layers.pooling import CLASSIFIER_POOLINGS
+from keras_vit.layers.pooling import CLASSIFIER_POOLINGS, has_class_token
 from keras_vit.layers.position_embedding import POSITION_EMBEDDINGS
 from keras_vit.layers.rotary import check_rope_head_dim
 from keras_vit.spec import layer_names as names
@@ -103,7 +103,7 @@ def check_arguments(
     if final_norm == "pooled" and (pooling == "map" or return_sequence):
         raise ValueError(
             "final_norm='pooled' normalises the pooled feature (timm's fc_norm) and needs "
-            "pooling 'token' or 'gap' and return_sequence=False. Received: "
+            "pooling 'token', 'gap' or 'patch_gap' and return_sequence=False. Received: "
             f"pooling={pooling!r}, return_sequence={return_sequence}"
         )
     if representation_size is not None:
@@ -188,8 +188,10 @@ def check_family_arguments(
             "distillation_head=False drops the distillation token's head and needs distilled=True",
         ),
         (
-            no_embed_class and (pooling != "token" or position_embedding in ("none", "rope")),
-            "no_embed_class=True needs a class token (pooling='token') and a position table",
+            no_embed_class
+            and (not has_class_token(pooling) or position_embedding in ("none", "rope")),
+            "no_embed_class=True needs a class token (pooling 'token' or 'patch_gap') and a "
+            "position table",
         ),
         (
             num_register_tokens and pooling == "map",

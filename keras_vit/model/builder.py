@@ -29,6 +29,7 @@ from keras_vit.layers import (
     TransformerBlock,
 )
 from keras_vit.layers.dropout import Dropout
+from keras_vit.layers.pooling import has_class_token
 from keras_vit.layers.position_embedding import position_embedding_layer, rope_config
 from keras_vit.model.arguments import (
     FAMILY_DEFAULTS,
@@ -99,7 +100,7 @@ def encode_tokens(
         )
     x = embed_positions(
         tokens,
-        class_token=pooling == "token",
+        class_token=has_class_token(pooling),
         position_embedding=position_embedding,
         grid_size=grid_size,
         dynamic_grid=dynamic_grid,
@@ -125,7 +126,7 @@ def encode_tokens(
     )
     call_kwargs = {}
     if position_embedding == "rope":
-        prefix = int(pooling == "token") + int(family["distilled"])
+        prefix = int(has_class_token(pooling)) + int(family["distilled"])
         block_kwargs["rope"] = rope_config(
             dynamic_grid[0] if dynamic_grid is not None else grid_size,
             prefix + family["num_register_tokens"],

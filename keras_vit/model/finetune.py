@@ -121,7 +121,8 @@ def finetune(
     """Returns a new model with `model`'s pre-trained body and a zero-initialised head.
 
     Works on every keras_vit ViT and hybrid classification model, for every pooling
-    ("token", "gap", "map") and final norm ("tokens", or "pooled" = timm's `fc_norm`): every
+    ("token", "gap", "patch_gap", "map") and final norm ("tokens", or "pooled" = timm's
+    `fc_norm`): every
     layer up to the pooled feature is kept (`body_features`), only `pre_logits` and `head`
     are replaced. The source model is not changed and shares no variables with the result.
     A distilled model (DeiT, `distilled=True`) gets BOTH heads replaced by zero-initialised

@@ -12,6 +12,7 @@ from keras_vit.layers import (
     MAPHead,
     TokenPooling,
 )
+from keras_vit.layers.pooling import PATCH_GAP
 from keras_vit.spec import layer_names as names
 
 # The switches `classification_head` reads (registers: left out of "gap" pooling).
@@ -37,7 +38,9 @@ def classification_head(
     """Pooling, optional pre-logits (dense + tanh) and the zero-initialised head.
 
     `pooling="map"` pools with big_vision's MAP head (`MAPHead(**map_head)`); "gap" averages
-    the patch tokens (after the `num_register_tokens` registers). With
+    the patch tokens (after the `num_register_tokens` registers); "patch_gap" averages the
+    patch tokens after the class token and the registers (timm's `global_pool="avg"` of a
+    class-token model: `x[:, num_prefix_tokens:].mean(1)`, DINOv3's timm default). With
     `final_norm="pooled"` a LayerNorm (`fc_norm`, epsilon `layer_norm_epsilon`) follows the
     pooling, as timm's `fc_norm` (vision_transformer.py: `norm` is then Identity). With
     `distilled` the logits are the mean of `head` on the class token and `head_dist` on
@@ -49,6 +52,10 @@ def classification_head(
         return sequence
     if pooling == "map":
         x = MAPHead(**(map_head or {}), name=names.MAP_HEAD)(sequence)
+    elif pooling == PATCH_GAP:  # the class token, then the registers (no distillation token)
+        x = TokenPooling("gap", num_prefix_tokens=1 + num_register_tokens, name=names.POOL)(
+            sequence
+        )
     else:
         x = TokenPooling(pooling, num_prefix_tokens=num_register_tokens, name=names.POOL)(sequence)
     if final_norm == "pooled":

@@ -58,8 +58,11 @@ def ViT(
         channels: image channels (default 3).
         include_top: if False, the model returns the pooled feature `(batch, D)` (after
             `pre_logits` when `representation_size` is set) instead of logits.
-        pooling: "token" (class token, default), "gap" (mean over tokens, no class token) or
-            "map" (big_vision's multihead attention pooling, no class token).
+        pooling: "token" (class token, default), "gap" (mean over tokens, no class token),
+            "patch_gap" (a class token in the sequence, pooled: the mean of the patch tokens,
+            class, distillation and register tokens left out; timm's `global_pool="avg"` on
+            a class-token model, DINOv3's timm default) or "map" (big_vision's multihead
+            attention pooling, no class token).
         representation_size: width of the optional `pre_logits` dense + tanh layer (the
             ImageNet-21k checkpoints have it); None (default) for none, except that a
             `weights` file with pre_logits under a head of `num_classes` outputs (an original
@@ -101,7 +104,7 @@ def ViT(
         final_norm: where the final LayerNorm goes: "tokens" (default, the release's
             `encoder_norm` on every token before pooling) or "pooled" (timm's `fc_norm`,
             e.g. its GAP models: a LayerNorm `fc_norm` on the pooled `(batch, D)` feature,
-            no `encoder_norm`). "pooled" needs pooling "token" or "gap" and
+            no `encoder_norm`). "pooled" needs pooling "token", "gap" or "patch_gap" and
             return_sequence=False. Kept in the model (its `fc_norm` layer) and read back
             from files (timm `fc_norm.*`, keras_vit's `.npz` key `fc_norm/scale`).
         layer_scale_init: LayerScale (Touvron et al. 2021, CaiT section 2 / DeiT III; timm

@@ -187,6 +187,4 @@ def token_grid(model: keras.Model) -> TokenGrid:
             f"Model {model.name!r} has an input of unknown size {host.inputs[0].shape}; "
             "build it for a fixed image size."
         )
-    return TokenGrid(
-        arch.grid, arch.pixels_per_token, arch.num_prefix_tokens, arch.pooling == "token"
-    )
+    return TokenGrid(arch.grid, arch.pixels_per_token, arch.num_prefix_tokens, arch.has_class_token)

@@ -243,15 +243,10 @@ def test_big_vision_files_are_their_own_row_of_the_table(tmp_path):
 
 @pytest.mark.parametrize("kind", ["npz", "hf", "timm"])
 def test_input_scaling_is_kept_or_refused_never_dropped(tmp_path, kind):
-    """A model that expects ImageNet's mean/std: the formats that record the scaling keep it,
-    the release's .npz (which cannot) refuses it; none reads back as [-1, 1]."""
+    """A model that expects ImageNet's mean/std: every format keeps it (keras_vit's .npz in its
+    `keras_vit/metadata` member); none reads back as [-1, 1]."""
     model = tiny_vit(input_preprocessing="imagenet")
     path = tmp_path / {"npz": "m.npz", "hf": "hf", "timm": "m.safetensors"}[kind]
-    if kind == "npz":
-        with pytest.raises(CheckpointError, match="preprocessing='imagenet'"):
-            write_checkpoint(model_contents(model), path, kind)
-        assert not path.exists()
-        return
     write_checkpoint(model_contents(model), path, kind)
     back = keras_vit.from_checkpoint(path)
     assert back.get_layer("embedding").input_preprocessing == "imagenet"

@@ -63,22 +63,23 @@ def _keras(model, images):
     return np.asarray(model(images, training=False))
 
 
-def _timm(name, classes):
+def _timm(name, classes, pool="token"):
     model = timm.create_model(
-        name, pretrained=False, num_classes=classes, global_pool="token", **TINY_TIMM
+        name, pretrained=False, num_classes=classes, global_pool=pool, **TINY_TIMM
     )
     return model.eval()
 
 
+@pytest.mark.parametrize("pool", ["token", "avg"])  # "avg": timm's default, the patch tokens
 @pytest.mark.parametrize("classes", [CLASSES, 0])
 @pytest.mark.parametrize("name", ["vit_small_patch16_dinov3", "vit_small_patch16_dinov3_qkvb"])
-def test_timm_dinov3_reads_and_writes_back(tmp_path, name, classes):
-    reference = _randomise(_timm(name, classes))
+def test_timm_dinov3_reads_and_writes_back(tmp_path, name, classes, pool):
+    reference = _randomise(_timm(name, classes, pool))
     folder = tmp_path / "timm"
     timm.models.save_for_hf(
         reference,
         str(folder),
-        model_args=dict(TINY_TIMM, global_pool="token"),
+        model_args=dict(TINY_TIMM, global_pool=pool),
         safe_serialization=True,
     )
     assert json.loads((folder / "config.json").read_text())["architecture"] == name
@@ -86,7 +87,7 @@ def test_timm_dinov3_reads_and_writes_back(tmp_path, name, classes):
     model = keras_vit.from_checkpoint(path, image_size=SIZE)
     x = _images(SIZE)
     want = _torch(reference, x)
-    _check(f"timm-{name}-{classes}-{SIZE}", _keras(model, x), want)
+    _check(f"timm-{name}-{classes}-{pool}-{SIZE}", _keras(model, x), want)
 
     dynamic = keras_vit.from_checkpoint(path, image_size=SIZE, dynamic_image_size=True)
     other = _images(OTHER, seed=2)
@@ -94,7 +95,7 @@ def test_timm_dinov3_reads_and_writes_back(tmp_path, name, classes):
 
     back = tmp_path / "back.safetensors"
     write_checkpoint(model_contents(model), back, "timm")
-    loaded = _timm(name, classes)
+    loaded = _timm(name, classes, pool)
     loaded.load_state_dict(safetensors_torch.load_file(str(back)), strict=True)
     _check(f"keras_vit->timm-{name}-{classes}", _torch(loaded, x), want)
 

@@ -143,7 +143,7 @@ def _hf_pooled(module, model_type, images):
 @pytest.mark.parametrize("hidden_act", ["gelu_pytorch_tanh", "gelu"])
 @pytest.mark.parametrize("model_type", sorted(HF_SIGLIP))
 def test_hugging_face_siglip_towers_read_and_write_back(tmp_path, model_type, hidden_act):
-    from keras_vit.checkpoints.hf_siglip import write_siglip
+    from keras_vit.checkpoints.hf.hf_siglip import write_siglip
 
     reference = _hf_tower(model_type, hidden_act=hidden_act)
     reference.save_pretrained(tmp_path / "hf")

@@ -320,11 +320,11 @@ def test_overwrite_refuses_a_destination_that_is_no_file_or_folder(official_file
     assert stat.S_ISFIFO(os.stat(pipe).st_mode)
 
 
-def test_dinov3_converts_both_ways_and_npz_refuses_rope(tmp_path, capsys):
+def test_dinov3_converts_both_ways(tmp_path):
     """A DINOv3 model (RoPE, storage tokens, LayerScale, q/v biases, no head): .keras ->
-    timm -> .keras -> HF DINOv3ViTModel -> .keras, each the same features as the source
-    (the NumPy forward with the rotary embedding); the release's .npz refuses it by the
-    option's name."""
+    timm -> .keras -> HF DINOv3ViTModel -> .keras, and timm -> keras_vit's .npz (RoPE and
+    numerics in its keras_vit/metadata member) -> .keras, each the same features as the
+    source (the NumPy forward with the rotary embedding)."""
     from keras_vit.checkpoints.base.naming import official_arrays
     from tests.checkpoints.random_models import randomise
     from tests.numpy_family_reference import family_forward
@@ -347,11 +347,9 @@ def test_dinov3_converts_both_ways_and_npz_refuses_rope(tmp_path, capsys):
         layer_norm_epsilon=1e-5,
         rope=True,
     )
-    for name in ("from_timm.keras", "from_hf.keras"):
+    assert main(["convert", str(timm), str(tmp_path / "d.npz")]) == 0
+    assert main(["convert", str(tmp_path / "d.npz"), str(tmp_path / "from_npz.keras")]) == 0
+    for name in ("from_timm.keras", "from_hf.keras", "from_npz.keras"):
         model = keras.models.load_model(tmp_path / name)
         assert model.get_layer("encoderblock_0").rope is not None
         np.testing.assert_allclose(np.asarray(model(x)), expected, atol=2e-5, err_msg=name)
-    capsys.readouterr()
-    assert main(["convert", str(timm), str(tmp_path / "d.npz")]) == 2
-    assert "rope=True" in capsys.readouterr().err
-    assert not (tmp_path / "d.npz").exists()

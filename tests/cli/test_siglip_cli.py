@@ -15,7 +15,7 @@ import scipy.ndimage
 from keras_vit.cli.main import main
 from keras_vit.train import runs
 from tests.checkpoints.family_state import TINY, forward, random_params
-from tests.checkpoints.test_hf_siglip import SIGLIP2, _config, _folder, _hf_state, _images
+from tests.checkpoints.hf.test_hf_siglip import SIGLIP2, _config, _folder, _hf_state, _images
 
 
 def _siglip2_folder(tmp_path):

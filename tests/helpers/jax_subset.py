@@ -79,7 +79,8 @@ def main(workdir: str) -> dict:
 
 def rope_check() -> dict:
     """A dynamic-size DINOv3 model (RoPE, storage tokens, LayerScale, no q/k/v bias) against
-    the NumPy forward at its size and at another: the largest difference of the two."""
+    the NumPy forward at its size and at another, pooling its class token ("token") and the
+    mean of its patch tokens ("patch_gap"): the largest difference of the four."""
     import keras
 
     import keras_vit
@@ -88,10 +89,12 @@ def rope_check() -> dict:
     from tests.numpy_family_reference import family_forward
 
     arch = dict(patch_size=4, hidden_dim=16, num_heads=2, mlp_dim=32, num_layers=2)
-    model = keras_vit.DINOv3("S/16", image_size=(8, 12), dynamic_image_size=True, **arch)
-    model = randomise(model, seed=5)
     diffs = []
-    for size in ((8, 12), (16, 8)):
+    for pooling, size in [(p, s) for p in ("token", "patch_gap") for s in ((8, 12), (16, 8))]:
+        model = keras_vit.DINOv3(
+            "S/16", image_size=(8, 12), dynamic_image_size=True, pooling=pooling, **arch
+        )
+        model = randomise(model, seed=5)
         x = np.random.default_rng(6).uniform(-1, 1, (2, *size, 3)).astype("float32")
         want = family_forward(
             official_arrays(model),
@@ -100,6 +103,8 @@ def rope_check() -> dict:
             gelu_approximate=False,
             layer_norm_epsilon=1e-5,
             rope=True,
+            pooling="gap" if pooling == "patch_gap" else "token",
+            pool_patches=pooling == "patch_gap",
         )
         got = keras.ops.convert_to_numpy(model.predict(x, verbose=0))
         diffs.append(float(np.abs(got - want).max()))

@@ -20,6 +20,7 @@ import keras
 from keras_vit.checkpoints.base.errors import CheckpointError
 from keras_vit.checkpoints.base.naming import find_vit_model
 from keras_vit.layers import ClassToken, PatchEmbed, TransformerBlock
+from keras_vit.layers.pooling import PATCH_GAP, has_class_token
 from keras_vit.layers.position_embedding import position_embedding_kind
 from keras_vit.spec import configs
 from keras_vit.spec import layer_names as names
@@ -48,7 +49,9 @@ class Architecture:
             feature-map cells for a hybrid).
         hidden_dim, num_heads, mlp_dim, num_layers: the Transformer (paper table 1).
         channels: image channels (the ResNet root's input channels for a hybrid file).
-        pooling: "token" with a class token, else "gap".
+        pooling: "token" with a class token, else "gap"; "patch_gap" for a model whose
+            class token is not pooled (its `pool` averages the patch tokens past it) or a
+            file whose reader says so (`CheckpointContents.pooling`).
         num_patch_tokens: patch tokens (grid rows x cols; the position-table rows minus the
             class-token row for a file).
         grid: `(rows, cols)` of the patch tokens; from a file only when square.
@@ -105,7 +108,12 @@ class Architecture:
         """Tokens before the patch tokens in the encoder's sequence: the class token
         ("token" pooling), the distillation token and the register tokens
         ([cls][dist][registers...][patches])."""
-        return int(self.pooling == "token") + int(self.distilled) + self.num_register_tokens
+        return int(self.has_class_token) + int(self.distilled) + self.num_register_tokens
+
+    @property
+    def has_class_token(self) -> bool:
+        """A class token leads the sequence ("token" and "patch_gap" pooling)."""
+        return has_class_token(self.pooling)
 
     @property
     def num_position_prefix_rows(self) -> int:
@@ -113,7 +121,7 @@ class Architecture:
         the class token's and the distillation token's (registers never have rows)."""
         if self.no_embed_class:
             return 0
-        return int(self.pooling == "token") + int(self.distilled)
+        return int(self.has_class_token) + int(self.distilled)
 
     def family_kwargs(self) -> dict:
         """The builder keywords of the ViT-family switches that are not off (e.g.
@@ -236,7 +244,7 @@ class Architecture:
             mlp_dim=int(blocks[0].mlp_dim) if blocks else None,
             num_layers=len(blocks),
             channels=None if shape is None or shape[-1] is None else int(shape[-1]),
-            pooling="token" if has_class else "gap",
+            pooling=_model_pooling(has_class, by_name.get(names.POOL)),
             num_patch_tokens=None if grid is None else grid[0] * grid[1],
             grid=grid,
             image_size=None if shape is None else tuple(shape[1:3]),
@@ -260,12 +268,14 @@ class Architecture:
     @classmethod
     def from_contents(cls, contents) -> Architecture:
         """`from_arrays` of a `CheckpointContents`, with what its reader recorded
-        (`no_embed_class`, `mlp_activation`)."""
-        return cls.from_arrays(
+        (`no_embed_class`, `mlp_activation`, `pooling`)."""
+        arch = cls.from_arrays(
             contents.arrays,
             no_embed_class=contents.no_embed_class,
             mlp_activation=contents.mlp_activation,
         )
+        pooling = getattr(contents, "pooling", None)
+        return arch if pooling is None else dataclasses.replace(arch, pooling=pooling)
 
     @classmethod
     def from_checkpoint_model(cls, model) -> Architecture:
@@ -411,3 +421,10 @@ def patch_grid(model) -> tuple[int, int]:
 def release_model_name(model) -> str | None:
     """The release's name of the model's architecture, or None if it is not one of them."""
     return Architecture.from_checkpoint_model(model).release_name()
+
+
+def _model_pooling(has_class: bool, pool) -> str:
+    """A model's pooling: "patch_gap" when its `pool` layer averages past a class token."""
+    if not has_class:
+        return "gap"
+    return PATCH_GAP if getattr(pool, "pooling", "token") == "gap" else "token"

@@ -37,6 +37,10 @@ class CheckpointContents:
             (DINOv3's rotary embedding, no table: the timm and Hugging Face DINOv3 files,
             `keras_vit.checkpoints.timm.timm_dinov3`, `keras_vit.checkpoints.hf.hf_dinov3`, and
             models built with it).
+        pooling: None (as the arrays say: "token" with a `cls` array, "gap" without, "map"
+            with a MAP head) or "patch_gap" (a class token that is not pooled: the mean of
+            the patch tokens past every prefix token, timm's `global_pool="avg"` of a
+            class-token model), which the arrays cannot say, so the reader records it.
         resnet_groups: a hybrid model's GroupNorm groups (`model_contents`); None when read
             from a file: no format but `.keras` records them, and a hybrid is built with the
             release's 32 (the writers refuse other counts, `format_table.refusal`).
@@ -59,6 +63,7 @@ class CheckpointContents:
     mlp_activation: str = "gelu"
     resnet_groups: int | None = None
     position_embedding: str | None = None
+    pooling: str | None = None
 
     @property
     def numerics(self) -> dict:

@@ -18,7 +18,10 @@ ANY = "any"
 CLASS_HEAD_ONLY = "class head only"
 # option -> (what it means, the values a model can take). Values of "channels" are ints.
 OPTIONS = {
-    "pooling": ("token: the class token; gap: mean of the tokens; map: attention pooling",),
+    "pooling": (
+        "token: the class token; gap: mean of the tokens; patch_gap: mean of the patch "
+        "tokens beside a class token; map: attention pooling",
+    ),
     "final_norm": ("tokens: LayerNorm before pooling; pooled: timm's fc_norm after it",),
     "pre_logits": ("none; feature: dense+tanh, no head; under_head: dense+tanh then head",),
     "head": ("True: a classifier after the pooling; False: the pooled feature",),

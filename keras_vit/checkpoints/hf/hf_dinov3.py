@@ -184,7 +184,9 @@ def hf_dinov3_config(contents: CheckpointContents, arch, hidden_act: str) -> dic
 
     Raises:
         CheckpointError: a model `DINOv3ViTModel` cannot hold: a head (it has none), no
-            LayerScale (it always has one), non-square patches, or see `check_dinov3_model`.
+            LayerScale (it always has one), non-square patches, the mean of the patch tokens
+            as its pooled output (`pooler_output` is the class token), or see
+            `check_dinov3_model`.
     """
     check_dinov3_model(contents, "Hugging Face's DINOv3ViTModel")
     problems = [
@@ -193,6 +195,10 @@ def hf_dinov3_config(contents: CheckpointContents, arch, hidden_act: str) -> dic
             ("head/kernel" in contents.arrays, "a classification head (write include_top=False)"),
             (not arch.layer_scale, "no LayerScale"),
             (arch.patch_size[0] != arch.patch_size[1], "non-square patches"),
+            (
+                contents.pooling == "patch_gap",
+                "pooling='patch_gap' (its pooler_output is the class token)",
+            ),
         )
         if present
     ]

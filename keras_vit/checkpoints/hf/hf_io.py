@@ -13,7 +13,7 @@ head on the class token. `config.json` gives the architecture, `layer_norm_eps` 
 registers (`model_type` "deit", "dinov2", "dinov2_with_registers") differ in a few keys,
 described by `hf_family.LAYOUTS`; the writer picks the model type from the model's switches.
 SigLIP and SigLIP 2 image towers (`SiglipVisionModel`, `Siglip2VisionModel`: no class token,
-attention pooling) are read and written by `keras_vit.checkpoints.hf_siglip`, which shares
+attention pooling) are read and written by `keras_vit.checkpoints.hf.hf_siglip`, which shares
 this module's folder helpers.
 """
 
@@ -222,7 +222,7 @@ def read_hf(path) -> CheckpointContents:
         FileNotFoundError: no weights file.
         CheckpointError: no `config.json`, a model type keras_vit does not read, an
             unsupported activation, or tensors that do not form a ViT (SigLIP towers are
-            read by `keras_vit.checkpoints.hf_siglip`).
+            read by `keras_vit.checkpoints.hf.hf_siglip`).
     """
     folder, weights = _paths(path)
     config = _read_json(os.path.join(folder, CONFIG))

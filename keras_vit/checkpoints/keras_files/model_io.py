@@ -70,6 +70,7 @@ def model_contents(model) -> CheckpointContents:
         no_embed_class=arch.no_embed_class,
         resnet_groups=_resnet_groups(model) if arch.resnet_stages is not None else None,
         position_embedding="rope" if arch.position_embedding == "rope" else None,
+        pooling=arch.pooling if arch.pooling == "patch_gap" else None,
         **model_numerics(model),
     )
 

@@ -31,6 +31,7 @@ from keras_vit.checkpoints.base.dinov3 import (
 )
 from keras_vit.checkpoints.base.errors import CheckpointError
 from keras_vit.checkpoints.timm import timm_options
+from keras_vit.layers.pooling import PATCH_GAP
 from keras_vit.layers.rotary import ROPE_TEMPERATURE
 from keras_vit.spec import layer_names as names
 
@@ -38,6 +39,9 @@ logger = logging.getLogger(__name__)
 
 META = "keras_vit."
 DENSES = {"mlp.fc1": "Dense_0", "mlp.fc2": "Dense_1"}
+# timm's `global_pool` of a DINOv3 -> `CheckpointContents.pooling` (Eva.pool: "avg" is
+# `x[:, num_prefix_tokens:].mean(1)` after the final norm, no fc_norm).
+GLOBAL_POOLS = {"token": None, "avg": PATCH_GAP}
 # timm model_args that change DINOv3's RoPE or MLP away from what keras_vit builds, and the
 # value keras_vit's equals (None: the argument must be absent or false).
 TIMM_FIXED_ARGS = {
@@ -186,11 +190,10 @@ def read_timm_dinov3(path, state, metadata, config, num_heads=None) -> Checkpoin
 
     Raises:
         CheckpointError: RoPE or MLP options keras_vit does not build, a `global_pool`
-            keras_vit's pooling cannot hold (timm's default "avg" over the patch tokens
-            beside the class token is refused by name), or tensors of another model.
+            other than "token" and "avg" (see `_pooling_of`), or tensors of another model.
     """
     _check_timm_args(config, state, path)
-    timm_options.check_global_pool(metadata, config, True, path)
+    pooling = _pooling_of(metadata, config, path)
     hidden = int(tl.take(state, "patch_embed.proj.weight", path).shape[0])
     heads = _num_heads(metadata, config, hidden, num_heads, path)
     preprocessing = metadata.get(META + "preprocessing")
@@ -209,7 +212,32 @@ def read_timm_dinov3(path, state, metadata, config, num_heads=None) -> Checkpoin
         image_size=timm_options.image_size_of(metadata, config),
         mlp_activation=metadata.get(META + "mlp_activation", "gelu"),
         position_embedding=ROPE,
+        pooling=pooling,
     )
+
+
+def _pooling_of(metadata: dict, config: dict, path):
+    """keras_vit's pooling of timm's `global_pool` (None: the class token, "patch_gap": the
+    mean of the patch tokens); a file that names none has timm's DINOv3 default, "avg".
+
+    Raises:
+        CheckpointError: another `global_pool`, named.
+    """
+    pool = timm_options.global_pool_of(metadata, config)
+    if pool is None:
+        logger.info(
+            "%s names no global_pool: timm's DINOv3 default 'avg' (the mean of the patch "
+            "tokens) is read.",
+            path,
+        )
+        pool = "avg"
+    if pool not in GLOBAL_POOLS:
+        raise CheckpointError(
+            f"{path}: global_pool={pool!r}; keras_vit reads a timm DINOv3 with 'token' (the "
+            "class token) or 'avg' (timm's default: the mean of the patch tokens, class and "
+            "storage tokens left out)."
+        )
+    return GLOBAL_POOLS[pool]
 
 
 def release_to_timm_dinov3(arrays: dict) -> dict:
@@ -262,7 +290,8 @@ def _check_zero_key_bias(arrays, attention) -> None:
 
 def write_timm_dinov3(path, contents: CheckpointContents) -> dict:
     """Writes a RoPE model as timm's DINOv3 state dict with keras_vit's metadata (timm's
-    `Eva` loads it strictly with `vit_*_patch16_dinov3` arguments, `global_pool="token"`).
+    `Eva` loads it strictly with `vit_*_patch16_dinov3` arguments; `global_pool` "avg" for a
+    "patch_gap" model, else "token", recorded).
 
     Returns:
         `{timm key: shape}` of what was written.
@@ -281,7 +310,7 @@ def write_timm_dinov3(path, contents: CheckpointContents) -> dict:
         META + "layer_norm_epsilon": repr(float(contents.layer_norm_epsilon)),
         META + "preprocessing": contents.preprocessing,
         META + "mlp_activation": contents.mlp_activation,
-        META + "global_pool": "token",
+        META + "global_pool": "avg" if contents.pooling == PATCH_GAP else "token",
         META + "position_embedding": ROPE,
     }
     if contents.image_size is not None:

@@ -37,7 +37,7 @@ import re
 
 import numpy as np
 
-from keras_vit.checkpoints.base import limits
+from keras_vit.checkpoints.base import limits, map_head
 from keras_vit.checkpoints.base import torch_layout as tl
 from keras_vit.checkpoints.base.contents import CheckpointContents
 from keras_vit.checkpoints.base.errors import CheckpointError
@@ -180,7 +180,7 @@ def timm_to_release(
         out.update(_resnet_to_release(key[len(BACKBONE) :], get(key), path))
     if timm_map.has_map(state):
         timm_map.check_map(state, path)
-        out.update(timm_map.map_from_timm(get, hidden, heads))
+        out.update(map_head.map_from_torch(get, hidden, heads))
     if "pre_logits.fc.weight" in state:
         out["pre_logits/kernel"] = tl.linear_to_kernel(get("pre_logits.fc.weight"))
         out["pre_logits/bias"] = get("pre_logits.fc.bias")
@@ -333,7 +333,7 @@ def release_to_timm(arrays: dict) -> dict:
         )
         out[f"{timm}attn.proj.weight"] = tl.flat_linear(arrays[attention + "out/kernel"])
         out[f"{timm}attn.proj.bias"] = arrays[attention + "out/bias"]
-    out.update(timm_map.map_to_timm(arrays))
+    out.update(map_head.map_to_torch(arrays))
     timm_family.drop_patch_bias(out, arrays)
     for key, array in arrays.items():
         out.update(_resnet_to_timm(key, array))
@@ -399,7 +399,7 @@ def write_timm(path, contents: CheckpointContents) -> dict:
 def _global_pool(arrays) -> str:
     """timm's `global_pool` of release-layout arrays: "map" with a MAP head, "token" with a
     class token, else "avg"."""
-    if timm_map.MAP + "probe" in arrays:
+    if map_head.has_map_head(arrays):
         return "map"
     return "token" if "cls" in arrays else "avg"
 

@@ -1,5 +1,6 @@
 """timm's attention pooling (`global_pool="map"`, SigLIP / SigLIP 2 image towers) as
-keras_vit's MAP head (big_vision's `MAPHead`, `keras_vit.layers.MAPHead`).
+keras_vit's MAP head (big_vision's `MAPHead`, `keras_vit.layers.MAPHead`): what of it
+keras_vit's head can hold (`check_map`); `base/map_head.py` maps the tensors.
 
 timm's `AttentionPoolLatent` (timm/layers/attention_pool.py) holds `attn_pool.latent`
 (1, latent_len, D), `attn_pool.q` (D, D), `attn_pool.kv` (2D, D: keys then values, each
@@ -16,16 +17,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from keras_vit.checkpoints.base import torch_layout as tl
 from keras_vit.checkpoints.base.errors import CheckpointError
-from keras_vit.spec import layer_names as names
-
-POOL = "attn_pool."
-MAP = names.MAP_HEAD + "/"
-MAP_ATTENTION = MAP + "MultiHeadDotProductAttention_0/"
-# timm sub-layer of the pool -> the release's sub-layer of the MAP head.
-MAP_DENSES = {"mlp.fc1": "MlpBlock_0/Dense_0", "mlp.fc2": "MlpBlock_0/Dense_1"}
-MAP_NORM = MAP + "LayerNorm_0/"
+from keras_vit.checkpoints.base.map_head import POOL
 
 
 def has_map(state: dict) -> bool:
@@ -59,56 +52,3 @@ def check_map(state: dict, path) -> None:
             f"{path}: attn_pool.mlp.fc1 has shape {pool_mlp}, the blocks' mlp.fc1 {block_mlp}; "
             "keras_vit's MAP head has the blocks' MLP width (timm's mlp_ratio)."
         )
-
-
-def map_from_timm(get, hidden: int, heads: int) -> dict:
-    """The release's `MAPHead_0/...` arrays of timm's `attn_pool.*` (read with `get`)."""
-    kv_weight, kv_bias = get(POOL + "kv.weight"), get(POOL + "kv.bias")
-    out = {
-        MAP + "probe": get(POOL + "latent"),
-        MAP_ATTENTION + "query/kernel": tl.head_kernel(get(POOL + "q.weight"), heads),
-        MAP_ATTENTION + "query/bias": tl.head_bias(get(POOL + "q.bias"), heads),
-        MAP_ATTENTION + "out/kernel": tl.out_kernel(get(POOL + "proj.weight"), heads),
-        MAP_ATTENTION + "out/bias": get(POOL + "proj.bias"),
-    }
-    for j, name in enumerate(("key", "value")):
-        rows = slice(j * hidden, (j + 1) * hidden)
-        out[MAP_ATTENTION + name + "/kernel"] = tl.head_kernel(kv_weight[rows], heads)
-        out[MAP_ATTENTION + name + "/bias"] = tl.head_bias(kv_bias[rows], heads)
-    out[MAP_NORM + "scale"], out[MAP_NORM + "bias"] = (
-        get(POOL + "norm.weight"),
-        get(POOL + "norm.bias"),
-    )
-    for timm, release in MAP_DENSES.items():
-        out[MAP + release + "/kernel"] = tl.linear_to_kernel(get(POOL + timm + ".weight"))
-        out[MAP + release + "/bias"] = get(POOL + timm + ".bias")
-    return out
-
-
-def map_to_timm(arrays: dict) -> dict:
-    """The inverse of `map_from_timm`: timm's `attn_pool.*` of a MAP-head model ({} without
-    one)."""
-    if MAP + "probe" not in arrays:
-        return {}
-    attention = {name: MAP_ATTENTION + name for name in ("query", "key", "value", "out")}
-    out = {
-        POOL + "latent": arrays[MAP + "probe"],
-        POOL + "q.weight": tl.flat_head_linear(arrays[attention["query"] + "/kernel"]),
-        POOL + "q.bias": np.asarray(arrays[attention["query"] + "/bias"]).reshape(-1),
-        POOL + "kv.weight": np.concatenate(
-            [tl.flat_head_linear(arrays[attention[n] + "/kernel"]) for n in ("key", "value")]
-        ),
-        POOL + "kv.bias": np.concatenate(
-            [np.asarray(arrays[attention[n] + "/bias"]).reshape(-1) for n in ("key", "value")]
-        ),
-        POOL + "proj.weight": tl.flat_linear(arrays[attention["out"] + "/kernel"]),
-        POOL + "proj.bias": arrays[attention["out"] + "/bias"],
-    }
-    out[POOL + "norm.weight"], out[POOL + "norm.bias"] = (
-        arrays[MAP_NORM + "scale"],
-        arrays[MAP_NORM + "bias"],
-    )
-    for timm, release in MAP_DENSES.items():
-        out[POOL + timm + ".weight"] = tl.kernel_to_linear(arrays[MAP + release + "/kernel"])
-        out[POOL + timm + ".bias"] = arrays[MAP + release + "/bias"]
-    return out

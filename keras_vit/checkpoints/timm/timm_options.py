@@ -37,6 +37,11 @@ def _recorded(metadata: dict, config: dict, field: str):
     return config.get(field)
 
 
+def global_pool_of(metadata: dict, config: dict):
+    """The `global_pool` keras_vit's metadata or the `config.json` records, or None."""
+    return _recorded(metadata, config, "global_pool")
+
+
 def check_global_pool(
     metadata: dict, config: dict, class_token: bool, path, attention_pool: bool = False
 ) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 
+import keras
 import numpy as np
 import pytest
 from safetensors.numpy import save_file
@@ -129,15 +130,16 @@ def _to_hf(p):
     return {k: np.ascontiguousarray(v) for k, v in s.items()}
 
 
-def _timm_file(folder, p, **args):
+def _timm_file(folder, p, global_pool="token", **args):
     folder.mkdir(parents=True, exist_ok=True)
     save_file(_to_timm(p), str(folder / "model.safetensors"))
     config = {
         "architecture": "vit_small_patch16_dinov3",
-        "global_pool": "token",
         "model_args": {"embed_dim": D, "num_heads": HEADS, "depth": LAYERS, **args},
         "pretrained_cfg": {"input_size": [3, *SIZE]},
     }
+    if global_pool is not None:  # timm's save_for_hf records the model's global_pool
+        config["global_pool"] = global_pool
     (folder / "config.json").write_text(json.dumps(config))
     return folder / "model.safetensors"
 
@@ -214,13 +216,44 @@ def test_hf_dinov3_folder_matches_the_numpy_forward_and_writes_back(tmp_path):
     np.testing.assert_allclose(_out(back, x), _want(p, x), atol=2e-5)
 
 
+def test_timm_dinov3_avg_pool_is_the_mean_of_the_patch_tokens_and_round_trips(tmp_path):
+    """timm's DINOv3 default `global_pool="avg"` (also what a config naming none means):
+    the mean of the patch tokens, the class and storage tokens left out (eva.py `Eva.pool`)."""
+    p = _params()
+    unnamed = _timm_file(tmp_path / "unnamed", p, global_pool=None)
+    assert read_checkpoint(unnamed).pooling == "patch_gap"
+    model = keras_vit.from_checkpoint(_timm_file(tmp_path / "timm", p, global_pool="avg"))
+    x = _images()
+    want = family_forward(
+        p,
+        x,
+        num_heads=HEADS,
+        gelu_approximate=False,
+        layer_norm_epsilon=1e-5,
+        rope=True,
+        pooling="gap",
+        pool_patches=True,
+    )
+    np.testing.assert_allclose(_out(model, x), want, atol=2e-5)
+    assert Architecture.from_model(model).pooling == "patch_gap"
+    write_checkpoint(model_contents(model), tmp_path / "back.safetensors", "timm")
+    back = keras_vit.from_checkpoint(tmp_path / "back.safetensors")
+    np.testing.assert_allclose(_out(back, x), want, atol=2e-5)
+    model.save(tmp_path / "m.keras")
+    loaded = keras.saving.load_model(tmp_path / "m.keras")
+    assert Architecture.from_model(loaded).pooling == "patch_gap"
+    np.testing.assert_allclose(_out(loaded, x), want, atol=2e-5)
+    with pytest.raises(CheckpointError, match="pooling='patch_gap'"):
+        write_checkpoint(model_contents(model), tmp_path / "hf", "hf")
+
+
 @pytest.mark.parametrize(
     "args,message",
     [
         ({"rope_temperature": 10000}, "rope_temperature=10000"),
         ({"swiglu_mlp": True}, "swiglu_mlp=True"),
         ({"rope_rotate_half": False}, "rope_rotate_half=False"),
-        ({"global_pool": "avg"}, "global_pool='avg'"),
+        ({"global_pool": "max"}, "global_pool='max'"),
     ],
 )
 def test_timm_dinov3_options_keras_vit_does_not_build_are_refused(tmp_path, args, message):

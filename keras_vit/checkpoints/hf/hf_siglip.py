@@ -13,8 +13,8 @@ attention-pooling head `head.probe` (1, 1, D), `head.attention.in_proj_{weight,b
 is keras_vit's ViT with no class token, pooling "map" and no classifier; `hidden_act`
 "gelu_pytorch_tanh" (both configs' default) is the tanh GELU.
 
-The tensors are renamed to timm's SigLIP layout (`attn_pool.*`, fused qkv) and converted by
-`timm_io`, so the two formats share one mapping to the release's keys.
+The blocks map to the release's keys with `base/torch_layout.py`; the head is renamed to the
+PyTorch pool layout that timm's SigLIP towers share (`base/map_head.py`).
 
 SigLIP 2's `Siglip2VisionModel` is the NaFlex tower: it takes patches of any grid and resizes
 its position table per image (bilinear, antialiased, padded to `max_num_patches`). keras_vit
@@ -33,6 +33,7 @@ import os
 
 import numpy as np
 
+from keras_vit.checkpoints.base import map_head
 from keras_vit.checkpoints.base import torch_layout as tl
 from keras_vit.checkpoints.base.architecture import Architecture
 from keras_vit.checkpoints.base.contents import CheckpointContents
@@ -40,7 +41,6 @@ from keras_vit.checkpoints.base.errors import CheckpointError
 from keras_vit.checkpoints.base.safetensors_io import read_safetensors, write_safetensors
 from keras_vit.checkpoints.hf import hf_io
 from keras_vit.checkpoints.hf.hf_files import CONFIG, PREPROCESSOR, WEIGHTS
-from keras_vit.checkpoints.timm import timm_family, timm_io, timm_map
 
 logger = logging.getLogger(__name__)
 
@@ -52,19 +52,16 @@ VISION = "vision_model."
 # Tensors of a whole model that are not the image tower's.
 OTHER_TOWERS = ("text_model.", "logit_scale", "logit_bias")
 TANH_GELU = ("gelu_pytorch_tanh", "gelu_new", "gelu_fast")
-# HF block sub-layer -> timm's.
-BLOCK_NAMES = {
-    "layer_norm1": "norm1",
-    "layer_norm2": "norm2",
-    "mlp.fc1": "mlp.fc1",
-    "mlp.fc2": "mlp.fc2",
-    "self_attn.out_proj": "attn.proj",
-}
+# HF block sub-layer -> the release's (LayerNorms, then the MLP's denses).
+NORMS = {"layer_norm1": "LayerNorm_0", "layer_norm2": "LayerNorm_2"}
+DENSES = {"mlp.fc1": "Dense_0", "mlp.fc2": "Dense_1"}
+QKV = {"query": "q", "key": "k", "value": "v"}
+# The pool's PyTorch sub-layer (`base/map_head.py`) -> HF's head sub-layer.
 HEAD_NAMES = {
-    "head.attention.out_proj": "attn_pool.proj",
-    "head.layernorm": "attn_pool.norm",
-    "head.mlp.fc1": "attn_pool.mlp.fc1",
-    "head.mlp.fc2": "attn_pool.mlp.fc2",
+    "proj": "head.attention.out_proj",
+    "norm": "head.layernorm",
+    "mlp.fc1": "head.mlp.fc1",
+    "mlp.fc2": "head.mlp.fc2",
 }
 
 
@@ -146,44 +143,60 @@ def _patch_from_hf(weight, model_type, patch, channels):
     return weight.reshape(weight.shape[0], patch, patch, channels).transpose(0, 3, 1, 2)
 
 
-def hf_to_timm(state: dict, model_type: str, config: dict, path) -> dict:
-    """A SigLIP tower's HF state dict as timm's SigLIP state dict (`attn_pool.*`).
+def _pool_from_hf(get, hidden: int):
+    """`get` of the pool's `attn_pool.*` keys (`base/map_head.py`) read from HF's `head.*`."""
+
+    def pool(key):
+        name = key[len(map_head.POOL) :]
+        if name == "latent":
+            return get("head.probe")
+        sub, leaf = name.rsplit(".", 1)
+        if sub in ("q", "kv"):
+            fused = np.asarray(get(f"head.attention.in_proj_{leaf}"))
+            return fused[:hidden] if sub == "q" else fused[hidden:]
+        return get(f"{HEAD_NAMES[sub]}.{leaf}")
+
+    return pool
+
+
+def hf_to_release(state: dict, model_type: str, config: dict, heads: int, path) -> dict:
+    """A SigLIP tower's HF state dict as release-layout arrays (with the `MAPHead_0/*`).
 
     Raises:
         CheckpointError: a missing tensor, or tensors of neither tower, named.
     """
-    state = dict(_tower_state(state, path))
+    state = _tower_state(state, path)
+    used = set()
 
-    def take(key):
+    def get(key):
+        used.add(key)
         return tl.take(state, key, path)
 
     patch, channels = int(config.get("patch_size", 16)), int(config.get("num_channels", 3))
+    weight = _patch_from_hf(get("embeddings.patch_embedding.weight"), model_type, patch, channels)
+    hidden = int(weight.shape[0])
     out = {
-        "patch_embed.proj.weight": _patch_from_hf(
-            take("embeddings.patch_embedding.weight"), model_type, patch, channels
-        ),
-        "patch_embed.proj.bias": take("embeddings.patch_embedding.bias"),
-        "pos_embed": np.asarray(take("embeddings.position_embedding.weight"))[None],
-        "norm.weight": take("post_layernorm.weight"),
-        "norm.bias": take("post_layernorm.bias"),
-        "attn_pool.latent": take("head.probe"),
+        "embedding/kernel": tl.conv_to_kernel(weight),
+        "embedding/bias": get("embeddings.patch_embedding.bias"),
+        tl.POSITION: np.asarray(get("embeddings.position_embedding.weight"))[None],
+        tl.ENCODER_NORM + "scale": get("post_layernorm.weight"),
+        tl.ENCODER_NORM + "bias": get("post_layernorm.bias"),
     }
-    depth = tl.num_blocks(state, r"encoder\.layers\.(\d+)\.")
-    for i in range(depth):
-        hf, timm = f"encoder.layers.{i}.", f"blocks.{i}."
-        for leaf in ("weight", "bias"):
-            for name, timm_name in BLOCK_NAMES.items():
-                out[f"{timm}{timm_name}.{leaf}"] = take(f"{hf}{name}.{leaf}")
-            out[f"{timm}attn.qkv.{leaf}"] = np.concatenate(
-                [take(f"{hf}self_attn.{n}_proj.{leaf}") for n in "qkv"]
+    for i in range(tl.num_blocks(state, r"encoder\.layers\.(\d+)\.")):
+        hf, block = f"encoder.layers.{i}.", tl.BLOCK.format(i)
+        attention = block + tl.ATTENTION
+        out.update(tl.norms_and_mlp_from_torch(get, hf, block, NORMS, DENSES))
+        for name, letter in QKV.items():
+            out[f"{attention}{name}/kernel"] = tl.head_kernel(
+                get(f"{hf}self_attn.{letter}_proj.weight"), heads
             )
-    hidden = int(out["norm.weight"].shape[0])
-    for leaf in ("weight", "bias"):
-        fused = np.asarray(take(f"head.attention.in_proj_{leaf}"))
-        out[f"attn_pool.q.{leaf}"], out[f"attn_pool.kv.{leaf}"] = fused[:hidden], fused[hidden:]
-        for name, timm_name in HEAD_NAMES.items():
-            out[f"{timm_name}.{leaf}"] = take(f"{name}.{leaf}")
-    left = sorted(set(state) - _hf_keys(depth))
+            out[f"{attention}{name}/bias"] = tl.head_bias(
+                get(f"{hf}self_attn.{letter}_proj.bias"), heads
+            )
+        out[attention + "out/kernel"] = tl.out_kernel(get(f"{hf}self_attn.out_proj.weight"), heads)
+        out[attention + "out/bias"] = get(f"{hf}self_attn.out_proj.bias")
+    out.update(map_head.map_from_torch(_pool_from_hf(get, hidden), hidden, heads))
+    left = sorted(set(state) - used)
     if left:
         raise CheckpointError(
             f"{path} has tensors that are not part of a SigLIP image tower ({len(left)}): "
@@ -192,51 +205,39 @@ def hf_to_timm(state: dict, model_type: str, config: dict, path) -> dict:
     return out
 
 
-def _hf_keys(depth: int) -> set:
-    """Every key of a SigLIP image tower of `depth` blocks."""
-    keys = {
-        "embeddings.position_embedding.weight",
-        "head.probe",
-        *(f"{name}.{leaf}" for name in ("embeddings.patch_embedding", "post_layernorm")
-          for leaf in ("weight", "bias")),
-        *(f"head.attention.in_proj_{leaf}" for leaf in ("weight", "bias")),
-        *(f"{name}.{leaf}" for name in HEAD_NAMES for leaf in ("weight", "bias")),
-    }  # fmt: skip
-    for i in range(depth):
-        names = [*BLOCK_NAMES, *(f"self_attn.{n}_proj" for n in "qkv")]
-        keys.update(f"encoder.layers.{i}.{n}.{leaf}" for n in names for leaf in ("weight", "bias"))
-    return keys
-
-
-def timm_to_hf(state: dict, model_type: str) -> dict:
-    """The inverse of `hf_to_timm` (a tower's own keys, no prefix)."""
-    weight = np.asarray(state["patch_embed.proj.weight"])
+def release_to_hf(arrays: dict, model_type: str) -> dict:
+    """The inverse of `hf_to_release` (a tower's own keys, no prefix)."""
+    weight = tl.kernel_to_conv(arrays["embedding/kernel"])
     if model_type == SIGLIP2:
         weight = weight.transpose(0, 2, 3, 1).reshape(weight.shape[0], -1)
     out = {
         "embeddings.patch_embedding.weight": weight,
-        "embeddings.patch_embedding.bias": state["patch_embed.proj.bias"],
-        "embeddings.position_embedding.weight": np.asarray(state["pos_embed"])[0],
-        "post_layernorm.weight": state["norm.weight"],
-        "post_layernorm.bias": state["norm.bias"],
-        "head.probe": state["attn_pool.latent"],
+        "embeddings.patch_embedding.bias": arrays["embedding/bias"],
+        "embeddings.position_embedding.weight": np.asarray(arrays[tl.POSITION])[0],
+        "post_layernorm.weight": arrays[tl.ENCODER_NORM + "scale"],
+        "post_layernorm.bias": arrays[tl.ENCODER_NORM + "bias"],
     }
-    depth = tl.num_blocks(state, r"blocks\.(\d+)\.")
-    hidden = int(np.shape(state["norm.weight"])[0])
-    for i in range(depth):
-        hf, timm = f"encoder.layers.{i}.", f"blocks.{i}."
-        for leaf in ("weight", "bias"):
-            for name, timm_name in BLOCK_NAMES.items():
-                out[f"{hf}{name}.{leaf}"] = state[f"{timm}{timm_name}.{leaf}"]
-            fused = np.asarray(state[f"{timm}attn.qkv.{leaf}"])
-            for j, n in enumerate("qkv"):
-                out[f"{hf}self_attn.{n}_proj.{leaf}"] = fused[j * hidden : (j + 1) * hidden]
+    for i in range(tl.num_release_blocks(arrays)):
+        hf, block = f"encoder.layers.{i}.", tl.BLOCK.format(i)
+        attention = block + tl.ATTENTION
+        out.update(tl.norms_and_mlp_to_torch(arrays, hf, block, NORMS, DENSES))
+        for name, letter in QKV.items():
+            out[f"{hf}self_attn.{letter}_proj.weight"] = tl.flat_head_linear(
+                arrays[f"{attention}{name}/kernel"]
+            )
+            out[f"{hf}self_attn.{letter}_proj.bias"] = np.asarray(
+                arrays[f"{attention}{name}/bias"]
+            ).reshape(-1)
+        out[f"{hf}self_attn.out_proj.weight"] = tl.flat_linear(arrays[attention + "out/kernel"])
+        out[f"{hf}self_attn.out_proj.bias"] = arrays[attention + "out/bias"]
+    pool, prefix = map_head.map_to_torch(arrays), map_head.POOL
+    out["head.probe"] = pool[prefix + "latent"]
     for leaf in ("weight", "bias"):
         out[f"head.attention.in_proj_{leaf}"] = np.concatenate(
-            [state[f"attn_pool.q.{leaf}"], state[f"attn_pool.kv.{leaf}"]]
+            [pool[f"{prefix}q.{leaf}"], pool[f"{prefix}kv.{leaf}"]]
         )
-        for name, timm_name in HEAD_NAMES.items():
-            out[f"{name}.{leaf}"] = state[f"{timm_name}.{leaf}"]
+        for sub, name in HEAD_NAMES.items():
+            out[f"{name}.{leaf}"] = pool[f"{prefix}{sub}.{leaf}"]
     return out
 
 
@@ -252,12 +253,11 @@ def read_siglip(path, weights_path, state: dict, config: dict, preprocessing: st
 
     Raises:
         CheckpointError: see `tower_config`, `gelu_approximate_of`, `native_grid` and
-            `hf_to_timm`.
+            `hf_to_release`.
     """
     model_type, vision = tower_config(config, path)
-    timm_state = hf_to_timm(state, model_type, vision, weights_path)
     heads = int(vision.get("num_attention_heads", 12))
-    arrays, _ = timm_io.timm_to_release(timm_state, heads, weights_path, no_embed_class=False)
+    arrays = hf_to_release(state, model_type, vision, heads, weights_path)
     side = native_grid(model_type, vision, path) * int(vision.get("patch_size", 16))
     if model_type == SIGLIP2:
         logger.info(
@@ -281,7 +281,7 @@ def read_siglip(path, weights_path, state: dict, config: dict, preprocessing: st
 
 def is_tower(arrays: dict) -> bool:
     """True for release arrays of a SigLIP-shaped tower: a MAP head and no class token."""
-    return timm_map.MAP + "probe" in arrays and "cls" not in arrays
+    return map_head.has_map_head(arrays) and "cls" not in arrays
 
 
 def siglip_state(contents: CheckpointContents, model_type: str = SIGLIP) -> dict:
@@ -297,8 +297,8 @@ def siglip_state(contents: CheckpointContents, model_type: str = SIGLIP) -> dict
         "head/kernel": "a classifier (SiglipVisionModel has none; build include_top=False)",
         "pre_logits/kernel": "a pre_logits layer",
         tl.POOLED_NORM + "scale": "a LayerNorm after pooling (fc_norm)",
-        timm_family.NORM_PRE + "scale": "a LayerNorm before the blocks (norm_pre)",
-        timm_family.REG: "register tokens",
+        tl.NORM_PRE + "scale": "a LayerNorm before the blocks (norm_pre)",
+        tl.REG: "register tokens",
         "conv_root/kernel": "a ResNet stem",
     }
     for key, what in extras.items():
@@ -315,7 +315,7 @@ def siglip_state(contents: CheckpointContents, model_type: str = SIGLIP) -> dict
             f"A Hugging Face SigLIP tower's hidden_act is a GELU; this model's MLP runs "
             f"{contents.mlp_activation!r}. Write it as timm or .keras."
         )
-    return timm_to_hf(timm_io.release_to_timm(arrays), model_type)
+    return release_to_hf(arrays, model_type)
 
 
 def siglip_config(contents: CheckpointContents, model_type: str = SIGLIP) -> dict:

@@ -14,7 +14,7 @@ from safetensors.numpy import load_file, save_file
 
 import keras_vit
 from keras_vit.checkpoints import CheckpointError, model_contents, write_checkpoint
-from keras_vit.checkpoints.hf_siglip import write_siglip
+from keras_vit.checkpoints.hf.hf_siglip import write_siglip
 from tests.checkpoints.family_state import TINY, forward, random_params
 
 SIGLIP, SIGLIP2 = "siglip_vision_model", "siglip2_vision_model"
