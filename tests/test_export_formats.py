@@ -1,6 +1,7 @@
 """`keras_vit.export_formats.export_model`: every format written, then run in its own runtime
 (onnxruntime, the LiteRT interpreter, OpenVINO, TensorFlow) on pixels in [0, 255] and
 compared with the NumPy-scaled Keras model, for a ViT (exact GELU, non-square) and a hybrid.
+The "torch" format's runtime cases are in tests/test_export_torch.py (the PyTorch lane).
 """
 
 from __future__ import annotations
@@ -151,6 +152,7 @@ def test_a_mismatch_removes_the_artifact(vit, tmp_path, monkeypatch):
         (dict(format="onnx", quantize="int2"), "quantize"),
         (dict(format="litert", quantize="int8"), "does not take"),
         (dict(format="openvino", quantize="int8"), "does not take"),
+        (dict(format="torch", quantize="int8"), "does not take"),
         (dict(format="onnx", tolerance=0), "tolerance"),
         (dict(format="onnx", version=2), "saved_model"),
     ],
@@ -161,10 +163,12 @@ def test_bad_arguments_are_refused_before_any_work(vit, tmp_path, kwargs, match)
     assert not os.path.exists(tmp_path / "out")
 
 
-def test_a_missing_runtime_names_the_extra(vit, tmp_path, monkeypatch):
+@pytest.mark.parametrize("format, extra", [("openvino", "export"), ("torch", "torch")])
+def test_a_missing_runtime_names_the_extra(vit, tmp_path, monkeypatch, format, extra):
     real = importlib.util.find_spec
     monkeypatch.setattr(
-        importlib.util, "find_spec", lambda name, *a: None if name == "openvino" else real(name)
+        importlib.util, "find_spec", lambda name, *a: None if name == format else real(name)
     )
-    with pytest.raises(MissingRuntimeError, match=r"openvino.*keras_vit\[export\]"):
-        export_model(vit, tmp_path, "openvino")
+    with pytest.raises(MissingRuntimeError, match=rf"'{format}'.*keras_vit\[{extra}\]"):
+        export_model(vit, tmp_path, format)
+    assert not os.path.exists(tmp_path / "model.pt2")
