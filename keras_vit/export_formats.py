@@ -303,6 +303,12 @@ def _quantized(copy, quantize) -> keras.Model:
 
 
 def _float32_copy(model) -> keras.Model:
+    """`model` rebuilt from its config under the float32 policy with its (LoRA-merged) weights:
+    the converters take float32 graphs only (OpenVINO refuses a mixed_bfloat16 graph's
+    bfloat16 constants); a model built under another policy is said so in a log line."""
+    policy = model.dtype_policy.name
+    if policy != "float32":
+        logger.info("Exporting a float32 copy of %r (built under %s)", model.name, policy)
     config = model.get_config()
     for layer in config.get("layers", []):
         dtype = layer["config"].get("dtype")

@@ -102,6 +102,39 @@ def test_a_hybrid_in_every_runtime_equals_keras(hybrid, tmp_path, format):
     _check_format(hybrid, tmp_path, format)
 
 
+@pytest.fixture(scope="module")
+def bfloat16_vit():
+    """A ViT built under mixed_bfloat16 (as `auto` picks on hosts with bfloat16 units) and its
+    float32 twin with the same weights, the reference."""
+    keras.config.set_dtype_policy("mixed_bfloat16")
+    try:
+        model = randomise(
+            keras_vit.ViT(patch_size=8, image_size=32, num_classes=5, **TINY_SIZES), seed=6
+        )
+    finally:
+        keras.config.set_dtype_policy("float32")
+    twin = keras_vit.ViT(patch_size=8, image_size=32, num_classes=5, **TINY_SIZES)
+    twin.set_weights(model.get_weights())
+    return model, twin
+
+
+@pytest.mark.parametrize(
+    "format",
+    ["openvino", *(pytest.param(f, marks=pytest.mark.large) for f in ("onnx", "litert"))],
+)
+def test_a_mixed_bfloat16_model_exports_its_float32_copy(bfloat16_vit, tmp_path, caplog, format):
+    """Keras' own OpenVINO export of a mixed_bfloat16 model fails ("Const of unknown type")."""
+    model, twin = bfloat16_vit
+    assert model.dtype_policy.name == "mixed_bfloat16"
+    with caplog.at_level("INFO", logger="keras_vit.export_formats"):
+        report = export_model(model, tmp_path, format)
+    assert "float32 copy" in caplog.text and "mixed_bfloat16" in caplog.text
+    for batch in (1, 5):
+        pixels = _pixels(twin, batch)
+        got = np.asarray(_run(report, pixels), np.float64)
+        np.testing.assert_allclose(got, _expected(twin, pixels), atol=1e-4, rtol=0)
+
+
 @pytest.mark.slow
 def test_a_dynamic_size_model_is_exported_at_its_table_size_and_refuses_others(tmp_path):
     model = randomise(
