@@ -321,11 +321,23 @@ def _float32_copy(model) -> keras.Model:
 
 def serving_model(model, size) -> keras.Model:
     """`model` behind its input scaling: input float32 pixels in [0, 255] `(batch, *size,
-    channels)`, output float32 logits."""
+    channels)`, output float32 logits.
+
+    The scaling's offset is added as a `(1, *size, channels)` constant, not a scalar: an add
+    whose shapes do not broadcast is an error in every runtime, so an artifact given another
+    size refuses it (LiteRT's non-strict `resize_tensor_input` otherwise lets a valid-padding
+    patch convolution crop a 39x39 image to 32x32 silently). The constant costs
+    `4 * height * width * channels` bytes of the artifact."""
     channels = model.inputs[0].shape[3]
     scale, offset = input_affine(model_input_preprocessing(model), channels)
     pixels = keras.Input((*size, channels), name="images", dtype="float32")
-    scaled = keras.layers.Rescaling(scale, offset, name="input_scaling")(pixels)
+    offsets = np.broadcast_to(np.asarray(offset, np.float32), (1, *size, channels)).copy()
+    scaled = keras.ops.add(
+        keras.ops.multiply(
+            pixels, np.float32(scale) if np.ndim(scale) == 0 else np.asarray(scale, np.float32)
+        ),
+        offsets,
+    )
     logits = keras.ops.cast(model(scaled), "float32")
     return keras.Model(pixels, logits, name=f"{model.name}_serving")
 
