@@ -1,7 +1,8 @@
 """Keras' automatic JAX export of a `dynamic_image_size` model (KERAS_BACKEND=jax, in a fresh
 process: tests/helpers/jax_polymorphic_export.py): PatchEmbed refuses jax2tf's unconstrained
 symbolic sides in one line naming the polymorphic shape `(b, P*h, P*w, C)`, and the export
-with that shape serves 32x40 images equal to the JAX model and refuses 36x40."""
+with that shape serves 32x40 images equal to the JAX model and refuses 36x40. Two jax2tf
+exports and a TensorFlow load (~2 min on 2 busy cores): `large`."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 
 from tests.backends.subset import run_subset
 
-pytestmark = pytest.mark.jax
+pytestmark = [pytest.mark.jax, pytest.mark.large]
 
 
 @pytest.fixture(scope="module")
