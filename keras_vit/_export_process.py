@@ -1,10 +1,12 @@
-"""SavedModel export from the JAX or PyTorch backend: the model goes through a `.keras` file
-(backend-neutral) to a child process, `python -m keras_vit.export`, that runs
-`keras_vit.export.export_saved_model` under Keras' TensorFlow backend, since a SavedModel is a
-TensorFlow graph.
+"""Export from a backend other than the one a format is written with: the model goes through a
+`.keras` file (backend-neutral) to a child process under the writing backend. A SavedModel is
+a TensorFlow graph: `python -m keras_vit.export` runs `keras_vit.export.export_saved_model`
+under Keras' TensorFlow backend. `keras_vit.export_formats` writes ONNX, LiteRT and OpenVINO
+under TensorFlow and `torch.export`'s `.pt2` under PyTorch the same way
+(`python -m keras_vit.export_formats`, through `run_in_backend_process`).
 
 `export_saved_model` calls `export_in_tensorflow_process` itself when Keras runs on another
-backend, so the same call exports on every backend; the child costs a TensorFlow import and a
+backend, so the same call exports on every backend; the child costs a backend import and a
 model load (seconds). Its errors come back as the same exception types with the same
 one-line messages (`ValueError`, `FileExistsError`, other `OSError`s); anything else as a
 `RuntimeError` naming the child's last line.
@@ -35,13 +37,27 @@ def export_in_tensorflow_process(model, export_dir, **options) -> str:
         ValueError, FileExistsError, OSError: as `export_saved_model` raises them.
         RuntimeError: the child failed otherwise (its last stderr line in the message).
     """
+    return run_in_backend_process(
+        "keras_vit.export", "tensorflow", model, export_dir, options, "the SavedModel"
+    )
+
+
+def run_in_backend_process(module, backend, model, target, options, what) -> str:
+    """`python -m module REQUEST` under KERAS_BACKEND=`backend`: the child loads `model` from
+    a temporary `.keras` file and writes `what` to `target` (`child_main`); returns the path
+    it answers.
+
+    Raises:
+        ValueError, FileExistsError, OSError: as the child's writer raised them.
+        RuntimeError: the child failed otherwise (its last stderr line in the message).
+    """
     with tempfile.TemporaryDirectory(prefix="keras_vit_export_") as folder:
         path = os.path.join(folder, "model.keras")
         model.save(path)
-        request = {"model": path, "export_dir": os.fspath(export_dir), "options": options}
-        env = {**os.environ, "KERAS_BACKEND": "tensorflow"}
+        request = {"model": path, "export_dir": os.fspath(target), "options": options}
+        env = {**os.environ, "KERAS_BACKEND": backend}
         done = subprocess.run(
-            [sys.executable, "-m", "keras_vit.export", json.dumps(request)],
+            [sys.executable, "-m", module, json.dumps(request)],
             capture_output=True,
             text=True,
             env=env,
@@ -53,7 +69,7 @@ def export_in_tensorflow_process(model, export_dir, **options) -> str:
         raise ERRORS[answer["error"]](answer["message"])
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     last = lines[-1] if lines else f"exit code {done.returncode}"
-    raise RuntimeError(f"The TensorFlow process that exports the SavedModel failed: {last}")
+    raise RuntimeError(f"The {backend} process that writes {what} failed: {last}")
 
 
 def _answer(stdout: str) -> dict:

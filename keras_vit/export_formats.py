@@ -9,6 +9,12 @@
 - "litert": `export_dir/model.tflite` (LiteRT, formerly TensorFlow Lite); checked with
   `ai_edge_litert`'s interpreter.
 - "openvino": `export_dir/model.xml` + `model.bin`; checked with OpenVINO's CPU plugin.
+- "torch": `export_dir/model.pt2` (Keras' `model.export(format="torch")`, a `torch.export`
+  ExportedProgram traced under Keras' PyTorch backend); checked with `torch.export.load`.
+
+A format is written under the Keras backend it needs (TensorFlow; PyTorch for "torch"): from
+another backend the model goes through a `.keras` file to a child process under that backend
+(`keras_vit._export_process`), and the check runs here, against this process' Keras model.
 
 Every format has the same input contract: float32 pixels in [0, 255], `(batch, height,
 width, channels)` at the model's size with a dynamic batch; the scaling the model records
@@ -29,8 +35,9 @@ the artifact and raises `ExportMismatchError`.
 before export (the check then compares with the quantized Keras model); "saved_model" and
 "onnx" take it (`check_format` says why the others do not).
 
-The runtimes are the `export` extra (`pip install "keras_vit[export]"`); a format whose
-runtime is missing is refused in one line naming the extra before any work.
+The runtimes are the `export` extra (`pip install "keras_vit[export]"`; "torch" needs the
+`torch` extra); a format whose runtime is missing is refused in one line naming the extra
+before any work.
 """
 
 from __future__ import annotations
@@ -55,6 +62,7 @@ from keras_vit.spec.export_formats import (  # noqa: F401  (importable here too)
     MissingRuntimeError,
     check_format,
     check_runtime,
+    writer_backend,
 )
 from keras_vit.spec.input_scaling import MEAN_STD
 
@@ -64,6 +72,7 @@ ARTIFACTS = {
     "onnx": ("model.onnx",),
     "litert": ("model.tflite",),
     "openvino": ("model.xml", "model.bin"),
+    "torch": ("model.pt2",),
 }
 PROBE_BATCHES = (1, 5)
 TOLERANCE = 1e-4
@@ -102,12 +111,6 @@ def _check_arguments(format, quantize, tolerance) -> None:
     check_format(format, quantize)
     if not isinstance(tolerance, (int, float)) or not tolerance > 0:
         raise ValueError(f"`tolerance` must be a positive number. Received: {tolerance!r}")
-    if keras.backend.backend() != "tensorflow":
-        raise ValueError(
-            f"Export format {format!r} is written through TensorFlow; run it with "
-            f"KERAS_BACKEND=tensorflow (this process runs {keras.backend.backend()!r}). A model "
-            "trained on another backend exports from its .keras file or checkpoint."
-        )
 
 
 def export_model(
@@ -127,7 +130,8 @@ def export_model(
         model: a keras_vit classifier (ViT or hybrid; a `head` giving logits), built at a
             fixed image size or with `dynamic_image_size=True`.
         export_dir: the folder to write into (created if missing).
-        format: "saved_model" (default), "onnx", "litert" or "openvino" (module docstring).
+        format: "saved_model" (default), "onnx", "litert", "openvino" or "torch" (module
+            docstring).
         quantize: None (default), "int8", "int4" or "float8": `keras.Model.quantize` on a
             copy of the model before export (int8/int4: Keras' per-channel abs-max weights,
             activations quantized per call).
@@ -143,9 +147,8 @@ def export_model(
         An `ExportReport`.
 
     Raises:
-        ValueError: an unknown format or quantize mode, a bad tolerance, a backend other
-            than TensorFlow, keyword arguments another format does not take, a model
-            without a fixed size and no `image_size`.
+        ValueError: an unknown format or quantize mode, a bad tolerance, keyword arguments
+            another format does not take, a model without a fixed size and no `image_size`.
         MissingRuntimeError: the format's runtime is not installed (names the extra).
         FileExistsError: the artifact exists and `overwrite` is False.
         ExportMismatchError: the runtime's logits differ from Keras' by more than `tolerance`
@@ -162,9 +165,10 @@ def export_model(
     size = _export_size(model, image_size)
     if format != "saved_model":
         _check_targets(export_dir, format, overwrite)
-    prepared = _prepared(model, size, quantize)
-    served = serving_model(prepared, size)
+    copy = _float32_at_size(model, size)
     if format == "saved_model":
+        prepared = _quantized(copy, quantize)
+        served = serving_model(prepared, size)
         target = _saved_model(
             prepared, served, export_dir, tolerance, overwrite, saved_model_kwargs, quantize
         )
@@ -172,11 +176,7 @@ def export_model(
     os.makedirs(export_dir, exist_ok=True)
     paths = [os.path.join(export_dir, name) for name in ARTIFACTS[format]]
     try:
-        with dispatch.portable_kernels():
-            served(
-                probe_images(size, served.inputs[0].shape[3], 1)
-            )  # Keras' ONNX path needs a call
-            served.export(paths[0], format=format, verbose=False)
+        served = _write(copy, paths[0], format, quantize)
         runner = RUNNERS[format]
         difference = _compare(served, lambda x: runner(paths[0], x), tolerance, format, quantize)
     except BaseException:
@@ -184,6 +184,40 @@ def export_model(
         raise
     logger.info("Exported %s (max logit difference %.2g)", paths[0], difference)
     return ExportReport(paths[0], format, size, quantize, difference)
+
+
+def _write(copy, path, format, quantize) -> keras.Model:
+    """Writes the artifact of the float32 fixed-size `copy` to `path` (in a child process when
+    this process' backend is not the format's); returns the serving model to compare with."""
+    backend = writer_backend(format)
+    if keras.backend.backend() == backend:
+        return write_artifact(copy, path, format=format, quantize=quantize)
+    from keras_vit._export_process import run_in_backend_process
+
+    logger.info("Writing the %s artifact in a KERAS_BACKEND=%s process", format, backend)
+    options = {"format": format, "quantize": quantize}
+    run_in_backend_process(__name__, backend, copy, path, options, f"the {format} artifact")
+    return serving_model(_quantized(copy, quantize), tuple(copy.inputs[0].shape[1:3]))
+
+
+def write_artifact(copy, path, *, format, quantize=None) -> keras.Model:
+    """Writes `copy` (a float32 keras_vit classifier at a fixed size) behind its input scaling
+    as `format` to `path` with Keras' `model.export`, under `dispatch.portable_kernels()`,
+    quantized first if asked (in place); returns the serving model it wrote."""
+    served = serving_model(_quantized(copy, quantize), tuple(copy.inputs[0].shape[1:3]))
+    with dispatch.portable_kernels():
+        served(probe_images(served.inputs[0].shape[1:3], served.inputs[0].shape[3], 1))
+        served.export(path, format=format, verbose=False, **_export_options(format))
+    return served
+
+
+def _export_options(format) -> dict:
+    """Keras' `model.export` keywords of a format: a dynamic batch for "torch"."""
+    if format != "torch":
+        return {}
+    import torch
+
+    return {"dynamic_shapes": {0: torch.export.Dim("batch", min=1)}}
 
 
 def _saved_model(prepared, served, export_dir, tolerance, overwrite, kwargs, quantized):
@@ -250,12 +284,17 @@ def _find_layer(model, name):
     return None
 
 
-def _prepared(model, size, quantize) -> keras.Model:
-    """A float32 copy of `model` at `size` (LoRA adapters merged), quantized if asked."""
+def _float32_at_size(model, size) -> keras.Model:
+    """A float32 copy of `model` (LoRA adapters merged) taking `(batch, *size, channels)`."""
     copy = _float32_copy(model)
     if None in copy.inputs[0].shape[1:3]:
         images = keras.Input((*size, copy.inputs[0].shape[3]), name=copy.inputs[0].name)
         copy = keras.Model(images, copy(images), name=copy.name)
+    return copy
+
+
+def _quantized(copy, quantize) -> keras.Model:
+    """`copy` quantized in place by `keras.Model.quantize` (unchanged when `quantize` is None)."""
     if quantize is not None:
         with warnings.catch_warnings():  # Keras names every layer without a quantize form
             warnings.filterwarnings("ignore", "Layer .* does not have a `quantize` method")
@@ -264,6 +303,12 @@ def _prepared(model, size, quantize) -> keras.Model:
 
 
 def _float32_copy(model) -> keras.Model:
+    """`model` rebuilt from its config under the float32 policy with its (LoRA-merged) weights:
+    the converters take float32 graphs only (OpenVINO refuses a mixed_bfloat16 graph's
+    bfloat16 constants); a model built under another policy is said so in a log line."""
+    policy = model.dtype_policy.name
+    if policy != "float32":
+        logger.info("Exporting a float32 copy of %r (built under %s)", model.name, policy)
     config = model.get_config()
     for layer in config.get("layers", []):
         dtype = layer["config"].get("dtype")
@@ -276,11 +321,23 @@ def _float32_copy(model) -> keras.Model:
 
 def serving_model(model, size) -> keras.Model:
     """`model` behind its input scaling: input float32 pixels in [0, 255] `(batch, *size,
-    channels)`, output float32 logits."""
+    channels)`, output float32 logits.
+
+    The scaling's offset is added as a `(1, *size, channels)` constant, not a scalar: an add
+    whose shapes do not broadcast is an error in every runtime, so an artifact given another
+    size refuses it (LiteRT's non-strict `resize_tensor_input` otherwise lets a valid-padding
+    patch convolution crop a 39x39 image to 32x32 silently). The constant costs
+    `4 * height * width * channels` bytes of the artifact."""
     channels = model.inputs[0].shape[3]
     scale, offset = input_affine(model_input_preprocessing(model), channels)
     pixels = keras.Input((*size, channels), name="images", dtype="float32")
-    scaled = keras.layers.Rescaling(scale, offset, name="input_scaling")(pixels)
+    offsets = np.broadcast_to(np.asarray(offset, np.float32), (1, *size, channels)).copy()
+    scaled = keras.ops.add(
+        keras.ops.multiply(
+            pixels, np.float32(scale) if np.ndim(scale) == 0 else np.asarray(scale, np.float32)
+        ),
+        offsets,
+    )
     logits = keras.ops.cast(model(scaled), "float32")
     return keras.Model(pixels, logits, name=f"{model.name}_serving")
 
@@ -354,4 +411,32 @@ def run_openvino(path, pixels) -> np.ndarray:
     return compiled(pixels)[compiled.outputs[0]]
 
 
-RUNNERS = {"onnx": run_onnx, "litert": run_litert, "openvino": run_openvino}
+def run_torch(path, pixels) -> np.ndarray:
+    """Logits of a `.pt2` ExportedProgram loaded with `torch.export.load` (CPU)."""
+    import torch
+
+    program = torch.export.load(path).module()
+    with torch.no_grad():
+        return program(torch.from_numpy(pixels)).detach().cpu().numpy()
+
+
+RUNNERS = {
+    "onnx": run_onnx,
+    "litert": run_litert,
+    "openvino": run_openvino,
+    "torch": run_torch,
+}
+
+
+def _child_write(model, path, *, format, quantize=None) -> str:
+    """The child process' work: `write_artifact` of the loaded `.keras` copy; returns `path`."""
+    write_artifact(model, path, format=format, quantize=quantize)
+    return path
+
+
+if __name__ == "__main__":  # the child process of an export from another backend
+    import sys
+
+    from keras_vit._export_process import child_main
+
+    sys.exit(child_main(sys.argv[1], _child_write))

@@ -1,6 +1,7 @@
 """`keras_vit.export_formats.export_model`: every format written, then run in its own runtime
 (onnxruntime, the LiteRT interpreter, OpenVINO, TensorFlow) on pixels in [0, 255] and
 compared with the NumPy-scaled Keras model, for a ViT (exact GELU, non-square) and a hybrid.
+The "torch" format's runtime cases are in tests/test_export_torch.py (the PyTorch lane).
 """
 
 from __future__ import annotations
@@ -101,18 +102,58 @@ def test_a_hybrid_in_every_runtime_equals_keras(hybrid, tmp_path, format):
     _check_format(hybrid, tmp_path, format)
 
 
+@pytest.fixture(scope="module")
+def bfloat16_vit():
+    """A ViT built under mixed_bfloat16 (as `auto` picks on hosts with bfloat16 units) and its
+    float32 twin with the same weights, the reference."""
+    keras.config.set_dtype_policy("mixed_bfloat16")
+    try:
+        model = randomise(
+            keras_vit.ViT(patch_size=8, image_size=32, num_classes=5, **TINY_SIZES), seed=6
+        )
+    finally:
+        keras.config.set_dtype_policy("float32")
+    twin = keras_vit.ViT(patch_size=8, image_size=32, num_classes=5, **TINY_SIZES)
+    twin.set_weights(model.get_weights())
+    return model, twin
+
+
+@pytest.mark.parametrize(
+    "format",
+    ["openvino", *(pytest.param(f, marks=pytest.mark.large) for f in ("onnx", "litert"))],
+)
+def test_a_mixed_bfloat16_model_exports_its_float32_copy(bfloat16_vit, tmp_path, caplog, format):
+    """Keras' own OpenVINO export of a mixed_bfloat16 model fails ("Const of unknown type")."""
+    model, twin = bfloat16_vit
+    assert model.dtype_policy.name == "mixed_bfloat16"
+    with caplog.at_level("INFO", logger="keras_vit.export_formats"):
+        report = export_model(model, tmp_path, format)
+    assert "float32 copy" in caplog.text and "mixed_bfloat16" in caplog.text
+    for batch in (1, 5):
+        pixels = _pixels(twin, batch)
+        got = np.asarray(_run(report, pixels), np.float64)
+        np.testing.assert_allclose(got, _expected(twin, pixels), atol=1e-4, rtol=0)
+
+
 @pytest.mark.slow
-def test_a_dynamic_size_model_is_exported_at_its_table_size_and_refuses_others(tmp_path):
+@pytest.mark.parametrize(
+    "format", ["onnx", "litert", pytest.param("openvino", marks=pytest.mark.large)]
+)
+def test_a_dynamic_size_model_is_exported_at_its_table_size_and_refuses_others(tmp_path, format):
+    """Another size is refused by the runtime, never cropped: LiteRT's interpreter resizes
+    its input on request (`run_litert`: non-strict) and a valid-padding patch convolution
+    would take 39x39 as its 32x32 crop; a 16x64 image has the same 16 patches."""
     model = randomise(
         keras_vit.ViT(patch_size=8, image_size=32, num_classes=5, dynamic_image_size=True,
                       **TINY_SIZES)
     )  # fmt: skip
-    report = export_model(model, tmp_path, "onnx")
+    report = export_model(model, tmp_path, format)
     assert report.image_size == (32, 32)
     pixels = np.random.default_rng(0).uniform(0, 255, (2, 32, 32, 3)).astype("float32")
     np.testing.assert_allclose(_run(report, pixels), _expected(model, pixels), atol=1e-4)
-    with pytest.raises(Exception, match="(?i)dimension|shape"):
-        _run(report, np.zeros((1, 36, 40, 3), np.float32))
+    for size in ((36, 40), (39, 39), (16, 64)):
+        with pytest.raises(Exception, match="(?i)dimension|shape|reshape|broadcast|prepare"):
+            _run(report, np.zeros((1, *size, 3), np.float32))
 
 
 @pytest.mark.slow
@@ -151,6 +192,7 @@ def test_a_mismatch_removes_the_artifact(vit, tmp_path, monkeypatch):
         (dict(format="onnx", quantize="int2"), "quantize"),
         (dict(format="litert", quantize="int8"), "does not take"),
         (dict(format="openvino", quantize="int8"), "does not take"),
+        (dict(format="torch", quantize="int8"), "does not take"),
         (dict(format="onnx", tolerance=0), "tolerance"),
         (dict(format="onnx", version=2), "saved_model"),
     ],
@@ -161,10 +203,12 @@ def test_bad_arguments_are_refused_before_any_work(vit, tmp_path, kwargs, match)
     assert not os.path.exists(tmp_path / "out")
 
 
-def test_a_missing_runtime_names_the_extra(vit, tmp_path, monkeypatch):
+@pytest.mark.parametrize("format, extra", [("openvino", "export"), ("torch", "torch")])
+def test_a_missing_runtime_names_the_extra(vit, tmp_path, monkeypatch, format, extra):
     real = importlib.util.find_spec
     monkeypatch.setattr(
-        importlib.util, "find_spec", lambda name, *a: None if name == "openvino" else real(name)
+        importlib.util, "find_spec", lambda name, *a: None if name == format else real(name)
     )
-    with pytest.raises(MissingRuntimeError, match=r"openvino.*keras_vit\[export\]"):
-        export_model(vit, tmp_path, "openvino")
+    with pytest.raises(MissingRuntimeError, match=rf"'{format}'.*keras_vit\[{extra}\]"):
+        export_model(vit, tmp_path, format)
+    assert not os.path.exists(tmp_path / "model.pt2")

@@ -4,8 +4,8 @@ SOURCE is a `.keras` file, a run directory holding `best.keras` (as written by `
 train` / `finetune`) or a checkpoint `keras_vit.from_checkpoint` reads (`.npz`, timm
 `.safetensors`, a Hugging Face folder); the run's `config.json` supplies the class names when
 it has them and `--class-names` is not given. `--format saved_model` (default) writes TF
-Serving's layout (`keras_vit.export_saved_model`); `onnx`, `litert` and `openvino` write one
-artifact checked in its runtime (`keras_vit.export_formats.export_model`). See
+Serving's layout (`keras_vit.export_saved_model`); `onnx`, `litert`, `openvino` and `torch`
+write one artifact checked in its runtime (`keras_vit.export_formats.export_model`). See
 docs/serving.md.
 """
 
@@ -51,9 +51,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "--format",
         choices=FORMATS,
         default="saved_model",
-        help="saved_model (TF Serving, default), onnx (model.onnx), litert (model.tflite) or "
-        "openvino (model.xml + .bin); every artifact is checked in its runtime against Keras "
-        "(logits within 1e-4, else removed); onnx/litert/openvino need the export extra",
+        help="saved_model (TF Serving, default), onnx (model.onnx), litert (model.tflite), "
+        "openvino (model.xml + .bin) or torch (model.pt2); every artifact is checked in its "
+        "runtime against Keras (logits within 1e-4, else removed); onnx/litert/openvino need "
+        "the export extra, torch the torch extra",
     )
     parser.add_argument(
         "--quantize",

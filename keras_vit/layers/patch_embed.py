@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numbers
+
 import keras
 from keras import ops
 
@@ -126,7 +128,9 @@ class PatchEmbed(keras.layers.Layer):
                 f"{channels} channels (shape {tuple(shape)})."
             )
         size = (shape[1], shape[2])
-        if None not in size:
+        if None not in size and not all(isinstance(side, numbers.Integral) for side in size):
+            _check_symbolic_size(size, self.patch_size, channels)
+        elif None not in size:
             grid = check_divisible(size, self.patch_size)
             if not self.dynamic_image_size and self.grid_size not in (None, grid):
                 raise ValueError(
@@ -185,6 +189,22 @@ class PatchEmbed(keras.layers.Layer):
             "dynamic_image_size": self.dynamic_image_size,
             "image_size": self.native_image_size,
         }
+
+
+def _check_symbolic_size(size, patch_size, channels) -> None:
+    """Raises a one-line ValueError naming the polymorphic shape that works when the symbolic
+    sides of a shape-polymorphic trace (`jax.export`, Keras' automatic JAX export through
+    jax2tf: `(batch, a, b, 3)`) are not provably multiples of the patch."""
+    if all(side % patch == 0 for side, patch in zip(size, patch_size, strict=True)):
+        return
+    (p, q), c = patch_size, channels if channels is not None else "C"
+    constraint = f"(b, {p}*h, {q}*w, {c})"
+    raise ValueError(
+        f"PatchEmbed received images of symbolic size {size[0]} x {size[1]}, not declared "
+        f"multiples of the patch {p}x{q}; trace with the polymorphic shape {constraint!r} "
+        f"(Keras on JAX: model.export(path, jax2tf_kwargs={{'polymorphic_shapes': "
+        f"[{constraint!r}]}}))."
+    )
 
 
 def _assert_size_at_run_time(images, image_size, channels):

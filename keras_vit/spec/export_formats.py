@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 
-FORMATS = ("saved_model", "onnx", "litert", "openvino")
+FORMATS = ("saved_model", "onnx", "litert", "openvino", "torch")
 QUANTIZE_MODES = ("int8", "int4", "float8")
 QUANTIZED_FORMATS = {"saved_model": QUANTIZE_MODES, "onnx": ("int8", "int4")}
 """The quantize modes each format takes (tf2onnx has no float8 type)."""
@@ -15,8 +15,23 @@ RUNTIME_MODULES = {
     "onnx": ("tf2onnx", "onnx", "onnxruntime"),
     "litert": ("ai_edge_litert",),
     "openvino": ("openvino",),
+    "torch": ("torch",),
 }
-EXTRA_HINT = 'pip install "keras_vit[export]"'
+EXTRAS = {"torch": "torch"}
+"""The extra that installs a format's runtime when it is not "export"."""
+WRITER_BACKENDS = {"torch": "torch"}
+"""The Keras backend that writes a format when it is not TensorFlow (`torch.export` traces the
+PyTorch backend's graph); another backend writes it in a child process."""
+
+
+def extra_of(format: str) -> str:
+    """The name of the extra that installs `format`'s runtime ("export" or "torch")."""
+    return EXTRAS.get(format, "export")
+
+
+def writer_backend(format: str) -> str:
+    """The Keras backend that writes `format` ("tensorflow", or "torch" for "torch")."""
+    return WRITER_BACKENDS.get(format, "tensorflow")
 
 
 class MissingRuntimeError(ImportError):
@@ -27,9 +42,10 @@ def check_runtime(format: str) -> None:
     """Raises `MissingRuntimeError` in one line when `format`'s packages are not installed."""
     missing = [name for name in RUNTIME_MODULES[format] if importlib.util.find_spec(name) is None]
     if missing:
+        extra = extra_of(format)
         raise MissingRuntimeError(
-            f"Export format {format!r} needs {', '.join(missing)}, the 'export' extra: "
-            f"{EXTRA_HINT}."
+            f"Export format {format!r} needs {', '.join(missing)}, the {extra!r} extra: "
+            f'pip install "keras_vit[{extra}]".'
         )
 
 

@@ -48,14 +48,16 @@ def test_refusals_are_usage_errors(tmp_path, capsys, extra, message):
     assert not (tmp_path / "out").exists()
 
 
-def test_a_missing_runtime_is_refused_naming_the_extra(tmp_path, capsys, monkeypatch):
+@pytest.mark.parametrize("format, extra", [("openvino", "export"), ("torch", "torch")])
+def test_a_missing_runtime_is_refused_naming_the_extra(
+    tmp_path, capsys, monkeypatch, format, extra
+):
     real = importlib.util.find_spec
     monkeypatch.setattr(
-        importlib.util, "find_spec", lambda name, *a: None if name == "openvino" else real(name)
+        importlib.util, "find_spec", lambda name, *a: None if name == format else real(name)
     )
     (tmp_path / "m.keras").write_bytes(b"")
-    assert (
-        main(["export", str(tmp_path / "m.keras"), str(tmp_path / "o"), "--format", "openvino"])
-        == 2
-    )
-    assert "keras_vit[export]" in capsys.readouterr().err
+    assert main(["export", str(tmp_path / "m.keras"), str(tmp_path / "o"), "--format", format]) == 2
+    error = capsys.readouterr().err
+    assert f"keras_vit[{extra}]" in error and len(error.strip().splitlines()) == 1, error
+    assert not (tmp_path / "o").exists()
