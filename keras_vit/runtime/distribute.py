@@ -364,8 +364,9 @@ def strategy_name(strategy) -> str:
     if keras.backend.backend() != "tensorflow":
         distribution = keras.distribution.distribution()
         if isinstance(distribution, keras.distribution.ModelParallel):
-            sizes = dict(zip(distribution.device_mesh.axis_names, distribution.device_mesh.shape))
-            mesh = " x ".join(f"{name} {size}" for name, size in sizes.items())
+            mesh = distribution.device_mesh
+            names, sizes = mesh.axis_names, mesh.shape
+            mesh = " x ".join(f"{name} {size}" for name, size in zip(names, sizes, strict=True))
             return f"ModelParallel ({mesh})"
         return type(distribution or strategy).__name__
     return type(strategy).__name__
