@@ -12,6 +12,7 @@ root (`VERB --help`).
     results    `run`'s payloads as figures files (import, table)
     figures    the documents' figures against results/*.json (--check, --update)
     gpu        the GPU race (keras_vit on Keras JAX and PyTorch, timm); no TensorFlow
+    model-parallel  per-device memory of keras_vit's ModelParallel on JAX (XLA's analysis)
     suite      a suite of suites.toml: each line's command, or with --quick its quick variant
 
 The races (run ... roof) are presets of one loop (harness/race.py) over one table of peers
@@ -35,7 +36,7 @@ ROOT = os.path.dirname(HERE)
 RACES = ("run", "targets", "in-process", "scaling", "ablation", "roof")
 VERBS = {**dict.fromkeys(RACES, "harness.race"), "profile": "harness.step_profile",
          "products": "harness.products", "results": "figures", "figures": "figures",
-         "gpu": "harness.gpu"}  # fmt: skip
+         "gpu": "harness.gpu", "model-parallel": "studies.model_parallel_memory"}  # fmt: skip
 
 
 def suite_commands(name: str, quick: bool, only=None) -> list[tuple[str, list[str]]]:
