@@ -17,6 +17,7 @@ layers, patch 14), from `NamedSharding.shard_shape` on an abstract mesh.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -46,18 +47,20 @@ def named_kwargs(name) -> dict:
     return {**configs.get_config(name).as_kwargs(), "dropout_rate": 0.0}
 
 
+@contextlib.contextmanager
 def lazy_model(kwargs, image_size):
-    """The ViT of `kwargs` and its AdamW, built without allocating a value (variables made
-    under `keras.StatelessScope` have none until they are first assigned)."""
+    """The ViT of `kwargs` and its AdamW, built without allocating a value: variables made
+    under `keras.StatelessScope` have none, and with `initialize_variables=False` they get
+    none when it ends either; everything that reads them (lowering included) runs inside."""
     import keras
 
     import keras_vit
 
     optimizer = keras.optimizers.AdamW(1e-4)  # its step counter and rate: two scalars
-    with keras.StatelessScope():
+    with keras.StatelessScope(initialize_variables=False):
         model = keras_vit.ViT(image_size=image_size, num_classes=1000, **kwargs)
         optimizer.build(model.trainable_variables)
-    return model, optimizer
+        yield model, optimizer
 
 
 def shardings(model, optimizer, layout_of):
@@ -75,10 +78,7 @@ def shardings(model, optimizer, layout_of):
 
 def memory_point(variant, mesh_shape, image_size, batch_size) -> dict:
     """XLA's per-device bytes of one B/16- or L/16-sized point (KERAS_BACKEND=jax, 4 devices)."""
-    import jax
     import keras
-    from jax.sharding import NamedSharding
-    from jax.sharding import PartitionSpec as P
 
     from keras_vit.runtime import model_parallel
 
@@ -87,8 +87,21 @@ def memory_point(variant, mesh_shape, image_size, batch_size) -> dict:
     distribution = model_parallel.vit_model_parallel(
         variant, devices=devices, model_axis=model_axis
     )
+    with lazy_model(named_kwargs(variant), image_size) as (model, optimizer):
+        return point_analysis(model, optimizer, distribution, variant, image_size, batch_size)
+
+
+def point_analysis(model, optimizer, distribution, variant, image_size, batch_size) -> dict:
+    """`memory_point`'s compilations, inside the stateless scope of `lazy_model`."""
+    import jax
+    import keras
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    from keras_vit.runtime import model_parallel
+
+    batch, model_axis = distribution.device_mesh.shape
     mesh = distribution.device_mesh.backend_mesh
-    model, optimizer = lazy_model(named_kwargs(variant), image_size)
     layout_map = model_parallel.vit_layout_map(distribution.device_mesh)
 
     def layout_of(path):
@@ -142,8 +155,8 @@ def kernel_shapes(name, mesh_shapes, image_size=224) -> dict:
     from keras_vit.runtime import model_parallel
 
     kwargs = VIT_22B if name == "22B" else named_kwargs(name)
-    model, _ = lazy_model(kwargs, image_size)
-    shapes = {v.path: tuple(v.shape) for v in model.variables}
+    with lazy_model(kwargs, image_size) as (model, _):
+        shapes = {v.path: tuple(v.shape) for v in model.variables}
     fields = ("patch_size", "hidden_dim", "mlp_dim", "num_heads", "num_layers")
     out = {"config": {key: kwargs[key] for key in fields}, "meshes": {}}
     out["parameters"] = sum(math.prod(shape) for shape in shapes.values())
