@@ -76,7 +76,7 @@ def shardings(model, optimizer, layout_of):
     return [layout_of(v.path) for v in model.trainable_variables], slot_layouts
 
 
-def memory_point(variant, mesh_shape, image_size, batch_size) -> dict:
+def memory_point(variant, mesh_shape, image_size, batch_size, step=True) -> dict:
     """XLA's per-device bytes of one B/16- or L/16-sized point (KERAS_BACKEND=jax, 4 devices)."""
     import keras
 
@@ -88,13 +88,13 @@ def memory_point(variant, mesh_shape, image_size, batch_size) -> dict:
         variant, devices=devices, model_axis=model_axis
     )
     with lazy_model(named_kwargs(variant), image_size) as (model, optimizer):
-        return point_analysis(model, optimizer, distribution, variant, image_size, batch_size)
+        point = point_analysis(model, optimizer, distribution, image_size, batch_size, step)
+    return {"model": variant, **point}
 
 
-def point_analysis(model, optimizer, distribution, variant, image_size, batch_size) -> dict:
+def point_analysis(model, optimizer, distribution, image_size, batch_size, step) -> dict:
     """`memory_point`'s compilations, inside the stateless scope of `lazy_model`."""
     import jax
-    import keras
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
 
@@ -118,9 +118,34 @@ def point_analysis(model, optimizer, distribution, variant, image_size, batch_si
 
     parameters = abstract(trainable, parameter_layouts)
     state = abstract(optimizer.variables, slot_layouts)
-    images = jax.ShapeDtypeStruct((batch_size, image_size, image_size, 3), "float32",
-                                  sharding=NamedSharding(mesh, P("batch")))  # fmt: skip
-    labels = jax.ShapeDtypeStruct((batch_size,), "int32", sharding=NamedSharding(mesh, P("batch")))
+
+    def analysis(function, *arguments, **jit):
+        return jax.jit(function, **jit).lower(*arguments).compile().memory_analysis()
+
+    count = sum(math.prod(v.shape) for v in trainable)
+    out = {
+        "batch_axis": batch, "model_axis": model_axis,
+        "devices": batch * model_axis, "parameters": count,
+        "parameters_mib": round(analysis(lambda p: p, parameters).argument_size_in_bytes / MIB, 1),
+        "optimizer_mib": round(analysis(lambda s: s, state).argument_size_in_bytes / MIB, 1),
+        "replicated_parameters_mib": round(4 * count / MIB, 1),
+    }  # fmt: skip
+    if step:
+        images = jax.ShapeDtypeStruct((batch_size, image_size, image_size, 3), "float32",
+                                      sharding=NamedSharding(mesh, P("batch")))  # fmt: skip
+        labels = jax.ShapeDtypeStruct((batch_size,), "int32",
+                                      sharding=NamedSharding(mesh, P("batch")))  # fmt: skip
+        stepped = analysis(training_step(model, optimizer), parameters, state, images, labels,
+                           donate_argnums=(0, 1))  # fmt: skip
+        out["step_arguments_mib"] = round(stepped.argument_size_in_bytes / MIB, 1)
+        out["step_temp_mib"] = round(stepped.temp_size_in_bytes / MIB, 1)
+    return out
+
+
+def training_step(model, optimizer):
+    """One stateless step: forward, cross-entropy, gradients, AdamW (as Keras' JAX trainer)."""
+    import jax
+    import keras
 
     def loss_fn(parameters, images, labels):
         logits, _ = model.stateless_call(parameters, [], images, training=True)
@@ -132,21 +157,7 @@ def point_analysis(model, optimizer, distribution, variant, image_size, batch_si
         parameters, state = optimizer.stateless_apply(state, grads, parameters)
         return loss, parameters, state
 
-    def analysis(function, *arguments, **jit):
-        return jax.jit(function, **jit).lower(*arguments).compile().memory_analysis()
-
-    alone = analysis(lambda p: p, parameters).argument_size_in_bytes
-    slots = analysis(lambda s: s, state).argument_size_in_bytes
-    stepped = analysis(step, parameters, state, images, labels, donate_argnums=(0, 1))
-    count = sum(math.prod(v.shape) for v in trainable)
-    return {
-        "model": variant, "batch_axis": batch, "model_axis": model_axis,
-        "devices": batch * model_axis, "parameters": count,
-        "parameters_mib": round(alone / MIB, 1), "optimizer_mib": round(slots / MIB, 1),
-        "step_arguments_mib": round(stepped.argument_size_in_bytes / MIB, 1),
-        "step_temp_mib": round(stepped.temp_size_in_bytes / MIB, 1),
-        "replicated_parameters_mib": round(4 * count / MIB, 1),
-    }  # fmt: skip
+    return step
 
 
 def kernel_shapes(name, mesh_shapes, image_size=224) -> dict:
@@ -203,7 +214,7 @@ def per_device_shapes(shapes, batch, model_axis) -> dict:
 
 def child(args) -> dict:
     points = [
-        memory_point(variant, mesh, args.image_size, args.batch_size)
+        memory_point(variant, mesh, args.image_size, args.batch_size, not args.no_step)
         for variant in args.variants
         for mesh in MESHES
     ]
@@ -220,12 +231,21 @@ def values_of(record) -> dict:
         slug = point["model"].replace("/", "").lower() + f"_{point['batch_axis']}x"
         slug += str(point["model_axis"])
         for key in ("parameters_mib", "optimizer_mib", "step_arguments_mib", "step_temp_mib"):
-            values[f"{slug}_{key}"] = {"value": point[key], "format": "{:.1f}"}
+            if key in point:
+                values[f"{slug}_{key}"] = {"value": point[key], "format": "{:.1f}"}
     for name, shapes in record["shapes"].items():
         slug = name.replace("/", "").lower()
         for mesh, entry in shapes["meshes"].items():
             for key in ("parameters_per_device_gib", "with_adamw_per_device_gib"):
                 values[f"{slug}_{mesh}_{key}"] = {"value": entry[key], "format": "{:.2f}"}
+            for label, kernel in entry["kernels"].items():
+                kernel_slug = f"{slug}_{mesh}_" + "_".join(label.replace("/", " ").split())
+                shape = " x ".join(map(str, kernel["per_device"]))
+                values[kernel_slug] = {"value": shape, "format": "{}"}
+                values[kernel_slug + "_mib"] = {"value": kernel["per_device_mib"], "format": "{}"}
+        for label, kernel in next(iter(shapes["meshes"].values()))["kernels"].items():
+            kernel_slug = f"{slug}_" + "_".join(label.replace("/", " ").split())
+            values[kernel_slug] = {"value": " x ".join(map(str, kernel["shape"])), "format": "{}"}
     return values
 
 
@@ -237,6 +257,8 @@ def parse_args(argv=None):
     parser.add_argument("--batch-size", type=int, default=8, help="global batch (8)")
     default = os.path.join(report.ROOT, "benchmarks", "results", RESULTS)
     parser.add_argument("--out", default=default, help=f"(benchmarks/results/{RESULTS})")
+    parser.add_argument("--no-step", action="store_true",
+                        help="parameters and AdamW only: no training step compiled")  # fmt: skip
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
@@ -250,13 +272,13 @@ def main(argv=None) -> int:
            "XLA_FLAGS": "--xla_force_host_platform_device_count=4"}  # fmt: skip
     command = report.common.module_argv(sys.executable, "benchmarks.studies.model_parallel_memory")
     forwarded = ["--variants", *args.variants, "--image-size", str(args.image_size)]
-    forwarded += ["--batch-size", str(args.batch_size)]
+    forwarded += ["--batch-size", str(args.batch_size)] + ["--no-step"] * args.no_step
     record = report.child_json([*command, *forwarded, "--child"], env=report.common.child_env(env))
     host = report.common.host_record()
     report.write_results(
         args.out,
         values_of(record),
-        command="python -m benchmarks.bench model-parallel",
+        command="python -m benchmarks.bench model-parallel" + " --no-step" * args.no_step,
         about="keras_vit's ModelParallel on JAX: XLA's per-device bytes of the parameters, "
         "AdamW's state and one training step (batch x model meshes on 4 host devices), and "
         "the per-device kernel shapes of H/14 and a 22B-sized ViT (abstract meshes)",
