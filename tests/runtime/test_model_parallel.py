@@ -126,7 +126,7 @@ def one_step_on_jax(device_count, *meshes):
     }
     completed = subprocess.run(
         [sys.executable, "-m", "tests.helpers.model_parallel_step", *meshes],
-        capture_output=True, text=True, timeout=600, env=environment, cwd=ROOT,
+        capture_output=True, text=True, timeout=1200, env=environment, cwd=ROOT,
     )  # fmt: skip
     lines = [line for line in completed.stdout.splitlines() if line.startswith("RESULT ")]
     assert completed.returncode == 0 and lines, completed.stderr[-3000:]
