@@ -15,6 +15,7 @@ root (`VERB --help`).
     serving    CPU serving of every export format, batch 1 and 32 (studies/serving_cpu.py)
     gpu        the GPU race (keras_vit on Keras JAX and PyTorch, timm); no TensorFlow
     train-ratio the default `keras-vit train` on TensorFlow and JAX, alternated: JAX/TF wall time
+    model-parallel  per-device memory of keras_vit's ModelParallel on JAX (XLA's analysis)
     suite      a suite of suites.toml: each line's command, or with --quick its quick variant
 
 The races (run ... roof) are presets of one loop (harness/race.py) over one table of peers
@@ -39,7 +40,8 @@ RACES = ("run", "targets", "in-process", "scaling", "ablation", "roof")
 VERBS = {**dict.fromkeys(RACES, "harness.race"), "profile": "harness.step_profile",
          "products": "harness.products", "results": "figures", "figures": "figures",
          "gpu": "harness.gpu", "lora": "studies.lora_ranks",
-         "serving": "studies.serving_cpu", "train-ratio": "harness.train_ratio"}  # fmt: skip
+         "serving": "studies.serving_cpu", "train-ratio": "harness.train_ratio",
+         "model-parallel": "studies.model_parallel_memory"}  # fmt: skip
 
 
 def suite_commands(name: str, quick: bool, only=None) -> list[tuple[str, list[str]]]:

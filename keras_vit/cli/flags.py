@@ -217,7 +217,7 @@ def add_run_arguments(parser, *, task: str) -> None:
         "--strategy",
         default="auto",
         metavar="NAME",
-        help="auto (default), one_device, mirrored, multi_worker (TF_CONFIG) or tpu",
+        help="auto (default), one_device, mirrored, multi_worker (TF_CONFIG), tpu, model_parallel",
     )
     add_precision_arguments(parser)
     parser.add_argument(

@@ -7,7 +7,9 @@ Public API (see docs/training.md): `resolve_strategy`, `STRATEGY_NAMES`,
 `is_chief`, `check_variables_in_scope`, `read_tf_config`; `choose_precision`,
 `PrecisionChoice`, `set_mixed_precision`, `with_dtype_policy`, `resolve_jit_compile`;
 `ViTAdamW`; `jax_cluster` (several JAX processes: `jax_cluster.start()`,
-`jax_cluster.is_chief()`). The names are imported on first use (PEP 562 module `__getattr__`).
+`jax_cluster.is_chief()`); `model_parallel` (sharded kernels on JAX: `vit_model_parallel`,
+`vit_layout_map`, `ModelParallelError`). The names are imported on first use (PEP 562 module
+`__getattr__`).
 """
 
 from __future__ import annotations
@@ -31,6 +33,10 @@ _EXPORTS = {
     "with_dtype_policy": "keras_vit.runtime.precision",
     "ViTAdamW": "keras_vit.runtime.optimizers",
     "jax_cluster": "",
+    "model_parallel": "",
+    "ModelParallelError": "keras_vit.runtime.model_parallel",
+    "vit_layout_map": "keras_vit.runtime.model_parallel",
+    "vit_model_parallel": "keras_vit.runtime.model_parallel",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -20,6 +20,9 @@ Strategies (`STRATEGY_NAMES`):
   - "multi_worker": `MultiWorkerMirroredStrategy` configured from the `TF_CONFIG` environment
     variable (https://www.tensorflow.org/guide/distributed_training#TF_CONFIG).
   - "tpu": `TPUStrategy` from a `TPUClusterResolver` (the TPU name, or "local" on a TPU VM).
+  - "model_parallel" (JAX only): the kernels sharded over the devices by
+    `keras.distribution.ModelParallel` (`keras_vit.runtime.model_parallel`), set by
+    `keras_vit.train.run_plan.plan_run` once the model's sizes are known.
 
 The dtype policy and XLA choice live in `keras_vit.runtime.precision`.
 
@@ -37,7 +40,7 @@ import tensorflow as tf
 
 logger = logging.getLogger(__name__)
 
-STRATEGY_NAMES = ("auto", "one_device", "mirrored", "multi_worker", "tpu")
+STRATEGY_NAMES = ("auto", "one_device", "mirrored", "multi_worker", "tpu", "model_parallel")
 
 
 class StrategyUnavailableError(RuntimeError):
@@ -95,12 +98,14 @@ def resolve_strategy(name: str = "auto", *, tpu: str | None = None) -> tf.distri
     Raises:
         ValueError: `name` is not one of `STRATEGY_NAMES`.
         StrategyUnavailableError: "tpu" without a reachable TPU; "multi_worker" without a
-            valid TF_CONFIG.
+            valid TF_CONFIG; "model_parallel" on another backend than JAX.
     """
     if name not in STRATEGY_NAMES:
         raise ValueError(
             f"Unknown distribution strategy {name!r}; expected one of {list(STRATEGY_NAMES)}."
         )
+    if name == "model_parallel":
+        return _model_parallel_strategy()
     if keras.backend.backend() != "tensorflow":
         return _keras_backend_strategy(name)
     if name == "tpu":
@@ -154,14 +159,31 @@ def _keras_backend_strategy(name: str) -> tf.distribute.Strategy:
     return tf.distribute.get_strategy()
 
 
+def _model_parallel_strategy() -> tf.distribute.Strategy:
+    """`resolve_strategy("model_parallel")`: TensorFlow's default strategy (a no-op scope) on
+    JAX, with no Keras distribution yet (`keras_vit.runtime.model_parallel.vit_model_parallel`
+    needs the model's sizes: `plan_run` sets it); refused in one line on other backends."""
+    backend = keras.backend.backend()
+    if backend != "jax":
+        raise StrategyUnavailableError(
+            "--strategy model_parallel shards the kernels with keras.distribution.ModelParallel"
+            f", which needs KERAS_BACKEND=jax; the Keras backend is {backend!r}: run with "
+            "KERAS_BACKEND=jax, or use 'auto' or 'mirrored'."
+        )
+    keras.distribution.set_distribution(None)
+    return tf.distribute.get_strategy()
+
+
 def num_replicas(strategy) -> int:
-    """How many replicas share each global batch: Keras' `DataParallel` devices where one is
-    set (JAX), else `strategy.num_replicas_in_sync`."""
+    """How many replicas share each global batch: the devices along the batch axis of Keras'
+    distribution where one is set (JAX: `DataParallel`, `ModelParallel`), else
+    `strategy.num_replicas_in_sync`."""
     if keras.backend.backend() != "tensorflow":
         distribution = keras.distribution.distribution()
-        if isinstance(distribution, keras.distribution.DataParallel):
-            return int(distribution.device_mesh.shape[0])
-        return 1
+        if distribution is None or distribution.batch_dim_name is None:
+            return 1
+        mesh = distribution.device_mesh
+        return int(mesh.shape[list(mesh.axis_names).index(distribution.batch_dim_name)])
     return strategy.num_replicas_in_sync
 
 
@@ -329,15 +351,24 @@ def per_replica_batch_size(global_batch_size: int, strategy: tf.distribute.Strat
     ):
         raise ValueError(
             f"The global batch size must be a positive multiple of the number of replicas "
-            f"({replicas} with {_strategy_name(strategy)}), so each replica gets the same "
+            f"({replicas} with {strategy_name(strategy)}), so each replica gets the same "
             f"share. Received: batch_size={global_batch_size!r}"
         )
     return global_batch_size // replicas
 
 
-def _strategy_name(strategy) -> str:
+def strategy_name(strategy) -> str:
+    """What runs the steps, for messages and config.json: the Keras distribution's class on
+    JAX (`ModelParallel` with its mesh, "ModelParallel (batch 1 x model 2)"), else the
+    strategy's class."""
     if keras.backend.backend() != "tensorflow":
-        return type(keras.distribution.distribution() or strategy).__name__
+        distribution = keras.distribution.distribution()
+        if isinstance(distribution, keras.distribution.ModelParallel):
+            mesh = distribution.device_mesh
+            names, sizes = mesh.axis_names, mesh.shape
+            mesh = " x ".join(f"{name} {size}" for name, size in zip(names, sizes, strict=True))
+            return f"ModelParallel ({mesh})"
+        return type(distribution or strategy).__name__
     return type(strategy).__name__
 
 

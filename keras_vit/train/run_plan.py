@@ -114,10 +114,6 @@ def plan_run(config: RunConfig, strategy) -> RunPlan:
     except (ValueError, FileNotFoundError) as error:
         raise ConfigError(_one_line(error)) from None
     check_class_count(info)
-    try:
-        global_batch = distribute.per_replica_batch_size(recipe.batch_size, strategy)
-    except ValueError as error:
-        raise ConfigError(str(error)) from None
     image_size = recipe.image_size  # the pair `RunConfig` checked
     if config.task == "finetune":
         source = load_source_model(config.weights)
@@ -145,6 +141,11 @@ def plan_run(config: RunConfig, strategy) -> RunPlan:
         )
     except ValueError as error:
         raise ConfigError(str(error)) from None
+    shard_for_strategy(config.strategy, model_kwargs)
+    try:
+        global_batch = distribute.per_replica_batch_size(recipe.batch_size, strategy)
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
     check_fits_in_memory(model_kwargs, image_size, channels, global_batch)
     train_split, test_split = resolve_splits(config, info)
     num_train, num_validation = _split_sizes(config, info, train_split)
@@ -168,6 +169,26 @@ def plan_run(config: RunConfig, strategy) -> RunPlan:
         test_split=test_split,
         num_validation_examples=num_validation,
     )
+
+
+def shard_for_strategy(strategy_name: str, model_kwargs: dict) -> None:
+    """For strategy "model_parallel" (JAX), sets Keras' distribution to
+    `keras_vit.runtime.model_parallel.vit_model_parallel` of the model's sizes over every
+    device, before the model is built; other strategies: nothing.
+
+    Raises:
+        ConfigError: a device count the model's sizes cannot be sharded over (one line naming
+            the size and the axis).
+    """
+    if strategy_name != "model_parallel":
+        return
+    from keras_vit.runtime import model_parallel
+
+    try:
+        distribution = model_parallel.vit_model_parallel(model_kwargs)
+    except model_parallel.ModelParallelError as error:
+        raise ConfigError(str(error)) from None
+    keras.distribution.set_distribution(distribution)
 
 
 def check_class_count(info) -> None:

@@ -521,7 +521,7 @@ def _config_record(plan: RunPlan, strategy) -> dict:
         "run": plan.config.to_dict(),
         "resolved": {
             **plan.resolved(),
-            "strategy": type(strategy).__name__,
+            "strategy": distribute.strategy_name(strategy),
             "num_replicas": distribute.num_replicas(strategy),
         },
         "versions": {

@@ -126,6 +126,7 @@ def expect_usage_error(capsys, argv, message):
         (["--image-size", "30", "--patch-size", "4"], "not divisible by the patch size"),
         (["--strategy", "warp"], "Unknown distribution strategy 'warp'"),
         (["--strategy", "tpu"], "No TPU found"),
+        (["--strategy", "model_parallel"], "needs KERAS_BACKEND=jax; the Keras backend is 'ten"),
         (["--resume"], "--resume needs the --run-dir"),
         (["--batch-size", "100000"], "larger than the 3600 training images"),
         (["--validation-split", "train"], "would select on images the model trains on"),

@@ -1,7 +1,8 @@
 """Runs in a fresh process with KERAS_BACKEND=jax and two host devices (XLA_FLAGS), started
 by tests/backends/test_jax_cli.py: the CLI's train, --resume, evaluate, predict, finetune
 and fewshot on the embedded digits with the tiny model, the strategies TensorFlow alone has
-refused in one line, and Keras' DataParallel against one device; prints one JSON line."""
+refused in one line, Keras' DataParallel against one device, and one step of keras_vit's
+ModelParallel over the two devices against one device; prints one JSON line."""
 
 from __future__ import annotations
 
@@ -86,6 +87,9 @@ def main(workdir: str) -> dict:
         "train", *TINY, "--strategy", "mirrored", "--batch-size", "3", "--run-dir", run + "b"
     )
     out["losses"] = data_parallel_losses()
+    from tests.helpers import model_parallel_step
+
+    out["model_parallel"] = model_parallel_step.main(["1x2"])
     return out
 
 
