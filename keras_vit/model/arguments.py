@@ -17,10 +17,10 @@ from keras_vit._validation import (
 from keras_vit.layers.attention import QKV_BIASES
 from keras_vit.layers.layer_scale import check_layer_scale_init
 from keras_vit.layers.mlp import MLP_ACTIVATIONS
-from keras_vit.layers.pooling import CLASSIFIER_POOLINGS, has_class_token
 from keras_vit.layers.position_embedding import POSITION_EMBEDDINGS
 from keras_vit.layers.rotary import check_rope_head_dim
 from keras_vit.spec import layer_names as names
+from keras_vit.spec.configs import CLASSIFIER_POOLINGS, has_class_token
 
 FAMILY_DEFAULTS = {
     "layer_scale_init": None,

@@ -29,7 +29,6 @@ from keras_vit.layers import (
     TransformerBlock,
 )
 from keras_vit.layers.dropout import Dropout
-from keras_vit.layers.pooling import has_class_token
 from keras_vit.layers.position_embedding import position_embedding_layer, rope_config
 from keras_vit.model.arguments import (
     FAMILY_DEFAULTS,
@@ -41,6 +40,7 @@ from keras_vit.model.arguments import (
 from keras_vit.model.head import HEAD_SWITCHES, classification_head
 from keras_vit.model.image_model import ImageModel
 from keras_vit.spec import layer_names as names
+from keras_vit.spec.configs import has_class_token
 
 
 def encode_tokens(

@@ -12,8 +12,8 @@ from keras_vit.layers import (
     MAPHead,
     TokenPooling,
 )
-from keras_vit.layers.pooling import PATCH_GAP
 from keras_vit.spec import layer_names as names
+from keras_vit.spec.configs import PATCH_GAP
 
 # The switches `classification_head` reads (registers: left out of "gap" pooling).
 HEAD_SWITCHES = ("num_register_tokens", "distilled", "distillation_head")

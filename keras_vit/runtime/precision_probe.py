@@ -172,8 +172,7 @@ def shape_from_kwargs(kwargs: dict, image_size=None) -> dict:
     or `keras_vit.HybridViT`: `hidden_dim`, `mlp_dim`, `num_heads`, `patch_size`, `pooling`,
     `resnet_stages` for a hybrid, `num_registers` where given), at `image_size` (default
     `kwargs["image_size"]`)."""
-    from keras_vit.layers.pooling import has_class_token
-    from keras_vit.spec.configs import resnet_total_stride
+    from keras_vit.spec.configs import has_class_token, resnet_total_stride
 
     image_size = kwargs.get("image_size") if image_size is None else image_size
     stride = 1

@@ -12,6 +12,20 @@ import dataclasses
 import difflib
 import re
 
+POOLING_MODES = ("token", "gap")
+PATCH_GAP = "patch_gap"
+CLASSIFIER_POOLINGS = (*POOLING_MODES, PATCH_GAP, "map")
+"""What a ViT builder's `pooling` takes: `TokenPooling`'s modes, "patch_gap" (a class token
+in the sequence, the mean of the patch tokens pooled: `TokenPooling("gap")` past every prefix
+token), or the MAP head."""
+CLASS_TOKEN_POOLINGS = ("token", PATCH_GAP)
+"""The poolings whose model has a class token."""
+
+
+def has_class_token(pooling: str) -> bool:
+    """True when a model with `pooling` has a class token ("token", "patch_gap")."""
+    return pooling in CLASS_TOKEN_POOLINGS
+
 
 @dataclasses.dataclass(frozen=True)
 class ViTConfig:

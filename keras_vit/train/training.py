@@ -22,9 +22,8 @@ from keras_vit._validation import (
     check_rate,
     to_pair,
 )
-from keras_vit.layers.pooling import CLASSIFIER_POOLINGS
 from keras_vit.layers.position_embedding import POSITION_EMBEDDINGS
-from keras_vit.spec.configs import RECIPE_DEFAULTS, RECIPE_VIT
+from keras_vit.spec.configs import CLASSIFIER_POOLINGS, RECIPE_DEFAULTS, RECIPE_VIT
 from keras_vit.train.losses import loss
 from keras_vit.train.schedules import (
     DECAYS,

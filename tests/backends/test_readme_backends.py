@@ -68,6 +68,7 @@ def test_the_tensorflow_column_is_true(tmp_path):
     check_column(backend_claims.main(str(tmp_path)), "tensorflow")
 
 
+@pytest.mark.large  # train, evaluate, predict, export on JAX: ~55 s (.ci/run_jax)
 @pytest.mark.jax
 @pytest.mark.slow
 def test_the_jax_column_is_true(tmp_path):

@@ -184,6 +184,7 @@ def test_models_give_the_same_logits_and_maps_on_every_kernel(registers, distill
     np.testing.assert_allclose(first.sum(-1), 1.0, atol=1e-5)
 
 
+@pytest.mark.large  # JAX subprocesses, ~45 s (.ci/run_jax)
 @pytest.mark.jax
 def test_every_kernel_on_jax():
     """This file's tests under KERAS_BACKEND=jax (JAX's fused op: jax.nn's
@@ -242,6 +243,7 @@ def remat_cases(tmp_path_factory):
     }
 
 
+@pytest.mark.large  # JAX subprocesses, ~45 s (.ci/run_jax)
 @pytest.mark.jax
 def test_remat_halves_a_training_steps_memory_on_jax_cpu(remat_cases):
     """XLA's own memory analysis of the compiled step: remat=True keeps at most half the
@@ -251,6 +253,7 @@ def test_remat_halves_a_training_steps_memory_on_jax_cpu(remat_cases):
     assert dispatch.XLA_CPU_MEMORY_SCHEDULE in model["xla_flags"]
 
 
+@pytest.mark.large  # JAX subprocesses, ~45 s (.ci/run_jax)
 @pytest.mark.jax
 def test_remat_leaves_the_users_xla_scheduler_choice(remat_cases):
     """XLA_FLAGS naming the scheduler option stays as it is: remat then saves nothing on CPU,
@@ -260,6 +263,7 @@ def test_remat_leaves_the_users_xla_scheduler_choice(remat_cases):
     assert plain["remat_model_temp"] >= 0.9 * plain["model_temp"], plain
 
 
+@pytest.mark.large  # JAX subprocesses, ~45 s (.ci/run_jax)
 @pytest.mark.jax
 def test_keras_vit_train_remat_asks_before_jax_starts(remat_cases):
     """`keras-vit train --remat` sets the flag before its first JAX computation: a pure-JAX

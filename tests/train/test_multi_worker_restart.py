@@ -98,6 +98,7 @@ def restarts(tmp_path_factory):
     return root, after_kill, mixed, resumed, uninterrupted
 
 
+@pytest.mark.large  # two TensorFlow workers trained, killed and restarted: ~70 s (.ci/run_large)
 @pytest.mark.slow
 def test_workers_killed_between_their_backups_resume_from_the_epoch_both_have(restarts):
     """A worker killed between the workers' backups of epoch 2 left
@@ -126,6 +127,7 @@ def test_workers_killed_between_their_backups_resume_from_the_epoch_both_have(re
     assert [row["steps"] for row in rows] == [6, 12, 18]
 
 
+@pytest.mark.large  # two TensorFlow workers trained, killed and restarted: ~70 s (.ci/run_large)
 @pytest.mark.slow
 def test_restarted_workers_repeat_the_uninterrupted_losses_and_weights(restarts):
     """Each worker resumes its data stream where its backup's epoch left it
@@ -158,6 +160,7 @@ def test_restarted_workers_repeat_the_uninterrupted_losses_and_weights(restarts)
     )
 
 
+@pytest.mark.large  # two TensorFlow workers trained, killed and restarted: ~70 s (.ci/run_large)
 @pytest.mark.slow
 def test_a_sigkilled_workers_scratch_folder_is_gone_after_the_restart(restarts):
     """A worker's TensorBoard logs and throw-away saves went to `$TMPDIR/keras_vit_worker_*`,

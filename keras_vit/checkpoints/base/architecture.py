@@ -20,10 +20,10 @@ import keras
 from keras_vit.checkpoints.base.errors import CheckpointError
 from keras_vit.checkpoints.base.naming import find_vit_model
 from keras_vit.layers import ClassToken, PatchEmbed, TransformerBlock
-from keras_vit.layers.pooling import PATCH_GAP, has_class_token
 from keras_vit.layers.position_embedding import position_embedding_kind
 from keras_vit.spec import configs
 from keras_vit.spec import layer_names as names
+from keras_vit.spec.configs import PATCH_GAP, has_class_token
 
 # The checkpoint key each field of `from_arrays` is read from (for "missing key" errors).
 FIELD_KEYS = {

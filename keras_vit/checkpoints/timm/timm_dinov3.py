@@ -31,9 +31,9 @@ from keras_vit.checkpoints.base.dinov3 import (
 )
 from keras_vit.checkpoints.base.errors import CheckpointError
 from keras_vit.checkpoints.timm import timm_options
-from keras_vit.layers.pooling import PATCH_GAP
 from keras_vit.layers.rotary import ROPE_TEMPERATURE
 from keras_vit.spec import layer_names as names
+from keras_vit.spec.configs import PATCH_GAP
 
 logger = logging.getLogger(__name__)
 
