@@ -535,6 +535,7 @@ def test_data_scaling_replot_writes_figure_and_document_values(scripts, tmp_path
     assert values["ViT_params"]["value"] == 10 and values["wall_min"]["value"] == 10.0
 
 
+@pytest.mark.large  # two exports and a serving run: ~26 s (.ci/run_large)
 def test_export_speed_tiny_run_serves_both_exports_from_tensorflow_only(tmp_path):
     out, figures_file = tmp_path / "export_speed.json", tmp_path / "figures.json"
     result = run_script(
