@@ -187,7 +187,12 @@ def apply_orientation(image, orientation):
     module docstring); orientations 5-8 swap height and width."""
 
     def transpose(x):
-        return tf.transpose(x, [1, 0, 2])
+        # rows and columns swapped by a gather, not tf.transpose: in a tf.data graph the
+        # oneDNN Transpose kernel logs an ERROR line for uint8 on CPUs without some AVX-512
+        # extensions (Grappler moves later casts after it, so any dtype ends as uint8 there)
+        height, width = tf.shape(x)[0], tf.shape(x)[1]
+        index = tf.range(height)[None, :] * width + tf.range(width)[:, None]
+        return tf.gather(tf.reshape(x, [height * width, -1]), index)
 
     branches = [
         lambda: image,  # 1 (index 0)
