@@ -100,6 +100,8 @@ def check_backend_on_import() -> None:
     if problem is None:
         return
     if started_as_cli():
-        print(f"keras-vit: error: {problem}", file=sys.stderr)
+        # the command's one error line, written here because `import keras_vit` runs this
+        # before the CLI (and its logging) exists
+        sys.stderr.write(f"keras-vit: error: {problem}\n")
         raise SystemExit(CLI_EXIT_CODE)
     raise BackendError(problem)

@@ -98,5 +98,5 @@ def child_main(request_text: str, export) -> int:
     except (ValueError, OSError) as error:
         name = next(name for name, kind in ERRORS.items() if isinstance(error, kind))
         answer = {"error": name, "message": str(error)}
-    print(json.dumps(answer))
+    sys.stdout.write(json.dumps(answer) + "\n")  # the answer the parent process reads
     return 0 if "path" in answer else 1
