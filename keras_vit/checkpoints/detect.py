@@ -29,6 +29,8 @@ from keras_vit.checkpoints.format_table import recognise
 
 HF_CONFIG = "config.json"
 HF_WEIGHTS = "model.safetensors"
+# timm NaFlexVit (naflexvit.py): its patch embedding and position table live under `embeds.`
+NAFLEX_TIMM_PREFIX = "embeds."
 TORCH_NAMES = ("pytorch_model.bin", "model.pth", "model.pt")
 
 TORCH_ADVICE = (
@@ -101,6 +103,13 @@ def _safetensors_format(path, header) -> str:
         return "hf"
     if kind is not None:
         return kind
+    if any(name.startswith(NAFLEX_TIMM_PREFIX) for name in names):
+        raise UnsupportedCheckpointError(
+            f"{path} is a timm NaFlexVit file ({NAFLEX_TIMM_PREFIX}* keys, naflexvit_*), "
+            "which keras_vit does not read: timm resizes its table with antialiased bicubic, "
+            "transformers with antialiased bilinear; read SigLIP 2's NaFlex tower as a "
+            "Hugging Face Siglip2VisionModel folder."
+        )
     shown = ", ".join(names[:5]) or "no tensors"
     raise UnsupportedCheckpointError(
         f"{path} is a safetensors file, but its keys are neither a Hugging Face ViT's "

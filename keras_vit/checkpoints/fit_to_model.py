@@ -120,7 +120,8 @@ def fit_position_table(model, table, variable, method, source_grid):
 def recorded_grid(model, contents, arrays):
     """The grid of the file's position table from the image size the file records (timm
     metadata, HF config.json), when it fits the table's rows; else None (a square grid is
-    then assumed). A non-square file is so resized to any image size."""
+    then assumed). A non-square file is so resized to any image size, and a file's grid to
+    another of as many patches (4x4 -> 8x2)."""
     kernel = arrays.get("embedding/kernel")
     table = arrays[PLAIN_POSITION_KEY]
     size = contents.image_size
@@ -128,7 +129,7 @@ def recorded_grid(model, contents, arrays):
         return None
     grid = (int(size[0]) // kernel.shape[0], int(size[1]) // kernel.shape[1])
     prefix = architecture.num_position_prefix_rows(model)
-    if grid[0] == grid[1] or prefix + grid[0] * grid[1] != table.shape[1]:
+    if prefix + grid[0] * grid[1] != table.shape[1]:
         return None
     return grid
 

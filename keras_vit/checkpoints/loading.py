@@ -149,7 +149,7 @@ def load_weights(
     strict: bool = True,
     skip=(),
     head: str = "load",
-    resize_method: str = "bilinear",
+    resize_method: str | None = None,
     source_grid=None,
     no_embed_class=None,
     adapt_channels=None,
@@ -189,8 +189,11 @@ def load_weights(
         head: "load" (default; the head must match), "skip" (keep the model's head), or
             "auto" (load it when its shape fits, else keep the model's head; what
             `weights=` uses).
-        resize_method: "bilinear" (release, default), "bicubic" (timm), "torch_bicubic"
-            (Hugging Face's `interpolate_pos_encoding`) or "dinov2" (original DINOv2); see
+        resize_method: None (default): the file's own (`CheckpointContents.resize_method`:
+            "bilinear_antialias" for SigLIP 2's NaFlex tower, whose table transformers
+            resizes so at every grid), else "bilinear" (the release's); or "bilinear",
+            "bicubic" (timm), "torch_bicubic" (Hugging Face's `interpolate_pos_encoding`),
+            "dinov2" (original DINOv2), "bilinear_antialias"; see
             `keras_vit.resize_position_embeddings`.
         source_grid: (rows, cols) of the file's position table when it is not square.
         no_embed_class: for a timm class-token file that does not say whether its
@@ -209,14 +212,17 @@ def load_weights(
             fit; the message names every key.
         ValueError: a bad `head` or `resize_method`, or a `dynamic_image_size` model that
             resizes its table with another method in the forward pass (both named).
+        CheckpointError: a `resize_method` other than the one the file records (named).
         CheckpointError: a model with LoRA adapters (its kernels would take the file's
             values while the adapters keep theirs): load before `enable_lora`.
     """
     check_choice("head", head, HEAD_MODES)
-    check_choice("resize_method", resize_method, RESIZE_METHODS)
+    if resize_method is not None:
+        check_choice("resize_method", resize_method, RESIZE_METHODS)
     _refuse_lora(model)
-    _check_forward_resize(model, resize_method)
     contents = _contents(model, path, no_embed_class)
+    resize_method = resize_method_for(contents, resize_method)
+    _check_forward_resize(model, resize_method)
     _check_rope(model, contents)
     variables, unnamed = official_variables(model)
     if unnamed:
@@ -248,6 +254,7 @@ def load_weights(
         variable = variables[key]
         variable.assign(np.asarray(arrays[key], dtype=variable.dtype))
     report.loaded = fits
+    _record_own_resize(model, contents)
     if resized is not None:
         (old_rows, old_cols), (new_rows, new_cols) = resized
         old_length = architecture.num_position_prefix_rows(model) + old_rows * old_cols
@@ -289,6 +296,36 @@ def _check_rope(model, contents) -> None:
             f"embedding) and model {model.name!r} {'has' if model_rope else 'does not have'} "
             "position_embedding='rope'; build the model with keras_vit.from_checkpoint."
         )
+
+
+def resize_method_for(contents, resize_method: str | None) -> str:
+    """The position-table resize to load `contents` with: `resize_method`, or when None the
+    file's own (`contents.resize_method`), else "bilinear".
+
+    Raises:
+        CheckpointError: a `resize_method` other than the file's own, named with both (a
+            SigLIP 2 NaFlex tower resized another way would differ from its source at
+            every other grid).
+    """
+    own = contents.resize_method
+    if resize_method is None:
+        return own or "bilinear"
+    if own is not None and resize_method != own:
+        raise CheckpointError(
+            f"resize_method={resize_method!r} but {contents.path} resizes its position table "
+            f"with {own!r} at every grid (its source library's rule); leave resize_method "
+            f"unset or pass {own!r}."
+        )
+    return resize_method
+
+
+def _record_own_resize(model, contents) -> None:
+    """Records the file's own resize method on the model's position tables (the default of
+    `keras_vit.finetune` at another size, kept in `.keras` files)."""
+    from keras_vit.layers.position_embedding import set_forward_resize_method
+
+    if contents.resize_method is not None:
+        set_forward_resize_method(find_vit_model(model), contents.resize_method)
 
 
 def _check_forward_resize(model, resize_method) -> None:

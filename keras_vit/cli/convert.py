@@ -97,8 +97,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument(
         "--resize-method",
         choices=RESIZE_METHODS,
-        default=RESIZE_METHODS[0],
-        help="position-table resize when --image-size differs from the file: "
+        default=None,
+        help="position-table resize when --image-size differs from the file (default: the "
+        f"file's own, else {RESIZE_METHODS[0]}): "
         + "; ".join(f"{name}: {text}" for name, text in RESIZE_METHOD_HELP.items()),
     )
     parser.add_argument(

@@ -49,9 +49,11 @@ class AddPositionEmbs(keras.layers.Layer):
         grid_size: (rows, cols) the table is stored for (dynamic only).
         patch_size: (height, width) of a patch in pixels (dynamic only).
         num_prefix_tokens: rows before the grid, 1 with a class token (dynamic only).
-        resize_method: how the table is resized in the forward pass (dynamic only):
-            "bilinear" (default, the release's), "bicubic" (timm's `dynamic_img_size`),
-            "torch_bicubic" (Hugging Face's `interpolate_pos_encoding`) or "dinov2".
+        resize_method: how the table is resized: in the forward pass (dynamic), and by
+            `keras_vit.finetune` at another image size by default: "bilinear" (default,
+            the release's), "bicubic" (timm's `dynamic_img_size`), "torch_bicubic" (Hugging
+            Face's `interpolate_pos_encoding`), "dinov2" or "bilinear_antialias" (SigLIP 2
+            NaFlex's); `keras_vit.from_checkpoint` sets it from the file.
         **kwargs: `name`, `dtype`, `trainable`.
 
     Call arguments:
@@ -147,28 +149,40 @@ class AddPositionEmbs(keras.layers.Layer):
         }
 
 
-def dynamic_position_layers(model) -> list:
-    """The `AddPositionEmbs` layers of `model` (or of a ViT nested in it, one level) that
-    resize their table in the forward pass (`dynamic_image_size=True`)."""
+def position_layers(model) -> list:
+    """The `AddPositionEmbs` layers of `model` (or of a ViT nested in it, one level)."""
     found = []
     for layer in getattr(model, "layers", ()):
-        if isinstance(layer, AddPositionEmbs) and layer.dynamic_image_size:
+        if isinstance(layer, AddPositionEmbs):
             found.append(layer)
         elif isinstance(layer, keras.Model):
-            found.extend(dynamic_position_layers(layer))
+            found.extend(position_layers(layer))
     return found
 
 
+def dynamic_position_layers(model) -> list:
+    """The `AddPositionEmbs` layers of `model` (or of a ViT nested in it, one level) that
+    resize their table in the forward pass (`dynamic_image_size=True`)."""
+    return [layer for layer in position_layers(model) if layer.dynamic_image_size]
+
+
 def set_forward_resize_method(model, method: str) -> None:
-    """Makes every dynamic position table of `model` resize with `method` in the forward
-    pass (`keras_vit.from_checkpoint(..., dynamic_image_size=True, resize_method=...)`).
+    """Makes every position table of `model` resize with `method`: in the forward pass when
+    dynamic, and in `keras_vit.finetune` at another image size
+    (`keras_vit.from_checkpoint(..., resize_method=...)`, or the file's own method).
 
     Raises:
         ValueError: an unknown method.
     """
     method = check_choice("resize_method", method, RESIZE_METHODS)
-    for layer in dynamic_position_layers(model):
+    for layer in position_layers(model):
         layer.resize_method = method
+
+
+def recorded_resize_method(model) -> str:
+    """The resize method `model`'s position table records ("bilinear" without a table)."""
+    layers = position_layers(model)
+    return layers[0].resize_method if layers else "bilinear"
 
 
 def sincos_2d_table(grid_size, hidden_dim, temperature=SINCOS_TEMPERATURE) -> np.ndarray:

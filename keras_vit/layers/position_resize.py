@@ -100,11 +100,31 @@ def _cubic_weights_torch(old: int, new: int, offset: float = 0.0) -> np.ndarray:
     return weights
 
 
+def _linear_weights_antialias(old: int, new: int) -> np.ndarray:
+    """(new, old) matrix of PyTorch's `F.interpolate(mode="bilinear", align_corners=False,
+    antialias=True)` (`upsample_bilinear2d_aa`, PIL's triangle filter), what transformers'
+    `Siglip2VisionEmbeddings.resize_positional_embeddings` runs.
+
+    Output sample i sits at input coordinate (i + 0.5) * old / new - 0.5; tap j gets the
+    triangle max(0, 1 - |j - centre| / support) with support max(old / new, 1) (the filter
+    stretched when shrinking, plain linear when enlarging); taps outside the input are
+    dropped and the row renormalised to sum 1.
+    """
+    scale = old / new
+    support = max(scale, 1.0)
+    centres = (np.arange(new, dtype=np.float64) + 0.5) * scale - 0.5
+    taps = np.arange(old, dtype=np.float64)
+    weights = np.maximum(0.0, 1.0 - np.abs(taps[None, :] - centres[:, None]) / support)
+    return weights / weights.sum(axis=1, keepdims=True)
+
+
 def _axis_weights(old: int, new: int, method: str) -> np.ndarray:
     if old == new:
         return np.eye(new, dtype=np.float64)
     if method == "bilinear":
         return _linear_weights_corner_aligned(old, new)
+    if method == "bilinear_antialias":
+        return _linear_weights_antialias(old, new)
     if method == "torch_bicubic":
         return _cubic_weights_torch(old, new)
     if method == "dinov2":
@@ -142,13 +162,17 @@ def resize_position_embeddings(
     old_grid,
     new_grid,
     num_prefix_tokens: int,
-    method: Literal["bilinear", "bicubic", "torch_bicubic"] = "bilinear",
+    method: Literal[
+        "bilinear", "bicubic", "torch_bicubic", "dinov2", "bilinear_antialias"
+    ] = "bilinear",
 ) -> np.ndarray:
     """Resizes a ViT position table from one patch grid to another.
 
     Source: the JAX release's `load_pretrained` (vit_jax/checkpoint.py, scipy.ndimage.zoom),
     timm's `resample_abs_pos_embed` for the bicubic option, and transformers'
-    `ViTEmbeddings.interpolate_pos_encoding` (modeling_vit.py) for "torch_bicubic".
+    `ViTEmbeddings.interpolate_pos_encoding` (modeling_vit.py) for "torch_bicubic", and
+    `Siglip2VisionEmbeddings.resize_positional_embeddings` (modeling_siglip2.py) for
+    "bilinear_antialias".
 
     DINOv2 files, by source: timm's `resample_abs_pos_embed` (bicubic, antialias=True) and
     transformers' `Dinov2WithRegistersEmbeddings.interpolate_pos_encoding` (bicubic,
@@ -174,7 +198,10 @@ def resize_position_embeddings(
             plain `F.interpolate(mode="bicubic", align_corners=False)` (a = -0.75, no
             antialiasing, border taps clamped), as Hugging Face's `interpolate_pos_encoding`;
             "dinov2": "torch_bicubic" with the released DINOv2's 0.1 offset in the scale
-            factor (see above).
+            factor (see above); "bilinear_antialias": PyTorch's `F.interpolate(
+            mode="bilinear", align_corners=False, antialias=True)` (half-pixel triangle
+            filter, stretched by old / new when shrinking), as SigLIP 2's NaFlex tower
+            (`Siglip2VisionModel`) resizes its table for each image's grid.
 
     Returns:
         A float32 NumPy array of the input's rank with `num_prefix_tokens + new_rows *

@@ -14,7 +14,11 @@ NumPy resize done at load time (`keras_vit.layers.position_resize`):
 - "torch_bicubic": PyTorch's `F.interpolate(mode="bicubic", align_corners=False)` without
   antialiasing (a = -0.75, four taps, border taps clamped; Hugging Face's
   `interpolate_pos_encoding`);
-- "dinov2": "torch_bicubic" with the original DINOv2's 0.1 offset in the scale factor.
+- "dinov2": "torch_bicubic" with the original DINOv2's 0.1 offset in the scale factor;
+- "bilinear_antialias": half-pixel triangle filter stretched by old / new when shrinking,
+  taps outside the input dropped and the weights renormalised (PyTorch's
+  `F.interpolate(mode="bilinear", antialias=True)`, SigLIP 2 NaFlex's
+  `Siglip2VisionEmbeddings.resize_positional_embeddings`).
 
 An axis whose size does not change is copied (identity weights), as the load path does.
 """
@@ -63,6 +67,17 @@ def half_pixel_cubic_weights(old: int, new):
     return weights / ops.sum(weights, axis=1, keepdims=True)
 
 
+def half_pixel_linear_weights(old: int, new):
+    """(new, old) antialiased linear matrix with half-pixel centres (SigLIP 2 NaFlex's)."""
+    new_f = ops.cast(new, "float32")
+    scale = old / new_f
+    support = ops.maximum(scale, 1.0)
+    centres = (ops.arange(new, dtype="float32") + 0.5) * scale - 0.5
+    taps = ops.arange(old, dtype="float32")
+    weights = ops.maximum(1.0 - ops.abs(taps[None, :] - centres[:, None]) / support, 0.0)
+    return weights / ops.sum(weights, axis=1, keepdims=True)
+
+
 def torch_cubic_weights(old: int, new, offset: float = 0.0):
     """(new, old) matrix of PyTorch's plain bicubic (border taps clamped); `offset` 0.1 is
     DINOv2's scale-factor offset."""
@@ -91,6 +106,8 @@ def axis_weights(old: int, new, method: str):
         return corner_aligned_weights(old, new)  # the identity already when new == old
     if method == "bicubic":
         weights = half_pixel_cubic_weights(old, new)
+    elif method == "bilinear_antialias":
+        weights = half_pixel_linear_weights(old, new)
     else:
         weights = torch_cubic_weights(old, new, DINOV2_OFFSET if method == "dinov2" else 0.0)
     same = ops.equal(ops.cast(new, "int32"), old)

@@ -10,17 +10,19 @@ from __future__ import annotations
 
 import keras
 
-from keras_vit._validation import check_positive_int, to_pair
+from keras_vit._validation import check_choice, check_positive_int, to_pair
 from keras_vit._warnings import warn_weights
 from keras_vit.checkpoints.base.architecture import num_position_prefix_rows, patch_grid
 from keras_vit.checkpoints.base.lora import merged_weights
 from keras_vit.layers import AddSinCosPositionEmbs, PatchEmbed, TransformerBlock
+from keras_vit.layers.position_embedding import recorded_resize_method
 from keras_vit.layers.position_resize import resize_position_embeddings
 from keras_vit.model.arguments import check_num_classes
 from keras_vit.model.head import distilled_logits, zero_head
 from keras_vit.model.image_model import ImageModel
 from keras_vit.model.lora import apply_lora, check_lora_rank
 from keras_vit.spec import layer_names as names
+from keras_vit.spec.resize_methods import RESIZE_METHODS
 
 _POSITION_LAYER = names.POSITION_EMBEDDING
 _REPLACED = (names.PRE_LOGITS, names.HEAD, names.HEAD_DIST)
@@ -113,7 +115,7 @@ def finetune(
     image_size=None,
     representation_size=None,
     *,
-    resize_method="bilinear",
+    resize_method=None,
     remat=None,
     lora_rank=None,
     lora_alpha=None,
@@ -144,8 +146,11 @@ def finetune(
         representation_size: None (default) drops `pre_logits`, as the release does for
             fine-tuning. The current `pre_logits` width keeps the pre-trained layer; another
             width adds a freshly initialised `pre_logits` (dense + tanh).
-        resize_method: "bilinear" (release, default), "bicubic" (timm's), "torch_bicubic"
-            (Hugging Face's) or "dinov2" (original DINOv2's); see
+        resize_method: None (default): the one the model's position table records
+            (`AddPositionEmbs.resize_method`: what `keras_vit.from_checkpoint` loaded it with,
+            "bilinear_antialias" for a SigLIP 2 NaFlex tower; "bilinear", the release's,
+            unless set); or "bilinear", "bicubic" (timm's), "torch_bicubic" (Hugging
+            Face's), "dinov2" (original DINOv2's), "bilinear_antialias"; see
             `keras_vit.resize_position_embeddings`.
         remat: None (default) keeps the source's setting; True or False sets every
             Transformer block's `remat` (recompute its activations in the backward pass:
@@ -188,6 +193,9 @@ def finetune(
             "they read the normalised tokens (as the builder's distilled=True); pass "
             f"representation_size=None. Received: representation_size={representation_size}"
         )
+    if resize_method is None:
+        resize_method = recorded_resize_method(model)
+    resize_method = check_choice("resize_method", resize_method, RESIZE_METHODS)
     clone = _rebuild(model, image_size)
     _copy_body(model, clone, resize_method)
     if remat is not None:

@@ -51,7 +51,7 @@ def from_checkpoint(
     *,
     image_size=None,
     num_heads=None,
-    resize_method="bilinear",
+    resize_method=None,
     no_embed_class=None,
     **overrides,
 ):
@@ -76,12 +76,15 @@ def from_checkpoint(
         no_embed_class: for a timm class-token file that does not say whether its
             `pos_embed` has a class row (DeiT-3's `no_embed_class=True`) and whose row
             count fits both readings; default None (read it from the file and its config).
-        resize_method: "bilinear" (default, the release's), "bicubic" (timm's
-            `dynamic_img_size` / `resample_abs_pos_embed`) or "torch_bicubic" (Hugging
-            Face's `interpolate_pos_encoding`) or "dinov2" (the original DINOv2's, with its
-            0.1 offset); see `keras_vit.resize_position_embeddings`. With
-            `dynamic_image_size=True` the model resizes its table with the same method in
-            the forward pass, at each call's image size.
+        resize_method: None (default): the file's own (SigLIP 2's NaFlex tower:
+            "bilinear_antialias", transformers' `resize_positional_embeddings`), else
+            "bilinear" (the release's); or "bilinear", "bicubic" (timm's `dynamic_img_size`
+            / `resample_abs_pos_embed`), "torch_bicubic" (Hugging Face's
+            `interpolate_pos_encoding`), "dinov2" (the original DINOv2's, with its 0.1
+            offset), "bilinear_antialias"; see `keras_vit.resize_position_embeddings`. The
+            model records it: with `dynamic_image_size=True` it resizes its table with it in
+            the forward pass, at each call's image size, and `keras_vit.finetune` at
+            another size uses it.
         **overrides: other `keras_vit.ViT` arguments (dropout_rate, drop_path_rate, name,
             dynamic_image_size, ...), also the numerics `gelu_approximate` and
             `layer_norm_epsilon` when you mean to change them, and `channels`: another
@@ -95,23 +98,27 @@ def from_checkpoint(
     Raises:
         FileNotFoundError, CheckpointError: see `keras_vit.checkpoints.read_checkpoint`.
         ValueError: an unknown `resize_method`.
+        CheckpointError: a `resize_method` other than the one the file records (see
+            `keras_vit.load_weights`).
     """
     import keras
 
     from keras_vit._validation import check_choice
     from keras_vit.checkpoints.formats import read_checkpoint
     from keras_vit.checkpoints.from_checkpoint import local_path, model_kwargs
-    from keras_vit.checkpoints.loading import load_weights
+    from keras_vit.checkpoints.loading import load_weights, resize_method_for
     from keras_vit.layers.position_embedding import set_forward_resize_method
     from keras_vit.spec.resize_methods import RESIZE_METHODS
 
-    check_choice("resize_method", resize_method, RESIZE_METHODS)
+    if resize_method is not None:
+        check_choice("resize_method", resize_method, RESIZE_METHODS)
     contents = read_checkpoint(local_path(path), num_heads=num_heads, no_embed_class=no_embed_class)
+    resize_method = resize_method_for(contents, resize_method)
     if contents.format == "keras" and num_classes is None and image_size is None and not overrides:
         return keras.saving.load_model(contents.path, safe_mode=True)
     kwargs, head, adapt = model_kwargs(contents, num_classes, image_size, **overrides)
     model = build(kwargs)
-    set_forward_resize_method(model, resize_method)  # dynamic_image_size resizes at run time
+    set_forward_resize_method(model, resize_method)  # forward pass (dynamic) and finetune
     load_weights(model, contents, head=head, resize_method=resize_method, adapt_channels=adapt)
     logger.info("Built %s from %s (%s).", model.name, contents.path, contents.format)
     return model

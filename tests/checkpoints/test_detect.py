@@ -88,3 +88,20 @@ def test_hf_weights_without_config_say_what_is_missing(tmp_path):
     save_file(hf_state(np.random.default_rng(0)), str(path))
     with pytest.raises(UnsupportedCheckpointError, match="config.json"):
         detect_format(path)
+
+
+def test_a_timm_naflexvit_file_is_refused_by_name(tmp_path):
+    """timm's NaFlexVit (`embeds.proj`, `embeds.pos_embed` (1, H, W, D)) resizes its table
+    with antialiased bicubic where transformers' Siglip2VisionModel uses bilinear."""
+    path = tmp_path / "model.safetensors"
+    save_file(
+        {
+            "embeds.proj.weight": np.zeros((8, 12), np.float32),
+            "embeds.pos_embed": np.zeros((1, 2, 2, 8), np.float32),
+            "blocks.0.attn.qkv.weight": np.zeros((24, 8), np.float32),
+        },
+        str(path),
+    )
+    with pytest.raises(UnsupportedCheckpointError, match="timm NaFlexVit file") as error:
+        detect_format(str(path))
+    assert "\n" not in str(error.value) and "Siglip2VisionModel folder" in str(error.value)

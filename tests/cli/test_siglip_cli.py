@@ -35,15 +35,19 @@ def test_convert_a_siglip2_folder_to_keras_and_timm_and_back(tmp_path):
     assert config["architectures"] == ["SiglipVisionModel"]
     assert config["hidden_act"] == "gelu_pytorch_tanh"
     assert main(["convert", str(tmp_path / "hf"), str(tmp_path / "back.keras")]) == 0
-    for path in (keras_file, tmp_path / "back.keras"):
+    # NaFlex's table resize travels with the .keras file; a SiglipVisionModel has none
+    for path, resize in ((keras_file, "bilinear_antialias"), (tmp_path / "back.keras", "bilinear")):
         model = keras.models.load_model(path)
         np.testing.assert_allclose(np.asarray(model(x), np.float64), want, atol=1e-5, rtol=0)
+        assert model.get_layer("posembed_input").resize_method == resize
 
 
 @pytest.mark.slow  # ~32 s on 2 cores
 def test_finetune_a_siglip2_folder_at_a_new_image_size(tmp_path):
     """The transfer step on a SigLIP 2 tower: zero head after the MAP head, the 4x4 table
-    resized to 6x6 (28 -> 42 px, patch 7), the body carried over."""
+    resized to 6x6 (28 -> 42 px, patch 7) as NaFlex resizes it (enlarging, PyTorch's
+    antialiased bilinear is the half-pixel linear resize with the border clamped:
+    scipy.ndimage.zoom with grid_mode=True), the body carried over."""
     params, folder = _siglip2_folder(tmp_path)
     run_dir = tmp_path / "run"
     argv = [
@@ -63,7 +67,9 @@ def test_finetune_a_siglip2_folder_at_a_new_image_size(tmp_path):
     weights = {w.path: np.asarray(w) for w in model.weights}
     np.testing.assert_allclose(weights["head/kernel"], 0.0, atol=1e-6)
     assert model.get_layer("encoderblock_0").gelu_approximate is True
+    assert model.get_layer("posembed_input").resize_method == "bilinear_antialias"
     np.testing.assert_allclose(weights["MAPHead_0/probe"], params["pool.latent"], atol=1e-6, rtol=0)
     table = params["pos"].reshape(4, 4, -1)
-    expected = scipy.ndimage.zoom(table, (1.5, 1.5, 1), order=1).reshape(1, 36, -1)
+    expected = scipy.ndimage.zoom(table, (1.5, 1.5, 1), order=1, grid_mode=True, mode="nearest")
+    expected = expected.reshape(1, 36, -1)
     np.testing.assert_allclose(weights["posembed_input/pos_embedding"], expected, atol=1e-5, rtol=0)

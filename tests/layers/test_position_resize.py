@@ -6,6 +6,8 @@ import keras
 import numpy as np
 import pytest
 import scipy.ndimage
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from PIL import Image
 
 from keras_vit import resize_position_embeddings
@@ -194,3 +196,52 @@ def test_dinov2_bicubic_and_torch_bicubic_match_torch_interpolate(old, new):
         expected = functional.interpolate(grid, **call).permute(0, 2, 3, 1).reshape(1, -1, 8)
         out = resize_position_embeddings(table, old, new, 1, method=method)
         np.testing.assert_allclose(out[:, 1:], expected.numpy(), atol=1e-5, err_msg=method)
+
+
+def _triangle_aa_weights(old: int, new: int) -> np.ndarray:
+    """PyTorch's `upsample_bilinear2d_aa` weights of one axis, tap by tap as its
+    `_compute_weights_aa` loops: centre scale * (i + 0.5), support scale (>= 1) or 1, taps
+    int(centre -/+ support + 0.5) clipped to the input, triangle of (tap - centre + 0.5) /
+    support, each row normalised."""
+    scale = old / new
+    support = scale if scale >= 1.0 else 1.0
+    weights = np.zeros((new, old))
+    for i in range(new):
+        centre = scale * (i + 0.5)
+        first = max(int(centre - support + 0.5), 0)
+        last = min(int(centre + support + 0.5), old)
+        for tap in range(first, last):
+            x = abs((tap - centre + 0.5) / support)
+            weights[i, tap] = 1.0 - x if x < 1.0 else 0.0
+        weights[i] /= weights[i].sum()
+    return weights
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    old=st.tuples(st.integers(1, 16), st.integers(1, 16)),
+    new=st.tuples(st.integers(1, 24), st.integers(1, 24)),
+    prefix=st.integers(0, 1),
+)
+def test_bilinear_antialias_is_pytorchs_antialiased_triangle_filter(old, new, prefix):
+    """bilinear_antialias = `F.interpolate(mode="bilinear", align_corners=False,
+    antialias=True)` (SigLIP 2 NaFlex's table resize), shrinking and enlarging each axis, on
+    non-square grids."""
+    rng = np.random.default_rng(old[0] * 31 + new[1])
+    table = _table(rng, old, 3, prefix=prefix)
+    out = resize_position_embeddings(table, old, new, prefix, method="bilinear_antialias")
+    grid = table[0, prefix:].reshape(*old, 3).astype(np.float64)
+    rows, cols = _triangle_aa_weights(old[0], new[0]), _triangle_aa_weights(old[1], new[1])
+    expected = np.einsum("ir,rcd,jc->ijd", rows, grid, cols).reshape(1, -1, 3)
+    np.testing.assert_allclose(out[:, prefix:], expected, atol=1e-5, rtol=0)
+    np.testing.assert_array_equal(out[:, :prefix], table[:, :prefix])
+
+
+def test_bilinear_antialias_differs_from_the_plain_and_corner_aligned_resizes():
+    """Shrinking, the antialiased filter averages more taps than the release's corner-aligned
+    linear resize (what a NaFlex table got before it had its own method)."""
+    table = _table(np.random.default_rng(9), (16, 16), 4, prefix=0)
+    ours = resize_position_embeddings(table, 16, 5, 0, method="bilinear_antialias")
+    assert np.abs(ours - resize_position_embeddings(table, 16, 5, 0)).max() > 1e-2
+    same = resize_position_embeddings(table, 16, 16, 0, method="bilinear_antialias")
+    np.testing.assert_array_equal(same, table)

@@ -8,7 +8,9 @@ from keras_vit.spec.resize_methods import RESIZE_METHOD_HELP, RESIZE_METHODS
 
 
 def test_names_order_and_default():
-    assert RESIZE_METHODS == ("bilinear", "bicubic", "torch_bicubic", "dinov2")
+    assert RESIZE_METHODS == (
+        "bilinear", "bicubic", "torch_bicubic", "dinov2", "bilinear_antialias"
+    )  # fmt: skip
     assert RESIZE_METHODS[0] == "bilinear"  # the release's scipy.ndimage.zoom, the default
     assert all(RESIZE_METHOD_HELP[m].strip() for m in RESIZE_METHODS)
 

@@ -41,6 +41,10 @@ class CheckpointContents:
             with a MAP head) or "patch_gap" (a class token that is not pooled: the mean of
             the patch tokens past every prefix token, timm's `global_pool="avg"` of a
             class-token model), which the arrays cannot say, so the reader records it.
+        resize_method: None (the caller's choice, default "bilinear") or the one position-table
+            resize the source library runs at every grid, which loading at another grid
+            then uses (a name of `keras_vit.spec.resize_methods`): "bilinear_antialias"
+            for SigLIP 2's NaFlex tower (`keras_vit.checkpoints.hf.hf_siglip`).
         resnet_groups: a hybrid model's GroupNorm groups (`model_contents`); None when read
             from a file: no format but `.keras` records them, and a hybrid is built with the
             release's 32 (the writers refuse other counts, `format_table.refusal`).
@@ -64,6 +68,7 @@ class CheckpointContents:
     resnet_groups: int | None = None
     position_embedding: str | None = None
     pooling: str | None = None
+    resize_method: str | None = None
 
     @property
     def numerics(self) -> dict:

@@ -16,12 +16,17 @@ is keras_vit's ViT with no class token, pooling "map" and no classifier; `hidden
 The blocks map to the release's keys with `base/torch_layout.py`; the head is renamed to the
 PyTorch pool layout that timm's SigLIP towers share (`base/map_head.py`).
 
-SigLIP 2's `Siglip2VisionModel` is the NaFlex tower: it takes patches of any grid and resizes
-its position table per image (bilinear, antialiased, padded to `max_num_patches`). keras_vit
-reads it as a fixed-resolution tower at its own square grid (`sqrt(num_patches)` per side),
-where that resize is the identity and the two models are equal. NaFlex's per-image variable
-resolution is not built: a model built at another size resizes the table once with
-keras_vit's `resize_method` (as for fine-tuning), which is not NaFlex's resize.
+SigLIP 2's `Siglip2VisionModel` is the NaFlex tower: it takes the patches of each image's own
+grid (`spatial_shapes`, padded to a common length with `pixel_attention_mask`) and resizes its
+square position table to that grid (`resize_positional_embeddings`: PyTorch's bilinear
+`F.interpolate` with `antialias=True`, `align_corners=False`, in float32). The contents record
+that resize (`resize_method="bilinear_antialias"`), which `keras_vit.from_checkpoint` and
+`keras_vit.load_weights` then use at another image size, so a keras_vit model built at
+(H, W) equals `Siglip2VisionModel` on that image with `spatial_shapes` (H / P, W / P) and no
+padding; another `resize_method` is refused (`loading.resize_method_for`). A keras_vit model
+takes one image size per call, so the batch-level NaFlex features, images of different grids
+padded into one batch and the processor's `max_num_patches` budget, have no counterpart: run
+each grid as its own batch (`dynamic_image_size=True` resizes per call, the same way).
 """
 
 from __future__ import annotations
@@ -52,6 +57,8 @@ VISION = "vision_model."
 # Tensors of a whole model that are not the image tower's.
 OTHER_TOWERS = ("text_model.", "logit_scale", "logit_bias")
 TANH_GELU = ("gelu_pytorch_tanh", "gelu_new", "gelu_fast")
+# Siglip2VisionEmbeddings.resize_positional_embeddings, as named in keras_vit.spec.resize_methods
+NAFLEX_RESIZE = "bilinear_antialias"
 # HF block sub-layer -> the release's (LayerNorms, then the MLP's denses).
 NORMS = {"layer_norm1": "LayerNorm_0", "layer_norm2": "LayerNorm_2"}
 DENSES = {"mlp.fc1": "Dense_0", "mlp.fc2": "Dense_1"}
@@ -259,13 +266,15 @@ def read_siglip(path, weights_path, state: dict, config: dict, preprocessing: st
     heads = int(vision.get("num_attention_heads", 12))
     arrays = hf_to_release(state, model_type, vision, heads, weights_path)
     side = native_grid(model_type, vision, path) * int(vision.get("patch_size", 16))
-    if model_type == SIGLIP2:
+    resize_method = NAFLEX_RESIZE if model_type == SIGLIP2 else None
+    if resize_method:
         logger.info(
-            "%s: a Siglip2VisionModel (NaFlex) read as a fixed-resolution tower at %dx%d; "
-            "NaFlex's per-image variable resolution is not built.",
+            "%s: a Siglip2VisionModel (NaFlex), table %dx%d patches, resized to other grids "
+            "with %r as transformers does.",
             path,
-            side,
-            side,
+            side // int(vision.get("patch_size", 16)),
+            side // int(vision.get("patch_size", 16)),
+            resize_method,
         )
     return CheckpointContents(
         path=str(path),
@@ -276,6 +285,7 @@ def read_siglip(path, weights_path, state: dict, config: dict, preprocessing: st
         layer_norm_epsilon=float(vision.get("layer_norm_eps", 1e-6)),
         preprocessing=preprocessing,
         image_size=(side, side),
+        resize_method=resize_method,
     )
 
 

@@ -11,6 +11,7 @@ from keras_vit.checkpoints.base.contents import CheckpointContents
 from keras_vit.checkpoints.base.errors import CheckpointError
 from keras_vit.checkpoints.base.naming import find_vit_model, official_arrays
 from keras_vit.layers import TransformerBlock
+from keras_vit.layers.position_embedding import recorded_resize_method
 from keras_vit.spec import layer_names as names
 
 
@@ -71,8 +72,17 @@ def model_contents(model) -> CheckpointContents:
         resnet_groups=_resnet_groups(model) if arch.resnet_stages is not None else None,
         position_embedding="rope" if arch.position_embedding == "rope" else None,
         pooling=arch.pooling if arch.pooling == "patch_gap" else None,
+        resize_method=_own_resize_method(model),
         **model_numerics(model),
     )
+
+
+def _own_resize_method(model) -> str | None:
+    """The position-table resize the model records when it is not the default "bilinear"
+    (`keras_vit.from_checkpoint` sets it from the file: a SigLIP 2 NaFlex tower's
+    "bilinear_antialias"), else None."""
+    method = recorded_resize_method(find_vit_model(model))
+    return None if method == "bilinear" else method
 
 
 def _resnet_groups(model) -> int:

@@ -175,3 +175,63 @@ def test_the_weights_file_of_a_siglip_folder_is_recognised_as_hf(tmp_path):
     assert detect_format(str(folder / "model.safetensors")) == "hf"
     model = keras_vit.from_checkpoint(folder / "model.safetensors")
     assert model.get_layer("MAPHead_0").num_heads == TINY["heads"]
+
+
+def _naflex_table(table, old, new):
+    """transformers' `Siglip2VisionEmbeddings.resize_positional_embeddings` in NumPy: per
+    axis, output i at (i + 0.5) * old / n - 0.5, triangle weights over every input row with
+    support max(old / n, 1), each row normalised; the grid's rows then columns."""
+
+    def weights(n):
+        scale = old / n
+        centre = (np.arange(n) + 0.5) * scale - 0.5
+        w = np.clip(1 - np.abs(np.arange(old)[None] - centre[:, None]) / max(scale, 1.0), 0, None)
+        return w / w.sum(1, keepdims=True)
+
+    grid = np.asarray(table, np.float64).reshape(old, old, -1)
+    resized = np.einsum("ir,rcd,jc->ijd", weights(new[0]), grid, weights(new[1]))
+    return resized.reshape(1, new[0] * new[1], -1)
+
+
+@pytest.fixture(scope="module")
+def naflex_folder(tmp_path_factory):
+    params = random_params(np.random.default_rng(7), attn_pool=True, head=False)
+    folder = tmp_path_factory.mktemp("naflex") / "hf"
+    return params, _folder(folder, _hf_state(params, SIGLIP2), _config(SIGLIP2))
+
+
+def test_a_naflex_tower_at_another_grid_resizes_its_table_as_transformers(naflex_folder):
+    """Siglip2VisionModel on one image of grid (H / P, W / P), no padding: the 4x4 table
+    resized by NaFlex's antialiased bilinear rule to 8x2 (as many patches; enlarging the
+    rows, shrinking the columns); the model records the rule for finetune and the forward
+    pass, which gives the same at that size."""
+    params, folder = naflex_folder
+    size = (56, 14)
+    model = keras_vit.from_checkpoint(folder, image_size=size)
+    assert model.get_layer("posembed_input").resize_method == "bilinear_antialias"
+    grid = (size[0] // TINY["patch"], size[1] // TINY["patch"])
+    side = TINY["image_size"] // TINY["patch"]
+    resized = dict(params, pos=_naflex_table(params["pos"][0], side, grid))
+    x = np.random.default_rng(3).uniform(-1, 1, (2, *size, 3)).astype("float32")
+    want = forward(resized, x, heads=TINY["heads"], activation="gelu_tanh")
+    np.testing.assert_allclose(np.asarray(model(x), np.float64), want, atol=1e-5, rtol=0)
+    dynamic = keras_vit.from_checkpoint(folder, dynamic_image_size=True)
+    np.testing.assert_allclose(np.asarray(dynamic(x), np.float64), want, atol=1e-5, rtol=0)
+
+
+def test_another_resize_method_for_a_naflex_tower_is_refused_in_one_line(naflex_folder):
+    _, folder = naflex_folder
+    with pytest.raises(CheckpointError, match="resize_method='bicubic' but .*'bilinear_antialias'"):
+        keras_vit.from_checkpoint(folder, image_size=42, resize_method="bicubic")
+    model = keras_vit.ViT(
+        image_size=42, patch_size=7, hidden_dim=32, num_heads=4, mlp_dim=64, num_layers=2,
+        include_top=False, pooling="map", gelu_approximate=True,
+    )  # fmt: skip
+    before = [np.asarray(w).copy() for w in model.weights]
+    with pytest.raises(CheckpointError, match="resize_method='bilinear' but") as error:
+        keras_vit.load_weights(model, folder, resize_method="bilinear")
+    assert "\n" not in str(error.value)
+    for old, weight in zip(before, model.weights, strict=True):
+        np.testing.assert_array_equal(old, np.asarray(weight))
+    keras_vit.load_weights(model, folder)  # the file's own rule, unasked, and recorded
+    assert model.get_layer("posembed_input").resize_method == "bilinear_antialias"
