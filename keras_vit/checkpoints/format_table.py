@@ -244,7 +244,8 @@ FORMAT_TABLE: dict[str, CheckpointFormat] = {
                 "SigLIP": "`model_type` siglip_vision_model / siglip2_vision_model (or a "
                 "whole siglip / siglip2 model's `vision_config`, `vision_model.` keys): no "
                 "class token, MAP pooling (`head.*`), `hidden_act` gelu_pytorch_tanh or gelu; "
-                "SigLIP 2 (NaFlex) at its fixed square grid only; a MAP model without a head "
+                "SigLIP 2 (NaFlex) at any image size, its table resized as transformers does "
+                "(below); a MAP model without a head "
                 "is written as a SiglipVisionModel (`hf_siglip.write_siglip`: Siglip2VisionModel)",
                 "model type": "config.json `model_type`: vit, deit (distillation token; "
                 "`cls_classifier` + `distillation_classifier`, or one `classifier`: "
