@@ -222,7 +222,7 @@ def load_weights(
     _refuse_lora(model)
     contents = _contents(model, path, no_embed_class)
     resize_method = resize_method_for(contents, resize_method)
-    _check_forward_resize(model, resize_method)
+    _check_forward_resize(model, resize_method, contents.resize_method)
     _check_rope(model, contents)
     variables, unnamed = official_variables(model)
     if unnamed:
@@ -328,18 +328,20 @@ def _record_own_resize(model, contents) -> None:
         set_forward_resize_method(find_vit_model(model), contents.resize_method)
 
 
-def _check_forward_resize(model, resize_method) -> None:
+def _check_forward_resize(model, resize_method, file_own=None) -> None:
     """ValueError when a `dynamic_image_size` model resizes its table in the forward pass
-    with another method than the load is asked to use (its outputs would follow neither)."""
+    with another method than the load is asked to use (its outputs would follow neither);
+    `file_own`: the method the file records, the only one it loads with."""
     from keras_vit.layers.position_embedding import dynamic_position_layers
 
     for layer in dynamic_position_layers(find_vit_model(model)):
         if layer.resize_method != resize_method:
+            load = "" if file_own else f"load with resize_method={layer.resize_method!r}, or "
             raise ValueError(
                 f"resize_method={resize_method!r} but the model (dynamic_image_size=True) "
                 f"resizes its position table with {layer.resize_method!r} in the forward "
-                f"pass; load with resize_method={layer.resize_method!r}, or build it with "
-                f"keras_vit.from_checkpoint(..., resize_method={resize_method!r})."
+                f"pass; {load}build it with keras_vit.from_checkpoint(..., "
+                f"resize_method={resize_method!r})."
             )
 
 

@@ -235,3 +235,16 @@ def test_another_resize_method_for_a_naflex_tower_is_refused_in_one_line(naflex_
         np.testing.assert_array_equal(old, np.asarray(weight))
     keras_vit.load_weights(model, folder)  # the file's own rule, unasked, and recorded
     assert model.get_layer("posembed_input").resize_method == "bilinear_antialias"
+
+
+def test_a_dynamic_model_resizing_otherwise_refuses_a_naflex_tower(naflex_folder):
+    """A model that resizes its table with the release's bilinear in the forward pass would
+    follow neither rule; the message points to the one way that loads."""
+    _, folder = naflex_folder
+    model = keras_vit.ViT(
+        image_size=28, patch_size=7, hidden_dim=32, num_heads=4, mlp_dim=64, num_layers=2,
+        include_top=False, pooling="map", gelu_approximate=True, dynamic_image_size=True,
+    )  # fmt: skip
+    with pytest.raises(ValueError, match="'bilinear' in the forward pass; build it with") as error:
+        keras_vit.load_weights(model, folder)
+    assert "load with" not in str(error.value) and "\n" not in str(error.value)
