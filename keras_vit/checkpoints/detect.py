@@ -106,9 +106,8 @@ def _safetensors_format(path, header) -> str:
     if any(name.startswith(NAFLEX_TIMM_PREFIX) for name in names):
         raise UnsupportedCheckpointError(
             f"{path} is a timm NaFlexVit file ({NAFLEX_TIMM_PREFIX}* keys, naflexvit_*), "
-            "which keras_vit does not read: timm resizes its table with antialiased bicubic, "
-            "transformers with antialiased bilinear; read SigLIP 2's NaFlex tower as a "
-            "Hugging Face Siglip2VisionModel folder."
+            "a layout keras_vit does not read; read SigLIP 2's NaFlex tower as a Hugging "
+            "Face Siglip2VisionModel folder."
         )
     shown = ", ".join(names[:5]) or "no tensors"
     raise UnsupportedCheckpointError(

@@ -91,8 +91,8 @@ def test_hf_weights_without_config_say_what_is_missing(tmp_path):
 
 
 def test_a_timm_naflexvit_file_is_refused_by_name(tmp_path):
-    """timm's NaFlexVit (`embeds.proj`, `embeds.pos_embed` (1, H, W, D)) resizes its table
-    with antialiased bicubic where transformers' Siglip2VisionModel uses bilinear."""
+    """timm's NaFlexVit layout (`embeds.proj`, `embeds.pos_embed` (1, H, W, D)) is not read;
+    the message names the SigLIP 2 NaFlex tower keras_vit does read."""
     path = tmp_path / "model.safetensors"
     save_file(
         {

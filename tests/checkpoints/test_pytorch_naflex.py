@@ -5,7 +5,8 @@
 tiny random `Siglip2VisionModel` saved with `save_pretrained` and read by
 `keras_vit.from_checkpoint` at image sizes whose grids differ from its table's: its pooled
 output on each image, given as patches with `spatial_shapes` (H / P, W / P) and no padding,
-must equal keras_vit's within 1e-5.
+must equal keras_vit's within 1e-5. Where timm imports, its NaFlexVit SigLIP towers' table
+resize too.
 """
 
 from __future__ import annotations
@@ -99,3 +100,37 @@ def test_a_naflex_tower_at_other_grids_equals_transformers(naflex_tower, grid):
     _figure(f"hf-naflex-{grid[0]}x{grid[1]}", np.asarray(model(x, training=False)), want)
     dynamic = keras_vit.from_checkpoint(folder, dynamic_image_size=True)
     _figure(f"hf-naflex-dynamic-{grid[0]}x{grid[1]}", np.asarray(dynamic(x)), want)
+
+
+def _timm():
+    """timm, or a skip where it does not import (its import reaches torchvision)."""
+    try:
+        import timm
+    except (ImportError, RuntimeError) as error:
+        pytest.skip(f"timm does not import here: {type(error).__name__}")
+    return timm
+
+
+@pytest.mark.parametrize(
+    "name", ["naflexvit_base_patch16_siglip", "naflexvit_so400m_patch16_siglip"]
+)
+def test_timms_naflexvit_siglip_resizes_its_table_the_same_way(name):
+    """timm's NaFlexVit SigLIP towers: with the patch projection zeroed, the tokens of an image
+    of grid (h, w) are the table resized to it (`_apply_learned_pos_embed`), which must be
+    keras_vit's "bilinear_antialias" (not `NaFlexVitCfg`'s default bicubic)."""
+    timm = _timm()
+    model = timm.create_model(
+        name, pretrained=False, patch_size=PATCH, embed_dim=WIDTH, depth=1, num_heads=HEADS,
+        mlp_ratio=2.0, num_classes=0, pos_embed_grid_size=(SIDE * 2, SIDE * 2),
+    ).eval()  # fmt: skip
+    side = SIDE * 2
+    with torch.no_grad():
+        model.embeds.pos_embed.copy_(torch.randn(model.embeds.pos_embed.shape) * 0.2)
+        model.embeds.proj.weight.zero_()
+        model.embeds.proj.bias.zero_()
+        table = model.embeds.pos_embed.numpy().reshape(1, side * side, WIDTH)
+        for grid in [(3, 5), (13, 11), (2, 16)]:
+            pixels = torch.zeros(1, 3, grid[0] * PATCH, grid[1] * PATCH)
+            tokens = model.embeds(pixels)[0].numpy()
+            ours = resize_position_embeddings(table, side, grid, 0, method="bilinear_antialias")
+            _figure(f"timm-{name}-table-{grid[0]}x{grid[1]}", ours, tokens)
