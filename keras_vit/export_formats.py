@@ -418,10 +418,13 @@ def compress_openvino_weights(path, quantize="int8") -> None:
     compressed = nncf.compress_weights(model, mode=mode)
     stem = os.path.splitext(path)[0]
     staged = f"{stem}.compressing"
-    openvino.save_model(compressed, f"{staged}.xml", compress_to_fp16=False)
-    del model, compressed
-    for suffix in (".xml", ".bin"):
-        os.replace(f"{staged}{suffix}", f"{stem}{suffix}")
+    try:
+        openvino.save_model(compressed, f"{staged}.xml", compress_to_fp16=False)
+        del model, compressed
+        for suffix in (".xml", ".bin"):
+            os.replace(f"{staged}{suffix}", f"{stem}{suffix}")
+    finally:
+        _remove([f"{staged}.xml", f"{staged}.bin"])
     logger.info("Compressed the OpenVINO weights of %s to int8 (NNCF %s)", path, mode.value)
 
 
