@@ -32,12 +32,15 @@ default for float32; `QUANTIZED_TOLERANCE` of the logits' scale for a quantized 
 the artifact and raises `ExportMismatchError`.
 
 `quantize="int8" | "int4" | "float8"` applies `keras.Model.quantize` to a copy of the model
-before export (the check then compares with the quantized Keras model); "saved_model" and
-"onnx" take it (`check_format` says why the others do not).
+before export (the check then compares with the quantized Keras model) for "saved_model",
+"onnx" (int8, int4) and "torch"; for "openvino", `quantize="int8"` is NNCF's int8 weight
+compression of the float artifact (`nncf.compress_weights`, asymmetric per output channel;
+activations stay float), checked against the float Keras model. LiteRT takes the float model
+only (`check_format` says why).
 
-The runtimes are the `export` extra (`pip install "keras_vit[export]"`; "torch" needs the
-`torch` extra); a format whose runtime is missing is refused in one line naming the extra
-before any work.
+The runtimes are the `export` extra (`pip install "keras_vit[export]"`, NNCF included;
+"torch" needs the `torch` extra); a format whose runtime is missing is refused in one line
+naming the extra before any work.
 """
 
 from __future__ import annotations
@@ -59,6 +62,7 @@ from keras_vit.spec.export_formats import (  # noqa: F401  (importable here too)
     FORMATS,
     QUANTIZE_MODES,
     QUANTIZED_FORMATS,
+    WEIGHT_COMPRESSED,
     MissingRuntimeError,
     check_format,
     check_runtime,
@@ -90,20 +94,23 @@ class ExportMismatchError(ValueError):
 @dataclasses.dataclass
 class ExportReport:
     """What `export_model` wrote: `path` (the artifact, or the SavedModel's version folder),
-    `format`, `image_size` `(height, width)`, `quantize` (None or the mode) and
-    `max_difference`, the largest absolute logit difference to Keras over the probes."""
+    `format`, `image_size` `(height, width)`, `quantize` (None or the mode),
+    `max_difference`, the largest absolute logit difference to Keras over the probes, and
+    `top1_agreement`, the share of the probe images (6) whose top-1 class is Keras'."""
 
     path: str
     format: str
     image_size: tuple[int, int]
     quantize: str | None
     max_difference: float
+    top1_agreement: float = 1.0
 
     def __repr__(self) -> str:
         mode = f", quantize={self.quantize!r}" if self.quantize else ""
         return (
             f"ExportReport(path={self.path!r}, format={self.format!r}, "
-            f"image_size={self.image_size}{mode}, max_difference={self.max_difference:.2g})"
+            f"image_size={self.image_size}{mode}, max_difference={self.max_difference:.2g}, "
+            f"top1_agreement={self.top1_agreement:.2f})"
         )
 
 
@@ -134,12 +141,14 @@ def export_model(
             docstring).
         quantize: None (default), "int8", "int4" or "float8": `keras.Model.quantize` on a
             copy of the model before export (int8/int4: Keras' per-channel abs-max weights,
-            activations quantized per call).
+            activations quantized per call); for "openvino", "int8" only: NNCF's int8 weight
+            compression of the float artifact (`QUANTIZED_FORMATS` lists what each takes).
         image_size: `(height, width)` (or an int) to export a `dynamic_image_size` model at;
             default its position table's size. Must be None or the model's size otherwise.
         overwrite: replace an existing artifact (default False: `FileExistsError`).
         tolerance: the largest absolute logit difference to Keras accepted; default 1e-4,
-            and for a quantized export `QUANTIZED_TOLERANCE` x the largest |logit|.
+            and for a quantized export `QUANTIZED_TOLERANCE` x the largest |logit| (of the
+            quantized Keras model, or of the float one for NNCF's OpenVINO int8).
         **saved_model_kwargs: "saved_model" only: `version`, `class_names`, `top_k`
             (`keras_vit.export.export_saved_model`).
 
@@ -149,7 +158,8 @@ def export_model(
     Raises:
         ValueError: an unknown format or quantize mode, a bad tolerance, keyword arguments
             another format does not take, a model without a fixed size and no `image_size`.
-        MissingRuntimeError: the format's runtime is not installed (names the extra).
+        MissingRuntimeError: the format's runtime (or NNCF, for OpenVINO int8) is not
+            installed (names the extra).
         FileExistsError: the artifact exists and `overwrite` is False.
         ExportMismatchError: the runtime's logits differ from Keras' by more than `tolerance`
             (the artifact is removed).
@@ -160,7 +170,7 @@ def export_model(
             f"{sorted(saved_model_kwargs)} are options of format='saved_model' only. "
             f"Received: format={format!r}"
         )
-    check_runtime(format)
+    check_runtime(format, quantize)
     export_dir = os.fspath(export_dir)
     size = _export_size(model, image_size)
     if format != "saved_model":
@@ -169,21 +179,24 @@ def export_model(
     if format == "saved_model":
         prepared = _quantized(copy, quantize)
         served = serving_model(prepared, size)
-        target = _saved_model(
+        path, checked = _saved_model(
             prepared, served, export_dir, tolerance, overwrite, saved_model_kwargs, quantize
         )
-        return ExportReport(target[0], format, size, quantize, target[1])
+        return ExportReport(path, format, size, quantize, *checked)
     os.makedirs(export_dir, exist_ok=True)
     paths = [os.path.join(export_dir, name) for name in ARTIFACTS[format]]
+    compressed = format in WEIGHT_COMPRESSED and quantize is not None
     try:
-        served = _write(copy, paths[0], format, quantize)
+        served = _write(copy, paths[0], format, None if compressed else quantize)
+        if compressed:
+            compress_openvino_weights(paths[0], quantize)
         runner = RUNNERS[format]
-        difference = _compare(served, lambda x: runner(paths[0], x), tolerance, format, quantize)
+        checked = _compare(served, lambda x: runner(paths[0], x), tolerance, format, quantize)
     except BaseException:
         _remove(paths)
         raise
-    logger.info("Exported %s (max logit difference %.2g)", paths[0], difference)
-    return ExportReport(paths[0], format, size, quantize, difference)
+    logger.info("Exported %s (max logit difference %.2g)", paths[0], checked[0])
+    return ExportReport(paths[0], format, size, quantize, *checked)
 
 
 def _write(copy, path, format, quantize) -> keras.Model:
@@ -221,18 +234,19 @@ def _export_options(format) -> dict:
 
 
 def _saved_model(prepared, served, export_dir, tolerance, overwrite, kwargs, quantized):
-    """`(version folder, max difference)` of `export_saved_model`, checked with TensorFlow."""
+    """`(version folder, (max difference, top-1 agreement))` of `export_saved_model`, checked
+    with TensorFlow (the SavedModel loaded once)."""
     import tensorflow as tf
 
     from keras_vit.export import SERVING_SIGNATURE, export_saved_model
 
     target = export_saved_model(prepared, export_dir, overwrite=overwrite, **kwargs)
-
-    def run(pixels):
-        loaded = tf.saved_model.load(target)
-        return loaded.signatures[SERVING_SIGNATURE](images=tf.constant(pixels))["logits"].numpy()
-
     try:
+        signature = tf.saved_model.load(target).signatures[SERVING_SIGNATURE]
+
+        def run(pixels):
+            return signature(images=tf.constant(pixels))["logits"].numpy()
+
         return target, _compare(served, run, tolerance, "saved_model", quantized)
     except BaseException:
         shutil.rmtree(target, ignore_errors=True)
@@ -360,17 +374,19 @@ def probe_images(size, channels, batch, seed=0) -> np.ndarray:
     return rng.uniform(0.0, 255.0, (batch, *size, channels)).astype(np.float32)
 
 
-def _compare(served, run, tolerance, format, quantized=False) -> float:
-    """The largest |runtime - Keras| logit difference over the probe batches; raises
-    `ExportMismatchError` above `tolerance`."""
+def _compare(served, run, tolerance, format, quantized=False) -> tuple[float, float]:
+    """`(largest |runtime - Keras| logit difference, top-1 agreement)` over the probe batches;
+    raises `ExportMismatchError` when the difference is above `tolerance`."""
     size, channels = tuple(served.inputs[0].shape[1:3]), served.inputs[0].shape[3]
-    worst, largest = 0.0, 0.0
+    worst, largest, agree, images = 0.0, 0.0, 0, 0
     for batch in PROBE_BATCHES:
         pixels = probe_images(size, channels, batch)
         expected = keras.ops.convert_to_numpy(served(pixels, training=False)).astype(np.float64)
         got = np.asarray(run(pixels), np.float64).reshape(expected.shape)
         worst = max(worst, float(np.max(np.abs(got - expected))))
         largest = max(largest, float(np.max(np.abs(expected))))
+        agree += int(np.sum(got.argmax(-1) == expected.argmax(-1)))
+        images += batch
     if tolerance is None:
         tolerance = QUANTIZED_TOLERANCE * largest if quantized else TOLERANCE
     if not worst <= tolerance:
@@ -378,7 +394,38 @@ def _compare(served, run, tolerance, format, quantized=False) -> float:
             f"The {format} artifact's logits differ from Keras' by {worst:.3g} (> tolerance "
             f"{tolerance:g}) on the probe batches {PROBE_BATCHES}; it was removed."
         )
-    return worst
+    return worst, agree / images
+
+
+OPENVINO_INT8_MODE = "INT8_ASYM"
+"""NNCF's int8 weight compression for OpenVINO: per output channel, with a zero point."""
+
+
+def compress_openvino_weights(path, quantize="int8") -> None:
+    """Replaces the OpenVINO artifact at `path` (`.xml` + `.bin`) by NNCF's int8 weight
+    compression of it (`nncf.compress_weights`, `OPENVINO_INT8_MODE`): the weights of every
+    matrix product and convolution stored as int8 with a float scale (and zero point) per
+    output channel, dequantized by the CPU plugin; activations stay float. The rest of the
+    graph is saved in float32 (`compress_to_fp16=False`)."""
+    if quantize != "int8":
+        raise ValueError(f"OpenVINO takes quantize='int8' only. Received: {quantize!r}")
+    import nncf
+    import openvino
+
+    nncf.set_log_level(logging.ERROR)  # its per-layer table would fill the CLI's output
+    model = openvino.Core().read_model(path)
+    mode = getattr(nncf.CompressWeightsMode, OPENVINO_INT8_MODE)
+    compressed = nncf.compress_weights(model, mode=mode)
+    stem = os.path.splitext(path)[0]
+    staged = f"{stem}.compressing"
+    try:
+        openvino.save_model(compressed, f"{staged}.xml", compress_to_fp16=False)
+        del model, compressed
+        for suffix in (".xml", ".bin"):
+            os.replace(f"{staged}{suffix}", f"{stem}{suffix}")
+    finally:
+        _remove([f"{staged}.xml", f"{staged}.bin"])
+    logger.info("Compressed the OpenVINO weights of %s to int8 (NNCF %s)", path, mode.value)
 
 
 def run_onnx(path, pixels) -> np.ndarray:

@@ -263,7 +263,7 @@ def test_unclosed_runnable_block_is_an_error():
 # --- the real documents -------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("document", ["README.md", "docs/examples.md"])
+@pytest.mark.parametrize("document", ["README.md", "docs/examples.md", "docs/serving.md"])
 def test_document_commands_exist(document):
     """Every runnable command of the document names a real subcommand/example and real flags."""
     path = ROOT / document
@@ -273,6 +273,41 @@ def test_document_commands_exist(document):
     if not commands:
         pytest.skip(f"{document} marks no block `{RUNNABLE_MARK}` yet")
     assert check_commands(commands, ROOT) == []
+
+
+def _export_commands_by_section(markdown: str) -> dict[str, list[list[str]]]:
+    """{`### ` heading: the `keras-vit export` commands of the runnable blocks under it}."""
+    sections = re.split(r"^### ", markdown, flags=re.M)[1:]
+    return {
+        section.splitlines()[0].strip(): [
+            tokens for tokens in runnable_commands(section) if tokens[:2] == ["keras-vit", "export"]
+        ]
+        for section in sections
+    }
+
+
+def test_serving_document_has_a_section_per_format_with_its_accepted_commands():
+    """docs/serving.md: a `### `format`` section for every export format, whose commands parse,
+    name that format, are accepted by `check_format`, and show the float32 export and, where
+    the format takes quantization, its int8 export."""
+    from keras_vit.cli.main import build_parser
+    from keras_vit.spec.export_formats import FORMATS, QUANTIZED_FORMATS, check_format
+
+    sections = _export_commands_by_section((ROOT / "docs" / "serving.md").read_text())
+    parser = build_parser()
+    for format in FORMATS:
+        commands = sections.get(f"`{format}`")
+        assert commands, f"docs/serving.md has no section `{format}` with a runnable command"
+        modes = set()
+        for tokens in commands:
+            args = parser.parse_args(tokens[1:])
+            assert args.format == format, tokens
+            check_format(args.format, args.quantize)
+            modes.add(args.quantize)
+        assert None in modes, f"`{format}`: no float32 command"
+        assert modes - {None} <= set(QUANTIZED_FORMATS.get(format, ()))
+        if format in QUANTIZED_FORMATS:
+            assert "int8" in modes, f"`{format}` takes int8 but its section shows no command"
 
 
 def test_examples_document_names_every_example():

@@ -3,12 +3,13 @@
 Each model (`default`: the `keras-vit train` model, a ResNet-stem hybrid at 28 px, 10
 classes; `B/16`: ViT-B/16 at 224 px, 1000 classes; weights random, the zero-initialised head
 and biases drawn too) is written by `keras_vit.export_formats.export_model` as a TF
-SavedModel, ONNX, LiteRT and OpenVINO artifact in float32, and in int8 where the format takes
-a Keras-quantized graph (SavedModel, ONNX); each export checks its logits in its own runtime
-(the largest difference is recorded). LiteRT's own dynamic-range int8 (the converter's
+SavedModel, ONNX, LiteRT and OpenVINO artifact in float32 and in int8: Keras' int8
+(`keras.Model.quantize`) for SavedModel and ONNX, NNCF's int8 weight compression for OpenVINO
+(what `export_model(..., "openvino", quantize="int8")` writes, compared with the float Keras
+model); each export checks its logits in its own runtime (the largest difference and the
+probe's top-1 agreement are recorded). LiteRT's own dynamic-range int8 (the converter's
 `Optimize.DEFAULT` on the same float graph, a different scheme from Keras' int8) stands in
-for LiteRT int8, compared with the float Keras logits. OpenVINO int8 is not measured: Keras'
-int8 graph does not convert to it correctly, and its own weight compression needs NNCF.
+for LiteRT int8, compared with the float Keras logits.
 
 The artifacts are then loaded in their runtimes in this one process and timed in rounds, the
 runtimes' order rotating every round (on a shared host the ratios within a run are fair; the
@@ -45,16 +46,19 @@ SLUGS = {"default": "default", "B/16": "b16"}
 RUNTIMES = ("saved_model", "onnx", "litert", "openvino")
 PRECISIONS = ("float32", "int8")
 PEER = "timm_onnx"
-NOT_MEASURED = {
-    ("openvino", "int8"): "not measured: keras_vit refuses Keras-quantized graphs for OpenVINO "
-    "(their conversion gave wrong logits), and OpenVINO's own int8 weight compression needs "
-    "NNCF, which the export extra does not install",
-}
+NOT_MEASURED: dict = {}
+"""{(runtime, precision): why} of points the study skips (none at present)."""
 
 
 def parse_args(argv=None):
     parser = report.parser(__doc__, "serving_cpu.json")
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
+    parser.add_argument("--runtimes", nargs="+", default=list(RUNTIMES), choices=RUNTIMES)
+    parser.add_argument("--precisions", nargs="+", default=list(PRECISIONS), choices=PRECISIONS)
+    parser.add_argument(
+        "--skip", nargs="+", default=[], metavar="RUNTIME:PRECISION",
+        help="points not exported or timed (recorded as skipped), e.g. onnx:int8",
+    )  # fmt: skip
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 32], help="(1 32)")
     parser.add_argument("--iterations", type=int, default=30, help="timed calls a point (30)")
     parser.add_argument("--warmup", type=int, default=2, help="untimed calls a point (2)")
@@ -66,6 +70,9 @@ def parse_args(argv=None):
     parser.add_argument("--peer-notes", default="", help="how the peer file was made")
     args = parser.parse_args(argv)
     report.at_least(parser, args, "iterations", "min_iterations")
+    points = {f"{runtime}:{precision}" for runtime in RUNTIMES for precision in PRECISIONS}
+    if set(args.skip) - points:
+        parser.error(f"--skip takes RUNTIME:PRECISION of {sorted(points)}. Received: {args.skip}")
     if any(batch < 1 for batch in args.batches):
         parser.error(f"--batches must be positive ints. Received: {args.batches}")
     return args
@@ -92,26 +99,37 @@ def build(name: str):
     return model
 
 
-def export_all(model, folder: str) -> dict:
+def export_all(model, folder: str, runtimes=RUNTIMES, precisions=PRECISIONS, skip=()) -> dict:
     """{(runtime, precision): {"path", "max_difference", ...} or {"skipped": why}}."""
     from keras_vit import export_formats
 
     done = {}
-    for runtime in RUNTIMES:
-        for precision in PRECISIONS:
+    for runtime in runtimes:
+        for precision in precisions:
             key, target = (runtime, precision), os.path.join(folder, f"{runtime}_{precision}")
             start = time.perf_counter()
-            if key in NOT_MEASURED:
+            if f"{runtime}:{precision}" in skip:
+                done[key] = {"skipped": "not run: left out of this run (--skip)"}
+            elif key in NOT_MEASURED:
                 done[key] = {"skipped": NOT_MEASURED[key]}
             elif runtime == "litert" and precision == "int8":
                 done[key] = litert_dynamic_range(model, target)
             else:
                 quantize = None if precision == "float32" else precision
                 made = export_formats.export_model(model, target, runtime, quantize=quantize)
-                done[key] = {"path": made.path, "max_difference": made.max_difference}
+                done[key] = {"path": made.path, "max_difference": made.max_difference,
+                             "probe_top1_agreement": made.top1_agreement,
+                             "reference": reference(runtime, precision)}  # fmt: skip
             done[key]["export_s"] = round(time.perf_counter() - start, 1)
             print(f"exported {runtime} {precision}: {done[key]}", flush=True)
     return done
+
+
+def reference(runtime: str, precision: str) -> str:
+    """The Keras model an export's logits are compared with."""
+    if precision == "float32" or runtime in ("openvino", "litert"):
+        return "Keras float32"
+    return "Keras int8 (keras.Model.quantize)"
 
 
 def litert_dynamic_range(model, folder: str) -> dict:
@@ -139,6 +157,7 @@ def litert_dynamic_range(model, folder: str) -> dict:
         "path": path, "max_difference": float(np.abs(got - expected).max()),
         "max_abs_logit": float(np.abs(expected).max()),
         "probe_top1_agreement": float((got.argmax(-1) == expected.argmax(-1)).mean()),
+        "reference": reference("litert", "int8"),
         "scheme": "LiteRT dynamic-range int8 (Optimize.DEFAULT): int8 weights, activations "
         "quantized per call by the kernels",
     }  # fmt: skip
@@ -227,7 +246,10 @@ def measure_model(name: str, args, folder: str) -> dict:
 
     model = build(name)
     size, channels = tuple(model.inputs[0].shape[1:3]), model.inputs[0].shape[3]
-    artifacts = export_all(model, os.path.join(folder, SLUGS[name]))
+    loads = [load_point(f"{name} start")]
+    artifacts = export_all(model, os.path.join(folder, SLUGS[name]), args.runtimes,
+                           args.precisions, args.skip)  # fmt: skip
+    loads.append(load_point(f"{name} exported"))
     del model
     gc.collect()
     rng = np.random.default_rng(1)
@@ -249,10 +271,18 @@ def measure_model(name: str, args, folder: str) -> dict:
             print(json.dumps(rows[-1]), flush=True)
         points.clear()
         gc.collect()
+        loads.append(load_point(f"{name} batch {batch} timed"))
     exports = [{"model": name, "runtime": r, "precision": p,
                 **{key: value for key, value in made.items() if key != "path"}}
                for (r, p), made in artifacts.items()]  # fmt: skip
-    return {"rows": rows, "exports": exports}
+    return {"rows": rows, "exports": exports, "load_averages": loads}
+
+
+def load_point(when: str) -> dict:
+    """`{"when", "load_average"}`: the host's 1-, 5- and 15-minute load averages now."""
+    from benchmarks.harness import common
+
+    return {"when": when, "load_average": common.load_average()}
 
 
 def figure_values(rows: list[dict], exports: list[dict], peer_note: str | None) -> dict:
@@ -267,6 +297,9 @@ def figure_values(rows: list[dict], exports: list[dict], peer_note: str | None) 
         stem = f"{SLUGS[made['model']]}_{made['runtime']}_{made['precision']}"
         if "max_difference" in made:
             values[f"{stem}_max_difference"] = report.fig(made["max_difference"], "{:.1e}")
+            if "probe_top1_agreement" in made:
+                agreement = made["probe_top1_agreement"]
+                values[f"{stem}_probe_top1_agreement"] = report.fig(agreement, "{:.0%}")
         else:
             values[f"{stem}_max_difference"] = report.fig(made["skipped"], "{}")
     if peer_note:
@@ -274,13 +307,15 @@ def figure_values(rows: list[dict], exports: list[dict], peer_note: str | None) 
     return values
 
 
-def write(args, argv, rows, exports, start, done: bool) -> None:
+def write(args, argv, rows, exports, loads, start, done: bool) -> None:
     """The raw figures (`--json`) and the documents' figures (`--results`) of the models
     measured so far (written after each model, so that a stopped run keeps its finished part)."""
     peer_note = None
     if "B/16" in args.models and not args.peer_onnx:
         peer_note = "not measured: no timm ONNX file (--peer-onnx)"
-    payload = {"rows": rows, "exports": exports, "wall_s": round(time.time() - start, 1)}
+    payload = {"rows": rows, "exports": exports, "load_averages": loads,
+               "wall_s": round(time.time() - start, 1)}  # fmt: skip
+    ones = [point["load_average"][0] for point in loads if point["load_average"]]
     report.save_json(args.json, payload)
     if not args.results:
         return
@@ -288,7 +323,9 @@ def write(args, argv, rows, exports, start, done: bool) -> None:
     notes = (
         "one process, every runtime on all cores, rounds in rotating order; the host is "
         "shared with other processes (other users' tests and training ran at the same "
-        "time), so compare within this run. Iteration counts per point are in `rows`. "
+        f"time: 1-minute load average {min(ones, default=0):.1f} to {max(ones, default=0):.1f} "
+        "over the run, `load_averages`), so compare within this run. Iteration counts per "
+        "point are in `rows`. "
         f"Peer: {args.peer_notes or peer_note or args.peer_onnx}. Wall {payload['wall_s']} s"
         + ("" if done else f"; the run stopped after {measured}")
     )
@@ -308,13 +345,14 @@ def main(argv=None) -> int:
             f"bench serving: --peer-onnx {args.peer_onnx!r}: no such file (write it with "
             "python -m benchmarks.studies.timm_onnx_peer FILE in an environment with timm)"
         )
-    start, rows, exports = time.time(), [], []
+    start, rows, exports, loads = time.time(), [], [], []
     with tempfile.TemporaryDirectory() as folder:
         for index, name in enumerate(args.models):
             measured = measure_model(name, args, folder)
             rows += measured["rows"]
             exports += measured["exports"]
-            write(args, argv, rows, exports, start, done=index == len(args.models) - 1)
+            loads += measured["load_averages"]
+            write(args, argv, rows, exports, loads, start, done=index == len(args.models) - 1)
     return 0
 
 

@@ -60,7 +60,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "--quantize",
         choices=QUANTIZE_MODES,
         default=None,
-        help="keras.Model.quantize before export (saved_model and onnx)",
+        help="keras.Model.quantize before export (saved_model; onnx int8/int4; torch); "
+        "openvino: int8 weights by NNCF's compression",
     )
     parser.add_argument(
         "--image-size",
@@ -110,7 +111,7 @@ def check(args) -> None:
     if args.format != "saved_model":
         try:
             check_format(args.format, args.quantize)
-            check_runtime(args.format)
+            check_runtime(args.format, args.quantize)
         except (ValueError, MissingRuntimeError) as error:
             raise UsageError(str(error)) from None
     if args.class_names is not None:
@@ -204,10 +205,11 @@ def _export_checked(args, model, model_path, class_names) -> int:
         if isinstance(error, ExportMismatchError):
             raise
         raise UsageError(str(error)) from error
+    agreement = f", top-1 agreement {report.top1_agreement:.0%}" if args.quantize else ""
     print(
         f"Exported {model_path} to {report.path} ({args.format}"
         f"{', ' + args.quantize if args.quantize else ''}, float32, "
         f"{report.image_size[0]}x{report.image_size[1]}): logits within "
-        f"{report.max_difference:.2g} of Keras' in its runtime at batch 1 and 5"
+        f"{report.max_difference:.2g} of Keras' in its runtime at batch 1 and 5{agreement}"
     )
     return 0

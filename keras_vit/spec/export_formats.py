@@ -8,8 +8,18 @@ import importlib.util
 
 FORMATS = ("saved_model", "onnx", "litert", "openvino", "torch")
 QUANTIZE_MODES = ("int8", "int4", "float8")
-QUANTIZED_FORMATS = {"saved_model": QUANTIZE_MODES, "onnx": ("int8", "int4")}
-"""The quantize modes each format takes (tf2onnx has no float8 type)."""
+QUANTIZED_FORMATS = {
+    "saved_model": QUANTIZE_MODES,
+    "onnx": ("int8", "int4"),
+    "torch": QUANTIZE_MODES,
+    "openvino": ("int8",),
+}
+"""The quantize modes each format takes: a Keras-quantized graph for "saved_model", "onnx"
+(tf2onnx has no float8 type) and "torch"; NNCF's int8 weight compression of the float graph
+for "openvino" (`WEIGHT_COMPRESSED`)."""
+WEIGHT_COMPRESSED = {"openvino": ("nncf",)}
+"""Formats whose `quantize` is the runtime's own weight compression of the float artifact (not
+`keras.Model.quantize`), and the packages it needs."""
 RUNTIME_MODULES = {
     "saved_model": ("tensorflow",),
     "onnx": ("tf2onnx", "onnx", "onnxruntime"),
@@ -38,9 +48,11 @@ class MissingRuntimeError(ImportError):
     """The runtime a format is written with or checked in is not installed."""
 
 
-def check_runtime(format: str) -> None:
-    """Raises `MissingRuntimeError` in one line when `format`'s packages are not installed."""
-    missing = [name for name in RUNTIME_MODULES[format] if importlib.util.find_spec(name) is None]
+def check_runtime(format: str, quantize: str | None = None) -> None:
+    """Raises `MissingRuntimeError` in one line when `format`'s packages (with `quantize`, also
+    those of its weight compression) are not installed."""
+    needed = RUNTIME_MODULES[format] + (WEIGHT_COMPRESSED.get(format, ()) if quantize else ())
+    missing = [name for name in needed if importlib.util.find_spec(name) is None]
     if missing:
         extra = extra_of(format)
         raise MissingRuntimeError(
@@ -52,10 +64,11 @@ def check_runtime(format: str) -> None:
 def check_format(format, quantize=None) -> None:
     """ValueError naming a format or quantize mode `export_model` does not take.
 
-    Keras-quantized graphs reach TF Serving (every mode) and ONNX (int8, int4: tf2onnx has
-    no float8 type) only: LiteRT's converter refuses their int8 batched products, and
-    OpenVINO's conversion of them gave logits 3.0 away from Keras' (a tiny int8 ViT,
-    2026-12-07), so those formats take the float model only.
+    Keras-quantized graphs reach TF Serving (every mode), ONNX (int8, int4: tf2onnx has no
+    float8 type) and torch.export (every mode); LiteRT's converter refuses their int8 batched
+    products, and OpenVINO's conversion of them gave logits 1.9 away from Keras' on logits of
+    about 2 (a tiny int8 ViT), so LiteRT takes the float model only and OpenVINO takes int8 as
+    NNCF's weight compression of the float graph (`WEIGHT_COMPRESSED`).
     """
     if format not in FORMATS:
         raise ValueError(f"`format` must be one of {FORMATS}. Received: format={format!r}")
@@ -66,6 +79,13 @@ def check_format(format, quantize=None) -> None:
     if quantize is not None and quantize not in QUANTIZED_FORMATS.get(format, ()):
         takers = [name for name, modes in QUANTIZED_FORMATS.items() if quantize in modes]
         raise ValueError(
-            f"Export format {format!r} does not take quantize={quantize!r}: a Keras-quantized "
-            f"graph does not convert to it (formats that take it: {takers})."
+            f"Export format {format!r} does not take quantize={quantize!r}: {_why_not(format)} "
+            f"(formats that take it: {takers})."
         )
+
+
+def _why_not(format) -> str:
+    """Why `format` takes no (or not this) quantize mode."""
+    if format in WEIGHT_COMPRESSED:
+        return f"its quantization is {WEIGHT_COMPRESSED[format][0]}'s int8 weight compression"
+    return "a Keras-quantized graph does not convert to it"

@@ -25,6 +25,7 @@ def lora():
     [("serving", ["--batches", "1", "0"], "--batches must be positive"),
      ("serving", ["--iterations", "0"], "--iterations 0"),
      ("serving", ["--models", "L/16"], "invalid choice: 'L/16'"),
+     ("serving", ["--skip", "onnx:int4"], "--skip takes RUNTIME:PRECISION"),
      ("lora", ["--ranks", "4", "0"], "--ranks must be positive ints"),
      ("lora", ["--steps", "0"], "--steps 0"),
      ("lora", ["--timing-rounds", "0"], "--timing-rounds 0")],
@@ -91,6 +92,13 @@ def test_serving_figures_name_model_runtime_precision_and_batch(serving):
     exports = [
         {"model": "B/16", "runtime": "onnx", "precision": "int8", "max_difference": 0.00123},
         {"model": "default", "runtime": "openvino", "precision": "int8", "skipped": "why"},
+        {
+            "model": "B/16",
+            "runtime": "openvino",
+            "precision": "int8",
+            "max_difference": 0.04,
+            "probe_top1_agreement": 5 / 6,
+        },
     ]
     values = serving.figure_values(rows, exports, None)
     rendered = {key: entry["format"].format(entry["value"]) for key, entry in values.items()}
@@ -98,7 +106,15 @@ def test_serving_figures_name_model_runtime_precision_and_batch(serving):
         "b16_onnx_int8_b32_img_s": "12.3", "b16_onnx_int8_b32_p50_ms": "2591.9",
         "b16_onnx_int8_b32_p99_ms": "2700.0", "b16_onnx_int8_b32_iterations": "3",
         "b16_onnx_int8_max_difference": "1.2e-03", "default_openvino_int8_max_difference": "why",
+        "b16_openvino_int8_max_difference": "4.0e-02",
+        "b16_openvino_int8_probe_top1_agreement": "83%",
     }  # fmt: skip
+
+
+def test_skipped_points_are_recorded_not_exported(serving, monkeypatch):
+    monkeypatch.setattr(serving, "litert_dynamic_range", pytest.fail)
+    done = serving.export_all(None, "unused", ("litert",), ("int8",), skip=("litert:int8",))
+    assert done[("litert", "int8")]["skipped"].startswith("not run")
 
 
 def test_lora_figures_give_each_variants_share_of_full_fine_tuning(lora):

@@ -34,6 +34,7 @@ def test_a_checkpoint_exports_to_onnx(tmp_path, capsys):
     [
         (["--format", "litert", "--quantize", "int8"], "does not take"),
         (["--format", "onnx", "--quantize", "float8"], "does not take"),
+        (["--format", "openvino", "--quantize", "int4"], "weight compression"),
         (["--format", "tflite"], "invalid choice"),
     ],
 )
