@@ -228,6 +228,10 @@ FORMAT_TABLE: dict[str, CheckpointFormat] = {
                 ({"rope": True, "head": True}, "DINOv3ViTModel has no classification head"),
                 ({"rope": True, "layer_scale": False}, "DINOv3ViTModel always has LayerScale"),
                 ({"rope": True, "pooling": "map"}, DINOV3_PARTS[0][1]),
+                (
+                    {"rope": False, "mlp_activation": "swiglu"},
+                    "only its DINOv3ViTModel layout has a gated MLP (use_gated_mlp)",
+                ),
                 *(
                     ({"pooling": "map", option: value}, f"a SigLIP tower has no {what}")
                     for option, value, what in (
@@ -298,6 +302,10 @@ FORMAT_TABLE: dict[str, CheckpointFormat] = {
                 (
                     {"rope": True, "qkv_bias": "qkv"},
                     "timm's DINOv3 has no key bias (a zero buffer)",
+                ),
+                (
+                    {"rope": False, "mlp_activation": "swiglu"},
+                    "only its DINOv3 (Eva) layout is written with a gated MLP (swiglu_mlp)",
                 ),
             ),
             reads={
