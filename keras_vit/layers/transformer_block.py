@@ -21,9 +21,9 @@ class TransformerBlock(keras.layers.Layer):
     `LayerNorm_0`, `MultiHeadDotProductAttention_1` (q/k/v kernels `(D, heads, head_dim)`,
     out kernel `(heads, head_dim, D)`), `LayerNorm_2`, `MlpBlock_3` (`Dense_0`, `Dense_1`;
     with `mlp_activation="swiglu"` also `Dense_gate`, the gated MLP's gate).
-    16 weights in all (18 with the gate), created in `build()`; with LayerScale also `LayerScale_1/scale`
-    (ls1, attention branch) and `LayerScale_3/scale` (ls2, MLP branch), each `(D,)`
-    (CaiT section 2; timm `Block.ls1`/`ls2`, HF `Dinov2Layer.layer_scale1`/`2`). Without
+    16 weights in all (18 with the gate), created in `build()`; with LayerScale also
+    `LayerScale_1/scale` (ls1, attention branch) and `LayerScale_3/scale` (ls2, MLP branch),
+    each `(D,)` (CaiT section 2; timm `Block.ls1`/`ls2`, HF `Dinov2Layer.layer_scale1`/`2`). Without
     LayerScale ls1 = ls2 = 1.
 
     Args:
