@@ -1,10 +1,16 @@
-"""DINOv3's named sizes: exactly timm's parameter counts, the shared options, the SwiGLU
-sizes refused by name, and fine-tuning at a new image size (RoPE has nothing to resize).
+"""DINOv3's named sizes: exactly timm's parameter counts, the shared options, the gated
+(SwiGLU) sizes H+/16 and 7B/16, and fine-tuning at a new image size (RoPE has nothing to
+resize).
 
 The counts are timm 1.0.31's, `sum(p.numel() for p in timm.create_model(name,
 pretrained=False, num_classes=N).parameters())` (eva.py's `vit_*_patch16_dinov3` and
-`*_dinov3_qkvb` definitions; N=0: no head, timm's DINOv3 default; N=1000: a head). The
-models are built at a small image size (RoPE's count does not depend on it) and never run.
+`*_dinov3_qkvb` definitions; N=0: no head, timm's DINOv3 default; N=1000: a head); those of
+H+/16 and 7B/16 were taken with the model built on PyTorch's `meta` device (no memory), and
+transformers 5.25's `DINOv3ViTModel` (`use_gated_mlp=True`, `hidden_act="silu"`, no q/k/v
+bias, its `mask_token` left out) has the same headless counts. S/B/L are built at a small
+image size (RoPE's count does not depend on it) and never run; H+/16 (840M weights) and 7B/16
+(6.7G) are counted from their shapes (`keras_vit.model.dinov3.count_params`), a count checked
+here against built models' `count_params()`.
 """
 
 from __future__ import annotations
@@ -14,7 +20,7 @@ import pytest
 
 import keras_vit
 from keras_vit.checkpoints.base.architecture import Architecture
-from keras_vit.model.dinov3 import DINOv3, dinov3_kwargs
+from keras_vit.model.dinov3 import DINOv3, count_params, dinov3_kwargs
 from tests.checkpoints.random_models import randomise
 from tests.numpy_family_reference import family_forward
 
@@ -37,6 +43,8 @@ TIMM_COUNTS = {
 )
 def test_sizes_have_timms_parameter_counts(variant, qkv_bias):
     headless, with_head = TIMM_COUNTS[variant, qkv_bias]
+    assert count_params(variant, include_top=False, qkv_bias=qkv_bias) == headless
+    assert count_params(variant, num_classes=1000, qkv_bias=qkv_bias) == with_head
     model = DINOv3(variant, include_top=False, qkv_bias=qkv_bias, image_size=32)
     assert model.count_params() == headless
     model = DINOv3(variant, num_classes=1000, qkv_bias=qkv_bias, image_size=32)
@@ -55,10 +63,43 @@ def test_named_builders_use_the_dinov3_options():
     assert model.name == "dinov3_s16"
 
 
-@pytest.mark.parametrize("variant", ["H+/16", "7B/16"])
-def test_swiglu_sizes_are_refused_by_name(variant):
-    with pytest.raises(ValueError, match=rf"DINOv3 {variant.replace('+', '[+]')} .*SwiGLU"):
-        DINOv3(variant)
+GATED_TIMM_COUNTS = {
+    ("H+/16", "none"): (840_509_440, 841_790_440),
+    ("H+/16", "qv"): (840_591_360, 841_872_360),
+    ("7B/16", "none"): (6_716_030_976, 6_720_127_976),
+}
+
+
+@pytest.mark.parametrize("variant,qkv_bias", list(GATED_TIMM_COUNTS))
+def test_gated_sizes_count_timms_parameters(variant, qkv_bias):
+    headless, with_head = GATED_TIMM_COUNTS[variant, qkv_bias]
+    assert count_params(variant, include_top=False, qkv_bias=qkv_bias) == headless
+    assert count_params(variant, num_classes=1000, qkv_bias=qkv_bias) == with_head
+    kwargs = dinov3_kwargs(variant)
+    assert kwargs["mlp_activation"] == "swiglu" and kwargs["num_heads"] in (20, 32)
+    builder = {"H+/16": keras_vit.DINOv3_Hplus16, "7B/16": keras_vit.DINOv3_7B16}[variant]
+    assert variant in builder.__doc__
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        dict(mlp_activation="swiglu", qkv_bias="qv", patch_size=(4, 8), channels=1),
+        dict(mlp_activation="swiglu", qkv_bias="none", include_top=False, pooling="patch_gap"),
+        dict(qkv_bias="qkv", num_register_tokens=0, layer_scale_init=None, num_classes=3),
+    ],
+)
+def test_the_shape_count_is_a_built_models_count(options):
+    tiny = dict(hidden_dim=16, num_heads=2, mlp_dim=24, num_layers=2, **options)
+    built = DINOv3("S/16", image_size=16, **tiny)
+    assert count_params("S/16", **tiny) == built.count_params()
+
+
+def test_the_shape_count_refuses_what_it_does_not_count():
+    with pytest.raises(ValueError, match=r"does not count \['representation_size'\]"):
+        count_params("S/16", representation_size=8)
+    with pytest.raises(ValueError, match="pooling='map'"):
+        count_params("S/16", pooling="map")
 
 
 def test_unknown_size_is_refused():
