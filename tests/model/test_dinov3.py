@@ -15,6 +15,7 @@ here against built models' `count_params()`.
 
 from __future__ import annotations
 
+import keras
 import numpy as np
 import pytest
 
@@ -129,3 +130,61 @@ def test_finetune_at_a_new_size_keeps_the_body_and_rotates_the_new_grid():
     got = np.asarray(tuned(x, training=False), np.float64)
     assert np.abs(got).max() > 1e-3
     np.testing.assert_allclose(got, want, atol=2e-5)
+
+
+GATED_TINY = dict(hidden_dim=16, num_heads=2, mlp_dim=24, num_layers=2, patch_size=4)
+
+
+def _gated_model(**kwargs):
+    """A tiny DINOv3 with the H+ / 7B gated MLP, every weight random (the head too)."""
+    model = DINOv3("H+/16", num_classes=3, image_size=(8, 12), qkv_bias="qv", **GATED_TINY)
+    return randomise(model, seed=4)
+
+
+def _reference(model, x):
+    from keras_vit.checkpoints.base.naming import official_arrays
+
+    return family_forward(
+        official_arrays(model),
+        x,
+        num_heads=2,
+        gelu_approximate=False,
+        layer_norm_epsilon=1e-5,
+        rope=True,
+        mlp_activation="swiglu",
+    )
+
+
+def test_the_gated_mlp_is_the_numpy_swiglu_and_round_trips_through_keras_and_npz(tmp_path):
+    model = _gated_model()
+    block = model.get_layer("encoderblock_0")
+    assert block.get_config()["mlp_activation"] == "swiglu"
+    assert [p.name for p in block.projections()][-3:] == ["Dense_0", "Dense_gate", "Dense_1"]
+    x = np.random.default_rng(0).uniform(-1, 1, (2, 8, 12, 3)).astype("float32")
+    want = _reference(model, x)
+    got = np.asarray(model(x, training=False), np.float64)
+    assert np.abs(got).max() > 1e-2
+    np.testing.assert_allclose(got, want, atol=2e-5)
+    model.save(tmp_path / "m.keras")
+    loaded = keras.saving.load_model(tmp_path / "m.keras")
+    np.testing.assert_allclose(np.asarray(loaded(x), np.float64), want, atol=2e-5)
+    keras_vit.save_npz(model, tmp_path / "m.npz")
+    back = keras_vit.from_checkpoint(tmp_path / "m.npz")
+    assert back.get_layer("encoderblock_1").mlp_activation == "swiglu"
+    np.testing.assert_allclose(np.asarray(back(x), np.float64), want, atol=2e-5)
+
+
+def test_lora_adapts_the_gate_and_bfloat16_follows_the_float32_model():
+    from keras_vit.model.lora import lora_projections
+
+    model = _gated_model()
+    gates = [p for p in lora_projections(model) if p.name == "Dense_gate"]
+    assert len(gates) == 2
+    x = np.random.default_rng(1).uniform(-1, 1, (2, 8, 12, 3)).astype("float32")
+    want = np.asarray(model(x, training=False))
+    keras.config.set_dtype_policy("mixed_bfloat16")
+    half = _gated_model()
+    half.set_weights(model.get_weights())
+    got = np.asarray(keras.ops.cast(half(x, training=False), "float32"))
+    assert half.get_layer("encoderblock_0").mlp.dense_gate.compute_dtype == "bfloat16"
+    np.testing.assert_allclose(got, want, atol=0.05 * np.abs(want).max())
