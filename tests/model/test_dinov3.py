@@ -82,6 +82,13 @@ def test_gated_sizes_count_timms_parameters(variant, qkv_bias):
     assert variant in builder.__doc__
 
 
+@pytest.mark.large
+def test_h_plus_builds_with_timms_count():
+    """H+/16 built in Keras (840M weights, 3.4 GB in float32; 7B/16 is never built)."""
+    model = DINOv3("H+/16", include_top=False, image_size=32)
+    assert model.count_params() == GATED_TIMM_COUNTS["H+/16", "none"][0]
+
+
 @pytest.mark.parametrize(
     "options",
     [
@@ -172,6 +179,11 @@ def test_the_gated_mlp_is_the_numpy_swiglu_and_round_trips_through_keras_and_npz
     back = keras_vit.from_checkpoint(tmp_path / "m.npz")
     assert back.get_layer("encoderblock_1").mlp_activation == "swiglu"
     np.testing.assert_allclose(np.asarray(back(x), np.float64), want, atol=2e-5)
+    maps = keras_vit.attention_maps(model, x)
+    assert [m.shape for m in maps] == [(2, 2, 11, 11)] * 2  # cls, 4 storage, 2 x 3 patches
+    gate = model.get_layer("encoderblock_0").mlp.dense_gate.kernel
+    gate.assign(np.zeros(gate.shape, "float32"))  # silu(0 + bias): block 1's input changes
+    assert np.abs(keras_vit.attention_maps(model, x)[1] - maps[1]).max() > 1e-3
 
 
 def test_lora_adapts_the_gate_and_bfloat16_follows_the_float32_model():
