@@ -15,6 +15,8 @@ here against built models' `count_params()`.
 
 from __future__ import annotations
 
+import warnings
+
 import keras
 import numpy as np
 import pytest
@@ -176,6 +178,22 @@ def test_the_gated_mlp_is_the_numpy_swiglu_and_round_trips_through_keras_and_npz
     loaded = keras.saving.load_model(tmp_path / "m.keras")
     np.testing.assert_allclose(np.asarray(loaded(x), np.float64), want, atol=2e-5)
     keras_vit.save_npz(model, tmp_path / "m.npz")
+    # the gated MLP has no GELU: a model whose unused `gelu_approximate` differs loads silently
+    other = randomise(
+        DINOv3(
+            "H+/16",
+            image_size=(8, 12),
+            qkv_bias="qv",
+            num_classes=3,
+            gelu_approximate=True,
+            **GATED_TINY,
+        ),
+        seed=9,
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        keras_vit.load_weights(other, tmp_path / "m.npz")
+    np.testing.assert_allclose(np.asarray(other(x), np.float64), want, atol=2e-5)
     back = keras_vit.from_checkpoint(tmp_path / "m.npz")
     assert back.get_layer("encoderblock_1").mlp_activation == "swiglu"
     np.testing.assert_allclose(np.asarray(back(x), np.float64), want, atol=2e-5)
