@@ -37,7 +37,7 @@ from keras_vit.checkpoints.base.errors import CheckpointError
 from keras_vit.checkpoints.timm import timm_options
 from keras_vit.layers.rotary import ROPE_TEMPERATURE
 from keras_vit.spec import layer_names as names
-from keras_vit.spec.configs import PATCH_GAP, SWIGLU
+from keras_vit.spec.configs import DINOV3_HEADS, PATCH_GAP, SWIGLU
 
 logger = logging.getLogger(__name__)
 
@@ -228,8 +228,9 @@ def timm_dinov3_to_release(state: dict, num_heads: int, path) -> dict:
 
 
 def _num_heads(metadata: dict, config: dict, hidden: int, num_heads, path) -> int:
-    """Heads: the caller's, keras_vit's metadata, `model_args.num_heads`, the architecture's
-    DINOv3 size (S 6, B 12, L 16: head width 64)."""
+    """Heads: the caller's, keras_vit's metadata, `model_args.num_heads`, the DINOv3 size of
+    the width (`keras_vit.spec.configs.DINOV3_HEADS`: S 6, B 12, L 16, H+ 20, 7B 32), else
+    64-wide heads."""
     if num_heads:
         return int(num_heads)
     if META + "num_heads" in metadata:
@@ -237,6 +238,8 @@ def _num_heads(metadata: dict, config: dict, hidden: int, num_heads, path) -> in
     args = timm_options.model_args(config)
     if "num_heads" in args:
         return int(args["num_heads"])
+    if hidden in DINOV3_HEADS:
+        return DINOV3_HEADS[hidden]
     if hidden % 64:
         raise CheckpointError(f"{path}: the number of heads (width {hidden}) is unknown.")
     return hidden // 64

@@ -391,3 +391,12 @@ def test_timm_mlp_of_another_shape_and_original_key_names_are_refused(tmp_path):
     save_file(state, str(folder / "model.safetensors"))
     with pytest.raises(CheckpointError, match="original DINOv3 / EVA key names"):
         keras_vit.from_checkpoint(folder / "model.safetensors")
+
+
+@pytest.mark.parametrize("width,heads", [(384, 6), (1024, 16), (1280, 20), (4096, 32), (192, 3)])
+def test_heads_of_a_timm_file_that_does_not_say_are_the_dinov3_sizes(width, heads):
+    """timm's hub files carry no `num_heads`: the DINOv3 size of the width (7B/16 has 128-wide
+    heads, the others 64-wide)."""
+    from keras_vit.checkpoints.timm.timm_dinov3 import _num_heads
+
+    assert _num_heads({}, {"architecture": "x"}, width, None, "f") == heads
