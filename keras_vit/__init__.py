@@ -43,6 +43,8 @@ _EXPORTS = {
     "DINOv3_S16": "keras_vit.model.dinov3",
     "DINOv3_B16": "keras_vit.model.dinov3",
     "DINOv3_L16": "keras_vit.model.dinov3",
+    "DINOv3_Hplus16": "keras_vit.model.dinov3",
+    "DINOv3_7B16": "keras_vit.model.dinov3",
     "resize_position_embeddings": "keras_vit.layers.position_resize",
     "preprocess_inputs": "keras_vit.data.preprocess",
     "attention_maps": "keras_vit.visualize",

@@ -13,6 +13,9 @@ Equations, on top of the ViT's (tests/numpy_reference.py, paper eqs. 1-4):
 - norm_pre (timm, CLIP): a LayerNorm on the sequence before the first block;
 - LayerScale (CaiT section 2): x = x + g1 * MSA(LN(x)); x = x + g2 * MLP(LN(x));
 - quick_gelu (OpenAI CLIP): x * sigmoid(1.702 x);
+- the gated MLP "swiglu" (Shazeer 2020, arXiv:2002.05202; DINOv3 H+ / 7B, timm `SwiGLU`, HF
+  `DINOv3ViTGatedMLP`): W_1 (silu(y W_gate + b_gate) * (y W_0 + b_0)) + b_1, silu(z) =
+  z / (1 + exp(-z));
 - rotary position embedding (DINOv3, Simeoni et al. 2025, arXiv:2508.10104, section 3 and
   its `RopePositionEmbedding`): no position table; in every attention the queries and keys
   of the patch tokens (not the class / register tokens) are rotated: patch (i, j) of a
@@ -106,9 +109,12 @@ def _block(x, params, i, *, num_heads, eps, kind, approximate, rope=None):
     x = x + y * params.get(p + "LayerScale_1/scale", 1.0)
     y = layer_norm(x, params[p + "LayerNorm_2/scale"], params[p + "LayerNorm_2/bias"], eps)
     mlp = p + "MlpBlock_3/"
-    h = activation(
-        y @ params[mlp + "Dense_0/kernel"] + params[mlp + "Dense_0/bias"], kind, approximate
-    )
+    h = y @ params[mlp + "Dense_0/kernel"] + params[mlp + "Dense_0/bias"]
+    if kind == "swiglu":
+        gate = y @ params[mlp + "Dense_gate/kernel"] + params[mlp + "Dense_gate/bias"]
+        h = gate / (1.0 + np.exp(-gate)) * h
+    else:
+        h = activation(h, kind, approximate)
     y = h @ params[mlp + "Dense_1/kernel"] + params[mlp + "Dense_1/bias"]
     return x + y * params.get(p + "LayerScale_3/scale", 1.0)
 

@@ -2,7 +2,8 @@
 which the default run compares keras_vit with, against timm's own forward pass.
 
 timm's `VisionTransformer` (vision_transformer.py: `init_values`, `reg_tokens`,
-`no_embed_class`, `pre_norm`, `act_layer="quick_gelu"`, `global_pool="avg"`) and
+`no_embed_class`, `pre_norm`, `act_layer="quick_gelu"`, `global_pool="avg"`, `mlp_layer=SwiGLU`)
+and
 `VisionTransformerDistilled` (deit.py), random weights, float32, eval mode; the state dict is
 turned into release-style keys here, by hand, from timm's layer definitions. So the
 equations the builder is tested against are timm's.
@@ -55,7 +56,9 @@ def _release_keys(state, num_layers):
         for norm, name in (("norm1", "LayerNorm_0"), ("norm2", "LayerNorm_2")):
             out[p + name + "/scale"] = s[t + norm + ".weight"]
             out[p + name + "/bias"] = s[t + norm + ".bias"]
-        for fc, name in (("fc1", "Dense_0"), ("fc2", "Dense_1")):
+        gated = t + "mlp.fc1_g.weight" in s  # timm's SwiGLU: fc1_g the gate, fc1_x the value
+        fcs = [("fc1_x", "Dense_0"), ("fc1_g", "Dense_gate")] if gated else [("fc1", "Dense_0")]
+        for fc, name in (*fcs, ("fc2", "Dense_1")):
             out[p + "MlpBlock_3/" + name + "/kernel"] = s[t + f"mlp.{fc}.weight"].T
             out[p + "MlpBlock_3/" + name + "/bias"] = s[t + f"mlp.{fc}.bias"]
         for ls, name in (("ls1", "LayerScale_1"), ("ls2", "LayerScale_3")):
@@ -83,6 +86,7 @@ CASES = {
         class_token=False, global_pool="avg", fc_norm=False, reg_tokens=3, no_embed_class=True
     ),
     "deit_distilled": dict(distilled=True),
+    "swiglu": dict(init_values=0.5, reg_tokens=2, no_embed_class=True, swiglu=True),
 }
 
 
@@ -93,6 +97,11 @@ def test_the_numpy_reference_is_timms_forward_pass(case):
 
     options = dict(CASES[case])
     distilled = options.pop("distilled", False)
+    swiglu = options.pop("swiglu", False)
+    if swiglu:
+        from timm.layers import SwiGLU
+
+        options.update(mlp_layer=SwiGLU, act_layer="silu")
     common = dict(
         img_size=(GRID[0] * PATCH, GRID[1] * PATCH),
         patch_size=PATCH,
@@ -114,7 +123,11 @@ def test_the_numpy_reference_is_timms_forward_pass(case):
         num_heads=HEADS,
         pooling="gap" if options.get("global_pool") == "avg" else "token",
         no_embed_class=options.get("no_embed_class", False),
-        mlp_activation="quick_gelu" if options.get("act_layer") == "quick_gelu" else "gelu",
+        mlp_activation="swiglu"
+        if swiglu
+        else "quick_gelu"
+        if options.get("act_layer") == "quick_gelu"
+        else "gelu",
         gelu_approximate=False,
     )
     assert np.abs(got).max() > 1e-2
@@ -144,7 +157,9 @@ def _hf_release_keys(state, num_layers):
         for norm, name in (("norm1", "LayerNorm_0"), ("norm2", "LayerNorm_2")):
             out[p + name + "/scale"] = s[t + norm + ".weight"]
             out[p + name + "/bias"] = s[t + norm + ".bias"]
-        for fc, name in (("fc1", "Dense_0"), ("fc2", "Dense_1")):
+        gated = t + "mlp.fc1_g.weight" in s  # timm's SwiGLU: fc1_g the gate, fc1_x the value
+        fcs = [("fc1_x", "Dense_0"), ("fc1_g", "Dense_gate")] if gated else [("fc1", "Dense_0")]
+        for fc, name in (*fcs, ("fc2", "Dense_1")):
             out[p + "MlpBlock_3/" + name + "/kernel"] = s[t + f"mlp.{fc}.weight"].T
             out[p + "MlpBlock_3/" + name + "/bias"] = s[t + f"mlp.{fc}.bias"]
         out[p + "LayerScale_1/scale"] = s[t + "layer_scale1.lambda1"]

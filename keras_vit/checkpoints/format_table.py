@@ -228,6 +228,10 @@ FORMAT_TABLE: dict[str, CheckpointFormat] = {
                 ({"rope": True, "head": True}, "DINOv3ViTModel has no classification head"),
                 ({"rope": True, "layer_scale": False}, "DINOv3ViTModel always has LayerScale"),
                 ({"rope": True, "pooling": "map"}, DINOV3_PARTS[0][1]),
+                (
+                    {"rope": False, "mlp_activation": "swiglu"},
+                    "only its DINOv3ViTModel layout has a gated MLP (use_gated_mlp)",
+                ),
                 *(
                     ({"pooling": "map", option: value}, f"a SigLIP tower has no {what}")
                     for option, value, what in (
@@ -254,12 +258,13 @@ FORMAT_TABLE: dict[str, CheckpointFormat] = {
                 "`layer_scale1/2.lambda1`), dinov2_with_registers (`register_tokens`); "
                 "`use_swiglu_ffn` and Dinov2ForImageClassification refused by name; "
                 "dinov3_vit (DINOv3ViTModel: RoPE, `register_tokens`, `layer_scale1/2`, "
-                "`query_bias` / `key_bias` / `value_bias`; `use_gated_mlp` refused by name)",
+                "`query_bias` / `key_bias` / `value_bias`; `use_gated_mlp` with `hidden_act` "
+                "silu: the gated MLP `gate_proj`, mlp_activation='swiglu', H+/16 and 7B/16)",
                 "writes": "the model type of the switches: deit with a distillation token "
                 "(DeiTForImageClassificationWithTeacher, DeiTForImageClassification without "
                 "head_dist, or DeiTModel, its pooler from pre_logits), "
                 "dinov2_with_registers with registers, dinov2 with LayerScale (no head), "
-                "dinov3_vit with RoPE (no head), else vit",
+                "dinov3_vit with RoPE (no head; `use_gated_mlp` with a gated MLP), else vit",
                 "no_embed_class": "never",
                 "grid / image size": "config.json `image_size` (int or [h, w])",
                 "channels": "config.json `num_channels`; preprocessor mean/std per channel",
@@ -300,18 +305,24 @@ FORMAT_TABLE: dict[str, CheckpointFormat] = {
                     {"rope": True, "qkv_bias": "qkv"},
                     "timm's DINOv3 has no key bias (a zero buffer)",
                 ),
+                (
+                    {"rope": False, "mlp_activation": "swiglu"},
+                    "only its DINOv3 (Eva) layout is written with a gated MLP (swiglu_mlp)",
+                ),
             ),
             reads={
                 "class token": "the `cls_token` key",
                 "family": "`dist_token` + `head_dist` (deit.py), `reg_token` (only with "
                 "no_embed_class=True), `blocks.i.ls1/ls2.gamma`, `norm_pre`; q/k norm, "
-                "SwiGLU refused by name",
+                "SwiGLU outside DINOv3 refused by name",
                 "attention pooling": "`attn_pool.*` (global_pool='map', SigLIP towers, "
                 "one latent, no class token) as the MAP head",
                 "DINOv3": "eva.py's DINOv3 layout (no `pos_embed`, `reg_token`, "
                 "`gamma_1/2`, `attn.q_bias/v_bias` or none) when config.json names a "
                 "`*dinov3*` architecture or `rope_type='dinov3'` (or keras_vit metadata); "
-                "another EVA file, SwiGLU and other RoPE options refused by name",
+                "the gated MLP of H+/16 and 7B/16 (`swiglu_mlp`: `mlp.fc1_g` / `fc1_x`, or "
+                "packed `mlp.fc1`; written as `fc1_g` / `fc1_x`) as mlp_activation='swiglu'; "
+                "another EVA file and other RoPE options refused by name",
                 "no_embed_class": "keras_vit metadata, config.json `model_args` or its "
                 "image size (True with `reg_token`); else an error naming "
                 "`no_embed_class=` when both fit",

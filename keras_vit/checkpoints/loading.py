@@ -36,6 +36,7 @@ from keras_vit.checkpoints.published.family_checkpoints import family_entry
 from keras_vit.checkpoints.release.layouts import PLAIN_POSITION_KEY
 from keras_vit.checkpoints.release.release_io import write_release_npz
 from keras_vit.spec import layer_names as names
+from keras_vit.spec.configs import SWIGLU
 from keras_vit.spec.resize_methods import RESIZE_METHODS
 
 logger = logging.getLogger(__name__)
@@ -119,13 +120,20 @@ def _warn_numerics(model, contents) -> None:
     from keras_vit.checkpoints.keras_files.model_io import model_numerics
 
     have, want = model_numerics(model), contents.numerics
-    if have != want:
+    if _compared(have) != _compared(want):
         warn_weights(
             f"{contents.path} ({contents.format}) was trained with {_numerics_text(want)} but "
             f"the model uses {_numerics_text(have)}; outputs will differ"
             f"{'' if _activation(have) != _activation(want) else ' slightly'}. "
             "keras_vit.from_checkpoint builds the model with the file's numerics."
         )
+
+
+def _compared(numerics) -> dict:
+    """`numerics` less `gelu_approximate` for the gated MLP ("swiglu"), which has no GELU."""
+    if _activation(numerics) != SWIGLU:
+        return numerics
+    return {key: value for key, value in numerics.items() if key != "gelu_approximate"}
 
 
 def _activation(numerics) -> str:

@@ -12,7 +12,7 @@ from keras import ops
 
 from keras_vit._validation import check_choice, check_positive_int
 from keras_vit.layers.attention import MultiHeadSelfAttention
-from keras_vit.layers.mlp import MLP_ACTIVATIONS, MlpBlock
+from keras_vit.layers.mlp import UNGATED_ACTIVATIONS, MlpBlock
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -53,7 +53,7 @@ class MAPHead(keras.layers.Layer):
         self.mlp_dim = check_positive_int("mlp_dim", mlp_dim)
         self.layer_norm_epsilon = float(layer_norm_epsilon)
         self.gelu_approximate = bool(gelu_approximate)
-        self.activation = check_choice("mlp_activation", activation, MLP_ACTIVATIONS)
+        self.activation = check_choice("mlp_activation", activation, UNGATED_ACTIVATIONS)
 
     def build(self, input_shape):
         width = input_shape[-1]

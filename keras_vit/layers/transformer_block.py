@@ -19,10 +19,11 @@ class TransformerBlock(keras.layers.Layer):
 
     Sublayers carry the official checkpoint names (`Transformer/encoderblock_{i}/...`):
     `LayerNorm_0`, `MultiHeadDotProductAttention_1` (q/k/v kernels `(D, heads, head_dim)`,
-    out kernel `(heads, head_dim, D)`), `LayerNorm_2`, `MlpBlock_3` (`Dense_0`, `Dense_1`).
-    16 weights in all, created in `build()`; with LayerScale also `LayerScale_1/scale`
-    (ls1, attention branch) and `LayerScale_3/scale` (ls2, MLP branch), each `(D,)`
-    (CaiT section 2; timm `Block.ls1`/`ls2`, HF `Dinov2Layer.layer_scale1`/`2`). Without
+    out kernel `(heads, head_dim, D)`), `LayerNorm_2`, `MlpBlock_3` (`Dense_0`, `Dense_1`;
+    with `mlp_activation="swiglu"` also `Dense_gate`, the gated MLP's gate).
+    16 weights in all (18 with the gate), created in `build()`; with LayerScale also
+    `LayerScale_1/scale` (ls1, attention branch) and `LayerScale_3/scale` (ls2, MLP branch),
+    each `(D,)` (CaiT section 2; timm `Block.ls1`/`ls2`, HF `Dinov2Layer.layer_scale1`/`2`). Without
     LayerScale ls1 = ls2 = 1.
 
     Args:
@@ -36,7 +37,8 @@ class TransformerBlock(keras.layers.Layer):
         gelu_approximate: True (release, tanh) or False (exact erf).
         layer_scale_init: None (default: no LayerScale) or the initial value of the
             LayerScale gammas (a positive float, e.g. 1e-5).
-        mlp_activation: "gelu" (default) or "quick_gelu" (see `MlpBlock`).
+        mlp_activation: "gelu" (default), "quick_gelu" or "swiglu" (the gated MLP,
+            `silu(x W_gate) * (x W_0)` then `Dense_1`; DINOv3 H+/16 and 7B/16; see `MlpBlock`).
         remat: False (default) or True: in training, recompute the block's activations in
             the backward pass instead of storing them (`keras.remat`: `jax.checkpoint` on
             JAX, `tf.recompute_grad` on TensorFlow, activation checkpointing on PyTorch),
@@ -167,15 +169,15 @@ class TransformerBlock(keras.layers.Layer):
                 layer.quantize(self.projection_quantization)
 
     def projections(self) -> list:
-        """The attention's `query`, `key`, `value`, `out` and the MLP's `Dense_0`, `Dense_1`."""
-        attention, mlp = self.attention, self.mlp
+        """The attention's `query`, `key`, `value`, `out` and the MLP's `Dense_0`, its gate
+        (`Dense_gate`, with `mlp_activation="swiglu"`) and `Dense_1`."""
+        attention = self.attention
         return [
             attention.query,
             attention.key,
             attention.value,
             attention.out,
-            mlp.dense_0,
-            mlp.dense_1,
+            *self.mlp.projections(),
         ]
 
     def _drop_path(self, x, training):

@@ -16,11 +16,15 @@ from keras_vit._validation import (
 )
 from keras_vit.layers.attention import QKV_BIASES
 from keras_vit.layers.layer_scale import check_layer_scale_init
-from keras_vit.layers.mlp import MLP_ACTIVATIONS
 from keras_vit.layers.position_embedding import POSITION_EMBEDDINGS
 from keras_vit.layers.rotary import check_rope_head_dim
 from keras_vit.spec import layer_names as names
-from keras_vit.spec.configs import CLASSIFIER_POOLINGS, has_class_token
+from keras_vit.spec.configs import (
+    CLASSIFIER_POOLINGS,
+    MLP_ACTIVATIONS,
+    SWIGLU,
+    has_class_token,
+)
 
 FAMILY_DEFAULTS = {
     "layer_scale_init": None,
@@ -147,8 +151,8 @@ def check_family_arguments(
             with `final_norm="pooled"` or with `representation_size` under a head (DeiT's
             heads read the normalised tokens; only HF `DeiTModel`'s pooler, a feature
             model, has a dense + tanh); `distillation_head=False` without `distilled`;
-            `no_embed_class` without a class token or a position table; registers with
-            pooling "map".
+            `no_embed_class` without a class token or a position table; registers or
+            `mlp_activation="swiglu"` with pooling "map".
     """
     if layer_scale_init is not None:
         check_layer_scale_init(layer_scale_init)
@@ -194,6 +198,11 @@ def check_family_arguments(
             "position table",
         ),
         (
+            mlp_activation == SWIGLU and pooling == "map",
+            "mlp_activation='swiglu' needs pooling 'token', 'gap' or 'patch_gap' (no source "
+            "has a gated MLP in a MAP head)",
+        ),
+        (
             num_register_tokens and pooling == "map",
             "register tokens need pooling 'token' or 'gap' (no source pools them by MAP)",
         ),
@@ -205,7 +214,8 @@ def check_family_arguments(
                 f"distillation_head={distillation_head}, no_embed_class={no_embed_class}, "
                 f"num_register_tokens={num_register_tokens}, pooling={pooling!r}, "
                 f"representation_size={representation_size}, final_norm={final_norm!r}, "
-                f"position_embedding={position_embedding!r}, include_top={include_top}"
+                f"position_embedding={position_embedding!r}, include_top={include_top}, "
+                f"mlp_activation={mlp_activation!r}"
             )
 
 

@@ -133,8 +133,11 @@ def ViT(
             timm's register models). Default False.
         norm_pre: a LayerNorm (`norm_pre`) after the position embedding, before the blocks
             (timm `pre_norm=True`, CLIP image towers). Default False.
-        mlp_activation: "gelu" (default; its form as `gelu_approximate` says) or
-            "quick_gelu" (x * sigmoid(1.702 x); OpenAI CLIP, timm `act_layer="quick_gelu"`).
+        mlp_activation: "gelu" (default; its form as `gelu_approximate` says),
+            "quick_gelu" (x * sigmoid(1.702 x); OpenAI CLIP, timm `act_layer="quick_gelu"`)
+            or "swiglu": the gated MLP `Dense_1(silu(x W_gate) * (x W_0))` of DINOv3 H+/16
+            and 7B/16 (timm `swiglu_mlp=True`, HF `use_gated_mlp=True` with
+            `hidden_act="silu"`), `mlp_dim` its gated width; not with pooling "map".
         qkv_bias: which attention projections have a bias: "qkv" (default, the release's),
             "qv" (no key bias: EVA / DINOv3 with timm `qkv_bias=True`, HF `DINOv3ViTConfig`
             `key_bias=False`) or "none" (timm's DINOv3 `qkv_bias=False`). A key bias adds

@@ -19,11 +19,12 @@ their layouts, `LAYOUT_RULES`:
     .../MultiHeadDotProductAttention_i/{query,key,value}/kernel (D, H, D/H)   (batch, model, -)
     .../MultiHeadDotProductAttention_i/{query,key,value}/bias (H, D/H)        (model, -)
     .../MultiHeadDotProductAttention_i/out/kernel (H, D/H, D)   (model, -, batch)
-    .../MlpBlock_i/Dense_0/kernel (D, M)                        (batch, model)
-    .../MlpBlock_i/Dense_0/bias (M,)                            (model,)
+    .../MlpBlock_i/{Dense_0,Dense_gate}/kernel (D, M)           (batch, model)
+    .../MlpBlock_i/{Dense_0,Dense_gate}/bias (M,)               (model,)
     .../MlpBlock_i/Dense_1/kernel (M, D)                        (model, batch)
 
-(`...` matches the blocks `encoderblock_i` and a MAP head `MAPHead_0`.) So the `model` axis
+(`...` matches the blocks `encoderblock_i` and a MAP head `MAPHead_0`; `Dense_gate` is the
+gated MLP's gate, `mlp_activation="swiglu"`, split as `Dense_0`.) So the `model` axis
 must divide `num_heads`, `hidden_dim` and `mlp_dim`, and the `batch` axis `hidden_dim`; every
 named size and hybrid of `keras_vit.spec.configs` shards on 1, 2 and 4 devices.
 
@@ -65,8 +66,8 @@ LAYOUT_RULES: tuple[tuple[str, tuple], ...] = (
     (_ATTENTION + "/(?:query|key|value)/kernel", (BATCH_AXIS, MODEL_AXIS, None)),
     (_ATTENTION + "/(?:query|key|value)/bias", (MODEL_AXIS, None)),
     (_ATTENTION + "/out/kernel", (MODEL_AXIS, None, BATCH_AXIS)),
-    (_MLP + "/Dense_0/kernel", (BATCH_AXIS, MODEL_AXIS)),
-    (_MLP + "/Dense_0/bias", (MODEL_AXIS,)),
+    (_MLP + "/(?:Dense_0|Dense_gate)/kernel", (BATCH_AXIS, MODEL_AXIS)),
+    (_MLP + "/(?:Dense_0|Dense_gate)/bias", (MODEL_AXIS,)),
     (_MLP + "/Dense_1/kernel", (MODEL_AXIS, BATCH_AXIS)),
 )
 """(regular expression matched in full against `variable.path`, mesh axis of each dimension)."""

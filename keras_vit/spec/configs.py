@@ -22,6 +22,14 @@ CLASS_TOKEN_POOLINGS = ("token", PATCH_GAP)
 """The poolings whose model has a class token."""
 
 
+SWIGLU = "swiglu"
+UNGATED_ACTIVATIONS = ("gelu", "quick_gelu")
+"""The activations of the two-projection MLP (Dense -> activation -> Dense)."""
+MLP_ACTIVATIONS = (*UNGATED_ACTIVATIONS, SWIGLU)
+"""What the blocks' `mlp_activation` takes; "swiglu" is the gated MLP (three projections:
+`keras_vit.layers.mlp.MlpBlock`), the one of DINOv3 H+/16 and 7B/16."""
+
+
 def has_class_token(pooling: str) -> bool:
     """True when a model with `pooling` has a class token ("token", "patch_gap")."""
     return pooling in CLASS_TOKEN_POOLINGS
@@ -79,6 +87,23 @@ VIT_CONFIGS: dict[str, ViTConfig] = {
     "So400m/16": ViTConfig(16, 1152, 4304, 16, 27),
     "g-opt/16": ViTConfig(16, 1536, 6144, 16, 40),
 }
+
+DINOV3_GATED_CONFIGS: dict[str, ViTConfig] = {
+    "H+/16": ViTConfig(16, 1280, 5120, 20, 32),
+    "7B/16": ViTConfig(16, 4096, 8192, 32, 40),
+}
+"""DINOv3's sizes with a gated (SwiGLU) MLP, built with `mlp_activation="swiglu"`, `mlp_dim` the
+gated width (Simeoni et al. 2025, arXiv:2508.10104, table 14; timm `vit_huge_plus_patch16_dinov3`:
+width 1280, `mlp_ratio` 4, `swiglu_align_to` 8, 32 blocks, 20 heads; `vit_7b_patch16_dinov3`:
+width 4096, `mlp_ratio` 2, `swiglu_align_to` 64, 40 blocks, 32 heads). Not rows of
+`VIT_CONFIGS` (no ViT of the paper has these sizes): `keras_vit.model.dinov3` reads them."""
+
+DINOV3_HEADS = {
+    **{VIT_CONFIGS[v].hidden_dim: VIT_CONFIGS[v].num_heads for v in ("S/16", "B/16", "L/16")},
+    **{c.hidden_dim: c.num_heads for c in DINOV3_GATED_CONFIGS.values()},
+}
+"""Heads of each DINOv3 width (a timm state dict does not record them): 64-wide heads up to
+H+/16, 128-wide in 7B/16."""
 
 RECIPE_VIT = ViTConfig(patch_size=4, hidden_dim=64, mlp_dim=128, num_heads=4, num_layers=4)
 """The small ViT of the default training recipe (`keras_vit.train.training.TrainConfig`): patch 4

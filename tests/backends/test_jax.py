@@ -30,6 +30,7 @@ def test_predict_and_every_format_match_the_references(jax_results):
     assert jax_results["hf_vs_npz"] < 1e-5
     assert jax_results["keras_vs_model"] == 0.0
     assert jax_results["rope_vs_numpy"] < 1e-5
+    assert jax_results["swiglu_vs_numpy"] < 1e-5
 
 
 def test_dynamic_image_size_fit_and_finetune(jax_results):

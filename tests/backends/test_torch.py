@@ -37,6 +37,7 @@ def test_predict_and_every_format_match_the_references(torch_results):
     assert torch_results["logits_std"] > 1e-2
     assert torch_results["npz_vs_numpy"] < 1e-4
     assert torch_results["rope_vs_numpy"] < 1e-5
+    assert torch_results["swiglu_vs_numpy"] < 1e-5
     assert torch_results["timm_vs_numpy"] < 1e-4
     assert torch_results["hf_vs_npz"] < 1e-5
     assert torch_results["keras_vs_model"] == 0.0

@@ -63,6 +63,8 @@ def architectures(draw):
         representation_size=draw(st.sampled_from([None, 16])),
         include_top=draw(st.booleans()),
         num_classes=5,
+        # the gated MLP of DINOv3 H+ / 7B (no MAP head has one)
+        mlp_activation="gelu" if pooling == "map" else draw(st.sampled_from(["gelu", "swiglu"])),
         **rope,
     )
 
@@ -71,7 +73,7 @@ def expected_refusals(kwargs) -> dict:
     """`{format: option it cannot express}` for the draw, from the formats' definitions."""
     if kwargs.get("position_embedding") == "rope":
         return _rope_refusals(kwargs)
-    out = {}
+    out = _gated_refusals(kwargs)
     pre_logits_under_head = kwargs["representation_size"] is not None and kwargs["include_top"]
     size = kwargs["image_size"]
     if kwargs["pooling"] == "map":  # SiglipVisionModel: MAP pooling, no classifier
@@ -90,6 +92,14 @@ def expected_refusals(kwargs) -> dict:
     elif pre_logits_under_head:  # ViTForImageClassification has no pooler
         out["hf"] = "pre_logits"
     return out
+
+
+def _gated_refusals(kwargs) -> dict:
+    """A gated (SwiGLU) MLP without RoPE: only the DINOv3 layouts of timm and HF have one,
+    so both refuse it (the release's .npz records it in keras_vit/metadata)."""
+    if kwargs.get("mlp_activation") != "swiglu":
+        return {}
+    return {"timm": "mlp_activation", "hf": "mlp_activation"}
 
 
 def _rope_refusals(kwargs) -> dict:

@@ -7,7 +7,11 @@ saved with timm's `save_for_hf` (model.safetensors + config.json); transformers'
 `from_checkpoint`; its forward pass must match the library's within 1e-5 at the file's image
 size and, built with `dynamic_image_size=True`, at another (non-square) size, where timm
 (`dynamic_img_size`) and transformers rotate by the new grid. keras_vit then writes the
-model back; the library loads it strictly and reproduces the outputs within 1e-5.
+model back; the library loads it strictly and reproduces the outputs within 1e-5. The gated
+(SwiGLU) MLP of the H+/16 and 7B/16 sizes: timm's `vit_huge_plus_patch16_dinov3` and
+`vit_7b_patch16_dinov3` at tiny widths (their `mlp_ratio` and `swiglu_align_to`: timm's
+`SwiGLU`, `fc1_g` / `fc1_x`), the same with `swiglu_align_to=0` (timm's packed `GluMlp`, read,
+written back as `SwiGLU`), and transformers' `DINOv3ViTModel` with `use_gated_mlp=True`.
 """
 
 from __future__ import annotations
@@ -151,3 +155,71 @@ def test_timm_dinov3_written_as_hugging_face_loads_in_transformers(tmp_path):
     assert not any(info.values()), info
     x = _images(SIZE)
     _check("timm-dinov3->hf", _torch(loaded.eval(), x), _torch(reference, x))
+
+
+GATED_TIMM = ["vit_huge_plus_patch16_dinov3", "vit_7b_patch16_dinov3"]
+
+
+@pytest.mark.parametrize(
+    "name,align",
+    [(GATED_TIMM[0], None), (GATED_TIMM[1], None), (GATED_TIMM[0], 0)],
+    ids=["hplus", "7b", "hplus-packed"],
+)
+def test_timm_gated_dinov3_reads_and_writes_back(tmp_path, name, align):
+    args = dict(TINY_TIMM) if align is None else dict(TINY_TIMM, swiglu_align_to=align)
+    reference = timm.create_model(name, pretrained=False, num_classes=CLASSES, **args)
+    reference = _randomise(reference)
+    packed = type(reference.blocks[0].mlp).__name__ == "GluMlp"
+    assert packed == (align == 0)
+    folder = tmp_path / "timm"
+    timm.models.save_for_hf(reference, str(folder), model_args=args, safe_serialization=True)
+    model = keras_vit.from_checkpoint(folder / "model.safetensors", image_size=SIZE)
+    assert model.get_layer("encoderblock_0").mlp_activation == "swiglu"
+    x = _images(SIZE)
+    want = _torch(reference, x)
+    case = f"timm-{name}{'-packed' if packed else ''}"
+    _check(f"{case}-{SIZE}", _keras(model, x), want)
+
+    back = tmp_path / "back.safetensors"
+    write_checkpoint(model_contents(model), back, "timm")
+    loaded = timm.create_model(name, pretrained=False, num_classes=CLASSES, **TINY_TIMM)
+    loaded.load_state_dict(safetensors_torch.load_file(str(back)), strict=True)
+    _check(f"keras_vit->{case}", _torch(loaded.eval(), x), want)
+
+
+def test_hugging_face_gated_dinov3_reads_and_writes_back(tmp_path):
+    config = _hf_config(use_gated_mlp=True, hidden_act="silu")
+    reference = _randomise(transformers.DINOv3ViTModel(config))
+    reference.save_pretrained(tmp_path / "hf")
+    model = keras_vit.from_checkpoint(tmp_path / "hf")
+    assert model.get_layer("encoderblock_0").mlp_activation == "swiglu"
+    x = _images(SIZE)
+    want = _torch(reference, x)
+    _check(f"hf-dinov3-gated-{SIZE}", _keras(model, x), want)
+
+    write_checkpoint(model_contents(model), tmp_path / "back", "hf")
+    loaded, info = transformers.DINOv3ViTModel.from_pretrained(
+        tmp_path / "back", output_loading_info=True
+    )
+    assert loaded.config.use_gated_mlp and loaded.config.hidden_act == "silu"
+    assert not any(info.values()), info
+    _check("keras_vit->hf-dinov3-gated", _torch(loaded.eval(), x), want)
+
+
+def test_timm_gated_dinov3_written_as_hugging_face_loads_in_transformers(tmp_path):
+    """Across libraries: timm's H+ shape read by keras_vit as a feature model, written as a
+    HF DINOv3ViTModel with `use_gated_mlp=True`: the same pooled class token."""
+    args = dict(TINY_TIMM, qkv_bias=True, global_pool="token")
+    reference = _randomise(
+        timm.create_model(GATED_TIMM[0], pretrained=False, num_classes=0, **args)
+    )
+    folder = tmp_path / "timm"
+    timm.models.save_for_hf(reference, str(folder), model_args=args, safe_serialization=True)
+    model = keras_vit.from_checkpoint(folder / "model.safetensors", image_size=SIZE)
+    write_checkpoint(model_contents(model), tmp_path / "hf", "hf")
+    loaded, info = transformers.DINOv3ViTModel.from_pretrained(
+        tmp_path / "hf", output_loading_info=True
+    )
+    assert not any(info.values()), info
+    x = _images(SIZE)
+    _check("timm-dinov3-gated->hf", _torch(loaded.eval(), x), _torch(reference, x))

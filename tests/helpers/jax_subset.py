@@ -74,6 +74,7 @@ def main(workdir: str) -> dict:
     tuned_logits = tuned.predict(np.zeros((1, 40, 40, 3), "float32"), verbose=0)
     out["finetune_logits_zero"] = bool(np.all(tuned_logits == 0))
     out.update(rope_check())
+    out.update(swiglu_check())
     return out
 
 
@@ -109,6 +110,36 @@ def rope_check() -> dict:
         got = keras.ops.convert_to_numpy(model.predict(x, verbose=0))
         diffs.append(float(np.abs(got - want).max()))
     return {"rope_vs_numpy": max(diffs)}
+
+
+def swiglu_check() -> dict:
+    """A dynamic-size DINOv3 with the gated (SwiGLU) MLP of H+/16 and 7B/16, tiny, against the
+    NumPy forward at its size and at another: the larger difference."""
+    import keras
+
+    import keras_vit
+    from keras_vit.checkpoints.base.naming import official_arrays
+    from tests.checkpoints.random_models import randomise
+    from tests.numpy_family_reference import family_forward
+
+    arch = dict(patch_size=4, hidden_dim=16, num_heads=2, mlp_dim=24, num_layers=2)
+    model = keras_vit.DINOv3("H+/16", image_size=(8, 12), dynamic_image_size=True, **arch)
+    model = randomise(model, seed=7)
+    diffs = []
+    for size in ((8, 12), (16, 8)):
+        x = np.random.default_rng(8).uniform(-1, 1, (2, *size, 3)).astype("float32")
+        want = family_forward(
+            official_arrays(model),
+            x,
+            num_heads=2,
+            gelu_approximate=False,
+            layer_norm_epsilon=1e-5,
+            rope=True,
+            mlp_activation="swiglu",
+        )
+        got = keras.ops.convert_to_numpy(model(x, training=False))
+        diffs.append(float(np.abs(got - want).max()))
+    return {"swiglu_vs_numpy": max(diffs)}
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ from keras_vit.layers import ClassToken, PatchEmbed, TransformerBlock
 from keras_vit.layers.position_embedding import position_embedding_kind
 from keras_vit.spec import configs
 from keras_vit.spec import layer_names as names
-from keras_vit.spec.configs import PATCH_GAP, has_class_token
+from keras_vit.spec.configs import PATCH_GAP, SWIGLU, has_class_token
 
 # The checkpoint key each field of `from_arrays` is read from (for "missing key" errors).
 FIELD_KEYS = {
@@ -74,7 +74,8 @@ class Architecture:
         no_embed_class: the position table has patch rows only (a model: a class token
             with a table of exactly the grid's rows; a file: what the reader recorded,
             `CheckpointContents.no_embed_class`).
-        mlp_activation: "gelu" or "quick_gelu" (a model's blocks; a file: the contents').
+        mlp_activation: "gelu", "quick_gelu" or "swiglu" (a model's blocks; a file: the
+            contents', "swiglu" whenever block 0 has a `Dense_gate`).
         qkv_bias: which attention projections have a bias, "qkv", "qv" or "none" (a model's
             blocks; a file: block 0's `query/bias` and `key/bias` keys).
     """
@@ -299,8 +300,9 @@ class Architecture:
         `pre_logits/kernel`; LayerScale from block 0's `LayerScale_1/scale`, registers from
         `reg` (1, R, D), the distillation token from `dist` (`distillation_head` False with
         `head/kernel` and no `head_dist/kernel`), `norm_pre` from
-        `Transformer/norm_pre/scale`. `no_embed_class` and `mlp_activation` are not in the
-        arrays: the reader's (see `from_contents`).
+        `Transformer/norm_pre/scale`, the gated MLP ("swiglu") from block 0's `Dense_gate`.
+        `no_embed_class` and the other `mlp_activation`s are not in the arrays: the
+        reader's (see `from_contents`).
         """
         kernel = arrays.get(FIELD_KEYS["hidden_dim"])
         query = arrays.get(FIELD_KEYS["num_heads"])
@@ -338,9 +340,25 @@ class Architecture:
             distillation_head=not _class_head_only(arrays, "head/kernel", names.HEAD_DIST_KERNEL),
             norm_pre=names.NORM_PRE_KEY in arrays,
             no_embed_class=bool(no_embed_class) and has_class,
-            mlp_activation=mlp_activation,
+            mlp_activation=_mlp_activation(arrays, mlp_activation),
             qkv_bias=_qkv_bias(arrays) if query is not None else "qkv",
         )
+
+
+def _mlp_activation(arrays, said: str) -> str:
+    """ "swiglu" when block 0 has the gated MLP's `Dense_gate` (whatever the file says), else
+    `said` (the reader's).
+
+    Raises:
+        CheckpointError: `said` is "swiglu" but block 0 has no `Dense_gate`.
+    """
+    gated = names.block_key(0, names.MLP_GATE_KERNEL) in arrays
+    if said == SWIGLU and not gated and names.block_key(0, names.MLP_IN_KERNEL) in arrays:
+        raise CheckpointError(
+            "The file says mlp_activation='swiglu' but block 0's MLP has no "
+            f"{names.MLP_GATE_KERNEL!r} (the gate projection)."
+        )
+    return SWIGLU if gated else said
 
 
 def _qkv_bias(arrays) -> str:

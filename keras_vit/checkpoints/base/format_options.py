@@ -38,7 +38,10 @@ OPTIONS = {
     ),
     "no_embed_class": ("a position table without the class row (timm no_embed_class)",),
     "norm_pre": ("a LayerNorm before the blocks (timm norm_pre, CLIP towers)",),
-    "mlp_activation": ("the MLP's activation: gelu or quick_gelu (OpenAI CLIP)",),
+    "mlp_activation": (
+        "the MLP's activation: gelu, quick_gelu (OpenAI CLIP) or swiglu (the gated MLP of "
+        "DINOv3 H+/7B)",
+    ),
     "resnet_groups": (
         "a hybrid's GroupNorm groups (None for a ViT); a file records none, and is read "
         "with the release's 32",

@@ -326,6 +326,8 @@ RELEASE_SHAPES = {
     "out/bias": (1, (0,)),
     "Dense_0/kernel": (2, (0,)),
     "Dense_0/bias": (1, ()),
+    "Dense_gate/kernel": (2, (0,)),
+    "Dense_gate/bias": (1, ()),
     "Dense_1/kernel": (2, (1,)),
     "Dense_1/bias": (1, (0,)),
     "head/kernel": (2, ()),
@@ -366,6 +368,11 @@ def check_release_arrays(path, arrays: dict) -> None:
 def _check_mlp_and_heads(path, arrays: dict) -> None:
     for key, first in arrays.items():
         if key.endswith("MlpBlock_3/Dense_0/kernel"):
+            gate = arrays.get(key.replace("Dense_0", "Dense_gate"))
+            if getattr(gate, "shape", first.shape) != first.shape:
+                raise CheckpointError(
+                    f"{path}: {key!r} {first.shape} and its Dense_gate {gate.shape} disagree."
+                )
             second = arrays.get(key.replace("Dense_0", "Dense_1"))
             if (
                 getattr(second, "ndim", 0) == 2

@@ -6,7 +6,10 @@ Keys: `embeddings.cls_token`, `embeddings.register_tokens`, `embeddings.mask_tok
 (pre-training only: ignored on read, written as zeros), `embeddings.patch_embeddings` (a
 Conv2d), `model.layer.{i}.norm1`, `.attention.{q,k,v}_proj` (biases as config.json's
 `query_bias`, `key_bias`, `value_bias`), `.attention.o_proj`, `.layer_scale1.lambda1`,
-`.norm2`, `.mlp.up_proj`, `.mlp.down_proj`, `.layer_scale2.lambda1`, `norm`.
+`.norm2`, `.mlp.up_proj`, `.mlp.down_proj`, `.layer_scale2.lambda1`, `norm`. With
+`use_gated_mlp=true` (the H+/16 and 7B/16 sizes, `DINOv3ViTGatedMLP`) also `.mlp.gate_proj`:
+`down_proj(silu(gate_proj(x)) * up_proj(x))`, keras_vit's `mlp_activation="swiglu"` (its
+`hidden_act` must be "silu"); `intermediate_size` is the gated width, keras_vit's `mlp_dim`.
 `DINOv3ViTModel` has no classification head: its `pooler_output` is the normalised class
 token, keras_vit's `include_top=False` model with pooling "token".
 """
@@ -31,9 +34,12 @@ from keras_vit.checkpoints.base.dinov3 import (
 from keras_vit.checkpoints.base.errors import CheckpointError
 from keras_vit.layers.rotary import ROPE_TEMPERATURE
 from keras_vit.spec import layer_names as names
+from keras_vit.spec.configs import SWIGLU
 
 HF_MODEL_TYPE = "dinov3_vit"
 DENSES = {"mlp.up_proj": "Dense_0", "mlp.down_proj": "Dense_1"}
+GATED_DENSES = {"mlp.gate_proj": names.MLP_GATE, **DENSES}
+SILU = ("silu", "swish")  # transformers' ACT2FN names of x * sigmoid(x)
 
 
 def hf_dinov3_to_release(state: dict, num_heads: int, config: dict, path) -> dict:
@@ -62,10 +68,11 @@ def hf_dinov3_to_release(state: dict, num_heads: int, config: dict, path) -> dic
     if embed + "mask_token" in state:
         get(embed + "mask_token")  # pre-training only
     prefix = "model.layer." if "model.layer.0.norm1.weight" in state else "layer."
+    denses = GATED_DENSES if config.get("use_gated_mlp") else DENSES
     for i in range(tl.num_blocks(state, re.escape(prefix) + r"(\d+)\.")):
         hf, block = f"{prefix}{i}.", tl.BLOCK.format(i)
         attention = block + tl.ATTENTION
-        out.update(tl.norms_and_mlp_from_torch(get, hf, block, NORMS, DENSES))
+        out.update(tl.norms_and_mlp_from_torch(get, hf, block, NORMS, denses))
         for name in QKV:
             projection = f"{hf}attention.{name[0]}_proj."
             out[f"{attention}{name}/kernel"] = tl.head_kernel(get(projection + "weight"), num_heads)
@@ -90,22 +97,40 @@ def check_hf_config(config: dict, path) -> None:
     """Refuses a `DINOv3ViTConfig` keras_vit does not build, by the field's name.
 
     Raises:
-        CheckpointError: `use_gated_mlp` (SwiGLU: H+, 7B), no projection or MLP biases,
-            a `rope_theta` other than 100.
+        CheckpointError: no projection or MLP biases, a `rope_theta` other than 100, a gated
+            MLP whose `hidden_act` is not SiLU.
     """
-    fixed = {"use_gated_mlp": False, "proj_bias": True, "mlp_bias": True}
+    fixed = {"proj_bias": True, "mlp_bias": True}
     for field, value in fixed.items():
         if field in config and config[field] != value:
             raise CheckpointError(
-                f"{path}: {field}={config[field]!r}; keras_vit's DINOv3 has {field}={value!r}"
-                + (" (a SwiGLU MLP: the H+ and 7B sizes)" if field == "use_gated_mlp" else "")
-                + "."
+                f"{path}: {field}={config[field]!r}; keras_vit's DINOv3 has {field}={value!r}."
             )
+    gated_numerics(config, path)
     theta = config.get("rope_theta", ROPE_TEMPERATURE)
     if float(theta) != ROPE_TEMPERATURE:
         raise CheckpointError(
             f"{path}: rope_theta={theta!r}; keras_vit's DINOv3 RoPE has base {ROPE_TEMPERATURE}."
         )
+
+
+def gated_numerics(config: dict, path) -> dict | None:
+    """`{"mlp_activation": "swiglu", "gelu_approximate": False}` for a `DINOv3ViTConfig` with
+    `use_gated_mlp=true`, None without.
+
+    Raises:
+        CheckpointError: a gated MLP whose `hidden_act` is not SiLU (keras_vit's gated MLP is
+            SwiGLU only), named.
+    """
+    if not config.get("use_gated_mlp"):
+        return None
+    act = config.get("hidden_act", "gelu")
+    if act not in SILU:
+        raise CheckpointError(
+            f"{path}: use_gated_mlp=true with hidden_act={act!r}; keras_vit's gated MLP is "
+            f"SwiGLU (hidden_act 'silu')."
+        )
+    return {"mlp_activation": SWIGLU, "gelu_approximate": False}
 
 
 def hf_qkv_bias(config: dict) -> str:
@@ -165,7 +190,9 @@ def release_to_hf_dinov3(arrays: dict, hidden: int) -> dict:
     for i in range(tl.num_release_blocks(arrays)):
         hf, block = f"model.layer.{i}.", tl.BLOCK.format(i)
         attention = block + tl.ATTENTION
-        out.update(tl.norms_and_mlp_to_torch(arrays, hf, block, NORMS, DENSES))
+        gated = f"{block}{tl.MLP}{names.MLP_GATE}/kernel" in arrays
+        denses = GATED_DENSES if gated else DENSES
+        out.update(tl.norms_and_mlp_to_torch(arrays, hf, block, NORMS, denses))
         for name in QKV:
             projection = f"{hf}attention.{name[0]}_proj."
             out[projection + "weight"] = tl.flat_head_linear(arrays[f"{attention}{name}/kernel"])
@@ -180,7 +207,8 @@ def release_to_hf_dinov3(arrays: dict, hidden: int) -> dict:
 
 def hf_dinov3_config(contents: CheckpointContents, arch, hidden_act: str) -> dict:
     """The `config.json` of a `DINOv3ViTModel` holding `contents` (`arch`: its
-    `Architecture`; `hidden_act`: transformers' name of its GELU).
+    `Architecture`; `hidden_act`: transformers' name of its GELU; a gated MLP is written with
+    `use_gated_mlp=true` and "silu").
 
     Raises:
         CheckpointError: a model `DINOv3ViTModel` cannot hold: a head (it has none), no
@@ -208,6 +236,7 @@ def hf_dinov3_config(contents: CheckpointContents, arch, hidden_act: str) -> dic
             f"this model: {', '.join(problems)}. Write it as timm or keras."
         )
     size = contents.image_size or (224, 224)
+    gated = arch.mlp_activation == SWIGLU
     return {
         "model_type": HF_MODEL_TYPE,
         "architectures": ["DINOv3ViTModel"],
@@ -218,7 +247,7 @@ def hf_dinov3_config(contents: CheckpointContents, arch, hidden_act: str) -> dic
         "num_channels": arch.channels,
         "patch_size": arch.patch_size[0],
         "image_size": int(size[0]) if size[0] == size[1] else [int(s) for s in size],
-        "hidden_act": hidden_act,
+        "hidden_act": "silu" if gated else hidden_act,
         "layer_norm_eps": float(contents.layer_norm_epsilon),
         "rope_theta": ROPE_TEMPERATURE,
         "num_register_tokens": arch.num_register_tokens,
@@ -227,6 +256,6 @@ def hf_dinov3_config(contents: CheckpointContents, arch, hidden_act: str) -> dic
         "value_bias": arch.qkv_bias in ("qkv", "qv"),
         "proj_bias": True,
         "mlp_bias": True,
-        "use_gated_mlp": False,
+        "use_gated_mlp": gated,
         "layerscale_value": 1.0,
     }

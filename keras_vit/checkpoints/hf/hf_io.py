@@ -232,7 +232,7 @@ def read_hf(path) -> CheckpointContents:
     if config.get("model_type") == hf_dinov3.HF_MODEL_TYPE:
         state, _ = read_safetensors(weights)
         preprocessing = _preprocessing(folder, config)
-        numerics = dict(
+        numerics = hf_dinov3.gated_numerics(config, folder) or dict(
             gelu_approximate=_gelu_approximate(config, folder),
             mlp_activation=QUICK_GELU if config.get("hidden_act") == QUICK_GELU else "gelu",
         )

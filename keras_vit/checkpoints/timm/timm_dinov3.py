@@ -5,11 +5,15 @@ Hugging Face's layout: `keras_vit.checkpoints.base.dinov3`).
 Keys: `cls_token`, `reg_token` (1, R, D), `patch_embed.proj`, `blocks.{i}.norm1`,
 `.attn.qkv.weight` (fused (3D, D), no bias), with `qkv_bias=True` also `.attn.q_bias` and
 `.attn.v_bias` (the key bias is a zero buffer, not in the file), `.attn.proj`, `.gamma_1`,
-`.norm2`, `.mlp.fc1`, `.mlp.fc2`, `.gamma_2`, `norm`, `head`; no `pos_embed`. A file is taken
-as DINOv3 when its `config.json` (timm's `save_for_hf`) names a `*dinov3*` architecture or
-`model_args.rope_type="dinov3"`, or keras_vit's metadata says `position_embedding=rope`. Its
-RoPE options must be DINOv3's (base 100, rotate-half layout, no `ref_feat_shape`); its MLP
-timm's `Mlp` (the SwiGLU sizes, H+ and 7B, are refused).
+`.norm2`, `.mlp.fc1`, `.mlp.fc2`, `.gamma_2`, `norm`, `head`; no `pos_embed`. The H+/16 and
+7B/16 sizes (`swiglu_mlp=True`) have a gated MLP, keras_vit's `mlp_activation="swiglu"`: with
+`swiglu_align_to` (the named sizes) timm's `SwiGLU`, `.mlp.fc1_g` (the gate), `.mlp.fc1_x`,
+`.mlp.fc2`; without it timm's packed `GluMlp`, one `.mlp.fc1` `(2M, D)` whose first half is
+the gate (`gate_last=False`) and `.mlp.fc2` `(D, M)`. Both are read (the layout is told by the
+keys and shapes), the first is written. A file is taken as DINOv3 when its `config.json`
+(timm's `save_for_hf`) names a `*dinov3*` architecture or `model_args.rope_type="dinov3"`, or
+keras_vit's metadata says `position_embedding=rope`. Its RoPE options must be DINOv3's (base
+100, rotate-half layout, no `ref_feat_shape`).
 """
 
 from __future__ import annotations
@@ -33,12 +37,15 @@ from keras_vit.checkpoints.base.errors import CheckpointError
 from keras_vit.checkpoints.timm import timm_options
 from keras_vit.layers.rotary import ROPE_TEMPERATURE
 from keras_vit.spec import layer_names as names
-from keras_vit.spec.configs import PATCH_GAP
+from keras_vit.spec.configs import DINOV3_HEADS, PATCH_GAP, SWIGLU
 
 logger = logging.getLogger(__name__)
 
 META = "keras_vit."
 DENSES = {"mlp.fc1": "Dense_0", "mlp.fc2": "Dense_1"}
+# timm's `SwiGLU` (separate gate and value projections) -> the release keys of the gated MLP.
+GATE = names.MLP_GATE
+GATED_DENSES = {"mlp.fc1_g": GATE, "mlp.fc1_x": "Dense_0", "mlp.fc2": "Dense_1"}
 # timm's `global_pool` of a DINOv3 -> `CheckpointContents.pooling` (Eva.pool: "avg" is
 # `x[:, num_prefix_tokens:].mean(1)` after the final norm, no fc_norm).
 GLOBAL_POOLS = {"token": None, "avg": PATCH_GAP}
@@ -52,7 +59,6 @@ TIMM_FIXED_ARGS = {
     "rope_grid_indexing": "ij",
     "use_abs_pos_emb": False,
     "ref_feat_shape": None,
-    "swiglu_mlp": None,
     "scale_mlp": None,
     "scale_attn_inner": None,
     "use_post_norm": None,
@@ -100,13 +106,62 @@ def _check_timm_args(config: dict, state: dict, path) -> None:
                 f"{path}: model_args.{arg}={given!r}; keras_vit's DINOv3 has "
                 f"{arg}={value if value is not None else False!r}."
             )
-    for key in ("blocks.0.mlp.fc1_g.weight", "blocks.0.mlp.w12.weight", "fc_norm.weight"):
+    if "fc_norm.weight" in state:
+        raise CheckpointError(
+            f"{path} is a timm DINOv3 with a final fc_norm ('fc_norm.weight'), which "
+            "keras_vit's DINOv3 does not build."
+        )
+    for key in ("blocks.0.mlp.w12.weight", "blocks.0.mlp.w1.weight"):
         if key in state:
-            what = "a final fc_norm" if key.startswith("fc_norm") else "a SwiGLU MLP (H+, 7B)"
             raise CheckpointError(
-                f"{path} is a timm DINOv3 with {what} ({key!r}), which keras_vit's DINOv3 "
-                "does not build."
+                f"{path} has {key!r}: the original DINOv3 / EVA key names, not timm's "
+                "(mlp.fc1_g / fc1_x / fc2, or a packed mlp.fc1). Load it in timm (its "
+                "checkpoint_filter_fn renames them) and save the timm model."
             )
+    said = args.get("swiglu_mlp")
+    if said is not None and bool(said) != (_mlp_layout(state, path) != "mlp"):
+        raise CheckpointError(
+            f"{path}: model_args.swiglu_mlp={said!r} but blocks.0.mlp is "
+            f"{'not ' if said else ''}a gated (SwiGLU) MLP."
+        )
+
+
+def _mlp_layout(state: dict, path) -> str:
+    """ "swiglu" (timm's `SwiGLU`: `fc1_g`, `fc1_x`), "packed" (`GluMlp`: one `fc1` twice as
+    wide as `fc2`'s input) or "mlp" (timm's `Mlp`), from block 0's keys and shapes.
+
+    Raises:
+        CheckpointError: an `fc1` neither as wide as `fc2`'s input nor twice as wide.
+    """
+    if "blocks.0.mlp.fc1_g.weight" in state:
+        return "swiglu"
+    fc1, fc2 = state.get("blocks.0.mlp.fc1.weight"), state.get("blocks.0.mlp.fc2.weight")
+    if fc1 is None or fc2 is None or len(fc1.shape) != 2 or len(fc2.shape) != 2:
+        return "mlp"
+    if fc1.shape[0] == fc2.shape[1]:
+        return "mlp"
+    if fc1.shape[0] == 2 * fc2.shape[1]:
+        return "packed"
+    raise CheckpointError(
+        f"{path}: blocks.0.mlp.fc1.weight {tuple(fc1.shape)} and fc2.weight "
+        f"{tuple(fc2.shape)} form neither timm's Mlp nor its packed SwiGLU (fc1 twice as wide)."
+    )
+
+
+def _mlp_from_timm(get, timm: str, block: str, layout: str) -> dict:
+    """Block `timm`'s MLP in release keys (`layout` from `_mlp_layout`)."""
+    if layout == "mlp":
+        return tl.norms_and_mlp_from_torch(get, timm, block, {}, DENSES)
+    if layout == "swiglu":
+        return tl.norms_and_mlp_from_torch(get, timm, block, {}, GATED_DENSES)
+    # GluMlp(gate_last=False): silu(first half) * second half
+    weight, bias = get(f"{timm}mlp.fc1.weight"), get(f"{timm}mlp.fc1.bias")
+    width = weight.shape[0] // 2
+    out = tl.norms_and_mlp_from_torch(get, timm, block, {}, {"mlp.fc2": "Dense_1"})
+    for release, rows in ((GATE, slice(0, width)), ("Dense_0", slice(width, None))):
+        out[f"{block}{tl.MLP}{release}/kernel"] = tl.linear_to_kernel(weight[rows])
+        out[f"{block}{tl.MLP}{release}/bias"] = np.asarray(bias[rows])
+    return out
 
 
 def _qkv_bias_from_timm(state: dict, path) -> str:
@@ -140,9 +195,11 @@ def timm_dinov3_to_release(state: dict, num_heads: int, path) -> dict:
     if "reg_token" in state:
         out[names.REGISTERS] = get("reg_token")
     biased = _qkv_bias_from_timm(state, path) == "qv"
+    layout = _mlp_layout(state, path)
     for i in range(depth):
         timm, block = f"blocks.{i}.", tl.BLOCK.format(i)
-        out.update(tl.norms_and_mlp_from_torch(get, timm, block, NORMS, DENSES))
+        out.update(tl.norms_and_mlp_from_torch(get, timm, block, NORMS, {}))
+        out.update(_mlp_from_timm(get, timm, block, layout))
         qkv = get(f"{timm}attn.qkv.weight")
         for j, name in enumerate(QKV):
             rows = slice(j * hidden, (j + 1) * hidden)
@@ -171,8 +228,9 @@ def timm_dinov3_to_release(state: dict, num_heads: int, path) -> dict:
 
 
 def _num_heads(metadata: dict, config: dict, hidden: int, num_heads, path) -> int:
-    """Heads: the caller's, keras_vit's metadata, `model_args.num_heads`, the architecture's
-    DINOv3 size (S 6, B 12, L 16: head width 64)."""
+    """Heads: the caller's, keras_vit's metadata, `model_args.num_heads`, the DINOv3 size of
+    the width (`keras_vit.spec.configs.DINOV3_HEADS`: S 6, B 12, L 16, H+ 20, 7B 32), else
+    64-wide heads."""
     if num_heads:
         return int(num_heads)
     if META + "num_heads" in metadata:
@@ -180,6 +238,8 @@ def _num_heads(metadata: dict, config: dict, hidden: int, num_heads, path) -> in
     args = timm_options.model_args(config)
     if "num_heads" in args:
         return int(args["num_heads"])
+    if hidden in DINOV3_HEADS:
+        return DINOV3_HEADS[hidden]
     if hidden % 64:
         raise CheckpointError(f"{path}: the number of heads (width {hidden}) is unknown.")
     return hidden // 64
@@ -210,10 +270,18 @@ def read_timm_dinov3(path, state, metadata, config, num_heads=None) -> Checkpoin
         layer_norm_epsilon=float(metadata.get(META + "layer_norm_epsilon", EPSILON)),
         preprocessing=preprocessing,
         image_size=timm_options.image_size_of(metadata, config),
-        mlp_activation=metadata.get(META + "mlp_activation", "gelu"),
+        mlp_activation=_mlp_activation_of(metadata, state, path),
         position_embedding=ROPE,
         pooling=pooling,
     )
+
+
+def _mlp_activation_of(metadata: dict, state: dict, path) -> str:
+    """ "swiglu" for a gated MLP (timm's SiLU-gated `SwiGLU` / `GluMlp`), else keras_vit's
+    metadata (default "gelu")."""
+    if _mlp_layout(state, path) != "mlp":
+        return SWIGLU
+    return metadata.get(META + "mlp_activation", "gelu")
 
 
 def _pooling_of(metadata: dict, config: dict, path):
@@ -241,7 +309,8 @@ def _pooling_of(metadata: dict, config: dict, path):
 
 
 def release_to_timm_dinov3(arrays: dict) -> dict:
-    """Release-layout arrays of a DINOv3 model -> timm's Eva state dict.
+    """Release-layout arrays of a DINOv3 model -> timm's Eva state dict (a gated MLP as
+    timm's `SwiGLU`: `mlp.fc1_g`, `mlp.fc1_x`, `mlp.fc2`).
 
     Raises:
         CheckpointError: a key bias (timm's DINOv3 has none, or a fixed zero one) that is
@@ -259,7 +328,9 @@ def release_to_timm_dinov3(arrays: dict) -> dict:
     for i in range(tl.num_release_blocks(arrays)):
         timm, block = f"blocks.{i}.", tl.BLOCK.format(i)
         attention = block + tl.ATTENTION
-        out.update(tl.norms_and_mlp_to_torch(arrays, timm, block, NORMS, DENSES))
+        gated = f"{block}{tl.MLP}{GATE}/kernel" in arrays
+        denses = GATED_DENSES if gated else DENSES
+        out.update(tl.norms_and_mlp_to_torch(arrays, timm, block, NORMS, denses))
         out[f"{timm}attn.qkv.weight"] = np.concatenate(
             [tl.flat_head_linear(arrays[f"{attention}{n}/kernel"]) for n in QKV]
         )
@@ -290,8 +361,9 @@ def _check_zero_key_bias(arrays, attention) -> None:
 
 def write_timm_dinov3(path, contents: CheckpointContents) -> dict:
     """Writes a RoPE model as timm's DINOv3 state dict with keras_vit's metadata (timm's
-    `Eva` loads it strictly with `vit_*_patch16_dinov3` arguments; `global_pool` "avg" for a
-    "patch_gap" model, else "token", recorded).
+    `Eva` loads it strictly with `vit_*_patch16_dinov3` arguments, a gated MLP with
+    `swiglu_mlp=True` and a `swiglu_align_to` as the H+ / 7B definitions; `global_pool` "avg"
+    for a "patch_gap" model, else "token", recorded).
 
     Returns:
         `{timm key: shape}` of what was written.

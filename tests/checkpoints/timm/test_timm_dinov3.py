@@ -27,8 +27,9 @@ def _r(rng, *shape):
     return (rng.standard_normal(shape) * 0.3).astype(np.float32)
 
 
-def _params(seed=0, qkv_bias="none", head=True):
-    """Release-style keys (the NumPy reference's) of a tiny DINOv3; kernels (in, out)."""
+def _params(seed=0, qkv_bias="none", head=True, gated=False):
+    """Release-style keys (the NumPy reference's) of a tiny DINOv3; kernels (in, out);
+    `gated`: the SwiGLU MLP's gate (`Dense_gate`) too."""
     rng = np.random.default_rng(seed)
     p = {
         "embedding/kernel": _r(rng, PATCH, PATCH, 3, D),
@@ -56,14 +57,19 @@ def _params(seed=0, qkv_bias="none", head=True):
             _r(rng, MLP, D),
             _r(rng, D),
         )
+        if gated:
+            p[b + "MlpBlock_3/Dense_gate/kernel"] = _r(rng, D, MLP)
+            p[b + "MlpBlock_3/Dense_gate/bias"] = _r(rng, MLP)
         p[b + "LayerScale_1/scale"], p[b + "LayerScale_3/scale"] = 1 + _r(rng, D), 1 + _r(rng, D)
     if head:
         p["head/kernel"], p["head/bias"] = _r(rng, D, CLASSES), _r(rng, CLASSES)
     return p
 
 
-def _to_timm(p):
-    """timm's Eva state dict: fused qkv weight (3D, D), q_bias / v_bias, gamma_1 / gamma_2."""
+def _to_timm(p, packed=False):
+    """timm's Eva state dict: fused qkv weight (3D, D), q_bias / v_bias, gamma_1 / gamma_2; a
+    gated MLP as timm's `SwiGLU` (`fc1_g`, `fc1_x`, `fc2`) or, `packed`, its `GluMlp`
+    (`fc1` = [gate; x] rows, `gate_last=False`)."""
     s = {
         "patch_embed.proj.weight": p["embedding/kernel"].transpose(3, 2, 0, 1),
         "patch_embed.proj.bias": p["embedding/bias"],
@@ -89,9 +95,22 @@ def _to_timm(p):
                 p[b + ln + "/scale"],
                 p[b + ln + "/bias"],
             )
-        for dense, timm in (("Dense_0", "mlp.fc1"), ("Dense_1", "mlp.fc2")):
+        gated = b + "MlpBlock_3/Dense_gate/kernel" in p
+        fc1 = "mlp.fc1_x" if gated and not packed else "mlp.fc1"
+        denses = [("Dense_0", fc1), ("Dense_1", "mlp.fc2")]
+        if gated and not packed:
+            denses.append(("Dense_gate", "mlp.fc1_g"))
+        for dense, timm in denses:
             s[t + timm + ".weight"] = p[b + "MlpBlock_3/" + dense + "/kernel"].T
             s[t + timm + ".bias"] = p[b + "MlpBlock_3/" + dense + "/bias"]
+        if gated and packed:
+            m = b + "MlpBlock_3/"
+            s[t + "mlp.fc1.weight"] = np.concatenate(
+                [p[m + "Dense_gate/kernel"].T, p[m + "Dense_0/kernel"].T]
+            )
+            s[t + "mlp.fc1.bias"] = np.concatenate(
+                [p[m + "Dense_gate/bias"], p[m + "Dense_0/bias"]]
+            )
         s[t + "gamma_1"], s[t + "gamma_2"] = (
             p[b + "LayerScale_1/scale"],
             p[b + "LayerScale_3/scale"],
@@ -122,7 +141,10 @@ def _to_hf(p):
                 s[h + f"attention.{hf}_proj.bias"] = p[a + name + "/bias"]
         for ln, hf in (("LayerNorm_0", "norm1"), ("LayerNorm_2", "norm2")):
             s[h + hf + ".weight"], s[h + hf + ".bias"] = p[b + ln + "/scale"], p[b + ln + "/bias"]
-        for dense, hf in (("Dense_0", "mlp.up_proj"), ("Dense_1", "mlp.down_proj")):
+        denses = [("Dense_0", "mlp.up_proj"), ("Dense_1", "mlp.down_proj")]
+        if b + "MlpBlock_3/Dense_gate/kernel" in p:
+            denses.append(("Dense_gate", "mlp.gate_proj"))
+        for dense, hf in denses:
             s[h + hf + ".weight"] = p[b + "MlpBlock_3/" + dense + "/kernel"].T
             s[h + hf + ".bias"] = p[b + "MlpBlock_3/" + dense + "/bias"]
         s[h + "layer_scale1.lambda1"] = p[b + "LayerScale_1/scale"]
@@ -130,9 +152,9 @@ def _to_hf(p):
     return {k: np.ascontiguousarray(v) for k, v in s.items()}
 
 
-def _timm_file(folder, p, global_pool="token", **args):
+def _timm_file(folder, p, global_pool="token", packed=False, **args):
     folder.mkdir(parents=True, exist_ok=True)
-    save_file(_to_timm(p), str(folder / "model.safetensors"))
+    save_file(_to_timm(p, packed), str(folder / "model.safetensors"))
     config = {
         "architecture": "vit_small_patch16_dinov3",
         "model_args": {"embed_dim": D, "num_heads": HEADS, "depth": LAYERS, **args},
@@ -167,8 +189,15 @@ def _hf_folder(folder, p, **fields):
 
 
 def _want(p, x, head=True):
+    gated = "Transformer/encoderblock_0/MlpBlock_3/Dense_gate/kernel" in p
     return family_forward(
-        p, x, num_heads=HEADS, gelu_approximate=False, layer_norm_epsilon=1e-5, rope=True
+        p,
+        x,
+        num_heads=HEADS,
+        gelu_approximate=False,
+        layer_norm_epsilon=1e-5,
+        rope=True,
+        mlp_activation="swiglu" if gated else "gelu",
     )
 
 
@@ -251,7 +280,7 @@ def test_timm_dinov3_avg_pool_is_the_mean_of_the_patch_tokens_and_round_trips(tm
     "args,message",
     [
         ({"rope_temperature": 10000}, "rope_temperature=10000"),
-        ({"swiglu_mlp": True}, "swiglu_mlp=True"),
+        ({"swiglu_mlp": True}, "swiglu_mlp=True but blocks.0.mlp is not a gated"),
         ({"rope_rotate_half": False}, "rope_rotate_half=False"),
         ({"global_pool": "max"}, "global_pool='max'"),
     ],
@@ -270,7 +299,11 @@ def test_an_eva_file_not_named_dinov3_is_refused(tmp_path):
 
 @pytest.mark.parametrize(
     "fields,message",
-    [({"use_gated_mlp": True}, "use_gated_mlp=True"), ({"rope_theta": 10000.0}, "rope_theta")],
+    [
+        ({"use_gated_mlp": True}, "use_gated_mlp=true with hidden_act='gelu'"),
+        ({"use_gated_mlp": True, "hidden_act": "silu"}, "mlp.gate_proj"),
+        ({"rope_theta": 10000.0}, "rope_theta"),
+    ],
 )
 def test_hf_dinov3_configs_keras_vit_does_not_build_are_refused(tmp_path, fields, message):
     folder = _hf_folder(tmp_path, _params(head=False), **fields)
@@ -301,3 +334,69 @@ def test_hf_writer_refuses_a_dinov3_with_a_head(tmp_path):
     model = keras_vit.from_checkpoint(_timm_file(tmp_path / "timm", _params()))
     with pytest.raises(CheckpointError, match="rope=True, head=True together"):
         write_checkpoint(model_contents(model), tmp_path / "hf", "hf")
+
+
+@pytest.mark.parametrize("packed", [False, True], ids=["swiglu", "glu_packed"])
+def test_timm_swiglu_dinov3_matches_the_numpy_forward_and_writes_back(tmp_path, packed):
+    """The H+ / 7B MLP: timm's `SwiGLU` (`fc1_g`, `fc1_x`) and its packed `GluMlp` (one `fc1`,
+    gate rows first) both read; written back as `SwiGLU`, the keys timm's named sizes have."""
+    p = _params(qkv_bias="qv", gated=True)
+    path = _timm_file(tmp_path / "timm", p, packed=packed, swiglu_mlp=True)
+    model = keras_vit.from_checkpoint(path)
+    assert model.get_layer("encoderblock_0").mlp_activation == "swiglu"
+    x = _images()
+    want = _want(p, x)
+    np.testing.assert_allclose(_out(model, x), want, atol=2e-5)
+    write_checkpoint(model_contents(model), tmp_path / "back.safetensors", "timm")
+    from safetensors.numpy import load_file
+
+    written = load_file(str(tmp_path / "back.safetensors"))
+    assert sorted(written) == sorted(_to_timm(p))
+    for key, value in _to_timm(p).items():
+        np.testing.assert_array_equal(written[key], value, err_msg=key)
+    np.testing.assert_allclose(
+        _out(keras_vit.from_checkpoint(tmp_path / "back.safetensors"), x), want, atol=2e-5
+    )
+
+
+def test_hf_gated_dinov3_folder_matches_the_numpy_forward_and_writes_back(tmp_path):
+    p = _params(qkv_bias="qv", head=False, gated=True)
+    folder = _hf_folder(tmp_path / "hf", p, use_gated_mlp=True, hidden_act="silu")
+    model = keras_vit.from_checkpoint(folder)
+    x = _images()
+    np.testing.assert_allclose(_out(model, x), _want(p, x), atol=2e-5)
+    write_checkpoint(model_contents(model), tmp_path / "back", "hf")
+    config = json.loads((tmp_path / "back" / "config.json").read_text())
+    assert (config["use_gated_mlp"], config["hidden_act"]) == (True, "silu")
+    assert config["intermediate_size"] == MLP
+    from safetensors.numpy import load_file
+
+    written = load_file(str(tmp_path / "back" / "model.safetensors"))
+    for key, value in _to_hf(p).items():
+        np.testing.assert_array_equal(written[key], value, err_msg=key)
+    assert sorted(written) == sorted(_to_hf(p))
+
+
+def test_timm_mlp_of_another_shape_and_original_key_names_are_refused(tmp_path):
+    p = _params()
+    state = _to_timm(p)
+    state["blocks.0.mlp.fc1.weight"] = np.zeros((3 * MLP, D), np.float32)
+    folder = tmp_path / "odd"
+    _timm_file(folder, p)
+    save_file(state, str(folder / "model.safetensors"))
+    with pytest.raises(CheckpointError, match="neither timm's Mlp nor its packed SwiGLU"):
+        keras_vit.from_checkpoint(folder / "model.safetensors")
+    state = _to_timm(p)
+    state["blocks.0.mlp.w12.weight"] = state.pop("blocks.0.mlp.fc1.weight")
+    save_file(state, str(folder / "model.safetensors"))
+    with pytest.raises(CheckpointError, match="original DINOv3 / EVA key names"):
+        keras_vit.from_checkpoint(folder / "model.safetensors")
+
+
+@pytest.mark.parametrize("width,heads", [(384, 6), (1024, 16), (1280, 20), (4096, 32), (192, 3)])
+def test_heads_of_a_timm_file_that_does_not_say_are_the_dinov3_sizes(width, heads):
+    """timm's hub files carry no `num_heads`: the DINOv3 size of the width (7B/16 has 128-wide
+    heads, the others 64-wide)."""
+    from keras_vit.checkpoints.timm.timm_dinov3 import _num_heads
+
+    assert _num_heads({}, {"architecture": "x"}, width, None, "f") == heads
