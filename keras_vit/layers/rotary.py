@@ -122,8 +122,11 @@ def rotate_tokens(x, sin, cos, num_prefix_tokens: int):
         return x
     dtype = x.dtype
     prefix, patches = x[:, :num_prefix_tokens], ops.cast(x[:, num_prefix_tokens:], "float32")
-    if length is not None and length - num_prefix_tokens != sin.shape[0]:
-        sin, cos = sin[: length - num_prefix_tokens], cos[: length - num_prefix_tokens]
+    # The patch count may be unknown until run time (a dynamic image size, or the prefix-only
+    # queries of the last block, whose static length a slice loses): cut the tables to it.
+    count = ops.shape(patches)[1]
+    if not isinstance(count, int) or count != sin.shape[0]:
+        sin, cos = sin[:count], cos[:count]
     sin, cos = sin[None, :, None, :], cos[None, :, None, :]
     rotated = ops.cast(patches * cos + _rotate_half(patches) * sin, dtype)
     if not num_prefix_tokens:

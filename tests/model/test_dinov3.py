@@ -218,3 +218,16 @@ def test_lora_adapts_the_gate_and_bfloat16_follows_the_float32_model():
     got = np.asarray(keras.ops.cast(half(x, training=False), "float32"))
     assert half.get_layer("encoderblock_0").mlp.dense_gate.compute_dtype == "bfloat16"
     np.testing.assert_allclose(got, want, atol=0.05 * np.abs(want).max())
+
+
+def test_dynamic_size_predict_retraces_for_a_second_grid():
+    # predict's traced step generalises the image shape after a second size; the last block's
+    # class-token queries then have a token count known only at run time.
+    tiny = dict(hidden_dim=16, num_heads=2, mlp_dim=32, num_layers=2, patch_size=4)
+    model = DINOv3("S/16", num_classes=3, image_size=(8, 12), dynamic_image_size=True, **tiny)
+    randomise(model, seed=4)
+    rng = np.random.default_rng(1)
+    for size in [(8, 12), (16, 8), (12, 12)]:
+        x = rng.uniform(0, 255, (2, *size, 3)).astype("float32")
+        got = model.predict(x, verbose=0)
+        np.testing.assert_allclose(got, np.asarray(model(x, training=False)), atol=1e-5)
