@@ -6,10 +6,15 @@ For B/16 and L/16 on 1, 2 and 4 host devices (XLA_FLAGS=--xla_force_host_platfor
 AdamW are built under `keras.StatelessScope` (variables without values), their shardings
 come from the layout map, and XLA compiles from abstract arrays (`jax.ShapeDtypeStruct`).
 XLA's memory analysis (`jit(...).lower(...).compile().memory_analysis()`, bytes per device)
-of the parameters alone, AdamW's state alone, and one training step (forward, cross-entropy,
-gradients, AdamW; parameters and state donated). Also the per-device shapes and bytes of the
-sharded kernels for H/14 and a ViT-22B-sized config (hidden 6144, MLP 24576, 48 heads, 48
-layers, patch 14), from `NamedSharding.shard_shape` on an abstract mesh.
+of the parameters alone and AdamW's state alone; and for B/16 (`--step-variants`) the whole
+jitted training step (forward, cross-entropy, gradients, AdamW; parameters and state donated)
+at `--batch-per-replica` images per replica of the `batch` axis (the global batch is that
+times the batch axis), under float32 and mixed_bfloat16: XLA's argument, output, aliased
+(donated) and temporary bytes per device. Each step compiles in its own process, killed after
+`--step-timeout` seconds of compiling (and a start allowance): such a point is recorded as not
+measured, with the reason. Also the per-device shapes and bytes of the sharded kernels for
+H/14 and a ViT-22B-sized config (hidden 6144, MLP 24576, 48 heads, 48 layers, patch 14), from
+`NamedSharding.shard_shape` on an abstract mesh.
 
     python -m benchmarks.bench model-parallel [--out benchmarks/results/model_parallel_memory.json]
 """
@@ -22,12 +27,17 @@ import json
 import math
 import os
 import sys
+import time
 
 from benchmarks.studies import report
 
 RESULTS = "model_parallel_memory.json"
 MESHES = ((1, 1), (1, 2), (1, 4), (2, 2))  # (batch, model)
 MEMORY_VARIANTS = ("B/16", "L/16")
+STEP_VARIANTS = ("B/16",)
+STEP_PRECISIONS = ("float32", "mixed_bfloat16")
+START_ALLOWANCE_S = 120  # a step child's imports and abstract model before it compiles
+STEP_FIELDS = ("arguments", "outputs", "aliased", "temp", "total")
 VIT_22B = dict(patch_size=14, hidden_dim=6144, mlp_dim=24576, num_heads=48, num_layers=48)
 SHAPE_CONFIGS = {"H/14": ((1, 4), (1, 16)), "22B": ((1, 8), (4, 8), (16, 16))}
 KERNELS = {  # a row per sharded kernel: its path in block 0 (or the embedding)
@@ -48,19 +58,26 @@ def named_kwargs(name) -> dict:
 
 
 @contextlib.contextmanager
-def lazy_model(kwargs, image_size):
+def lazy_model(kwargs, image_size, precision="float32"):
     """The ViT of `kwargs` and its AdamW, built without allocating a value: variables made
     under `keras.StatelessScope` have none, and with `initialize_variables=False` they get
-    none when it ends either; everything that reads them (lowering included) runs inside."""
+    none when it ends either; everything that reads them (lowering included) runs inside.
+    `precision`: the Keras dtype policy the model is built under (float32 variables either
+    way)."""
     import keras
 
     import keras_vit
 
     optimizer = keras.optimizers.AdamW(1e-4)  # its step counter and rate: two scalars
-    with keras.StatelessScope(initialize_variables=False):
-        model = keras_vit.ViT(image_size=image_size, num_classes=1000, **kwargs)
-        optimizer.build(model.trainable_variables)
-        yield model, optimizer
+    policy = keras.config.dtype_policy()
+    keras.config.set_dtype_policy(precision)
+    try:
+        with keras.StatelessScope(initialize_variables=False):
+            model = keras_vit.ViT(image_size=image_size, num_classes=1000, **kwargs)
+            optimizer.build(model.trainable_variables)
+            yield model, optimizer
+    finally:
+        keras.config.set_dtype_policy(policy)
 
 
 def shardings(model, optimizer, layout_of):
@@ -76,8 +93,10 @@ def shardings(model, optimizer, layout_of):
     return [layout_of(v.path) for v in model.trainable_variables], slot_layouts
 
 
-def memory_point(variant, mesh_shape, image_size, batch_size, step=True) -> dict:
-    """XLA's per-device bytes of one B/16- or L/16-sized point (KERAS_BACKEND=jax, 4 devices)."""
+def memory_point(variant, mesh_shape, image_size, batch_per_replica=0, precision="float32"):
+    """XLA's per-device bytes of one B/16- or L/16-sized point (KERAS_BACKEND=jax, 4 devices);
+    with `batch_per_replica` also of the training step at that many images per replica of
+    the batch axis."""
     import keras
 
     from keras_vit.runtime import model_parallel
@@ -87,13 +106,17 @@ def memory_point(variant, mesh_shape, image_size, batch_size, step=True) -> dict
     distribution = model_parallel.vit_model_parallel(
         variant, devices=devices, model_axis=model_axis
     )
-    with lazy_model(named_kwargs(variant), image_size) as (model, optimizer):
-        point = point_analysis(model, optimizer, distribution, image_size, batch_size, step)
+    kwargs = named_kwargs(variant)
+    with lazy_model(kwargs, image_size, precision) as (model, optimizer):
+        point = point_analysis(
+            model, optimizer, distribution, image_size, batch_per_replica * batch
+        )
     return {"model": variant, **point}
 
 
-def point_analysis(model, optimizer, distribution, image_size, batch_size, step) -> dict:
-    """`memory_point`'s compilations, inside the stateless scope of `lazy_model`."""
+def point_analysis(model, optimizer, distribution, image_size, batch_size) -> dict:
+    """`memory_point`'s compilations, inside the stateless scope of `lazy_model`; the step's
+    at a global `batch_size` (0: no step)."""
     import jax
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
@@ -130,16 +153,32 @@ def point_analysis(model, optimizer, distribution, image_size, batch_size, step)
         "optimizer_mib": round(analysis(lambda s: s, state).argument_size_in_bytes / MIB, 1),
         "replicated_parameters_mib": round(4 * count / MIB, 1),
     }  # fmt: skip
-    if step:
+    if batch_size:
         images = jax.ShapeDtypeStruct((batch_size, image_size, image_size, 3), "float32",
                                       sharding=NamedSharding(mesh, P("batch")))  # fmt: skip
         labels = jax.ShapeDtypeStruct((batch_size,), "int32",
                                       sharding=NamedSharding(mesh, P("batch")))  # fmt: skip
+        start = time.perf_counter()
         stepped = analysis(training_step(model, optimizer), parameters, state, images, labels,
                            donate_argnums=(0, 1))  # fmt: skip
-        out["step_arguments_mib"] = round(stepped.argument_size_in_bytes / MIB, 1)
-        out["step_temp_mib"] = round(stepped.temp_size_in_bytes / MIB, 1)
+        out["global_batch"] = batch_size
+        out["step_compile_s"] = round(time.perf_counter() - start, 1)
+        out.update(step_bytes(stepped))
     return out
+
+
+def step_bytes(analysis) -> dict:
+    """XLA's per-device MiB of a compiled step (`CompiledMemoryStats`): its arguments, its
+    outputs, the outputs that reuse a donated argument's buffer (aliased), the temporaries,
+    and the total held at once at most, arguments + outputs - aliased + temporaries."""
+    sizes = {
+        "arguments": analysis.argument_size_in_bytes,
+        "outputs": analysis.output_size_in_bytes,
+        "aliased": analysis.alias_size_in_bytes,
+        "temp": analysis.temp_size_in_bytes,
+    }
+    sizes["total"] = sizes["arguments"] + sizes["outputs"] - sizes["aliased"] + sizes["temp"]
+    return {f"step_{key}_mib": round(value / MIB, 1) for key, value in sizes.items()}
 
 
 def training_step(model, optimizer):
@@ -214,9 +253,7 @@ def per_device_shapes(shapes, batch, model_axis) -> dict:
 
 def child(args) -> dict:
     points = [
-        memory_point(variant, mesh, args.image_size, args.batch_size, not args.no_step)
-        for variant in args.variants
-        for mesh in MESHES
+        memory_point(variant, mesh, args.image_size) for variant in args.variants for mesh in MESHES
     ]
     for point in points:
         print(json.dumps(point), file=sys.stderr, flush=True)
@@ -224,15 +261,69 @@ def child(args) -> dict:
     return {"points": points, "shapes": shapes}
 
 
+def step_child(args) -> dict:
+    """One training step's memory (`--step-child VARIANT BxM PRECISION`)."""
+    variant, mesh, precision = args.step_child
+    batch, model_axis = (int(size) for size in mesh.split("x"))
+    point = memory_point(
+        variant, (batch, model_axis), args.image_size, args.batch_per_replica, precision
+    )
+    return {**point, "precision": precision}
+
+
+def step_points(args, env) -> list[dict]:
+    """Every step point (`--step-variants` x MESHES x `--step-precisions`), each compiled in
+    its own child; a child killed at `--step-timeout` (+ START_ALLOWANCE_S) or failing gives
+    a point with "not_measured" (the reason) instead of bytes."""
+    command = report.common.module_argv(sys.executable, "benchmarks.studies.model_parallel_memory")
+    points = []
+    for variant in args.step_variants:
+        for precision in args.step_precisions:
+            for batch, model_axis in MESHES:
+                mesh = f"{batch}x{model_axis}"
+                forwarded = ["--image-size", str(args.image_size)]
+                forwarded += ["--batch-per-replica", str(args.batch_per_replica)]
+                argv = [*command, *forwarded, "--step-child", variant, mesh, precision]
+                point = {"model": variant, "batch_axis": batch, "model_axis": model_axis,
+                         "devices": batch * model_axis, "precision": precision,
+                         "global_batch": args.batch_per_replica * batch}  # fmt: skip
+                try:
+                    point.update(report.common.child_result(
+                        argv, env=env, timeout=args.step_timeout + START_ALLOWANCE_S
+                    ))  # fmt: skip
+                except RuntimeError as error:
+                    point["not_measured"] = (
+                        f"the step's compile did not finish ({error}; limit "
+                        f"{args.step_timeout} s of compiling after a {START_ALLOWANCE_S} s start)"
+                    )
+                print(json.dumps(point), file=sys.stderr, flush=True)
+                points.append(point)
+    return points
+
+
+def point_slug(point) -> str:
+    """'b16_1x2' of a point."""
+    slug = point["model"].replace("/", "").lower()
+    return f"{slug}_{point['batch_axis']}x{point['model_axis']}"
+
+
 def values_of(record) -> dict:
-    """The figures the documents quote: `VARIANT_MESH_KEY` (e.g. `b16_1x2_parameters_mib`)."""
+    """The figures the documents quote: `VARIANT_MESH_KEY` (e.g. `b16_1x2_parameters_mib`);
+    a step's `VARIANT_MESH_PRECISION_step_FIELD_mib` (e.g. `b16_1x2_bf16_step_temp_mib`,
+    "f32" or "bf16"; "not measured" where its compile did not finish)."""
     values = {}
     for point in record["points"]:
-        slug = point["model"].replace("/", "").lower() + f"_{point['batch_axis']}x"
-        slug += str(point["model_axis"])
-        for key in ("parameters_mib", "optimizer_mib", "step_arguments_mib", "step_temp_mib"):
+        slug = point_slug(point)
+        for key in ("parameters_mib", "optimizer_mib"):
             if key in point:
                 values[f"{slug}_{key}"] = {"value": point[key], "format": "{:.1f}"}
+    for point in record.get("step_points", []):
+        slug = point_slug(point) + ("_bf16" if "bfloat16" in point["precision"] else "_f32")
+        for field in STEP_FIELDS:
+            key, value = f"step_{field}_mib", "not measured"
+            if "not_measured" not in point:
+                value = f"{point[key]:.1f}"
+            values[f"{slug}_{key}"] = {"value": value, "format": "{}"}
     for name, shapes in record["shapes"].items():
         slug = name.replace("/", "").lower()
         for mesh, entry in shapes["meshes"].items():
@@ -254,37 +345,50 @@ def parse_args(argv=None):
     parser.add_argument("--variants", nargs="+", default=list(MEMORY_VARIANTS),
                         help="named variants measured (B/16 L/16)")  # fmt: skip
     parser.add_argument("--image-size", type=int, default=224, help="(224)")
-    parser.add_argument("--batch-size", type=int, default=8, help="global batch (8)")
+    parser.add_argument("--batch-per-replica", type=int, default=8,
+                        help="the step's images per replica of the batch axis (8)")  # fmt: skip
+    parser.add_argument("--step-variants", nargs="+", default=list(STEP_VARIANTS),
+                        help="variants whose training step is compiled (B/16)")  # fmt: skip
+    parser.add_argument("--step-precisions", nargs="+", default=list(STEP_PRECISIONS),
+                        help="dtype policies of the step (float32 mixed_bfloat16)")  # fmt: skip
+    parser.add_argument("--step-timeout", type=int, default=180,
+                        help="seconds of compiling a step may take (180)")  # fmt: skip
     default = os.path.join(report.ROOT, "benchmarks", "results", RESULTS)
     parser.add_argument("--out", default=default, help=f"(benchmarks/results/{RESULTS})")
     parser.add_argument("--no-step", action="store_true",
                         help="parameters and AdamW only: no training step compiled")  # fmt: skip
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--step-child", nargs=3, help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    if args.child:
-        print("RESULT " + json.dumps(child(args)), flush=True)
+    if args.child or args.step_child:
+        result = step_child(args) if args.step_child else child(args)
+        print("RESULT " + json.dumps(result), flush=True)
         return 0
     env = {**os.environ, "KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu",
            "XLA_FLAGS": "--xla_force_host_platform_device_count=4"}  # fmt: skip
+    env = report.common.child_env(env)
     command = report.common.module_argv(sys.executable, "benchmarks.studies.model_parallel_memory")
     forwarded = ["--variants", *args.variants, "--image-size", str(args.image_size)]
-    forwarded += ["--batch-size", str(args.batch_size)] + ["--no-step"] * args.no_step
-    record = report.child_json([*command, *forwarded, "--child"], env=report.common.child_env(env))
+    record = report.child_json([*command, *forwarded, "--child"], env=env)
+    if not args.no_step:
+        record["step_points"] = step_points(args, env)
     host = report.common.host_record()
     report.write_results(
         args.out,
         values_of(record),
         command="python -m benchmarks.bench model-parallel" + " --no-step" * args.no_step,
         about="keras_vit's ModelParallel on JAX: XLA's per-device bytes of the parameters, "
-        "AdamW's state and one training step (batch x model meshes on 4 host devices), and "
-        "the per-device kernel shapes of H/14 and a 22B-sized ViT (abstract meshes)",
+        "AdamW's state and the whole training step of B/16 (float32 and mixed_bfloat16; batch "
+        "x model meshes on 1, 2 and 4 host devices), and the per-device kernel shapes of H/14 "
+        "and a 22B-sized ViT (abstract meshes)",
         notes=f"host {host['cpu']}, {host['cores']} cores, no GPU; 4 XLA host devices",
-        extra={"host": host, "image_size": args.image_size, "batch_size": args.batch_size,
-               **record},
+        extra={"host": host, "image_size": args.image_size,
+               "batch_per_replica": args.batch_per_replica,
+               "step_timeout_s": args.step_timeout, **record},
     )  # fmt: skip
     print(f"wrote {args.out}")
     return 0

@@ -91,17 +91,22 @@ def duration_text(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-def remaining_time(stream=None, clock=time.perf_counter):
+def remaining_time(stream=None, clock=time.perf_counter, then: str | None = None):
     """A Keras callback that prints once, when the second epoch this process trains begins
     (before Keras' bar of that epoch), how long the rest of the run should take: the first
     epoch's training and validation passes without their compilation (`steady_seconds`)
     times the epochs left (the Keras bar's ETA covers one epoch only). Nothing for a
-    one-epoch run."""
+    one-epoch run.
+
+    `then`: what this process does after training, named at the end of the line ("the test
+    evaluation"), or None (nothing); also the callback's attribute `then`, which the caller
+    may set once the run is planned, before the second epoch."""
     import keras
 
     class RemainingTime(keras.callbacks.Callback):
         def __init__(self):
             super().__init__()
+            self.then = then
             self._first = self._end = None
             self._told = False
             self._passes = {"train": [None, []], "test": [None, []]}  # begin, batch ends
@@ -143,7 +148,8 @@ def remaining_time(stream=None, clock=time.perf_counter):
             return (
                 f"Time left: about {duration_text(steady * left)} for {left} more "
                 f"epoch{'s' if left != 1 else ''} (~{duration_text(steady)} each; the first "
-                f"took {duration_text(took)} with compilation), then the test evaluation"
+                f"took {duration_text(took)} with compilation)"
+                + (f", then {self.then}" if self.then else "")
             )
 
     return RemainingTime()
@@ -178,14 +184,19 @@ FIRST_LINE_MAX = 120
 following on indented lines."""
 
 
-def start_lines(run_dir: str, record: dict, precision: str) -> list[str]:
+def start_lines(
+    run_dir: str, record: dict, precision: str, *, worker: int | None = None
+) -> list[str]:
     """What a run prints first: one short line (run directory, model, data, precision), then
     indented lines with the details (architecture; classes, size and held-out images; why
-    this precision and compiler; strategy).
+    this precision and compiler; strategy; in a multi-worker job's other processes, what
+    this one does).
 
     Args:
         run_dir: the run directory. record: the config record (`keras_vit.train.runs.train`'s
             `on_start`: "run" and "resolved"). precision: the dtype policy in effect.
+        worker: None in the process that writes the run directory (the chief, or the only
+            one); else this worker's index in its multi-worker job.
     """
     run, resolved = record.get("run", {}), record.get("resolved", {})
     model_kwargs = resolved.get("model_kwargs", {})
@@ -209,7 +220,19 @@ def start_lines(run_dir: str, record: dict, precision: str) -> list[str]:
         f"  data: {describe_data(resolved)}",
         f"  precision: {precision}, XLA {'on' if resolved.get('jit_compile') else 'off'}{why}",
         f"  strategy: {strategy}, {replicas} replica(s)",
+        *([f"  {worker_role(worker, resolved)}"] if worker is not None else []),
     ]
+
+
+def worker_role(worker: int, resolved: dict) -> str:
+    """What worker `worker` (not the chief) of a multi-worker job does, in one line:
+    'worker 1: trains its share of every batch; the chief writes the run directory and
+    evaluates the test split' (the last part only where the run has a test split)."""
+    test = " and evaluates the test split" if resolved.get("test_split") else ""
+    return (
+        f"worker {worker}: trains its share of every batch; the chief writes the run "
+        f"directory{test}"
+    )
 
 
 def _precision_why(resolved: dict) -> str:

@@ -63,11 +63,17 @@ def run_training(config, args, task: str) -> int:
     dispatch.prefer_memory_schedule(config.remat)  # before the strategy lists JAX's devices
     strategy = resolve_strategy(args.strategy if not args.resume else config.strategy)
     check_jit_compile(args, strategy)
+    worker = worker_of(strategy)
+    shown = progress_callbacks(mode)
 
     def announce(record):
+        for callback in shown:  # the time estimate's end, now that the plan is known
+            if hasattr(callback, "then"):
+                callback.then = after_training(record["resolved"], worker)
         if mode != "quiet":
             precision = record["resolved"]["dtype_policy"]
-            print("\n".join(progress.start_lines(run_dir, record, precision)), flush=True)
+            lines = progress.start_lines(run_dir, record, precision, worker=worker)
+            print("\n".join(lines), flush=True)
             if args.resume:
                 print(f"Resuming {run_dir} with its stored configuration.", flush=True)
 
@@ -80,18 +86,34 @@ def run_training(config, args, task: str) -> int:
                 strategy=strategy,
                 resume=args.resume,
                 verbose=progress.keras_verbose(mode),
-                extra_callbacks=[guard, *progress_callbacks(mode)],
+                extra_callbacks=[guard, *shown],
                 on_start=announce,
             )
         finally:
             guard.on_train_end()  # Keras skips it when training stops on an exception
-    print_summary(result, run_dir, next_steps=mode != "quiet")
+    print_summary(result, run_dir, next_steps=mode != "quiet", worker=worker)
     return 0
+
+
+def worker_of(strategy) -> int | None:
+    """None in the process that writes the run directory (the chief, or the only process);
+    in the other processes of a multi-worker job, this worker's index
+    (`keras_vit.runtime.distribute.worker_index`, the number of its `.backup-worker-<index>`)."""
+    from keras_vit.runtime import distribute
+
+    return None if distribute.is_chief(strategy) else distribute.worker_index(strategy)
+
+
+def after_training(resolved: dict, worker: int | None) -> str | None:
+    """What this process does after the last epoch, for the time estimate: "the test
+    evaluation" where it evaluates a test split (the chief alone does), else None."""
+    return "the test evaluation" if worker is None and resolved.get("test_split") else None
 
 
 def progress_callbacks(mode: str) -> list:
     """The progress callbacks of an output mode: one line per epoch ("epoch"), and the
-    estimate of the time left after the first epoch (every mode but "quiet")."""
+    estimate of the time left after the first epoch (every mode but "quiet"; its `then`
+    attribute names what follows training)."""
     if mode == "quiet":
         return []
     return [progress.epoch_lines()] * (mode == "epoch") + [progress.remaining_time()]
@@ -107,17 +129,24 @@ def check_jit_compile(args, strategy) -> None:
         raise UsageError(f"--jit-compile cannot run here: {reason}; drop the flag.")
 
 
-def print_summary(result, shown_dir: str | None = None, *, next_steps: bool = False) -> None:
+def print_summary(
+    result, shown_dir: str | None = None, *, next_steps: bool = False, worker: int | None = None
+) -> None:
     """The few lines `train`/`finetune` end with: the test figures of best.keras (the kept
     model, the one `evaluate` and `export` use), which epoch it is and why, where the files
     are, and (`next_steps`) the commands that use the run. `shown_dir`: the run directory as
-    the run's first line named it (default: `result.run_dir`)."""
+    the run's first line named it (default: `result.run_dir`). `worker`: this worker's index
+    in a multi-worker job when it is not the chief (`worker_summary`); None: the chief, or
+    the only process."""
     from keras_vit.train import run_directory
 
     metrics = result.metrics
     run_dir = result.run_dir
     shown_dir = shown_dir or run_dir
     resolved = (run_directory.read_config(run_dir) or {}).get("resolved", {})
+    if worker is not None:
+        print("\n".join(worker_summary(metrics, worker, shown_dir, resolved)))
+        return
     best = metrics.get("best") or {}
     test = metrics.get("test")
     if test:
@@ -142,6 +171,28 @@ def print_summary(result, shown_dir: str | None = None, *, next_steps: bool = Fa
     print(models_line(best))
     if next_steps:
         print("\n".join(next_step_lines(shown_dir)))
+
+
+def worker_summary(metrics: dict, worker: int, shown_dir: str, resolved: dict) -> list[str]:
+    """The closing lines of a multi-worker job's non-chief process, which writes none of the
+    run directory and evaluates no test split: the validation figures after the last epoch
+    (every worker computes them over the whole validation data), then what it trained and
+    which process holds the run's files and figures. No kept-model, models or next-step
+    lines: they describe the chief's files, which the chief may still be writing."""
+    lines = []
+    if "validation" in metrics:
+        validation = metrics["validation"]
+        lines.append(
+            f"Validation accuracy: {100 * validation['accuracy']:.2f}% after the last epoch "
+            f"(loss with the training label smoothing {validation['loss']:.4f})"
+        )
+    test = f", the test figures of '{resolved['test_split']}'" if resolved.get("test_split") else ""
+    lines.append(
+        f"Trained {counted(metrics['epochs'], 'epoch')}, {counted(metrics['steps'], 'step')} "
+        f"on {metrics['num_replicas']} replica(s) as worker {worker}; the chief writes the "
+        f"run directory {shown_dir} (models, history{test}) and prints the run's summary"
+    )
+    return lines
 
 
 def models_line(best: dict) -> str:

@@ -18,7 +18,7 @@ from keras_vit.model.builder import named_builder, vision_transformer
 from keras_vit.spec import configs
 from keras_vit.spec import layer_names as names
 
-ROOT_WIDTH = 64
+ROOT_WIDTH = configs.RESNET_ROOT_WIDTH
 GROUP_NORM_GROUPS = 32
 GROUP_NORM_EPSILON = 1e-6
 _STEM_ARGUMENTS = ("resnet_stages", "resnet_width", "resnet_groups", "backbone")

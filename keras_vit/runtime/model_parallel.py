@@ -6,8 +6,11 @@ Megatron split: q/k/v and the MLP's first dense by output, the attention output 
 second dense by input), and along the token width `hidden_dim` over the `batch` axis, so that
 with both axes each device holds `1 / (batch x model)` of those kernels (FSDP-style; XLA
 gathers a kernel's `batch` shards for the step that uses it). The patch embedding is split by
-its output width over `model`. Everything else (LayerNorms, class token, position table, the
-head, a hybrid's ResNet stem) is replicated. Optimizer slots take their variable's layout
+its output width over `model`, and so is each convolution kernel of a hybrid's ResNet stem
+whose output channels the `model` axis divides (`stem_kernels`; given the architecture, as
+`vit_model_parallel` gives it); the stem's other kernels are replicated. Everything else
+(LayerNorms, GroupNorms, class token, position table, the head, a stem given as `backbone`) is
+replicated. Optimizer slots take their variable's layout
 (Keras' `add_variable_from_reference`). The sharding changes where numbers live, never what
 a step computes: GSPMD inserts the collectives.
 
@@ -27,6 +30,18 @@ their layouts, `LAYOUT_RULES`:
 gated MLP's gate, `mlp_activation="swiglu"`, split as `Dense_0`.) So the `model` axis
 must divide `num_heads`, `hidden_dim` and `mlp_dim`, and the `batch` axis `hidden_dim`; every
 named size and hybrid of `keras_vit.spec.configs` shards on 1, 2 and 4 devices.
+
+A hybrid's ResNet stem (`keras_vit.model.hybrid.resnet_features`, width W = `resnet_width`,
+64 in the release; StdConv2D kernels (kh, kw, in, out), no bias), where `model` divides `out`:
+
+    conv_root/kernel (7, 7, C, W)                               (-, -, -, model)
+    block{s}_unit{u}/conv1/kernel, conv2/kernel (., ., ., W * 2**(s-1))   (-, -, -, model)
+    block{s}_unit{u}/conv3/kernel, conv_proj/kernel (., ., ., 4W * 2**(s-1)) (-, -, -, model)
+
+and replicated where it does not (e.g. W = 3 on a model axis of 2: the root and stage 1's
+conv1/conv2). The weight standardisation reduces over (kh, kw, in), within each output
+channel, so each device standardises its own channels. `layout_rules` lists the rules of one
+architecture and model axis.
 
 In a user's own script, on KERAS_BACKEND=jax, before the model is built::
 
@@ -75,16 +90,61 @@ LAYOUT_RULES: tuple[tuple[str, tuple], ...] = (
 _SIZES = ("num_heads", "hidden_dim", "mlp_dim")
 
 
+def stem_kernels(architecture) -> dict[str, int]:
+    """`{pattern: output channels}` of the convolution kernels of a hybrid's ResNet stem (the
+    patterns match `variable.path` in full, as `LAYOUT_RULES`): the root's `conv_root`
+    (`resnet_width`), then in stage s (from 1) each unit's conv1 and conv2
+    (`resnet_width * 2**(s - 1)`) and its conv3 and conv_proj (4x that). `{}` for a ViT
+    (no `resnet_stages`) and a stem given as `backbone` (its layers are the user's).
+
+    Args:
+        architecture: as `architecture_sizes` takes it; `resnet_width` defaults to 64.
+    """
+    from keras_vit.spec import configs
+
+    kwargs = _architecture_kwargs(architecture)
+    stages = kwargs.get("resnet_stages")
+    if stages is None or kwargs.get("backbone") is not None:
+        return {}
+    width = kwargs.get("resnet_width") or configs.RESNET_ROOT_WIDTH
+    kernels = {r"(?:.*/)?conv_root/kernel": width}
+    for stage in range(1, len(stages) + 1):
+        unit = rf"(?:.*/)?block{stage}_unit\d+"
+        kernels[unit + "/(?:conv1|conv2)/kernel"] = width * 2 ** (stage - 1)
+        kernels[unit + "/(?:conv3|conv_proj)/kernel"] = 4 * width * 2 ** (stage - 1)
+    return kernels
+
+
+def layout_rules(architecture=None, model_axis: int = 1) -> tuple[tuple[str, tuple], ...]:
+    """The layout rules of a model on a `model` axis of `model_axis` devices: `LAYOUT_RULES`,
+    then for a hybrid's ResNet stem each convolution kernel whose output channels
+    `model_axis` divides, sharded by output channel over `model` (`stem_kernels`); the stem
+    kernels it does not divide match no rule and are replicated. Without `architecture`:
+    `LAYOUT_RULES` alone (a stem replicated).
+    """
+    if architecture is None:
+        return LAYOUT_RULES
+    stem = tuple(
+        (pattern, (None, None, None, MODEL_AXIS))
+        for pattern, channels in stem_kernels(architecture).items()
+        if channels % model_axis == 0
+    )
+    return LAYOUT_RULES + stem
+
+
 class ModelParallelError(ValueError):
     """A device mesh that cannot shard this model, or a backend without `ModelParallel`."""
 
 
-def vit_layout_map(device_mesh) -> keras.distribution.LayoutMap:
-    """keras_vit's `LayoutMap` on `device_mesh` (`LAYOUT_RULES`; module docstring).
+def vit_layout_map(device_mesh, architecture=None) -> keras.distribution.LayoutMap:
+    """keras_vit's `LayoutMap` on `device_mesh` (`layout_rules`; module docstring).
 
     Args:
         device_mesh: a `keras.distribution.DeviceMesh` with the axes "batch" and "model"
             (either may have size 1).
+        architecture: the model's architecture (as `architecture_sizes` takes it): a
+            hybrid's ResNet stem kernels are then sharded where the model axis divides
+            their output channels. None: the stem is replicated.
 
     Raises:
         ModelParallelError: a mesh without those two axis names.
@@ -95,8 +155,9 @@ def vit_layout_map(device_mesh) -> keras.distribution.LayoutMap:
             f"keras_vit's layout map needs a device mesh with the axes {MESH_AXES}. "
             f"Received: axis_names={names}"
         )
+    model_axis = device_mesh.shape[names.index(MODEL_AXIS)]
     layout_map = keras.distribution.LayoutMap(device_mesh)
-    for pattern, axes in LAYOUT_RULES:
+    for pattern, axes in layout_rules(architecture, model_axis):
         layout_map[pattern] = axes
     return layout_map
 
@@ -111,6 +172,19 @@ def architecture_sizes(architecture) -> dict[str, int]:
             positive integer.
         ValueError: an unknown model name (`keras_vit.spec.configs.resolve_model`).
     """
+    architecture = _architecture_kwargs(architecture)
+    sizes = {name: architecture.get(name) for name in _SIZES}
+    for name, value in sizes.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ModelParallelError(
+                f"{name} must be a positive int to shard the model. Received: {name}={value!r}"
+            )
+    return sizes
+
+
+def _architecture_kwargs(architecture) -> Mapping:
+    """The keyword arguments of `keras_vit.ViT` / `HybridViT` of `architecture` (a name, a
+    config or a mapping; `architecture_sizes`)."""
     from keras_vit.spec import configs
 
     if isinstance(architecture, str):
@@ -124,13 +198,7 @@ def architecture_sizes(architecture) -> dict[str, int]:
             "architecture must be a model name, a ViTConfig/HybridConfig or a mapping with "
             f"{', '.join(_SIZES)}. Received: {architecture!r}"
         )
-    sizes = {name: architecture.get(name) for name in _SIZES}
-    for name, value in sizes.items():
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise ModelParallelError(
-                f"{name} must be a positive int to shard the model. Received: {name}={value!r}"
-            )
-    return sizes
+    return architecture
 
 
 def check_mesh(sizes: Mapping[str, int], batch: int, model: int) -> None:
@@ -229,5 +297,5 @@ def vit_model_parallel(architecture, *, devices=None, model_axis: int | None = N
         model_axis,
     )  # fmt: skip
     return keras.distribution.ModelParallel(
-        layout_map=vit_layout_map(mesh), batch_dim_name=BATCH_AXIS
+        layout_map=vit_layout_map(mesh, architecture), batch_dim_name=BATCH_AXIS
     )

@@ -133,6 +133,11 @@ RECIPE_DEFAULTS = {
 --help` shows them without importing Keras."""
 
 
+RESNET_ROOT_WIDTH = 64
+"""Channels of the release's ResNet root conv and first stage (`keras_vit.HybridViT`'s default
+`resnet_width`; stage s has `width * 2**(s - 1)` bottleneck channels, 4x that out)."""
+
+
 def resnet_total_stride(resnet_stages) -> int:
     """Pixels per feature-map cell of the release's ResNet with `resnet_stages`: 4 for the
     root (conv 7x7/2, max-pool 3x3/2), x2 per stage after the first (models_resnet.py)."""

@@ -119,6 +119,16 @@ def test_the_first_line_of_the_default_run_is_short_and_the_details_follow():
     assert max(len(line) for line in lines) <= 120, lines
 
 
+def test_a_non_chief_worker_says_what_it_does_and_who_writes():
+    chief = progress.start_lines("runs/x", DEFAULT_RECORD, "float32")
+    worker = progress.start_lines("runs/x", DEFAULT_RECORD, "float32", worker=2)
+    assert worker[:-1] == chief and not any("worker" in line for line in chief)
+    assert worker[-1] == (
+        "  worker 2: trains its share of every batch; the chief writes the run directory and "
+        "evaluates the test split"
+    )
+
+
 class FakeClock:
     def __init__(self):
         self.now = 0.0
@@ -164,6 +174,17 @@ def test_remaining_time_is_printed_once_after_the_first_epoch(epochs, train_step
     assert f"(~{progress.duration_text(each)} each; the first took " in line
     assert f"about {progress.duration_text(each * left)} for" in line
     assert f"took {progress.duration_text(took)} with compilation" in line
+    assert line.endswith("with compilation)\n")  # nothing follows training by default
+
+
+def test_remaining_time_names_what_follows_training():
+    out, clock = io.StringIO(), FakeClock()
+    callback = progress.remaining_time(out, clock=clock)
+    callback.set_params({"epochs": 3, "steps": 6, "verbose": 0})
+    callback.then = "the test evaluation"
+    _first_epoch(callback, clock, 6, 2)
+    callback.on_epoch_begin(1)
+    assert out.getvalue().endswith("with compilation), then the test evaluation\n")
 
 
 @pytest.mark.parametrize(

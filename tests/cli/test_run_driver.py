@@ -1,6 +1,7 @@
 """cli/run_driver: the lines `train`/`finetune` end with (from best.json and metrics.json of
-a run), --jit-compile refused where the strategy cannot compile, unknown strategies as
-usage errors, and the default run directory."""
+a run; in a multi-worker job's non-chief process, only what that process did), --jit-compile
+refused where the strategy cannot compile, unknown strategies as usage errors, and the default
+run directory."""
 
 import argparse
 import re
@@ -82,3 +83,38 @@ def test_print_summary(tmp_path, monkeypatch, capsys):
         "  keras-vit export runs/r1 EXPORT_DIR",
         "  tensorboard --logdir runs",
     ]
+
+
+def test_a_non_chief_worker_summarises_only_what_it_did(tmp_path, monkeypatch, capsys):
+    """A multi-worker job's other process evaluates no test split and writes no file: its
+    summary names its role and the chief, not "no test split", kept models or commands."""
+    from keras_vit.train import run_directory
+
+    monkeypatch.setattr(
+        run_directory, "read_config", lambda d: {"resolved": {**RESOLVED, "test_split": "test"}}
+    )
+    metrics = {  # a worker's: validation from its history, no "test", best.json not its own
+        "validation": {"accuracy": 0.5, "loss": 1.25},
+        "held_out": {"accuracy": 0.5, "loss": 1.25},
+        "best": None,
+        "epochs": 2,
+        "steps": 6,
+        "num_replicas": 4,
+    }
+    result = argparse.Namespace(metrics=metrics, run_dir=str(tmp_path))
+    run_driver.print_summary(result, "runs/r1", next_steps=True, worker=1)
+    assert capsys.readouterr().out.splitlines() == [
+        "Validation accuracy: 50.00% after the last epoch (loss with the training label "
+        "smoothing 1.2500)",
+        "Trained 2 epochs, 6 steps on 4 replica(s) as worker 1; the chief writes the run "
+        "directory runs/r1 (models, history, the test figures of 'test') and prints the run's "
+        "summary",
+    ]
+
+
+@pytest.mark.parametrize(
+    "test_split, worker, then",
+    [("test", None, "the test evaluation"), (None, None, None), ("test", 1, None)],
+)
+def test_only_a_process_that_evaluates_a_test_split_announces_it(test_split, worker, then):
+    assert run_driver.after_training({"test_split": test_split}, worker) == then

@@ -1,10 +1,11 @@
 """Runs in a fresh process with KERAS_BACKEND=jax and host devices (XLA_FLAGS), started by
 tests/runtime/test_model_parallel.py: one training step of a B/16-shaped tiny ViT (the same
-blocks, small widths, every weight randomised) on one device and under
-`keras_vit.runtime.model_parallel.vit_model_parallel` on each batch x model mesh named on the
-command line ("1x2": the model axis alone, "2x2": with the FSDP split); prints one
-"RESULT {json}" line with the losses, the largest weight difference to one device, and each
-variable's sharding and per-device shape."""
+blocks, small widths, every weight randomised; or, with "hybrid" first, a tiny hybrid whose
+ResNet stem has output widths that a model axis of 2 divides and widths it does not) on one
+device and under `keras_vit.runtime.model_parallel.vit_model_parallel` on each batch x model
+mesh named on the command line ("1x2": the model axis alone, "2x2": with the FSDP split);
+prints one "RESULT {json}" line with the losses, the largest weight difference to one device,
+and each variable's sharding and per-device shape."""
 
 from __future__ import annotations
 
@@ -19,6 +20,22 @@ TINY_B16 = dict(
     num_classes=5,
 )  # fmt: skip
 
+TINY_HYBRID = dict(
+    image_size=16, resnet_stages=(1,), resnet_width=3, resnet_groups=3, patch_size=1,
+    hidden_dim=32, num_heads=4, mlp_dim=64, num_layers=1, num_classes=5,
+)  # fmt: skip
+MODELS = {"vit": TINY_B16, "hybrid": TINY_HYBRID}
+
+# TINY_HYBRID's stem kernels (kh, kw, in, out) on a model axis of 2, written out from their
+# output widths (the root and the unit's conv1/conv2: 3; its conv3/conv_proj: 12): sharded by
+# output channel where 2 divides it, else replicated (None)
+HYBRID_STEM_ON_2 = {
+    "conv_root/kernel": None,
+    "block1_unit1/conv1/kernel": None,
+    "block1_unit1/conv2/kernel": None,
+    "block1_unit1/conv3/kernel": (None, None, None, "model"),
+    "block1_unit1/conv_proj/kernel": (None, None, None, "model"),
+}
 
 # variable path suffix -> the mesh axis of each dimension, written out from the Megatron split
 # (heads and MLP units over `model`) and the FSDP split (hidden_dim over `batch`)
@@ -38,9 +55,11 @@ SHARDED = {
 }
 
 
-def expected_axes(path):
-    """The axes `SHARDED` gives `path` (None: replicated); attention and MLP kernels only
-    inside an attention or MLP layer."""
+def expected_axes(path, stem=None):
+    """The axes `SHARDED` (or `stem`, a hybrid's stem kernels by path) gives `path` (None:
+    replicated); attention and MLP kernels only inside an attention or MLP layer."""
+    if stem and path in stem:
+        return stem[path]
     for suffix, axes in SHARDED.items():
         inside = "embedding/" in suffix or "MultiHead" in path or "MlpBlock" in path
         if path.endswith(suffix) and inside:
@@ -48,10 +67,10 @@ def expected_axes(path):
     return None
 
 
-def check_layout(path, layout, batch, model):
-    """`layout` (the helper's record of a variable) is the one `SHARDED` gives `path`, over
-    every device of the mesh, each device holding its share."""
-    axes = expected_axes(path) or (None,) * len(layout["shape"])
+def check_layout(path, layout, batch, model, stem=None):
+    """`layout` (the helper's record of a variable) is the one `SHARDED` (and `stem`) gives
+    `path`, over every device of the mesh, each device holding its share."""
+    axes = expected_axes(path, stem) or (None,) * len(layout["shape"])
     assert layout["devices"] == batch * model, path
     assert layout["spec"] == list(axes), path
     sizes = {"batch": batch, "model": model, None: 1}
@@ -59,9 +78,9 @@ def check_layout(path, layout, batch, model):
     assert layout["device_shapes"] == [share], path
 
 
-def check_step(result, mesh_name, batch, model):
+def check_step(result, mesh_name, batch, model, stem=None):
     """The sharded step equals one device within 1e-5, and every variable and its momentum
-    slot lives where `SHARDED` says."""
+    slot lives where `SHARDED` (and for a hybrid `stem`, its stem kernels by path) says."""
     sharded = result[mesh_name]
     assert sharded["name"] == f"ModelParallel (batch {batch} x model {model})"
     assert sharded["replicas"] == batch
@@ -69,29 +88,35 @@ def check_step(result, mesh_name, batch, model):
     assert 0 <= sharded["weight_difference"] < 1e-5
     slots = sharded["slots"]
     for path, layout in sharded["layouts"].items():
-        check_layout(path, layout, batch, model)
+        check_layout(path, layout, batch, model, stem)
         (slot,) = [s for s in slots if s.endswith("/" + path.replace("/", "_") + "_momentum")]
-        check_layout(path, slots[slot], batch, model)
+        check_layout(path, slots[slot], batch, model, stem)
     specs = [layout["spec"] for layout in sharded["layouts"].values()]
-    assert sum(spec != [None] * len(spec) for spec in specs) == 2 + 10  # embedding, the block
+    stem_sharded = sum(axes is not None for axes in (stem or {}).values())
+    assert set(stem or ()) <= set(sharded["layouts"])
+    # the embedding, the block (q/k/v kernels and biases, out, the MLP's), the stem's share
+    assert sum(spec != [None] * len(spec) for spec in specs) == 2 + 10 + stem_sharded
 
 
-def one_step(distribution) -> dict:
-    """One SGD-with-momentum step of the tiny model under `distribution` (None: one
-    device): its loss, the weights after it, and every variable's layout."""
+def one_step(distribution, kind="vit") -> dict:
+    """One SGD-with-momentum step of the tiny model `kind` ("vit" or "hybrid") under
+    `distribution` (None: one device): its loss, the weights after it, and every variable's
+    layout."""
     import keras
 
     import keras_vit
 
     keras.distribution.set_distribution(distribution)
     keras.utils.set_random_seed(0)
-    model = keras_vit.ViT(**TINY_B16)
+    build = keras_vit.HybridViT if kind == "hybrid" else keras_vit.ViT
+    model = build(**MODELS[kind])
     rng = np.random.default_rng(1)  # the head starts at zero: randomise every weight
     model.set_weights([rng.normal(0, 0.3, w.shape).astype("float32") for w in model.weights])
     loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
     model.compile(keras.optimizers.SGD(0.5, momentum=0.9), loss)
     data = np.random.default_rng(2)
-    x = data.uniform(-1, 1, (4, 32, 32, 3)).astype("float32")
+    size = MODELS[kind]["image_size"]
+    x = data.uniform(-1, 1, (4, size, size, 3)).astype("float32")
     y = data.integers(0, 5, 4)
     value = float(model.train_on_batch(x, y))
     keras.distribution.set_distribution(None)
@@ -139,15 +164,15 @@ def cli_run() -> tuple[int, str, dict]:
     return int(code or 0), err.getvalue(), record
 
 
-def main(meshes) -> dict:
+def main(meshes, kind="vit") -> dict:
     """`meshes`: "BxM" strings, a batch x model mesh each, compared with one device; "cli"
-    adds `cli_run`."""
+    adds `cli_run`. `kind`: the tiny model, "vit" (TINY_B16) or "hybrid" (TINY_HYBRID)."""
     import keras
 
     from keras_vit.runtime import distribute, model_parallel
 
     devices = keras.distribution.list_devices()
-    single = one_step(None)
+    single = one_step(None, kind)
     out = {"devices": len(devices), "single_loss": single["loss"]}
     for mesh in meshes:
         if mesh == "cli":
@@ -155,12 +180,12 @@ def main(meshes) -> dict:
             continue
         batch, model = (int(size) for size in mesh.split("x"))
         distribution = model_parallel.vit_model_parallel(
-            TINY_B16, devices=devices[: batch * model], model_axis=model
+            MODELS[kind], devices=devices[: batch * model], model_axis=model
         )
         keras.distribution.set_distribution(distribution)
         sharded = {"replicas": distribute.num_replicas(None)}
         sharded["name"] = distribute.strategy_name(None)
-        step = one_step(distribution)
+        step = one_step(distribution, kind)
         sharded["loss"] = step["loss"]
         pairs = zip(single["weights"], step["weights"], strict=True)
         sharded["weight_difference"] = max(float(np.max(np.abs(a - b))) for a, b in pairs)
@@ -169,5 +194,7 @@ def main(meshes) -> dict:
     return out
 
 
-if __name__ == "__main__":
-    print("RESULT " + json.dumps(main(sys.argv[1:])))
+if __name__ == "__main__":  # [hybrid] MESH...: the tiny hybrid with "hybrid" first
+    arguments = sys.argv[1:]
+    kind = arguments.pop(0) if arguments[:1] == ["hybrid"] else "vit"
+    print("RESULT " + json.dumps(main(arguments, kind)))

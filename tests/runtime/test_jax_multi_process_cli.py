@@ -1,8 +1,9 @@
-"""`KERAS_BACKEND=jax keras-vit train --strategy multi_worker`: two JAX processes x 2 host
-devices on 127.0.0.1, a TF_CONFIG each (tests/helpers/jax_multi_process_cli.py), train as one
-process over 4 devices does (the per-epoch losses of history.csv), write one run directory,
-resume after a process killed between epochs with the uninterrupted run's result, and refuse
-a global batch that does not split over the 4 devices before the first step.
+"""`KERAS_BACKEND=jax keras-vit train/finetune --strategy multi_worker`: two JAX processes x 2
+host devices on 127.0.0.1, a TF_CONFIG each (tests/helpers/jax_multi_process_cli.py), train and
+fine-tune as one process over 4 devices does (the per-epoch losses of history.csv), write one
+run directory, resume after a process killed between epochs with the uninterrupted run's
+result, and refuse a global batch that does not split over the 4 devices before the first step.
+The non-chief process's output names its role and claims no test figures or files.
 
 Each two-process run starts JAX, TensorFlow and a gloo cluster in two processes and compiles
 the tiny model's steps: about a minute on 2 shared CPU cores, so the tests are `large`
@@ -146,3 +147,73 @@ def test_a_batch_that_does_not_split_over_the_devices_is_refused_before_training
         assert "(4 with DataParallel)" in err and "batch_size=6" in err
         assert "Traceback" not in err
     assert not run_dir.exists()
+
+
+FINETUNE = [
+    "finetune", "--dataset", "digits", "--shots-per-class", "20", "--image-size", "16",
+    "--batch-size", "8", "--steps", "6", "--mixed-precision", "float32", "--jit-compile", "true",
+]  # fmt: skip
+
+
+def pretrained_file(folder) -> str:
+    """A tiny ViT at 12 px (patch 4) with random weights, head included, saved as .keras:
+    the fine-tuning source (resized to 16 px, new zero head)."""
+    import keras
+
+    import keras_vit
+
+    keras.utils.set_random_seed(5)
+    model = keras_vit.ViT(
+        image_size=12, patch_size=4, hidden_dim=32, num_heads=2, mlp_dim=64, num_layers=2,
+        num_classes=3,
+    )  # fmt: skip
+    for weight in model.weights:  # the head is zero-initialised: randomise every weight
+        weight.assign(keras.random.normal(weight.shape, stddev=0.1, seed=len(weight.path)))
+    path = os.path.join(folder, "source.keras")
+    model.save(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def finetunes(tmp_path_factory):
+    """{"two": (run directory, [(code, stdout, stderr)] of both processes), "one": (run
+    directory, the one process's)} of the same fine-tuning, two processes x 2 devices and
+    one process x 4 devices."""
+    pytest.importorskip("jax")
+    root = tmp_path_factory.mktemp("jax_multi_process_finetune")
+    args = [*FINETUNE, "--weights", pretrained_file(str(root))]
+    dirs = {name: str(root / name) for name in ("two", "one")}
+    processes = [
+        *start_pair([*args, "--strategy", "multi_worker", "--run-dir", dirs["two"]]),
+        start([*args, "--strategy", "mirrored", "--run-dir", dirs["one"]], 4),
+    ]
+    outcomes = finish(processes, timeout=TIMEOUT)
+    succeeded(outcomes)
+    return {"two": (dirs["two"], outcomes[:2]), "one": (dirs["one"], outcomes[2:])}
+
+
+def test_two_processes_finetune_as_one_process_over_four_devices(finetunes):
+    two, one = finetunes["two"][0], finetunes["one"][0]
+    assert len(history(two)) >= 2  # the step budget over several epochs
+    for got, want in zip(history(two), history(one), strict=True):
+        assert got == pytest.approx(want, abs=1e-5)
+    assert set(os.listdir(two)) >= {"config.json", "history.csv", "metrics.json", "best.keras"}
+    assert not [name for name in os.listdir(two) if "worker" in name]
+    with open(os.path.join(two, "metrics.json")) as file:
+        metrics = json.load(file)
+    with open(os.path.join(one, "metrics.json")) as file:
+        assert metrics["test"]["loss"] == pytest.approx(json.load(file)["test"]["loss"], 1e-5)
+
+
+def test_only_the_chief_reports_test_figures_and_files(finetunes):
+    (_, chief_out, _), (_, worker_out, _) = finetunes["two"][1]
+    assert "Test accuracy: " in chief_out and "Next:" in chief_out
+    assert "worker" not in chief_out.split("Test accuracy")[0].lower()
+    role = "  worker 1: trains its share of every batch; the chief writes the run directory"
+    assert f"{role} and evaluates the test split\n" in worker_out
+    summary = worker_out[worker_out.index("Validation accuracy: ") :]
+    assert "as worker 1; the chief writes the run directory" in summary
+    for claim in ("no test split", "Test accuracy", "Kept model", "Models:", "Next:"):
+        assert claim not in worker_out
+    time_left = [line for line in worker_out.splitlines() if line.startswith("Time left")]
+    assert time_left and "test evaluation" not in time_left[0]
