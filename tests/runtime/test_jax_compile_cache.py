@@ -58,6 +58,8 @@ def _run_child(tmp_path, **env):
     environment = {**os.environ, "KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu",
                    "KERAS_VIT_CACHE_DIR": cache, "PYTHONPATH": path, **env}  # fmt: skip
     environment.pop("JAX_COMPILATION_CACHE_DIR", None)
+    if "KERAS_VIT_JAX_COMPILE_CACHE" not in env:  # tests/conftest.py turns it off
+        environment.pop("KERAS_VIT_JAX_COMPILE_CACHE", None)
     done = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True,
                           env=environment, cwd=tmp_path, timeout=300)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
