@@ -7,9 +7,11 @@ import os
 import pytest
 
 # As tests/conftest.py, for a run that collects keras_vit/ first (`pytest keras_vit`): quiet
-# TensorFlow, and the deterministic precision rule instead of the host probe.
+# TensorFlow, the deterministic precision rule instead of the host probe, and no JAX
+# compilation cache in the user's cache folder.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_VIT_PRECISION_PROBE", "off")
+os.environ.setdefault("KERAS_VIT_JAX_COMPILE_CACHE", "off")
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -9,6 +9,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # user's cache folder (keras_vit/runtime/precision_probe.py); tests keep the deterministic flag rule
 # (and leave the user's cache alone) unless they switch the probe on themselves.
 os.environ.setdefault("KERAS_VIT_PRECISION_PROBE", "off")
+# the CLI on JAX keeps compiled programs in the same folder (keras_vit/runtime/
+# jax_compile_cache.py): off in tests, which leave the user's cache alone
+os.environ.setdefault("KERAS_VIT_JAX_COMPILE_CACHE", "off")
 
 import importlib.util  # noqa: E402
 

@@ -194,6 +194,33 @@ def test_fit_run_stops_at_a_dataset_label_outside_the_classes(tmp_path):
     assert not run_directory.is_complete(run_dir)
 
 
+def test_fit_run_steps_leave_the_loss_label_check_to_the_data_checks(tmp_path, monitor_checks):
+    """fit_run checks every label where the data is made (arrays whole, datasets in their
+    tf.data graph), so its steps are traced without the loss's own check (on JAX a host
+    callback every step); the model it returns traces its steps again, with the check."""
+    dataset = tf.data.Dataset.from_tensor_slices((images(4), np.array([0, 1, 2, 3]))).batch(2)
+    result = runs.fit_run(tmp_path / "run", tiny_build(), dataset, epochs=1, verbose=0,
+                          validation_data=dataset)  # fmt: skip
+    assert monitor_checks == []
+    with pytest.raises(tf.errors.InvalidArgumentError, match="first bad label"):
+        result.model.fit(images(4), np.array([0, 7, 1, -1]), batch_size=4, epochs=1, verbose=0)
+    assert monitor_checks
+
+
+@pytest.fixture
+def monitor_checks(monkeypatch):
+    """The labels each traced in-step label check of the losses was given."""
+    calls = []
+    check = losses._traced_label_check
+
+    def recorded(labels, valid, num_classes):
+        calls.append(labels)
+        return check(labels, valid, num_classes)
+
+    monkeypatch.setattr(losses, "_traced_label_check", recorded)
+    return calls
+
+
 def test_fewshot_refuses_labels_outside_the_classes():
     """Before: a label -1 indexed np.eye(K)[-1], the last class, without a word."""
     features = np.random.default_rng(0).normal(size=(6, 4))

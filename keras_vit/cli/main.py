@@ -120,6 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         check_before_tensorflow(args)
         startup.start_tensorflow(verbose)
+        startup.use_jax_compile_cache()
         return int(args.func(args) or 0)
     except UsageError as error:
         print(f"keras-vit {args.command}: error: {error}", file=sys.stderr)

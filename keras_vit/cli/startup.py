@@ -51,3 +51,12 @@ def start_tensorflow(verbose: bool) -> None:
         from absl import logging as absl_logging
 
         absl_logging.set_verbosity(absl_logging.ERROR)
+
+
+def use_jax_compile_cache() -> None:
+    """On Keras' JAX backend, JAX's persistent compilation cache in keras_vit's user cache
+    folder (`keras_vit.runtime.jax_compile_cache`; `KERAS_VIT_JAX_COMPILE_CACHE=off` turns it
+    off): a second command on the same host reads its compiled steps instead of compiling."""
+    from keras_vit.runtime import jax_compile_cache
+
+    jax_compile_cache.enable()

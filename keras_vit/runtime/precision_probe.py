@@ -105,13 +105,19 @@ def probe_mode(probe: bool | str | None = None) -> str:
     return "refresh" if value == "refresh" else "on"
 
 
-def cache_path() -> str:
-    """Where the probe's figures live (see the module docstring for the order)."""
+def cache_folder() -> str:
+    """keras_vit's per-user cache folder: `$KERAS_VIT_CACHE_DIR`, else
+    `$XDG_CACHE_HOME/keras_vit`, else `~/.cache/keras_vit` (not created here)."""
     folder = os.environ.get(CACHE_ENV)
     if not folder:
         base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
         folder = os.path.join(base, "keras_vit")
-    return os.path.join(folder, CACHE_FILE)
+    return folder
+
+
+def cache_path() -> str:
+    """Where the probe's figures live (see the module docstring for the order)."""
+    return os.path.join(cache_folder(), CACHE_FILE)
 
 
 def cpu_model(path: str = "/proc/cpuinfo") -> str:

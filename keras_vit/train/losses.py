@@ -1,9 +1,17 @@
 """The training loss of the recipes: cross-entropy from logits, with optional label smoothing
 for integer labels (`loss`), and labels checked in the graph (an integer class id in
 [0, num_classes), else an InvalidArgumentError naming the value) rather than silently clipped.
+
+Where the data was checked before it reaches the step (`keras_vit.train.runs.fit_run` checks
+arrays whole and asserts each dataset batch's labels in its tf.data graph), the steps traced
+under `labels_checked_upstream()` leave the in-step check out: on JAX it is a host callback
+that costs CPU every step and keeps the compiled step out of JAX's persistent cache.
 """
 
 from __future__ import annotations
+
+import contextlib
+import contextvars
 
 import keras
 import numpy as np
@@ -12,6 +20,24 @@ from keras import ops
 from keras_vit._validation import (
     check_labels,
 )
+
+_CHECKED_UPSTREAM = contextvars.ContextVar("keras_vit_labels_checked_upstream", default=False)
+
+
+@contextlib.contextmanager
+def labels_checked_upstream():
+    """Within it, a loss traced into a step (TensorFlow graph, JAX jit) leaves out its
+    raising label check (the TensorFlow Assert, the JAX host callback): for data whose labels
+    were checked where the data is made. The NaN factor of `label_factor` stays, so a label
+    that still slipped through gives a NaN loss, never a finite wrong one; eager calls still
+    raise. A step compiled within it keeps its choice: reset the model's compiled functions
+    before handing it to code that feeds unchecked data (`fit_run` does). Per thread: a
+    thread started inside (TensorFlow's replica threads) still checks."""
+    token = _CHECKED_UPSTREAM.set(True)
+    try:
+        yield
+    finally:
+        _CHECKED_UPSTREAM.reset(token)
 
 
 def _concrete(labels) -> bool:
@@ -76,7 +102,8 @@ def label_factor(y_true, num_classes, ignore_class=None):
     JAX raises from a host callback (`jax.debug.callback`). Under TensorFlow's XLA
     (`jit_compile=True`) assert ops are dropped, so there the NaN factor makes the loss and
     the gradients NaN: a visible failure, never a finite wrong loss. `ignore_class` labels
-    count as good (Keras skips them).
+    count as good (Keras skips them). Traced within `labels_checked_upstream()`: the NaN
+    factor alone (the data was checked where it was made).
     """
     labels = ops.reshape(y_true, (-1,))
     if _concrete(labels):
@@ -89,7 +116,7 @@ def label_factor(y_true, num_classes, ignore_class=None):
     valid = (values == ops.floor(values)) & (values >= 0) & (values < upper)
     if ignore_class is not None:
         valid = valid | (values == float(ignore_class))
-    if not _concrete(labels):
+    if not _concrete(labels) and not _CHECKED_UPSTREAM.get():
         _traced_label_check(labels, valid, num_classes)
     return ops.where(valid, 1.0, float("nan"))
 

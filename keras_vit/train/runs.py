@@ -193,22 +193,24 @@ def fit_run(
             train_data, steps_per_epoch, batch_size, first_epoch, epochs, shuffle_seed, strategy
         )
         x, validation_shares = _process_shares(x, validation_data, batch_size)
-        with jax_cluster.process_local_input():
-            model.fit(
-                x,
-                None,
-                batch_size=batch_size,
-                shuffle=False,  # arrays: epoch_ordered_batches; datasets: their own pipeline
-                epochs=epochs,
-                validation_data=validation_shares,
-                steps_per_epoch=steps_per_epoch,
-                callbacks=callback_list,
-                verbose=verbose,
+        with losses.labels_checked_upstream():  # checked_data checked every label
+            with jax_cluster.process_local_input():
+                model.fit(
+                    x,
+                    None,
+                    batch_size=batch_size,
+                    shuffle=False,  # arrays: epoch_ordered_batches; datasets: their pipeline
+                    epochs=epochs,
+                    validation_data=validation_shares,
+                    steps_per_epoch=steps_per_epoch,
+                    callbacks=callback_list,
+                    verbose=verbose,
+                )
+            metrics = _fit_metrics(model, history, run_dir, monitor, strategy, start)
+            metrics.update(
+                _held_out(model, history, run_dir, validation_data, test_data, batch_size, chief)
             )
-        metrics = _fit_metrics(model, history, run_dir, monitor, strategy, start)
-        metrics.update(
-            _held_out(model, history, run_dir, validation_data, test_data, batch_size, chief)
-        )
+        _forget_compiled_steps(model)
         if chief:
             _atomic.write_json(os.path.join(run_dir, run_files.METRICS_FILE), metrics)
     finally:
@@ -217,6 +219,14 @@ def fit_run(
         if lock:
             run_lock.release(lock)
     return RunResult(run_dir, model, history.rows, metrics)
+
+
+def _forget_compiled_steps(model) -> None:
+    """`fit_run` step 7: the returned model's train and test steps, traced without the loss's
+    in-step label check (`losses.labels_checked_upstream`), are dropped, so that a later `fit`
+    or `evaluate` on data `fit_run` did not check traces them again with it."""
+    model.train_function = None
+    model.test_function = None
 
 
 def _process_shares(x, validation_data, batch_size):

@@ -427,6 +427,30 @@ def test_fused_update_outlives_an_earlier_optimizer_and_its_variables():
         assert not np.allclose(start, trained)
 
 
+def test_a_step_traced_for_checked_data_keeps_the_nan_factor_without_the_assert():
+    """Within `labels_checked_upstream` (the data's labels were checked where it was made) a
+    graph step has no Assert (on JAX: no host callback in every step) and a bad label that
+    still got through gives NaN; outside it the same graph asserts."""
+    import tensorflow as tf
+
+    from keras_vit.train.losses import label_factor, labels_checked_upstream
+
+    if keras.backend.backend() != "tensorflow":
+        pytest.skip("TensorFlow graphs")
+
+    def asserts():
+        step = tf.function(lambda labels: label_factor(labels, 5), jit_compile=False)
+        graph = step.get_concrete_function(tf.TensorSpec([4], tf.int32)).graph.as_graph_def()
+        nodes = [*graph.node, *(n for f in graph.library.function for n in f.node_def)]
+        return step, [node.name for node in nodes if node.op == "Assert"]
+
+    with labels_checked_upstream():
+        step, inside = asserts()
+        factor = step(tf.constant([0, 7, 2, -1])).numpy()
+    assert inside == [] and asserts()[1]
+    assert np.isnan(factor[[1, 3]]).all() and (factor[[0, 2]] == 1).all()
+
+
 @pytest.mark.parametrize("jit_compile", [False, True])
 def test_the_label_check_leaves_no_assert_in_an_xla_step(jit_compile):
     """A graph step asserts on bad labels; an XLA step cannot compile an Assert (one in the
