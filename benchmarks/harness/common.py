@@ -48,11 +48,11 @@ def child_env(env: dict | None = None) -> dict:
 
 def host_record() -> dict:
     """CPU model, cores this process may use, the CPU's flags and its bfloat16 units."""
-    from keras_vit.runtime import precision, precision_probe
+    from keras_vit.runtime import precision_auto, precision_probe
 
-    flags = precision.cpu_flags()
+    flags = precision_auto.cpu_flags()
     return {"cpu": precision_probe.cpu_model(), "cores": precision_probe.core_count(),
-            "bfloat16_flags": [f for f in precision.BFLOAT16_CPU_FLAGS if f in flags],
+            "bfloat16_flags": [f for f in precision_auto.BFLOAT16_CPU_FLAGS if f in flags],
             "cpu_flags": sorted(flags)}  # fmt: skip
 
 

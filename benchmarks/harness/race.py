@@ -260,13 +260,13 @@ def best_by(items, group, rate):
 
 def auto_choice(variant, image_size, refresh=False):
     """What "auto" (`choose_precision`) picks for the variant's shape (fresh probe: `refresh`)."""
-    from keras_vit.runtime import precision
+    from keras_vit.runtime import precision_auto
     from keras_vit.runtime.precision_probe import shape_from_kwargs
 
     shape = shape_from_kwargs(common.variant_arch(variant), image_size)
     os.environ.update({"KERAS_VIT_PRECISION_PROBE": "refresh"} if refresh else {})
     try:
-        return precision.choose_precision(shape.pop("hidden_dim"), **shape)
+        return precision_auto.choose_precision(shape.pop("hidden_dim"), **shape)
     finally:
         if refresh:
             os.environ.pop("KERAS_VIT_PRECISION_PROBE", None)

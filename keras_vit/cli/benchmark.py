@@ -2,7 +2,7 @@
 
 Measures keras_vit in this process (after warm-up, median of several repeats) under the
 precision and compiler of `--mixed-precision`/`--jit-compile` (default auto:
-`keras_vit.runtime.precision.choose_precision`), the matrix-multiply roof of the machine
+`keras_vit.runtime.precision_auto.choose_precision`), the matrix-multiply roof of the machine
 (float32 and bfloat16, with and without XLA) and the model FLOP utilisation from the analytic FLOP
 count (`keras_vit.evaluate.benchmarking`). A hybrid ("R50+B/16", any spelling) is keras_vit's
 `HybridViT`, its FLOP count includes the ResNet stem's convolutions. keras_vit beside its peers
@@ -167,11 +167,11 @@ def run(args):
     sizes = check_args(args)
     import keras
 
-    from keras_vit.runtime import precision
+    from keras_vit.runtime import precision_auto
     from keras_vit.runtime.precision_probe import shape_from_kwargs
 
     shape = shape_from_kwargs(variant_arch(args.model), args.image_size)
-    choice = precision.choose_precision(
+    choice = precision_auto.choose_precision(
         shape.pop("hidden_dim"),
         mixed_precision=args.mixed_precision,
         jit_compile=args.jit_compile,

@@ -312,7 +312,7 @@ class HelpFormatter(argparse.HelpFormatter):
 
 def add_precision_arguments(parser) -> None:
     """--mixed-precision and --jit-compile/--no-jit-compile (every subcommand that runs a
-    model); both default to "auto": `keras_vit.runtime.precision.choose_precision` picks.
+    model); both default to "auto": `keras_vit.runtime.precision_auto.choose_precision` picks.
     --mixed-precision always takes a value; --jit-compile alone means true."""
     parser.add_argument(
         "--mixed-precision",

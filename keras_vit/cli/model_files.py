@@ -19,13 +19,13 @@ logger = logging.getLogger(__name__)
 
 def choose_precision(args, model, probe=None):
     """The `PrecisionChoice` of --mixed-precision/--jit-compile for a loaded `model`; logs it.
-    `probe`: as `keras_vit.runtime.precision.choose_precision` ("cached" for the one-off commands:
-    a cached probe of this host and model shape, else the flag rule)."""
-    from keras_vit.runtime import precision
+    `probe`: as `keras_vit.runtime.precision_auto.choose_precision` ("cached" for the one-off
+    commands: a cached probe of this host and model shape, else the flag rule)."""
+    from keras_vit.runtime import precision, precision_auto
     from keras_vit.runtime.precision_probe import model_shape
 
     shape = model_shape(model) or {}
-    choice = precision.choose_precision(
+    choice = precision_auto.choose_precision(
         precision.model_width(model),
         mixed_precision=args.mixed_precision,
         jit_compile=args.jit_compile,

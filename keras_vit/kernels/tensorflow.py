@@ -240,7 +240,7 @@ def heads_major_attention(layer, queries, tokens, training, self_attention):
     """A `MultiHeadSelfAttention`'s output under bfloat16 on TensorFlow: every product a 2-D
     or heads-major batched matmul, `(batch, q, hidden_dim)`.
 
-    On TensorFlow without XLA (what `keras_vit.runtime.precision.choose_precision` picks for
+    On TensorFlow without XLA (what `keras_vit.runtime.precision_auto.choose_precision` picks for
     bfloat16 on CPU) the 2-D products run with their bias as one fused oneDNN kernel and
     the batched products need no layout copies inside `einsum`; q, k and v come from one
     product when queries and keys are the same tokens (`self_attention`). The scale

@@ -86,7 +86,7 @@ class MlpBlock(keras.layers.Layer):
     def call(self, tokens, training=None):
         # Under a reduced-precision policy the tokens go through as (batch * num_tokens,
         # hidden_dim): on TensorFlow without XLA (what
-        # `keras_vit.runtime.precision.choose_precision` picks for bfloat16 on CPU) the 2-D
+        # `keras_vit.runtime.precision_auto.choose_precision` picks for bfloat16 on CPU) the 2-D
         # product, bias and GELU then run as one fused
         # oneDNN kernel, where a 3-D input runs as a batched product with separate bias and
         # GELU kernels (B/16 bfloat16 inference 1.41x faster; docs/performance_log.md). float32

@@ -1,6 +1,6 @@
-"""How a model runs on this host: the dtype policy and compiler (`precision`, decided by the
-measured `precision_probe`), the optimizer (`optimizers`) and the distribution strategy
-(`distribute`). Backend-specific kernels live in `keras_vit.kernels`.
+"""How a model runs on this host: the dtype policy and compiler (`precision`; "auto" chosen by
+`precision_auto`, from the measured `precision_probe`), the optimizer (`optimizers`) and the
+distribution strategy (`distribute`). Backend-specific kernels live in `keras_vit.kernels`.
 
 Public API (see docs/training.md): `resolve_strategy`, `STRATEGY_NAMES`,
 `StrategyUnavailableError`, `MultiWorkerMirroredStrategy`, `per_replica_batch_size`,
@@ -27,7 +27,7 @@ _EXPORTS = {
     "per_replica_batch_size": "keras_vit.runtime.distribute",
     "resolve_strategy": "keras_vit.runtime.distribute",
     "PrecisionChoice": "keras_vit.runtime.precision",
-    "choose_precision": "keras_vit.runtime.precision",
+    "choose_precision": "keras_vit.runtime.precision_auto",
     "resolve_jit_compile": "keras_vit.runtime.precision",
     "set_mixed_precision": "keras_vit.runtime.precision",
     "with_dtype_policy": "keras_vit.runtime.precision",

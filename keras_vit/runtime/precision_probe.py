@@ -2,7 +2,7 @@
 
 CPUs differ in ways their flags do not tell: on one AMD EPYC with `avx512_bf16` TensorFlow's
 bfloat16 products run at ~1.4x float32, on an Intel Xeon reporting the same flag at half of
-float32 (docs/performance_log.md). So `runtime.precision.choose_precision` measures: the probe
+float32 (docs/performance_log.md). So `runtime.precision_auto.choose_precision` measures: the probe
 builds one encoder block of the model's own shape (pre-norm attention + MLP, paper eq. 2-3:
 its `hidden_dim` D, `mlp_dim`, `num_heads` and tokens per image, `model_shape` or
 `shape_from_kwargs`; a batch sized to ~10 GFLOP per step) from keras_vit's own
@@ -69,7 +69,8 @@ run (218 s against 154-168 s, docs/performance_log.md). 24 rounds of three ~40 m
 the 3 s budget."""
 TIE = 0.05
 """Settings within 5% of the fastest measured one tie (the probe's own noise on a shared
-machine): `keras_vit.runtime.precision.tie_winner` keeps one without XLA, then the flag rule's."""
+machine): `keras_vit.runtime.precision_auto.tie_winner` keeps one without XLA, then the
+flag rule's."""
 MAX_PASSES = 2
 """Passes of `measure_rounds` a probe pools at most while its figures tie."""
 STEP_GFLOP = 10.0

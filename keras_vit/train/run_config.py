@@ -46,8 +46,8 @@ class RunConfig:
             `.keras` file or an official `.npz` (architecture from the config.json next to it,
             else read from the array shapes).
         strategy: a name of `keras_vit.runtime.distribute.STRATEGY_NAMES`.
-        mixed_precision: "auto" (default: `keras_vit.runtime.precision.choose_precision` picks for
-            the device and the model width), "float32" (or None), "mixed_float16" or
+        mixed_precision: "auto" (default: `keras_vit.runtime.precision_auto.choose_precision`
+            picks for the device and the model width), "float32" (or None), "mixed_float16" or
             "mixed_bfloat16".
         validation_split: the split evaluated after every epoch (with `select="best"`, the
             one that picks the kept model). Default "train[90%:]": a tenth of the training

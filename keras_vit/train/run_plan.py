@@ -21,7 +21,8 @@ from keras_vit._validation import check_choice, check_divisible, to_pair
 from keras_vit.layers.position_embedding import POSITION_EMBEDDINGS
 from keras_vit.model import from_source
 from keras_vit.runtime import distribute
-from keras_vit.runtime.precision import check_policy, choose_precision
+from keras_vit.runtime.precision import check_policy
+from keras_vit.runtime.precision_auto import choose_precision
 from keras_vit.spec import configs
 from keras_vit.train.run_config import ConfigError, RunConfig
 
@@ -369,8 +370,8 @@ def _split_counter(config: RunConfig):
 
 def choose_run_precision(config: RunConfig, model_kwargs: dict, strategy, image_size=None):
     """The run's `PrecisionChoice`: its `mixed_precision` and recipe `jit_compile`, "auto"
-    resolved by `keras_vit.runtime.precision.choose_precision` for the device and the model's shape
-    (width, MLP width, heads and tokens of `model_kwargs` at `image_size`)."""
+    resolved by `keras_vit.runtime.precision_auto.choose_precision` for the device and the
+    model's shape (width, MLP width, heads and tokens of `model_kwargs` at `image_size`)."""
     from keras_vit.runtime.precision_probe import shape_from_kwargs
 
     shape = shape_from_kwargs(model_kwargs, image_size)

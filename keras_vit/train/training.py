@@ -81,10 +81,10 @@ def _check_common(config) -> None:
 
 def _resolved_jit_compile(config) -> bool:
     """The recipe's `jit_compile`, "auto" chosen for this device, the global dtype policy
-    and the recipe's width (`keras_vit.runtime.precision.choose_precision`)."""
+    and the recipe's width (`keras_vit.runtime.precision_auto.choose_precision`)."""
     if config.jit_compile not in ("auto", None):
         return bool(config.jit_compile)
-    from keras_vit.runtime import precision
+    from keras_vit.runtime import precision_auto
     from keras_vit.runtime.precision_probe import shape_from_kwargs
 
     hidden_dim = getattr(config, "hidden_dim", None)
@@ -92,7 +92,7 @@ def _resolved_jit_compile(config) -> bool:
     if hidden_dim is not None and hasattr(config, "model_kwargs"):
         shape = shape_from_kwargs(config.model_kwargs(1, 1))
         del shape["hidden_dim"]
-    return precision.choose_precision(
+    return precision_auto.choose_precision(
         hidden_dim,
         mixed_precision=keras.config.dtype_policy().name,
         jit_compile="auto",

@@ -1,7 +1,6 @@
-"""Tests of the precision-and-compiler choice of keras_vit.runtime.precision: CPU flags, the rules
-of `choose_precision`, `with_dtype_policy`, and what a run records in its config.json."""
-
-import types
+"""Tests of keras_vit.runtime.precision: `model_width`, `with_dtype_policy`, what a run records in
+its config.json, and `brief_reason`. The rules of "auto" are tested in
+tests/runtime/test_precision_auto.py."""
 
 import keras
 import numpy as np
@@ -9,139 +8,11 @@ import pytest
 import tensorflow as tf
 
 import keras_vit
-from keras_vit.runtime import precision, precision_probe
+from keras_vit.runtime import precision, precision_auto
 from keras_vit.train import run_config, run_plan, training
 
 AMX = frozenset({"fpu", "avx512f", "amx_bf16", "amx_tile", "avx512_bf16"})
-AVX512_BF16 = frozenset({"fpu", "avx512f", "avx512_bf16"})
 NO_BF16 = frozenset({"fpu", "avx2", "fma"})
-
-CPUINFO = """processor\t: 0
-vendor_id\t: GenuineIntel
-flags\t\t: fpu vme avx2 avx512f amx_bf16 amx_tile
-bugs\t\t: spectre_v1
-
-processor\t: 1
-flags\t\t: fpu vme avx2 avx512f amx_bf16 amx_tile
-"""
-
-
-def test_cpu_flags_reads_the_flags_line(tmp_path):
-    path = tmp_path / "cpuinfo"
-    path.write_text(CPUINFO)
-    assert precision.cpu_flags(str(path)) == {
-        "fpu",
-        "vme",
-        "avx2",
-        "avx512f",
-        "amx_bf16",
-        "amx_tile",
-    }
-    assert precision.cpu_flags(str(tmp_path / "missing")) == frozenset()
-
-
-@pytest.mark.parametrize(
-    "flags, width, policy, jit",
-    [
-        (AMX, 768, "mixed_bfloat16", False),  # B/16 on AMX: oneDNN bfloat16, no XLA
-        (AVX512_BF16, 384, "mixed_bfloat16", False),  # S/16 on AVX-512 BF16
-        (AVX512_BF16, 192, "mixed_bfloat16", False),  # Ti/16: 1.44x in bfloat16 (measured)
-        (AMX, 128, "float32", True),  # narrower than Ti/16: float32 with XLA
-        (AMX, 64, "float32", True),  # the default `keras-vit train` model
-        (AMX, None, "float32", True),  # unknown width: the float32 default
-        (NO_BF16, 768, "float32", True),  # no bfloat16 units: float32 with XLA
-        (frozenset(), 1024, "float32", True),  # flags unreadable
-    ],
-)
-def test_auto_on_cpu(flags, width, policy, jit):
-    choice = precision.choose_precision(width, flags=flags)
-    assert (choice.policy, choice.jit_compile) == (policy, jit)
-    assert choice.reason.startswith("CPU with" if flags & AVX512_BF16 else "CPU without")
-    assert choice.describe().startswith(f"precision {policy}, XLA {'on' if jit else 'off'} (")
-
-
-def test_a_given_value_is_kept_and_the_other_chosen_to_suit_it():
-    xla_given = precision.choose_precision(768, flags=AMX, jit_compile=True)
-    assert (xla_given.policy, xla_given.jit_compile) == ("float32", True)
-    no_xla_given = precision.choose_precision(768, flags=AMX, jit_compile=False)
-    assert (no_xla_given.policy, no_xla_given.jit_compile) == ("mixed_bfloat16", False)
-    bf16_given = precision.choose_precision(64, flags=AMX, mixed_precision="mixed_bfloat16")
-    assert (bf16_given.policy, bf16_given.jit_compile) == ("mixed_bfloat16", False)
-    float32_given = precision.choose_precision(768, flags=AMX, mixed_precision="float32")
-    assert (float32_given.policy, float32_given.jit_compile) == ("float32", True)
-    none_is_float32 = precision.choose_precision(768, flags=AMX, mixed_precision=None)
-    assert none_is_float32.policy == "float32"
-    both = precision.choose_precision(768, flags=AMX, mixed_precision="float32", jit_compile=False)
-    assert (both.policy, both.jit_compile) == ("float32", False)
-
-
-@pytest.mark.parametrize("width", [64, 768])
-def test_on_the_jax_backend_auto_is_xla_without_probing(monkeypatch, width):
-    """Keras' JAX backend without XLA runs op by op: "auto" takes XLA there (float32, as
-    XLA's CPU products do not use the bfloat16 units) and the probe never runs."""
-
-    def no_probe(*args, **kwargs):
-        raise AssertionError("the probe ran on the JAX backend")
-
-    monkeypatch.setattr(precision, "_keras_backend", lambda: "jax")
-    monkeypatch.setattr(precision_probe, "probe_figures", no_probe)
-    choice = precision.choose_precision(width, flags=AMX, probe=True, tokens=49)
-    assert (choice.policy, choice.jit_compile) == ("float32", True)
-    assert precision.JAX_XLA_REASON in choice.reason
-    bf16 = precision.choose_precision(
-        width, flags=AMX, probe=True, mixed_precision="mixed_bfloat16"
-    )
-    assert (bf16.policy, bf16.jit_compile) == ("mixed_bfloat16", True)
-    eager = precision.choose_precision(width, flags=AMX, probe=True, jit_compile=False)
-    assert eager.jit_compile is False  # a value given is kept
-
-
-@pytest.mark.parametrize("width", [64, 768])
-def test_several_cpu_replicas_never_get_xla(width):
-    """XLA's collectives do not run on CPU, so multi-replica runs stay off XLA."""
-
-    class TwoCpuReplicas(tf.distribute.MirroredStrategy):
-        def __init__(self):  # nothing started
-            pass
-
-        num_replicas_in_sync = 2
-        extended = types.SimpleNamespace(worker_devices=("/device:CPU:0", "/device:CPU:1"))
-
-    choice = precision.choose_precision(width, strategy=TwoCpuReplicas(), flags=AMX)
-    assert choice.jit_compile is False
-    assert "several replicas" in choice.reason
-    given = precision.choose_precision(
-        width, strategy=TwoCpuReplicas(), flags=AMX, jit_compile=True
-    )
-    assert given.jit_compile is False  # would abort in the first step (the CLI refuses first)
-
-
-def test_a_multi_worker_strategy_with_one_replica_here_gets_no_xla():
-    class OneLocalReplica(tf.distribute.MultiWorkerMirroredStrategy):
-        def __init__(self):  # no cluster, nothing started
-            pass
-
-        num_replicas_in_sync = 1
-        extended = types.SimpleNamespace(worker_devices=("/job:worker/task:0/device:CPU:0",))
-
-    choice = precision.choose_precision(64, strategy=OneLocalReplica(), flags=NO_BF16)
-    assert (choice.policy, choice.jit_compile) == ("float32", False)
-
-
-@pytest.mark.parametrize(
-    "kwargs, match",
-    [({"mixed_precision": "half"}, "'half'"), ({"jit_compile": "yes"}, "'yes'")],
-)
-def test_bad_values_raise(kwargs, match):
-    with pytest.raises(ValueError, match=match):
-        precision.choose_precision(64, flags=AMX, **kwargs)
-
-
-def test_this_machines_flags_are_read_at_run_time():
-    flags = precision.cpu_flags()
-    if not flags & set(precision.BFLOAT16_CPU_FLAGS):
-        pytest.skip("this CPU reports no bfloat16 matrix units")
-    assert precision.choose_precision(768).policy == "mixed_bfloat16"
 
 
 def test_model_width(tiny_vit_kwargs):
@@ -182,7 +53,7 @@ def test_with_dtype_policy_computes_in_bfloat16_with_the_same_weights(tiny_vit_k
 
 
 def plan(monkeypatch, flags, **recipe):
-    monkeypatch.setattr(precision, "cpu_flags", lambda path="/proc/cpuinfo": flags)
+    monkeypatch.setattr(precision_auto, "cpu_flags", lambda path="/proc/cpuinfo": flags)
     config = run_config.RunConfig(recipe=training.TrainConfig(**recipe))
     return run_plan.plan_run(config, tf.distribute.get_strategy())
 
@@ -202,7 +73,7 @@ def test_a_wide_run_records_bfloat16_without_xla(monkeypatch):
 
 
 def test_compile_kwargs_resolve_auto_for_the_recipe(monkeypatch):
-    monkeypatch.setattr(precision, "cpu_flags", lambda path="/proc/cpuinfo": AMX)
+    monkeypatch.setattr(precision_auto, "cpu_flags", lambda path="/proc/cpuinfo": AMX)
     assert training.TrainConfig().compile_kwargs(1000)["jit_compile"] is True
     assert training.TrainConfig(jit_compile=False).compile_kwargs(1000)["jit_compile"] is False
 

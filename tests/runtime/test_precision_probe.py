@@ -1,15 +1,14 @@
-"""Tests of "auto" precision by measurement (keras_vit/runtime/precision_probe.py): the
-probe's timing loop with a fake clock, the choice it leads to, the cache (key, location,
-corrupt files), and what a run records. The real block step runs once, on a tiny shape."""
+"""Tests of the precision probe (keras_vit/runtime/precision_probe.py): its timing loop with a
+fake clock, the cache (key, location, corrupt files), and what a run records. The real block
+step runs once, on a tiny shape. The choice made from the figures is tested in
+tests/runtime/test_precision_auto.py."""
 
 from __future__ import annotations
 
-import itertools
 import json
 import logging
 import math
 import os
-import types
 
 import keras
 import numpy as np
@@ -19,52 +18,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from keras_vit.cli import progress
-from keras_vit.runtime import optimizers, precision, precision_probe
+from keras_vit.runtime import optimizers, precision_auto, precision_probe
 from keras_vit.train import run_config, run_plan, training
-
-AVX512_BF16 = frozenset({"fpu", "avx512f", "avx512_bf16"})
-EXAMPLES = itertools.count()
-LABELS = [precision_probe.setting_label(p, x) for p, x in precision_probe.CANDIDATES]
-TIE = precision_probe.TIE * (1 + 1e-9)  # the tie, and float rounding of its product
-
-
-class FakeHost:
-    """A fake clock and step factory: each probe step of a setting advances the clock by that
-    setting's cost (seconds); counts the steps built and run."""
-
-    def __init__(self, costs):
-        self.now = 0.0
-        self.costs = dict(costs)
-        self.built = []
-        self.calls = []
-
-    def clock(self):
-        return self.now
-
-    def make_step(self, shape, policy, xla):
-        label = precision_probe.setting_label(policy, xla)
-        self.built.append((label, shape))
-
-        def step():
-            self.calls.append(label)
-            self.now += self.costs[label]
-
-        return step
+from tests.helpers.fake_probe_host import FakeHost, choose, fake_host
 
 
 @pytest.fixture
 def host(monkeypatch, tmp_path):
-    """A fake host (float32+xla 30 ms, float32 50 ms, bfloat16 90 ms) with its own cache."""
-    monkeypatch.setenv("KERAS_VIT_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.delenv("KERAS_VIT_PRECISION_PROBE", raising=False)
-    fake = FakeHost({"float32+xla": 0.030, "float32": 0.050, "mixed_bfloat16": 0.090})
-    monkeypatch.setattr(precision_probe, "clock", fake.clock)
-    monkeypatch.setattr(precision_probe, "block_step", fake.make_step)
-    return fake
-
-
-def choose(hidden_dim=768, **kwargs):
-    return precision.choose_precision(hidden_dim, flags=AVX512_BF16, **kwargs)
+    return fake_host(monkeypatch, tmp_path)
 
 
 def test_measure_rotates_the_order_and_returns_the_fastest_call():
@@ -191,40 +152,6 @@ def test_a_setting_slow_on_most_calls_is_judged_by_them():
     assert figures["b"] / figures["a"] == pytest.approx(1.5)
 
 
-def test_measured_choice_beats_the_flag_rule_and_is_cached(host):
-    rule = choose(probe=False)
-    assert rule.setting == "mixed_bfloat16"  # the flags say bfloat16 for D 768
-    choice = choose()
-    assert (choice.policy, choice.jit_compile, choice.source) == ("float32", True, "probe")
-    assert choice.figures == {"float32+xla": 30.0, "float32": 50.0, "mixed_bfloat16": 90.0}
-    assert "float32+xla 30.0 ms" in choice.reason and "1.67x float32" in choice.reason
-    assert precision_probe.cpu_model() in choice.reason
-    built = len(host.built)
-    assert built == len(precision_probe.CANDIDATES)
-
-    cached = choose()
-    assert (cached.setting, cached.source, cached.figures) == (
-        "float32+xla",
-        "cache",
-        choice.figures,
-    )
-    assert "cached probe of" in cached.reason
-    assert len(host.built) == built  # nothing measured again
-
-    with open(precision_probe.cache_path(), encoding="utf-8") as handle:
-        entry = next(iter(json.load(handle)["entries"].values()))
-    assert entry["key"] == {
-        "cpu": precision_probe.cpu_model(),
-        "cores": precision_probe.core_count(),
-        "backend": keras.backend.backend(),
-        "tensorflow": tf.__version__,
-        "hidden_dim": 768,
-        "mlp_dim": 3072,
-        "num_heads": 12,
-        "tokens": 197,
-    }
-
-
 def test_the_cache_key_separates_hosts_and_every_model_shape_field(host, monkeypatch):
     choose(768)
     choose(768, tokens=197, mlp_dim=3072, num_heads=12)  # the defaults spelled out: cached
@@ -240,7 +167,7 @@ def test_the_cache_key_separates_hosts_and_every_model_shape_field(host, monkeyp
     choose(768)
     assert len(host.built) == 21
     monkeypatch.setattr(keras.backend, "backend", lambda: "jax")  # figures of another backend
-    monkeypatch.setattr(precision, "_keras_backend", lambda: "tensorflow")  # still probed
+    monkeypatch.setattr(precision_auto, "_keras_backend", lambda: "tensorflow")  # still probed
     choose(768)
     assert len(host.built) == 24
     with open(precision_probe.cache_path(), encoding="utf-8") as handle:
@@ -255,75 +182,6 @@ def test_the_cache_key_separates_hosts_and_every_model_shape_field(host, monkeyp
     # the block that was timed has the shape of the key it is stored under
     timed = {(s["hidden_dim"], s["mlp_dim"], s["heads"], s["tokens"]) for _, s in host.built}
     assert (768, 1024, 12, 197) in timed and (768, 3072, 8, 197) in timed
-
-
-def test_within_the_tie_no_xla_then_the_flag_rule_is_kept(host):
-    host.costs.update({"mixed_bfloat16": 0.0309})  # 3% slower than float32+xla
-    choice = choose()
-    assert choice.setting == "mixed_bfloat16" and "within 5%" in choice.reason
-    host.costs.update({"mixed_bfloat16": 0.0330})  # 10% slower
-    assert choose(384).setting == "float32+xla"
-    # D 64: the flag rule says float32+xla; float32 is 4% slower, so no XLA compile
-    host.costs.update({"float32": 0.0312})
-    choice = choose(64)
-    assert choice.setting == "float32"
-    assert "float32 within 5% of the fastest (float32+xla), without XLA's compile" in choice.reason
-    host.costs.update({"float32": 0.0318})  # 6% slower
-    assert choose(64, tokens=50).setting == "float32+xla"
-
-
-def test_a_given_value_limits_the_candidates(host):
-    host.costs.update({"float32+xla": 0.010, "float32": 0.060, "mixed_bfloat16": 0.040})
-    no_xla = choose(jit_compile=False)
-    assert no_xla.setting == "mixed_bfloat16" and "XLA off as given" in no_xla.reason
-    float32 = choose(mixed_precision="float32")
-    assert float32.setting == "float32+xla" and "float32 as given" in float32.reason
-    assert choose(mixed_precision="mixed_bfloat16").source == "rule"  # one setting left
-    assert choose(jit_compile=True).setting == "float32+xla"
-    assert choose(mixed_precision="float32", jit_compile=False).source == "rule"
-
-
-@given(
-    # near-equal costs (within the tie or just outside) as often as spread-out ones
-    costs=st.lists(
-        st.floats(0.001, 1.0) | st.sampled_from([0.030, 0.031, 0.0315, 0.032]),
-        min_size=3,
-        max_size=3,
-    ),
-    policy=st.sampled_from([precision.AUTO, *precision.POLICIES]),
-    jit=st.sampled_from([precision.AUTO, True, False]),
-    width=st.sampled_from([64, 192, 768]),
-)
-def test_the_choice_is_the_fastest_allowed_or_a_tie_without_xla_then_the_prior(
-    costs, policy, jit, width, monkeypatch, tmp_path
-):
-    with monkeypatch.context() as patch:
-        patch.setenv("KERAS_VIT_CACHE_DIR", str(tmp_path / f"c{next(EXAMPLES)}"))
-        fake = FakeHost(dict(zip(LABELS, costs, strict=True)))
-        patch.setattr(precision_probe, "clock", fake.clock)
-        patch.setattr(precision_probe, "block_step", fake.make_step)
-        prior = choose(width, mixed_precision=policy, jit_compile=jit, probe=False)
-        choice = choose(width, mixed_precision=policy, jit_compile=jit, probe=True)
-    allowed = {
-        label: fake.costs[label]
-        for label in LABELS
-        if policy in (precision.AUTO, label.split("+")[0])
-        and jit in (precision.AUTO, label.endswith("+xla"))
-    }
-    if len(allowed) < 2:
-        assert choice == prior and not fake.built
-        return
-    assert choice.setting in allowed
-    fastest = min(allowed.values())
-    close = {label for label, cost in allowed.items() if cost <= (1 + TIE) * fastest}
-    assert choice.setting in close
-    if choice.setting.endswith("+xla"):  # only where nothing without XLA ties
-        assert all(label.endswith("+xla") for label in close)
-    without_xla = {label for label in close if not label.endswith("+xla")} or close
-    if prior.setting in without_xla:
-        assert choice.setting == prior.setting
-    else:
-        assert allowed[choice.setting] == min(allowed[label] for label in without_xla)
 
 
 def test_a_corrupt_cache_is_ignored_with_a_log_line(host, caplog):
@@ -345,73 +203,13 @@ def test_a_corrupt_cache_is_ignored_with_a_log_line(host, caplog):
     assert choose().source == "cache"
 
 
-def test_an_unwritable_cache_and_a_failing_probe_never_stop_a_run(
-    host, monkeypatch, tmp_path, caplog
-):
+def test_an_unwritable_cache_never_stops_a_run(host, monkeypatch, tmp_path, caplog):
     blocker = tmp_path / "file"
     blocker.write_text("")
     monkeypatch.setenv("KERAS_VIT_CACHE_DIR", str(blocker / "below"))
     with caplog.at_level(logging.WARNING, logger="keras_vit.runtime.precision_probe"):
         assert choose().source == "probe"
     assert "Could not write the precision probe cache" in caplog.text
-
-    def broken(shape, policy, xla):
-        raise RuntimeError("no oneDNN here")
-
-    monkeypatch.setattr(precision_probe, "block_step", broken)
-    monkeypatch.setenv("KERAS_VIT_CACHE_DIR", str(tmp_path / "other"))
-    with caplog.at_level(logging.WARNING, logger="keras_vit.runtime.precision"):
-        choice = choose()
-    assert choice.setting == "mixed_bfloat16" and "flag rule (probe failed)" in choice.reason
-    assert "no oneDNN here" in caplog.text
-
-
-def test_probe_switches(host, monkeypatch):
-    monkeypatch.setenv("KERAS_VIT_PRECISION_PROBE", "off")
-    off = choose()
-    assert off.source == "rule" and "probe off" in off.reason and not host.built
-    monkeypatch.setenv("KERAS_VIT_PRECISION_PROBE", "on")
-    assert choose().source == "probe"
-    assert choose().source == "cache"
-    monkeypatch.setenv("KERAS_VIT_PRECISION_PROBE", "refresh")
-    assert choose().source == "probe"
-    assert len(host.built) == 6
-    unknown = choose(None)
-    assert unknown.source == "rule" and "width unknown" in unknown.reason
-
-
-def test_one_off_commands_use_a_cached_probe_but_never_measure(host, monkeypatch):
-    """probe="cached" (predict, explain, evaluate, fewshot): the flag rule while nothing is
-    cached for this host and shape, nothing built or timed, no cache file written; the
-    cached figures once a run measured them; off under KERAS_VIT_PRECISION_PROBE=off."""
-    first = choose(probe="cached")
-    assert first.source == "rule" and first.setting == "mixed_bfloat16"
-    assert "not probed for a one-off command" in first.reason
-    assert not host.built and not os.path.exists(precision_probe.cache_path())
-    measured = choose()  # a training run on this host measures and caches
-    again = choose(probe="cached")
-    assert (again.setting, again.source, again.figures) == (
-        "float32+xla",
-        "cache",
-        measured.figures,
-    )
-    assert len(host.built) == len(precision_probe.CANDIDATES)
-    other_shape = choose(384, probe="cached")  # another model shape: not cached
-    assert other_shape.source == "rule" and len(host.built) == len(precision_probe.CANDIDATES)
-    monkeypatch.setenv("KERAS_VIT_PRECISION_PROBE", "off")
-    assert "probe off" in choose(probe="cached").reason
-
-
-def test_several_replicas_are_not_probed(host):
-    class TwoCpuReplicas(tf.distribute.MirroredStrategy):
-        def __init__(self):  # nothing started
-            pass
-
-        num_replicas_in_sync = 2
-        extended = types.SimpleNamespace(worker_devices=("/device:CPU:0", "/device:CPU:1"))
-
-    choice = choose(strategy=TwoCpuReplicas())
-    assert choice.source == "rule" and choice.jit_compile is False and not host.built
 
 
 def test_cache_path_order(monkeypatch, tmp_path):
