@@ -23,6 +23,7 @@ import pytest
 
 import keras_vit
 from keras_vit.checkpoints import model_contents, write_checkpoint
+from tests.torch_helpers import randomise_torch
 
 pytestmark = pytest.mark.pytorch
 torch = pytest.importorskip("torch")
@@ -49,14 +50,6 @@ def _images(size, seed=1):
     return np.random.default_rng(seed).uniform(-1, 1, (2, height, width, 3)).astype("float32")
 
 
-def _randomise(module, seed=0):
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for parameter in module.parameters():
-            parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.2)
-    return module.eval()
-
-
 def _torch(module, images):
     with torch.no_grad():
         out = module(torch.from_numpy(images.transpose(0, 3, 1, 2).copy()))
@@ -78,7 +71,7 @@ def _timm(name, classes, pool="token"):
 @pytest.mark.parametrize("classes", [CLASSES, 0])
 @pytest.mark.parametrize("name", ["vit_small_patch16_dinov3", "vit_small_patch16_dinov3_qkvb"])
 def test_timm_dinov3_reads_and_writes_back(tmp_path, name, classes, pool):
-    reference = _randomise(_timm(name, classes, pool))
+    reference = randomise_torch(_timm(name, classes, pool))
     folder = tmp_path / "timm"
     timm.models.save_for_hf(
         reference,
@@ -119,7 +112,7 @@ def _hf_config(**kwargs):
 
 @pytest.mark.parametrize("biases", [{}, {"query_bias": False, "value_bias": False}])
 def test_hugging_face_dinov3_reads_and_writes_back(tmp_path, biases):
-    reference = _randomise(transformers.DINOv3ViTModel(_hf_config(**biases)))
+    reference = randomise_torch(transformers.DINOv3ViTModel(_hf_config(**biases)))
     reference.save_pretrained(tmp_path / "hf")
     model = keras_vit.from_checkpoint(tmp_path / "hf")
     x = _images(SIZE)
@@ -142,7 +135,7 @@ def test_hugging_face_dinov3_reads_and_writes_back(tmp_path, biases):
 def test_timm_dinov3_written_as_hugging_face_loads_in_transformers(tmp_path):
     """Across libraries: timm's DINOv3 (query and value biases) read by keras_vit as a
     feature model, written as a HF DINOv3ViTModel: the same pooled class token."""
-    reference = _randomise(_timm("vit_small_patch16_dinov3_qkvb", 0))
+    reference = randomise_torch(_timm("vit_small_patch16_dinov3_qkvb", 0))
     folder = tmp_path / "timm"
     timm.models.save_for_hf(
         reference, str(folder), model_args=dict(TINY_TIMM), safe_serialization=True
@@ -168,7 +161,7 @@ GATED_TIMM = ["vit_huge_plus_patch16_dinov3", "vit_7b_patch16_dinov3"]
 def test_timm_gated_dinov3_reads_and_writes_back(tmp_path, name, align):
     args = dict(TINY_TIMM) if align is None else dict(TINY_TIMM, swiglu_align_to=align)
     reference = timm.create_model(name, pretrained=False, num_classes=CLASSES, **args)
-    reference = _randomise(reference)
+    reference = randomise_torch(reference)
     packed = type(reference.blocks[0].mlp).__name__ == "GluMlp"
     assert packed == (align == 0)
     folder = tmp_path / "timm"
@@ -189,7 +182,7 @@ def test_timm_gated_dinov3_reads_and_writes_back(tmp_path, name, align):
 
 def test_hugging_face_gated_dinov3_reads_and_writes_back(tmp_path):
     config = _hf_config(use_gated_mlp=True, hidden_act="silu")
-    reference = _randomise(transformers.DINOv3ViTModel(config))
+    reference = randomise_torch(transformers.DINOv3ViTModel(config))
     reference.save_pretrained(tmp_path / "hf")
     model = keras_vit.from_checkpoint(tmp_path / "hf")
     assert model.get_layer("encoderblock_0").mlp_activation == "swiglu"
@@ -210,7 +203,7 @@ def test_timm_gated_dinov3_written_as_hugging_face_loads_in_transformers(tmp_pat
     """Across libraries: timm's H+ shape read by keras_vit as a feature model, written as a
     HF DINOv3ViTModel with `use_gated_mlp=True`: the same pooled class token."""
     args = dict(TINY_TIMM, qkv_bias=True, global_pool="token")
-    reference = _randomise(
+    reference = randomise_torch(
         timm.create_model(GATED_TIMM[0], pretrained=False, num_classes=0, **args)
     )
     folder = tmp_path / "timm"

@@ -22,6 +22,7 @@ import pytest
 
 import keras_vit
 from keras_vit.checkpoints import model_contents, write_checkpoint
+from tests.torch_helpers import randomise_torch
 
 pytestmark = pytest.mark.pytorch
 torch = pytest.importorskip("torch")
@@ -57,14 +58,6 @@ def _check(case, got, want):
 
 def _images(size, seed=1):
     return np.random.default_rng(seed).uniform(-1, 1, (2, size, size, 3)).astype("float32")
-
-
-def _randomise(module, seed=0):
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for parameter in module.parameters():
-            parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.2)
-    return module.eval()
 
 
 def _torch(module, images, **kwargs):
@@ -106,7 +99,7 @@ def _save_timm(model, folder, name, size=SIZE, patch=PATCH):
 
 @pytest.mark.parametrize("name", sorted(TIMM_FAMILY))
 def test_timm_family_reads_and_writes_back(tmp_path, name):
-    reference = _randomise(_timm(name))
+    reference = randomise_torch(_timm(name))
     path = _save_timm(reference, tmp_path / "timm", name)
     model = keras_vit.from_checkpoint(path)
     x = _images(SIZE)
@@ -128,7 +121,7 @@ def test_timm_family_reads_and_writes_back(tmp_path, name):
 
 def test_timm_dinov2_written_as_hugging_face_loads_in_transformers(tmp_path):
     """Across libraries: timm's DINOv2 read by keras_vit, written as a HF Dinov2Model."""
-    reference = _randomise(_timm("vit_small_patch14_dinov2"))
+    reference = randomise_torch(_timm("vit_small_patch14_dinov2"))
     model = keras_vit.from_checkpoint(
         _save_timm(reference, tmp_path / "timm", "vit_small_patch14_dinov2")
     )
@@ -192,7 +185,7 @@ def test_hugging_face_family_reads_and_writes_back(tmp_path, case):
     cls_name, model_type, method, extra = HF_FAMILY[case]
     cls = getattr(transformers, cls_name)
     pooler = {"add_pooling_layer": False} if case == "deit-model" else {}
-    reference = _randomise(cls(_hf_config(model_type, **extra), **pooler))
+    reference = randomise_torch(cls(_hf_config(model_type, **extra), **pooler))
     reference.save_pretrained(tmp_path / "hf")
     model = keras_vit.from_checkpoint(tmp_path / "hf")
     x = _images(SIZE)
@@ -223,7 +216,7 @@ def test_dinov2_at_518_used_at_224(tmp_path, library):
     x = _images(224)
     if library == "timm":
         kwargs = dict(TINY_TIMM, img_size=518, patch_size=14, num_classes=0)
-        reference = _randomise(timm.create_model("vit_small_patch14_dinov2", **kwargs))
+        reference = randomise_torch(timm.create_model("vit_small_patch14_dinov2", **kwargs))
         path = _save_timm(
             reference, tmp_path / "timm", "vit_small_patch14_dinov2", size=518, patch=14
         )
@@ -237,7 +230,7 @@ def test_dinov2_at_518_used_at_224(tmp_path, library):
         cls = transformers.Dinov2WithRegistersModel if registers else transformers.Dinov2Model
         config = _hf_config(model_type)
         config.image_size, config.patch_size = 518, 14
-        reference = _randomise(cls(config))
+        reference = randomise_torch(cls(config))
         reference.save_pretrained(tmp_path / "hf")
         method = "bicubic" if registers else "torch_bicubic"
         model = keras_vit.from_checkpoint(tmp_path / "hf", image_size=224, resize_method=method)

@@ -17,6 +17,7 @@ import pytest
 import keras_vit
 from keras_vit.layers.position_resize import resize_position_embeddings
 from keras_vit.layers.position_table_ops import resize_table
+from tests.torch_helpers import randomise_torch
 
 pytestmark = pytest.mark.pytorch
 torch = pytest.importorskip("torch")
@@ -53,14 +54,6 @@ def test_bilinear_antialias_equals_torch_interpolate(old, new):
     _figure(f"naflex-resize-ops-{case}", forward, want)
 
 
-def _randomise(module, seed=0):
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for parameter in module.parameters():
-            parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.2)
-    return module.eval()
-
-
 def _naflex_pooled(module, images):
     """Siglip2VisionModel's pooled output: each image's patches flattened row, column, channel
     (transformers' `convert_image_to_patches`), every patch valid, its own spatial shape."""
@@ -83,7 +76,7 @@ def naflex_tower(tmp_path_factory):
         hidden_size=WIDTH, intermediate_size=2 * WIDTH, num_hidden_layers=2,
         num_attention_heads=HEADS, patch_size=PATCH, num_patches=SIDE * SIDE,
     )  # fmt: skip
-    reference = _randomise(transformers.Siglip2VisionModel(config))
+    reference = randomise_torch(transformers.Siglip2VisionModel(config))
     folder = tmp_path_factory.mktemp("naflex") / "hf"
     reference.save_pretrained(folder)
     return reference, folder

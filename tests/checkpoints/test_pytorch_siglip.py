@@ -19,6 +19,7 @@ import pytest
 
 import keras_vit
 from keras_vit.checkpoints import model_contents, write_checkpoint
+from tests.torch_helpers import randomise_torch
 
 pytestmark = pytest.mark.pytorch
 torch = pytest.importorskip("torch")
@@ -45,14 +46,6 @@ def _images(size=SIZE, seed=1):
     return np.random.default_rng(seed).uniform(-1, 1, (2, size, size, 3)).astype("float32")
 
 
-def _randomise(module, seed=0):
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for parameter in module.parameters():
-            parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.2)
-    return module.eval()
-
-
 def _torch(module, images):
     with torch.no_grad():
         return module(torch.from_numpy(images.transpose(0, 3, 1, 2).copy())).numpy()
@@ -77,7 +70,9 @@ TIMM_SIGLIP = {
 def test_timm_siglip_towers_read_and_write_back(tmp_path, case):
     name, extra, classes, act_layer = TIMM_SIGLIP[case]
     args = dict(TINY_TIMM, **extra)
-    reference = _randomise(timm.create_model(name, pretrained=False, num_classes=classes, **args))
+    reference = randomise_torch(
+        timm.create_model(name, pretrained=False, num_classes=classes, **args)
+    )
     assert reference.blocks[0].mlp.act.__class__.__name__ == (
         "GELUTanh" if act_layer == "gelu_tanh" else "GELU"
     )
@@ -120,7 +115,7 @@ def _hf_tower(model_type, **kwargs):
     else:
         sizes["image_size"] = SIZE
     config = getattr(transformers, config_name)(**sizes)
-    return _randomise(getattr(transformers, cls_name)(config))
+    return randomise_torch(getattr(transformers, cls_name)(config))
 
 
 def _hf_pooled(module, model_type, images):
@@ -169,7 +164,7 @@ def test_a_whole_siglip_model_folder_reads_its_image_tower(tmp_path):
     vision.update(num_attention_heads=HEADS, patch_size=PATCH, image_size=SIZE)
     text = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2)
     config = transformers.SiglipConfig(vision_config=vision, text_config=text)
-    reference = _randomise(transformers.SiglipModel(config))
+    reference = randomise_torch(transformers.SiglipModel(config))
     reference.save_pretrained(tmp_path / "hf")
     model = keras_vit.from_checkpoint(tmp_path / "hf")
     x = _images()
