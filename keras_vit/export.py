@@ -178,7 +178,7 @@ def _export_into(model, export_dir: str, version, overwrite: bool, archive_kwarg
         move_into_place(temp_dir, target, overwrite=overwrite)
     finally:
         shutil.rmtree(temp_dir, ignore_errors=True)
-    logger.info("Exported SavedModel version %d to %s", version, target)
+    logger.debug("Exported SavedModel version %d to %s", version, target)
     return target
 
 

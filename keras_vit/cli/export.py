@@ -176,7 +176,8 @@ def run(args) -> int:
         )
     except ValueError as error:
         raise UsageError(str(error)) from error
-    print(f"Exported {model_path} to {target} ({precision.brief()})")
+    xla = "on" if precision.jit_compile else "off"
+    print(f"Exported {model_path} to {target} (precision {precision.policy}, XLA {xla})")
     if progress.output_mode(args) != "quiet":
         print(
             "Signatures: serving_default (images), serving_bytes (image_bytes), features (images)"

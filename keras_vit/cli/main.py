@@ -168,8 +168,8 @@ def resume_hint(args) -> str:
     run_dir = getattr(args, "run_dir", None)
     if args.command in ("train", "finetune") and run_dir:
         return (
-            f"The run keeps its last finished epoch; continue with: keras-vit {args.command} "
-            f"--resume --run-dir {run_dir}"
+            "The run keeps its last finished epoch; continue with:\n"
+            f"  keras-vit {args.command} --resume --run-dir {run_dir}"
         )
     return "Stopped before finishing; files already in place are unchanged."
 

@@ -34,7 +34,7 @@ def choose_precision(args, model, probe=None):
         num_heads=shape.get("num_heads"),
         probe=probe,
     )
-    logger.info("Precision: %s", choice.brief())
+    logger.info("%s", choice.brief())
     logger.debug("Precision: %s", choice.describe())
     return choice
 

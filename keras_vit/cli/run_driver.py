@@ -210,14 +210,10 @@ def models_line(best: dict) -> str:
 
 
 def next_step_lines(run_dir: str) -> list[str]:
-    """The commands that use a finished run, `run_dir` as the user named it. Export needs
-    TensorFlow: on another Keras backend the suggestion runs it under KERAS_BACKEND=tensorflow
-    (best.keras is backend-neutral)."""
-    from keras_vit._lazy import configured_backend
-
+    """The commands that use a finished run, `run_dir` as the user named it (on every Keras
+    backend: `keras-vit export` runs TensorFlow in a child process where it is not the
+    backend)."""
     export = "keras-vit export"
-    if configured_backend() != "tensorflow":
-        export = f"KERAS_BACKEND=tensorflow {export}"
     logs = os.path.dirname(os.path.normpath(run_dir)) or "."
     return [
         "Next:",

@@ -143,7 +143,7 @@ def test_float32_export_with_xla_matches_the_model(run_export, capsys):
     assert main([*argv, "--mixed-precision", "float32", "--jit-compile"]) == 0
     out = capsys.readouterr().out.splitlines()  # --quiet: the result line only
     assert len(out) == 1 and out[0].startswith("Exported "), out
-    assert f"to {export_dir / '1'} (precision float32, XLA on (" in out[0]
+    assert out[0].endswith(f"to {export_dir / '1'} (precision float32, XLA on)")
     images = np.random.default_rng(6).uniform(0, 255, (4, 32, 32, 3)).astype("float32")
     expected = run_export["model"].predict(preprocess_reference(images, (32, 32)), verbose=0)
     np.testing.assert_allclose(served_logits(export_dir, images), expected, atol=1e-4)
