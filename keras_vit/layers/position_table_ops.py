@@ -56,26 +56,26 @@ def keys_cubic(x, a: float):
     return ops.where(x <= 1, near, ops.where(x < 2, far, ops.zeros_like(x)))
 
 
-def half_pixel_cubic_weights(old: int, new):
-    """(new, old) antialiased bicubic matrix with half-pixel centres (timm's)."""
-    new_f = ops.cast(new, "float32")
-    scale = old / new_f
+def half_pixel_weights(old: int, new, kernel):
+    """(new, old) antialiased resize matrix with half-pixel centres: `kernel` of each tap's
+    distance to the output centre, stretched by the downscale factor (at least 1), rows
+    normalised."""
+    scale = old / ops.cast(new, "float32")
     support = ops.maximum(scale, 1.0)
     centres = (ops.arange(new, dtype="float32") + 0.5) * scale - 0.5
     taps = ops.arange(old, dtype="float32")
-    weights = keys_cubic((taps[None, :] - centres[:, None]) / support, KEYS_A)
+    weights = kernel((taps[None, :] - centres[:, None]) / support)
     return weights / ops.sum(weights, axis=1, keepdims=True)
+
+
+def half_pixel_cubic_weights(old: int, new):
+    """(new, old) antialiased bicubic matrix with half-pixel centres (timm's)."""
+    return half_pixel_weights(old, new, lambda x: keys_cubic(x, KEYS_A))
 
 
 def half_pixel_linear_weights(old: int, new):
     """(new, old) antialiased linear matrix with half-pixel centres (SigLIP 2 NaFlex's)."""
-    new_f = ops.cast(new, "float32")
-    scale = old / new_f
-    support = ops.maximum(scale, 1.0)
-    centres = (ops.arange(new, dtype="float32") + 0.5) * scale - 0.5
-    taps = ops.arange(old, dtype="float32")
-    weights = ops.maximum(1.0 - ops.abs(taps[None, :] - centres[:, None]) / support, 0.0)
-    return weights / ops.sum(weights, axis=1, keepdims=True)
+    return half_pixel_weights(old, new, lambda x: ops.maximum(1.0 - ops.abs(x), 0.0))
 
 
 def torch_cubic_weights(old: int, new, offset: float = 0.0):
