@@ -272,6 +272,7 @@ def test_scripts_parse_good_arguments(scripts):
     assert scripts["input_pipeline"].parse_args([]).source == "mnist"
 
 
+@pytest.mark.large  # ~45 s: every throughput point of a tiny run (.ci/run_large)
 def test_throughput_tiny_run_writes_table_and_json(tmp_path):
     out = tmp_path / "throughput.json"
     figures_file = tmp_path / "throughput_settings.json"

@@ -40,6 +40,7 @@ def faults_per_call(**env):
     return int(result.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.large  # ~45 s: two child processes time an XLA step's page faults (.ci/run_large)
 def test_the_pooling_allocator_stops_an_xla_step_from_faulting_its_buffers_afresh():
     """64 MiB of fresh pages is 16,384 faults a call: the C library's allocator maps the
     temporary anew every call; with `import keras_vit`'s default the pages are reused."""
