@@ -137,17 +137,7 @@ def test_timm_dinov3_written_as_hugging_face_loads_in_transformers(tmp_path):
     feature model, written as a HF DINOv3ViTModel: the same pooled class token."""
     reference = randomise_torch(_timm("vit_small_patch16_dinov3_qkvb", 0))
     folder = tmp_path / "timm"
-    timm.models.save_for_hf(
-        reference, str(folder), model_args=dict(TINY_TIMM), safe_serialization=True
-    )
-    model = keras_vit.from_checkpoint(folder / "model.safetensors", image_size=SIZE)
-    write_checkpoint(model_contents(model), tmp_path / "hf", "hf")
-    loaded, info = transformers.DINOv3ViTModel.from_pretrained(
-        tmp_path / "hf", output_loading_info=True
-    )
-    assert not any(info.values()), info
-    x = _images(SIZE)
-    _check("timm-dinov3->hf", _torch(loaded.eval(), x), _torch(reference, x))
+    _check_timm_to_hf(reference, folder, dict(TINY_TIMM), tmp_path / "hf", "timm-dinov3->hf")
 
 
 GATED_TIMM = ["vit_huge_plus_patch16_dinov3", "vit_7b_patch16_dinov3"]
@@ -207,12 +197,16 @@ def test_timm_gated_dinov3_written_as_hugging_face_loads_in_transformers(tmp_pat
         timm.create_model(GATED_TIMM[0], pretrained=False, num_classes=0, **args)
     )
     folder = tmp_path / "timm"
-    timm.models.save_for_hf(reference, str(folder), model_args=args, safe_serialization=True)
+    _check_timm_to_hf(reference, folder, args, tmp_path / "hf", "timm-dinov3-gated->hf")
+
+
+def _check_timm_to_hf(reference, folder, model_args, hf_folder, figure):
+    """timm's `reference` saved to `folder`, read by keras_vit, written as an HF folder that
+    DINOv3ViTModel loads strictly with `reference`'s outputs."""
+    timm.models.save_for_hf(reference, str(folder), model_args=model_args, safe_serialization=True)
     model = keras_vit.from_checkpoint(folder / "model.safetensors", image_size=SIZE)
-    write_checkpoint(model_contents(model), tmp_path / "hf", "hf")
-    loaded, info = transformers.DINOv3ViTModel.from_pretrained(
-        tmp_path / "hf", output_loading_info=True
-    )
+    write_checkpoint(model_contents(model), hf_folder, "hf")
+    loaded, info = transformers.DINOv3ViTModel.from_pretrained(hf_folder, output_loading_info=True)
     assert not any(info.values()), info
     x = _images(SIZE)
-    _check("timm-dinov3-gated->hf", _torch(loaded.eval(), x), _torch(reference, x))
+    _check(figure, _torch(loaded.eval(), x), _torch(reference, x))
