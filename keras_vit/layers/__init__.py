@@ -17,6 +17,7 @@ _EXPORTS = {
     "BottleneckUnit": "keras_vit.layers.resnet",
     "ClassToken": "keras_vit.layers.class_token",
     "Dropout": "keras_vit.layers.dropout",
+    "HeadProjection": "keras_vit.layers.head_projection",
     "LayerScale": "keras_vit.layers.layer_scale",
     "LearnedTokens": "keras_vit.layers.learned_tokens",
     "MAPHead": "keras_vit.layers.map_head",

@@ -10,6 +10,7 @@ from keras import ops
 from keras_vit._validation import check_choice, check_heads, check_positive_int, check_rate
 from keras_vit.kernels import dispatch
 from keras_vit.layers.dropout import Dropout
+from keras_vit.layers.head_projection import HeadProjection
 from keras_vit.layers.rotary import check_rope, check_rope_head_dim, rope_sin_cos, rotate_tokens
 
 QUANTIZED_SAVE_MESSAGE = (
@@ -121,7 +122,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             check_rope_head_dim(self.head_dim)
         init = flattened_glorot_uniform(hidden_dim)
         for name in ("query", "key", "value"):
-            layer = keras.layers.EinsumDense(
+            layer = HeadProjection(
                 "btd,dnh->btnh",
                 output_shape=(None, self.num_heads, self.head_dim),
                 bias_axes="nh" if name[0] in self.qkv_bias else None,

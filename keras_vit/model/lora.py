@@ -4,7 +4,9 @@ LoRA (Hu et al. 2021, https://arxiv.org/abs/2106.09685) freezes a projection's k
 trains a low-rank update: Keras' `Dense.enable_lora(rank, lora_alpha)` and
 `EinsumDense.enable_lora` add `lora_kernel_a` `(*W.shape[:-1], rank)` and `lora_kernel_b`
 `(rank, W.shape[-1])` and apply `W + (lora_alpha / rank) * A @ B` (B starts at zero, so the
-adapted model starts as the pre-trained one).
+adapted model starts as the pre-trained one). The attention's query, key and value are
+`keras_vit.layers.HeadProjection`s, whose adapters have the paper's shape `A (D, rank)`,
+`B (rank, heads, head_dim)` instead of Keras' per-head `A (D, heads, rank)`.
 
 The recipe (`apply_lora`, what `keras_vit.finetune(..., lora_rank=R)` runs):
 

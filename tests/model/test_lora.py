@@ -21,15 +21,14 @@ def _randomised(model, seed=0):
 
 
 def _b16_lora_parameters(rank, num_classes, position_rows=0):
-    """Trainable parameters of a LoRA B/16 from the shapes of Keras' adapters (A `(*W[:-1], R)`,
-    B `(R, W[-1])`): per block q, k, v `(768, 12, 64)`, out `(12, 64, 768)`, MLP 768 <-> 3072;
+    """Trainable parameters of a LoRA B/16 from the paper's adapter shapes (A `(d, R)`,
+    B `(R, k)` for a `d x k` projection): per block q, k, v and out 768 x 768, MLP 768 <-> 3072;
     plus 25 LayerNorms (2 x 768 each), the head and the position rows."""
-    d, heads, head_dim, mlp = 768, 12, 64, 3072
-    qkv = 3 * (d * heads * rank + rank * head_dim)
-    out = heads * head_dim * rank + rank * d
+    d, mlp = 768, 3072
+    attention = 4 * (d * rank + rank * d)
     mlp_pair = (d * rank + rank * mlp) + (mlp * rank + rank * d)
     norms = (2 * 12 + 1) * 2 * d
-    return 12 * (qkv + out + mlp_pair) + norms + d * num_classes + num_classes + position_rows * d
+    return 12 * (attention + mlp_pair) + norms + d * num_classes + num_classes + position_rows * d
 
 
 def test_b16_at_rank_8_trains_under_5_percent_of_full_fine_tuning():
@@ -42,6 +41,9 @@ def test_b16_at_rank_8_trains_under_5_percent_of_full_fine_tuning():
     resized = keras_vit.finetune(source, num_classes=10, image_size=256, lora_rank=8)
     assert trainable_count(resized) == _b16_lora_parameters(8, 10, position_rows=1 + 16 * 16)
     assert trainable_count(resized) < 0.05 * full
+    imagenet = keras_vit.finetune(source, num_classes=1000, lora_rank=8)
+    assert trainable_count(imagenet) == _b16_lora_parameters(8, 1000)
+    assert trainable_count(imagenet) < 0.05 * source.count_params()
 
 
 def test_only_adapters_head_and_norms_move_in_a_training_step():

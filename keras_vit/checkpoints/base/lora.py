@@ -7,9 +7,12 @@ kernel `W` and add two float32 matrices, `lora_kernel_a` `(*W.shape[:-1], rank)`
     W + (lora_alpha / rank) * (lora_kernel_a @ lora_kernel_b)
 
 (keras/src/layers/core/dense.py and einsum_dense.py, the `kernel` property; LoRA: Hu et al.
-2021, https://arxiv.org/abs/2106.09685). No checkpoint format keras_vit writes has keys for
-the adapters, so `merged_arrays` writes that merged kernel under the layer's `kernel` key and
-drops the two matrices: the file reloads into a plain model computing the adapted function.
+2021, https://arxiv.org/abs/2106.09685). keras_vit's `HeadProjection` (the attention's query,
+key, value) has `lora_kernel_a` `(D, rank)` and `lora_kernel_b` `(rank, heads, head_dim)`; the
+product over the rank axis (`tensordot(A, B, 1)`) is the kernel's shape either way.
+No checkpoint format keras_vit writes has keys for the adapters, so `merged_arrays` writes that
+merged kernel under the layer's `kernel` key and drops the two matrices: the file reloads into
+a plain model computing the adapted function.
 """
 
 from __future__ import annotations
@@ -36,7 +39,8 @@ def lora_scale(layer) -> float:
 def merged_kernel(kernel, kernel_a, kernel_b, scale: float) -> np.ndarray:
     """float32 `kernel + scale * (kernel_a @ kernel_b)`, the product over `kernel_a`'s last
     axis (rank): `kernel` `(*in_axes, out)` or EinsumDense's `(D, heads, head_dim)`,
-    `kernel_a` `(*kernel.shape[:-1], rank)`, `kernel_b` `(rank, kernel.shape[-1])`.
+    `kernel_a` `(*kernel.shape[:-1], rank)` and `kernel_b` `(rank, kernel.shape[-1])` (Keras'
+    shapes), or `(D, rank)` and `(rank, heads, head_dim)` (`HeadProjection`'s).
 
     Raises:
         CheckpointError: shapes whose product is not the kernel's shape.
