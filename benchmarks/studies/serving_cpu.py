@@ -25,10 +25,15 @@ served by the same onnxruntime; its input is the normalised NCHW batch timm take
 
     python -m benchmarks.bench serving --peer-onnx timm_b16.onnx --results \
         benchmarks/results/serving_cpu.json
+
+`--merge` adds a run of some points (`--runtimes`, `--precisions`, `--skip`) to an existing
+`--results` file: a point it measures replaces the file's, the others stay, and each row and
+export names its run (`runs`: every run's command, date, notes, load averages and wall time).
 """
 
 from __future__ import annotations
 
+import datetime
 import gc
 import json
 import logging
@@ -68,11 +73,18 @@ def parse_args(argv=None):
     parser.add_argument("--min-iterations", type=int, default=3, help="(3)")
     parser.add_argument("--peer-onnx", help="timm's ViT-B/16 ONNX file (timm_onnx_peer.py)")
     parser.add_argument("--peer-notes", default="", help="how the peer file was made")
+    parser.add_argument(
+        "--merge", action="store_true",
+        help="keep the points of the --results file this run does not measure (each row and "
+        "export names its run; the file lists every run's command and load averages)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     report.at_least(parser, args, "iterations", "min_iterations")
     points = {f"{runtime}:{precision}" for runtime in RUNTIMES for precision in PRECISIONS}
     if set(args.skip) - points:
         parser.error(f"--skip takes RUNTIME:PRECISION of {sorted(points)}. Received: {args.skip}")
+    if args.merge and not args.results:
+        parser.error("--merge merges into the --results file: give --results")
     if any(batch < 1 for batch in args.batches):
         parser.error(f"--batches must be positive ints. Received: {args.batches}")
     return args
@@ -307,33 +319,105 @@ def figure_values(rows: list[dict], exports: list[dict], peer_note: str | None) 
     return values
 
 
-def write(args, argv, rows, exports, loads, start, done: bool) -> None:
-    """The raw figures (`--json`) and the documents' figures (`--results`) of the models
-    measured so far (written after each model, so that a stopped run keeps its finished part)."""
-    peer_note = None
-    if "B/16" in args.models and not args.peer_onnx:
-        peer_note = "not measured: no timm ONNX file (--peer-onnx)"
-    payload = {"rows": rows, "exports": exports, "load_averages": loads,
-               "wall_s": round(time.time() - start, 1)}  # fmt: skip
+def point_key(entry: dict) -> tuple:
+    """(model, runtime, precision) of an export, and the batch too of a timed row."""
+    point = (entry["model"], entry["runtime"], entry["precision"])
+    return (*point, entry["batch"]) if "batch" in entry else point
+
+
+def file_runs(existing: dict) -> tuple[list, list, list]:
+    """(runs, rows, exports) of a results file; a file of one run without `runs` becomes run 1
+    (its command, date, notes, load averages and wall time)."""
+    if not existing:
+        return [], [], []
+    if "runs" in existing:
+        return existing["runs"], existing["rows"], existing["exports"]
+    measured = existing.get("measured", {})
+    run = {"run": 1, "command": existing["command"], "date": measured.get("date"),
+           "notes": measured.get("notes", ""), "wall_s": existing.get("wall_s"),
+           "load_averages": existing.get("load_averages", [])}  # fmt: skip
+    return [run], *([{**entry, "run": 1} for entry in existing.get(part, [])]
+                    for part in ("rows", "exports"))  # fmt: skip
+
+
+def merge_runs(existing: dict, run: dict, rows: list, exports: list) -> tuple[list, list, list]:
+    """(runs, rows, exports) of the results file `existing` ({} for none) and this `run`: each
+    row and export names its run; a point this run measured replaces the file's, one it skipped
+    keeps the file's; runs no point names any more are dropped."""
+    runs, old_rows, old_exports = file_runs(existing)
+    number = max((each["run"] for each in runs), default=0) + 1
+    rows = [{**row, "run": number} for row in rows]
+    exports = [{**made, "run": number} for made in exports]
+    timed = {point_key(row) for row in rows}
+    made = {point_key(entry) for entry in exports if "skipped" not in entry}
+    old_rows = [row for row in old_rows if point_key(row) not in timed]
+    old_exports = [entry for entry in old_exports if point_key(entry) not in made]
+    kept = {point_key(entry) for entry in old_exports}
+    exports = [entry for entry in exports if point_key(entry) not in kept]
+    order = {name: index for index, name in enumerate((*RUNTIMES, PEER))}
+
+    def place(entry):
+        return (entry["model"], entry.get("batch", 0), order[entry["runtime"]],
+                PRECISIONS.index(entry["precision"]))  # fmt: skip
+
+    rows, exports = sorted(old_rows + rows, key=place), sorted(old_exports + exports, key=place)
+    named = {entry["run"] for entry in rows + exports}
+    runs = [each for each in [*runs, {"run": number, **run}] if each["run"] in named]
+    return runs, rows, exports
+
+
+def run_notes(args, loads, wall_s, measured: list, done: bool, peer_note) -> str:
+    """What a reader needs to compare the figures of one run."""
     ones = [point["load_average"][0] for point in loads if point["load_average"]]
-    report.save_json(args.json, payload)
-    if not args.results:
-        return
-    measured = sorted({row["model"] for row in rows})
-    notes = (
+    return (
         "one process, every runtime on all cores, rounds in rotating order; the host is "
         "shared with other processes (other users' tests and training ran at the same "
         f"time: 1-minute load average {min(ones, default=0):.1f} to {max(ones, default=0):.1f} "
         "over the run, `load_averages`), so compare within this run. Iteration counts per "
         "point are in `rows`. "
-        f"Peer: {args.peer_notes or peer_note or args.peer_onnx}. Wall {payload['wall_s']} s"
+        f"Peer: {args.peer_notes or peer_note or args.peer_onnx}. Wall {wall_s} s"
         + ("" if done else f"; the run stopped after {measured}")
     )
+
+
+def write(args, argv, rows, exports, loads, start, done: bool) -> None:
+    """The raw figures (`--json`) and the documents' figures (`--results`, merged into the
+    file's other runs with `--merge`) of the models measured so far (written after each
+    model, so that a stopped run keeps its finished part)."""
+    wall_s = round(time.time() - start, 1)
+    payload = {"rows": rows, "exports": exports, "load_averages": loads, "wall_s": wall_s}
+    report.save_json(args.json, payload)
+    if not args.results:
+        return
+    peer_note = None
+    if "B/16" in args.models and not args.peer_onnx:
+        peer_note = "not measured: no timm ONNX file (--peer-onnx)"
+    measured = sorted({row["model"] for row in rows})
     words = sys.argv[1:] if argv is None else argv
+    run = {"command": "python -m benchmarks.bench serving " + " ".join(words),
+           "date": datetime.date.today().isoformat(),
+           "notes": run_notes(args, loads, wall_s, measured, done, peer_note),
+           "wall_s": wall_s, "load_averages": loads}  # fmt: skip
+    existing = {}
+    if args.merge and os.path.isfile(args.results):
+        with open(args.results, encoding="utf-8") as handle:
+            existing = json.load(handle)
+    runs, rows, exports = merge_runs(existing, run, rows, exports)
+    if any(row["runtime"] == PEER for row in rows):
+        peer_note = None
+    notes = runs[0]["notes"]
+    if len(runs) > 1:
+        notes = (
+            f"{len(runs)} runs on this host merged (`runs`: each run's command, date, notes, "
+            "load averages and wall time; each row and export names its `run`): compare rows "
+            "within one run. "
+            + "; ".join(f"run {each['run']} ({each['date']}): {each['notes']}" for each in runs)
+        )
     about = __doc__.split("\n\n")[0].split(": ", 1)[1]
-    report.write_results(args.results, figure_values(rows, exports, peer_note),
-                         command="python -m benchmarks.bench serving " + " ".join(words),
-                         about=about, notes=notes, extra=payload)  # fmt: skip
+    command = " && ".join(each["command"] for each in runs)
+    extra = {"rows": rows, "exports": exports, "runs": runs}
+    report.write_results(args.results, figure_values(rows, exports, peer_note), command=command,
+                         about=about, notes=notes, extra=extra)  # fmt: skip
     print(f"wrote {args.results}", flush=True)
 
 

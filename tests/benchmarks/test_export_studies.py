@@ -133,3 +133,64 @@ def test_lora_figures_give_each_variants_share_of_full_fine_tuning(lora):
         for key in ("trainable_params", "trainable_share", "peak_rss_mib",
                     "rss_growth_during_fit_mib", "step_ms_median", "test_accuracy")
     }  # fmt: skip
+
+
+def _row(runtime, precision, batch, img_s):
+    return {"model": "B/16", "runtime": runtime, "precision": precision, "batch": batch,
+            "iterations": 3, "warmup": 1, "img_s": img_s, "p50_ms": 1.0, "p99_ms": 2.0}  # fmt: skip
+
+
+def _export(runtime, precision, **figures):
+    return {"model": "B/16", "runtime": runtime, "precision": precision, **figures}
+
+
+def test_merge_keeps_the_files_other_points_and_names_each_points_run(serving, tmp_path):
+    """`--merge`: a run of some points joins a results file of one run (which becomes run 1);
+    a point the new run measured replaces the file's, a point it skipped keeps the file's, and
+    the timed peer of run 1 stays (no "not measured" note for it)."""
+    import json
+
+    path = tmp_path / "serving.json"
+    first = ["--models", "B/16", "--runtimes", "onnx", "--precisions", "float32",
+             "--peer-onnx", "peer.onnx", "--results", str(path)]  # fmt: skip
+    timed = [_row("onnx", "float32", 1, 0.8), _row("timm_onnx", "float32", 1, 0.6)]
+    made = [_export("onnx", "float32", max_difference=3e-6)]
+    serving.write(serving.parse_args(first), ["first"], timed, made, [], 0.0, done=True)
+    argv = ["--models", "B/16", "--runtimes", "saved_model", "onnx", "--skip", "onnx:float32",
+            "--merge", "--results", str(path)]  # fmt: skip
+    loads = [{"when": "B/16 start", "load_average": [2.5, 2.0, 1.5]}]
+    timed = [_row("saved_model", "float32", 1, 0.9), _row("onnx", "int8", 1, 0.4)]
+    made = [_export("saved_model", "float32", max_difference=1e-6),
+            _export("onnx", "float32", skipped="not run: left out of this run (--skip)"),
+            _export("onnx", "int8", max_difference=2e-3)]  # fmt: skip
+    serving.write(serving.parse_args(argv), argv, timed, made, loads, 0.0, done=True)
+    merged = json.loads(path.read_text())
+    assert [(run["run"], run["command"].split()[-1]) for run in merged["runs"]] == [
+        (1, "first"), (2, str(path))]  # fmt: skip
+    assert merged["runs"][1]["load_averages"] == loads
+    assert [(row["runtime"], row["precision"], row["run"]) for row in merged["rows"]] == [
+        ("saved_model", "float32", 2), ("onnx", "float32", 1), ("onnx", "int8", 2),
+        ("timm_onnx", "float32", 1)]  # fmt: skip
+    assert [(made["runtime"], made["precision"], made["run"]) for made in merged["exports"]] == [
+        ("saved_model", "float32", 2), ("onnx", "float32", 1), ("onnx", "int8", 2)]  # fmt: skip
+    values = merged["values"]
+    assert values["b16_onnx_float32_max_difference"]["value"] == 3e-6
+    assert values["b16_onnx_int8_b1_img_s"]["value"] == 0.4
+    assert values["b16_timm_onnx_float32_b1_img_s"]["value"] == 0.6
+    assert "b16_timm_onnx_note" not in values
+    assert merged["measured"]["notes"].startswith("2 runs on this host merged")
+    assert " && " in merged["command"]
+    with pytest.raises(SystemExit):  # --merge needs the file to merge into
+        serving.parse_args(["--merge"])
+
+
+def test_a_file_written_before_runs_were_named_becomes_run_1(serving):
+    legacy = {"command": "python -m benchmarks.bench serving --models B/16",
+              "measured": {"date": "2026-01-02", "notes": "load 9"}, "wall_s": 12.0,
+              "load_averages": [{"when": "B/16 start", "load_average": [9.0, 8.0, 7.0]}],
+              "rows": [_row("onnx", "float32", 32, 0.8)], "exports": []}  # fmt: skip
+    runs, rows, exports = serving.file_runs(legacy)
+    assert runs == [{"run": 1, "command": legacy["command"], "date": "2026-01-02",
+                     "notes": "load 9", "wall_s": 12.0,
+                     "load_averages": legacy["load_averages"]}]  # fmt: skip
+    assert rows[0]["run"] == 1 and exports == []
