@@ -17,6 +17,9 @@ H/14 and a ViT-22B-sized config (hidden 6144, MLP 24576, 48 heads, 48 layers, pa
 `NamedSharding.shard_shape` on an abstract mesh.
 
     python -m benchmarks.bench model-parallel [--out benchmarks/results/model_parallel_memory.json]
+
+`--merge --step-variants L/16` measures only L/16's steps and merges them into `--out`'s
+figures (each merged point stamped with its date, compile limit and load; the others kept).
 """
 
 from __future__ import annotations
@@ -301,6 +304,54 @@ def step_points(args, env) -> list[dict]:
     return points
 
 
+def step_key(point) -> tuple:
+    """(model, batch axis, model axis, precision) of a step point."""
+    return point["model"], point["batch_axis"], point["model_axis"], point["precision"]
+
+
+def merged_steps(kept, measured) -> list[dict]:
+    """`kept`'s step points without those `measured` again, then `measured`'s, ordered by
+    model (MEMORY_VARIANTS' order), precision (STEP_PRECISIONS') and mesh (MESHES')."""
+    by_key = {step_key(point): point for point in kept}
+    by_key.update({step_key(point): point for point in measured})
+
+    def rank(name, names):
+        return (names.index(name) if name in names else len(names), name)
+
+    def order(key):
+        model, batch, model_axis, precision = key
+        return rank(model, MEMORY_VARIANTS), rank(precision, STEP_PRECISIONS), (batch, model_axis)
+
+    return [by_key[key] for key in sorted(by_key, key=order)]
+
+
+def merge_record(args, env) -> tuple[dict, str]:
+    """(`--out`'s record with the step points of `--step-variants` measured now in place of
+    any it had, the commands that made it): `--merge`, its parameter, AdamW and shape
+    figures and its other step points kept as they are."""
+    if not os.path.exists(args.out):
+        raise SystemExit(f"--merge needs an existing results file; {args.out} does not exist")
+    with open(args.out, encoding="utf-8") as file:
+        previous = json.load(file)
+    for key in ("image_size", "batch_per_replica"):
+        if previous.get(key) != getattr(args, key):
+            raise SystemExit(
+                f"--merge: {args.out} was measured at {key}={previous.get(key)}; this run "
+                f"asks for {getattr(args, key)} (the figures of one file share it)"
+            )
+    record = {key: previous[key] for key in ("points", "shapes", "step_timeout_s")}
+    measured = step_points(args, env)
+    stamp = {"date": time.strftime("%Y-%m-%d"), "step_timeout_s": args.step_timeout,
+             "load_average": report.common.load_average()}  # fmt: skip
+    for point in measured:
+        point["measured"] = stamp
+    record["step_points"] = merged_steps(previous.get("step_points", []), measured)
+    variants = " ".join(args.step_variants)
+    command = (f"{previous['command']}; then python -m benchmarks.bench model-parallel --merge "
+               f"--step-variants {variants} --step-timeout {args.step_timeout}")  # fmt: skip
+    return record, command
+
+
 def point_slug(point) -> str:
     """'b16_1x2' of a point."""
     slug = point["model"].replace("/", "").lower()
@@ -357,9 +408,23 @@ def parse_args(argv=None):
     parser.add_argument("--out", default=default, help=f"(benchmarks/results/{RESULTS})")
     parser.add_argument("--no-step", action="store_true",
                         help="parameters and AdamW only: no training step compiled")  # fmt: skip
+    parser.add_argument("--merge", action="store_true",
+                        help="measure only the steps of --step-variants and merge them into "
+                        "--out's figures (its other points kept)")  # fmt: skip
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--step-child", nargs=3, help=argparse.SUPPRESS)
     return parser.parse_args(argv)
+
+
+def measure_record(args, env) -> tuple[dict, str]:
+    """(every figure measured now, the command): the parameter, AdamW and shape figures in
+    one child, then each step point in its own."""
+    command = report.common.module_argv(sys.executable, "benchmarks.studies.model_parallel_memory")
+    forwarded = ["--variants", *args.variants, "--image-size", str(args.image_size)]
+    record = report.child_json([*command, *forwarded, "--child"], env=env)
+    if not args.no_step:
+        record["step_points"] = step_points(args, env)
+    return record, "python -m benchmarks.bench model-parallel" + " --no-step" * args.no_step
 
 
 def main(argv=None) -> int:
@@ -371,24 +436,28 @@ def main(argv=None) -> int:
     env = {**os.environ, "KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu",
            "XLA_FLAGS": "--xla_force_host_platform_device_count=4"}  # fmt: skip
     env = report.common.child_env(env)
-    command = report.common.module_argv(sys.executable, "benchmarks.studies.model_parallel_memory")
-    forwarded = ["--variants", *args.variants, "--image-size", str(args.image_size)]
-    record = report.child_json([*command, *forwarded, "--child"], env=env)
-    if not args.no_step:
-        record["step_points"] = step_points(args, env)
+    if args.merge and args.no_step:
+        raise SystemExit("--merge measures training steps; --no-step asks for none")
+    if args.merge:
+        record, command = merge_record(args, env)
+    else:
+        record, command = measure_record(args, env)
+    stepped = sorted({point["model"] for point in record.get("step_points", [])},
+                     key=lambda name: (name not in MEMORY_VARIANTS, name))  # fmt: skip
     host = report.common.host_record()
     report.write_results(
         args.out,
         values_of(record),
-        command="python -m benchmarks.bench model-parallel" + " --no-step" * args.no_step,
+        command=command,
         about="keras_vit's ModelParallel on JAX: XLA's per-device bytes of the parameters, "
-        "AdamW's state and the whole training step of B/16 (float32 and mixed_bfloat16; batch "
-        "x model meshes on 1, 2 and 4 host devices), and the per-device kernel shapes of H/14 "
-        "and a 22B-sized ViT (abstract meshes)",
-        notes=f"host {host['cpu']}, {host['cores']} cores, no GPU; 4 XLA host devices",
+        f"AdamW's state and the whole training step of {' and '.join(stepped) or 'none'} "
+        "(float32 and mixed_bfloat16; batch x model meshes on 1, 2 and 4 host devices), and "
+        "the per-device kernel shapes of H/14 and a 22B-sized ViT (abstract meshes)",
+        notes=f"host {host['cpu']}, {host['cores']} cores shared with other jobs, no GPU; "
+        "4 XLA host devices",
         extra={"host": host, "image_size": args.image_size,
                "batch_per_replica": args.batch_per_replica,
-               "step_timeout_s": args.step_timeout, **record},
+               "step_timeout_s": args.step_timeout, **record},  # --merge: the file's own
     )  # fmt: skip
     print(f"wrote {args.out}")
     return 0

@@ -6,7 +6,10 @@ The cluster comes from `TF_CONFIG` (its `chief` job first if it has one, then it
 list; the first member is JAX's coordinator, process 0) or, without `TF_CONFIG`, from Keras'
 own variables `KERAS_DISTRIBUTION_JOB_ADDRESSES`, `KERAS_DISTRIBUTION_NUM_PROCESSES` and
 `KERAS_DISTRIBUTION_PROCESS_ID`. Where a process has no accelerator the CPU collectives run
-over gloo (`jax_cpu_collectives_implementation`), set before JAX starts its backend.
+over gloo (`jax_cpu_collectives_implementation`), set before JAX starts its backend, and
+gloo's "[Gloo] Rank N is connected to M peer ranks" lines are kept off stdout
+(`keras_vit.runtime.gloo_lines`) unless debug logging is on (`keras-vit --verbose`,
+`KERAS_VIT_VERBOSE=1`).
 
 In a user's own script, before anything computes on JAX::
 
@@ -34,6 +37,9 @@ import logging
 import os
 
 import keras
+
+from keras_vit._lazy import verbose_from_env
+from keras_vit.runtime import gloo_lines
 
 logger = logging.getLogger(__name__)
 
@@ -114,6 +120,8 @@ def start(environ=None):
 
     if not _has_accelerator():
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
+        if not (verbose_from_env() or logger.isEnabledFor(logging.DEBUG)):
+            gloo_lines.hide()
     keras.distribution.initialize(job_addresses=coordinator, num_processes=count, process_id=index)
     devices = keras.distribution.list_devices()
     distribution = keras.distribution.DataParallel(devices=devices)

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import types
 
+import pytest
+
 from benchmarks.studies import model_parallel_memory as study
 
 MIB = 2**20
@@ -37,3 +39,33 @@ def test_step_figures_are_keyed_by_mesh_and_precision_and_say_not_measured():
     assert values["b16_2x2_f32_step_total_mib"]["value"] == "1.3"
     assert values["b16_1x4_bf16_step_total_mib"]["value"] == "not measured"
     assert len(values) == 2 * len(study.STEP_FIELDS)
+
+
+def step_point(model, batch, model_axis, precision, total):
+    return {"model": model, "batch_axis": batch, "model_axis": model_axis,
+            "precision": precision, "step_total_mib": total}  # fmt: skip
+
+
+def test_merged_steps_replace_the_remeasured_points_and_keep_the_others_in_table_order():
+    kept = [step_point("B/16", 1, 1, "float32", 1.0), step_point("L/16", 1, 2, "float32", 2.0)]
+    measured = [
+        step_point("L/16", 2, 2, "mixed_bfloat16", 3.0),
+        step_point("L/16", 1, 2, "float32", 4.0),  # measured again: replaces 2.0
+        step_point("L/16", 1, 1, "float32", 5.0),
+    ]
+    merged = study.merged_steps(kept, measured)
+    assert [(p["model"], p["batch_axis"], p["model_axis"], p["precision"], p["step_total_mib"])
+            for p in merged] == [
+        ("B/16", 1, 1, "float32", 1.0),
+        ("L/16", 1, 1, "float32", 5.0),
+        ("L/16", 1, 2, "float32", 4.0),
+        ("L/16", 2, 2, "mixed_bfloat16", 3.0),
+    ]  # fmt: skip
+
+
+def test_a_merge_into_a_file_of_another_image_size_is_refused(tmp_path):
+    out = tmp_path / "model_parallel_memory.json"
+    out.write_text('{"image_size": 224, "batch_per_replica": 8, "command": "c"}')
+    args = study.parse_args(["--merge", "--out", str(out), "--image-size", "384"])
+    with pytest.raises(SystemExit, match="image_size=224; this run asks for 384"):
+        study.merge_record(args, env={})

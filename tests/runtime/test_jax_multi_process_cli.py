@@ -5,9 +5,13 @@ run directory, resume after a process killed between epochs with the uninterrupt
 result, and refuse a global batch that does not split over the 4 devices before the first step.
 The non-chief process's output names its role and claims no test figures or files.
 
-Each two-process run starts JAX, TensorFlow and a gloo cluster in two processes and compiles
-the tiny model's steps: about a minute on 2 shared CPU cores, so the tests are `large`
-(.ci/run_large)."""
+Each `keras-vit train` process here costs about 30-36 s of CPU on the 2-core AMD EPYC host
+(a process over 4 devices about 28 s): TensorFlow's and Keras' import about a quarter, the
+training fit with its XLA compilations over a third, the validation and test evaluations,
+the data pipeline, the model's build, the learning-curve plots and the saved models the
+rest; a two-process run adds its gloo cluster. The train-equality check alone (two processes
+and the one-process reference, concurrently) is about 100 s of CPU, over 40 s of wall time
+even on idle cores, so the tests are `large` (.ci/run_large)."""
 
 from __future__ import annotations
 
