@@ -2,7 +2,8 @@
 batches the uninterrupted run saw: in-memory arrays in an order that is a function of (seed,
 epoch) alone (`epoch_ordered_batches`), a finite `tf.data.Dataset` as one stream of its passes
 (`epoch_passes`), and under a multi-worker strategy each worker's own pipeline at its pass
-(`worker_passes`). `fit_input` picks the one a strategy needs.
+(`worker_passes`). `fit_input` picks the one a strategy needs, and `build_from_spec` keeps
+Keras' JAX and PyTorch trainers from opening an iterator of their own over the stream.
 """
 
 from __future__ import annotations
@@ -25,6 +26,34 @@ def fit_input(train_data, steps_per_epoch, batch_size, first_epoch, epochs, seed
     if steps_per_epoch is not None and hasattr(train_data, "repeat"):  # other strategies
         return train_data.repeat(), steps_per_epoch, batch_size  # one stream
     return train_data, steps_per_epoch, batch_size
+
+
+def build_from_spec(model, x) -> None:
+    """Builds `model`, its compiled loss and metrics from the element spec of the dataset `x`
+    (no batch is read), before `model.fit(x)`.
+
+    Keras' JAX and PyTorch trainers build what is still unbuilt at the start of `fit` from a
+    batch of an iterator of their own over `x` (`Trainer._symbolic_build`, Keras 3.15), then
+    drop it. Over a stream of passes (`epoch_passes`) that iterator begins a pass, which draws
+    the next shuffle and augmentation seeds, and its read-ahead may begin more passes while it
+    lives: the training iterator then starts at a later, timing-dependent pass, and runs of
+    the same seed (a resumed and an uninterrupted run, two processes and one) train on other
+    batches. Built from the spec, `fit` opens one iterator over `x`. TensorFlow's trainer
+    reads no batch without a strategy and always one under a strategy (`worker_passes`
+    counts it), so it is left alone, as are models without a compiled loss.
+    """
+    import keras
+    from keras import tree
+
+    if keras.backend.backend() == "tensorflow" or not hasattr(x, "element_spec"):
+        return
+    if getattr(model, "_compile_loss", None) is None:
+        return
+
+    def symbolic(spec):
+        return None if spec is None else keras.KerasTensor(tuple(spec.shape), spec.dtype.name)
+
+    model._symbolic_build(data_batch=tree.map_structure(symbolic, x.element_spec))
 
 
 def epoch_ordered_batches(x, y, batch_size, first_epoch, epochs, seed):

@@ -193,6 +193,7 @@ def fit_run(
             train_data, steps_per_epoch, batch_size, first_epoch, epochs, shuffle_seed, strategy
         )
         x, validation_shares = _process_shares(x, validation_data, batch_size)
+        epoch_streams.build_from_spec(model, x)
         with losses.labels_checked_upstream():  # checked_data checked every label
             with jax_cluster.process_local_input():
                 model.fit(

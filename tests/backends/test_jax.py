@@ -33,6 +33,11 @@ def test_predict_and_every_format_match_the_references(jax_results):
     assert jax_results["swiglu_vs_numpy"] < 1e-5
 
 
+def test_fit_opens_no_iterator_of_its_own_over_a_built_stream(jax_results):
+    assert jax_results["fit_reads_stream"]  # Keras' trainer reads one batch for its build
+    assert not jax_results["fit_reads_stream_after_build"]
+
+
 def test_dynamic_image_size_fit_and_finetune(jax_results):
     assert jax_results["dynamic_vs_rebuilt"] < 1e-5
     losses = jax_results["fit_losses"]

@@ -75,7 +75,53 @@ def main(workdir: str) -> dict:
     out["finetune_logits_zero"] = bool(np.all(tuned_logits == 0))
     out.update(rope_check())
     out.update(swiglu_check())
+    out.update(stream_build_check())
     return out
+
+
+def stream_build_check() -> dict:
+    """Whether Keras' JAX trainer would still read a batch of its own from the training stream
+    at the start of `fit` (`Trainer._symbolic_build`, which reads only while something is
+    unbuilt), before and after `epoch_streams.build_from_spec` on a compiled ViT."""
+    import keras
+    import tensorflow as tf
+
+    import keras_vit
+    from keras_vit.train.epoch_streams import build_from_spec
+
+    class Unreadable:
+        def __iter__(self):
+            raise LookupError("the build read a batch")
+
+    def reads_a_batch(model) -> bool:
+        try:
+            model._symbolic_build(iterator=Unreadable())
+        except LookupError:
+            return True
+        return False
+
+    images = tf.zeros((4, 32, 32, 3))
+    stream = tf.data.Dataset.from_tensor_slices((images, tf.zeros((4,), tf.int32))).batch(2)
+    found = {}
+    for prebuilt in (False, True):
+        model = keras_vit.ViT(
+            image_size=32,
+            num_classes=3,
+            patch_size=8,
+            hidden_dim=16,
+            num_heads=2,
+            mlp_dim=16,
+            num_layers=1,
+        )
+        model.compile(
+            optimizer="sgd",
+            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            metrics=["accuracy"],
+        )
+        if prebuilt:
+            build_from_spec(model, stream)
+        found[prebuilt] = reads_a_batch(model)
+    return {"fit_reads_stream": found[False], "fit_reads_stream_after_build": found[True]}
 
 
 def rope_check() -> dict:
