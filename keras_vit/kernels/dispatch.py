@@ -23,6 +23,10 @@ Per call, a fused kernel cannot apply dropout to the attention weights: in train
 TensorFlow code is traced for XLA is known only when it is traced (a layer built once may be
 traced both ways), so that one condition is read per call.
 
+The block's LayerNorm in training on JAX goes through `keras_vit.kernels.jax` (a
+hand-written gradient: JAX's own gradient of Keras' LayerNorm is a chain XLA:CPU recomputes
+across the blocks; the default `keras-vit train` model's gradient ~190 -> ~141 ms CPU).
+
 The block's LayerNorm and GELU, in training on TensorFlow, go through `keras_vit.kernels.
 tensorflow` (float32 inside one custom gradient each, GELU as XLA-compiled elementwise
 loops): without XLA, TensorFlow runs every elementwise operation of Keras' LayerNorm and GELU
@@ -207,13 +211,23 @@ def _fast(dtype, training) -> bool:
 
 
 def layer_norm(layer, x, *, training):
-    """`layer(x)` for a built `keras.layers.LayerNormalization` over the last axis."""
+    """`layer(x)` for a built `keras.layers.LayerNormalization` over the last axis: in
+    training on TensorFlow `keras_vit.kernels.tensorflow.layer_norm`, on JAX
+    `keras_vit.kernels.jax.layer_norm` (the same values, a hand-written gradient); Keras'
+    layer otherwise (inference, other backends, a norm without scale or offset)."""
     last = (-1, [-1], [len(x.shape) - 1])
-    if not _fast(layer.compute_dtype, training=training) or layer.axis not in last:
+    if layer.axis not in last or layer.gamma is None or layer.beta is None:
         return layer(x)
-    from keras_vit.kernels import tensorflow
+    if _fast(layer.compute_dtype, training=training):
+        from keras_vit.kernels import tensorflow
 
-    return tensorflow.layer_norm(x, layer.gamma, layer.beta, layer.epsilon)
+        return tensorflow.layer_norm(x, layer.gamma, layer.beta, layer.epsilon)
+    if training is True and keras.backend.backend() == "jax":
+        from keras_vit.kernels import jax as jax_kernels
+
+        y = jax_kernels.layer_norm(x, layer.gamma.value, layer.beta.value, layer.epsilon)
+        return ops.cast(y, layer.compute_dtype)
+    return layer(x)
 
 
 @contextlib.contextmanager
