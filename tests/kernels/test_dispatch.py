@@ -137,12 +137,18 @@ def test_attention_dropout_in_training_falls_back_to_explicit(monkeypatch, train
 
 
 def test_the_fused_kernel_goes_through_keras_op(monkeypatch):
+    """Keras' op, but in float32 training on JAX's CPU backend, where the fused kernel is
+    `keras_vit.kernels.jax.attention` (a hand-written gradient; the same values)."""
     calls = []
     real = dispatch.fused_attention
     monkeypatch.setattr(dispatch, "fused_attention", lambda *a: calls.append(1) or real(*a))
     layer, _ = _layer_and_params("float32", 2, 16, 5, 0)
-    _run(layer, dispatch.FUSED, np.ones((1, 5, 16), "float32"), training=True)
+    x = np.random.default_rng(0).normal(0, 1, (1, 5, 16)).astype("float32")
+    inferred = _run(layer, dispatch.FUSED, x, training=False)
     assert calls == [1]
+    trained = _run(layer, dispatch.FUSED, x, training=True)
+    assert calls == ([1] if dispatch._on_jax_cpu() else [1, 1])
+    np.testing.assert_allclose(trained, inferred, atol=1e-6)
 
 
 @pytest.mark.skipif(

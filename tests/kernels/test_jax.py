@@ -1,11 +1,12 @@
 """keras_vit.kernels.jax against the equations in float64 (NumPy), forward and gradient: the
-LayerNorm's value and its input, scale and offset gradients (Ba et al. 2016), the
-hand-derived formulas of tests/kernels/test_tensorflow.py, not the kernel's own code."""
+LayerNorm's value and its input, scale and offset gradients (Ba et al. 2016, the
+hand-derived formulas of tests/kernels/test_tensorflow.py), and the attention core's value
+and gradients (the NumPy forward and its finite differences), not the kernels' own code."""
 
 import numpy as np
 import pytest
 
-from tests.kernels.test_tensorflow import layer_norm_np
+from tests.kernels.test_tensorflow import attention_np, finite_difference_gradients, layer_norm_np
 
 jax = pytest.importorskip("jax")
 jnp = pytest.importorskip("jax.numpy")
@@ -49,3 +50,27 @@ def test_layer_norm_value_and_gradients_match_the_equations(shape, dtype, seed):
     close(dx, ex_dx, dtype)
     close(dgamma, ex_dgamma, "float32")
     close(dbeta, ex_dbeta, "float32")
+
+
+@jax.jit
+def attention_and_grads(q, k, v, dy):
+    y, pullback = jax.vjp(lambda *a: jax_kernels.attention(*a, 0.5), q, k, v)
+    return y, pullback(dy)
+
+
+@pytest.mark.parametrize("queries, tokens", [(3, 3), (1, 4)])
+def test_attention_value_and_gradients_match_the_equations(queries, tokens):
+    """Fewer queries than tokens too (the class-token-only last block); 2 heads of 4, so
+    the scale is 1 / sqrt(4)."""
+    rng = np.random.default_rng(queries)
+    q = rng.normal(0, 1, (2, queries, 2, 4))
+    k, v = (rng.normal(0, 1, (2, tokens, 2, 4)) for _ in range(2))
+    dy = rng.normal(0, 1, q.shape)
+    v[..., 0, 0] = 2.0  # so the output is 2 there whatever the weights: a scale for the checks
+    arrays = [jnp.asarray(a, jnp.float32) for a in (q, k, v)]
+    q, k, v = (np.asarray(a, "f8") for a in arrays)  # as the kernel sees them
+    y, grads = attention_and_grads(*arrays, jnp.asarray(dy, jnp.float32))
+    close(y, attention_np(q, k, v, 0.5), "float32")
+    expected = finite_difference_gradients(lambda *a: attention_np(*a, 0.5), [q, k, v], dy)
+    for actual, wanted in zip(grads, expected, strict=True):
+        close(actual, wanted, "float32")
