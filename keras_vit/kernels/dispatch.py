@@ -10,7 +10,8 @@ Attention (`MultiHeadSelfAttention`): each layer stores its kernel when it is bu
   `flash_attention=None`, so the backend picks its fused kernel where it has one (cuDNN flash
   attention on JAX GPUs, splash attention on TPUs, `scaled_dot_product_attention` on
   PyTorch; plain XLA or eager ops elsewhere). Every backend but TensorFlow, under float32 and
-  bfloat16 (and TensorFlow float32 where a GPU is visible).
+  bfloat16 (and TensorFlow float32 where a GPU is visible). In float32 training on JAX's CPU
+  backend it is `keras_vit.kernels.jax.attention` (the same values, a hand-written gradient).
 - `"tensorflow"`: TensorFlow without a GPU, float32 or bfloat16: the CPU forms measured
   faster there (`keras_vit.kernels.tensorflow`): under bfloat16 the heads-major products
   tuned for oneDNN (`heads_major_attention`); in float32 training without XLA the attention
@@ -22,6 +23,12 @@ Per call, a fused kernel cannot apply dropout to the attention weights: in train
 `attention_dropout_rate > 0` every kernel falls back to the explicit probabilities. Whether
 TensorFlow code is traced for XLA is known only when it is traced (a layer built once may be
 traced both ways), so that one condition is read per call.
+
+The block's LayerNorm in training on JAX goes through `keras_vit.kernels.jax` (a
+hand-written gradient: JAX's own gradient of Keras' LayerNorm is a chain XLA:CPU recomputes
+across the blocks), and so does the attention core in float32 training on JAX's CPU backend:
+the default `keras-vit train` step 190 -> 158 ms CPU with the LayerNorm, 129 ms with both
+(2-core AMD EPYC; docs/performance.md).
 
 The block's LayerNorm and GELU, in training on TensorFlow, go through `keras_vit.kernels.
 tensorflow` (float32 inside one custom gradient each, GELU as XLA-compiled elementwise
@@ -168,8 +175,9 @@ def attention(layer, queries, tokens, *, training, self_attention, images=None):
 
 def _scaled_dot_product(query, key, value, scale, kernel, compute_dtype, *, training):
     """softmax(q k^T scale) v, `(batch, q, heads, head_dim)`: Keras' op, or in float32
-    training on TensorFlow without XLA `keras_vit.kernels.tensorflow.attention` (the same
-    values, a gradient whose products take no transposed left operand). The float32 training
+    training on JAX's CPU backend `keras_vit.kernels.jax.attention`, or in float32 training
+    on TensorFlow without XLA `keras_vit.kernels.tensorflow.attention` (the same values, a
+    gradient whose products take no transposed left operand). The float32 training
     step with it, in one process against Keras' op: without XLA 1.06x (Ti/16), 1.11x (S/16),
     1.05x (the default `keras-vit train` model); under XLA, which rewrites both gradients
     itself, 0.99x (Ti/16), 1.005x (S/16) and 0.93x (the default model): so XLA keeps Keras'
@@ -183,7 +191,19 @@ def _scaled_dot_product(query, key, value, scale, kernel, compute_dtype, *, trai
 
         if not tf_checks.tracing_for_xla():
             return tensorflow.attention(query, key, value, scale)
+    if kernel == FUSED and compute_dtype == "float32" and training is True and _on_jax_cpu():
+        from keras_vit.kernels import jax as jax_kernels
+
+        return jax_kernels.attention(query, key, value, scale)
     return fused_attention(query, key, value, scale)
+
+
+def _on_jax_cpu() -> bool:
+    if keras.backend.backend() != "jax":
+        return False
+    import jax
+
+    return jax.default_backend() == "cpu"
 
 
 def fused_attention(query, key, value, scale):
@@ -207,13 +227,23 @@ def _fast(dtype, training) -> bool:
 
 
 def layer_norm(layer, x, *, training):
-    """`layer(x)` for a built `keras.layers.LayerNormalization` over the last axis."""
+    """`layer(x)` for a built `keras.layers.LayerNormalization` over the last axis: in
+    training on TensorFlow `keras_vit.kernels.tensorflow.layer_norm`, on JAX
+    `keras_vit.kernels.jax.layer_norm` (the same values, a hand-written gradient); Keras'
+    layer otherwise (inference, other backends, a norm without scale or offset)."""
     last = (-1, [-1], [len(x.shape) - 1])
-    if not _fast(layer.compute_dtype, training=training) or layer.axis not in last:
+    if layer.axis not in last or layer.gamma is None or layer.beta is None:
         return layer(x)
-    from keras_vit.kernels import tensorflow
+    if _fast(layer.compute_dtype, training=training):
+        from keras_vit.kernels import tensorflow
 
-    return tensorflow.layer_norm(x, layer.gamma, layer.beta, layer.epsilon)
+        return tensorflow.layer_norm(x, layer.gamma, layer.beta, layer.epsilon)
+    if training is True and keras.backend.backend() == "jax":
+        from keras_vit.kernels import jax as jax_kernels
+
+        y = jax_kernels.layer_norm(x, layer.gamma.value, layer.beta.value, layer.epsilon)
+        return ops.cast(y, layer.compute_dtype)
+    return layer(x)
 
 
 @contextlib.contextmanager

@@ -2,7 +2,7 @@
 
   - TPU: mixed_bfloat16 with XLA (TPUStrategy always compiles).
   - GPU: mixed_bfloat16 (compute capability >= 8.0) or mixed_float16 (7.x) with XLA.
-  - Keras' JAX backend on CPU: XLA, without probing (`JAX_XLA_REASON`).
+  - Keras' JAX backend on CPU: XLA, float32, without probing (`jax_cpu_choice`).
   - CPU: measured. On first use for a (CPU model, core count, TensorFlow version, model
     shape class), `keras_vit.runtime.precision_probe` times one encoder block's training step in
     each candidate setting (float32 with XLA, float32 without, mixed_bfloat16 without) for
@@ -65,10 +65,17 @@ def cpu_flags(path: str = "/proc/cpuinfo") -> frozenset[str]:
     return frozenset()
 
 
-JAX_XLA_REASON = "(Keras' JAX backend: without XLA a step runs op by op, ~15x slower)"
-"""On Keras' JAX backend `jit_compile=False` dispatches every operation on its own, which the
-probe measured 15.7x slower than the compiled step for the default `keras-vit train` block
-(docs/performance.md): "auto" is XLA there, without probing."""
+JAX_XLA_REASON = "JAX on CPU: XLA always"
+"""The reason's first clause for "auto" on Keras' JAX backend on CPU (`jax_cpu_choice`)."""
+
+JAX_XLA_DETAIL = (
+    "nothing probed: op by op a JAX step runs ~15x slower, and XLA's CPU products do not "
+    "use bfloat16 units"
+)
+"""Why (the reason's second clause): on Keras' JAX backend `jit_compile=False` dispatches
+every operation on its own, which the probe measured 15.7x slower than the compiled step for
+the default `keras-vit train` block (docs/performance.md), and under XLA float32 is the
+policy on CPU (the flag rule's)."""
 
 
 def _keras_backend() -> str:
@@ -135,13 +142,20 @@ def choose_precision(
             True if jit == AUTO else bool(jit),
             reason + ("" if policy == AUTO else f"; {policy} as given") + ", XLA",
         )
-    given = "as given"
     if jit == AUTO and _keras_backend() == "jax":
-        jit, given = True, JAX_XLA_REASON  # nothing to measure: op by op is never the faster
+        return jax_cpu_choice(policy)  # nothing to measure: op by op is never the faster
     flags = cpu_flags() if flags is None else flags
-    prior = flag_rule(hidden_dim, strategy, policy, jit, flags, jit_reason=given)
+    prior = flag_rule(hidden_dim, strategy, policy, jit, flags)
     shape = {"tokens": tokens, "mlp_dim": mlp_dim, "num_heads": num_heads}
     return measured_choice(prior, hidden_dim, strategy, policy, jit, shape=shape, probe=probe)
+
+
+def jax_cpu_choice(policy) -> PrecisionChoice:
+    """ "auto" XLA on Keras' JAX backend on CPU, nothing probed: float32 for `policy` "auto",
+    else `policy` as given; the reason names no CPU flag (none is read)."""
+    given = "float32" if policy == AUTO else policy
+    clause = JAX_XLA_REASON + ("" if policy == AUTO else f"; {policy} as given")
+    return PrecisionChoice(given, True, f"{clause}; {JAX_XLA_DETAIL}")
 
 
 def _device_kind(strategy) -> str:

@@ -137,12 +137,43 @@ def test_attention_dropout_in_training_falls_back_to_explicit(monkeypatch, train
 
 
 def test_the_fused_kernel_goes_through_keras_op(monkeypatch):
+    """Keras' op, but in float32 training on JAX's CPU backend, where the fused kernel is
+    `keras_vit.kernels.jax.attention` (a hand-written gradient; the same values)."""
     calls = []
     real = dispatch.fused_attention
     monkeypatch.setattr(dispatch, "fused_attention", lambda *a: calls.append(1) or real(*a))
     layer, _ = _layer_and_params("float32", 2, 16, 5, 0)
-    _run(layer, dispatch.FUSED, np.ones((1, 5, 16), "float32"), training=True)
+    x = np.random.default_rng(0).normal(0, 1, (1, 5, 16)).astype("float32")
+    inferred = _run(layer, dispatch.FUSED, x, training=False)
     assert calls == [1]
+    trained = _run(layer, dispatch.FUSED, x, training=True)
+    assert calls == ([1] if dispatch._on_jax_cpu() else [1, 1])
+    np.testing.assert_allclose(trained, inferred, atol=1e-6)
+
+
+@pytest.mark.skipif(
+    keras.backend.backend() not in ("tensorflow", "jax"), reason="no LayerNorm kernel there"
+)
+def test_training_layer_norm_goes_through_the_backends_kernel(monkeypatch):
+    """In training the block's LayerNorm takes the backend's kernel (a hand-written
+    gradient), with Keras' layer's values; in inference Keras' layer itself."""
+    if ON_TENSORFLOW:
+        from keras_vit.kernels import tensorflow as kernels
+    else:
+        from keras_vit.kernels import jax as kernels
+    calls = []
+    real = kernels.layer_norm
+    monkeypatch.setattr(kernels, "layer_norm", lambda *a: calls.append(1) or real(*a))
+    norm = keras.layers.LayerNormalization(epsilon=1e-6)
+    norm.build((2, 5, 8))
+    randomize_weights(norm, seed=0)
+    x = np.random.default_rng(1).normal(1, 3, (2, 5, 8)).astype("float32")
+    trained = keras.ops.convert_to_numpy(dispatch.layer_norm(norm, x, training=True))
+    assert calls == [1]
+    inferred = keras.ops.convert_to_numpy(dispatch.layer_norm(norm, x, training=False))
+    assert calls == [1]
+    np.testing.assert_allclose(trained, inferred, atol=1e-5)
+    assert np.abs(inferred - keras.ops.convert_to_numpy(norm(x))).max() == 0.0
 
 
 @pytest.mark.parametrize("registers, distilled, image_size", [(0, False, 32), (2, True, (24, 40))])

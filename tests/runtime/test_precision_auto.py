@@ -107,11 +107,15 @@ def test_on_the_jax_backend_auto_is_xla_without_probing(monkeypatch, width):
     monkeypatch.setattr(precision_probe, "probe_figures", no_probe)
     choice = precision_auto.choose_precision(width, flags=AMX, probe=True, tokens=49)
     assert (choice.policy, choice.jit_compile) == ("float32", True)
-    assert precision_auto.JAX_XLA_REASON in choice.reason
+    # no CPU flag is read there, so the reason names none
+    assert choice.brief() == "precision float32, XLA on (JAX on CPU: XLA always)"
+    assert "amx" not in choice.reason and "bf16" not in choice.reason
+    assert "~15x slower" in choice.describe() and len(choice.describe()) < 160
     bf16 = precision_auto.choose_precision(
         width, flags=AMX, probe=True, mixed_precision="mixed_bfloat16"
     )
     assert (bf16.policy, bf16.jit_compile) == ("mixed_bfloat16", True)
+    assert bf16.reason.startswith("JAX on CPU: XLA always; mixed_bfloat16 as given")
     eager = precision_auto.choose_precision(width, flags=AMX, probe=True, jit_compile=False)
     assert eager.jit_compile is False  # a value given is kept
 
