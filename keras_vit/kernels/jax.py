@@ -5,7 +5,7 @@ Differentiated by JAX, Keras' LayerNorm (mean, variance, rsqrt, scale and shift 
 `keras.ops`) leaves a backward pass of a dozen elementwise steps per norm, all feeding the
 residual stream's gradient. XLA:CPU (jaxlib 0.10) fuses that chain across the blocks and
 recomputes it inside each block's fusion instead of storing it: on the default `keras-vit
-train` model (4 blocks, width 64, batch 64) the gradient took ~8x the forward pass. The
+train` model (4 blocks, width 64, batch 64) that gradient takes ~8x the forward pass. The
 gradient written out here, the same three reductions per norm that
 `keras_vit.kernels.tensorflow.layer_norm` uses on TensorFlow, gives XLA one small fusion per
 norm. JAX's gradient of its `dot_product_attention` (token-major einsums, softmax) takes
