@@ -334,6 +334,15 @@ TINY_FLAGS = {
 README = ROOT / "README.md"
 
 
+def test_readme_python_fits_print_a_line_per_epoch():
+    """Keras' bar (`verbose=1`, fit's default) redraws itself with \r and \b even when the
+    output goes to a file (Keras takes any POSIX system for a terminal): each `fit` of the
+    README's Python passes `verbose=2` (or 0)."""
+    fits = re.findall(r"\.fit\((.*?)\)\n", "".join(python_blocks(README.read_text())), re.S)
+    assert fits, "the README's Python fits no model"
+    assert all(re.search(r"\bverbose=[02]\b", arguments) for arguments in fits), fits
+
+
 @pytest.mark.slow
 def test_readme_python_blocks_run_as_written(tmp_path):
     """Each ```python block runs in a fresh interpreter in an empty folder, unchanged."""
@@ -352,6 +361,9 @@ def test_readme_python_blocks_run_as_written(tmp_path):
             timeout=600,
         )
         assert done.returncode == 0, f"block {number}:\n{done.stdout[-2000:]}{done.stderr[-3000:]}"
+        # what a file or a log receives: lines, no bar redrawn in place with \r and \b
+        long = [line[:200] for line in done.stdout.split("\n") if len(line) > 120]
+        assert not long and "\r" not in done.stdout, f"block {number}: {long}"
     story = tmp_path / "block1"  # the "From Python" story writes what it says it writes
     assert (story / "mine.npz").is_file()
     assert (story / "serving" / "mnist_vit" / "1" / "saved_model.pb").is_file()

@@ -63,6 +63,30 @@ def epoch_lines(stream=None):
     return EpochLines()
 
 
+COMPILE_LINE = "Compiling the training step (first step) ..."
+"""What a run prints before its first training step, which compiles (tf.function tracing,
+XLA, JAX's jit) for up to tens of seconds with nothing else on the screen."""
+
+
+def compile_notice(stream=None):
+    """A Keras callback that prints `COMPILE_LINE` once, when the first training batch this
+    process runs begins (after Keras' "Epoch 1/N" on a terminal, before its bar; in a file,
+    before the first epoch line). Nothing when no batch runs (a complete run resumed)."""
+    import keras
+
+    class CompileNotice(keras.callbacks.Callback):
+        def __init__(self):
+            super().__init__()
+            self.told = False
+
+        def on_train_batch_begin(self, batch, logs=None):
+            if not self.told:
+                self.told = True
+                print(COMPILE_LINE, file=stream or sys.stdout, flush=True)
+
+    return CompileNotice()
+
+
 def steady_seconds(begin: float, batch_ends: list[float]) -> float:
     """How long a pass of `len(batch_ends)` batches takes once compiled, from one pass's
     clock readings: its `begin` and the end of each batch.

@@ -111,12 +111,14 @@ def after_training(resolved: dict, worker: int | None) -> str | None:
 
 
 def progress_callbacks(mode: str) -> list:
-    """The progress callbacks of an output mode: one line per epoch ("epoch"), and the
-    estimate of the time left after the first epoch (every mode but "quiet"; its `then`
-    attribute names what follows training)."""
+    """The progress callbacks of an output mode: a line before the first step's compilation
+    and the estimate of the time left after the first epoch (every mode but "quiet"; the
+    estimate's `then` attribute names what follows training), and one line per epoch
+    ("epoch")."""
     if mode == "quiet":
         return []
-    return [progress.epoch_lines()] * (mode == "epoch") + [progress.remaining_time()]
+    lines = [progress.epoch_lines()] * (mode == "epoch")
+    return [progress.compile_notice(), *lines, progress.remaining_time()]
 
 
 def check_jit_compile(args, strategy) -> None:

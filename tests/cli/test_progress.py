@@ -49,6 +49,33 @@ def test_epoch_line_has_number_time_and_every_log():
     assert line.rstrip().endswith(" s  loss 0.8123  accuracy 0.7410")
 
 
+def test_the_first_training_step_is_announced_once_before_it_compiles():
+    """The first step compiles for up to tens of seconds: a file would show nothing; one
+    short line says so before it starts, and no other batch repeats it."""
+    out = io.StringIO()
+    callback = progress.compile_notice(out)
+    callback.set_params({"epochs": 2, "steps": 3, "verbose": 0})
+    callback.on_epoch_begin(0)
+    assert out.getvalue() == ""
+    callback.on_train_batch_begin(0)
+    assert out.getvalue() == progress.COMPILE_LINE + "\n"
+    assert len(progress.COMPILE_LINE) <= 120
+    for batch in (1, 2):
+        callback.on_train_batch_begin(batch)
+    callback.on_epoch_begin(1)
+    callback.on_train_batch_begin(0)
+    assert out.getvalue().count("Compiling") == 1
+
+
+@pytest.mark.parametrize("mode, notices", [("batch", 1), ("epoch", 1), ("quiet", 0)])
+def test_every_mode_but_quiet_announces_the_compilation(mode, notices):
+    from keras_vit.cli.run_driver import progress_callbacks
+
+    names = [type(callback).__name__ for callback in progress_callbacks(mode)]
+    assert names.count("CompileNotice") == notices
+    assert names.count("EpochLines") == (mode == "epoch")
+
+
 def test_start_lines_of_a_finetune_run_name_the_source_and_the_chosen_precision():
     record = {
         "run": {"task": "finetune", "weights": "runs/mnist/best.npz", "model": "default"},

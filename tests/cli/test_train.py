@@ -87,6 +87,7 @@ def test_output_to_a_file_first_names_the_run_then_one_line_per_epoch(trained):
     )
     assert lines[3].startswith("  precision: float32, XLA off")
     assert lines[4] == "  strategy: default strategy, 1 replica(s)"
+    assert lines[5] == "Compiling the training step (first step) ..."  # no silent wait
     assert "\n".join(lines).count("precision: ") == 1
     epoch_lines = [line for line in lines if line.startswith("epoch ")]
     assert len(epoch_lines) == 1 and epoch_lines[0].startswith("epoch 1/1  ")
