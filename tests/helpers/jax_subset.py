@@ -128,12 +128,7 @@ def rope_check() -> dict:
     """A dynamic-size DINOv3 model (RoPE, storage tokens, LayerScale, no q/k/v bias) against
     the NumPy forward at its size and at another, pooling its class token ("token") and the
     mean of its patch tokens ("patch_gap"): the largest difference of the four."""
-    import keras
-
     import keras_vit
-    from keras_vit.checkpoints.base.naming import official_arrays
-    from tests.checkpoints.random_models import randomise
-    from tests.numpy_family_reference import family_forward
 
     arch = dict(patch_size=4, hidden_dim=16, num_heads=2, mlp_dim=32, num_layers=2)
     diffs = []
@@ -141,40 +136,40 @@ def rope_check() -> dict:
         model = keras_vit.DINOv3(
             "S/16", image_size=(8, 12), dynamic_image_size=True, pooling=pooling, **arch
         )
-        model = randomise(model, seed=5)
-        for size in ((8, 12), (16, 8)):
-            x = np.random.default_rng(6).uniform(-1, 1, (2, *size, 3)).astype("float32")
-            want = family_forward(
-                official_arrays(model),
-                x,
-                num_heads=2,
-                gelu_approximate=False,
-                layer_norm_epsilon=1e-5,
-                rope=True,
+        diffs.append(
+            _dinov3_vs_numpy(
+                model,
+                seed=5,
                 pooling="gap" if pooling == "patch_gap" else "token",
                 pool_patches=pooling == "patch_gap",
             )
-            got = keras.ops.convert_to_numpy(model.predict(x, verbose=0))
-            diffs.append(float(np.abs(got - want).max()))
+        )
     return {"rope_vs_numpy": max(diffs)}
 
 
 def swiglu_check() -> dict:
     """A dynamic-size DINOv3 with the gated (SwiGLU) MLP of H+/16 and 7B/16, tiny, against the
     NumPy forward at its size and at another: the larger difference."""
+    import keras_vit
+
+    arch = dict(patch_size=4, hidden_dim=16, num_heads=2, mlp_dim=24, num_layers=2)
+    model = keras_vit.DINOv3("H+/16", image_size=(8, 12), dynamic_image_size=True, **arch)
+    return {"swiglu_vs_numpy": _dinov3_vs_numpy(model, seed=7, mlp_activation="swiglu")}
+
+
+def _dinov3_vs_numpy(model, seed, **forward_options) -> float:
+    """Largest |difference| between a tiny dynamic-size DINOv3 (2 heads, randomised with
+    `seed`) and the NumPy forward (`forward_options` added), at 8x12 and at 16x8."""
     import keras
 
-    import keras_vit
     from keras_vit.checkpoints.base.naming import official_arrays
     from tests.checkpoints.random_models import randomise
     from tests.numpy_family_reference import family_forward
 
-    arch = dict(patch_size=4, hidden_dim=16, num_heads=2, mlp_dim=24, num_layers=2)
-    model = keras_vit.DINOv3("H+/16", image_size=(8, 12), dynamic_image_size=True, **arch)
-    model = randomise(model, seed=7)
+    model = randomise(model, seed=seed)
     diffs = []
     for size in ((8, 12), (16, 8)):
-        x = np.random.default_rng(8).uniform(-1, 1, (2, *size, 3)).astype("float32")
+        x = np.random.default_rng(seed + 1).uniform(-1, 1, (2, *size, 3)).astype("float32")
         want = family_forward(
             official_arrays(model),
             x,
@@ -182,12 +177,12 @@ def swiglu_check() -> dict:
             gelu_approximate=False,
             layer_norm_epsilon=1e-5,
             rope=True,
-            mlp_activation="swiglu",
+            **forward_options,
         )
         # predict: one compiled forward per size (a direct call on JAX compiles every op)
         got = keras.ops.convert_to_numpy(model.predict(x, verbose=0))
         diffs.append(float(np.abs(got - want).max()))
-    return {"swiglu_vs_numpy": max(diffs)}
+    return max(diffs)
 
 
 if __name__ == "__main__":
