@@ -1,6 +1,6 @@
 """keras_vit.runtime.jax_cluster: the cluster read from TF_CONFIG or Keras' variables, and two
 JAX processes x 2 host devices on 127.0.0.1 training as one job with the losses of one
-process over 4 devices (gloo's connection lines kept off their stdout)."""
+process over 4 devices."""
 
 import json
 import os
@@ -96,10 +96,7 @@ def test_two_processes_train_as_one_four_device_process():
         start({**two_devices, **route[i], **tf_config(cluster, "worker", i)}) for i in (0, 1)
     ]
     single = start({"XLA_FLAGS": "--xla_force_host_platform_device_count=4"})
-    outcomes = finish([*workers, single], timeout=500)
-    results = [result_of(*outcome) for outcome in outcomes]
-    for _, out, _ in outcomes[:2]:  # gloo's connection lines kept off stdout
-        assert "[Gloo]" not in out and out.startswith("RESULT "), out[-2000:]
+    results = [result_of(*outcome) for outcome in finish([*workers, single], timeout=500)]
     assert [r["devices"] for r in results] == [4, 4, 4]
     assert [r["chief"] for r in results] == [True, False, True]
     assert [r["run_dir_writer"] for r in results] == [True, False, True]
