@@ -39,6 +39,16 @@ flags\t\t: fpu vme avx2 avx512f amx_bf16 amx_tile
 """
 
 
+class TwoCpuReplicas(tf.distribute.MirroredStrategy):
+    """A strategy of two CPU replicas, for the rules only (nothing started)."""
+
+    def __init__(self):
+        pass
+
+    num_replicas_in_sync = 2
+    extended = types.SimpleNamespace(worker_devices=("/device:CPU:0", "/device:CPU:1"))
+
+
 @pytest.fixture
 def host(monkeypatch, tmp_path):
     return fake_host(monkeypatch, tmp_path)
@@ -123,13 +133,6 @@ def test_on_the_jax_backend_auto_is_xla_without_probing(monkeypatch, width):
 @pytest.mark.parametrize("width", [64, 768])
 def test_several_cpu_replicas_never_get_xla(width):
     """XLA's collectives do not run on CPU, so multi-replica runs stay off XLA."""
-
-    class TwoCpuReplicas(tf.distribute.MirroredStrategy):
-        def __init__(self):  # nothing started
-            pass
-
-        num_replicas_in_sync = 2
-        extended = types.SimpleNamespace(worker_devices=("/device:CPU:0", "/device:CPU:1"))
 
     choice = precision_auto.choose_precision(width, strategy=TwoCpuReplicas(), flags=AMX)
     assert choice.jit_compile is False
@@ -319,12 +322,5 @@ def test_one_off_commands_use_a_cached_probe_but_never_measure(host, monkeypatch
 
 
 def test_several_replicas_are_not_probed(host):
-    class TwoCpuReplicas(tf.distribute.MirroredStrategy):
-        def __init__(self):  # nothing started
-            pass
-
-        num_replicas_in_sync = 2
-        extended = types.SimpleNamespace(worker_devices=("/device:CPU:0", "/device:CPU:1"))
-
     choice = choose(strategy=TwoCpuReplicas())
     assert choice.source == "rule" and choice.jit_compile is False and not host.built
