@@ -1,6 +1,8 @@
 """keras_vit.runtime.jax_cluster: the cluster read from TF_CONFIG or Keras' variables, and two
 JAX processes x 2 host devices on 127.0.0.1 training as one job with the losses of one
-process over 4 devices."""
+process over 4 devices (`large`: the default run checks the same job through
+`keras-vit train --strategy multi_worker`, which calls `jax_cluster.start`, in
+tests/runtime/test_jax_multi_process_cli.py)."""
 
 import json
 import os
@@ -85,7 +87,7 @@ def result_of(code, out, err):
     return json.loads(lines[-1][len("RESULT ") :])
 
 
-@pytest.mark.slow
+@pytest.mark.large
 def test_two_processes_train_as_one_four_device_process():
     pytest.importorskip("jax")
     (port,) = free_ports(1)

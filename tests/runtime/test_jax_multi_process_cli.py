@@ -5,13 +5,21 @@ run directory, resume after a process killed between epochs with the uninterrupt
 result, and refuse a global batch that does not split over the 4 devices before the first step.
 The non-chief process's output names its role and claims no test figures or files.
 
-Each `keras-vit train` process here costs about 30-36 s of CPU on the 2-core AMD EPYC host
-(a process over 4 devices about 28 s): TensorFlow's and Keras' import about a quarter, the
-training fit with its XLA compilations over a third, the validation and test evaluations,
-the data pipeline, the model's build, the learning-curve plots and the saved models the
-rest; a two-process run adds its gloo cluster. The train-equality check alone (two processes
-and the one-process reference, concurrently) is about 100 s of CPU, over 40 s of wall time
-even on idle cores, so the tests are `large` (.ci/run_large)."""
+Each `keras-vit train` process here costs about 25-30 s of CPU on the 2-core AMD EPYC host:
+TensorFlow's and Keras' import about a quarter, the training fit with its XLA compilations
+over a third, the evaluations, the data pipeline, the model's build, the plots and the saved
+models the rest. So the default run checks the chain that needs the fewest processes: one
+process over 4 devices, two processes of which one is killed after epoch 1, both restarted
+with --resume; the resumed run's every epoch (the first from before the kill, the second
+after it) must equal the one process's. The `large` lane adds the uninterrupted two-process
+run (equal to both) and the fine-tuning.
+
+At batch 16 the two runs differ by float32 rounding alone (the gradient's all-reduce adds
+the devices' shares in another order across processes): 2.4e-7 in the losses after two
+epochs. At batch 8 and the recipe's learning rate this tiny model, still at chance, is
+chaotic enough under AdamW that such roundings grow to 1e-4 by the second epoch, in one
+process too when the reduction order changes, so the comparison would test the optimiser's
+sensitivity rather than the distribution."""
 
 from __future__ import annotations
 
@@ -27,13 +35,14 @@ import pytest
 from tests.backends.subset import ROOT
 from tests.process_helpers import finish, free_ports, kill_all
 
-pytestmark = [pytest.mark.large, pytest.mark.jax]
+pytestmark = [pytest.mark.jax]
 
 RUN = [
     "train", "--model", "tiny", "--stem", "patch", "--dataset", "digits",
-    "--shots-per-class", "20", "--image-size", "16", "--batch-size", "8", "--epochs", "2",
+    "--shots-per-class", "20", "--image-size", "16", "--batch-size", "16", "--epochs", "2",
     "--mixed-precision", "float32", "--jit-compile", "true", "--quiet",
 ]  # fmt: skip
+STEPS = 22  # 2 epochs of 11 global batches of 16 (180 training images, the last 4 dropped)
 TIMEOUT = 540
 
 
@@ -83,6 +92,11 @@ def losses(run_dir):
     return [row[key] for row in history(run_dir) for key in ("loss", "val_loss")]
 
 
+def metrics_of(run_dir):
+    with open(os.path.join(run_dir, "metrics.json")) as file:
+        return json.load(file)
+
+
 def succeeded(outcomes):
     for code, _, err in outcomes:
         assert code == 0, err[-3000:]
@@ -90,56 +104,66 @@ def succeeded(outcomes):
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    """The run directories: "two" (two processes), "one" (one process over 4 devices),
-    "resumed" (two processes, process 1 killed after epoch 1, both restarted with --resume)."""
+    """The run directories: "one" (one process over 4 devices), "resumed" (two processes,
+    process 1 killed after epoch 1, both restarted with --resume)."""
     pytest.importorskip("jax")
     root = tmp_path_factory.mktemp("jax_multi_process_cli")
-    dirs = {name: str(root / name) for name in ("two", "one", "resumed")}
+    dirs = {name: str(root / name) for name in ("one", "resumed")}
     processes = [
-        *start_pair([*RUN, "--strategy", "multi_worker", "--run-dir", dirs["two"]]),
         start([*RUN, "--strategy", "mirrored", "--run-dir", dirs["one"]], 4),
         *start_pair(
             [*RUN, "--strategy", "multi_worker", "--run-dir", dirs["resumed"]], kill_after_epoch=1
         ),
     ]
     try:
-        killed = processes[4]
+        killed = processes[2]
         assert killed.wait(timeout=TIMEOUT) == -signal.SIGKILL, killed.communicate()[1][-3000:]
-        processes[3].kill()  # the chief, waiting for its peer in the next step
-        processes[3].wait()
-        outcomes = finish(processes[:3], timeout=TIMEOUT)
+        processes[1].kill()  # the chief, waiting for its peer in the next step
+        processes[1].wait()
+        succeeded(finish(processes[:1], timeout=TIMEOUT))
     finally:
         kill_all(processes)
-    succeeded(outcomes)
     resume = ["train", "--run-dir", dirs["resumed"], "--resume", "--strategy", "multi_worker"]
     succeeded(finish(start_pair([*resume, "--quiet"]), timeout=TIMEOUT))
     return dirs
 
 
-def test_two_processes_train_as_one_process_over_four_devices(runs):
-    two, one = losses(runs["two"]), losses(runs["one"])
-    assert len(two) == 4 and all(value == value for value in two)  # 2 epochs, no NaN
-    assert two == pytest.approx(one, abs=1e-5)
+def test_two_processes_killed_and_resumed_train_as_one_process_over_four_devices(runs):
+    """Epoch 1 was trained before the kill, epoch 2 after both processes resumed."""
+    resumed, one = losses(runs["resumed"]), losses(runs["one"])
+    assert len(resumed) == 4 and all(value == value for value in resumed)  # 2 epochs, no NaN
+    assert resumed == pytest.approx(one, abs=1e-5)
+    assert metrics_of(runs["resumed"])["steps"] == metrics_of(runs["one"])["steps"] == STEPS
 
 
-def test_the_chief_writes_one_run_directory(runs):
-    names = set(os.listdir(runs["two"]))
+def test_the_chief_writes_one_run_directory_with_the_one_process_test_figures(runs):
+    names = set(os.listdir(runs["resumed"]))
     assert {"config.json", "history.csv", "metrics.json", "best.keras", "last.keras"} <= names
     assert not [name for name in names if "worker" in name]  # no backup or scratch left
-    with open(os.path.join(runs["two"], "metrics.json")) as file:
-        metrics = json.load(file)
-    assert metrics["num_replicas"] == 4 and metrics["epochs"] == 2 and metrics["steps"] == 44
+    metrics, one = metrics_of(runs["resumed"]), metrics_of(runs["one"])
+    assert metrics["num_replicas"] == 4 and metrics["epochs"] == 2
+    assert metrics["test"]["accuracy"] == one["test"]["accuracy"]
+    assert metrics["test"]["loss"] == pytest.approx(one["test"]["loss"], abs=1e-5)
 
 
-def test_a_killed_process_resumed_gives_the_uninterrupted_result(runs):
-    assert losses(runs["resumed"]) == pytest.approx(losses(runs["two"]), abs=1e-5)
-    metrics = {}
-    for name in ("two", "resumed"):
-        with open(os.path.join(runs[name], "metrics.json")) as file:
-            metrics[name] = json.load(file)
-    assert metrics["resumed"]["steps"] == metrics["two"]["steps"]
-    assert metrics["resumed"]["test"]["accuracy"] == metrics["two"]["test"]["accuracy"]
-    assert metrics["resumed"]["test"]["loss"] == pytest.approx(metrics["two"]["test"]["loss"])
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    """The run directory of the same two-process run, never killed."""
+    pytest.importorskip("jax")
+    run_dir = str(tmp_path_factory.mktemp("jax_multi_process_cli_uninterrupted") / "two")
+    succeeded(finish(start_pair([*RUN, "--strategy", "multi_worker", "--run-dir", run_dir])))
+    return run_dir
+
+
+@pytest.mark.large
+def test_the_uninterrupted_two_process_run_equals_both(runs, uninterrupted):
+    two = losses(uninterrupted)
+    assert two == pytest.approx(losses(runs["one"]), abs=1e-5)
+    assert losses(runs["resumed"]) == pytest.approx(two, abs=1e-5)
+    metrics, resumed = metrics_of(uninterrupted), metrics_of(runs["resumed"])
+    assert resumed["steps"] == metrics["steps"] == STEPS
+    assert resumed["test"]["accuracy"] == metrics["test"]["accuracy"]
+    assert resumed["test"]["loss"] == pytest.approx(metrics["test"]["loss"])
 
 
 def test_a_batch_that_does_not_split_over_the_devices_is_refused_before_training(tmp_path):
@@ -196,6 +220,7 @@ def finetunes(tmp_path_factory):
     return {"two": (dirs["two"], outcomes[:2]), "one": (dirs["one"], outcomes[2:])}
 
 
+@pytest.mark.large
 def test_two_processes_finetune_as_one_process_over_four_devices(finetunes):
     two, one = finetunes["two"][0], finetunes["one"][0]
     assert len(history(two)) >= 2  # the step budget over several epochs
@@ -209,6 +234,7 @@ def test_two_processes_finetune_as_one_process_over_four_devices(finetunes):
         assert metrics["test"]["loss"] == pytest.approx(json.load(file)["test"]["loss"], 1e-5)
 
 
+@pytest.mark.large
 def test_only_the_chief_reports_test_figures_and_files(finetunes):
     (_, chief_out, _), (_, worker_out, _) = finetunes["two"][1]
     assert "Test accuracy: " in chief_out and "Next:" in chief_out
