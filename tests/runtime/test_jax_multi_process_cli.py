@@ -44,12 +44,26 @@ RUN = [
 ]  # fmt: skip
 STEPS = 22  # 2 epochs of 11 global batches of 16 (180 training images, the last 4 dropped)
 TIMEOUT = 540
+CACHE = {}  # "dir": this module's keras_vit cache folder (`compile_cache`)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def compile_cache(tmp_path_factory):
+    """One keras_vit cache folder for this module's processes, with JAX's persistent
+    compilation cache on, as a user's commands have it (the test session turns it off): the
+    restarted processes read the programs the first ones compiled (~15% of the module's CPU
+    time) and the cache is exercised across processes."""
+    CACHE["dir"] = str(tmp_path_factory.mktemp("keras_vit_cache"))
+    yield
+    CACHE.clear()
 
 
 def start(args, devices, tf_config=None, kill_after_epoch=None):
     """A `keras-vit ARGS` process on JAX with `devices` host devices."""
     env = {
         **os.environ,
+        "KERAS_VIT_CACHE_DIR": CACHE["dir"],
+        "KERAS_VIT_JAX_COMPILE_CACHE": "on",
         "KERAS_BACKEND": "jax",
         "JAX_PLATFORMS": "cpu",
         "TF_CPP_MIN_LOG_LEVEL": "2",
