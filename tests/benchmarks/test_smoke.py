@@ -339,6 +339,7 @@ def test_precision_agreement_tiny_run(tmp_path):
     assert "top-1 agreement float32 vs" in result.stdout
 
 
+@pytest.mark.large  # ~18 s on 2 cores, benchmark tooling only (.ci/run_large)
 def test_ablation_tiny_run_checks_logits_then_times_both_models():
     result = run_script(
         "ablation",
@@ -413,6 +414,7 @@ def test_profile_step_finds_the_attention_core_by_node_name(scripts, node, op_ty
     assert scripts["step_profile"].is_attention_core(node, op_type) is core
 
 
+@pytest.mark.large  # ~12 s, benchmark tooling only (.ci/run_large)
 def test_scaling_tiny_run(tmp_path):
     out = tmp_path / "scaling.json"
     result = run_script(
@@ -476,6 +478,7 @@ def test_cli_benchmark_bad_arguments_exit_2(bad_args, capsys):
     assert "keras-vit benchmark: error:" in capsys.readouterr().err
 
 
+@pytest.mark.large  # ~15 s, benchmark tooling only (.ci/run_large)
 def test_serving_load_smoke(tmp_path):
     """benchmarks/studies/serving_load.py on 40 requests: the TF-only server answers the good ones
     as it does serially, rejects the bad ones naming the problem, and reports percentiles."""
@@ -598,6 +601,7 @@ def test_in_process_tiny_run_prints_every_point_and_writes_json(tmp_path):
     assert payload["keras_vit_over_peer"] == {} and payload["host"]["cores"] >= 1
 
 
+@pytest.mark.large  # ~11 s, benchmark tooling only (.ci/run_large)
 def test_in_process_times_timm_in_the_rotation_or_says_why_not(tmp_path):
     """timm joins the one-process rotation where torch and timm import (the optional lane);
     elsewhere (CI) the run goes on without it and says so."""
