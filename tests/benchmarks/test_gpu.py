@@ -43,6 +43,7 @@ def run_gpu(tmp_path, *args):
     return done, tried
 
 
+@pytest.mark.large  # ~17 s, benchmark tooling only (.ci/run_large)
 def test_gpu_smoke_runs_without_tensorflow(tmp_path):
     out = tmp_path / "gpu.json"
     done, tried = run_gpu(tmp_path, "--smoke", "--workloads", "tiny_train_16", "--json", str(out))

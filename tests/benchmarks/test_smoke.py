@@ -355,9 +355,10 @@ def test_ablation_tiny_run_checks_logits_then_times_both_models():
 
 @pytest.mark.parametrize(
     "setting",
-    # XLA's profile (~17 s) in the large lane; TensorFlow's own kernels in every run
-    [pytest.param("float32+xla", marks=pytest.mark.large), "mixed_bfloat16"],
-)
+    # benchmark tooling only, ~12-17 s each (.ci/run_large)
+    [pytest.param("float32+xla", marks=pytest.mark.large),
+     pytest.param("mixed_bfloat16", marks=pytest.mark.large)],
+)  # fmt: skip
 def test_profile_step_tiny_run_breaks_the_step_down(tmp_path, setting):
     """XLA's compiled operations, or TensorFlow's own kernels without XLA (bfloat16 casts)."""
     result = run_script(
@@ -429,6 +430,7 @@ def test_scaling_tiny_run(tmp_path):
     assert record["step_s"] > 0 and record["peak_rss_mb"] > 0
 
 
+@pytest.mark.large  # ~13 s, benchmark tooling only (.ci/run_large)
 def test_input_pipeline_tiny_run(tmp_path):
     out = tmp_path / "pipeline.json"
     result = run_script(
@@ -584,6 +586,7 @@ def test_in_process_rotates_the_first_point_every_round(scripts):
     assert all(len(values) == 4 for values in times.values())
 
 
+@pytest.mark.large  # ~14 s, benchmark tooling only (.ci/run_large)
 def test_in_process_tiny_run_prints_every_point_and_writes_json(tmp_path):
     out = tmp_path / "peers.json"
     result = run_script(

@@ -207,6 +207,7 @@ def test_each_hybrid_spelling_is_timed_as_its_table_row(
         assert record["model_gflops_per_s"] == pytest.approx(10.0 * gflops)
 
 
+@pytest.mark.large  # ~23 s (a Ti/16 Transformer); the tiny run of test_smoke.py stays
 def test_a_hybrid_is_timed_for_inference_and_training(tmp_path, capsys):
     out_file = tmp_path / "bench.json"
     argv = ["benchmark", "--model", "R_Ti16", *TINY_RUN, "--mode", "both", "--image-size", "32"]
